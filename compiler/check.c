@@ -1,0 +1,221 @@
+/* check.c — loading a spec (file, --set, preset, schema) and its semantic checks.
+ *
+ * Each check names the key that is wrong and points at where it was written (or, for a key
+ * left to its default, at its section). */
+#include <string.h>
+
+#include "mtc.h"
+
+Loc spec_loc(const Spec *s, const char *path) {
+  Loc best = {s->root->loc.src, 0, 0};
+  char seg[64];
+  const YNode *n = s->root;
+  for (const char *p = path; n && n->kind == Y_MAP;) {
+    const char *dot = strchr(p, '.');
+    size_t len = dot ? (size_t)(dot - p) : strlen(p);
+    if (len >= sizeof seg) break;
+    memcpy(seg, p, len);
+    seg[len] = '\0';
+    YPair *pair = yaml_pair(n, seg);
+    if (!pair) break;
+    best = dot ? pair->key->loc : pair->val->loc;
+    n = pair->val;
+    if (!dot) break;
+    p = dot + 1;
+  }
+  return best;
+}
+
+static bool given(const Spec *s, const char *path) { return yaml_path(s->root, path) != NULL; }
+
+#define FAIL(path, ...) return diag_error(d, spec_loc(s, path), __VA_ARGS__)
+
+static bool check_name(Diag *d, Spec *s) {
+  const char *n = s->name;
+  size_t len = strlen(n);
+  bool ok = len > 0 && len <= 64 && n[0] != '.' && n[0] != '-';
+  for (const char *c = n; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+          *c == '.' || *c == '_' || *c == '-'))
+      ok = false;
+  if (!ok)
+    FAIL("name", "name '%s' cannot name a directory; expected 1 to 64 letters, digits, '.', "
+                 "'_' or '-', not starting with '.' or '-'", n);
+  return true;
+}
+
+static bool check_attention(Diag *d, Spec *s) {
+  ModelSpec *md = &s->model;
+  AttentionSpec *a = &md->attention;
+  static const char *const mla_keys[] = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                         "qk_rope_head_dim", "v_head_dim"};
+  char path[96];
+  if (a->kind != ATTN_MLA) {
+    for (int i = 0; i < 5; i++) {
+      snprintf(path, sizeof path, "model.attention.%s", mla_keys[i]);
+      if (given(s, path))
+        FAIL(path, "'%s' applies only to attention.kind: mla; expected it removed (or kind: mla)", path);
+    }
+    if (!given(s, "model.attention.kv_heads")) a->kv_heads = a->heads;
+    if (a->kind == ATTN_MHA && a->kv_heads != a->heads)
+      FAIL("model.attention.kv_heads", "mha has one KV head per query head, but kv_heads is %lld "
+           "and heads %lld; expected kv_heads = heads, or kind: gqa", (long long)a->kv_heads,
+           (long long)a->heads);
+    if (a->kv_heads > a->heads || a->heads % a->kv_heads != 0)
+      FAIL("model.attention.kv_heads", "kv_heads %lld does not divide heads %lld; expected a "
+           "divisor of heads (each KV head serves heads / kv_heads query heads)",
+           (long long)a->kv_heads, (long long)a->heads);
+    if (!given(s, "model.attention.head_dim")) {
+      if (md->hidden % a->heads != 0)
+        FAIL("model.attention.heads", "hidden %lld is not divisible by heads %lld; expected "
+             "heads dividing hidden, or attention.head_dim given", (long long)md->hidden,
+             (long long)a->heads);
+      a->head_dim = md->hidden / a->heads;
+    }
+    if (md->position == POS_ROPE && a->head_dim % 2 != 0)
+      FAIL(given(s, "model.attention.head_dim") ? "model.attention.head_dim" : "model.attention.heads",
+           "head_dim %lld is odd; expected an even head size (RoPE rotates pairs of channels)",
+           (long long)a->head_dim);
+    return true;
+  }
+  /* mla */
+  for (int i = 1; i < 5; i++) {
+    snprintf(path, sizeof path, "model.attention.%s", mla_keys[i]);
+    if (!given(s, path))
+      FAIL("model.attention.kind", "attention.kind: mla needs '%s'; expected kv_lora_rank, "
+           "qk_nope_head_dim, qk_rope_head_dim and v_head_dim (and optionally q_lora_rank)", path);
+  }
+  if (given(s, "model.attention.head_dim"))
+    FAIL("model.attention.head_dim", "mla sizes its heads with qk_nope_head_dim, "
+         "qk_rope_head_dim and v_head_dim; expected head_dim removed");
+  if (given(s, "model.attention.kv_heads") && a->kv_heads != a->heads)
+    FAIL("model.attention.kv_heads", "mla keys and values have one head per query head; "
+         "expected kv_heads = heads or kv_heads removed");
+  a->kv_heads = a->heads;
+  if (a->qk_norm != QKN_NONE)
+    FAIL("model.attention.qk_norm", "mla normalizes its latents itself; expected qk_norm: none");
+  if (md->position == POS_LEARNED)
+    FAIL("model.position", "mla carries its positions in qk_rope_head_dim; expected position: rope");
+  if (a->qk_rope_head_dim % 2 != 0)
+    FAIL("model.attention.qk_rope_head_dim", "qk_rope_head_dim %lld is odd; expected an even "
+         "size (RoPE rotates pairs of channels)", (long long)a->qk_rope_head_dim);
+  return true;
+}
+
+static bool check_model(Diag *d, Spec *s) {
+  ModelSpec *md = &s->model;
+  MoeSpec *moe = &md->moe;
+  if (md->position == POS_LEARNED && !md->max_position)
+    FAIL("model.position", "position: learned needs model.max_position; expected the longest "
+         "sequence the position table covers");
+  if (md->max_position && s->training.seq_len > md->max_position)
+    FAIL("training.seq_len", "seq_len %lld exceeds model.max_position %lld; expected at most "
+         "%lld", (long long)s->training.seq_len, (long long)md->max_position, (long long)md->max_position);
+  if (!check_attention(d, s)) return false;
+  bool dense_layers = !moe->present;
+  if (moe->present) {
+    if (moe->top_k > moe->experts)
+      FAIL("model.moe.top_k", "top_k %lld is more than the %lld experts; expected top_k <= experts",
+           (long long)moe->top_k, (long long)moe->experts);
+    if (!moe->shared_intermediate) moe->shared_intermediate = moe->expert_intermediate;
+    if (moe->first_dense_layers >= md->layers)
+      FAIL("model.moe.first_dense_layers", "first_dense_layers %lld leaves no MoE layer of %lld; "
+           "expected fewer than model.layers (or no moe section for a dense model)",
+           (long long)moe->first_dense_layers, (long long)md->layers);
+    if (moe->interleave > md->layers - moe->first_dense_layers)
+      FAIL("model.moe.interleave", "interleave %lld leaves no MoE layer among the %lld after the "
+           "dense ones; expected at most %lld", (long long)moe->interleave,
+           (long long)(md->layers - moe->first_dense_layers),
+           (long long)(md->layers - moe->first_dense_layers));
+    if (moe->load_balance == LB_AUX_FREE && !moe->router_bias)
+      FAIL("model.moe.load_balance", "aux_free load balancing adjusts a per-expert router bias; "
+           "expected moe.router_bias: true");
+    if (!moe->shared_experts && given(s, "model.moe.shared_intermediate"))
+      FAIL("model.moe.shared_intermediate", "shared_intermediate without shared experts; "
+           "expected moe.shared_experts >= 1 or the key removed");
+    dense_layers = moe->first_dense_layers > 0 || moe->interleave > 1;
+  }
+  if (dense_layers && !md->mlp.present)
+    FAIL("model", "the model has dense layers (%s) but no model.mlp; expected an mlp section "
+         "with intermediate", moe->present ? "first_dense_layers or interleave" : "no moe section");
+  return true;
+}
+
+static bool check_training(Diag *d, Spec *s) {
+  TrainingSpec *t = &s->training;
+  if (t->micro_batch > t->global_batch || t->global_batch % t->micro_batch != 0)
+    FAIL("training.micro_batch", "micro_batch %lld does not divide global_batch %lld; expected "
+         "global_batch = micro_batch x data-parallel ranks x accumulation steps",
+         (long long)t->micro_batch, (long long)t->global_batch);
+  return true;
+}
+
+static bool check_plan(Diag *d, Spec *s) {
+  PlanSpec *p = &s->plan;
+  const ClusterSpec *c = &s->cluster;
+  static const char *const unsupported[] = {"plan.tp", "plan.pp", "plan.cp"};
+  const int64_t vals[] = {p->tp, p->pp, p->cp};
+  for (int i = 0; i < 3; i++)
+    if (vals[i] != 1)
+      FAIL(unsupported[i], "%s = %lld is not supported yet; expected 1 (mtc lays runs out "
+           "with FSDP, EP and data parallelism)", unsupported[i], (long long)vals[i]);
+  int64_t world = c->nodes * c->gpus_per_node;
+  if (p->fsdp && world % p->fsdp != 0)
+    FAIL("plan.fsdp", "fsdp %lld does not divide the %lld GPUs; expected a divisor of "
+         "nodes x gpus_per_node", (long long)p->fsdp, (long long)world);
+  if (p->dp_replicate && world % p->dp_replicate != 0)
+    FAIL("plan.dp_replicate", "dp_replicate %lld does not divide the %lld GPUs; expected a "
+         "divisor of nodes x gpus_per_node", (long long)p->dp_replicate, (long long)world);
+  if (p->fsdp && p->dp_replicate && p->fsdp * p->dp_replicate != world)
+    FAIL("plan.dp_replicate", "fsdp %lld x dp_replicate %lld is not the %lld GPUs; expected "
+         "world = dp_replicate x fsdp", (long long)p->fsdp, (long long)p->dp_replicate, (long long)world);
+  if (p->ep) {
+    if (!s->model.moe.present && p->ep > 1)
+      FAIL("plan.ep", "ep %lld but the model has no experts; expected ep: 1 or auto", (long long)p->ep);
+    if (c->gpus_per_node % p->ep != 0)
+      FAIL("plan.ep", "ep %lld does not divide gpus_per_node %lld; expected a divisor, so that "
+           "the token all-to-all stays inside a node", (long long)p->ep, (long long)c->gpus_per_node);
+    if (s->model.moe.present && s->model.moe.experts % p->ep != 0)
+      FAIL("plan.ep", "ep %lld does not divide the %lld experts; expected whole experts per "
+           "rank", (long long)p->ep, (long long)s->model.moe.experts);
+  }
+  return true;
+}
+
+bool spec_validate(Diag *d, Spec *s) {
+  return check_name(d, s) && check_model(d, s) && check_training(d, s) && check_plan(d, s);
+}
+
+/* Lays the preset named by cluster.preset under the spec's cluster section. */
+static bool merge_preset(Mem *m, Diag *d, Spec *s) {
+  YNode *cluster = yaml_get(s->root, "cluster");
+  YNode *name = yaml_get(cluster, "preset");
+  if (!name) return true;
+  if (name->kind != Y_SCALAR || !name->str[0])
+    return diag_error(d, name->loc, "'cluster.preset' is not a name; expected a preset such as "
+                                    "jupiter-booster or cpu");
+  YNode *preset = preset_load(m, d, name->str, s->path, name->loc);
+  if (!preset) return false;
+  YPair *nested = yaml_pair(preset, "preset");
+  if (nested)
+    return diag_error(d, nested->key->loc, "a preset cannot name another preset; expected the "
+                                           "cluster's keys only");
+  yaml_merge_under(m, cluster, preset);
+  return true;
+}
+
+Spec *spec_load(Mem *m, Diag *d, const char *path, const char *text, size_t len,
+                const char *const *sets, int nsets) {
+  const Source *src = text ? diag_source(m, path, text, len)
+                           : diag_read_source(m, d, path, YAML_MAX_FILE);
+  if (!src) return NULL;
+  Spec *s = mem_alloc(m, sizeof *s);
+  s->path = path;
+  s->root = yaml_parse(m, d, src);
+  if (!s->root) return NULL;
+  for (int i = 0; i < nsets; i++)
+    if (!yaml_set(m, d, s->root, sets[i])) return NULL;
+  if (!merge_preset(m, d, s)) return NULL;
+  if (!spec_convert(d, s) || !spec_validate(d, s)) return NULL;
+  return s;
+}

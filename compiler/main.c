@@ -1,0 +1,194 @@
+/* main.c — the mtc command line: check, plan, compile, keys. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "mtc.h"
+
+static const char usage_main[] =
+    "usage: mtc COMMAND [OPTIONS] SPEC\n"
+    "\n"
+    "mtc plans a Mixture-of-Experts (or dense) transformer training run on a GPU cluster from\n"
+    "one YAML spec, and writes the training program that does what the plan says.\n"
+    "\n"
+    "commands:\n"
+    "  check SPEC            parse and validate the spec\n"
+    "  plan SPEC [--json]    print the plan (now: the model accounting) as text or plan.json\n"
+    "  compile SPEC [-o DIR] write plan.json and plan.txt to DIR (default generated/NAME/)\n"
+    "  keys                  print the spec reference (every key, type, default) as markdown\n"
+    "\n"
+    "options of every command:\n"
+    "  -s, --set KEY=VALUE   override a spec key before validation (repeatable), e.g.\n"
+    "                        --set training.seq_len=32768 --set cluster.nodes=48\n"
+    "  -h, --help            help for the command\n"
+    "      --version         print the version\n"
+    "\n"
+    "exit status: 0 done, 1 no feasible plan, 2 bad input or usage\n";
+
+static const char *const usage_cmd[][2] = {
+    {"check", "usage: mtc check SPEC [--set KEY=VALUE]...\n\n"
+              "Parses and validates SPEC (with its cluster preset and the --set overrides) and\n"
+              "prints one line; errors name FILE:LINE:COL and exit 2.\n"},
+    {"plan", "usage: mtc plan SPEC [--json] [--set KEY=VALUE]...\n\n"
+             "Prints the plan for SPEC. This version prints the model accounting: parameters\n"
+             "by kind, total and active, per-layer weights, training FLOPs per token, saved\n"
+             "activations. --json prints plan.json (model.* keys) instead.\n"},
+    {"compile", "usage: mtc compile SPEC [-o DIR] [--set KEY=VALUE]...\n\n"
+                "Writes DIR/plan.json and DIR/plan.txt (DIR defaults to generated/NAME/).\n"
+                "The generated training program comes with the code generator.\n"},
+    {"keys", "usage: mtc keys\n\nPrints every spec key with its type, default and meaning.\n"},
+};
+
+static int usage_error(const char *cmd, const char *msg) {
+  fprintf(stderr, "mtc%s%s: %s\nTry 'mtc%s%s --help'.\n", cmd ? " " : "", cmd ? cmd : "", msg,
+          cmd ? " " : "", cmd ? cmd : "");
+  return EXIT_BAD_INPUT;
+}
+
+/* mkdir -p */
+static bool make_dirs(Diag *d, const char *path) {
+  char buf[4096];
+  if (strlen(path) >= sizeof buf) return diag_error(d, (Loc){0}, "output path too long");
+  strcpy(buf, path);
+  for (char *p = buf + 1;; p++) {
+    if (*p == '/' || *p == '\0') {
+      char c = *p;
+      *p = '\0';
+      if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+        return diag_error(d, (Loc){0}, "cannot create directory '%s': %s", buf, strerror(errno));
+      *p = c;
+      if (!c) break;
+    }
+  }
+  return true;
+}
+
+static bool write_text(Diag *d, const char *path, const Model *md) {
+  FILE *f = fopen(path, "w");
+  if (!f) return diag_error(d, (Loc){0}, "cannot write '%s': %s", path, strerror(errno));
+  report_text(f, md);
+  if (fclose(f) != 0) return diag_error(d, (Loc){0}, "error writing '%s'", path);
+  return true;
+}
+
+typedef struct {
+  const char *cmd, *spec, *out;
+  const char **sets;
+  int nsets;
+  bool json;
+} Args;
+
+static int run(Args *a) {
+  Mem mem = {0};
+  Diag d = {.mem = &mem};
+  int status = EXIT_DONE;
+  Spec *s = spec_load(&mem, &d, a->spec, NULL, 0, a->sets, a->nsets);
+  Model *md = s ? model_build(&mem, &d, s) : NULL;
+  if (!md) {
+    status = EXIT_BAD_INPUT;
+  } else if (strcmp(a->cmd, "check") == 0) {
+    char t[32], ac[32];
+    units_fmt_count(t, sizeof t, (double)md->params_total);
+    units_fmt_count(ac, sizeof ac, (double)md->params_active);
+    printf("%s: ok (%s: %d layers, %s parameters, %s active)\n", a->spec, s->name, md->nlayers, t, ac);
+  } else if (strcmp(a->cmd, "plan") == 0) {
+    if (a->json) {
+      json_t *j = report_json(md);
+      if (!report_write_json(&d, j, NULL)) status = EXIT_BAD_INPUT;
+      json_decref(j);
+    } else {
+      report_text(stdout, md);
+    }
+  } else { /* compile */
+    char *dir = a->out ? mem_strdup(&mem, a->out) : mem_printf(&mem, "generated/%s", s->name);
+    json_t *j = report_json(md);
+    bool ok = make_dirs(&d, dir) &&
+              report_write_json(&d, j, mem_printf(&mem, "%s/plan.json", dir)) &&
+              write_text(&d, mem_printf(&mem, "%s/plan.txt", dir), md);
+    json_decref(j);
+    if (ok) printf("wrote %s/plan.json and %s/plan.txt\n", dir, dir);
+    else status = EXIT_BAD_INPUT;
+  }
+  if (d.msg) fputs(d.msg, stderr);
+  mem_free(&mem);
+  return status;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(usage_main, stderr);
+    return EXIT_BAD_INPUT;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+    if (argc > 2 && strcmp(cmd, "help") == 0)
+      for (size_t i = 0; i < sizeof usage_cmd / sizeof usage_cmd[0]; i++)
+        if (strcmp(argv[2], usage_cmd[i][0]) == 0) return fputs(usage_cmd[i][1], stdout), EXIT_DONE;
+    fputs(usage_main, stdout);
+    return EXIT_DONE;
+  }
+  if (!strcmp(cmd, "--version")) {
+    printf("mtc %s\n", MTC_VERSION);
+    return EXIT_DONE;
+  }
+  const char *help = NULL;
+  for (size_t i = 0; i < sizeof usage_cmd / sizeof usage_cmd[0]; i++)
+    if (strcmp(cmd, usage_cmd[i][0]) == 0) help = usage_cmd[i][1];
+  if (!help) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "unknown command '%.100s'; expected check, plan, compile or keys", cmd);
+    return usage_error(NULL, msg);
+  }
+
+  static const struct option opts[] = {
+      {"set", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
+      {"output", required_argument, NULL, 'o'}, {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0}};
+  Args a = {.cmd = cmd};
+  a.sets = calloc((size_t)argc, sizeof *a.sets);
+  if (!a.sets) return EXIT_BAD_INPUT;
+  int status = -1, c;
+  opterr = 0;
+  optind = 1;
+  while (status < 0 && (c = getopt_long(argc - 1, argv + 1, ":s:o:hj", opts, NULL)) != -1) {
+    char msg[256];
+    switch (c) {
+    case 's': a.sets[a.nsets++] = optarg; break;
+    case 'j':
+      if (strcmp(cmd, "plan") != 0) status = usage_error(cmd, "--json applies to 'plan' only");
+      a.json = true;
+      break;
+    case 'o':
+      if (strcmp(cmd, "compile") != 0) status = usage_error(cmd, "-o applies to 'compile' only");
+      a.out = optarg;
+      break;
+    case 'h': fputs(help, stdout); status = EXIT_DONE; break;
+    case 'V': printf("mtc %s\n", MTC_VERSION); status = EXIT_DONE; break;
+    case ':':
+      snprintf(msg, sizeof msg, "option '%s' needs a value", argv[optind]); /* argv+1 [optind-1] */
+      status = usage_error(cmd, msg);
+      break;
+    default:
+      snprintf(msg, sizeof msg, "unknown option '%s'", argv[optind]); /* argv+1 [optind-1] */
+      status = usage_error(cmd, msg);
+      break;
+    }
+  }
+  if (status < 0) {
+    int nargs = argc - 1 - optind;
+    if (strcmp(cmd, "keys") == 0) {
+      if (nargs != 0) status = usage_error(cmd, "takes no SPEC");
+      else spec_print_keys(stdout), status = EXIT_DONE;
+    } else if (nargs != 1) {
+      status = usage_error(cmd, nargs ? "expected one SPEC file" : "missing SPEC file");
+    } else {
+      a.spec = argv[1 + optind];
+      status = run(&a);
+    }
+  }
+  free(a.sets);
+  return status;
+}

@@ -1,0 +1,423 @@
+/*
+ * mtc.h — the compiler's one internal header, in sections per file (as chibicc does).
+ *
+ *   arena.c   mem_    one arena per compile, overflow-checked sizes
+ *   diag.c    diag_   sources and FILE:LINE:COL diagnostics with a caret
+ *   units.c   units_  sizes, rates and FLOP/s with units
+ *   yaml.c    yaml_   libyaml events -> a small tree with marks; --set; preset merge
+ *   spec.c    spec_   the spec schema (one table of keys, types, defaults) -> typed structs
+ *   check.c   spec_   semantic validation and derived defaults
+ *   presets.c preset_ cluster presets (embedded copies of specs/clusters/ + search path)
+ *   model.c   model_  the model graph: layers × ops, parameters, activations, FLOPs
+ *   report.c  report_ the model accounting as text and as plan.json (jansson)
+ *   main.c            the CLI
+ *
+ * Errors never exit: a function that can fail returns false (or NULL) after recording one
+ * diagnostic in the Diag it was given; main prints it and chooses the exit status.
+ */
+#ifndef MTC_H
+#define MTC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define MTC_VERSION "0.1.0"
+
+/* Exit statuses of every command (design.md, "Commands"). */
+enum { EXIT_DONE = 0, EXIT_NO_PLAN = 1, EXIT_BAD_INPUT = 2 };
+
+/* ------------------------------------------------------------------ arena.c */
+
+/* A bump allocator: every allocation of one compile lives until mem_free. Memory is zeroed.
+ * Out of memory is fatal (prints and exits 2): there is nothing sensible to recover. */
+typedef struct MemChunk MemChunk;
+typedef struct {
+  MemChunk *head;
+} Mem;
+
+void *mem_alloc(Mem *m, size_t size);
+/* count × size with overflow check; overflow is reported like out-of-memory. */
+void *mem_array(Mem *m, size_t count, size_t size);
+char *mem_strndup(Mem *m, const char *s, size_t n);
+char *mem_strdup(Mem *m, const char *s);
+/* printf into the arena. */
+char *mem_printf(Mem *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void mem_free(Mem *m);
+
+/* ------------------------------------------------------------------ diag.c */
+
+/* A text the user wrote: a spec file, a preset, or one --set argument. */
+typedef struct {
+  const char *name; /* as shown in diagnostics: the path given, or "--set" */
+  const char *text; /* NUL-terminated copy of the contents */
+  size_t len;       /* bytes in text, without the NUL */
+} Source;
+
+/* A position in a Source. line and col are 0-based (libyaml marks); printed +1. */
+typedef struct {
+  const Source *src;
+  int line, col;
+} Loc;
+
+/* The first error of a run, fully formatted ("FILE:LINE:COL: error: ...\n  line\n  ^\n"). */
+typedef struct {
+  Mem *mem;
+  char *msg; /* NULL while no error */
+} Diag;
+
+/* Records an error at loc (loc.src may be NULL: no position). Keeps only the first error.
+ * Always returns false so that callers can `return diag_error(...)`. */
+bool diag_error(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Reads a whole file into a Source (arena-owned). Refuses files over limit bytes. */
+const Source *diag_read_source(Mem *m, Diag *d, const char *path, size_t limit);
+const Source *diag_source(Mem *m, const char *name, const char *text, size_t len);
+
+/* ------------------------------------------------------------------ units.c */
+
+/* What a quantity measures; each has its own units. */
+typedef enum { Q_SIZE, Q_RATE, Q_FLOPS } Quantity;
+
+/* Parses "96 GB", "120GiB", "25 GB/s", "989 TFLOP/s" or a plain number into base units
+ * (bytes, bytes/s, FLOP/s). Decimal prefixes k M G T P are 10^3n, binary Ki Mi Gi Ti Pi are
+ * 2^10n. On failure returns false and writes a message (what was wrong; what was expected)
+ * into err (errlen bytes). The value must be finite, > 0 and, for sizes, below 2^62. */
+bool units_parse(const char *text, Quantity q, double *out, char *err, size_t errlen);
+/* Formats bytes with binary units ("55.5 GiB"), and with decimal units ("59.6 GB"). */
+void units_fmt_bytes_bin(char *buf, size_t n, double bytes);
+void units_fmt_bytes_dec(char *buf, size_t n, double bytes);
+/* Formats a count with an SI suffix, 2 decimals: 951.80 B (billions), 12.88 B, 8.03 B. */
+void units_fmt_count(char *buf, size_t n, double count);
+/* Formats an integer with thousands separators: 951,791,394,816. */
+void units_fmt_int(char *buf, size_t n, int64_t v);
+
+/* ------------------------------------------------------------------ yaml.c */
+
+typedef enum { Y_SCALAR, Y_MAP, Y_SEQ } YKind;
+
+typedef struct YNode YNode;
+typedef struct YPair YPair;
+
+/* One entry of a mapping (key != NULL) or a sequence (key == NULL). */
+struct YPair {
+  YNode *key; /* a scalar */
+  YNode *val;
+  YPair *next;
+};
+
+/* A YAML node. Aliases point at their anchor's node, so the tree is a DAG. */
+struct YNode {
+  YKind kind;
+  Loc loc;         /* where the node starts */
+  const char *str; /* Y_SCALAR: the text, NUL-terminated */
+  bool quoted;     /* Y_SCALAR: written in quotes or as a block scalar */
+  YPair *first;    /* Y_MAP / Y_SEQ: entries in document order */
+  int64_t weight;  /* nodes under this one, aliases expanded (alias-bomb guard) */
+};
+
+/* Limits on what a spec may be (specs are a few hundred nodes). */
+enum {
+  YAML_MAX_FILE = 1 << 20,     /* bytes */
+  YAML_MAX_DEPTH = 32,         /* nested collections */
+  YAML_MAX_EXPANDED = 100000,  /* nodes with aliases expanded */
+};
+
+/* Parses one YAML document whose top level is a mapping. Rejects: syntax errors, empty
+ * documents, several documents, tabs in indentation, NUL/binary bytes, duplicate or
+ * non-scalar keys, unknown anchors, and aliases that expand past YAML_MAX_EXPANDED nodes. */
+YNode *yaml_parse(Mem *m, Diag *d, const Source *src);
+/* The value under key in map (NULL if absent or map is not a mapping). */
+YNode *yaml_get(const YNode *map, const char *key);
+/* The pair for key in map, or NULL. */
+YPair *yaml_pair(const YNode *map, const char *key);
+/* Follows a dotted path ("model.attention.heads") from root; NULL if absent. */
+YNode *yaml_path(const YNode *root, const char *path);
+/* Applies one "--set KEY=VALUE" to root: walks/creates mappings along KEY and sets the
+ * scalar. The new nodes' marks point into a Source named "--set" holding arg. */
+bool yaml_set(Mem *m, Diag *d, YNode *root, const char *arg);
+/* Adds to dst every key of src that dst lacks, recursively for mappings present in both
+ * (dst wins). Used to lay a cluster preset under the spec's cluster section. */
+void yaml_merge_under(Mem *m, YNode *dst, const YNode *src);
+
+/* ------------------------------------------------------------------ spec.c / check.c */
+
+typedef enum { NORM_RMSNORM, NORM_LAYERNORM } NormKind;                 /* ORDER norm_names */
+typedef enum { POS_ROPE, POS_LEARNED } PosKind;                         /* ORDER pos_names */
+typedef enum { ATTN_MHA, ATTN_GQA, ATTN_MLA } AttnKind;                 /* ORDER attn_names */
+typedef enum { QKN_NONE, QKN_PER_HEAD, QKN_FULL } QkNorm;               /* ORDER qkn_names */
+typedef enum { ACT_SWIGLU, ACT_GELU } Activation;                       /* ORDER act_names */
+typedef enum { ROUTER_SOFTMAX, ROUTER_SIGMOID } RouterKind;             /* ORDER router_names */
+typedef enum { LB_AUX_LOSS, LB_AUX_FREE } LoadBalance;                  /* ORDER lb_names */
+typedef enum { OPT_MUON, OPT_ADAMW } Optimizer;                         /* ORDER opt_names */
+typedef enum { WIRE_BF16, WIRE_FP32 } WireDtype;                        /* ORDER wire_names */
+typedef enum { AC_AUTO, AC_NONE, AC_SELECTIVE, AC_FULL } CheckpointPolicy; /* ORDER ac_names */
+typedef enum { OFF_AUTO, OFF_NONE, OFF_HOST } OffloadPolicy;            /* ORDER off_names */
+
+/* Every struct below mirrors one section of the spec; spec.c's tables name each field's key,
+ * type, default and range. Counts are plain integers; sizes are bytes, rates bytes/s,
+ * compute FLOP/s (all as double: 96 GB = 9.6e10 exactly). "0 = auto" for plan pins. */
+typedef struct {
+  bool present;
+  AttnKind kind;
+  int64_t heads, kv_heads;  /* kv_heads: default heads; mla ignores it */
+  int64_t head_dim;         /* default hidden / heads */
+  double rope_theta;
+  QkNorm qk_norm;
+  int64_t q_lora_rank;      /* mla: 0 = no q-LoRA (q projected from hidden directly) */
+  int64_t kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim; /* mla only */
+} AttentionSpec;
+
+typedef struct {
+  bool present;
+  int64_t intermediate;
+  Activation activation;
+} MlpSpec;
+
+typedef struct {
+  bool present;
+  int64_t experts, top_k, shared_experts, expert_intermediate;
+  int64_t shared_intermediate; /* default expert_intermediate */
+  Activation activation;       /* of routed and shared experts */
+  int64_t first_dense_layers, interleave;
+  bool router_bias;
+  RouterKind router;
+  LoadBalance load_balance;
+} MoeSpec;
+
+typedef struct {
+  bool present;
+  int64_t layers, hidden, vocab;
+  bool tie_embeddings;
+  NormKind norm;
+  PosKind position;
+  int64_t max_position; /* 0 = not given; required by position: learned */
+  bool bias;
+  AttentionSpec attention;
+  MlpSpec mlp;
+  MoeSpec moe;
+} ModelSpec;
+
+typedef struct {
+  bool present;
+  const char *name;
+  double hbm;            /* bytes per GPU */
+  double hbm_bandwidth;  /* bytes/s */
+  double bf16_flops;     /* dense bf16 tensor FLOP/s */
+  int64_t sms;
+} GpuSpec;
+
+typedef struct {
+  bool present;
+  double memory;    /* bytes of host (Grace) memory per GPU */
+  double bandwidth; /* bytes/s of host memory per GPU */
+  int64_t cores;    /* CPU cores per GPU */
+} HostSpec;
+
+typedef struct {
+  bool present;     /* absent: no NVMe tier */
+  double capacity;  /* bytes per GPU */
+  double bandwidth; /* bytes/s per GPU */
+} NvmeSpec;
+
+typedef struct {
+  bool present;
+  double c2c;       /* GPU <-> its host memory, bytes/s per direction */
+  double nvlink;    /* GPU <-> GPU in a node, bytes/s per direction */
+  double internode; /* per GPU between nodes, bytes/s per direction */
+} LinksSpec;
+
+typedef struct {
+  bool present;
+  const char *preset;
+  int64_t nodes, gpus_per_node;
+  GpuSpec gpu;
+  HostSpec host;
+  NvmeSpec nvme;
+  LinksSpec links;
+} ClusterSpec;
+
+typedef struct {
+  bool present;
+  int64_t seq_len, global_batch, micro_batch;
+  Optimizer optimizer;
+  WireDtype grad_reduce_dtype;
+  double lr;
+  int64_t steps;
+} TrainingSpec;
+
+typedef struct {
+  bool present;
+  int64_t fsdp, ep, dp_replicate; /* 0 = auto */
+  int64_t tp, pp, cp;             /* only 1 is supported */
+  CheckpointPolicy activation_checkpoint;
+  OffloadPolicy offload_activations;
+} PlanSpec;
+
+/* A parsed, validated spec. root is the YAML tree after --set and preset merge; its marks
+ * let later stages point errors at the key that caused them (spec_loc). */
+typedef struct {
+  const char *path; /* as given on the command line */
+  const char *name;
+  ModelSpec model;
+  ClusterSpec cluster;
+  TrainingSpec training;
+  PlanSpec plan;
+  YNode *root;
+} Spec;
+
+/* Loads path (or, if text != NULL, the buffer text of len bytes named path), applies the
+ * --set overrides in order, merges the cluster preset, converts by the schema and validates.
+ * Returns NULL with one diagnostic in d on any error. */
+Spec *spec_load(Mem *m, Diag *d, const char *path, const char *text, size_t len,
+                const char *const *sets, int nsets);
+/* Where key (dotted path) was written; if absent, its nearest present parent; else 1:1. */
+Loc spec_loc(const Spec *s, const char *path);
+/* Converts the tree to typed structs by the schema (spec.c). */
+bool spec_convert(Diag *d, Spec *s);
+/* Semantic checks and derived defaults (check.c). */
+bool spec_validate(Diag *d, Spec *s);
+/* Prints the spec reference (every key, type, default, meaning) as a markdown table. */
+void spec_print_keys(FILE *out);
+/* The names of an enum value, for output ("gqa", "full"...). */
+const char *spec_attn_name(AttnKind k);
+const char *spec_act_name(Activation a);
+const char *spec_router_name(RouterKind r);
+const char *spec_norm_name(NormKind n);
+
+/* ------------------------------------------------------------------ presets.c */
+
+/* An embedded copy of specs/clusters/NAME.yaml, compiled into mtc (presets_data.c is
+ * generated by CMake from the files). */
+typedef struct {
+  const char *name; /* "jupiter-booster" */
+  const char *path; /* "specs/clusters/jupiter-booster.yaml", shown in diagnostics */
+  const char *text;
+  size_t len;
+} PresetFile;
+
+extern const PresetFile preset_files[];
+extern const int preset_count;
+
+/* Finds preset NAME: $MTC_PRESET_DIR/NAME.yaml, then clusters/NAME.yaml next to the spec
+ * file, then the embedded copy. Returns the parsed mapping, or NULL with a diagnostic at
+ * `at` (the preset's value in the spec). */
+YNode *preset_load(Mem *m, Diag *d, const char *name, const char *spec_path, Loc at);
+
+/* ------------------------------------------------------------------ model.c */
+
+typedef enum { DT_BF16, DT_FP32, DT_INT32 } DType;
+
+/* Parameter kinds of the accounting breakdown.  ORDER kind_names in model.c */
+typedef enum {
+  PK_EMBEDDING, /* input token embedding and learned positions */
+  PK_ATTENTION, /* q/k/v/o projections (and MLA's low-rank ones), their biases */
+  PK_MLP,       /* dense feed-forward */
+  PK_ROUTED,    /* routed experts */
+  PK_SHARED,    /* shared experts */
+  PK_ROUTER,    /* router weights and score-correction bias */
+  PK_NORM,      /* every norm's weight and bias (incl. qk-norm, MLA's latent norms) */
+  PK_HEAD,      /* LM head (0 when tied to the embedding) */
+  PK__COUNT
+} ParamKind;
+
+/* What the forward pass keeps for backward, by who may drop it (checkpoint policies). */
+typedef enum {
+  SAVE_BOUNDARY, /* the layer's input (residual stream): kept by every policy */
+  SAVE_ATTN,     /* attention core: q, k, v, output, log-sum-exp (selective recomputes) */
+  SAVE_EXPERT,   /* routed/shared expert internals (selective recomputes) */
+  SAVE_OTHER     /* everything else inside the layer (full recomputes) */
+} SaveClass;
+
+typedef enum {
+  OP_EMBED, OP_POS_EMBED, OP_NORM, OP_QKV, OP_QK_NORM, OP_ROPE, OP_ATTN_CORE, OP_ATTN_OUT,
+  OP_RESIDUAL, OP_MLP, OP_ROUTER, OP_DISPATCH, OP_EXPERTS, OP_SHARED, OP_COMBINE,
+  OP_FINAL_NORM, OP_LM_HEAD, OP_LOSS
+} OpKind;
+
+/* A parameter tensor. shape has ndim entries (rows first, as in PyTorch's nn.Linear:
+ * [out, in]); routed experts have a leading [experts] dimension. */
+typedef struct {
+  const char *name;  /* "attn.q_proj.weight" */
+  int ndim;
+  int64_t shape[3];
+  int64_t count;     /* product of shape */
+  ParamKind kind;
+  bool matmul;       /* a weight matrix of a GEMM (for flops_per_token and Muon) */
+} Param;
+
+/* One activation a backward pass needs, per token. */
+typedef struct {
+  const char *name;  /* "q", "rstd" */
+  int64_t elems;     /* elements per token (routed ones scaled by top_k) */
+  DType dtype;
+  SaveClass cls;
+} Saved;
+
+enum { OP_MAX_PARAMS = 16, OP_MAX_SAVED = 6 };
+
+/* One op of the graph, in forward order. All "per token" figures are averages over a
+ * sequence; attention's FLOPs depend on the sequence length. */
+typedef struct {
+  OpKind kind;
+  const char *name;           /* "attention.core" */
+  int layer;                  /* -1 for ops outside the layers */
+  Param params[OP_MAX_PARAMS];
+  int nparams;
+  int64_t param_count;        /* all parameters of the op */
+  int64_t active_params;      /* parameters one token touches (top_k of the experts) */
+  int64_t active_matmul;      /* GEMM weights one token touches (router included; a tied
+                                 LM head counts the embedding it multiplies by) */
+  double gemm_flops;          /* forward GEMM FLOPs per token: 2 × active_matmul */
+  double attn_flops_per_seq;  /* forward causal attention FLOPs per token per sequence
+                                 position: heads·(qk_dim + v_dim); × seq gives
+                                 2·seq·heads·(qk+v)/2 (half the scores are masked) */
+  int64_t in_bytes, out_bytes;/* activation bytes read and written per token (bf16) */
+  Saved saved[OP_MAX_SAVED];
+  int nsaved;
+} Op;
+
+typedef enum { LAYER_DENSE, LAYER_MOE } LayerKind;
+
+typedef struct {
+  LayerKind kind;
+  int first_op, nops;    /* range in Model.ops */
+  int64_t params;        /* all parameters of the layer */
+  int64_t active_params;
+  int64_t saved_bytes[4];/* per token, by SaveClass */
+} Layer;
+
+/* The expanded model. ops hold every op in forward order: embedding, the layers, the head. */
+typedef struct {
+  const Spec *spec;
+  Op *ops;
+  int nops, cap;
+  Layer *layers;
+  int nlayers, n_moe_layers;
+  int64_t qk_head_dim, v_head_dim; /* per attention head (MLA: nope + rope, v_head_dim) */
+
+  /* accounting (parameters) */
+  int64_t params_total, params_active, params_active_nonembedding;
+  int64_t by_kind_total[PK__COUNT], by_kind_active[PK__COUNT];
+  int64_t active_matmul;           /* LM head in; input embedding and router out */
+  /* training FLOPs per token, without recomputation (design.md):
+   * 6 × active_matmul + 6 · layers · seq · heads · (qk + v) / 2 */
+  double flops_matmul, flops_attention, flops_per_token;
+} Model;
+
+/* Expands spec's model. Fails only on 64-bit overflow of a count (error at the model key). */
+Model *model_build(Mem *m, Diag *d, const Spec *s);
+const char *model_kind_name(ParamKind k);
+int64_t model_dtype_bytes(DType t);
+
+/* ------------------------------------------------------------------ report.c */
+
+/* `mtc plan` text: the model accounting (the planner's sections come later). */
+void report_text(FILE *out, const Model *md);
+/* plan.json as a jansson object (json_t *), returned as void * to keep jansson out of
+ * this header; the caller json_decref's it. */
+void *report_json(const Model *md);
+/* Writes obj to path (or stdout if path is NULL), indented, keys in insertion order. */
+bool report_write_json(Diag *d, void *obj, const char *path);
+
+#endif

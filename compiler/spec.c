@@ -1,0 +1,444 @@
+/* spec.c — the spec schema: one table per section naming every key, its type, its default
+ * and its range; the tree from yaml.c is converted to the typed structs of mtc.h by it.
+ * spec_print_keys renders the same tables as the README's spec reference. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mtc.h"
+
+typedef enum { F_INT, F_AUTO, F_REAL, F_BOOL, F_STR, F_ENUM, F_SIZE, F_RATE, F_FLOPS, F_SECTION } FType;
+
+typedef struct Section Section;
+
+/* One key. def: NULL = required; text = the default, parsed like a value in a spec;
+ * "(...)" = optional, left 0 here and derived or checked in check.c (shown as written). */
+typedef struct {
+  const char *key;
+  FType type;
+  size_t off;
+  const char *def;
+  int64_t min, max;          /* F_INT, F_AUTO */
+  const char *const *names;  /* F_ENUM, in the order of its C enum */
+  const Section *sub;        /* F_SECTION */
+  const char *doc;
+} Field;
+
+struct Section {
+  const char *path; /* "model.attention"; "" for the top level */
+  const Field *fields;
+};
+
+#define MAXDIM ((int64_t)1 << 30) /* any one dimension; products are checked in model.c */
+#define MAXLAYERS 100000
+
+static const char *const norm_names[] = {"rmsnorm", "layernorm", NULL};
+static const char *const pos_names[] = {"rope", "learned", NULL};
+static const char *const attn_names[] = {"mha", "gqa", "mla", NULL};
+static const char *const qkn_names[] = {"none", "per_head", "full", NULL};
+static const char *const act_names[] = {"swiglu", "gelu", NULL};
+static const char *const router_names[] = {"softmax", "sigmoid", NULL};
+static const char *const lb_names[] = {"aux_loss", "aux_free", NULL};
+static const char *const opt_names[] = {"muon", "adamw", NULL};
+static const char *const wire_names[] = {"bf16", "fp32", NULL};
+static const char *const ac_names[] = {"auto", "none", "selective", "full", NULL};
+static const char *const off_names[] = {"auto", "none", "host", NULL};
+
+const char *spec_attn_name(AttnKind k) { return attn_names[k]; }
+const char *spec_act_name(Activation a) { return act_names[a]; }
+const char *spec_router_name(RouterKind r) { return router_names[r]; }
+const char *spec_norm_name(NormKind n) { return norm_names[n]; }
+
+#define O(T, f) offsetof(T, f)
+#define END {NULL, 0, 0, NULL, 0, 0, NULL, NULL, NULL}
+
+static const Field attention_fields[] = {
+    {"kind", F_ENUM, O(AttentionSpec, kind), "gqa", 0, 0, attn_names, NULL, "mha, gqa (grouped KV heads) or mla (multi-head latent, DeepSeek-V2/V3)"},
+    {"heads", F_INT, O(AttentionSpec, heads), NULL, 1, MAXDIM, NULL, NULL, "query heads"},
+    {"kv_heads", F_INT, O(AttentionSpec, kv_heads), "(heads)", 1, MAXDIM, NULL, NULL, "key/value heads (gqa: divides heads)"},
+    {"head_dim", F_INT, O(AttentionSpec, head_dim), "(hidden / heads)", 1, MAXDIM, NULL, NULL, "size of one head (mha, gqa)"},
+    {"rope_theta", F_REAL, O(AttentionSpec, rope_theta), "10000", 0, 0, NULL, NULL, "RoPE base frequency"},
+    {"qk_norm", F_ENUM, O(AttentionSpec, qk_norm), "none", 0, 0, qkn_names, NULL, "norm on q and k: none, per_head (weight of head_dim) or full (over all heads)"},
+    {"q_lora_rank", F_INT, O(AttentionSpec, q_lora_rank), "(none)", 1, MAXDIM, NULL, NULL, "mla: rank of the query down-projection; absent = q projected from hidden"},
+    {"kv_lora_rank", F_INT, O(AttentionSpec, kv_lora_rank), "(mla: required)", 1, MAXDIM, NULL, NULL, "mla: rank of the compressed KV latent"},
+    {"qk_nope_head_dim", F_INT, O(AttentionSpec, qk_nope_head_dim), "(mla: required)", 1, MAXDIM, NULL, NULL, "mla: per-head q/k size without RoPE"},
+    {"qk_rope_head_dim", F_INT, O(AttentionSpec, qk_rope_head_dim), "(mla: required)", 1, MAXDIM, NULL, NULL, "mla: per-head q/k size with RoPE (k part shared by heads)"},
+    {"v_head_dim", F_INT, O(AttentionSpec, v_head_dim), "(mla: required)", 1, MAXDIM, NULL, NULL, "mla: per-head value size"},
+    END};
+
+static const Field mlp_fields[] = {
+    {"intermediate", F_INT, O(MlpSpec, intermediate), NULL, 1, MAXDIM, NULL, NULL, "hidden size of the dense feed-forward"},
+    {"activation", F_ENUM, O(MlpSpec, activation), "swiglu", 0, 0, act_names, NULL, "swiglu (gated, three matrices) or gelu (two matrices)"},
+    END};
+
+static const Field moe_fields[] = {
+    {"experts", F_INT, O(MoeSpec, experts), NULL, 1, 1 << 20, NULL, NULL, "routed experts per MoE layer"},
+    {"top_k", F_INT, O(MoeSpec, top_k), NULL, 1, 1 << 20, NULL, NULL, "routed experts per token"},
+    {"shared_experts", F_INT, O(MoeSpec, shared_experts), "0", 0, 1 << 20, NULL, NULL, "experts every token goes through"},
+    {"expert_intermediate", F_INT, O(MoeSpec, expert_intermediate), NULL, 1, MAXDIM, NULL, NULL, "hidden size of one routed expert"},
+    {"shared_intermediate", F_INT, O(MoeSpec, shared_intermediate), "(expert_intermediate)", 1, MAXDIM, NULL, NULL, "hidden size of one shared expert"},
+    {"activation", F_ENUM, O(MoeSpec, activation), "swiglu", 0, 0, act_names, NULL, "experts' activation: swiglu or gelu"},
+    {"first_dense_layers", F_INT, O(MoeSpec, first_dense_layers), "0", 0, MAXLAYERS, NULL, NULL, "leading layers with a dense mlp"},
+    {"interleave", F_INT, O(MoeSpec, interleave), "1", 1, MAXLAYERS, NULL, NULL, "every N-th layer after the dense ones is MoE; the others use mlp"},
+    {"router_bias", F_BOOL, O(MoeSpec, router_bias), "false", 0, 0, NULL, NULL, "per-expert score-correction bias (DeepSeek-V3)"},
+    {"router", F_ENUM, O(MoeSpec, router), "softmax", 0, 0, router_names, NULL, "softmax or sigmoid expert scores"},
+    {"load_balance", F_ENUM, O(MoeSpec, load_balance), "aux_loss", 0, 0, lb_names, NULL, "aux_loss or aux_free (bias adjustment; needs router_bias)"},
+    END};
+
+static const Section attention_sec = {"model.attention", attention_fields};
+static const Section mlp_sec = {"model.mlp", mlp_fields};
+static const Section moe_sec = {"model.moe", moe_fields};
+
+static const Field model_fields[] = {
+    {"layers", F_INT, O(ModelSpec, layers), NULL, 1, MAXLAYERS, NULL, NULL, "transformer blocks"},
+    {"hidden", F_INT, O(ModelSpec, hidden), NULL, 1, MAXDIM, NULL, NULL, "model (residual) width"},
+    {"vocab", F_INT, O(ModelSpec, vocab), NULL, 1, MAXDIM, NULL, NULL, "vocabulary size"},
+    {"tie_embeddings", F_BOOL, O(ModelSpec, tie_embeddings), "false", 0, 0, NULL, NULL, "LM head shares the input embedding"},
+    {"norm", F_ENUM, O(ModelSpec, norm), "rmsnorm", 0, 0, norm_names, NULL, "rmsnorm or layernorm"},
+    {"position", F_ENUM, O(ModelSpec, position), "rope", 0, 0, pos_names, NULL, "rope or learned (absolute position embedding)"},
+    {"max_position", F_INT, O(ModelSpec, max_position), "(none)", 1, MAXDIM, NULL, NULL, "longest sequence; required by position: learned"},
+    {"bias", F_BOOL, O(ModelSpec, bias), "false", 0, 0, NULL, NULL, "biases on every linear and norm (GPT-3 style)"},
+    {"attention", F_SECTION, O(ModelSpec, attention), NULL, 0, 0, NULL, &attention_sec, "attention block"},
+    {"mlp", F_SECTION, O(ModelSpec, mlp), "(needed by dense layers)", 0, 0, NULL, &mlp_sec, "dense feed-forward"},
+    {"moe", F_SECTION, O(ModelSpec, moe), "(none: dense model)", 0, 0, NULL, &moe_sec, "mixture of experts"},
+    END};
+
+static const Field gpu_fields[] = {
+    {"name", F_STR, O(GpuSpec, name), "(none)", 0, 0, NULL, NULL, "accelerator name, for reports"},
+    {"hbm", F_SIZE, O(GpuSpec, hbm), NULL, 0, 0, NULL, NULL, "HBM capacity per GPU"},
+    {"hbm_bandwidth", F_RATE, O(GpuSpec, hbm_bandwidth), NULL, 0, 0, NULL, NULL, "HBM bandwidth per GPU"},
+    {"bf16_flops", F_FLOPS, O(GpuSpec, bf16_flops), NULL, 0, 0, NULL, NULL, "dense bf16 tensor-core peak per GPU"},
+    {"sms", F_INT, O(GpuSpec, sms), "(none)", 1, 100000, NULL, NULL, "streaming multiprocessors"},
+    END};
+
+static const Field host_fields[] = {
+    {"memory", F_SIZE, O(HostSpec, memory), NULL, 0, 0, NULL, NULL, "host (Grace) memory per GPU"},
+    {"bandwidth", F_RATE, O(HostSpec, bandwidth), NULL, 0, 0, NULL, NULL, "host memory bandwidth per GPU"},
+    {"cores", F_INT, O(HostSpec, cores), NULL, 1, 100000, NULL, NULL, "CPU cores per GPU"},
+    END};
+
+static const Field nvme_fields[] = {
+    {"capacity", F_SIZE, O(NvmeSpec, capacity), NULL, 0, 0, NULL, NULL, "NVMe capacity per GPU"},
+    {"bandwidth", F_RATE, O(NvmeSpec, bandwidth), NULL, 0, 0, NULL, NULL, "NVMe bandwidth per GPU"},
+    END};
+
+static const Field links_fields[] = {
+    {"c2c", F_RATE, O(LinksSpec, c2c), NULL, 0, 0, NULL, NULL, "GPU to its host memory, per direction"},
+    {"nvlink", F_RATE, O(LinksSpec, nvlink), NULL, 0, 0, NULL, NULL, "GPU to GPU inside a node, per direction"},
+    {"internode", F_RATE, O(LinksSpec, internode), NULL, 0, 0, NULL, NULL, "per GPU between nodes, per direction"},
+    END};
+
+static const Section gpu_sec = {"cluster.gpu", gpu_fields};
+static const Section host_sec = {"cluster.host", host_fields};
+static const Section nvme_sec = {"cluster.nvme", nvme_fields};
+static const Section links_sec = {"cluster.links", links_fields};
+
+static const Field cluster_fields[] = {
+    {"preset", F_STR, O(ClusterSpec, preset), "(none)", 0, 0, NULL, NULL, "loads specs/clusters/NAME.yaml; keys given here override it"},
+    {"nodes", F_INT, O(ClusterSpec, nodes), NULL, 1, 1000000, NULL, NULL, "nodes of the job"},
+    {"gpus_per_node", F_INT, O(ClusterSpec, gpus_per_node), NULL, 1, 1024, NULL, NULL, "GPUs (ranks) per node"},
+    {"gpu", F_SECTION, O(ClusterSpec, gpu), NULL, 0, 0, NULL, &gpu_sec, "one GPU"},
+    {"host", F_SECTION, O(ClusterSpec, host), NULL, 0, 0, NULL, &host_sec, "host memory and cores, per GPU"},
+    {"nvme", F_SECTION, O(ClusterSpec, nvme), "(none: no NVMe tier)", 0, 0, NULL, &nvme_sec, "node-local NVMe, per GPU"},
+    {"links", F_SECTION, O(ClusterSpec, links), NULL, 0, 0, NULL, &links_sec, "interconnect"},
+    END};
+
+static const Field training_fields[] = {
+    {"seq_len", F_INT, O(TrainingSpec, seq_len), NULL, 1, MAXDIM, NULL, NULL, "tokens per sequence"},
+    {"global_batch", F_INT, O(TrainingSpec, global_batch), NULL, 1, MAXDIM, NULL, NULL, "sequences per optimizer step"},
+    {"micro_batch", F_INT, O(TrainingSpec, micro_batch), "1", 1, MAXDIM, NULL, NULL, "sequences per rank per forward/backward"},
+    {"optimizer", F_ENUM, O(TrainingSpec, optimizer), "adamw", 0, 0, opt_names, NULL, "muon (AdamW for embeddings, router, norms) or adamw"},
+    {"grad_reduce_dtype", F_ENUM, O(TrainingSpec, grad_reduce_dtype), "bf16", 0, 0, wire_names, NULL, "gradients on the wire: bf16 (fp32 accumulation) or fp32"},
+    {"lr", F_REAL, O(TrainingSpec, lr), NULL, 0, 0, NULL, NULL, "peak learning rate"},
+    {"steps", F_INT, O(TrainingSpec, steps), NULL, 1, (int64_t)1 << 40, NULL, NULL, "optimizer steps"},
+    END};
+
+static const Field plan_fields[] = {
+    {"fsdp", F_AUTO, O(PlanSpec, fsdp), "auto", 1, 1 << 24, NULL, NULL, "ranks a parameter is sharded over"},
+    {"ep", F_AUTO, O(PlanSpec, ep), "auto", 1, 1024, NULL, NULL, "expert-parallel ranks (inside a node)"},
+    {"dp_replicate", F_AUTO, O(PlanSpec, dp_replicate), "auto", 1, 1 << 24, NULL, NULL, "replicas of the FSDP group"},
+    {"tp", F_INT, O(PlanSpec, tp), "1", 1, 1024, NULL, NULL, "tensor parallelism (only 1 is supported yet)"},
+    {"pp", F_INT, O(PlanSpec, pp), "1", 1, 1024, NULL, NULL, "pipeline parallelism (only 1 is supported yet)"},
+    {"cp", F_INT, O(PlanSpec, cp), "1", 1, 1024, NULL, NULL, "context parallelism (only 1 is supported yet)"},
+    {"activation_checkpoint", F_ENUM, O(PlanSpec, activation_checkpoint), "auto", 0, 0, ac_names, NULL, "none, selective, full or auto"},
+    {"offload_activations", F_ENUM, O(PlanSpec, offload_activations), "auto", 0, 0, off_names, NULL, "none, host or auto"},
+    END};
+
+static const Section model_sec = {"model", model_fields};
+static const Section cluster_sec = {"cluster", cluster_fields};
+static const Section training_sec = {"training", training_fields};
+static const Section plan_sec = {"plan", plan_fields};
+
+static const Field top_fields[] = {
+    {"name", F_STR, O(Spec, name), NULL, 0, 0, NULL, NULL, "run name: letters, digits, '.', '_', '-'; output goes to generated/NAME/"},
+    {"model", F_SECTION, O(Spec, model), NULL, 0, 0, NULL, &model_sec, "the transformer"},
+    {"cluster", F_SECTION, O(Spec, cluster), NULL, 0, 0, NULL, &cluster_sec, "the machines"},
+    {"training", F_SECTION, O(Spec, training), NULL, 0, 0, NULL, &training_sec, "the run"},
+    {"plan", F_SECTION, O(Spec, plan), "(all auto)", 0, 0, NULL, &plan_sec, "pins instead of search"},
+    END};
+
+static const Section top_sec = {"", top_fields};
+
+/* ---- conversion */
+
+static const char *type_name(const Field *f) {
+  switch (f->type) {
+  case F_INT: return "an integer";
+  case F_AUTO: return "a positive integer or auto";
+  case F_REAL: return "a positive number";
+  case F_BOOL: return "true or false";
+  case F_STR: return "a string";
+  case F_ENUM: return "one of the names listed";
+  case F_SIZE: return "a size (e.g. 96 GB)";
+  case F_RATE: return "a rate (e.g. 25 GB/s)";
+  case F_FLOPS: return "a compute rate (e.g. 989 TFLOP/s)";
+  case F_SECTION: return "a mapping of keys";
+  }
+  return "";
+}
+
+static char *full_key(Mem *m, const Section *sec, const char *key) {
+  return sec->path[0] ? mem_printf(m, "%s.%s", sec->path, key) : mem_strdup(m, key);
+}
+
+/* Levenshtein distance, for "did you mean". */
+static int edit_distance(const char *a, const char *b) {
+  int la = (int)strlen(a), lb = (int)strlen(b);
+  if (la > 63 || lb > 63) return 99;
+  int row[64];
+  for (int j = 0; j <= lb; j++) row[j] = j;
+  for (int i = 1; i <= la; i++) {
+    int prev = row[0];
+    row[0] = i;
+    for (int j = 1; j <= lb; j++) {
+      int cur = row[j];
+      int sub = prev + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+      int best = row[j] + 1 < row[j - 1] + 1 ? row[j] + 1 : row[j - 1] + 1;
+      row[j] = sub < best ? sub : best;
+      prev = cur;
+    }
+  }
+  return row[lb];
+}
+
+/* Best candidate in names within a distance that a typo would make. */
+static const char *closest(const char *word, const char *const *names, size_t stride) {
+  const char *best = NULL;
+  int bestd = 99;
+  for (const char *const *n = names; *n; n = (const char *const *)((const char *)n + stride)) {
+    int dist = edit_distance(word, *n);
+    int limit = (int)strlen(*n) / 3 + 1;
+    if (dist <= limit && dist < bestd) best = *n, bestd = dist;
+  }
+  return best;
+}
+
+static const Section *const all_sections[] = {&top_sec, &model_sec, &attention_sec, &mlp_sec,
+                                              &moe_sec, &cluster_sec, &gpu_sec, &host_sec,
+                                              &nvme_sec, &links_sec, &training_sec, &plan_sec,
+                                              NULL};
+
+static bool unknown_key(Diag *d, const Section *sec, const YNode *key) {
+  Mem *m = d->mem;
+  const char *near = closest(key->str, &sec->fields[0].key, sizeof(Field));
+  if (near)
+    return diag_error(d, key->loc, "unknown key '%s'; did you mean '%s'?", full_key(m, sec, key->str),
+                      full_key(m, sec, near));
+  for (const Section *const *s = all_sections; *s; s++)
+    for (const Field *f = (*s)->fields; f->key; f++)
+      if (*s != sec && strcmp(f->key, key->str) == 0)
+        return diag_error(d, key->loc, "unknown key '%s'; '%s' belongs in another section: %s",
+                          full_key(m, sec, key->str), key->str, full_key(m, *s, f->key));
+  char *list = "";
+  for (const Field *f = sec->fields; f->key; f++)
+    list = mem_printf(m, "%s%s%s", list, f == sec->fields ? "" : ", ", f->key);
+  return diag_error(d, key->loc, "unknown key '%s'; expected one of: %s",
+                    full_key(m, sec, key->str), list);
+}
+
+static bool is_null(const YNode *v) {
+  return v->kind == Y_SCALAR && !v->quoted &&
+         (v->str[0] == '\0' || strcmp(v->str, "~") == 0 || strcmp(v->str, "null") == 0);
+}
+
+/* Parses a decimal integer (optional '_' between digits) into out; false if not one. */
+static bool parse_int(const char *s, int64_t *out, bool *overflow) {
+  const char *p = s;
+  int64_t v = 0;
+  *overflow = false;
+  if (*p == '+') p++;
+  bool neg = *p == '-';
+  if (neg) p++;
+  if (!isdigit((unsigned char)*p)) return false;
+  for (; *p; p++) {
+    if (*p == '_' && isdigit((unsigned char)p[1]) && p > s && isdigit((unsigned char)p[-1])) continue;
+    if (!isdigit((unsigned char)*p)) return false;
+    if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, *p - '0', &v))
+      *overflow = true;
+  }
+  *out = neg ? -v : v;
+  return true;
+}
+
+static bool convert_section(Diag *d, const Section *sec, const YNode *map, Loc at, char *base);
+
+/* Converts one value v (never NULL) of field f into base + f->off. */
+static bool convert_value(Diag *d, const Section *sec, const Field *f, const YNode *v, char *base) {
+  Mem *m = d->mem;
+  const char *key = full_key(m, sec, f->key);
+  void *dst = base + f->off;
+  if (f->type == F_SECTION) {
+    if (v->kind != Y_MAP && !is_null(v))
+      return diag_error(d, v->loc, "'%s' is a %s; expected a section (a mapping of keys)", key,
+                        v->kind == Y_SEQ ? "sequence" : "scalar");
+    *(bool *)dst = true; /* every section struct starts with `bool present` */
+    return convert_section(d, f->sub, v->kind == Y_MAP ? v : NULL, v->loc, dst);
+  }
+  if (v->kind != Y_SCALAR)
+    return diag_error(d, v->loc, "'%s' is a %s; expected %s", key,
+                      v->kind == Y_MAP ? "mapping" : "sequence", type_name(f));
+  if (is_null(v)) return diag_error(d, v->loc, "'%s' has no value; expected %s", key, type_name(f));
+  const char *s = v->str;
+  char err[400];
+  switch (f->type) {
+  case F_AUTO:
+    if (strcmp(s, "auto") == 0) {
+      *(int64_t *)dst = 0;
+      return true;
+    }
+    /* fall through */
+  case F_INT: {
+    int64_t x;
+    bool ovf;
+    if (!parse_int(s, &x, &ovf)) {
+      char *endp;
+      double r = strtod(s, &endp);
+      if (endp != s && *endp == '\0' && isfinite(r))
+        return diag_error(d, v->loc, "'%s' is %s, not a whole number; expected %s", key, s, type_name(f));
+      return diag_error(d, v->loc, "'%s' is '%s'; expected %s", key, s, type_name(f));
+    }
+    if (ovf || x < f->min || x > f->max)
+      return diag_error(d, v->loc, "'%s' is %s, out of range; expected an integer from %lld to %lld",
+                        key, s, (long long)f->min, (long long)f->max);
+    *(int64_t *)dst = x;
+    return true;
+  }
+  case F_REAL: {
+    char *endp;
+    errno = 0;
+    double x = strtod(s, &endp);
+    if (endp == s || *endp != '\0' || !isfinite(x) || errno == ERANGE || !(x > 0))
+      return diag_error(d, v->loc, "'%s' is '%s'; expected a positive finite number such as 3.0e-4", key, s);
+    *(double *)dst = x;
+    return true;
+  }
+  case F_BOOL:
+    if (strcmp(s, "true") == 0 || strcmp(s, "false") == 0) {
+      *(bool *)dst = s[0] == 't';
+      return true;
+    }
+    return diag_error(d, v->loc, "'%s' is '%s'; expected true or false", key, s);
+  case F_STR:
+    *(const char **)dst = s;
+    return true;
+  case F_ENUM: {
+    for (int i = 0; f->names[i]; i++)
+      if (strcmp(s, f->names[i]) == 0) {
+        *(int *)dst = i;
+        return true;
+      }
+    char *list = "";
+    for (int i = 0; f->names[i]; i++) list = mem_printf(m, "%s%s%s", list, i ? ", " : "", f->names[i]);
+    const char *near = closest(s, f->names, sizeof(char *));
+    if (near)
+      return diag_error(d, v->loc, "'%s' is '%s'; did you mean '%s'? expected one of: %s", key, s, near, list);
+    return diag_error(d, v->loc, "'%s' is '%s'; expected one of: %s", key, s, list);
+  }
+  case F_SIZE:
+  case F_RATE:
+  case F_FLOPS: {
+    Quantity q = f->type == F_SIZE ? Q_SIZE : f->type == F_RATE ? Q_RATE : Q_FLOPS;
+    if (!units_parse(s, q, (double *)dst, err, sizeof err))
+      return diag_error(d, v->loc, "%s: %s", key, err);
+    return true;
+  }
+  case F_SECTION:
+    break;
+  }
+  return true;
+}
+
+/* Converts the mapping map (NULL: the section is empty) of section sec into base. at is where
+ * the section was written (missing keys are reported there). Keys are checked in document
+ * order, then the required ones that are missing, in table order. */
+static bool convert_section(Diag *d, const Section *sec, const YNode *map, Loc at, char *base) {
+  Mem *m = d->mem;
+  for (YPair *p = map ? map->first : NULL; p; p = p->next) {
+    const Field *f = sec->fields;
+    while (f->key && strcmp(f->key, p->key->str) != 0) f++;
+    if (!f->key) return unknown_key(d, sec, p->key);
+    if (!convert_value(d, sec, f, p->val, base)) return false;
+  }
+  for (const Field *f = sec->fields; f->key; f++) {
+    if (map && yaml_pair(map, f->key)) continue;
+    if (!f->def) {
+      const char *what = f->type == F_SECTION ? "a section" : type_name(f);
+      return diag_error(d, at, "missing key '%s'; expected %s (%s)", full_key(m, sec, f->key), what, f->doc);
+    }
+    if (f->type == F_SECTION) { /* absent: defaults if it has no required key; present stays false */
+      bool all_default = true;
+      for (const Field *g = f->sub->fields; g->key; g++) all_default &= g->def != NULL;
+      if (all_default && !convert_section(d, f->sub, NULL, at, base + f->off)) return false;
+      continue;
+    }
+    if (f->def[0] == '(') continue;
+    YNode dv = {.kind = Y_SCALAR, .loc = at, .str = f->def};
+    if (!convert_value(d, sec, f, &dv, base)) return false;
+  }
+  return true;
+}
+
+bool spec_convert(Diag *d, Spec *s) {
+  return convert_section(d, &top_sec, s->root, (Loc){s->root->loc.src, 0, 0}, (char *)s);
+}
+
+/* ---- the spec reference (README) */
+
+static void print_section(FILE *out, const Section *sec) {
+  for (const Field *f = sec->fields; f->key; f++) {
+    if (f->type == F_SECTION) continue;
+    const char *type = "";
+    char names[200] = "";
+    switch (f->type) {
+    case F_INT: type = "integer"; break;
+    case F_AUTO: type = "integer \\| auto"; break;
+    case F_REAL: type = "number"; break;
+    case F_BOOL: type = "bool"; break;
+    case F_STR: type = "string"; break;
+    case F_SIZE: type = "size (B)"; break;
+    case F_RATE: type = "rate (B/s)"; break;
+    case F_FLOPS: type = "FLOP/s"; break;
+    case F_ENUM:
+      for (int i = 0; f->names[i]; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? " \\| " : "", f->names[i]);
+      type = names;
+      break;
+    case F_SECTION: break;
+    }
+    const char *def = f->def ? f->def : "**required**";
+    fprintf(out, "| `%s%s%s` | %s | %s | %s |\n", sec->path, sec->path[0] ? "." : "", f->key, type, def, f->doc);
+  }
+  for (const Field *f = sec->fields; f->key; f++)
+    if (f->type == F_SECTION) {
+      fprintf(out, "| `%s%s%s` | section | %s | %s |\n", sec->path, sec->path[0] ? "." : "", f->key,
+              f->def ? f->def : "**required**", f->doc);
+      print_section(out, f->sub);
+    }
+}
+
+void spec_print_keys(FILE *out) {
+  fprintf(out, "| key | type | default | meaning |\n|---|---|---|---|\n");
+  print_section(out, &top_sec);
+}

@@ -1,0 +1,314 @@
+/* yaml.c — libyaml's event stream turned into a small tree that keeps every mark.
+ *
+ * The tree is what the schema (spec.c) walks; keeping it lets any later stage point an error
+ * at the key that caused it. Aliases share their anchor's node; each node's weight counts
+ * the nodes under it with aliases expanded, so an alias bomb is refused in linear time. */
+#include <string.h>
+#include <yaml.h>
+
+#include "mtc.h"
+
+typedef struct Anchor Anchor;
+struct Anchor {
+  const char *name;
+  YNode *node;
+  Anchor *next;
+};
+
+typedef struct {
+  YNode *node;
+  YPair *last;
+  YNode *key; /* mapping: the key waiting for its value */
+  const char *anchor;
+} Frame;
+
+typedef struct {
+  Mem *m;
+  Diag *d;
+  const Source *src;
+  Frame stack[YAML_MAX_DEPTH + 1];
+  int depth;
+  Anchor *anchors;
+  YNode *root;
+} Builder;
+
+static Loc mark_loc(const Source *src, yaml_mark_t mk) {
+  return (Loc){src, (int)mk.line, (int)mk.column};
+}
+
+static YNode *new_node(Mem *m, YKind kind, Loc loc) {
+  YNode *n = mem_alloc(m, sizeof *n);
+  n->kind = kind;
+  n->loc = loc;
+  n->weight = 1;
+  return n;
+}
+
+YPair *yaml_pair(const YNode *map, const char *key) {
+  if (!map || map->kind != Y_MAP) return NULL;
+  for (YPair *p = map->first; p; p = p->next)
+    if (strcmp(p->key->str, key) == 0) return p;
+  return NULL;
+}
+
+YNode *yaml_get(const YNode *map, const char *key) {
+  YPair *p = yaml_pair(map, key);
+  return p ? p->val : NULL;
+}
+
+YNode *yaml_path(const YNode *root, const char *path) {
+  char seg[64];
+  const YNode *n = root;
+  for (const char *p = path; n;) {
+    const char *dot = strchr(p, '.');
+    size_t len = dot ? (size_t)(dot - p) : strlen(p);
+    if (len >= sizeof seg) return NULL;
+    memcpy(seg, p, len);
+    seg[len] = '\0';
+    n = yaml_get(n, seg);
+    if (!dot) return (YNode *)n;
+    p = dot + 1;
+  }
+  return NULL;
+}
+
+static void append(YNode *parent, YPair **last, YPair *p) {
+  if (*last) (*last)->next = p;
+  else parent->first = p;
+  *last = p;
+}
+
+/* Adds a finished node to the collection on top of the stack (or makes it the root). */
+static bool add_node(Builder *b, YNode *n, Loc at) {
+  if (b->depth == 0) {
+    b->root = n;
+    return true;
+  }
+  Frame *f = &b->stack[b->depth - 1];
+  YNode *parent = f->node;
+  if (parent->kind == Y_MAP && !f->key) {
+    if (n->kind != Y_SCALAR)
+      return diag_error(b->d, at, "a mapping key must be a plain name; expected 'key: value'");
+    for (YPair *p = parent->first; p; p = p->next)
+      if (strcmp(p->key->str, n->str) == 0)
+        return diag_error(b->d, at, "duplicate key '%s' (first given at line %d); expected each key once",
+                          n->str, p->key->loc.line + 1);
+    f->key = n;
+    return true;
+  }
+  YPair *p = mem_alloc(b->m, sizeof *p);
+  p->key = f->key;
+  p->val = n;
+  f->key = NULL;
+  append(parent, &f->last, p);
+  parent->weight += n->weight;
+  if (parent->weight > YAML_MAX_EXPANDED)
+    return diag_error(b->d, at,
+                      "document expands to more than %d nodes (an alias bomb?); expected a spec "
+                      "of at most a few hundred keys",
+                      YAML_MAX_EXPANDED);
+  return true;
+}
+
+static void add_anchor(Builder *b, const char *name, YNode *n) {
+  if (!name) return;
+  Anchor *a = mem_alloc(b->m, sizeof *a);
+  a->name = name;
+  a->node = n;
+  a->next = b->anchors;
+  b->anchors = a;
+}
+
+static const char *dup_anchor(Builder *b, yaml_char_t *a) {
+  return a ? mem_strdup(b->m, (const char *)a) : NULL;
+}
+
+/* Bytes libyaml would accept but a spec never contains: NUL and other control bytes, and
+ * tabs in indentation (YAML indents with spaces only). */
+static bool precheck(Builder *b) {
+  const Source *s = b->src;
+  int line = 0, col = 0;
+  bool indent = true;
+  for (size_t i = 0; i < s->len; i++) {
+    unsigned char c = (unsigned char)s->text[i];
+    Loc at = {s, line, col};
+    if (c == '\n') {
+      line++, col = 0, indent = true;
+      continue;
+    }
+    if (c == '\t' && indent)
+      return diag_error(b->d, at, "tab character in indentation; expected spaces (YAML "
+                                  "does not allow tabs for indentation)");
+    if (c < 0x20 && c != '\t' && c != '\r')
+      return diag_error(b->d, at, "control byte 0x%02x: this looks like a binary file; "
+                                  "expected a UTF-8 YAML text", c);
+    if (c != ' ' && c != '\t') indent = false;
+    if ((c & 0xC0) != 0x80) col++;
+  }
+  return true;
+}
+
+static bool on_event(Builder *b, yaml_event_t *ev, int *docs) {
+  Loc at = mark_loc(b->src, ev->start_mark);
+  switch (ev->type) {
+  case YAML_DOCUMENT_START_EVENT:
+    if (++*docs > 1)
+      return diag_error(b->d, at, "a second YAML document; expected one spec per file");
+    return true;
+  case YAML_SCALAR_EVENT: {
+    YNode *n = new_node(b->m, Y_SCALAR, at);
+    n->str = mem_strndup(b->m, (const char *)ev->data.scalar.value, ev->data.scalar.length);
+    if (strlen(n->str) != ev->data.scalar.length)
+      return diag_error(b->d, at, "a NUL character in a value; expected text");
+    n->quoted = ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
+    add_anchor(b, dup_anchor(b, ev->data.scalar.anchor), n);
+    return add_node(b, n, at);
+  }
+  case YAML_SEQUENCE_START_EVENT:
+  case YAML_MAPPING_START_EVENT: {
+    if (b->depth == YAML_MAX_DEPTH)
+      return diag_error(b->d, at, "nesting deeper than %d levels; expected a spec of a few "
+                                  "nested sections", YAML_MAX_DEPTH);
+    bool map = ev->type == YAML_MAPPING_START_EVENT;
+    YNode *n = new_node(b->m, map ? Y_MAP : Y_SEQ, at);
+    yaml_char_t *anchor = map ? ev->data.mapping_start.anchor : ev->data.sequence_start.anchor;
+    b->stack[b->depth++] = (Frame){n, NULL, NULL, dup_anchor(b, anchor)};
+    return true;
+  }
+  case YAML_SEQUENCE_END_EVENT:
+  case YAML_MAPPING_END_EVENT: {
+    Frame f = b->stack[--b->depth];
+    add_anchor(b, f.anchor, f.node); /* only now: an alias inside its anchor is unknown */
+    return add_node(b, f.node, f.node->loc);
+  }
+  case YAML_ALIAS_EVENT: {
+    const char *name = (const char *)ev->data.alias.anchor;
+    for (Anchor *a = b->anchors; a; a = a->next)
+      if (strcmp(a->name, name) == 0) return add_node(b, a->node, at);
+    return diag_error(b->d, at, "alias '*%s' names no complete anchor before it; expected "
+                                "'&%s' defined earlier (and not around the alias)", name, name);
+  }
+  default:
+    return true;
+  }
+}
+
+YNode *yaml_parse(Mem *m, Diag *d, const Source *src) {
+  Builder b = {.m = m, .d = d, .src = src};
+  if (!precheck(&b)) return NULL;
+  yaml_parser_t parser;
+  if (!yaml_parser_initialize(&parser)) {
+    diag_error(d, (Loc){0}, "cannot initialize the YAML parser (out of memory)");
+    return NULL;
+  }
+  yaml_parser_set_input_string(&parser, (const unsigned char *)src->text, src->len);
+  int docs = 0;
+  bool ok = true, done = false;
+  while (ok && !done) {
+    yaml_event_t ev;
+    if (!yaml_parser_parse(&parser, &ev)) {
+      Loc at = mark_loc(src, parser.problem_mark);
+      const char *ctx = parser.context ? parser.context : "";
+      diag_error(d, at, "YAML syntax: %s%s%s; expected 'key: value' lines indented with spaces",
+                 parser.problem ? parser.problem : "malformed input", *ctx ? " " : "", ctx);
+      ok = false;
+      break;
+    }
+    done = ev.type == YAML_STREAM_END_EVENT;
+    ok = on_event(&b, &ev, &docs);
+    yaml_event_delete(&ev);
+  }
+  yaml_parser_delete(&parser);
+  if (!ok) return NULL;
+  Loc start = {src, 0, 0};
+  if (!b.root || (b.root->kind == Y_SCALAR && b.root->str[0] == '\0' && !b.root->quoted)) {
+    diag_error(d, start, "the spec is empty; expected a mapping with name, model, cluster "
+                         "and training");
+    return NULL;
+  }
+  if (b.root->kind != Y_MAP) {
+    diag_error(d, b.root->loc, "the spec's top level is a %s; expected a mapping with name, "
+               "model, cluster and training", b.root->kind == Y_SEQ ? "sequence" : "scalar");
+    return NULL;
+  }
+  return b.root;
+}
+
+bool yaml_set(Mem *m, Diag *d, YNode *root, const char *arg) {
+  const Source *src = diag_source(m, "--set", arg, strlen(arg));
+  const char *eq = strchr(src->text, '=');
+  Loc at = {src, 0, 0};
+  if (!eq || eq == src->text)
+    return diag_error(d, at, "--set needs KEY=VALUE; expected e.g. --set training.seq_len=32768");
+  const char *val = eq + 1;
+  while (*val == ' ') val++;
+  if (!*val)
+    return diag_error(d, (Loc){src, 0, (int)(val - src->text)},
+                      "--set %.*s has no value; expected KEY=VALUE", (int)(eq - src->text),
+                      src->text);
+  YNode *map = root;
+  for (const char *p = src->text; p < eq;) {
+    const char *dot = memchr(p, '.', (size_t)(eq - p));
+    const char *end = dot ? dot : eq;
+    Loc kl = {src, 0, (int)(p - src->text)};
+    if (end == p)
+      return diag_error(d, kl, "empty key segment; expected a dotted key such as "
+                               "cluster.nodes");
+    char *seg = mem_strndup(m, p, (size_t)(end - p));
+    YPair *pair = yaml_pair(map, seg);
+    if (!dot) { /* the last segment: set the scalar */
+      YNode *v = new_node(m, Y_SCALAR, (Loc){src, 0, (int)(val - src->text)});
+      v->str = val;
+      if (pair && pair->val->kind != Y_SCALAR)
+        return diag_error(d, kl, "'%.*s' is a section; expected --set on one of its keys",
+                          (int)(eq - src->text), src->text);
+      if (pair) {
+        pair->val = v;
+        pair->key = new_node(m, Y_SCALAR, kl), pair->key->str = seg;
+      } else {
+        YPair *np = mem_alloc(m, sizeof *np);
+        np->key = new_node(m, Y_SCALAR, kl);
+        np->key->str = seg;
+        np->val = v;
+        YPair **tail = &map->first;
+        while (*tail) tail = &(*tail)->next;
+        *tail = np;
+      }
+      return true;
+    }
+    if (pair && pair->val->kind == Y_SCALAR && pair->val->str[0] == '\0' && !pair->val->quoted)
+      pair->val = new_node(m, Y_MAP, kl); /* "plan:" with no value is an empty section */
+    if (pair && pair->val->kind != Y_MAP)
+      return diag_error(d, kl, "'%s' is not a section; expected a dotted key through sections",
+                        seg);
+    if (!pair) {
+      pair = mem_alloc(m, sizeof *pair);
+      pair->key = new_node(m, Y_SCALAR, kl);
+      pair->key->str = seg;
+      pair->val = new_node(m, Y_MAP, kl);
+      YPair **tail = &map->first;
+      while (*tail) tail = &(*tail)->next;
+      *tail = pair;
+    }
+    map = pair->val;
+    p = end + 1;
+  }
+  return true;
+}
+
+void yaml_merge_under(Mem *m, YNode *dst, const YNode *src) {
+  if (dst->kind != Y_MAP || src->kind != Y_MAP) return;
+  for (YPair *s = src->first; s; s = s->next) {
+    YPair *p = yaml_pair(dst, s->key->str);
+    if (p) {
+      if (p->val->kind == Y_MAP && s->val->kind == Y_MAP) yaml_merge_under(m, p->val, s->val);
+      continue;
+    }
+    YPair *np = mem_alloc(m, sizeof *np);
+    np->key = s->key;
+    np->val = s->val;
+    YPair **tail = &dst->first;
+    while (*tail) tail = &(*tail)->next;
+    *tail = np;
+  }
+}
