@@ -18,7 +18,7 @@ Loc spec_loc(const Spec *s, const char *path) {
     seg[len] = '\0';
     YPair *pair = yaml_pair(n, seg);
     if (!pair) break;
-    best = dot ? pair->key->loc : pair->val->loc;
+    best = dot || pair->val->kind == Y_MAP ? pair->key->loc : pair->val->loc;
     n = pair->val;
     if (!dot) break;
     p = dot + 1;

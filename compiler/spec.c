@@ -251,6 +251,12 @@ static bool unknown_key(Diag *d, const Section *sec, const YNode *key) {
       if (*s != sec && strcmp(f->key, key->str) == 0)
         return diag_error(d, key->loc, "unknown key '%s'; '%s' belongs in another section: %s",
                           full_key(m, sec, key->str), key->str, full_key(m, *s, f->key));
+  for (const Section *const *s = all_sections; *s; s++) {
+    const char *other = *s != sec ? closest(key->str, &(*s)->fields[0].key, sizeof(Field)) : NULL;
+    if (other)
+      return diag_error(d, key->loc, "unknown key '%s'; did you mean '%s' (in another section)?",
+                        full_key(m, sec, key->str), full_key(m, *s, other));
+  }
   char *list = "";
   for (const Field *f = sec->fields; f->key; f++)
     list = mem_printf(m, "%s%s%s", list, f == sec->fields ? "" : ", ", f->key);
@@ -285,7 +291,9 @@ static bool parse_int(const char *s, int64_t *out, bool *overflow) {
 static bool convert_section(Diag *d, const Section *sec, const YNode *map, Loc at, char *base);
 
 /* Converts one value v (never NULL) of field f into base + f->off. */
-static bool convert_value(Diag *d, const Section *sec, const Field *f, const YNode *v, char *base) {
+/* at: where the key was written (missing keys of a section are reported there). */
+static bool convert_value(Diag *d, const Section *sec, const Field *f, const YNode *v, Loc at,
+                          char *base) {
   Mem *m = d->mem;
   const char *key = full_key(m, sec, f->key);
   void *dst = base + f->off;
@@ -294,7 +302,7 @@ static bool convert_value(Diag *d, const Section *sec, const Field *f, const YNo
       return diag_error(d, v->loc, "'%s' is a %s; expected a section (a mapping of keys)", key,
                         v->kind == Y_SEQ ? "sequence" : "scalar");
     *(bool *)dst = true; /* every section struct starts with `bool present` */
-    return convert_section(d, f->sub, v->kind == Y_MAP ? v : NULL, v->loc, dst);
+    return convert_section(d, f->sub, v->kind == Y_MAP ? v : NULL, at, dst);
   }
   if (v->kind != Y_SCALAR)
     return diag_error(d, v->loc, "'%s' is a %s; expected %s", key,
@@ -379,7 +387,7 @@ static bool convert_section(Diag *d, const Section *sec, const YNode *map, Loc a
     const Field *f = sec->fields;
     while (f->key && strcmp(f->key, p->key->str) != 0) f++;
     if (!f->key) return unknown_key(d, sec, p->key);
-    if (!convert_value(d, sec, f, p->val, base)) return false;
+    if (!convert_value(d, sec, f, p->val, p->key->loc, base)) return false;
   }
   for (const Field *f = sec->fields; f->key; f++) {
     if (map && yaml_pair(map, f->key)) continue;
@@ -395,7 +403,7 @@ static bool convert_section(Diag *d, const Section *sec, const YNode *map, Loc a
     }
     if (f->def[0] == '(') continue;
     YNode dv = {.kind = Y_SCALAR, .loc = at, .str = f->def};
-    if (!convert_value(d, sec, f, &dv, base)) return false;
+    if (!convert_value(d, sec, f, &dv, at, base)) return false;
   }
   return true;
 }

@@ -36,6 +36,16 @@ static Loc mark_loc(const Source *src, yaml_mark_t mk) {
   return (Loc){src, (int)mk.line, (int)mk.column};
 }
 
+/* The line and column (in characters) of byte offset off. */
+static Loc offset_loc(const Source *src, size_t off) {
+  Loc at = {src, 0, 0};
+  for (size_t i = 0; i < off && i < src->len; i++) {
+    if (src->text[i] == '\n') at.line++, at.col = 0;
+    else if (((unsigned char)src->text[i] & 0xC0) != 0x80) at.col++;
+  }
+  return at;
+}
+
 static YNode *new_node(Mem *m, YKind kind, Loc loc) {
   YNode *n = mem_alloc(m, sizeof *n);
   n->kind = kind;
@@ -207,10 +217,19 @@ YNode *yaml_parse(Mem *m, Diag *d, const Source *src) {
   while (ok && !done) {
     yaml_event_t ev;
     if (!yaml_parser_parse(&parser, &ev)) {
-      Loc at = mark_loc(src, parser.problem_mark);
-      const char *ctx = parser.context ? parser.context : "";
-      diag_error(d, at, "YAML syntax: %s%s%s; expected 'key: value' lines indented with spaces",
-                 parser.problem ? parser.problem : "malformed input", *ctx ? " " : "", ctx);
+      const char *problem = parser.problem ? parser.problem : "malformed input";
+      if (parser.error == YAML_READER_ERROR) { /* encoding: the mark is not set, the offset is */
+        Loc at = offset_loc(src, parser.problem_offset);
+        diag_error(d, at, "%s (byte 0x%02x); expected UTF-8 text", problem,
+                   parser.problem_offset < src->len ? (unsigned char)src->text[parser.problem_offset] : 0);
+      } else if (parser.context) {
+        diag_error(d, mark_loc(src, parser.problem_mark), "YAML syntax: %s %s started at line %d, "
+                   "column %d; expected 'key: value' lines indented with spaces", problem,
+                   parser.context, (int)parser.context_mark.line + 1, (int)parser.context_mark.column + 1);
+      } else {
+        diag_error(d, mark_loc(src, parser.problem_mark), "YAML syntax: %s; expected 'key: value' "
+                   "lines indented with spaces", problem);
+      }
       ok = false;
       break;
     }

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The command line: exit statuses, help, version, options, outputs.
+#   usage: cli.sh MTC SOURCE_DIR
+set -u
+mtc=$(realpath "$1"); cd "$2" || exit 2
+fail=0
+expect() { # expect STATUS PATTERN CMD... : exit status and a line of stdout+stderr matching PATTERN
+  local want=$1 pat=$2; shift 2
+  out=$("$@" 2>&1); rc=$?
+  if [ $rc -ne "$want" ]; then echo "FAIL: $* exited $rc, expected $want"; echo "$out" | head -5; fail=1; return; fi
+  if ! printf '%s\n' "$out" | grep -Eq -- "$pat"; then echo "FAIL: $*: no line matching '$pat'"; echo "$out" | head -5; fail=1; fi
+}
+expect 0 '^usage: mtc COMMAND' "$mtc" --help
+expect 0 '^usage: mtc COMMAND' "$mtc" help
+expect 0 '^usage: mtc plan SPEC' "$mtc" plan --help
+expect 0 '^usage: mtc check SPEC' "$mtc" help check
+expect 0 '^usage: mtc compile SPEC' "$mtc" compile -h
+expect 0 '^mtc [0-9]+\.[0-9]+\.[0-9]+$' "$mtc" --version
+expect 2 '^usage: mtc COMMAND' "$mtc"
+expect 2 "unknown command 'frobnicate'" "$mtc" frobnicate
+expect 2 "unknown option '--frob'" "$mtc" plan --frob specs/tiny-moe.yaml
+expect 2 "option '--set' needs a value" "$mtc" plan specs/tiny-moe.yaml --set
+expect 2 'missing SPEC file' "$mtc" check
+expect 2 'expected one SPEC file' "$mtc" check specs/tiny-moe.yaml specs/europa-1t.yaml
+expect 2 '\-\-json applies to .plan. only' "$mtc" check --json specs/tiny-moe.yaml
+expect 2 "cannot open 'nonexistent.yaml'" "$mtc" check nonexistent.yaml
+expect 2 "cannot read 'specs'" "$mtc" check specs
+expect 0 'specs/europa-1t.yaml: ok \(europa-1t: 74 layers, 951.80 B parameters, 32.77 B active\)' "$mtc" check specs/europa-1t.yaml
+expect 0 '= 951.80 B total, 32.77 B active per token' "$mtc" plan specs/europa-1t.yaml
+expect 0 'layer-boundary activations of one 65536-token sequence over 74 layers: 55.5 GiB' "$mtc" plan specs/europa-1t.yaml
+expect 0 '= 671.03 B total' "$mtc" plan specs/deepseek-v3.yaml
+expect 0 '= 46.70 B total, 12.88 B active' "$mtc" plan specs/mixtral-8x7b.yaml
+expect 0 '= 8.03 B total' "$mtc" plan specs/llama-3.1-8b.yaml
+expect 0 '"params_total": 951799117824' "$mtc" plan --json specs/europa-1t.yaml
+# --set before or after the spec; units; the shorter sequence halves attention FLOPs
+expect 0 '1 x|x 32768 seq' "$mtc" plan --set training.seq_len=32768 specs/europa-1t.yaml
+expect 0 '^  \+ 6 x 74 layers x 32768 seq' "$mtc" plan specs/europa-1t.yaml -s training.seq_len=32768
+expect 2 "^--set:1:1: error: unknown key 'clusterr'" "$mtc" check specs/europa-1t.yaml --set clusterr.nodes=4
+# compile writes plan.json and plan.txt to -o DIR
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+expect 0 "wrote $tmp/out/x/plan.json" "$mtc" compile specs/tiny-moe.yaml -o "$tmp/out/x"
+[ -s "$tmp/out/x/plan.json" ] && [ -s "$tmp/out/x/plan.txt" ] || { echo "FAIL: compile outputs missing"; fail=1; }
+(cd "$tmp" && "$mtc" compile "$OLDPWD/specs/tiny-moe.yaml" >/dev/null) || { echo "FAIL: compile to default dir"; fail=1; }
+[ -s "$tmp/generated/tiny-moe/plan.json" ] || { echo "FAIL: default output dir generated/tiny-moe/"; fail=1; }
+grep -q "$tmp\|$PWD" "$tmp/generated/tiny-moe/plan.json" && { echo "FAIL: absolute path in plan.json"; fail=1; }
+# an unwritable output directory is an error, not a crash
+expect 2 'cannot (create directory|write)' "$mtc" compile specs/tiny-moe.yaml -o /proc/mtc-no
+[ $fail -eq 0 ] && echo "ok: command line"
+exit $fail

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The README's spec reference must be what `mtc keys` prints from the schema table, so the
+# defaults live in one place (compiler/spec.c) and the README cannot drift from it.
+#   usage: keys.sh MTC README
+set -u
+want=$("$1" keys) || exit 1
+have=$(sed -n '/<!-- keys:begin -->/,/<!-- keys:end -->/p' "$2" | sed '1d;$d')
+if [ "$want" != "$have" ]; then
+  diff -u <(printf '%s\n' "$have") <(printf '%s\n' "$want")
+  echo "FAIL: README spec reference differs from 'mtc keys' (paste its output between the markers)"
+  exit 1
+fi
+echo "ok: README spec reference matches mtc keys ($(printf '%s\n' "$want" | wc -l) lines)"
