@@ -87,6 +87,24 @@ static void norm_op(Cx *c, OpKind kind, const char *name, const char *w, const c
        c->s->model.norm == NORM_LAYERNORM ? 2 : 1, DT_FP32, SAVE_OTHER);
 }
 
+/* The causal attention core (flash-style: saves q, k, v, its output and the log-sum-exp per
+ * head, never the seq x seq scores) and the output projection. q, k, v are elements per
+ * token; qk and vd the per-head sizes. FLOPs per token: 2 · seq · nh · (qk + vd) / 2. */
+static void core_and_out(Cx *c, int l, int64_t q, int64_t k, int64_t v, int64_t qk, int64_t vd) {
+  const ModelSpec *ms = &c->s->model;
+  int64_t H = ms->hidden, nh = ms->attention.heads, out = mul(c, nh, vd);
+  Op *o = new_op(c, OP_ATTN_CORE, "attention.core", l, add(c, add(c, q, k), v), out);
+  o->attn_flops_per_seq = (double)nh * (double)(qk + vd);
+  save(c, o, "q", q, DT_BF16, SAVE_ATTN);
+  save(c, o, "k", k, DT_BF16, SAVE_ATTN);
+  save(c, o, "v", v, DT_BF16, SAVE_ATTN);
+  save(c, o, "out", out, DT_BF16, SAVE_ATTN);
+  save(c, o, "lse", nh, DT_FP32, SAVE_ATTN);
+  o = new_op(c, OP_ATTN_OUT, "attention.out", l, out, H); /* its input is the core's "out" */
+  param(c, o, "attn.o_proj.weight", PK_ATTENTION, true, H, out, 0);
+  if (ms->bias) param(c, o, "attn.o_proj.bias", PK_ATTENTION, false, H, 0, 0);
+}
+
 /* Attention for mha/gqa: q/k/v projections, optional qk-norm, RoPE, the causal core and
  * the output projection. Sources: Llama 3 (GQA), Qwen3 / OLMo 2 (qk-norm). */
 static void attention_gqa(Cx *c, int l) {
@@ -114,16 +132,7 @@ static void attention_gqa(Cx *c, int l) {
     save(c, o, "rstd", full ? 2 : nh + nkv, DT_FP32, SAVE_OTHER);
   }
   if (ms->position == POS_ROPE) new_op(c, OP_ROPE, "attention.rope", l, q + kv, q + kv);
-  o = new_op(c, OP_ATTN_CORE, "attention.core", l, qkv, q);
-  o->attn_flops_per_seq = (double)nh * (double)(hd + hd);
-  save(c, o, "q", q, DT_BF16, SAVE_ATTN);
-  save(c, o, "k", kv, DT_BF16, SAVE_ATTN);
-  save(c, o, "v", kv, DT_BF16, SAVE_ATTN);
-  save(c, o, "out", q, DT_BF16, SAVE_ATTN);
-  save(c, o, "lse", nh, DT_FP32, SAVE_ATTN);
-  o = new_op(c, OP_ATTN_OUT, "attention.out", l, q, H); /* its input is the core's "out" */
-  param(c, o, "attn.o_proj.weight", PK_ATTENTION, true, H, q, 0);
-  if (b) param(c, o, "attn.o_proj.bias", PK_ATTENTION, false, H, 0, 0);
+  core_and_out(c, l, q, kv, kv, hd, hd);
 }
 
 /* Multi-head latent attention (DeepSeek-V2/V3, arXiv:2405.04434 §2.1): queries through an
@@ -157,16 +166,7 @@ static void attention_mla(Cx *c, int l) {
   save(c, o, "kv_latent", kvr + rope, DT_BF16, SAVE_OTHER);
   save(c, o, "latent_rstd", qr ? 2 : 1, DT_FP32, SAVE_OTHER);
   new_op(c, OP_ROPE, "attention.rope", l, mul(c, nh + 1, rope), mul(c, nh + 1, rope));
-  o = new_op(c, OP_ATTN_CORE, "attention.core", l, add(c, add(c, q, k), v), v);
-  o->attn_flops_per_seq = (double)nh * (double)(nope + rope + vd);
-  save(c, o, "q", q, DT_BF16, SAVE_ATTN);
-  save(c, o, "k", k, DT_BF16, SAVE_ATTN);
-  save(c, o, "v", v, DT_BF16, SAVE_ATTN);
-  save(c, o, "out", v, DT_BF16, SAVE_ATTN);
-  save(c, o, "lse", nh, DT_FP32, SAVE_ATTN);
-  o = new_op(c, OP_ATTN_OUT, "attention.out", l, v, H);
-  param(c, o, "attn.o_proj.weight", PK_ATTENTION, true, H, v, 0);
-  if (b) param(c, o, "attn.o_proj.bias", PK_ATTENTION, false, H, 0, 0);
+  core_and_out(c, l, q, k, v, nope + rope, vd);
 }
 
 /* A feed-forward of width n (times `lead` experts for routed ones, which lead with E):

@@ -253,6 +253,21 @@ YNode *yaml_parse(Mem *m, Diag *d, const Source *src) {
   return b.root;
 }
 
+static YNode *scalar(Mem *m, Loc loc, const char *str) {
+  YNode *n = new_node(m, Y_SCALAR, loc);
+  n->str = str;
+  return n;
+}
+
+/* Adds key: val at the end of map. */
+static YPair *map_append(Mem *m, YNode *map, YNode *key, YNode *val) {
+  YPair *p = mem_alloc(m, sizeof *p);
+  p->key = key, p->val = val;
+  YPair **tail = &map->first;
+  while (*tail) tail = &(*tail)->next;
+  return *tail = p;
+}
+
 bool yaml_set(Mem *m, Diag *d, YNode *root, const char *arg) {
   const Source *src = diag_source(m, "--set", arg, strlen(arg));
   const char *eq = strchr(src->text, '=');
@@ -276,23 +291,12 @@ bool yaml_set(Mem *m, Diag *d, YNode *root, const char *arg) {
     char *seg = mem_strndup(m, p, (size_t)(end - p));
     YPair *pair = yaml_pair(map, seg);
     if (!dot) { /* the last segment: set the scalar */
-      YNode *v = new_node(m, Y_SCALAR, (Loc){src, 0, (int)(val - src->text)});
-      v->str = val;
+      YNode *v = scalar(m, (Loc){src, 0, (int)(val - src->text)}, val);
       if (pair && pair->val->kind != Y_SCALAR)
         return diag_error(d, kl, "'%.*s' is a section; expected --set on one of its keys",
                           (int)(eq - src->text), src->text);
-      if (pair) {
-        pair->val = v;
-        pair->key = new_node(m, Y_SCALAR, kl), pair->key->str = seg;
-      } else {
-        YPair *np = mem_alloc(m, sizeof *np);
-        np->key = new_node(m, Y_SCALAR, kl);
-        np->key->str = seg;
-        np->val = v;
-        YPair **tail = &map->first;
-        while (*tail) tail = &(*tail)->next;
-        *tail = np;
-      }
+      if (pair) pair->val = v, pair->key = scalar(m, kl, seg);
+      else map_append(m, map, scalar(m, kl, seg), v);
       return true;
     }
     if (pair && pair->val->kind == Y_SCALAR && pair->val->str[0] == '\0' && !pair->val->quoted)
@@ -300,15 +304,7 @@ bool yaml_set(Mem *m, Diag *d, YNode *root, const char *arg) {
     if (pair && pair->val->kind != Y_MAP)
       return diag_error(d, kl, "'%s' is not a section; expected a dotted key through sections",
                         seg);
-    if (!pair) {
-      pair = mem_alloc(m, sizeof *pair);
-      pair->key = new_node(m, Y_SCALAR, kl);
-      pair->key->str = seg;
-      pair->val = new_node(m, Y_MAP, kl);
-      YPair **tail = &map->first;
-      while (*tail) tail = &(*tail)->next;
-      *tail = pair;
-    }
+    if (!pair) pair = map_append(m, map, scalar(m, kl, seg), new_node(m, Y_MAP, kl));
     map = pair->val;
     p = end + 1;
   }
@@ -323,11 +319,6 @@ void yaml_merge_under(Mem *m, YNode *dst, const YNode *src) {
       if (p->val->kind == Y_MAP && s->val->kind == Y_MAP) yaml_merge_under(m, p->val, s->val);
       continue;
     }
-    YPair *np = mem_alloc(m, sizeof *np);
-    np->key = s->key;
-    np->val = s->val;
-    YPair **tail = &dst->first;
-    while (*tail) tail = &(*tail)->next;
-    *tail = np;
+    map_append(m, dst, s->key, s->val);
   }
 }
