@@ -150,6 +150,24 @@ static bool check_training(Diag *d, Spec *s) {
   return true;
 }
 
+static bool check_cluster(Diag *d, Spec *s) {
+  const EfficiencySpec *e = &s->cluster.efficiency;
+  static const char *const keys[] = {"dense_gemm", "grouped_gemm", "attention", "elementwise",
+                                     "host_gemm", "network", "c2c"};
+  const double vals[] = {e->dense_gemm, e->grouped_gemm, e->attention, e->elementwise,
+                         e->host_gemm, e->network, e->c2c};
+  char path[64];
+  for (int i = 0; i < 7; i++)
+    if (vals[i] > 1) {
+      snprintf(path, sizeof path, "cluster.efficiency.%s", keys[i]);
+      FAIL(path, "%s is %g; expected a fraction of the peak rate, in (0, 1]", path, vals[i]);
+    }
+  if (s->plan.moe_imbalance < 1)
+    FAIL("plan.moe_imbalance", "moe_imbalance %g is below 1; expected the busiest EP rank's "
+         "tokens over the mean, at least 1 (1.25 is the default)", s->plan.moe_imbalance);
+  return true;
+}
+
 static bool check_plan(Diag *d, Spec *s) {
   PlanSpec *p = &s->plan;
   const ClusterSpec *c = &s->cluster;
@@ -183,7 +201,8 @@ static bool check_plan(Diag *d, Spec *s) {
 }
 
 bool spec_validate(Diag *d, Spec *s) {
-  return check_name(d, s) && check_model(d, s) && check_training(d, s) && check_plan(d, s);
+  return check_name(d, s) && check_model(d, s) && check_training(d, s) && check_cluster(d, s) &&
+         check_plan(d, s);
 }
 
 /* Lays the preset named by cluster.preset under the spec's cluster section. */

@@ -66,10 +66,11 @@ static bool make_dirs(Diag *d, const char *path) {
   return true;
 }
 
-static bool write_text(Diag *d, const char *path, const Model *md) {
+static bool write_text(Diag *d, const char *path, const Plan *p) {
   FILE *f = fopen(path, "w");
   if (!f) return diag_error(d, (Loc){0}, "cannot write '%s': %s", path, strerror(errno));
-  report_text(f, md);
+  report_text(f, p->md);
+  report_plan_text(f, p, false);
   if (fclose(f) != 0) return diag_error(d, (Loc){0}, "error writing '%s'", path);
   return true;
 }
@@ -95,22 +96,30 @@ static int run(Args *a) {
     units_fmt_count(ac, sizeof ac, (double)md->params_active);
     printf("%s: ok (%s: %d layers, %s parameters, %s active)\n", a->spec, s->name, md->nlayers, t, ac);
   } else if (strcmp(a->cmd, "plan") == 0) {
+    Plan *p = plan_search(&mem, md);
     if (a->json) {
       json_t *j = report_json(md);
+      report_plan_json(j, p, true);
       if (!report_write_json(&d, j, NULL)) status = EXIT_BAD_INPUT;
       json_decref(j);
     } else {
       report_text(stdout, md);
+      report_plan_text(stdout, p, true);
     }
+    if (!p->feasible && status == EXIT_DONE) status = EXIT_NO_PLAN;
   } else { /* compile */
+    Plan *p = plan_search(&mem, md);
     char *dir = a->out ? mem_strdup(&mem, a->out) : mem_printf(&mem, "generated/%s", s->name);
     json_t *j = report_json(md);
+    report_plan_json(j, p, false);
     bool ok = make_dirs(&d, dir) &&
               report_write_json(&d, j, mem_printf(&mem, "%s/plan.json", dir)) &&
-              write_text(&d, mem_printf(&mem, "%s/plan.txt", dir), md);
+              write_text(&d, mem_printf(&mem, "%s/plan.txt", dir), p);
     json_decref(j);
-    if (ok) printf("wrote %s/plan.json and %s/plan.txt\n", dir, dir);
-    else status = EXIT_BAD_INPUT;
+    if (ok) printf("wrote %s/plan.json and %s/plan.txt%s\n", dir, dir,
+                   p->feasible ? "" : " (no feasible plan: see plan.txt)");
+    if (!ok) status = EXIT_BAD_INPUT;
+    else if (!p->feasible) status = EXIT_NO_PLAN;
   }
   if (d.msg) fputs(d.msg, stderr);
   mem_free(&mem);

@@ -231,6 +231,20 @@ static void moe_block(Cx *c, int l) {
   new_op(c, OP_COMBINE, "moe.combine", l, kH, H);
 }
 
+/* Muon's share: a weight matrix other than embedding, router and LM head. Newton-Schulz on an
+ * r × c matrix (r <= c, transposed if needed), per iteration: A = X Xᵀ (2r²c), B = bA + cA²
+ * (2r³), X = aX + BX (2r²c); 5 iterations (Jordan et al., "Muon", 2024). */
+static void muon_account(Cx *c, Model *md, const Param *p) {
+  if (!p->matmul || p->kind == PK_EMBEDDING || p->kind == PK_ROUTER || p->kind == PK_HEAD) return;
+  int64_t n = p->ndim == 3 ? p->shape[0] : 1;
+  int64_t r = p->shape[p->ndim - 2], cols = p->shape[p->ndim - 1];
+  if (r > cols) { int64_t t = r; r = cols; cols = t; }
+  md->muon_params = add(c, md->muon_params, p->count);
+  md->muon_matrices = add(c, md->muon_matrices, n);
+  md->ns_flops += (double)n * 5.0 * (4.0 * (double)r * (double)r * (double)cols + 2.0 * (double)r * (double)r * (double)r);
+  if (r * cols > md->muon_max_rows * md->muon_max_cols) md->muon_max_rows = r, md->muon_max_cols = cols;
+}
+
 static bool is_moe_layer(const ModelSpec *ms, int l) {
   const MoeSpec *moe = &ms->moe;
   if (!moe->present || l < moe->first_dense_layers) return false;
@@ -297,8 +311,10 @@ Model *model_build(Mem *m, Diag *d, const Spec *s) {
     }
     if (op->kind == OP_LM_HEAD && ms->tie_embeddings)
       md->active_matmul = add(&c, md->active_matmul, op->active_matmul);
+    for (int j = 0; j < op->nparams; j++) muon_account(&c, md, &op->params[j]);
     if (op->layer >= 0) {
       Layer *ly = &md->layers[op->layer];
+      if (op->kind == OP_EXPERTS) ly->routed_params = add(&c, ly->routed_params, op->param_count);
       ly->params = add(&c, ly->params, op->param_count);
       ly->active_params = add(&c, ly->active_params, op->active_params);
       for (int j = 0; j < op->nsaved; j++) {

@@ -212,7 +212,21 @@ typedef struct {
   double memory;    /* bytes of host (Grace) memory per GPU */
   double bandwidth; /* bytes/s of host memory per GPU */
   int64_t cores;    /* CPU cores per GPU */
+  double fp32_flops;/* FLOP/s of those cores in fp32 (the optimizer step on the host) */
 } HostSpec;
+
+/* Fractions of a peak rate that real kernels and collectives reach: named parameters of the
+ * cost model, each with its source or stated as an assumption in the preset. */
+typedef struct {
+  bool present;
+  double dense_gemm, grouped_gemm, attention, elementwise, host_gemm, network, c2c;
+} EfficiencySpec;
+
+/* Fixed per-GPU memory the plan reserves (bytes). */
+typedef struct {
+  bool present;
+  double cuda_context, nccl_buffers, cublas_workspace;
+} ReserveSpec;
 
 typedef struct {
   bool present;     /* absent: no NVMe tier */
@@ -235,6 +249,8 @@ typedef struct {
   HostSpec host;
   NvmeSpec nvme;
   LinksSpec links;
+  EfficiencySpec efficiency;
+  ReserveSpec reserve;
 } ClusterSpec;
 
 typedef struct {
@@ -252,6 +268,7 @@ typedef struct {
   int64_t tp, pp, cp;             /* only 1 is supported */
   CheckpointPolicy activation_checkpoint;
   OffloadPolicy offload_activations;
+  double moe_imbalance;           /* most tokens an EP rank receives / the mean */
 } PlanSpec;
 
 /* A parsed, validated spec. root is the YAML tree after --set and preset merge; its marks
@@ -385,6 +402,7 @@ typedef struct {
   int64_t params;        /* all parameters of the layer */
   int64_t active_params;
   int64_t saved_bytes[4];/* per token, by SaveClass */
+  int64_t routed_params; /* of the routed experts (all E of them) */
 } Layer;
 
 /* The expanded model. ops hold every op in forward order: embedding, the layers, the head. */
@@ -403,6 +421,12 @@ typedef struct {
   /* training FLOPs per token, without recomputation (design.md):
    * 6 × active_matmul + 6 · layers · seq · heads · (qk + v) / 2 */
   double flops_matmul, flops_attention, flops_per_token;
+
+  /* for the optimizer: matrices Muon would orthogonalize (2-D GEMM weights other than the
+   * embedding, router and LM head; each expert's matrix counted on its own) */
+  int64_t muon_params, muon_matrices;
+  double ns_flops;                 /* Newton-Schulz, 5 iterations over all of them (see model.c) */
+  int64_t muon_max_rows, muon_max_cols; /* the largest one, rows <= cols */
 } Model;
 
 /* Expands spec's model. Fails only on 64-bit overflow of a count (error at the model key). */
@@ -410,13 +434,115 @@ Model *model_build(Mem *m, Diag *d, const Spec *s);
 const char *model_kind_name(ParamKind k);
 int64_t model_dtype_bytes(DType t);
 
+/* ------------------------------------------------------------------ plan.c / cost.c */
+
+typedef enum { TIER_HBM, TIER_HOST, TIER_NVME, TIER__COUNT } Tier; /* ORDER tier_names */
+
+/* What a memory item holds, for reports.  ORDER cat_names in plan.c */
+typedef enum {
+  CAT_PARAMS, CAT_GATHERED, CAT_GRADS, CAT_OPTIMIZER, CAT_ACTIVATIONS, CAT_MOE, CAT_WORKSPACE,
+  CAT_RESERVE, CAT__COUNT
+} ItemCategory;
+
+/* Phases of one optimizer step, the unit of lifetimes (L = layers):
+ *   0 before the step (static) | 1+l forward of layer l | L+1 LM head and loss |
+ *   2L+1-l backward of layer l | 2L+2 optimizer step | 2L+3 = end. */
+#define PHASE_FWD(L, l) (1 + (l))
+#define PHASE_LOSS(L) ((L) + 1)
+#define PHASE_BWD(L, l) (2 * (L) + 1 - (l))
+#define PHASE_OPT(L) (2 * (L) + 2)
+#define PHASE_END(L) (2 * (L) + 3)
+
+/* One planned buffer of one GPU: bytes, tier and lifetime [start, end) in phases; offset in
+ * its tier's arena after packing. */
+typedef struct {
+  const char *name;    /* "activations.boundary" */
+  const char *formula; /* how bytes was computed */
+  ItemCategory cat;
+  Tier tier;
+  int64_t bytes;
+  int start, end;
+  int64_t offset;
+  int count;           /* identical items folded into this row for reports (1 = itself) */
+} MemItem;
+
+/* The decisions of one candidate plan. */
+typedef struct {
+  int64_t fsdp, ep, dp_replicate;
+  int64_t efsdp;            /* ranks an expert's parameters are sharded over: fsdp / ep */
+  int64_t accum;            /* micro-batches per step: global_batch / (micro_batch × world) */
+  CheckpointPolicy ac;      /* none, selective or full */
+  OffloadPolicy offload;    /* none or host: boundary activations */
+  Tier opt_tier;            /* fp32 master weights, gradients and optimizer state */
+  bool opt_on_host;         /* optimizer step on the Grace cores (else on the GPU) */
+  int prefetch;             /* all-gathers in flight ahead of the computing layer */
+} Choice;
+
+/* Predicted times of one step, seconds. */
+typedef struct {
+  double compute;           /* forward + backward + recompute kernels, all micro-batches */
+  double recompute;         /* the part of compute spent recomputing activations */
+  double exposed_comm;      /* FSDP all-gather / reduce-scatter not hidden behind compute */
+  double a2a;               /* MoE all-to-all (exposed: on the compute stream) */
+  double exposed_offload;   /* activation copies to/from host not hidden behind compute */
+  double optimizer;         /* optimizer step incl. Muon gathers and host streaming */
+  double dp_allreduce;      /* gradient all-reduce across replicas */
+  double step;
+  double tokens_per_s_per_gpu, mfu;
+  double comm_total;        /* all FSDP collective time, hidden or not */
+  const char *bottleneck;   /* the largest component */
+} Cost;
+
+/* A candidate plan: choice, memory items packed per tier, and (if it fits) its cost. */
+typedef struct {
+  Choice ch;
+  MemItem *items;
+  int nitems;
+  int64_t capacity[TIER__COUNT]; /* bytes; 0 = no such tier */
+  int64_t arena[TIER__COUNT];    /* packed arena size = the tier's peak */
+  int64_t live_peak[TIER__COUNT];/* sum of item sizes at the fullest phase */
+  int peak_phase[TIER__COUNT];
+  bool fits;
+  Tier over_tier;                /* when !fits: the tier most over, and by how much */
+  int64_t over_bytes;
+  Cost cost;
+} Candidate;
+
+/* The search's result: the fastest candidate that fits, or the one closest to fitting. */
+typedef struct {
+  const Model *md;
+  int64_t world;
+  bool feasible;
+  Candidate best;
+  Candidate *alts;   /* other candidates, best first: fitting by step time, then rejected */
+  int nalts;
+  int ncandidates;
+  double search_seconds;
+  const char *advice;/* when infeasible: what would make it fit, computed */
+} Plan;
+
+/* Builds the memory items of choice ch and packs them (plan.c). */
+void plan_memory(Mem *m, const Model *md, Candidate *c);
+/* Predicts the step time of candidate c (cost.c). */
+void cost_step(const Model *md, Candidate *c);
+/* Enumerates every layout × policy allowed by the spec's pins, keeps the fastest that fits. */
+Plan *plan_search(Mem *m, const Model *md);
+const char *plan_tier_name(Tier t);
+const char *plan_cat_name(ItemCategory c);
+const char *plan_ac_name(CheckpointPolicy p);
+
 /* ------------------------------------------------------------------ report.c */
 
-/* `mtc plan` text: the model accounting (the planner's sections come later). */
+/* `mtc plan` text: the model accounting. */
 void report_text(FILE *out, const Model *md);
 /* plan.json as a jansson object (json_t *), returned as void * to keep jansson out of
  * this header; the caller json_decref's it. */
 void *report_json(const Model *md);
+/* The plan's sections of `mtc plan` text; timing adds the search's wall time (not written
+ * to files, which must be deterministic). */
+void report_plan_text(FILE *out, const Plan *p, bool timing);
+/* Adds feasible, layout, checkpoint, memory, predicted and search keys to root (a json_t *). */
+void report_plan_json(void *root, const Plan *p, bool timing);
 /* Writes obj to path (or stdout if path is NULL), indented, keys in insertion order. */
 bool report_write_json(Diag *d, void *obj, const char *path);
 

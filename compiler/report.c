@@ -108,8 +108,6 @@ void report_text(FILE *out, const Model *md) {
   units_fmt_bytes_bin(a, sizeof a, boundary);
   fprintf(out, "  layer-boundary activations of one %lld-token sequence over %d layers: %s\n",
           (long long)s->training.seq_len, md->nlayers, a);
-  fprintf(out, "\nplan       not computed: this mtc accounts for the model only; the planner "
-               "(layout, memory tiers, step time) is not implemented yet\n");
 }
 
 static json_t *jint(int64_t v) { return json_integer((json_int_t)v); }

@@ -117,6 +117,23 @@ static const Field host_fields[] = {
     {"memory", F_SIZE, O(HostSpec, memory), NULL, 0, 0, NULL, NULL, "host (Grace) memory per GPU"},
     {"bandwidth", F_RATE, O(HostSpec, bandwidth), NULL, 0, 0, NULL, NULL, "host memory bandwidth per GPU"},
     {"cores", F_INT, O(HostSpec, cores), NULL, 1, 100000, NULL, NULL, "CPU cores per GPU"},
+    {"fp32_flops", F_FLOPS, O(HostSpec, fp32_flops), NULL, 0, 0, NULL, NULL, "fp32 peak of those cores (optimizer step on the host)"},
+    END};
+
+static const Field efficiency_fields[] = {
+    {"dense_gemm", F_REAL, O(EfficiencySpec, dense_gemm), "0.6", 0, 0, NULL, NULL, "fraction of bf16_flops a dense GEMM reaches (assumption)"},
+    {"grouped_gemm", F_REAL, O(EfficiencySpec, grouped_gemm), "0.45", 0, 0, NULL, NULL, "fraction of bf16_flops the routed experts' grouped GEMM reaches (assumption)"},
+    {"attention", F_REAL, O(EfficiencySpec, attention), "0.5", 0, 0, NULL, NULL, "fraction of bf16_flops flash attention reaches, forward and backward (assumption)"},
+    {"elementwise", F_REAL, O(EfficiencySpec, elementwise), "0.7", 0, 0, NULL, NULL, "fraction of hbm_bandwidth memory-bound kernels reach (assumption)"},
+    {"host_gemm", F_REAL, O(EfficiencySpec, host_gemm), "0.5", 0, 0, NULL, NULL, "fraction of host.fp32_flops a CPU GEMM reaches (assumption)"},
+    {"network", F_REAL, O(EfficiencySpec, network), "0.8", 0, 0, NULL, NULL, "fraction of a link's rate NCCL collectives reach (assumption)"},
+    {"c2c", F_REAL, O(EfficiencySpec, c2c), "0.8", 0, 0, NULL, NULL, "fraction of links.c2c host copies reach (assumption)"},
+    END};
+
+static const Field reserve_fields[] = {
+    {"cuda_context", F_SIZE, O(ReserveSpec, cuda_context), "1 GiB", 0, 0, NULL, NULL, "CUDA context and module images per GPU (assumption)"},
+    {"nccl_buffers", F_SIZE, O(ReserveSpec, nccl_buffers), "1 GiB", 0, 0, NULL, NULL, "NCCL channel buffers for the plan's communicators (assumption)"},
+    {"cublas_workspace", F_SIZE, O(ReserveSpec, cublas_workspace), "32 MiB", 0, 0, NULL, NULL, "cuBLAS workspace (cuBLAS docs: 32 MiB recommended on Hopper)"},
     END};
 
 static const Field nvme_fields[] = {
@@ -134,6 +151,8 @@ static const Section gpu_sec = {"cluster.gpu", gpu_fields};
 static const Section host_sec = {"cluster.host", host_fields};
 static const Section nvme_sec = {"cluster.nvme", nvme_fields};
 static const Section links_sec = {"cluster.links", links_fields};
+static const Section efficiency_sec = {"cluster.efficiency", efficiency_fields};
+static const Section reserve_sec = {"cluster.reserve", reserve_fields};
 
 static const Field cluster_fields[] = {
     {"preset", F_STR, O(ClusterSpec, preset), "(none)", 0, 0, NULL, NULL, "loads specs/clusters/NAME.yaml; keys given here override it"},
@@ -143,6 +162,8 @@ static const Field cluster_fields[] = {
     {"host", F_SECTION, O(ClusterSpec, host), NULL, 0, 0, NULL, &host_sec, "host memory and cores, per GPU"},
     {"nvme", F_SECTION, O(ClusterSpec, nvme), "(none: no NVMe tier)", 0, 0, NULL, &nvme_sec, "node-local NVMe, per GPU"},
     {"links", F_SECTION, O(ClusterSpec, links), NULL, 0, 0, NULL, &links_sec, "interconnect"},
+    {"efficiency", F_SECTION, O(ClusterSpec, efficiency), "(defaults below)", 0, 0, NULL, &efficiency_sec, "cost-model efficiency factors"},
+    {"reserve", F_SECTION, O(ClusterSpec, reserve), "(defaults below)", 0, 0, NULL, &reserve_sec, "fixed per-GPU memory reserves"},
     END};
 
 static const Field training_fields[] = {
@@ -164,6 +185,7 @@ static const Field plan_fields[] = {
     {"cp", F_INT, O(PlanSpec, cp), "1", 1, 1024, NULL, NULL, "context parallelism (only 1 is supported yet)"},
     {"activation_checkpoint", F_ENUM, O(PlanSpec, activation_checkpoint), "auto", 0, 0, ac_names, NULL, "none, selective, full or auto"},
     {"offload_activations", F_ENUM, O(PlanSpec, offload_activations), "auto", 0, 0, off_names, NULL, "none, host or auto"},
+    {"moe_imbalance", F_REAL, O(PlanSpec, moe_imbalance), "1.25", 0, 0, NULL, NULL, "tokens the busiest EP rank receives / the mean: sizes MoE buffers"},
     END};
 
 static const Section model_sec = {"model", model_fields};
@@ -237,8 +259,8 @@ static const char *closest(const char *word, const char *const *names, size_t st
 
 static const Section *const all_sections[] = {&top_sec, &model_sec, &attention_sec, &mlp_sec,
                                               &moe_sec, &cluster_sec, &gpu_sec, &host_sec,
-                                              &nvme_sec, &links_sec, &training_sec, &plan_sec,
-                                              NULL};
+                                              &nvme_sec, &links_sec, &efficiency_sec,
+                                              &reserve_sec, &training_sec, &plan_sec, NULL};
 
 static bool unknown_key(Diag *d, const Section *sec, const YNode *key) {
   Mem *m = d->mem;

@@ -1,0 +1,186 @@
+/* cost.c — the step-time model of a candidate plan.
+ *
+ * Kernels: GEMM time = FLOPs / (bf16_flops × efficiency); attention likewise with its own
+ * factor; the other ops are memory-bound: bytes / (hbm_bandwidth × elementwise). Backward =
+ * 2 × forward (the 6N of the FLOPs formula: 2N forward, 4N backward).
+ * Collectives: ring cost, bytes × (g − 1) / g over the slowest link the group crosses (NVLink
+ * inside a node, InfiniBand per GPU between nodes) × network efficiency (Patarasuk & Yuan,
+ * "Bandwidth optimal all-reduce algorithms", 2009; NCCL's busbw convention).
+ * Overlap: a two-stream simulation per pass — the all-gather of layer i+depth runs while layer
+ * i computes, once a gathered buffer is free; the MoE all-to-all runs on the compute stream
+ * (exposed). Offload copies overlap compute layer by layer on NVLink-C2C. */
+#include <math.h>
+
+#include "mtc.h"
+
+typedef struct {
+  double fwd, bwd, recompute; /* kernel seconds per micro-batch */
+  double a2a_fwd, a2a_bwd;    /* MoE all-to-all seconds per micro-batch */
+  double ag, rs;              /* FSDP all-gather / reduce-scatter seconds */
+} LayerTime;
+
+/* Per-GPU bandwidth of a group of g ranks, `stride` apart, in bytes/s. Inside a node the GPUs
+ * are fully connected (a GH200 node: NVLink between every pair), so a GPU drives g − 1 pair
+ * links at once (NCCL runs several rings; an all-to-all sends to every peer in parallel);
+ * between nodes its share of the InfiniBand rails is the limit. */
+static double group_bw(const Spec *s, int64_t g, int64_t stride) {
+  const ClusterSpec *c = &s->cluster;
+  if (g * stride > c->gpus_per_node) return c->links.internode * c->efficiency.network;
+  return (double)(g > 1 ? g - 1 : 1) * c->links.nvlink * c->efficiency.network;
+}
+
+static double ring(double bytes, int64_t g, double bw) {
+  return g > 1 ? bytes * (double)(g - 1) / (double)g / bw : 0;
+}
+
+/* Kernel seconds of op o for T tokens of sequences of length seq, forward. */
+static double op_fwd(const Spec *s, const Op *o, double T, double seq) {
+  const GpuSpec *g = &s->cluster.gpu;
+  const EfficiencySpec *e = &s->cluster.efficiency;
+  if (o->kind == OP_ATTN_CORE) return T * seq * o->attn_flops_per_seq / (g->bf16_flops * e->attention);
+  if (o->gemm_flops > 0) {
+    double eff = o->kind == OP_EXPERTS ? e->grouped_gemm : e->dense_gemm;
+    return T * o->gemm_flops / (g->bf16_flops * eff);
+  }
+  return T * (double)(o->in_bytes + o->out_bytes) / (g->hbm_bandwidth * e->elementwise);
+}
+
+static bool recomputed(const Op *o, CheckpointPolicy ac) {
+  if (ac == AC_FULL) return true;
+  if (ac == AC_SELECTIVE) return o->kind == OP_ATTN_CORE || o->kind == OP_EXPERTS || o->kind == OP_SHARED;
+  return false;
+}
+
+static void layer_times(const Model *md, const Choice *ch, int l, LayerTime *t) {
+  const Spec *s = md->spec;
+  const Layer *ly = &md->layers[l];
+  double seq = (double)s->training.seq_len, T = (double)s->training.micro_batch * seq;
+  *t = (LayerTime){0};
+  for (int i = ly->first_op; i < ly->first_op + ly->nops; i++) {
+    double f = op_fwd(s, &md->ops[i], T, seq);
+    t->fwd += f;
+    t->bwd += 2 * f;
+    if (recomputed(&md->ops[i], ch->ac)) t->recompute += f;
+  }
+  if (ly->kind == LAYER_MOE && ch->ep > 1) {
+    /* dispatch and combine: the token copies that leave the rank, on NVLink */
+    double b = T * (double)s->model.moe.top_k * (double)s->model.hidden * 2 * s->plan.moe_imbalance;
+    double one = ring(b, ch->ep, group_bw(s, ch->ep, 1));
+    t->a2a_fwd = 2 * one;
+    t->a2a_bwd = 2 * one + (ch->ac == AC_NONE ? 0 : 2 * one); /* recompute re-dispatches */
+  }
+  double dense = 2.0 * (double)(ly->params - ly->routed_params);
+  double experts = 2.0 * (double)ly->routed_params / (double)ch->ep;
+  double wire = s->training.grad_reduce_dtype == WIRE_BF16 ? 1.0 : 2.0; /* vs bf16 */
+  t->ag = ring(dense, ch->fsdp, group_bw(s, ch->fsdp, 1)) +
+          ring(experts, ch->efsdp, group_bw(s, ch->efsdp, ch->ep));
+  t->rs = wire * t->ag;
+}
+
+/* One pass over the layers in `order`: comm[i] must finish before compute[i] starts, and may
+ * start only when buffer i − (depth + 1) is free (its compute done). Returns the pass time. */
+static double simulate(const double *comm, const double *compute, int n, int depth, Mem *m) {
+  double *end = mem_array(m, (size_t)n, sizeof *end);
+  double comm_free = 0, compute_free = 0;
+  for (int i = 0; i < n; i++) {
+    double start = comm_free;
+    if (i - depth - 1 >= 0 && end[i - depth - 1] > start) start = end[i - depth - 1];
+    double ready = start + comm[i];
+    comm_free = ready;
+    double c0 = ready > compute_free ? ready : compute_free;
+    end[i] = c0 + compute[i];
+    compute_free = end[i];
+  }
+  return compute_free;
+}
+
+void cost_step(const Model *md, Candidate *c) {
+  const Spec *s = md->spec;
+  const Choice *ch = &c->ch;
+  const ClusterSpec *cl = &s->cluster;
+  const EfficiencySpec *e = &cl->efficiency;
+  const int L = md->nlayers;
+  const double seq = (double)s->training.seq_len, T = (double)s->training.micro_batch * seq;
+  Mem m = {0};
+  double *comm_f = mem_array(&m, (size_t)L, sizeof(double)), *comp_f = mem_array(&m, (size_t)L, sizeof(double));
+  double *comm_b = mem_array(&m, (size_t)L, sizeof(double)), *comp_b = mem_array(&m, (size_t)L, sizeof(double));
+  double compute = 0, recompute = 0, a2a = 0, comm_total = 0, offload = 0;
+  double c2c = cl->links.c2c * e->c2c, boundary = 2.0 * (double)s->model.hidden * T;
+  for (int l = 0; l < L; l++) {
+    LayerTime t;
+    layer_times(md, ch, l, &t);
+    comm_f[l] = t.ag;
+    comp_f[l] = t.fwd + t.a2a_fwd;
+    comm_b[L - 1 - l] = t.ag + t.rs; /* FSDP re-gathers for backward, then reduce-scatters */
+    comp_b[L - 1 - l] = t.bwd + t.recompute + t.a2a_bwd;
+    compute += t.fwd + t.bwd + t.recompute;
+    recompute += t.recompute;
+    a2a += t.a2a_fwd + t.a2a_bwd;
+    comm_total += 2 * t.ag + t.rs;
+    if (ch->offload == OFF_HOST) { /* copy out after forward, back before backward */
+      double copy = boundary / c2c;
+      offload += fmax(0, copy - t.fwd) + fmax(0, copy - t.bwd - t.recompute);
+    }
+  }
+  /* embedding, final norm, LM head and loss: outside the layer pipeline */
+  double edge = 0;
+  for (int i = 0; i < md->nops; i++)
+    if (md->ops[i].layer < 0) edge += 3 * op_fwd(s, &md->ops[i], T, seq);
+  compute += edge;
+  double emb_ag = ring(2.0 * (double)(md->by_kind_total[PK_EMBEDDING] + md->by_kind_total[PK_HEAD]),
+                       ch->fsdp, group_bw(s, ch->fsdp, 1));
+  double pass = simulate(comm_f, comp_f, L, ch->prefetch, &m) + simulate(comm_b, comp_b, L, ch->prefetch, &m);
+  double per_micro = pass + edge + emb_ag + offload;
+  double A = (double)ch->accum;
+  Cost *k = &c->cost;
+  *k = (Cost){0};
+  k->compute = A * compute;
+  k->recompute = A * recompute;
+  k->a2a = A * a2a;
+  k->exposed_offload = A * offload;
+  k->exposed_comm = A * (per_micro - offload - compute - a2a);
+  if (k->exposed_comm < 0) k->exposed_comm = 0;
+  k->comm_total = A * (comm_total + emb_ag);
+
+  /* gradients across replicas: ring all-reduce of the shard, between nodes */
+  double P = (double)md->params_total, shard = P / (double)ch->fsdp;
+  double wire_b = s->training.grad_reduce_dtype == WIRE_BF16 ? 2 : 4;
+  if (ch->dp_replicate > 1)
+    k->dp_allreduce = 2 * ring(wire_b * shard, ch->dp_replicate, group_bw(s, ch->dp_replicate, ch->fsdp));
+
+  /* optimizer step */
+  bool muon = s->training.optimizer == OPT_MUON;
+  double p_muon = muon ? (double)md->muon_params : 0, p_adam = P - p_muon;
+  double opt = 0;
+  if (muon) {
+    /* gradient shards to each matrix's owner and updates back (fp32), inside the FSDP group */
+    opt += 2 * ring(4 * p_muon / (double)ch->fsdp, ch->fsdp, group_bw(s, ch->fsdp, 1));
+    double r = (double)md->muon_max_rows, cc = (double)md->muon_max_cols;
+    double largest = 5 * (4 * r * r * cc + 2 * r * r * r);
+    double per_rank = fmax(md->ns_flops / (double)ch->fsdp, largest);
+    opt += ch->opt_on_host ? per_rank / (cl->host.fp32_flops * e->host_gemm)
+                           : per_rank / (cl->gpu.bf16_flops * e->dense_gemm);
+  }
+  /* elementwise update: AdamW reads master, grad, 2 moments and writes them + bf16 param
+   * (30 B/param); Muon's reads master, grad, momentum and writes them + bf16 (22 B/param) */
+  double touched = (30 * p_adam + 22 * p_muon) / (double)ch->fsdp;
+  opt += ch->opt_on_host ? touched / cl->host.bandwidth : touched / (cl->gpu.hbm_bandwidth * e->elementwise);
+  if (ch->opt_tier == TIER_HOST && !ch->opt_on_host) /* stream state over C2C, both ways */
+    opt += 2 * (16 * p_adam + 12 * p_muon) / (double)ch->fsdp / c2c;
+  if (ch->opt_on_host) opt += 2 * shard / c2c; /* updated bf16 parameters back to HBM */
+  k->optimizer = opt;
+
+  k->step = k->compute + k->exposed_comm + k->a2a + k->exposed_offload + k->optimizer + k->dp_allreduce;
+  double world = (double)(cl->nodes * cl->gpus_per_node);
+  k->tokens_per_s_per_gpu = (double)s->training.global_batch * seq / k->step / world;
+  k->mfu = md->flops_per_token * k->tokens_per_s_per_gpu / cl->gpu.bf16_flops;
+  struct { const char *name; double v; } parts[] = {
+      {"compute", k->compute}, {"exposed FSDP communication", k->exposed_comm},
+      {"MoE all-to-all", k->a2a}, {"activation offload", k->exposed_offload},
+      {"optimizer step", k->optimizer}, {"data-parallel all-reduce", k->dp_allreduce}};
+  k->bottleneck = parts[0].name;
+  double best = parts[0].v;
+  for (int i = 1; i < 6; i++)
+    if (parts[i].v > best) best = parts[i].v, k->bottleneck = parts[i].name;
+  mem_free(&m);
+}

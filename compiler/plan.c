@@ -1,0 +1,237 @@
+/* plan.c — memory items of a candidate plan, their tiers and lifetimes, and the static
+ * arena of each tier packed from them.
+ *
+ * Everything is per GPU. T = micro_batch × seq_len tokens per micro-batch; P = parameters;
+ * L = layers. Lifetimes are in phases of one step (PHASE_* in mtc.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mtc.h"
+
+static const char *const tier_names[TIER__COUNT] = {"hbm", "host", "nvme"};
+static const char *const cat_names[CAT__COUNT] = {
+    "parameters", "gathered parameters", "gradients", "optimizer state", "activations",
+    "MoE buffers", "workspace", "reserve"};
+static const char *const ac_names[] = {"auto", "none", "selective", "full"};
+
+const char *plan_tier_name(Tier t) { return tier_names[t]; }
+const char *plan_cat_name(ItemCategory c) { return cat_names[c]; }
+const char *plan_ac_name(CheckpointPolicy p) { return ac_names[p]; }
+
+typedef struct {
+  Mem *m;
+  Candidate *c;
+  int cap;
+} Items;
+
+static void item(Items *it, const char *name, ItemCategory cat, Tier tier, double bytes, int start,
+                 int end, const char *formula) {
+  Candidate *c = it->c;
+  if (c->nitems == it->cap) {
+    int cap = it->cap ? 2 * it->cap : 64;
+    MemItem *n = mem_array(it->m, (size_t)cap, sizeof *n);
+    if (c->nitems) memcpy(n, c->items, (size_t)c->nitems * sizeof *n);
+    c->items = n, it->cap = cap;
+  }
+  c->items[c->nitems++] = (MemItem){name, formula, cat, tier, (int64_t)bytes, start, end, 0, 1};
+}
+
+/* Largest bf16 bytes one GPU gathers for one layer: its dense parameters whole and the routed
+ * experts of its EP rank (E / ep of them) whole. The embedding and LM head gather through
+ * the same buffers. */
+static double gathered_bytes(const Model *md, int64_t ep) {
+  double best = 0;
+  for (int l = 0; l < md->nlayers; l++) {
+    const Layer *ly = &md->layers[l];
+    double p = (double)(ly->params - ly->routed_params) + (double)ly->routed_params / (double)ep;
+    if (p > best) best = p;
+  }
+  double emb = (double)md->by_kind_total[PK_EMBEDDING], head = (double)md->by_kind_total[PK_HEAD];
+  if (emb > best) best = emb;
+  if (head > best) best = head;
+  return 2.0 * best;
+}
+
+/* Bytes per token of everything a layer saves under policy ac (model.c's SaveClass). */
+static double kept_per_token(const Layer *ly, CheckpointPolicy ac) {
+  const int64_t *s = ly->saved_bytes;
+  switch (ac) {
+  case AC_NONE: return (double)(s[SAVE_BOUNDARY] + s[SAVE_ATTN] + s[SAVE_EXPERT] + s[SAVE_OTHER]);
+  case AC_SELECTIVE: return (double)(s[SAVE_BOUNDARY] + s[SAVE_OTHER]);
+  default: return (double)s[SAVE_BOUNDARY];
+  }
+}
+
+/* What one layer rebuilds during its backward under policy ac, per token. */
+static double recomputed_per_token(const Layer *ly, CheckpointPolicy ac) {
+  const int64_t *s = ly->saved_bytes;
+  switch (ac) {
+  case AC_NONE: return 0;
+  case AC_SELECTIVE: return (double)(s[SAVE_ATTN] + s[SAVE_EXPERT]);
+  default: return (double)(s[SAVE_ATTN] + s[SAVE_EXPERT] + s[SAVE_OTHER]);
+  }
+}
+
+static void build_items(Items *it, const Model *md) {
+  const Spec *s = md->spec;
+  const Choice *ch = &it->c->ch;
+  const int L = md->nlayers, END = PHASE_END(L);
+  const double T = (double)s->training.micro_batch * (double)s->training.seq_len;
+  const double P = (double)md->params_total, H = (double)s->model.hidden;
+  const double shard = P / (double)ch->fsdp;
+  const bool muon = s->training.optimizer == OPT_MUON;
+  const double p_muon = muon ? (double)md->muon_params : 0, p_adam = P - p_muon;
+  const Tier ot = ch->opt_tier;
+  const ReserveSpec *r = &s->cluster.reserve;
+
+  /* static state, sharded over the FSDP group (experts: P_e / (ep × fsdp/ep) = P_e / fsdp) */
+  item(it, "params.bf16_shard", CAT_PARAMS, TIER_HBM, 2 * shard, 0, END, "2 B x params / fsdp");
+  item(it, "master.fp32_shard", CAT_OPTIMIZER, ot, 4 * shard, 0, END, "4 B x params / fsdp");
+  if (muon)
+    item(it, "optimizer.muon_momentum", CAT_OPTIMIZER, ot, 4 * p_muon / (double)ch->fsdp, 0, END,
+         "4 B x Muon params / fsdp (one fp32 momentum)");
+  item(it, "optimizer.adamw_moments", CAT_OPTIMIZER, ot, 8 * p_adam / (double)ch->fsdp, 0, END,
+       "8 B x AdamW params / fsdp (fp32 first and second moments)");
+  item(it, "grads.fp32_shard", CAT_GRADS, ot, 4 * shard, 0, END,
+       "4 B x params / fsdp (reduce-scattered, accumulated in fp32)");
+
+  /* per-layer working buffers: a pool of gathered layers (the computing one + prefetch) and
+   * two unsharded bf16 gradient buffers (one computing, one in reduce-scatter) */
+  double g = gathered_bytes(md, ch->ep);
+  for (int i = 0; i <= ch->prefetch; i++)
+    item(it, mem_printf(it->m, "gathered.params[%d]", i), CAT_GATHERED, TIER_HBM, g, 1, PHASE_OPT(L),
+         "2 B x (dense params of the largest layer + its routed experts / ep)");
+  for (int i = 0; i < 2; i++)
+    item(it, mem_printf(it->m, "grads.bf16_unsharded[%d]", i), CAT_GRADS, TIER_HBM, g,
+         PHASE_LOSS(L), PHASE_OPT(L), "as gathered.params: one layer's gradient before reduce-scatter");
+
+  /* activations kept from each layer's forward to its backward */
+  bool off = ch->offload == OFF_HOST;
+  for (int l = 0; l < L; l++) {
+    const Layer *ly = &md->layers[l];
+    double kept = kept_per_token(ly, ch->ac) * T;
+    const char *what = ch->ac == AC_FULL ? "activations.boundary" : "activations.saved";
+    Tier t = off && ch->ac == AC_FULL ? TIER_HOST : TIER_HBM;
+    item(it, mem_printf(it->m, "%s[%d]", what, l), CAT_ACTIVATIONS, t, kept, PHASE_FWD(L, l),
+         PHASE_BWD(L, l) + 1,
+         ch->ac == AC_FULL ? "2 B x hidden x tokens (the layer's input)"
+                           : "saved bytes per token of the layer (model graph) x tokens");
+  }
+  double boundary = 2 * H * T, widest = 0, rebuilt = 0;
+  for (int l = 0; l < L; l++) {
+    const Layer *ly = &md->layers[l];
+    double all = kept_per_token(ly, AC_NONE) * T, re = recomputed_per_token(ly, ch->ac) * T;
+    if (all > widest) widest = all;
+    if (re > rebuilt) rebuilt = re;
+  }
+  if (off && ch->ac == AC_FULL)
+    for (int i = 0; i < 2; i++)
+      item(it, mem_printf(it->m, "activations.offload_staging[%d]", i), CAT_ACTIVATIONS, TIER_HBM,
+           boundary, 1, PHASE_OPT(L), "2 B x hidden x tokens: a boundary in flight to/from host");
+  if (ch->ac != AC_NONE) /* the forward's live intermediates of one layer */
+    item(it, "activations.forward_layer", CAT_ACTIVATIONS, TIER_HBM, widest, 1, PHASE_LOSS(L),
+         "all saved bytes per token of the widest layer x tokens (freed per layer)");
+  if (rebuilt > 0)
+    item(it, "activations.recompute_layer", CAT_ACTIVATIONS, TIER_HBM, rebuilt, PHASE_LOSS(L) + 1,
+         PHASE_OPT(L), "recomputed bytes per token of the widest layer x tokens");
+  for (int i = 0; i < 2; i++)
+    item(it, mem_printf(it->m, "activations.grad_residual[%d]", i), CAT_ACTIVATIONS, TIER_HBM, boundary,
+         PHASE_LOSS(L), PHASE_OPT(L), "2 B x hidden x tokens: gradient of the residual stream in/out");
+
+  /* MoE: routed token copies (send and receive for dispatch and for combine when ep > 1) */
+  if (md->n_moe_layers) {
+    const MoeSpec *moe = &s->model.moe;
+    double b = T * (double)moe->top_k * H * 2 * s->plan.moe_imbalance;
+    static const char *const names[] = {"moe.dispatch_send", "moe.dispatch_recv", "moe.combine_send", "moe.combine_recv"};
+    for (int i = 0; i < (ch->ep > 1 ? 4 : 2); i++)
+      item(it, names[i], CAT_MOE, TIER_HBM, b, 1, PHASE_OPT(L),
+           "tokens x top_k x hidden x 2 B x moe_imbalance");
+  }
+
+  /* attention backward accumulates dQ in fp32 (FlashAttention-2/3): O(seq), never O(seq²) */
+  item(it, "workspace.attention_dq_fp32", CAT_WORKSPACE, TIER_HBM,
+       4 * T * (double)s->model.attention.heads * (double)md->qk_head_dim, PHASE_LOSS(L) + 1, PHASE_OPT(L),
+       "4 B x tokens x heads x qk_head_dim");
+  /* the LM head's logits and their gradient, one vocabulary chunk at a time (fp32) */
+  double chunk = (double)s->model.vocab;
+  if (4 * T * chunk > 0x1p30) chunk = (double)(int64_t)(0x1p30 / (4 * T)) + 1;
+  item(it, "workspace.logits_chunk", CAT_WORKSPACE, TIER_HBM, 2 * 4 * T * chunk, PHASE_LOSS(L),
+       PHASE_LOSS(L) + 1, "2 x 4 B x tokens x vocabulary chunk (<= 1 GiB per buffer)");
+  /* Newton-Schulz on the largest Muon matrix: X, A = X Xᵀ, B and the new X, fp32 */
+  if (muon) {
+    double rr = (double)md->muon_max_rows, cc = (double)md->muon_max_cols;
+    item(it, "workspace.newton_schulz", CAT_WORKSPACE, ch->opt_on_host ? TIER_HOST : TIER_HBM,
+         4 * (2 * rr * cc + 2 * rr * rr), PHASE_OPT(L), END, "4 B x (2 r c + 2 r²) of the largest Muon matrix");
+  }
+  item(it, "reserve.cuda_context", CAT_RESERVE, TIER_HBM, r->cuda_context, 0, END, "cluster.reserve.cuda_context");
+  item(it, "reserve.nccl_buffers", CAT_RESERVE, TIER_HBM, r->nccl_buffers, 0, END, "cluster.reserve.nccl_buffers");
+  item(it, "reserve.cublas_workspace", CAT_RESERVE, TIER_HBM, r->cublas_workspace, 0, END,
+       "cluster.reserve.cublas_workspace");
+}
+
+static int by_size_desc(const void *a, const void *b) {
+  const MemItem *x = *(MemItem *const *)a, *y = *(MemItem *const *)b;
+  if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
+  return x < y ? -1 : x > y; /* stable: build order */
+}
+
+/* Greedy interval packing (largest first, at the lowest offset that no item alive at the same
+ * time overlaps; 256-byte aligned). placed[] is kept sorted by offset, so one scan finds the
+ * gap: O(n²). Returns the arena size. */
+static int64_t pack(Mem *m, MemItem **v, int n) {
+  qsort(v, (size_t)n, sizeof *v, by_size_desc);
+  MemItem **placed = mem_array(m, (size_t)n + 1, sizeof *placed);
+  int np = 0;
+  int64_t size = 0;
+  for (int i = 0; i < n; i++) {
+    MemItem *x = v[i];
+    int64_t off = 0;
+    for (int j = 0; j < np; j++) {
+      const MemItem *y = placed[j];
+      if (y->start >= x->end || x->start >= y->end) continue; /* not alive together */
+      if (y->offset >= off + x->bytes) break;
+      int64_t e = (y->offset + y->bytes + 255) / 256 * 256;
+      if (e > off) off = e;
+    }
+    x->offset = off;
+    int k = np++;
+    while (k > 0 && placed[k - 1]->offset > off) placed[k] = placed[k - 1], k--;
+    placed[k] = x;
+    if (off + x->bytes > size) size = off + x->bytes;
+  }
+  return size;
+}
+
+void plan_memory(Mem *m, const Model *md, Candidate *c) {
+  const Spec *s = md->spec;
+  Items it = {m, c, 0};
+  c->nitems = 0;
+  build_items(&it, md);
+  c->capacity[TIER_HBM] = (int64_t)s->cluster.gpu.hbm;
+  c->capacity[TIER_HOST] = (int64_t)s->cluster.host.memory;
+  c->capacity[TIER_NVME] = s->cluster.nvme.present ? (int64_t)s->cluster.nvme.capacity : 0;
+  MemItem **v = mem_array(m, (size_t)c->nitems + 1, sizeof *v);
+  c->fits = true;
+  c->over_bytes = 0;
+  int nphase = PHASE_END(md->nlayers);
+  int64_t *live = mem_array(m, (size_t)nphase, sizeof *live);
+  for (int t = 0; t < TIER__COUNT; t++) {
+    int n = 0;
+    memset(live, 0, (size_t)nphase * sizeof *live);
+    for (int i = 0; i < c->nitems; i++)
+      if (c->items[i].tier == (Tier)t) {
+        v[n++] = &c->items[i];
+        for (int p = c->items[i].start; p < c->items[i].end; p++) live[p] += c->items[i].bytes;
+      }
+    c->arena[t] = n ? pack(m, v, n) : 0;
+    c->live_peak[t] = 0;
+    for (int p = 0; p < nphase; p++)
+      if (live[p] > c->live_peak[t]) c->live_peak[t] = live[p], c->peak_phase[t] = p;
+    int64_t over = c->arena[t] - c->capacity[t];
+    if (n && over > 0 && (c->fits || over > c->over_bytes)) {
+      c->fits = false;
+      c->over_tier = (Tier)t;
+      c->over_bytes = over;
+    }
+  }
+}

@@ -1,0 +1,216 @@
+/* report_plan.c — the plan as `mtc plan` text and as plan.json keys (layout, checkpoint,
+ * memory, predicted, search, feasible). */
+#include <jansson.h>
+#include <string.h>
+
+#include "mtc.h"
+
+static const char *phase_name(Mem *m, int L, int p) {
+  if (p == 0) return "static";
+  if (p <= L) return mem_printf(m, "forward of layer %d", p - 1);
+  if (p == PHASE_LOSS(L)) return "LM head and loss";
+  if (p < PHASE_OPT(L)) return mem_printf(m, "backward of layer %d", 2 * L + 1 - p);
+  return "optimizer step";
+}
+
+static const char *lifetime(Mem *m, int L, const MemItem *x, bool per_layer) {
+  if (x->start == 0 && x->end == PHASE_END(L)) return "whole step";
+  if (per_layer) return "its layer fwd..bwd";
+  if (x->start == 1 && x->end == PHASE_OPT(L)) return "forward+backward";
+  if (x->start == 1 && x->end == PHASE_LOSS(L)) return "forward";
+  if (x->start >= PHASE_LOSS(L) && x->end == PHASE_OPT(L)) return "backward";
+  if (x->start == PHASE_LOSS(L) && x->end == PHASE_LOSS(L) + 1) return "loss";
+  if (x->start == PHASE_OPT(L)) return "optimizer step";
+  return mem_printf(m, "%s..%s", phase_name(m, L, x->start), phase_name(m, L, x->end - 1));
+}
+
+static const char *choice_text(Mem *m, const Choice *ch) {
+  return mem_printf(m, "fsdp %lld x dp %lld, ep %lld, %s checkpointing%s, optimizer state in %s%s, prefetch %d",
+                    (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep,
+                    ch->ac == AC_NONE ? "no" : plan_ac_name(ch->ac),
+                    ch->offload == OFF_HOST ? " + boundaries on host" : "",
+                    plan_tier_name(ch->opt_tier), ch->opt_on_host ? " (step on host CPU)" : "",
+                    ch->prefetch);
+}
+
+/* Rows of identical items ("activations.boundary[0]", "[1]"...) fold into one. */
+static void print_items(FILE *out, Mem *m, const Candidate *c, Tier t, int L) {
+  char b[32], cap[32];
+  for (int i = 0; i < c->nitems;) {
+    const MemItem *x = &c->items[i];
+    int j = i + 1;
+    const char *br = strchr(x->name, '[');
+    size_t stem = br ? (size_t)(br - x->name) : strlen(x->name);
+    while (j < c->nitems && br && strncmp(c->items[j].name, x->name, stem) == 0 &&
+           c->items[j].name[stem] == '[' && c->items[j].bytes == x->bytes && c->items[j].tier == x->tier)
+      j++;
+    if (x->tier == t) {
+      units_fmt_bytes_bin(b, sizeof b, (double)x->bytes);
+      const char *name = j - i > 1 ? mem_printf(m, "%.*s[%d]", (int)stem, x->name, j - i) : x->name;
+      snprintf(cap, sizeof cap, "%5.1f%%", 100.0 * (double)x->bytes * (j - i) / (double)c->capacity[t]);
+      const char *life = lifetime(m, L, x, j - i > 1);
+      fprintf(out, "  %-34s %4s%10s %s  %-22s %s\n", name, j - i > 1 ? mem_printf(m, "%dx", j - i) : "",
+              b, cap, life, x->formula);
+    }
+    i = j;
+  }
+}
+
+void report_plan_text(FILE *out, const Plan *p, bool timing) {
+  Mem m = {0};
+  const Model *md = p->md;
+  const Spec *s = md->spec;
+  const Candidate *c = &p->best;
+  int L = md->nlayers;
+  char a[32], b[32], d[32];
+  fprintf(out, "\n%s\n", p->feasible ? "PLAN" : "NO FEASIBLE PLAN");
+  if (!p->ncandidates) {
+    fprintf(out, "  no layout: %s\n", p->advice);
+    mem_free(&m);
+    return;
+  }
+  const Choice *ch = &c->ch;
+  fprintf(out, "layout     %lld GPUs = %lld replica(s) x %lld-way FSDP", (long long)p->world,
+          (long long)ch->dp_replicate, (long long)ch->fsdp);
+  if (s->model.moe.present)
+    fprintf(out, "; EP %lld inside a node (%lld experts per rank, each sharded over %lld ranks)",
+            (long long)ch->ep, (long long)(s->model.moe.experts / ch->ep), (long long)ch->efsdp);
+  fprintf(out, "; %lld micro-batch(es) of %lld sequence(s) per GPU per step\n", (long long)ch->accum,
+          (long long)s->training.micro_batch);
+  fprintf(out, "policy     %s\n", choice_text(&m, ch));
+  for (int t = 0; t < TIER__COUNT; t++) {
+    if (!c->capacity[t] && !c->arena[t]) continue;
+    units_fmt_bytes_dec(a, sizeof a, (double)c->capacity[t]);
+    units_fmt_bytes_bin(b, sizeof b, (double)c->capacity[t]);
+    fprintf(out, "\nmemory per GPU: %s (capacity %s = %s)\n", plan_tier_name((Tier)t), a, b);
+    print_items(out, &m, c, (Tier)t, L);
+    units_fmt_bytes_dec(a, sizeof a, (double)c->arena[t]);
+    units_fmt_bytes_bin(b, sizeof b, (double)c->arena[t]);
+    units_fmt_bytes_bin(d, sizeof d, (double)c->live_peak[t]);
+    fprintf(out, "  peak (packed arena) %s = %s, %.1f%% of capacity; items alive at the fullest "
+                 "phase (%s): %s\n", a, b, c->capacity[t] ? 100.0 * (double)c->arena[t] / (double)c->capacity[t] : 0,
+            phase_name(&m, L, c->peak_phase[t]), d);
+  }
+  if (p->feasible) {
+    const Cost *k = &c->cost;
+    fprintf(out, "\npredicted step (seconds)\n");
+    fprintf(out, "  compute                    %9.3f  (recompute %.3f)\n", k->compute, k->recompute);
+    fprintf(out, "  exposed FSDP communication %9.3f  (of %.3f all-gather + reduce-scatter)\n",
+            k->exposed_comm, k->comm_total);
+    fprintf(out, "  MoE all-to-all             %9.3f\n", k->a2a);
+    fprintf(out, "  exposed activation offload %9.3f\n", k->exposed_offload);
+    fprintf(out, "  optimizer step             %9.3f\n", k->optimizer);
+    fprintf(out, "  data-parallel all-reduce   %9.3f\n", k->dp_allreduce);
+    fprintf(out, "  step                       %9.3f  -> %.0f tokens/s per GPU, MFU %.1f%%; bottleneck: %s\n",
+            k->step, k->tokens_per_s_per_gpu, 100 * k->mfu, k->bottleneck);
+  } else {
+    units_fmt_bytes_bin(a, sizeof a, (double)c->over_bytes);
+    fprintf(out, "\nclosest candidate: %s over by %s\n", plan_tier_name(c->over_tier), a);
+    fprintf(out, "advice: %s\n", p->advice);
+  }
+  fprintf(out, "\nalternatives\n");
+  for (int i = 0; i < p->nalts; i++) {
+    const Candidate *x = &p->alts[i];
+    if (x->fits)
+      fprintf(out, "  %-100s step %.3f s, MFU %.1f%%\n", choice_text(&m, &x->ch), x->cost.step, 100 * x->cost.mfu);
+    else
+      units_fmt_bytes_bin(a, sizeof a, (double)x->over_bytes),
+      fprintf(out, "  %-100s rejected: %s over by %s\n", choice_text(&m, &x->ch), plan_tier_name(x->over_tier), a);
+  }
+  fprintf(out, "\nsearch     %d candidates", p->ncandidates);
+  if (timing) fprintf(out, " in %.1f ms", 1e3 * p->search_seconds);
+  fprintf(out, "\n");
+  mem_free(&m);
+}
+
+static json_t *jint(int64_t v) { return json_integer((json_int_t)v); }
+
+void report_plan_json(void *rootp, const Plan *p, bool timing) {
+  json_t *root = rootp;
+  const Model *md = p->md;
+  const Spec *s = md->spec;
+  const Candidate *c = &p->best;
+  const Choice *ch = &c->ch;
+  json_object_set_new(root, "feasible", json_boolean(p->feasible));
+  json_t *lay = json_object();
+  json_object_set_new(lay, "world", jint(p->world));
+  json_object_set_new(lay, "fsdp", jint(ch->fsdp));
+  json_object_set_new(lay, "ep", jint(ch->ep));
+  json_object_set_new(lay, "dp_replicate", jint(ch->dp_replicate));
+  json_object_set_new(lay, "expert_shard", jint(ch->efsdp));
+  json_object_set_new(lay, "grad_accum", jint(ch->accum));
+  json_object_set_new(lay, "tp", json_integer(1));
+  json_object_set_new(lay, "pp", json_integer(1));
+  json_object_set_new(lay, "cp", json_integer(1));
+  json_object_set_new(lay, "prefetch", json_integer(ch->prefetch));
+  json_object_set_new(root, "layout", lay);
+
+  int64_t T = s->training.micro_batch * s->training.seq_len, offloaded = 0;
+  for (int i = 0; i < c->nitems; i++)
+    if (c->items[i].cat == CAT_ACTIVATIONS && c->items[i].tier == TIER_HOST) offloaded += c->items[i].bytes;
+  json_t *ck = json_object();
+  json_object_set_new(ck, "policy", json_string(plan_ac_name(ch->ac)));
+  json_object_set_new(ck, "offload", json_string(ch->offload == OFF_HOST ? "host" : "none"));
+  json_object_set_new(ck, "boundary_bytes_per_gpu", jint(2 * s->model.hidden * T * md->nlayers));
+  json_object_set_new(ck, "offloaded_bytes_per_gpu", jint(offloaded));
+  json_object_set_new(root, "checkpoint", ck);
+
+  json_t *mem = json_object();
+  for (int t = 0; t < TIER__COUNT; t++) {
+    if (!c->capacity[t] && !c->arena[t]) continue;
+    json_t *tier = json_object();
+    json_object_set_new(tier, "capacity", jint(c->capacity[t]));
+    json_object_set_new(tier, "peak", jint(c->arena[t]));
+    json_object_set_new(tier, "live_peak", jint(c->live_peak[t]));
+    json_t *items = json_array();
+    for (int i = 0; i < c->nitems; i++) {
+      const MemItem *x = &c->items[i];
+      if (x->tier != (Tier)t) continue;
+      json_t *o = json_object();
+      json_object_set_new(o, "name", json_string(x->name));
+      json_object_set_new(o, "category", json_string(plan_cat_name(x->cat)));
+      json_object_set_new(o, "bytes", jint(x->bytes));
+      json_object_set_new(o, "offset", jint(x->offset));
+      json_object_set_new(o, "start_phase", json_integer(x->start));
+      json_object_set_new(o, "end_phase", json_integer(x->end));
+      json_array_append_new(items, o);
+    }
+    json_object_set_new(tier, "items", items);
+    json_object_set_new(mem, plan_tier_name((Tier)t), tier);
+  }
+  json_object_set_new(mem, "optimizer_state_tier", json_string(plan_tier_name(ch->opt_tier)));
+  json_object_set_new(mem, "optimizer_step_on", json_string(ch->opt_on_host ? "host" : "gpu"));
+  json_object_set_new(root, "memory", mem);
+
+  if (p->feasible) {
+    const Cost *k = &c->cost;
+    json_t *pr = json_object();
+    json_object_set_new(pr, "step_seconds", json_real(k->step));
+    json_object_set_new(pr, "tokens_per_second_per_gpu", json_real(k->tokens_per_s_per_gpu));
+    json_object_set_new(pr, "mfu", json_real(k->mfu));
+    json_object_set_new(pr, "exposed_comm_seconds", json_real(k->exposed_comm));
+    json_object_set_new(pr, "bottleneck", json_string(k->bottleneck));
+    json_t *br = json_object();
+    json_object_set_new(br, "compute", json_real(k->compute));
+    json_object_set_new(br, "recompute", json_real(k->recompute));
+    json_object_set_new(br, "exposed_comm", json_real(k->exposed_comm));
+    json_object_set_new(br, "moe_all_to_all", json_real(k->a2a));
+    json_object_set_new(br, "exposed_offload", json_real(k->exposed_offload));
+    json_object_set_new(br, "optimizer", json_real(k->optimizer));
+    json_object_set_new(br, "dp_all_reduce", json_real(k->dp_allreduce));
+    json_object_set_new(pr, "breakdown", br);
+    json_object_set_new(root, "predicted", pr);
+  } else {
+    json_t *why = json_object();
+    if (p->ncandidates) {
+      json_object_set_new(why, "closest_tier", json_string(plan_tier_name(c->over_tier)));
+      json_object_set_new(why, "closest_over_bytes", jint(c->over_bytes));
+    }
+    json_object_set_new(why, "advice", json_string(p->advice ? p->advice : ""));
+    json_object_set_new(root, "infeasible", why);
+  }
+  json_t *se = json_object();
+  json_object_set_new(se, "candidates", json_integer(p->ncandidates));
+  if (timing) json_object_set_new(se, "seconds", json_real(p->search_seconds));
+  json_object_set_new(root, "search", se);
+}
