@@ -463,7 +463,7 @@ typedef struct {
   int64_t bytes;
   int start, end;
   int64_t offset;
-  int count;           /* identical items folded into this row for reports (1 = itself) */
+  bool stacked;        /* per-layer activations: nested lifetimes, packed as a stack */
 } MemItem;
 
 /* The decisions of one candidate plan. */

@@ -33,7 +33,7 @@ static void item(Items *it, const char *name, ItemCategory cat, Tier tier, doubl
     if (c->nitems) memcpy(n, c->items, (size_t)c->nitems * sizeof *n);
     c->items = n, it->cap = cap;
   }
-  c->items[c->nitems++] = (MemItem){name, formula, cat, tier, (int64_t)bytes, start, end, 0, 1};
+  c->items[c->nitems++] = (MemItem){name, formula, cat, tier, (int64_t)bytes, start, end, 0, false};
 }
 
 /* Largest bf16 bytes one GPU gathers for one layer: its dense parameters whole and the routed
@@ -116,6 +116,7 @@ static void build_items(Items *it, const Model *md) {
          PHASE_BWD(L, l) + 1,
          ch->ac == AC_FULL ? "2 B x hidden x tokens (the layer's input)"
                            : "saved bytes per token of the layer (model graph) x tokens");
+    it->c->items[it->c->nitems - 1].stacked = true;
   }
   double boundary = 2 * H * T, widest = 0, rebuilt = 0;
   for (int l = 0; l < L; l++) {
@@ -169,22 +170,38 @@ static void build_items(Items *it, const Model *md) {
        "cluster.reserve.cublas_workspace");
 }
 
+static int by_build_order(const void *a, const void *b) {
+  const MemItem *x = *(MemItem *const *)a, *y = *(MemItem *const *)b;
+  return (x > y) - (x < y);
+}
+
 static int by_size_desc(const void *a, const void *b) {
   const MemItem *x = *(MemItem *const *)a, *y = *(MemItem *const *)b;
   if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
   return x < y ? -1 : x > y; /* stable: build order */
 }
 
-/* Greedy interval packing (largest first, at the lowest offset that no item alive at the same
- * time overlaps; 256-byte aligned). placed[] is kept sorted by offset, so one scan finds the
- * gap: O(n²). Returns the arena size. */
+/* Packs a tier: first the per-layer activations as a stack in layer order (their lifetimes
+ * nest: layer l lives from its forward to its backward), then every other item largest first
+ * at the lowest offset that no item alive at the same time overlaps (greedy interval
+ * packing, 256-byte aligned). placed[] is kept sorted by offset, so one scan finds the gap:
+ * O(n × m) for m non-stacked items. Returns the arena size. */
 static int64_t pack(Mem *m, MemItem **v, int n) {
   qsort(v, (size_t)n, sizeof *v, by_size_desc);
   MemItem **placed = mem_array(m, (size_t)n + 1, sizeof *placed);
   int np = 0;
-  int64_t size = 0;
+  int64_t size = 0, top = 0;
+  for (int i = 0; i < n; i++) /* build order = layer order for the stack */
+    if (v[i]->stacked) placed[np++] = v[i];
+  qsort(placed, (size_t)np, sizeof *placed, by_build_order);
+  for (int i = 0; i < np; i++) {
+    placed[i]->offset = top;
+    top = (top + placed[i]->bytes + 255) / 256 * 256;
+    size = top;
+  }
   for (int i = 0; i < n; i++) {
     MemItem *x = v[i];
+    if (x->stacked) continue;
     int64_t off = 0;
     for (int j = 0; j < np; j++) {
       const MemItem *y = placed[j];
@@ -214,19 +231,23 @@ void plan_memory(Mem *m, const Model *md, Candidate *c) {
   c->fits = true;
   c->over_bytes = 0;
   int nphase = PHASE_END(md->nlayers);
-  int64_t *live = mem_array(m, (size_t)nphase, sizeof *live);
+  int64_t *live = mem_array(m, (size_t)nphase + 1, sizeof *live);
   for (int t = 0; t < TIER__COUNT; t++) {
     int n = 0;
-    memset(live, 0, (size_t)nphase * sizeof *live);
-    for (int i = 0; i < c->nitems; i++)
+    memset(live, 0, ((size_t)nphase + 1) * sizeof *live);
+    for (int i = 0; i < c->nitems; i++) /* difference array: + at start, - at end */
       if (c->items[i].tier == (Tier)t) {
         v[n++] = &c->items[i];
-        for (int p = c->items[i].start; p < c->items[i].end; p++) live[p] += c->items[i].bytes;
+        live[c->items[i].start] += c->items[i].bytes;
+        live[c->items[i].end] -= c->items[i].bytes;
       }
     c->arena[t] = n ? pack(m, v, n) : 0;
     c->live_peak[t] = 0;
-    for (int p = 0; p < nphase; p++)
-      if (live[p] > c->live_peak[t]) c->live_peak[t] = live[p], c->peak_phase[t] = p;
+    int64_t sum = 0;
+    for (int p = 0; p < nphase; p++) {
+      sum += live[p];
+      if (sum > c->live_peak[t]) c->live_peak[t] = sum, c->peak_phase[t] = p;
+    }
     int64_t over = c->arena[t] - c->capacity[t];
     if (n && over > 0 && (c->fits || over > c->over_bytes)) {
       c->fits = false;

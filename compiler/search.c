@@ -78,8 +78,15 @@ static void search_once(const Model *md, Found *f) {
   static const CheckpointPolicy acs[] = {AC_NONE, AC_SELECTIVE, AC_FULL};
   static const struct { Tier tier; bool host_step; } opts[] = {
       {TIER_HBM, false}, {TIER_HOST, false}, {TIER_HOST, true}};
-  for (int64_t fsdp = 1; fsdp <= W; fsdp++) {
-    if (W % fsdp || (pin->fsdp && fsdp != pin->fsdp)) continue;
+  int64_t *divs = malloc(sizeof(int64_t) * 4096), nd = 0; /* W <= 12.8M has < 4096 divisors */
+  if (!divs) return;
+  for (int64_t d = 1; d * d <= W; d++)
+    if (W % d == 0) divs[nd++] = d;
+  for (int64_t i = nd - 1; i >= 0; i--)
+    if (divs[i] * divs[i] != W) divs[nd++] = W / divs[i];
+  for (int64_t di = 0; di < nd; di++) {
+    int64_t fsdp = divs[di];
+    if (pin->fsdp && fsdp != pin->fsdp) continue;
     if (pin->dp_replicate && W / fsdp != pin->dp_replicate) continue;
     for (int64_t ep = 1; ep <= ep_max; ep++) {
       if (ep_max % ep || fsdp % ep || (pin->ep && ep != pin->ep)) continue;
@@ -98,6 +105,7 @@ static void search_once(const Model *md, Found *f) {
       }
     }
   }
+  free(divs);
 }
 
 /* A copy of md whose spec has one value changed, for "what would make it fit". */

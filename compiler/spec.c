@@ -32,7 +32,7 @@ struct Section {
 };
 
 #define MAXDIM ((int64_t)1 << 30) /* any one dimension; products are checked in model.c */
-#define MAXLAYERS 100000
+#define MAXLAYERS 4096 /* deepest published models have ~130 layers */
 
 static const char *const norm_names[] = {"rmsnorm", "layernorm", NULL};
 static const char *const pos_names[] = {"rope", "learned", NULL};
@@ -156,8 +156,8 @@ static const Section reserve_sec = {"cluster.reserve", reserve_fields};
 
 static const Field cluster_fields[] = {
     {"preset", F_STR, O(ClusterSpec, preset), "(none)", 0, 0, NULL, NULL, "loads specs/clusters/NAME.yaml; keys given here override it"},
-    {"nodes", F_INT, O(ClusterSpec, nodes), NULL, 1, 1000000, NULL, NULL, "nodes of the job"},
-    {"gpus_per_node", F_INT, O(ClusterSpec, gpus_per_node), NULL, 1, 1024, NULL, NULL, "GPUs (ranks) per node"},
+    {"nodes", F_INT, O(ClusterSpec, nodes), NULL, 1, 100000, NULL, NULL, "nodes of the job"},
+    {"gpus_per_node", F_INT, O(ClusterSpec, gpus_per_node), NULL, 1, 128, NULL, NULL, "GPUs (ranks) per node (an NVLink domain)"},
     {"gpu", F_SECTION, O(ClusterSpec, gpu), NULL, 0, 0, NULL, &gpu_sec, "one GPU"},
     {"host", F_SECTION, O(ClusterSpec, host), NULL, 0, 0, NULL, &host_sec, "host memory and cores, per GPU"},
     {"nvme", F_SECTION, O(ClusterSpec, nvme), "(none: no NVMe tier)", 0, 0, NULL, &nvme_sec, "node-local NVMe, per GPU"},

@@ -1,5 +1,5 @@
 /* fuzz_spec.c — libFuzzer target for the spec front end: YAML parsing, --set, preset merge,
- * schema conversion, validation and the model graph. Any input must end in a spec or in one
+ * schema conversion, validation, the model graph and the planner. Any input must end in a spec or in one
  * diagnostic; never a crash, a leak past mem_free, or a hang.
  * An input whose first line starts with '!' uses the rest of that line as a --set. */
 #include <jansson.h>
@@ -24,7 +24,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   Spec *s = spec_load(&m, &d, "fuzz.yaml", text, size, sets, nsets);
   if (s) {
     Model *md = model_build(&m, &d, s);
-    if (md) json_decref((json_t *)report_json(md));
+    if (md) {
+      Plan *p = plan_search(&m, md);
+      json_t *j = report_json(md);
+      report_plan_json(j, p, false);
+      json_decref(j);
+    }
   }
   mem_free(&m);
   return 0;
