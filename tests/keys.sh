@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The README's spec reference must be what `mtc keys` prints from the schema table, so the
 # defaults live in one place (compiler/spec.c) and the README cannot drift from it.
-#   usage: keys.sh MTC README
+#   usage: keys.sh MTC README [--update]   (--update rewrites the README's reference)
 set -u
 want=$("$1" keys) || exit 1
+if [ "${3:-}" = --update ]; then
+  { sed '/<!-- keys:begin -->/q' "$2"; printf '%s\n' "$want"; sed -n '/<!-- keys:end -->/,$p' "$2"; } > "$2.tmp" && mv "$2.tmp" "$2"
+fi
 have=$(sed -n '/<!-- keys:begin -->/,/<!-- keys:end -->/p' "$2" | sed '1d;$d')
 if [ "$want" != "$have" ]; then
   diff -u <(printf '%s\n' "$have") <(printf '%s\n' "$want")
