@@ -1,0 +1,185 @@
+/* test_plan.c — the planner: the reference run's plan, properties across sequence lengths and
+ * node counts, a pinned plan that cannot fit, arena invariants, and every memory item of a
+ * small spec against a hand computation.   usage: test_plan SOURCE_DIR */
+#include <stdlib.h>
+
+#include "check.h"
+#include "mtc.h"
+
+static const char *src_dir;
+
+static Plan *plan(Mem *m, const char *spec, const char *const *sets, int n) {
+  Diag d = {.mem = m};
+  Spec *s = spec_load(m, &d, mem_printf(m, "%s/%s", src_dir, spec), NULL, 0, sets, n);
+  Model *md = s ? model_build(m, &d, s) : NULL;
+  if (!md) {
+    fprintf(stderr, "unexpected error:\n%s", d.msg ? d.msg : "(none)\n");
+    return NULL;
+  }
+  return plan_search(m, md);
+}
+
+static const MemItem *find(const Candidate *c, const char *name) {
+  for (int i = 0; i < c->nitems; i++)
+    if (strcmp(c->items[i].name, name) == 0) return &c->items[i];
+  fprintf(stderr, "no memory item %s\n", name);
+  return NULL;
+}
+
+static int64_t bytes(const Candidate *c, const char *name) {
+  const MemItem *x = find(c, name);
+  return x ? x->bytes : -1;
+}
+
+static int64_t sum_cat(const Candidate *c, ItemCategory cat) {
+  int64_t s = 0;
+  for (int i = 0; i < c->nitems; i++)
+    if (c->items[i].cat == cat) s += c->items[i].bytes;
+  return s;
+}
+
+/* No two items of a tier share bytes while both are alive; all fit in the arena. */
+static void check_arena(const Candidate *c) {
+  int bad = 0;
+  for (int i = 0; i < c->nitems; i++) {
+    const MemItem *x = &c->items[i];
+    if (x->offset < 0 || x->offset + x->bytes > c->arena[x->tier]) bad++;
+    for (int j = i + 1; j < c->nitems; j++) {
+      const MemItem *y = &c->items[j];
+      bool time = x->start < y->end && y->start < x->end;
+      bool space = x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes;
+      if (x->tier == y->tier && time && space && x->bytes && y->bytes) bad++;
+    }
+  }
+  CHECK_EQ(bad, 0);
+  for (int t = 0; t < TIER__COUNT; t++) CHECK(c->arena[t] >= c->live_peak[t]);
+}
+
+static void reference_run(void) {
+  Mem m = {0};
+  Plan *p = plan(&m, "specs/europa-1t.yaml", NULL, 0);
+  CHECK(p && p->feasible);
+  if (!p || !p->feasible) return;
+  const Candidate *c = &p->best;
+  /* facts.md: 384-way FSDP, 4-way EP, full checkpointing with boundaries on Grace memory */
+  CHECK_EQ(p->world, 384);
+  CHECK_EQ(c->ch.fsdp, 384);
+  CHECK_EQ(c->ch.ep, 4);
+  CHECK(c->ch.ac == AC_FULL && c->ch.offload == OFF_HOST);
+  int64_t boundary = 0;
+  for (int i = 0; i < c->nitems; i++)
+    if (strncmp(c->items[i].name, "activations.boundary[", 21) == 0) {
+      CHECK(c->items[i].tier == TIER_HOST);
+      boundary += c->items[i].bytes;
+    }
+  CHECK_EQ(boundary, 65536LL * 6144 * 2 * 74); /* 55.5 GiB per GPU */
+  CHECK(c->arena[TIER_HBM] < (int64_t)96e9);
+  CHECK(c->arena[TIER_HOST] < (int64_t)120e9);
+  CHECK(c->cost.tokens_per_s_per_gpu > 0 && c->cost.mfu > 0 && c->cost.mfu < 1);
+  CHECK(c->cost.step > c->cost.compute);
+  CHECK(c->cost.bottleneck != NULL);
+  check_arena(c);
+  mem_free(&m);
+}
+
+/* Pinned layout and policy, so only the quantity under test changes. */
+static Candidate pinned(Mem *m, const char *seq, const char *nodes) {
+  const char *sets[] = {seq, nodes, "plan.activation_checkpoint=full", "plan.offload_activations=host",
+                        "plan.ep=4", "training.global_batch=3072", "plan.dp_replicate=1"};
+  Plan *p = plan(m, "specs/europa-1t.yaml", sets, 7);
+  Candidate none = {0};
+  return p && p->ncandidates ? p->best : none;
+}
+
+static void properties(void) {
+  Mem m = {0};
+  /* activation memory grows with the sequence length */
+  int64_t prev = 0;
+  const char *seqs[] = {"training.seq_len=8192", "training.seq_len=16384", "training.seq_len=32768"};
+  for (int i = 0; i < 3; i++) {
+    Candidate c = pinned(&m, seqs[i], "cluster.nodes=96");
+    int64_t act = sum_cat(&c, CAT_ACTIVATIONS);
+    CHECK(act > prev);
+    prev = act;
+  }
+  /* more nodes never raise per-GPU parameter, gradient and optimizer memory (fully sharded:
+   * unpinned, the search may replicate when that is faster, which costs memory) */
+  int64_t last = INT64_MAX;
+  const char *nodes[] = {"cluster.nodes=24", "cluster.nodes=48", "cluster.nodes=96", "cluster.nodes=192"};
+  for (int i = 0; i < 4; i++) {
+    Candidate c = pinned(&m, "training.seq_len=8192", nodes[i]);
+    int64_t state = sum_cat(&c, CAT_PARAMS) + bytes(&c, "master.fp32_shard") + bytes(&c, "grads.fp32_shard");
+    CHECK(state <= last);
+    last = state;
+  }
+  mem_free(&m);
+}
+
+static void impossible(void) {
+  Mem m = {0};
+  /* no checkpointing at 65,536 tokens cannot fit in 96 GB: infeasible, the tier named */
+  const char *sets[] = {"plan.activation_checkpoint=none", "plan.fsdp=384"};
+  Plan *p = plan(&m, "specs/europa-1t.yaml", sets, 2);
+  CHECK(p && !p->feasible);
+  if (p && !p->feasible) {
+    CHECK(p->best.over_tier == TIER_HBM);
+    CHECK(p->best.over_bytes > 0);
+    CHECK(p->advice && strstr(p->advice, "unpinned, the search finds fsdp 384, ep 4, full checkpointing"));
+  }
+  /* half the nodes: the advice is computed by searching again */
+  const char *half[] = {"cluster.nodes=48"};
+  p = plan(&m, "specs/europa-1t.yaml", half, 1);
+  CHECK(p && !p->feasible && p->advice && strstr(p->advice, "it fits on 96 nodes"));
+  mem_free(&m);
+}
+
+/* tiny-moe, pinned: T = 2 x 256 = 512 tokens, P = 3,806,336, fsdp 2, ep 1, full, no offload */
+static void tiny_items_by_hand(void) {
+  Mem m = {0};
+  const char *sets[] = {"plan.fsdp=2", "plan.ep=1", "plan.activation_checkpoint=full",
+                        "plan.offload_activations=none"};
+  Plan *p = plan(&m, "specs/tiny-moe.yaml", sets, 4);
+  CHECK(p && p->feasible);
+  if (!p || !p->feasible) return;
+  const Candidate *c = &p->best;
+  const int64_t P = 3806336, T = 512, H = 128;
+  CHECK_EQ(p->md->params_total, P);
+  CHECK_EQ(bytes(c, "params.bf16_shard"), 2 * P / 2);
+  CHECK_EQ(bytes(c, "master.fp32_shard"), 4 * P / 2);
+  CHECK_EQ(bytes(c, "optimizer.adamw_moments"), 8 * P / 2);
+  CHECK_EQ(bytes(c, "grads.fp32_shard"), 4 * P / 2);
+  /* largest layer: attention 49,152 + norms 256 + router 1,024 + 9 experts of 98,304 */
+  const int64_t layer = 49152 + 256 + 1024 + 9 * 98304;
+  CHECK_EQ(bytes(c, "gathered.params[0]"), 2 * layer);
+  CHECK_EQ(bytes(c, "grads.bf16_unsharded[0]"), 2 * layer);
+  CHECK_EQ(bytes(c, "grads.bf16_unsharded[1]"), 2 * layer);
+  for (int l = 0; l < 4; l++)
+    CHECK_EQ(bytes(c, mem_printf(&m, "activations.boundary[%d]", l)), 2 * H * T);
+  /* saved per token: boundary 256; attention core 2 (128+64+64+128) + 4x4 lse = 784; experts
+   * 2 (2 (128 + 3x256 + 128) + 3x256) = 5,632; other 824 (norm rstds, xn copies, router) */
+  CHECK_EQ(bytes(c, "activations.forward_layer"), (256 + 784 + 5632 + 824) * T);
+  CHECK_EQ(bytes(c, "activations.recompute_layer"), (784 + 5632 + 824) * T);
+  CHECK_EQ(bytes(c, "activations.grad_residual[0]"), 2 * H * T);
+  CHECK_EQ(bytes(c, "moe.dispatch_send"), T * 2 * H * 2 * 5 / 4); /* top-2, imbalance 1.25 */
+  CHECK_EQ(bytes(c, "moe.dispatch_recv"), T * 2 * H * 2 * 5 / 4);
+  CHECK_EQ(bytes(c, "workspace.attention_dq_fp32"), 4 * T * 4 * 32);
+  CHECK_EQ(bytes(c, "workspace.logits_chunk"), 2 * 4 * T * 256);
+  CHECK_EQ(bytes(c, "reserve.nccl_buffers"), 64 << 20); /* the cpu preset */
+  int items = 4 + (c->ch.prefetch + 1) + 2 + 4 + 1 + 1 + 2 + 2 + 1 + 1 + 3;
+  CHECK_EQ(c->nitems, items);
+  check_arena(c);
+  mem_free(&m);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: test_plan SOURCE_DIR\n");
+    return 2;
+  }
+  src_dir = argv[1];
+  reference_run();
+  properties();
+  impossible();
+  tiny_items_by_hand();
+  return CHECK_DONE("test_plan");
+}
