@@ -135,6 +135,12 @@ static bool check_model(Diag *d, Spec *s) {
            "expected moe.shared_experts >= 1 or the key removed");
     dense_layers = moe->first_dense_layers > 0 || moe->interleave > 1;
   }
+  if (!dense_layers && md->mlp.present)
+    FAIL("model.mlp", "every layer is an MoE layer, so model.mlp is unused; expected it removed, "
+         "or moe.first_dense_layers / moe.interleave giving dense layers");
+  if (md->position == POS_LEARNED && given(s, "model.attention.rope_theta"))
+    FAIL("model.attention.rope_theta", "rope_theta applies to position: rope; expected it "
+         "removed with position: learned");
   if (dense_layers && !md->mlp.present)
     FAIL("model", "the model has dense layers (%s) but no model.mlp; expected an mlp section "
          "with intermediate", moe->present ? "first_dense_layers or interleave" : "no moe section");
@@ -230,7 +236,7 @@ Spec *spec_load(Mem *m, Diag *d, const char *path, const char *text, size_t len,
   if (!src) return NULL;
   Spec *s = mem_alloc(m, sizeof *s);
   s->path = path;
-  s->root = yaml_parse(m, d, src);
+  s->root = yaml_parse(m, d, src, "a mapping with name, model, cluster and training");
   if (!s->root) return NULL;
   for (int i = 0; i < nsets; i++)
     if (!yaml_set(m, d, s->root, sets[i])) return NULL;

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "mtc.h"
 
@@ -16,6 +17,11 @@ const Source *diag_source(Mem *m, const char *name, const char *text, size_t len
 
 const Source *diag_read_source(Mem *m, Diag *d, const char *path, size_t limit) {
   Loc none = {0};
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    diag_error(d, none, "cannot read '%s': it is not a regular file; expected a spec file", path);
+    return NULL;
+  }
   FILE *f = fopen(path, "rb");
   if (!f) {
     diag_error(d, none, "cannot open '%s': %s; expected a readable spec file", path,
@@ -42,31 +48,58 @@ const Source *diag_read_source(Mem *m, Diag *d, const char *path, size_t limit) 
   return s;
 }
 
+int diag_line_break(const char *p, const char *end) {
+  unsigned char c = (unsigned char)*p;
+  if (c == '\n') return 1;
+  if (c == '\r') return p + 1 < end && p[1] == '\n' ? 2 : 1;
+  if (c == 0xC2 && p + 1 < end && (unsigned char)p[1] == 0x85) return 2; /* U+0085 */
+  if (c == 0xE2 && p + 2 < end && (unsigned char)p[1] == 0x80 &&
+      ((unsigned char)p[2] == 0xA8 || (unsigned char)p[2] == 0xA9)) return 3; /* U+2028/9 */
+  return 0;
+}
+
 /* Appends line `line` of src and a caret under column col (columns count characters, as
- * libyaml's marks do; tabs are kept so the caret lines up in a terminal). */
+ * libyaml's marks do; line breaks are libyaml's: LF, CR, CRLF, NEL, LS, PS). A long line is
+ * shown as a window around the column. Control bytes print as '?'. */
 static char *excerpt(Mem *m, const Source *src, int line, int col) {
   const char *p = src->text, *end = src->text + src->len;
-  for (int i = 0; i < line && p < end; i++) {
-    const char *nl = memchr(p, '\n', (size_t)(end - p));
-    p = nl ? nl + 1 : end;
+  for (int i = 0; i < line && p < end;) {
+    int br = diag_line_break(p, end);
+    if (br) p += br, i++;
+    else p++;
   }
   const char *eol = p;
-  while (eol < end && *eol != '\n' && *eol != '\r') eol++;
-  if (eol - p > 200) eol = p + 200;
-  /* caret padding: copy tabs, spaces for everything else; UTF-8 continuation bytes skipped */
-  char *pad = mem_alloc(m, (size_t)col + 1);
-  int k = 0;
+  while (eol < end && !diag_line_break(eol, end)) eol++;
+  int skip = col > 150 ? col - 100 : 0; /* characters left out before the window */
   const char *q = p;
-  for (int c = 0; c < col && q < eol; q++) {
-    if (((unsigned char)*q & 0xC0) == 0x80) continue;
-    pad[k++] = *q == '\t' ? '\t' : ' ';
-    c++;
+  for (int c = 0; c < skip && q < eol; q++)
+    if (((unsigned char)q[1] & 0xC0) != 0x80) c++;
+  char *buf = mem_alloc(m, 2 * 200 + 8), *caret = mem_alloc(m, 220);
+  int k = 0, kc = 0, c = skip;
+  if (skip) memcpy(buf, "...", 3), k = 3, memcpy(caret, "   ", 3), kc = 3;
+  for (; q < eol && k < 2 * 200; q++) {
+    unsigned char ch = (unsigned char)*q;
+    bool cont = (ch & 0xC0) == 0x80;
+    buf[k++] = ch < 0x20 && ch != '\t' ? '?' : ch == 0x7f ? '?' : (char)ch;
+    if (!cont && c < col && kc < 210) caret[kc++] = ch == '\t' ? '\t' : ' ', c++;
+    if (!cont && c - skip > 180) break;
   }
-  /* control bytes (binary input) print as '?' so the terminal stays sane */
-  char *shown = mem_strndup(m, p, (size_t)(eol - p));
-  for (char *c = shown; *c; c++)
-    if ((unsigned char)*c < 0x20 && *c != '\t') *c = '?';
-  return mem_printf(m, "  %s\n  %.*s^\n", shown, k, pad);
+  buf[k] = '\0';
+  caret[kc] = '\0';
+  return mem_printf(m, "  %s%s\n  %s^\n", buf, q < eol ? "..." : "", caret);
+}
+
+/* Control bytes in a message (from values the user wrote) print as '?'; long messages are
+ * cut, so one error is one bounded line. */
+static void sanitize(char *s) {
+  size_t n = 0;
+  for (char *c = s; *c; c++, n++) {
+    if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+    if (n == 600) {
+      strcpy(c, "...");
+      break;
+    }
+  }
 }
 
 bool diag_error(Diag *d, Loc loc, const char *fmt, ...) {
@@ -79,6 +112,7 @@ bool diag_error(Diag *d, Loc loc, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(what, (size_t)(n > 0 ? n : 0) + 1, fmt, ap);
   va_end(ap);
+  sanitize(what);
   if (!loc.src) {
     d->msg = mem_printf(d->mem, "mtc: error: %s\n", what);
     return false;

@@ -42,6 +42,16 @@ static const char *const usage_cmd[][2] = {
     {"keys", "usage: mtc keys\n\nPrints every spec key with its type, default and meaning.\n"},
 };
 
+/* Output that did not reach stdout (a full disk, a closed pipe) is an error, not success. */
+static int finish(int status) {
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "mtc: error: cannot write the output: %s; expected a writable stdout\n",
+            strerror(errno));
+    return EXIT_BAD_INPUT;
+  }
+  return status;
+}
+
 static int usage_error(const char *cmd, const char *msg) {
   fprintf(stderr, "mtc%s%s: %s\nTry 'mtc%s%s --help'.\n", cmd ? " " : "", cmd ? cmd : "", msg,
           cmd ? " " : "", cmd ? cmd : "");
@@ -58,7 +68,8 @@ static bool make_dirs(Diag *d, const char *path) {
       char c = *p;
       *p = '\0';
       if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return diag_error(d, (Loc){0}, "cannot create directory '%s': %s", buf, strerror(errno));
+        return diag_error(d, (Loc){0}, "cannot create directory '%s': %s; expected a writable "
+                                       "path for -o", buf, strerror(errno));
       *p = c;
       if (!c) break;
     }
@@ -68,7 +79,8 @@ static bool make_dirs(Diag *d, const char *path) {
 
 static bool write_text(Diag *d, const char *path, const Plan *p) {
   FILE *f = fopen(path, "w");
-  if (!f) return diag_error(d, (Loc){0}, "cannot write '%s': %s", path, strerror(errno));
+  if (!f) return diag_error(d, (Loc){0}, "cannot write '%s': %s; expected a writable directory",
+                            path, strerror(errno));
   report_text(f, p->md);
   report_plan_text(f, p, false);
   if (fclose(f) != 0) return diag_error(d, (Loc){0}, "error writing '%s'", path);
@@ -133,15 +145,19 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
-    if (argc > 2 && strcmp(cmd, "help") == 0)
+    if (argc > 2 && strcmp(cmd, "help") == 0) {
       for (size_t i = 0; i < sizeof usage_cmd / sizeof usage_cmd[0]; i++)
-        if (strcmp(argv[2], usage_cmd[i][0]) == 0) return fputs(usage_cmd[i][1], stdout), EXIT_DONE;
+        if (strcmp(argv[2], usage_cmd[i][0]) == 0) return fputs(usage_cmd[i][1], stdout), finish(EXIT_DONE);
+      char msg[256];
+      snprintf(msg, sizeof msg, "no help for '%.100s'; expected check, plan, compile or keys", argv[2]);
+      return usage_error(NULL, msg);
+    }
     fputs(usage_main, stdout);
-    return EXIT_DONE;
+    return finish(EXIT_DONE);
   }
   if (!strcmp(cmd, "--version")) {
     printf("mtc %s\n", MTC_VERSION);
-    return EXIT_DONE;
+    return finish(EXIT_DONE);
   }
   const char *help = NULL;
   for (size_t i = 0; i < sizeof usage_cmd / sizeof usage_cmd[0]; i++)
@@ -152,10 +168,13 @@ int main(int argc, char **argv) {
     return usage_error(NULL, msg);
   }
 
+  /* long options get their own values (LONG + short letter) so that an error can name the
+   * spelling that was used: getopt reports the value in optopt */
+  enum { LONG = 1000 };
   static const struct option opts[] = {
-      {"set", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
-      {"output", required_argument, NULL, 'o'}, {"help", no_argument, NULL, 'h'},
-      {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0}};
+      {"set", required_argument, NULL, LONG + 's'}, {"json", no_argument, NULL, LONG + 'j'},
+      {"output", required_argument, NULL, LONG + 'o'}, {"help", no_argument, NULL, LONG + 'h'},
+      {"version", no_argument, NULL, LONG + 'V'}, {NULL, 0, NULL, 0}};
   Args a = {.cmd = cmd};
   a.sets = calloc((size_t)argc, sizeof *a.sets);
   if (!a.sets) return EXIT_BAD_INPUT;
@@ -164,6 +183,10 @@ int main(int argc, char **argv) {
   optind = 1;
   while (status < 0 && (c = getopt_long(argc - 1, argv + 1, ":s:o:hj", opts, NULL)) != -1) {
     char msg[256];
+    const char *lname = NULL; /* the long option an error is about, if it was one */
+    for (const struct option *o = opts; o->name; o++)
+      if (o->val == optopt) lname = o->name;
+    if (c > LONG) c -= LONG;
     switch (c) {
     case 's': a.sets[a.nsets++] = optarg; break;
     case 'j':
@@ -177,11 +200,14 @@ int main(int argc, char **argv) {
     case 'h': fputs(help, stdout); status = EXIT_DONE; break;
     case 'V': printf("mtc %s\n", MTC_VERSION); status = EXIT_DONE; break;
     case ':':
-      snprintf(msg, sizeof msg, "option '%s' needs a value", argv[optind]); /* argv+1 [optind-1] */
+      if (lname) snprintf(msg, sizeof msg, "option '--%s' needs a value", lname);
+      else snprintf(msg, sizeof msg, "option '-%c' needs a value", optopt);
       status = usage_error(cmd, msg);
       break;
-    default:
-      snprintf(msg, sizeof msg, "unknown option '%s'", argv[optind]); /* argv+1 [optind-1] */
+    default: /* '?': unknown, or a value given to a long option that takes none */
+      if (lname) snprintf(msg, sizeof msg, "option '--%s' takes no value", lname);
+      else if (optopt) snprintf(msg, sizeof msg, "unknown option '-%c'", optopt);
+      else snprintf(msg, sizeof msg, "unknown option '%.100s'", argv[optind]); /* argv+1 [optind-1] */
       status = usage_error(cmd, msg);
       break;
     }
@@ -189,7 +215,7 @@ int main(int argc, char **argv) {
   if (status < 0) {
     int nargs = argc - 1 - optind;
     if (strcmp(cmd, "keys") == 0) {
-      if (nargs != 0) status = usage_error(cmd, "takes no SPEC");
+      if (nargs != 0 || a.nsets) status = usage_error(cmd, "takes no SPEC and no --set");
       else spec_print_keys(stdout), status = EXIT_DONE;
     } else if (nargs != 1) {
       status = usage_error(cmd, nargs ? "expected one SPEC file" : "missing SPEC file");
@@ -199,5 +225,5 @@ int main(int argc, char **argv) {
     }
   }
   free(a.sets);
-  return status;
+  return finish(status);
 }

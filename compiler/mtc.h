@@ -73,6 +73,9 @@ bool diag_error(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(pr
 /* Reads a whole file into a Source (arena-owned). Refuses files over limit bytes. */
 const Source *diag_read_source(Mem *m, Diag *d, const char *path, size_t limit);
 const Source *diag_source(Mem *m, const char *name, const char *text, size_t len);
+/* Bytes of the line break at p (LF, CR, CRLF, U+0085, U+2028, U+2029, as YAML counts them),
+ * or 0 if p does not start one. */
+int diag_line_break(const char *p, const char *end);
 
 /* ------------------------------------------------------------------ units.c */
 
@@ -125,8 +128,9 @@ enum {
 
 /* Parses one YAML document whose top level is a mapping. Rejects: syntax errors, empty
  * documents, several documents, tabs in indentation, NUL/binary bytes, duplicate or
- * non-scalar keys, unknown anchors, and aliases that expand past YAML_MAX_EXPANDED nodes. */
-YNode *yaml_parse(Mem *m, Diag *d, const Source *src);
+ * non-scalar keys, tags, unknown anchors, and aliases that expand past YAML_MAX_EXPANDED
+ * nodes. what names the expected top level in messages ("a mapping with name, model..."). */
+YNode *yaml_parse(Mem *m, Diag *d, const Source *src, const char *what);
 /* The value under key in map (NULL if absent or map is not a mapping). */
 YNode *yaml_get(const YNode *map, const char *key);
 /* The pair for key in map, or NULL. */

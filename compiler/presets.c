@@ -6,6 +6,8 @@
 
 #include "mtc.h"
 
+#define PRESET_TOP "a cluster preset: a mapping of cluster keys (gpus_per_node, gpu, host, links)"
+
 static bool valid_name(const char *n) {
   if (!n[0] || strlen(n) > 64) return false;
   for (const char *c = n; *c; c++)
@@ -19,7 +21,7 @@ static YNode *try_file(Mem *m, Diag *d, const char *path, bool *found) {
   *found = access(path, R_OK) == 0;
   if (!*found) return NULL;
   const Source *src = diag_read_source(m, d, path, YAML_MAX_FILE);
-  return src ? yaml_parse(m, d, src) : NULL;
+  return src ? yaml_parse(m, d, src, PRESET_TOP) : NULL;
 }
 
 YNode *preset_load(Mem *m, Diag *d, const char *name, const char *spec_path, Loc at) {
@@ -42,7 +44,7 @@ YNode *preset_load(Mem *m, Diag *d, const char *name, const char *spec_path, Loc
   for (int i = 0; i < preset_count; i++)
     if (strcmp(preset_files[i].name, name) == 0) {
       const PresetFile *p = &preset_files[i];
-      return yaml_parse(m, d, diag_source(m, p->path, p->text, p->len));
+      return yaml_parse(m, d, diag_source(m, p->path, p->text, p->len), PRESET_TOP);
     }
   char *list = "";
   for (int i = 0; i < preset_count; i++)

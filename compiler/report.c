@@ -7,11 +7,11 @@
 
 static const char *const save_names[] = {"boundary", "attention_core", "experts", "other"};
 
-/* The path recorded in outputs: as given, or its last component if absolute (outputs must
- * not depend on where the checkout lives). */
+/* The spec recorded in outputs: its file name only, so that outputs do not depend on where
+ * the checkout lives or how the path was typed. */
 static const char *shown_path(const char *p) {
   const char *slash = strrchr(p, '/');
-  return p[0] == '/' && slash ? slash + 1 : p;
+  return slash ? slash + 1 : p;
 }
 
 static void describe_model(FILE *out, const Model *md) {

@@ -264,15 +264,15 @@ static const Section *const all_sections[] = {&top_sec, &model_sec, &attention_s
 
 static bool unknown_key(Diag *d, const Section *sec, const YNode *key) {
   Mem *m = d->mem;
-  const char *near = closest(key->str, &sec->fields[0].key, sizeof(Field));
-  if (near)
-    return diag_error(d, key->loc, "unknown key '%s'; did you mean '%s'?", full_key(m, sec, key->str),
-                      full_key(m, sec, near));
   for (const Section *const *s = all_sections; *s; s++)
     for (const Field *f = (*s)->fields; f->key; f++)
       if (*s != sec && strcmp(f->key, key->str) == 0)
         return diag_error(d, key->loc, "unknown key '%s'; '%s' belongs in another section: %s",
                           full_key(m, sec, key->str), key->str, full_key(m, *s, f->key));
+  const char *near = closest(key->str, &sec->fields[0].key, sizeof(Field));
+  if (near)
+    return diag_error(d, key->loc, "unknown key '%s'; did you mean '%s'?", full_key(m, sec, key->str),
+                      full_key(m, sec, near));
   for (const Section *const *s = all_sections; *s; s++) {
     const char *other = *s != sec ? closest(key->str, &(*s)->fields[0].key, sizeof(Field)) : NULL;
     if (other)
@@ -290,6 +290,9 @@ static bool is_null(const YNode *v) {
   return v->kind == Y_SCALAR && !v->quoted &&
          (v->str[0] == '\0' || strcmp(v->str, "~") == 0 || strcmp(v->str, "null") == 0);
 }
+
+/* Whether s is written as a decimal number (strtod also reads hex, inf and nan). */
+static bool decimal(const char *s) { return s[strspn(s, "0123456789.eE+-")] == '\0'; }
 
 /* Parses a decimal integer (optional '_' between digits) into out; false if not one. */
 static bool parse_int(const char *s, int64_t *out, bool *overflow) {
@@ -345,7 +348,7 @@ static bool convert_value(Diag *d, const Section *sec, const Field *f, const YNo
     if (!parse_int(s, &x, &ovf)) {
       char *endp;
       double r = strtod(s, &endp);
-      if (endp != s && *endp == '\0' && isfinite(r))
+      if (decimal(s) && endp != s && *endp == '\0' && isfinite(r))
         return diag_error(d, v->loc, "'%s' is %s, not a whole number; expected %s", key, s, type_name(f));
       return diag_error(d, v->loc, "'%s' is '%s'; expected %s", key, s, type_name(f));
     }
@@ -359,7 +362,7 @@ static bool convert_value(Diag *d, const Section *sec, const Field *f, const YNo
     char *endp;
     errno = 0;
     double x = strtod(s, &endp);
-    if (endp == s || *endp != '\0' || !isfinite(x) || errno == ERANGE || !(x > 0))
+    if (!decimal(s) || endp == s || *endp != '\0' || !isfinite(x) || errno == ERANGE || !(x > 0))
       return diag_error(d, v->loc, "'%s' is '%s'; expected a positive finite number such as 3.0e-4", key, s);
     *(double *)dst = x;
     return true;
@@ -430,8 +433,9 @@ static bool convert_section(Diag *d, const Section *sec, const YNode *map, Loc a
   return true;
 }
 
-bool spec_convert(Diag *d, Spec *s) {
-  return convert_section(d, &top_sec, s->root, (Loc){s->root->loc.src, 0, 0}, (char *)s);
+bool spec_convert(Diag *d, Spec *s) { /* missing top-level keys: at the first key */
+  return convert_section(d, &top_sec, s->root, s->root->first ? s->root->first->key->loc : s->root->loc,
+                         (char *)s);
 }
 
 /* ---- the spec reference (README) */

@@ -20,8 +20,8 @@ static const Prefix prefixes[] = {
 
 static const char *expected(Quantity q) {
   switch (q) {
-  case Q_SIZE: return "a size such as '96 GB' or '120 GiB' (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)";
-  case Q_RATE: return "a rate such as '25 GB/s' or '4 TB/s' (B/s with k, M, G, T or Ki, Mi, Gi, Ti)";
+  case Q_SIZE: return "a size such as '96 GB' or '120 GiB' (B, kB, MB, GB, TB, PB, KiB, MiB, GiB, TiB, PiB)";
+  case Q_RATE: return "a rate such as '25 GB/s' or '4 TB/s' (B/s with k, M, G, T, P or Ki, Mi, Gi, Ti, Pi)";
   case Q_FLOPS: return "a compute rate such as '989 TFLOP/s' (FLOP/s with k, M, G, T, P)";
   }
   return "";
@@ -60,6 +60,11 @@ bool units_parse(const char *text, Quantity q, double *out, char *err, size_t er
   }
   char *end;
   double v = strtod(p, &end);
+  for (const char *c = p; c < end; c++)
+    if (!strchr("0123456789.eE+-", *c)) { /* hex, inf, nan */
+      snprintf(err, errlen, "'%s' is not a decimal number; expected %s", text, expected(q));
+      return false;
+    }
   if (end == p || !isfinite(v)) {
     snprintf(err, errlen, "'%s' is not a finite number; expected %s", text, expected(q));
     return false;
@@ -99,6 +104,10 @@ bool units_parse(const char *text, Quantity q, double *out, char *err, size_t er
     return false;
   }
   if (q == Q_SIZE) v = nearbyint(v); /* whole bytes */
+  if (!(v > 0)) {
+    snprintf(err, errlen, "'%s' rounds to 0 bytes; expected %s, of at least 1 B", text, expected(q));
+    return false;
+  }
   *out = v;
   return true;
 }

@@ -40,7 +40,8 @@ static Loc mark_loc(const Source *src, yaml_mark_t mk) {
 static Loc offset_loc(const Source *src, size_t off) {
   Loc at = {src, 0, 0};
   for (size_t i = 0; i < off && i < src->len; i++) {
-    if (src->text[i] == '\n') at.line++, at.col = 0;
+    int br = diag_line_break(src->text + i, src->text + src->len);
+    if (br) at.line++, at.col = 0, i += (size_t)br - 1;
     else if (((unsigned char)src->text[i] & 0xC0) != 0x80) at.col++;
   }
   return at;
@@ -142,14 +143,16 @@ static bool precheck(Builder *b) {
   for (size_t i = 0; i < s->len; i++) {
     unsigned char c = (unsigned char)s->text[i];
     Loc at = {s, line, col};
-    if (c == '\n') {
+    int br = diag_line_break(s->text + i, s->text + s->len);
+    if (br) {
       line++, col = 0, indent = true;
+      i += (size_t)br - 1;
       continue;
     }
     if (c == '\t' && indent)
       return diag_error(b->d, at, "tab character in indentation; expected spaces (YAML "
                                   "does not allow tabs for indentation)");
-    if (c < 0x20 && c != '\t' && c != '\r')
+    if (c < 0x20 && c != '\t')
       return diag_error(b->d, at, "control byte 0x%02x: this looks like a binary file; "
                                   "expected a UTF-8 YAML text", c);
     if (c != ' ' && c != '\t') indent = false;
@@ -158,8 +161,20 @@ static bool precheck(Builder *b) {
   return true;
 }
 
+static yaml_char_t *event_tag(const yaml_event_t *ev) {
+  switch (ev->type) {
+  case YAML_SCALAR_EVENT: return ev->data.scalar.tag;
+  case YAML_SEQUENCE_START_EVENT: return ev->data.sequence_start.tag;
+  case YAML_MAPPING_START_EVENT: return ev->data.mapping_start.tag;
+  default: return NULL;
+  }
+}
+
 static bool on_event(Builder *b, yaml_event_t *ev, int *docs) {
   Loc at = mark_loc(b->src, ev->start_mark);
+  if (event_tag(ev))
+    return diag_error(b->d, at, "YAML tag '%s': specs do not use tags; expected a plain value",
+                      (const char *)event_tag(ev));
   switch (ev->type) {
   case YAML_DOCUMENT_START_EVENT:
     if (++*docs > 1)
@@ -194,7 +209,12 @@ static bool on_event(Builder *b, yaml_event_t *ev, int *docs) {
   case YAML_ALIAS_EVENT: {
     const char *name = (const char *)ev->data.alias.anchor;
     for (Anchor *a = b->anchors; a; a = a->next)
-      if (strcmp(a->name, name) == 0) return add_node(b, a->node, at);
+      if (strcmp(a->name, name) == 0) { /* shallow copy: errors point at the alias */
+        YNode *n = new_node(b->m, a->node->kind, at);
+        *n = *a->node;
+        n->loc = at;
+        return add_node(b, n, at);
+      }
     return diag_error(b->d, at, "alias '*%s' names no complete anchor before it; expected "
                                 "'&%s' defined earlier (and not around the alias)", name, name);
   }
@@ -203,7 +223,40 @@ static bool on_event(Builder *b, yaml_event_t *ev, int *docs) {
   }
 }
 
-YNode *yaml_parse(Mem *m, Diag *d, const Source *src) {
+/* libyaml's problems, and what to write instead. */
+static const char *syntax_expectation(const char *problem) {
+  static const char *const table[][2] = {
+      {"expected ',' or ']'", "expected ',' between items or a closing ']'"},
+      {"expected ',' or '}'", "expected ',' between entries or a closing '}'"},
+      {"unexpected end of stream", "expected the closing quote"},
+      {"mapping values are not allowed", "expected 'key: value' with a space after ':', and keys of a section indented alike"},
+      {"did not find expected key", "expected the keys of a section indented alike"},
+      {"cannot start any token", "expected a value; quote values that start with @ or `"},
+  };
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (strstr(problem, table[i][0])) return table[i][1];
+  return "expected 'key: value' lines indented with spaces";
+}
+
+/* A line up to `last` that starts "key:value" with no space after the colon: libyaml reads
+ * it as one scalar and complains a line later. Returns its colon's location, or line -1. */
+static Loc missing_space(const Source *src, int last) {
+  Loc found = {src, -1, 0};
+  const char *p = src->text, *end = src->text + src->len;
+  for (int line = 0; line <= last && p < end; line++) {
+    const char *q = p;
+    while (q < end && *q == ' ') q++;
+    const char *k = q;
+    while (q < end && ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || *q == '_' || (q > k && *q >= '0' && *q <= '9'))) q++;
+    if (q > k && q + 1 < end && *q == ':' && q[1] != ' ' && q[1] != '\n' && q[1] != '\r' && q[1] != '\t')
+      found = (Loc){src, line, (int)(q - p)};
+    while (p < end && !diag_line_break(p, end)) p++;
+    if (p < end) p += diag_line_break(p, end);
+  }
+  return found;
+}
+
+YNode *yaml_parse(Mem *m, Diag *d, const Source *src, const char *what) {
   Builder b = {.m = m, .d = d, .src = src};
   if (!precheck(&b)) return NULL;
   yaml_parser_t parser;
@@ -218,17 +271,22 @@ YNode *yaml_parse(Mem *m, Diag *d, const Source *src) {
     yaml_event_t ev;
     if (!yaml_parser_parse(&parser, &ev)) {
       const char *problem = parser.problem ? parser.problem : "malformed input";
+      Loc at;
       if (parser.error == YAML_READER_ERROR) { /* encoding: the mark is not set, the offset is */
-        Loc at = offset_loc(src, parser.problem_offset);
+        at = offset_loc(src, parser.problem_offset);
         diag_error(d, at, "%s (byte 0x%02x); expected UTF-8 text", problem,
                    parser.problem_offset < src->len ? (unsigned char)src->text[parser.problem_offset] : 0);
-      } else if (parser.context) {
-        diag_error(d, mark_loc(src, parser.problem_mark), "YAML syntax: %s %s started at line %d, "
-                   "column %d; expected 'key: value' lines indented with spaces", problem,
-                   parser.context, (int)parser.context_mark.line + 1, (int)parser.context_mark.column + 1);
+      } else if ((at = missing_space(src, (int)parser.problem_mark.line)).line >= 0) {
+        diag_error(d, at, "no space after ':'; expected 'key: value'");
+      } else if (parser.context) { /* at the end of the file, show where the construct began */
+        bool eof = parser.problem_mark.index >= src->len;
+        diag_error(d, mark_loc(src, eof ? parser.context_mark : parser.problem_mark),
+                   "YAML syntax: %s %s started at line %d, "
+                   "column %d; %s", problem, parser.context, (int)parser.context_mark.line + 1,
+                   (int)parser.context_mark.column + 1, syntax_expectation(problem));
       } else {
-        diag_error(d, mark_loc(src, parser.problem_mark), "YAML syntax: %s; expected 'key: value' "
-                   "lines indented with spaces", problem);
+        diag_error(d, mark_loc(src, parser.problem_mark), "YAML syntax: %s; %s", problem,
+                   syntax_expectation(problem));
       }
       ok = false;
       break;
@@ -241,13 +299,12 @@ YNode *yaml_parse(Mem *m, Diag *d, const Source *src) {
   if (!ok) return NULL;
   Loc start = {src, 0, 0};
   if (!b.root || (b.root->kind == Y_SCALAR && b.root->str[0] == '\0' && !b.root->quoted)) {
-    diag_error(d, start, "the spec is empty; expected a mapping with name, model, cluster "
-                         "and training");
+    diag_error(d, start, "the file is empty; expected %s", what);
     return NULL;
   }
   if (b.root->kind != Y_MAP) {
-    diag_error(d, b.root->loc, "the spec's top level is a %s; expected a mapping with name, "
-               "model, cluster and training", b.root->kind == Y_SEQ ? "sequence" : "scalar");
+    diag_error(d, b.root->loc, "the top level is a %s; expected %s",
+               b.root->kind == Y_SEQ ? "sequence" : "scalar", what);
     return NULL;
   }
   return b.root;
@@ -280,6 +337,9 @@ bool yaml_set(Mem *m, Diag *d, YNode *root, const char *arg) {
     return diag_error(d, (Loc){src, 0, (int)(val - src->text)},
                       "--set %.*s has no value; expected KEY=VALUE", (int)(eq - src->text),
                       src->text);
+  if (eq[-1] == '.')
+    return diag_error(d, (Loc){src, 0, (int)(eq - src->text)}, "empty key segment; expected a "
+                      "dotted key such as cluster.nodes");
   YNode *map = root;
   for (const char *p = src->text; p < eq;) {
     const char *dot = memchr(p, '.', (size_t)(eq - p));
@@ -293,8 +353,9 @@ bool yaml_set(Mem *m, Diag *d, YNode *root, const char *arg) {
     if (!dot) { /* the last segment: set the scalar */
       YNode *v = scalar(m, (Loc){src, 0, (int)(val - src->text)}, val);
       if (pair && pair->val->kind != Y_SCALAR)
-        return diag_error(d, kl, "'%.*s' is a section; expected --set on one of its keys",
-                          (int)(eq - src->text), src->text);
+        return diag_error(d, kl, "'%.*s' is a %s in the spec; expected --set on a key with "
+                          "one value", (int)(eq - src->text), src->text,
+                          pair->val->kind == Y_MAP ? "section" : "sequence");
       if (pair) pair->val = v, pair->key = scalar(m, kl, seg);
       else map_append(m, map, scalar(m, kl, seg), v);
       return true;

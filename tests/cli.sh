@@ -36,6 +36,29 @@ expect 0 '"params_total": 951799117824' "$mtc" plan --json specs/europa-1t.yaml
 expect 0 '1 x|x 32768 seq' "$mtc" plan --set training.seq_len=32768 specs/europa-1t.yaml
 expect 0 '^  \+ 6 x 74 layers x 32768 seq' "$mtc" plan specs/europa-1t.yaml -s training.seq_len=32768
 expect 2 "^--set:1:1: error: unknown key 'clusterr'" "$mtc" check specs/europa-1t.yaml --set clusterr.nodes=4
+expect 2 "unknown option '-x'" "$mtc" plan specs/tiny-moe.yaml -xj
+expect 2 "option '--json' takes no value" "$mtc" plan specs/tiny-moe.yaml --json=3
+expect 2 "no help for 'bogus'" "$mtc" help bogus
+expect 2 'takes no SPEC and no --set' "$mtc" keys --set a=b
+# output that cannot be written is an error
+if [ -w /dev/full ]; then
+  "$mtc" plan specs/tiny-moe.yaml >/dev/full 2>/dev/null; rc=$?
+  [ $rc -eq 2 ] || { echo "FAIL: plan > /dev/full exited $rc, expected 2"; fail=1; }
+fi
+# a FIFO is refused, not waited on
+tmpf=$(mktemp -d); mkfifo "$tmpf/f.yaml"
+expect 2 'not a regular file' timeout 5 "$mtc" check "$tmpf/f.yaml"
+# a broken preset is named as a preset
+: > "$tmpf/empty.yaml"
+expect 2 'empty.yaml:1:1: error: the file is empty; expected a cluster preset' env MTC_PRESET_DIR="$tmpf" "$mtc" check specs/tiny-moe.yaml --set cluster.preset=empty
+rm -rf "$tmpf"
+# the plan: the reference run's layout; exit 1 with the tier and computed advice when nothing fits
+expect 0 '^policy     fsdp 384 x dp 1, ep 4, full checkpointing \+ boundaries on host' "$mtc" plan specs/europa-1t.yaml
+expect 0 '"feasible": true' "$mtc" plan --json specs/europa-1t.yaml
+expect 1 '^closest candidate: hbm over by' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48
+expect 1 '^advice: it fits on 96 nodes' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48
+expect 1 '"feasible": false' "$mtc" plan --json specs/europa-1t.yaml --set plan.activation_checkpoint=none
+expect 1 'not a multiple of micro_batch x GPUs' "$mtc" plan specs/europa-1t.yaml --set training.global_batch=100
 # compile writes plan.json and plan.txt to -o DIR
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 expect 0 "wrote $tmp/out/x/plan.json" "$mtc" compile specs/tiny-moe.yaml -o "$tmp/out/x"
