@@ -68,6 +68,21 @@ char *mem_printf(Mem *m, const char *fmt, ...) {
   return p;
 }
 
+void mem_reset(Mem *m) {
+  if (m->head && !m->head->next) {
+    m->head->used = 0;
+    return;
+  }
+  size_t total = 0;
+  for (MemChunk *c = m->head; c; c = c->next) total += c->cap;
+  mem_free(m);
+  if (!total) return;
+  MemChunk *c = malloc(sizeof(MemChunk) + total);
+  if (!c) oom(total);
+  c->next = NULL, c->used = 0, c->cap = total;
+  m->head = c;
+}
+
 void mem_free(Mem *m) {
   for (MemChunk *c = m->head, *next; c; c = next) {
     next = c->next;

@@ -45,6 +45,9 @@ char *mem_strdup(Mem *m, const char *s);
 /* printf into the arena. */
 char *mem_printf(Mem *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mem_free(Mem *m);
+/* Forgets every allocation but keeps the memory (one chunk as large as all of them), for a
+ * loop that allocates the same amount each round. */
+void mem_reset(Mem *m);
 
 /* ------------------------------------------------------------------ diag.c */
 
@@ -500,6 +503,7 @@ typedef struct {
 /* A candidate plan: choice, memory items packed per tier, and (if it fits) its cost. */
 typedef struct {
   Choice ch;
+  bool quick;                    /* search mode: per-layer items keep one shared name */
   MemItem *items;
   int nitems;
   int64_t capacity[TIER__COUNT]; /* bytes; 0 = no such tier */

@@ -8,6 +8,8 @@
 
 #include "mtc.h"
 
+enum { PHASE_MAX = 1 << 30 };
+
 static const char *const tier_names[TIER__COUNT] = {"hbm", "host", "nvme"};
 static const char *const cat_names[CAT__COUNT] = {
     "parameters", "gathered parameters", "gradients", "optimizer state", "activations",
@@ -112,7 +114,7 @@ static void build_items(Items *it, const Model *md) {
     double kept = kept_per_token(ly, ch->ac) * T;
     const char *what = ch->ac == AC_FULL ? "activations.boundary" : "activations.saved";
     Tier t = off && ch->ac == AC_FULL ? TIER_HOST : TIER_HBM;
-    item(it, mem_printf(it->m, "%s[%d]", what, l), CAT_ACTIVATIONS, t, kept, PHASE_FWD(L, l),
+    item(it, it->c->quick ? what : mem_printf(it->m, "%s[%d]", what, l), CAT_ACTIVATIONS, t, kept, PHASE_FWD(L, l),
          PHASE_BWD(L, l) + 1,
          ch->ac == AC_FULL ? "2 B x hidden x tokens (the layer's input)"
                            : "saved bytes per token of the layer (model graph) x tokens");
@@ -170,11 +172,6 @@ static void build_items(Items *it, const Model *md) {
        "cluster.reserve.cublas_workspace");
 }
 
-static int by_build_order(const void *a, const void *b) {
-  const MemItem *x = *(MemItem *const *)a, *y = *(MemItem *const *)b;
-  return (x > y) - (x < y);
-}
-
 static int by_size_desc(const void *a, const void *b) {
   const MemItem *x = *(MemItem *const *)a, *y = *(MemItem *const *)b;
   if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
@@ -184,24 +181,29 @@ static int by_size_desc(const void *a, const void *b) {
 /* Packs a tier: first the per-layer activations as a stack in layer order (their lifetimes
  * nest: layer l lives from its forward to its backward), then every other item largest first
  * at the lowest offset that no item alive at the same time overlaps (greedy interval
- * packing, 256-byte aligned). placed[] is kept sorted by offset, so one scan finds the gap:
- * O(n × m) for m non-stacked items. Returns the arena size. */
+ * packing, 256-byte aligned). The stack counts as one block alive over the union of its
+ * lifetimes. placed[] is kept sorted by offset, so one scan finds the gap: O(m²) for the m
+ * other items. Returns the arena size. */
 static int64_t pack(Mem *m, MemItem **v, int n) {
-  qsort(v, (size_t)n, sizeof *v, by_size_desc);
-  MemItem **placed = mem_array(m, (size_t)n + 1, sizeof *placed);
-  int np = 0;
-  int64_t size = 0, top = 0;
-  for (int i = 0; i < n; i++) /* build order = layer order for the stack */
-    if (v[i]->stacked) placed[np++] = v[i];
-  qsort(placed, (size_t)np, sizeof *placed, by_build_order);
-  for (int i = 0; i < np; i++) {
-    placed[i]->offset = top;
-    top = (top + placed[i]->bytes + 255) / 256 * 256;
-    size = top;
+  MemItem **rest = mem_array(m, (size_t)n + 1, sizeof *rest);
+  MemItem **stack = mem_array(m, (size_t)n + 1, sizeof *stack);
+  MemItem block = {.start = PHASE_MAX, .end = 0};
+  int np = 0, ns = 0, nr = 0;
+  for (int i = 0; i < n; i++) /* v is in build order, which is layer order for the stack */
+    if (v[i]->stacked) stack[ns++] = v[i];
+    else rest[nr++] = v[i];
+  qsort(rest, (size_t)nr, sizeof *rest, by_size_desc);
+  MemItem **placed = mem_array(m, (size_t)nr + 2, sizeof *placed);
+  for (int i = 0; i < ns; i++) {
+    stack[i]->offset = block.bytes;
+    block.bytes = (block.bytes + stack[i]->bytes + 255) / 256 * 256;
+    if (stack[i]->start < block.start) block.start = stack[i]->start;
+    if (stack[i]->end > block.end) block.end = stack[i]->end;
   }
-  for (int i = 0; i < n; i++) {
-    MemItem *x = v[i];
-    if (x->stacked) continue;
+  int64_t size = block.bytes;
+  if (ns) placed[np++] = &block;
+  for (int i = 0; i < nr; i++) {
+    MemItem *x = rest[i];
     int64_t off = 0;
     for (int j = 0; j < np; j++) {
       const MemItem *y = placed[j];

@@ -46,11 +46,10 @@ static void keep_alt(Found *f, const Candidate *c) {
   }
 }
 
-static void evaluate(const Model *md, const Choice *ch, Found *f) {
-  Candidate c = {.ch = *ch};
-  Mem scratch = {0};
-  plan_memory(&scratch, md, &c);
-  mem_free(&scratch);
+static void evaluate(Mem *scratch, const Model *md, const Choice *ch, Found *f) {
+  Candidate c = {.ch = *ch, .quick = true};
+  mem_reset(scratch);
+  plan_memory(scratch, md, &c);
   c.items = NULL, c.nitems = 0;
   f->n++;
   if (c.fits) {
@@ -78,6 +77,7 @@ static void search_once(const Model *md, Found *f) {
   static const CheckpointPolicy acs[] = {AC_NONE, AC_SELECTIVE, AC_FULL};
   static const struct { Tier tier; bool host_step; } opts[] = {
       {TIER_HBM, false}, {TIER_HOST, false}, {TIER_HOST, true}};
+  Mem scratch = {0}; /* reused by every candidate */
   int64_t *divs = malloc(sizeof(int64_t) * 4096), nd = 0; /* W <= 12.8M has < 4096 divisors */
   if (!divs) return;
   for (int64_t d = 1; d * d <= W; d++)
@@ -99,17 +99,23 @@ static void search_once(const Model *md, Found *f) {
             for (int depth = 1; depth <= 2; depth++) {
               Choice ch = {fsdp, ep, W / fsdp, fsdp / ep, s->training.global_batch / per_step,
                            acs[a], (OffloadPolicy)off, opts[o].tier, opts[o].host_step, depth};
-              evaluate(md, &ch, f);
+              evaluate(&scratch, md, &ch, f);
             }
         }
       }
     }
   }
   free(divs);
+  mem_free(&scratch);
 }
 
-/* A copy of md whose spec has one value changed, for "what would make it fit". */
-static bool fits_with(Mem *m, const Model *md, int64_t nodes, int64_t seq) {
+/* The advice searches stop after this many candidates in all (a deterministic bound, so an
+ * enormous spec cannot make `mtc plan` take minutes). */
+enum { ADVICE_BUDGET = 20000 };
+
+/* A copy of md whose spec has one value changed, for "what would make it fit"; adds the
+ * candidates it tried to *spent. */
+static bool fits_with(Mem *m, const Model *md, int64_t nodes, int64_t seq, int *spent) {
   Spec *s = mem_alloc(m, sizeof *s);
   *s = *md->spec;
   s->cluster.nodes = nodes;
@@ -121,6 +127,7 @@ static bool fits_with(Mem *m, const Model *md, int64_t nodes, int64_t seq) {
   Found f = {0};
   f.alts = mem_array(m, MAX_ALTS, sizeof *f.alts);
   search_once(copy, &f);
+  *spent += f.n;
   return f.feasible;
 }
 
@@ -132,17 +139,18 @@ static const char *advise(Mem *m, const Model *md) {
                       "choose a global_batch that is, or another node count",
                       (long long)s->training.global_batch, (long long)s->training.micro_batch, (long long)W);
   char *out = "";
-  for (int64_t k = 2; k <= 64; k *= 2) { /* more nodes: only if the batch still divides */
+  int spent = 0;
+  for (int64_t k = 2; k <= 64 && spent < ADVICE_BUDGET; k *= 2) { /* more nodes, if the batch divides */
     int64_t nodes = s->cluster.nodes * k;
     if (s->training.global_batch % (s->training.micro_batch * nodes * s->cluster.gpus_per_node) == 0 &&
-        fits_with(m, md, nodes, s->training.seq_len)) {
+        fits_with(m, md, nodes, s->training.seq_len, &spent)) {
       out = mem_printf(m, "it fits on %lld nodes (--set cluster.nodes=%lld, with global_batch a "
                        "multiple of micro_batch x GPUs)", (long long)nodes, (long long)nodes);
       break;
     }
   }
-  for (int64_t seq = s->training.seq_len / 2; seq >= 128; seq /= 2)
-    if (fits_with(m, md, s->cluster.nodes, seq)) {
+  for (int64_t seq = s->training.seq_len / 2; seq >= 128 && spent < ADVICE_BUDGET; seq /= 2)
+    if (fits_with(m, md, s->cluster.nodes, seq, &spent)) {
       out = mem_printf(m, "%s%sit fits at seq_len %lld (--set training.seq_len=%lld)", out,
                        out[0] ? "; " : "", (long long)seq, (long long)seq);
       break;
@@ -163,7 +171,9 @@ static const char *advise(Mem *m, const Model *md) {
                        out[0] ? "; " : "", (long long)g.best.ch.fsdp, (long long)g.best.ch.ep,
                        plan_ac_name(g.best.ch.ac), g.best.ch.offload == OFF_HOST ? " with host offload" : "");
   }
-  return out[0] ? out : "no tried change fits (up to 64x the nodes, seq_len down to 128)";
+  if (out[0]) return out;
+  return spent >= ADVICE_BUDGET ? "no tried change fits (the advice search stopped at its budget of 20000 candidates)"
+                                : "no tried change fits (up to 64x the nodes, seq_len down to 128)";
 }
 
 Plan *plan_search(Mem *m, const Model *md) {
@@ -180,6 +190,7 @@ Plan *plan_search(Mem *m, const Model *md) {
   p->ncandidates = f.n;
   p->feasible = f.feasible;
   p->best = f.feasible ? f.best : f.closest;
+  p->best.quick = false;
   if (p->ncandidates) plan_memory(m, md, &p->best); /* items again, in the caller's arena */
   if (p->feasible) cost_step(md, &p->best);
   p->alts = f.alts, p->nalts = f.nalts;
