@@ -48,7 +48,7 @@ static void print_items(FILE *out, Mem *m, const Candidate *c, Tier t, int L) {
       units_fmt_bytes_bin(b, sizeof b, (double)x->bytes);
       const char *name = j - i > 1 ? mem_printf(m, "%.*s[%d]", (int)stem, x->name, j - i) : x->name;
       snprintf(cap, sizeof cap, "%5.1f%%", 100.0 * (double)x->bytes * (j - i) / (double)c->capacity[t]);
-      const char *life = lifetime(m, L, x, j - i > 1);
+      const char *life = lifetime(m, L, x, x->stacked);
       fprintf(out, "  %-34s %4s%10s %s  %-22s %s\n", name, j - i > 1 ? mem_printf(m, "%dx", j - i) : "",
               b, cap, life, x->formula);
     }

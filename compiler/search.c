@@ -29,9 +29,23 @@ static bool better_alt(const Candidate *a, const Candidate *b) {
   return a->over_bytes < b->over_bytes;
 }
 
+/* The same decisions but for the prefetch depth: alternatives list one of them. */
+static bool same_but_depth(const Choice *a, const Choice *b) {
+  return a->fsdp == b->fsdp && a->ep == b->ep && a->ac == b->ac && a->offload == b->offload &&
+         a->opt_tier == b->opt_tier && a->opt_on_host == b->opt_on_host;
+}
+
 static void keep_alt(Found *f, const Candidate *c) {
   Candidate x = *c;
   x.items = NULL, x.nitems = 0;
+  for (int k = 0; k < f->nalts; k++)
+    if (same_but_depth(&f->alts[k].ch, &x.ch)) {
+      if (!better_alt(&x, &f->alts[k])) return;
+      for (; k + 1 < f->nalts; k++) f->alts[k] = f->alts[k + 1]; /* drop it; x goes in below */
+      f->nalts--;
+      break;
+    }
+  if (f->feasible && same_but_depth(&f->best.ch, &x.ch)) return; /* the winner's own variant */
   int i = f->nalts;
   if (i == MAX_ALTS) {
     if (!better_alt(&x, &f->alts[MAX_ALTS - 1])) return;

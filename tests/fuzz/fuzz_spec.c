@@ -24,7 +24,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   Spec *s = spec_load(&m, &d, "fuzz.yaml", text, size, sets, nsets);
   if (s) {
     Model *md = model_build(&m, &d, s);
-    if (md) {
+    /* the planner too, on models and clusters small enough that an instrumented search takes
+     * milliseconds (its cost on large specs is a benchmark, not a fuzzing matter) */
+    if (md && md->nlayers <= 128 && s->cluster.nodes * s->cluster.gpus_per_node <= 1024) {
       Plan *p = plan_search(&m, md);
       json_t *j = report_json(md);
       report_plan_json(j, p, false);
