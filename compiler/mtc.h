@@ -516,6 +516,39 @@ typedef struct {
   Cost cost;
 } Candidate;
 
+/* ------------------------------------------------------------------ placement.c */
+
+enum { PLACEMENT_MAX_RANKS = 1 << 16 }; /* larger FSDP groups get the rule, not the list */
+
+/* Owners of one expert matrix kind of one layer on one EP rank: expert first + k (k < count)
+ * is orthogonalized by FSDP rank ep_rank + ep × ((start + k) mod (fsdp / ep)). */
+typedef struct {
+  int layer;
+  const char *matrix; /* "moe.experts.gate_proj.weight" */
+  int64_t ep_rank, first, count, start;
+} ExpertRun;
+
+/* The owner (FSDP rank) of one dense matrix. */
+typedef struct {
+  int layer;          /* -1 outside the layers */
+  const char *matrix;
+  int64_t owner;
+} DenseOwner;
+
+/* Experts per EP rank, and (for Muon) the owner of every matrix with the resulting balance. */
+typedef struct {
+  int64_t ep, experts_per_rank;
+  bool muon, too_large;
+  ExpertRun *runs;
+  int nruns;
+  DenseOwner *dense;
+  int ndense;
+  int64_t matrices;
+  double ns_flops_total, ns_flops_max_rank; /* Newton-Schulz FLOPs: all, and the busiest rank */
+} Placement;
+
+Placement *plan_placement(Mem *m, const Model *md, const Choice *ch);
+
 /* The search's result: the fastest candidate that fits, or the one closest to fitting. */
 typedef struct {
   const Model *md;
@@ -527,6 +560,7 @@ typedef struct {
   int ncandidates;
   double search_seconds;
   const char *advice;/* when infeasible: what would make it fit, computed */
+  Placement *placement;
 } Plan;
 
 /* Builds the memory items of choice ch and packs them (plan.c). */

@@ -56,6 +56,37 @@ static void print_items(FILE *out, Mem *m, const Candidate *c, Tier t, int L) {
   }
 }
 
+static void print_placement(FILE *out, const Plan *p) {
+  const Placement *pl = p->placement;
+  const Choice *ch = &p->best.ch;
+  if (!pl) return;
+  if (pl->experts_per_rank && ch->ep == 1)
+    fprintf(out, "placement  every rank holds all %lld experts of a layer, each sharded over the %lld "
+                 "ranks of the FSDP group\n", (long long)pl->experts_per_rank, (long long)ch->fsdp);
+  else if (pl->experts_per_rank)
+    fprintf(out, "placement  EP rank e = FSDP rank %% %lld holds experts [%lld e, %lld e + %lld) whole, "
+                 "sharded over the %lld ranks of its FSDP group with that EP rank\n",
+            (long long)ch->ep, (long long)pl->experts_per_rank, (long long)pl->experts_per_rank,
+            (long long)pl->experts_per_rank, (long long)ch->efsdp);
+  if (!pl->muon) {
+    fprintf(out, "           AdamW: every parameter sharded elementwise over its FSDP group\n");
+    return;
+  }
+  if (pl->too_large) {
+    fprintf(out, "           Muon: owners as in the rule of plan.json (FSDP group over %d ranks: not listed)\n",
+            PLACEMENT_MAX_RANKS);
+    return;
+  }
+  char a[32];
+  units_fmt_int(a, sizeof a, pl->matrices);
+  double mean = pl->ns_flops_total / (double)ch->fsdp;
+  fprintf(out, "           Muon: %s matrices, each orthogonalized whole by one owner rank (experts "
+               "round-robin in their shard group, dense matrices largest first to the least loaded); "
+               "Newton-Schulz per step: busiest rank %.3g FLOPs, %.1f%% above the mean; every "
+               "owner in plan.json \"placement\"\n", a, pl->ns_flops_max_rank,
+          mean > 0 ? 100.0 * (pl->ns_flops_max_rank / mean - 1) : 0.0);
+}
+
 void report_plan_text(FILE *out, const Plan *p, bool timing) {
   Mem m = {0};
   const Model *md = p->md;
@@ -78,6 +109,7 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
   fprintf(out, "; %lld micro-batch(es) of %lld sequence(s) per GPU per step\n", (long long)ch->accum,
           (long long)s->training.micro_batch);
   fprintf(out, "policy     %s\n", choice_text(&m, ch));
+  print_placement(out, p);
   for (int t = 0; t < TIER__COUNT; t++) {
     if (!c->capacity[t] && !c->arena[t]) continue;
     units_fmt_bytes_dec(a, sizeof a, (double)c->capacity[t]);
@@ -208,6 +240,34 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
     }
     json_object_set_new(why, "advice", json_string(p->advice ? p->advice : ""));
     json_object_set_new(root, "infeasible", why);
+  }
+  const Placement *pl = p->placement;
+  if (pl) {
+    json_t *po = json_object();
+    json_object_set_new(po, "ep_rank_of_fsdp_rank", json_string("fsdp_rank % ep"));
+    json_object_set_new(po, "experts_per_ep_rank", jint(pl->experts_per_rank));
+    json_object_set_new(po, "optimizer_matrices", json_string(pl->muon ? "muon: one owner per matrix" : "adamw: elementwise shards"));
+    if (pl->muon) {
+      json_object_set_new(po, "expert_owner_rule",
+                          json_string("expert first+k of a run is owned by fsdp rank ep_rank + ep * ((start + k) mod (fsdp / ep))"));
+      json_object_set_new(po, "muon_matrices", jint(pl->matrices));
+      json_object_set_new(po, "ns_flops_total", json_real(pl->ns_flops_total));
+      json_object_set_new(po, "ns_flops_busiest_rank", json_real(pl->ns_flops_max_rank));
+      json_t *dense = json_array(), *runs = json_array();
+      for (int i = 0; i < pl->ndense; i++)
+        json_array_append_new(dense, json_pack("{s:i, s:s, s:I}", "layer", pl->dense[i].layer, "matrix",
+                                               pl->dense[i].matrix, "owner", (json_int_t)pl->dense[i].owner));
+      for (int i = 0; i < pl->nruns; i++) {
+        const ExpertRun *r = &pl->runs[i];
+        json_array_append_new(runs, json_pack("{s:i, s:s, s:I, s:I, s:I, s:I}", "layer", r->layer, "matrix",
+                                              r->matrix, "ep_rank", (json_int_t)r->ep_rank, "first",
+                                              (json_int_t)r->first, "count", (json_int_t)r->count,
+                                              "start", (json_int_t)r->start));
+      }
+      json_object_set_new(po, "dense_owners", dense);
+      json_object_set_new(po, "expert_runs", runs);
+    }
+    json_object_set_new(root, "placement", po);
   }
   json_t *se = json_object();
   json_object_set_new(se, "candidates", json_integer(p->ncandidates));

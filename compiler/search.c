@@ -209,5 +209,6 @@ Plan *plan_search(Mem *m, const Model *md) {
   if (p->feasible) cost_step(md, &p->best);
   p->alts = f.alts, p->nalts = f.nalts;
   if (!p->feasible) p->advice = advise(m, md);
+  if (p->ncandidates) p->placement = plan_placement(m, md, &p->best.ch);
   return p;
 }

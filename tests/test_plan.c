@@ -91,6 +91,40 @@ static Candidate pinned(Mem *m, const char *seq, const char *nodes) {
   return p && p->ncandidates ? p->best : none;
 }
 
+/* Every Muon matrix has one owner, experts' owners inside their EP rank's shard group, and
+ * the Newton-Schulz work balanced. */
+static void placement(void) {
+  Mem m = {0};
+  Plan *p = plan(&m, "specs/europa-1t.yaml", NULL, 0);
+  CHECK(p && p->placement && p->placement->muon);
+  if (!p || !p->placement) return;
+  const Placement *pl = p->placement;
+  const Choice *ch = &p->best.ch;
+  CHECK_EQ(pl->matrices, p->md->muon_matrices);
+  CHECK_EQ(pl->experts_per_rank, 384 / 4);
+  int64_t expert_matrices = 0, bad = 0;
+  for (int i = 0; i < pl->nruns; i++) {
+    const ExpertRun *r = &pl->runs[i];
+    expert_matrices += r->count;
+    for (int64_t k = 0; k < r->count; k++) {
+      int64_t owner = r->ep_rank + ch->ep * ((r->start + k) % ch->efsdp);
+      if (owner < 0 || owner >= ch->fsdp || owner % ch->ep != r->ep_rank) bad++;
+    }
+    if (r->first != r->ep_rank * pl->experts_per_rank) bad++;
+  }
+  CHECK_EQ(bad, 0);
+  CHECK_EQ(expert_matrices, 74LL * 384 * 3); /* gate, up, down of every routed expert */
+  CHECK_EQ(pl->ndense, 74 * (4 + 3));          /* q k v o and the shared expert's three */
+  for (int i = 0; i < pl->ndense; i++) CHECK(pl->dense[i].owner >= 0 && pl->dense[i].owner < ch->fsdp);
+  CHECK_NEAR(pl->ns_flops_total, p->md->ns_flops, 1e-9);
+  double mean = pl->ns_flops_total / (double)ch->fsdp;
+  CHECK(pl->ns_flops_max_rank >= mean && pl->ns_flops_max_rank <= 1.10 * mean);
+  /* AdamW: no owners */
+  p = plan(&m, "specs/tiny-moe.yaml", NULL, 0);
+  CHECK(p && p->placement && !p->placement->muon && p->placement->ndense == 0);
+  mem_free(&m);
+}
+
 static void properties(void) {
   Mem m = {0};
   /* activation memory grows with the sequence length */
@@ -178,6 +212,7 @@ int main(int argc, char **argv) {
   }
   src_dir = argv[1];
   reference_run();
+  placement();
   properties();
   impossible();
   tiny_items_by_hand();
