@@ -13,12 +13,6 @@
 
 #include "mtc.h"
 
-typedef struct {
-  double fwd, bwd, recompute; /* kernel seconds per micro-batch */
-  double a2a_fwd, a2a_bwd;    /* MoE all-to-all seconds per micro-batch */
-  double ag, rs;              /* FSDP all-gather / reduce-scatter seconds */
-} LayerTime;
-
 /* Per-GPU bandwidth of a group of g ranks, `stride` apart, in bytes/s. Inside a node the GPUs
  * are fully connected (a GH200 node: NVLink between every pair), so a GPU drives g − 1 pair
  * links at once (NCCL runs several rings; an all-to-all sends to every peer in parallel);
@@ -51,7 +45,7 @@ static bool recomputed(const Op *o, CheckpointPolicy ac) {
   return false;
 }
 
-static void layer_times(const Model *md, const Choice *ch, int l, LayerTime *t) {
+void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   const Spec *s = md->spec;
   const Layer *ly = &md->layers[l];
   double seq = (double)s->training.seq_len, T = (double)s->training.micro_batch * seq;
@@ -108,7 +102,7 @@ void cost_step(const Model *md, Candidate *c) {
   double c2c = cl->links.c2c * e->c2c, boundary = 2.0 * (double)s->model.hidden * T;
   for (int l = 0; l < L; l++) {
     LayerTime t;
-    layer_times(md, ch, l, &t);
+    cost_layer(md, ch, l, &t);
     comm_f[l] = t.ag;
     comp_f[l] = t.fwd + t.a2a_fwd;
     comm_b[L - 1 - l] = t.ag + t.rs; /* FSDP re-gathers for backward, then reduce-scatters */

@@ -567,6 +567,14 @@ typedef struct {
 void plan_memory(Mem *m, const Model *md, Candidate *c);
 /* Predicts the step time of candidate c (cost.c). */
 void cost_step(const Model *md, Candidate *c);
+
+/* One layer's predicted times for one micro-batch, seconds (cost.c). */
+typedef struct {
+  double fwd, bwd, recompute; /* kernels on the compute stream */
+  double a2a_fwd, a2a_bwd;    /* MoE all-to-all, on the compute stream */
+  double ag, rs;              /* FSDP all-gather and reduce-scatter, on the comm stream */
+} LayerTime;
+void cost_layer(const Model *md, const Choice *ch, int layer, LayerTime *t);
 /* Enumerates every layout × policy allowed by the spec's pins, keeps the fastest that fits. */
 Plan *plan_search(Mem *m, const Model *md);
 const char *plan_tier_name(Tier t);

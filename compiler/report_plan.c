@@ -87,6 +87,30 @@ static void print_placement(FILE *out, const Plan *p) {
           mean > 0 ? 100.0 * (pl->ns_flops_max_rank / mean - 1) : 0.0);
 }
 
+/* One row per distinct layer kind: what a layer's step does on each stream. */
+static void print_schedule(FILE *out, const Plan *p) {
+  const Model *md = p->md;
+  const Choice *ch = &p->best.ch;
+  fprintf(out, "\nschedule per layer and micro-batch (ms; compute stream | comm stream)\n");
+  fprintf(out, "  %-12s %9s %9s %9s %9s | %9s %9s\n", "layer", "forward", "backward", "recompute",
+          "all2all", "gather", "reduce");
+  bool seen[2] = {false, false};
+  for (int l = 0; l < md->nlayers; l++) {
+    LayerKind kind = md->layers[l].kind;
+    if (seen[kind]) continue;
+    seen[kind] = true;
+    LayerTime t;
+    cost_layer(md, ch, l, &t);
+    char name[32];
+    snprintf(name, sizeof name, "%d (%s)", l, kind == LAYER_MOE ? "moe" : "dense");
+    fprintf(out, "  %-12s %9.1f %9.1f %9.1f %9.1f | %9.1f %9.1f\n", name, 1e3 * t.fwd, 1e3 * t.bwd,
+            1e3 * t.recompute, 1e3 * (t.a2a_fwd + t.a2a_bwd), 1e3 * 2 * t.ag, 1e3 * t.rs);
+  }
+  fprintf(out, "  order: forward, layer l computes while layers up to l+%d are gathered; backward, layer l "
+               "%sruns backward while layers down to l-%d are gathered (again), then its gradient is "
+               "reduce-scattered\n", ch->prefetch, ch->ac == AC_NONE ? "" : "recomputes and ", ch->prefetch);
+}
+
 void report_plan_text(FILE *out, const Plan *p, bool timing) {
   Mem m = {0};
   const Model *md = p->md;
@@ -125,6 +149,7 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
   }
   if (p->feasible) {
     const Cost *k = &c->cost;
+    print_schedule(out, p);
     fprintf(out, "\npredicted step (seconds)\n");
     fprintf(out, "  compute                    %9.3f  (recompute %.3f)\n", k->compute, k->recompute);
     fprintf(out, "  exposed FSDP communication %9.3f  (of %.3f all-gather + reduce-scatter)\n",
