@@ -18,6 +18,9 @@ static const char usage_main[] =
     "  check SPEC            parse and validate the spec\n"
     "  plan SPEC [--json]    print the plan (now: the model accounting) as text or plan.json\n"
     "  compile SPEC [-o DIR] write plan.json and plan.txt to DIR (default generated/NAME/)\n"
+    "  explain SPEC          the chosen plan and the best alternatives, with why each lost\n"
+    "  sweep SPEC --over KEY=V1,V2,... [--over ...] [--csv]\n"
+    "                        the best plan for every point of a grid, one row each\n"
     "  keys                  print the spec reference (every key, type, default) as markdown\n"
     "\n"
     "options of every command:\n"
@@ -39,6 +42,15 @@ static const char *const usage_cmd[][2] = {
     {"compile", "usage: mtc compile SPEC [-o DIR] [--set KEY=VALUE]...\n\n"
                 "Writes DIR/plan.json and DIR/plan.txt (DIR defaults to generated/NAME/).\n"
                 "The generated training program comes with the code generator.\n"},
+    {"explain", "usage: mtc explain SPEC [--set KEY=VALUE]...\n\n"
+                "Prints the chosen plan in one line and the best alternatives: fitting ones with\n"
+                "their predicted step, rejected ones with the tier that overflowed and by how much.\n"},
+    {"sweep", "usage: mtc sweep SPEC --over KEY=V1,V2,... [--over ...] [--csv] [--set KEY=VALUE]...\n\n"
+              "Plans every point of the grid (each --over is one axis) and prints one row per\n"
+              "point: fits, layout, tokens/s per GPU, MFU, HBM and host peaks, step, bottleneck\n"
+              "or why nothing fits. Example:\n"
+              "  mtc sweep specs/europa-1t.yaml --over cluster.nodes=24,48,96,192 \\\n"
+              "            --over training.seq_len=16384,32768,65536,131072\n"},
     {"keys", "usage: mtc keys\n\nPrints every spec key with its type, default and meaning.\n"},
 };
 
@@ -89,9 +101,9 @@ static bool write_text(Diag *d, const char *path, const Plan *p) {
 
 typedef struct {
   const char *cmd, *spec, *out;
-  const char **sets;
-  int nsets;
-  bool json;
+  const char **sets, **overs;
+  int nsets, nover;
+  bool json, csv;
 } Args;
 
 static int run(Args *a) {
@@ -107,6 +119,10 @@ static int run(Args *a) {
     units_fmt_count(t, sizeof t, (double)md->params_total);
     units_fmt_count(ac, sizeof ac, (double)md->params_active);
     printf("%s: ok (%s: %d layers, %s parameters, %s active)\n", a->spec, s->name, md->nlayers, t, ac);
+  } else if (strcmp(a->cmd, "explain") == 0) {
+    Plan *p = plan_search(&mem, md);
+    report_explain(stdout, p);
+    if (!p->feasible) status = EXIT_NO_PLAN;
   } else if (strcmp(a->cmd, "plan") == 0) {
     Plan *p = plan_search(&mem, md);
     if (a->json) {
@@ -149,7 +165,7 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < sizeof usage_cmd / sizeof usage_cmd[0]; i++)
         if (strcmp(argv[2], usage_cmd[i][0]) == 0) return fputs(usage_cmd[i][1], stdout), finish(EXIT_DONE);
       char msg[256];
-      snprintf(msg, sizeof msg, "no help for '%.100s'; expected check, plan, compile or keys", argv[2]);
+      snprintf(msg, sizeof msg, "no help for '%.100s'; expected check, plan, compile, explain, sweep or keys", argv[2]);
       return usage_error(NULL, msg);
     }
     fputs(usage_main, stdout);
@@ -164,7 +180,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, usage_cmd[i][0]) == 0) help = usage_cmd[i][1];
   if (!help) {
     char msg[256];
-    snprintf(msg, sizeof msg, "unknown command '%.100s'; expected check, plan, compile or keys", cmd);
+    snprintf(msg, sizeof msg, "unknown command '%.100s'; expected check, plan, compile, explain, sweep or keys", cmd);
     return usage_error(NULL, msg);
   }
 
@@ -174,10 +190,12 @@ int main(int argc, char **argv) {
   static const struct option opts[] = {
       {"set", required_argument, NULL, LONG + 's'}, {"json", no_argument, NULL, LONG + 'j'},
       {"output", required_argument, NULL, LONG + 'o'}, {"help", no_argument, NULL, LONG + 'h'},
-      {"version", no_argument, NULL, LONG + 'V'}, {NULL, 0, NULL, 0}};
+      {"version", no_argument, NULL, LONG + 'V'}, {"over", required_argument, NULL, LONG + 'O'},
+      {"csv", no_argument, NULL, LONG + 'c'}, {NULL, 0, NULL, 0}};
   Args a = {.cmd = cmd};
   a.sets = calloc((size_t)argc, sizeof *a.sets);
-  if (!a.sets) return EXIT_BAD_INPUT;
+  a.overs = calloc((size_t)argc, sizeof *a.overs);
+  if (!a.sets || !a.overs) return EXIT_BAD_INPUT;
   int status = -1, c;
   opterr = 0;
   optind = 1;
@@ -196,6 +214,14 @@ int main(int argc, char **argv) {
     case 'o':
       if (strcmp(cmd, "compile") != 0) status = usage_error(cmd, "-o applies to 'compile' only");
       a.out = optarg;
+      break;
+    case 'O':
+      if (strcmp(cmd, "sweep") != 0) status = usage_error(cmd, "--over applies to 'sweep' only");
+      a.overs[a.nover++] = optarg;
+      break;
+    case 'c':
+      if (strcmp(cmd, "sweep") != 0) status = usage_error(cmd, "--csv applies to 'sweep' only");
+      a.csv = true;
       break;
     case 'h': fputs(help, stdout); status = EXIT_DONE; break;
     case 'V': printf("mtc %s\n", MTC_VERSION); status = EXIT_DONE; break;
@@ -219,11 +245,15 @@ int main(int argc, char **argv) {
       else spec_print_keys(stdout), status = EXIT_DONE;
     } else if (nargs != 1) {
       status = usage_error(cmd, nargs ? "expected one SPEC file" : "missing SPEC file");
+    } else if (strcmp(cmd, "sweep") == 0) {
+      if (!a.nover) status = usage_error(cmd, "needs at least one --over KEY=V1,V2,...");
+      else status = sweep_run(argv[1 + optind], a.sets, a.nsets, a.overs, a.nover, a.csv);
     } else {
       a.spec = argv[1 + optind];
       status = run(&a);
     }
   }
   free(a.sets);
+  free(a.overs);
   return finish(status);
 }

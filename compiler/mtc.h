@@ -581,6 +581,13 @@ const char *plan_tier_name(Tier t);
 const char *plan_cat_name(ItemCategory c);
 const char *plan_ac_name(CheckpointPolicy p);
 
+/* ------------------------------------------------------------------ sweep.c */
+
+/* `mtc sweep`: for every combination of the overs ("KEY=V1,V2,..."), applied after sets,
+ * the best plan as one row of a table (or CSV). Returns the exit status (2 on bad input). */
+int sweep_run(const char *path, const char *const *sets, int nsets, const char *const *overs,
+              int nover, bool csv);
+
 /* ------------------------------------------------------------------ report.c */
 
 /* `mtc plan` text: the model accounting. */
@@ -591,6 +598,8 @@ void *report_json(const Model *md);
 /* The plan's sections of `mtc plan` text; timing adds the search's wall time (not written
  * to files, which must be deterministic). */
 void report_plan_text(FILE *out, const Plan *p, bool timing);
+/* `mtc explain`: the chosen plan in one line, then the alternatives with why each lost. */
+void report_explain(FILE *out, const Plan *p);
 /* Adds feasible, layout, checkpoint, memory, predicted and search keys to root (a json_t *). */
 void report_plan_json(void *root, const Plan *p, bool timing);
 /* Writes obj to path (or stdout if path is NULL), indented, keys in insertion order. */

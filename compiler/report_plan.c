@@ -180,6 +180,39 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
   mem_free(&m);
 }
 
+void report_explain(FILE *out, const Plan *p) {
+  Mem m = {0};
+  const Candidate *c = &p->best;
+  if (!p->ncandidates) {
+    fprintf(out, "no layout: %s\n", p->advice);
+    mem_free(&m);
+    return;
+  }
+  char a[32];
+  if (p->feasible)
+    fprintf(out, "chosen     %s\n           step %.3f s, %.0f tokens/s per GPU, MFU %.1f%%; bottleneck: %s\n",
+            choice_text(&m, &c->ch), c->cost.step, c->cost.tokens_per_s_per_gpu, 100 * c->cost.mfu,
+            c->cost.bottleneck);
+  else
+    units_fmt_bytes_bin(a, sizeof a, (double)c->over_bytes),
+    fprintf(out, "nothing fits; closest: %s, %s over by %s\nadvice: %s\n", choice_text(&m, &c->ch),
+            plan_tier_name(c->over_tier), a, p->advice);
+  fprintf(out, "\nalternatives (fitting ones by step time, then rejected ones by overage)\n");
+  for (int i = 0; i < p->nalts; i++) {
+    const Candidate *x = &p->alts[i];
+    if (x->fits) {
+      fprintf(out, "  %2d. %s\n      step %.3f s (%+.1f%%), MFU %.1f%%\n", i + 1, choice_text(&m, &x->ch),
+              x->cost.step, p->feasible ? 100 * (x->cost.step / c->cost.step - 1) : 0, 100 * x->cost.mfu);
+    } else {
+      units_fmt_bytes_bin(a, sizeof a, (double)x->over_bytes);
+      fprintf(out, "  %2d. %s\n      rejected: %s over by %s\n", i + 1, choice_text(&m, &x->ch),
+              plan_tier_name(x->over_tier), a);
+    }
+  }
+  fprintf(out, "\n%d candidates evaluated\n", p->ncandidates);
+  mem_free(&m);
+}
+
 static json_t *jint(int64_t v) { return json_integer((json_int_t)v); }
 
 void report_plan_json(void *rootp, const Plan *p, bool timing) {

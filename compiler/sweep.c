@@ -1,0 +1,115 @@
+/* sweep.c — `mtc sweep`: the best plan for every point of a grid of spec values, one row
+ * each ("how many nodes do I need for 128K tokens?"). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mtc.h"
+
+enum { SWEEP_MAX_POINTS = 10000 };
+
+typedef struct {
+  const char *key;
+  char **vals;
+  int n;
+} Axis;
+
+/* Splits "KEY=V1,V2,..." into an axis; false with a message if malformed. */
+static bool parse_over(Mem *m, const char *arg, Axis *ax, Diag *d) {
+  const char *eq = strchr(arg, '=');
+  if (!eq || eq == arg || !eq[1])
+    return diag_error(d, (Loc){0}, "--over '%s' needs KEY=V1,V2,...; expected e.g. --over "
+                                   "cluster.nodes=24,48,96", arg);
+  ax->key = mem_strndup(m, arg, (size_t)(eq - arg));
+  int n = 1;
+  for (const char *c = eq + 1; *c; c++) n += *c == ',';
+  ax->vals = mem_array(m, (size_t)n, sizeof *ax->vals);
+  ax->n = 0;
+  for (const char *p = eq + 1;;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (!len) return diag_error(d, (Loc){0}, "--over '%s' has an empty value; expected V1,V2,...", arg);
+    ax->vals[ax->n++] = mem_strndup(m, p, len);
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return true;
+}
+
+int sweep_run(const char *path, const char *const *sets, int nsets, const char *const *overs,
+              int nover, bool csv) {
+  Mem mem = {0};
+  Diag d = {.mem = &mem};
+  Axis *ax = mem_array(&mem, (size_t)nover + 1, sizeof *ax);
+  int64_t points = 1;
+  for (int i = 0; i < nover; i++) {
+    if (!parse_over(&mem, overs[i], &ax[i], &d)) goto bad;
+    points *= ax[i].n;
+    if (points > SWEEP_MAX_POINTS) {
+      diag_error(&d, (Loc){0}, "the grid has more than %d points; expected fewer --over values", SWEEP_MAX_POINTS);
+      goto bad;
+    }
+  }
+  const char **all = mem_array(&mem, (size_t)(nsets + nover) + 1, sizeof *all);
+  for (int i = 0; i < nsets; i++) all[i] = sets[i];
+  const char *sep = csv ? "," : " ";
+  for (int i = 0; i < nover; i++) printf(csv ? "%s%s" : "%-14s%s", ax[i].key, sep);
+  if (csv)
+    printf("fits,fsdp,dp_replicate,ep,checkpoint,offload,tokens_per_s_per_gpu,mfu,hbm_peak_bytes,host_peak_bytes,step_seconds,bottleneck_or_reason\n");
+  else
+    printf("%-4s %-11s %-3s %-9s %-5s %10s %6s %9s %9s %9s  %s\n", "fits", "fsdp x dp", "ep", "ckpt",
+           "offl", "tok/s/GPU", "MFU", "HBM GiB", "host GiB", "step s", "bottleneck / why not");
+  int *idx = mem_array(&mem, (size_t)nover + 1, sizeof *idx);
+  for (int64_t pt = 0; pt < points; pt++) {
+    Mem m = {0};
+    Diag pd = {.mem = &m};
+    int64_t rest = pt;
+    for (int i = nover - 1; i >= 0; i--) idx[i] = (int)(rest % ax[i].n), rest /= ax[i].n;
+    for (int i = 0; i < nover; i++) all[nsets + i] = mem_printf(&m, "%s=%s", ax[i].key, ax[i].vals[idx[i]]);
+    Spec *s = spec_load(&m, &pd, path, NULL, 0, all, nsets + nover);
+    Model *md = s ? model_build(&m, &pd, s) : NULL;
+    if (!md) {
+      fputs(pd.msg, stderr);
+      mem_free(&m);
+      mem_free(&mem);
+      return EXIT_BAD_INPUT;
+    }
+    Plan *p = plan_search(&m, md);
+    for (int i = 0; i < nover; i++) printf(csv ? "%s%s" : "%-14s%s", ax[i].vals[idx[i]], sep);
+    const Candidate *c = &p->best;
+    const Choice *ch = &c->ch;
+    char why[200] = "";
+    if (!p->feasible && p->ncandidates) {
+      char b[32];
+      units_fmt_bytes_bin(b, sizeof b, (double)c->over_bytes);
+      snprintf(why, sizeof why, "%s over by %s", plan_tier_name(c->over_tier), b);
+    } else if (!p->feasible) {
+      snprintf(why, sizeof why, "no layout: global_batch %lld is not a multiple of %lld GPUs x micro_batch %lld",
+               (long long)s->training.global_batch, (long long)p->world, (long long)s->training.micro_batch);
+    }
+    if (csv) {
+      printf("%s,%lld,%lld,%lld,%s,%s,%.1f,%.4f,%lld,%lld,%.3f,%s\n", p->feasible ? "yes" : "no",
+             (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep, plan_ac_name(ch->ac),
+             ch->offload == OFF_HOST ? "host" : "none", p->feasible ? c->cost.tokens_per_s_per_gpu : 0,
+             p->feasible ? c->cost.mfu : 0, (long long)c->arena[TIER_HBM], (long long)c->arena[TIER_HOST],
+             p->feasible ? c->cost.step : 0, p->feasible ? c->cost.bottleneck : why);
+    } else {
+      char lay[32];
+      snprintf(lay, sizeof lay, "%lld x %lld", (long long)ch->fsdp, (long long)ch->dp_replicate);
+      if (p->feasible)
+        printf("%-4s %-11s %-3lld %-9s %-5s %10.0f %5.1f%% %9.1f %9.1f %9.2f  %s\n", "yes", lay, (long long)ch->ep,
+               plan_ac_name(ch->ac), ch->offload == OFF_HOST ? "host" : "none", c->cost.tokens_per_s_per_gpu,
+               100 * c->cost.mfu, (double)c->arena[TIER_HBM] / 0x1p30, (double)c->arena[TIER_HOST] / 0x1p30,
+               c->cost.step, c->cost.bottleneck);
+      else
+        printf("%-4s %-11s %-3s %-9s %-5s %10s %6s %9s %9s %9s  %s\n", "no", p->ncandidates ? lay : "-",
+               "-", "-", "-", "-", "-", "-", "-", "-", why);
+    }
+    mem_free(&m);
+  }
+  mem_free(&mem);
+  return EXIT_DONE;
+bad:
+  fputs(d.msg, stderr);
+  mem_free(&mem);
+  return EXIT_BAD_INPUT;
+}
