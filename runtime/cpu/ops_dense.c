@@ -1,0 +1,209 @@
+/* ops_dense.c — cpu ops of the dense path: embedding, RMSNorm, linear layers, RoPE, causal
+ * GQA attention, activations, and the LM head with chunked cross-entropy. */
+#include <math.h>
+#include <string.h>
+
+#include "gemm.h"
+
+void rt_embedding_forward(real *out, const int32_t *tok, const real *wte, int N, int C) {
+  for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, wte + (size_t)tok[n] * C, sizeof(real) * (size_t)C);
+}
+
+void rt_embedding_backward(real *dwte, const real *dout, const int32_t *tok, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    real *d = dwte + (size_t)tok[n] * C;
+    const real *g = dout + (size_t)n * C;
+    for (int c = 0; c < C; c++) d[c] += g[c];
+  }
+}
+
+void rt_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int N, int C, real eps) {
+  for (int n = 0; n < N; n++) {
+    const real *xn = x + (size_t)n * C;
+    real ss = 0;
+    for (int c = 0; c < C; c++) ss += xn[c] * xn[c];
+    real r = 1 / SQRT(ss / (real)C + eps);
+    rstd[n] = r;
+    for (int c = 0; c < C; c++) out[(size_t)n * C + c] = xn[c] * r * w[c];
+  }
+}
+
+/* y = x r w, r = (mean x² + eps)^(-1/2): dx = r (dy w) − x r³ / C · Σ (dy w x). */
+void rt_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
+                         const real *rstd, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    const real *xn = x + (size_t)n * C, *dy = dout + (size_t)n * C;
+    real r = rstd[n], dot = 0;
+    for (int c = 0; c < C; c++) {
+      dot += dy[c] * w[c] * xn[c];
+      if (dw) dw[c] += dy[c] * xn[c] * r;
+    }
+    if (!dx) continue;
+    real k = dot * r * r * r / (real)C;
+    for (int c = 0; c < C; c++) dx[(size_t)n * C + c] += dy[c] * w[c] * r - xn[c] * k;
+  }
+}
+
+void rt_matmul_forward(real *out, const real *x, const real *w, const real *bias, int N, int IC, int OC) {
+  GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1, x, IC, w, IC, 0, out, OC);
+  if (bias)
+    for (int n = 0; n < N; n++)
+      for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+}
+
+void rt_matmul_backward(real *dx, real *dw, real *dbias, const real *dout, const real *x,
+                        const real *w, int N, int IC, int OC) {
+  if (dx) GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1, dout, OC, w, IC, 1, dx, IC);
+  if (dw) GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1, dout, OC, x, IC, 1, dw, IC);
+  if (dbias)
+    for (int n = 0; n < N; n++)
+      for (int o = 0; o < OC; o++) dbias[o] += dout[(size_t)n * OC + o];
+}
+
+/* Rotates each (i, i + hd/2) pair by sign × angle. */
+static void rope(real *x, int B, int T, int H, int hd, real theta, real sign) {
+  int half = hd / 2;
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int i = 0; i < half; i++) {
+        real angle = sign * (real)t * POW(theta, -2 * (real)i / (real)hd);
+        real cs = COS(angle), sn = SIN(angle);
+        for (int h = 0; h < H; h++) {
+          real *p = x + (((size_t)b * T + t) * H + h) * hd;
+          real a = p[i], c = p[i + half];
+          p[i] = a * cs - c * sn;
+          p[i + half] = a * sn + c * cs;
+        }
+      }
+}
+
+void rt_rope_forward(real *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, hd, theta, 1); }
+void rt_rope_backward(real *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, hd, theta, -1); }
+
+static real dot(const real *a, const real *b, int n) {
+  real s = 0;
+  for (int i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+void rt_attention_forward(real *out, real *lse, const real *q, const real *k, const real *v,
+                          int B, int T, int nh, int nkv, int hd) {
+  real scale = 1 / SQRT((real)hd);
+  int group = nh / nkv;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < nh; h++)
+      for (int t = 0; t < T; t++) {
+        const real *qt = q + (((size_t)b * T + t) * nh + h) * hd;
+        real *o = out + (((size_t)b * T + t) * nh + h) * hd;
+        const real *kb = k + ((size_t)b * T * nkv + h / group) * hd;
+        const real *vb = v + ((size_t)b * T * nkv + h / group) * hd;
+        size_t stride = (size_t)nkv * hd;
+        real m = -INFINITY, s = 0;
+        for (int j = 0; j <= t; j++) m = fmax(m, scale * dot(qt, kb + j * stride, hd));
+        for (int j = 0; j <= t; j++) s += EXP(scale * dot(qt, kb + j * stride, hd) - m);
+        real l = m + LOG(s);
+        lse[((size_t)b * nh + h) * T + t] = l;
+        memset(o, 0, sizeof(real) * (size_t)hd);
+        for (int j = 0; j <= t; j++) {
+          real p = EXP(scale * dot(qt, kb + j * stride, hd) - l);
+          for (int d = 0; d < hd; d++) o[d] += p * vb[j * stride + d];
+        }
+      }
+}
+
+/* With P = softmax(S), D_t = Σ dO·O: dS = P (dO·v − D); dq = scale dS k; dk += scale dS q;
+ * dv += P dO (Dao et al., FlashAttention-2, Algorithm 2). */
+void rt_attention_backward(real *dq, real *dk, real *dv, const real *dout, const real *q,
+                           const real *k, const real *v, const real *out, const real *lse,
+                           int B, int T, int nh, int nkv, int hd) {
+  real scale = 1 / SQRT((real)hd);
+  int group = nh / nkv;
+  size_t stride = (size_t)nkv * hd;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < nh; h++)
+      for (int t = 0; t < T; t++) {
+        size_t row = (((size_t)b * T + t) * nh + h) * hd;
+        const real *qt = q + row, *dot_ = dout + row;
+        size_t kv0 = ((size_t)b * T * nkv + h / group) * hd;
+        real l = lse[((size_t)b * nh + h) * T + t], D = dot(dot_, out + row, hd);
+        for (int j = 0; j <= t; j++) {
+          const real *kj = k + kv0 + j * stride, *vj = v + kv0 + j * stride;
+          real p = EXP(scale * dot(qt, kj, hd) - l);
+          real ds = p * (dot(dot_, vj, hd) - D);
+          for (int d = 0; d < hd; d++) {
+            if (dq) dq[row + d] += scale * ds * kj[d];
+            if (dk) dk[kv0 + j * stride + d] += scale * ds * qt[d];
+            if (dv) dv[kv0 + j * stride + d] += p * dot_[d];
+          }
+        }
+      }
+}
+
+static real sigmoid(real x) { return 1 / (1 + EXP(-x)); }
+
+void rt_swiglu_forward(real *h, const real *g, const real *u, int n) {
+  for (int i = 0; i < n; i++) h[i] = g[i] * sigmoid(g[i]) * u[i];
+}
+
+/* silu'(g) = σ(g) (1 + g (1 − σ(g))). */
+void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const real *u, int n) {
+  for (int i = 0; i < n; i++) {
+    real s = sigmoid(g[i]);
+    if (dg) dg[i] += dh[i] * u[i] * s * (1 + g[i] * (1 - s));
+    if (du) du[i] += dh[i] * g[i] * s;
+  }
+}
+
+#define GELU_K 0.7978845608028654 /* sqrt(2/π) */
+
+void rt_gelu_forward(real *h, const real *x, int n) {
+  for (int i = 0; i < n; i++) {
+    real a = x[i];
+    h[i] = (real)0.5 * a * (1 + TANH((real)GELU_K * (a + (real)0.044715 * a * a * a)));
+  }
+}
+
+void rt_gelu_backward(real *dx, const real *dh, const real *x, int n) {
+  for (int i = 0; i < n; i++) {
+    real a = x[i], inner = (real)GELU_K * (a + (real)0.044715 * a * a * a);
+    real th = TANH(inner), sech2 = 1 - th * th;
+    real d = (real)0.5 * (1 + th) + (real)0.5 * a * sech2 * (real)GELU_K * (1 + 3 * (real)0.044715 * a * a);
+    dx[i] += dh[i] * d;
+  }
+}
+
+/* Online log-sum-exp over vocabulary chunks (Milakov & Gimelshein 2018). */
+real rt_lm_head_ce_forward(real *lse, const real *x, const real *w, const int32_t *targets, int N,
+                           int C, int V, int chunk, real *scratch) {
+  real loss = 0;
+  for (int n = 0; n < N; n++) lse[n] = -INFINITY;
+  for (int v0 = 0; v0 < V; v0 += chunk) {
+    int cv = V - v0 < chunk ? V - v0 : chunk;
+    rt_matmul_forward(scratch, x, w + (size_t)v0 * C, NULL, N, C, cv);
+    for (int n = 0; n < N; n++) {
+      const real *row = scratch + (size_t)n * cv;
+      real m = lse[n];
+      for (int j = 0; j < cv; j++) m = fmax(m, row[j]);
+      real s = lse[n] == -INFINITY ? 0 : EXP(lse[n] - m);
+      for (int j = 0; j < cv; j++) s += EXP(row[j] - m);
+      lse[n] = m + LOG(s);
+      if (targets[n] >= v0 && targets[n] < v0 + cv) loss -= row[targets[n] - v0];
+    }
+  }
+  for (int n = 0; n < N; n++) loss += lse[n];
+  return loss / (real)N;
+}
+
+void rt_lm_head_ce_backward(real *dx, real *dw, const real *x, const real *w, const int32_t *targets,
+                            const real *lse, int N, int C, int V, int chunk, real *scratch, real dloss) {
+  real scale = dloss / (real)N;
+  for (int v0 = 0; v0 < V; v0 += chunk) {
+    int cv = V - v0 < chunk ? V - v0 : chunk;
+    rt_matmul_forward(scratch, x, w + (size_t)v0 * C, NULL, N, C, cv);
+    for (int n = 0; n < N; n++) {
+      real *row = scratch + (size_t)n * cv;
+      for (int j = 0; j < cv; j++) row[j] = scale * (EXP(row[j] - lse[n]) - (targets[n] == v0 + j));
+    }
+    rt_matmul_backward(dx, dw ? dw + (size_t)v0 * C : NULL, NULL, scratch, x, w + (size_t)v0 * C, N, C, cv);
+  }
+}

@@ -1,0 +1,177 @@
+/* ops_moe.c — cpu ops of the MoE path: router with top-k, load-balancing loss, token
+ * permutation, gather/combine, and the routed experts' SwiGLU FFNs. */
+#include <math.h>
+#include <string.h>
+
+#include "gemm.h"
+
+static real sigmoid(real x) { return 1 / (1 + EXP(-x)); }
+
+/* The K best of score[0..E) into idx (descending; ties to the lower index). */
+static void top_k(int32_t *idx, const real *score, const real *bias, bool sig, int E, int K) {
+  for (int j = 0; j < K; j++) idx[j] = -1;
+  for (int e = 0; e < E; e++) {
+    real s = sig ? sigmoid(score[e]) : score[e];
+    if (bias) s += bias[e];
+    int j = K;
+    while (j > 0) {
+      int32_t o = idx[j - 1];
+      real so = 0;
+      if (o >= 0) so = (sig ? sigmoid(score[o]) : score[o]) + (bias ? bias[o] : 0);
+      if (o >= 0 && so >= s) break;
+      j--;
+    }
+    if (j == K) continue;
+    memmove(idx + j + 1, idx + j, sizeof *idx * (size_t)(K - j - 1));
+    idx[j] = e;
+  }
+}
+
+void rt_router_forward(int32_t *idx, real *wts, const real *logits, const real *bias, int N, int E,
+                       int K, bool sig) {
+  for (int n = 0; n < N; n++) {
+    const real *l = logits + (size_t)n * E;
+    int32_t *ix = idx + (size_t)n * K;
+    real *w = wts + (size_t)n * K;
+    top_k(ix, l, bias, sig, E, K);
+    real sum = 0;
+    if (sig) {
+      for (int j = 0; j < K; j++) sum += w[j] = sigmoid(l[ix[j]]);
+    } else {
+      real m = l[ix[0]];
+      for (int j = 0; j < K; j++) sum += w[j] = EXP(l[ix[j]] - m);
+    }
+    for (int j = 0; j < K; j++) w[j] /= sum;
+  }
+}
+
+/* Both weightings are w_j = a_j / Σ a: dA_j = (dw_j − Σ_i w_i dw_i) / Σ a; then through
+ * a = exp(l − m) (da/dl = a) or a = σ(l) (da/dl = a (1 − a)). */
+void rt_router_backward(real *dlogits, const real *dwts, const real *logits, const int32_t *idx,
+                        const real *wts, int N, int E, int K, bool sig) {
+  for (int n = 0; n < N; n++) {
+    const real *l = logits + (size_t)n * E, *w = wts + (size_t)n * K, *dw = dwts + (size_t)n * K;
+    const int32_t *ix = idx + (size_t)n * K;
+    real wdw = 0;
+    for (int j = 0; j < K; j++) wdw += w[j] * dw[j];
+    for (int j = 0; j < K; j++) {
+      real g = w[j] * (dw[j] - wdw); /* = a_j dA_j */
+      if (sig) g *= 1 - sigmoid(l[ix[j]]);
+      dlogits[(size_t)n * E + ix[j]] += g;
+    }
+  }
+}
+
+static void softmax_row(real *p, const real *l, int E) {
+  real m = l[0], s = 0;
+  for (int e = 1; e < E; e++) m = fmax(m, l[e]);
+  for (int e = 0; e < E; e++) s += p[e] = EXP(l[e] - m);
+  for (int e = 0; e < E; e++) p[e] /= s;
+}
+
+real rt_aux_loss_forward(const real *logits, const int32_t *idx, int N, int E, int K, real alpha,
+                         real *scratch) {
+  real *p = scratch, *f = scratch + E, *P = scratch + 2 * E, loss = 0;
+  memset(f, 0, sizeof(real) * 2 * (size_t)E);
+  for (int a = 0; a < N * K; a++) f[idx[a]] += (real)1 / (real)(N * K);
+  for (int n = 0; n < N; n++) {
+    softmax_row(p, logits + (size_t)n * E, E);
+    for (int e = 0; e < E; e++) P[e] += p[e] / (real)N;
+  }
+  for (int e = 0; e < E; e++) loss += f[e] * P[e];
+  return alpha * (real)E * loss;
+}
+
+/* dL/dp_{n,e} = alpha E f_e / N; through softmax: dl_e = p_e (g_e − Σ p g). */
+void rt_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx, int N, int E,
+                          int K, real alpha, real dloss, real *scratch) {
+  real *p = scratch, *f = scratch + E;
+  memset(f, 0, sizeof(real) * (size_t)E);
+  for (int a = 0; a < N * K; a++) f[idx[a]] += (real)1 / (real)(N * K);
+  for (int n = 0; n < N; n++) {
+    softmax_row(p, logits + (size_t)n * E, E);
+    real pg = 0;
+    for (int e = 0; e < E; e++) pg += p[e] * f[e];
+    for (int e = 0; e < E; e++)
+      dlogits[(size_t)n * E + e] += dloss * alpha * (real)E / (real)N * p[e] * (f[e] - pg);
+  }
+}
+
+void rt_moe_permute(int32_t *pos, int *offsets, const int32_t *idx, int N, int E, int K) {
+  for (int e = 0; e <= E; e++) offsets[e] = 0;
+  for (int a = 0; a < N * K; a++) offsets[idx[a] + 1]++;
+  for (int e = 0; e < E; e++) offsets[e + 1] += offsets[e];
+  /* stable: within an expert, assignments keep token order; offsets[e] is restored below */
+  for (int a = 0; a < N * K; a++) pos[a] = offsets[idx[a]]++;
+  for (int e = E; e > 0; e--) offsets[e] = offsets[e - 1];
+  offsets[0] = 0;
+}
+
+void rt_moe_gather(real *xp, const real *x, const int32_t *pos, int N, int K, int C) {
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < K; j++)
+      memcpy(xp + (size_t)pos[n * K + j] * C, x + (size_t)n * C, sizeof(real) * (size_t)C);
+}
+
+void rt_moe_gather_backward(real *dx, const real *dxp, const int32_t *pos, int N, int K, int C) {
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < K; j++) {
+      const real *g = dxp + (size_t)pos[n * K + j] * C;
+      for (int c = 0; c < C; c++) dx[(size_t)n * C + c] += g[c];
+    }
+}
+
+void rt_moe_combine(real *y, const real *yp, const real *wts, const int32_t *pos, int N, int K, int C) {
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < K; j++) {
+      const real *r = yp + (size_t)pos[n * K + j] * C;
+      real w = wts[n * K + j];
+      for (int c = 0; c < C; c++) y[(size_t)n * C + c] += w * r[c];
+    }
+}
+
+void rt_moe_combine_backward(real *dyp, real *dwts, const real *dy, const real *yp, const real *wts,
+                             const int32_t *pos, int N, int K, int C) {
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < K; j++) {
+      size_t row = (size_t)pos[n * K + j] * C;
+      const real *g = dy + (size_t)n * C;
+      real w = wts[n * K + j], s = 0;
+      for (int c = 0; c < C; c++) {
+        if (dyp) dyp[row + c] = w * g[c];
+        s += g[c] * yp[row + c];
+      }
+      if (dwts) dwts[n * K + j] += s;
+    }
+}
+
+void rt_experts_forward(real *yp, real *g, real *u, real *h, const real *xp, const real *wg,
+                        const real *wu, const real *wd, const int *offsets, int E, int C, int F) {
+  for (int e = 0; e < E; e++) {
+    int r0 = offsets[e], rows = offsets[e + 1] - r0;
+    if (!rows) continue;
+    size_t ri = (size_t)r0 * F, rc = (size_t)r0 * C, we = (size_t)e * F * C;
+    rt_matmul_forward(g + ri, xp + rc, wg + we, NULL, rows, C, F);
+    rt_matmul_forward(u + ri, xp + rc, wu + we, NULL, rows, C, F);
+    rt_swiglu_forward(h + ri, g + ri, u + ri, rows * F);
+    rt_matmul_forward(yp + rc, h + ri, wd + we, NULL, rows, F, C);
+  }
+}
+
+void rt_experts_backward(real *dxp, real *dwg, real *dwu, real *dwd, const real *dyp, const real *xp,
+                         const real *g, const real *u, const real *h, const real *wg, const real *wu,
+                         const real *wd, const int *offsets, int E, int C, int F, real *dh, real *dg,
+                         real *du) {
+  for (int e = 0; e < E; e++) {
+    int r0 = offsets[e], rows = offsets[e + 1] - r0;
+    if (!rows) continue;
+    size_t ri = (size_t)r0 * F, rc = (size_t)r0 * C, we = (size_t)e * F * C;
+    memset(dh + ri, 0, sizeof(real) * (size_t)rows * F);
+    memset(dg + ri, 0, sizeof(real) * (size_t)rows * F);
+    memset(du + ri, 0, sizeof(real) * (size_t)rows * F);
+    rt_matmul_backward(dh + ri, dwd ? dwd + we : NULL, NULL, dyp + rc, h + ri, wd + we, rows, F, C);
+    rt_swiglu_backward(dg + ri, du + ri, dh + ri, g + ri, u + ri, rows * F);
+    rt_matmul_backward(dxp ? dxp + rc : NULL, dwg ? dwg + we : NULL, NULL, dg + ri, xp + rc, wg + we, rows, C, F);
+    rt_matmul_backward(dxp ? dxp + rc : NULL, dwu ? dwu + we : NULL, NULL, du + ri, xp + rc, wu + we, rows, C, F);
+  }
+}

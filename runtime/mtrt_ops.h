@@ -1,0 +1,114 @@
+/*
+ * mtrt_ops.h — libmtrt's cpu ops: forward and backward of every op of mtc's model graph,
+ * the cpu backend's numerical reference (the cuda backend is checked against it).
+ *
+ * Compute type `real`: float, or double when built with MTRT_REAL_DOUBLE (gradient checks).
+ * Row-major tensors; shape comments use N tokens (= B sequences × T positions), C hidden,
+ * V vocabulary, nh query heads, nkv KV heads, hd head size, E experts, K top_k, F an FFN
+ * width (not I: <complex.h>, which cblas.h includes, defines I). GEMMs go through CBLAS (OpenBLAS).
+ *
+ * Conventions (as llm.c): forward functions overwrite their outputs; backward functions
+ * ADD into every gradient they are given (parameter gradients accumulate over micro-batches,
+ * input gradients over branches), and skip any gradient pointer that is NULL.
+ * Ops never allocate: callers pass every buffer (the plan sizes them).
+ */
+#ifndef MTRT_OPS_H
+#define MTRT_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef MTRT_REAL_DOUBLE
+typedef double real;
+#else
+typedef float real;
+#endif
+
+/* out (N,C) = wte[tok[n]] with wte (V,C). Token ids must be in [0, V) (the data loader checks). */
+void rt_embedding_forward(real *out, const int32_t *tok, const real *wte, int N, int C);
+void rt_embedding_backward(real *dwte, const real *dout, const int32_t *tok, int N, int C);
+
+/* RMSNorm (Zhang & Sennrich 2019): out = x / sqrt(mean(x²) + eps) ⊙ w. x, out (N,C); w (C);
+ * rstd (N) saved for backward. */
+void rt_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int N, int C, real eps);
+void rt_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
+                         const real *rstd, int N, int C);
+
+/* A linear layer, nn.Linear layout: out (N,OC) = x (N,IC) · wᵀ + bias, w (OC,IC), bias (OC) or
+ * NULL. */
+void rt_matmul_forward(real *out, const real *x, const real *w, const real *bias, int N, int IC, int OC);
+void rt_matmul_backward(real *dx, real *dw, real *dbias, const real *dout, const real *x,
+                        const real *w, int N, int IC, int OC);
+
+/* RoPE (Su et al. 2021) in the half-split layout of Llama/GPT-NeoX: channel i pairs with
+ * i + hd/2, angle = position × theta^(−2i/hd). x (B,T,H,hd), rotated in place; backward
+ * rotates the gradient back in place. hd must be even. */
+void rt_rope_forward(real *x, int B, int T, int H, int hd, real theta);
+void rt_rope_backward(real *dx, int B, int T, int H, int hd, real theta);
+
+/* Causal grouped-query attention, softmax(q kᵀ / sqrt(hd)) v with query head h reading KV head
+ * h / (nh / nkv). q, out (B,T,nh,hd); k, v (B,T,nkv,hd); lse (B,nh,T) the log-sum-exp of
+ * each score row, saved for backward (O(T) memory: scores are recomputed, never stored). */
+void rt_attention_forward(real *out, real *lse, const real *q, const real *k, const real *v,
+                          int B, int T, int nh, int nkv, int hd);
+void rt_attention_backward(real *dq, real *dk, real *dv, const real *dout, const real *q,
+                           const real *k, const real *v, const real *out, const real *lse,
+                           int B, int T, int nh, int nkv, int hd);
+
+/* SwiGLU (Shazeer 2020): h = silu(g) ⊙ u; g, u, h (n elements). */
+void rt_swiglu_forward(real *h, const real *g, const real *u, int n);
+void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const real *u, int n);
+/* GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); n elements. */
+void rt_gelu_forward(real *h, const real *x, int n);
+void rt_gelu_backward(real *dx, const real *dh, const real *x, int n);
+
+/* Router over E experts from logits (N,E): picks K experts per token and their weights.
+ *   softmax: scores are the logits; weights = softmax over the K selected (Mixtral).
+ *   sigmoid: scores s = sigmoid(logits); weights = s / Σ selected s (DeepSeek-V3).
+ * The K largest score + bias are selected; bias (E), or NULL, only selects (DeepSeek-V3's
+ * auxiliary-loss-free balancing). idx, wts (N,K); ties go to the lower expert index. */
+void rt_router_forward(int32_t *idx, real *wts, const real *logits, const real *bias, int N, int E,
+                       int K, bool sigmoid);
+/* dlogits (N,E) += the gradient through the weights (selection is not differentiable). */
+void rt_router_backward(real *dlogits, const real *dwts, const real *logits, const int32_t *idx,
+                        const real *wts, int N, int E, int K, bool sigmoid);
+/* Switch-Transformer load-balancing loss (Fedus et al. 2021): alpha · E · Σ_e f_e · P_e,
+ * f_e = fraction of the N·K assignments to expert e (no gradient), P_e = mean over tokens of
+ * softmax(logits)_e. Returns the loss; backward adds its gradient (times dloss) to dlogits. */
+real rt_aux_loss_forward(const real *logits, const int32_t *idx, int N, int E, int K, real alpha,
+                         real *scratch /* 3E */);
+void rt_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx, int N, int E,
+                          int K, real alpha, real dloss, real *scratch /* 2E */);
+
+/* Token permutation for the experts: pos (N,K) is the row of assignment (n, j) in the permuted
+ * order (by expert, then token); offsets (E+1) the first row of each expert. */
+void rt_moe_permute(int32_t *pos, int *offsets, const int32_t *idx, int N, int E, int K);
+/* xp (N·K, C): xp[pos[n,j]] = x[n]; backward adds the K copies' gradients into dx. */
+void rt_moe_gather(real *xp, const real *x, const int32_t *pos, int N, int K, int C);
+void rt_moe_gather_backward(real *dx, const real *dxp, const int32_t *pos, int N, int K, int C);
+/* y (N,C) += Σ_j wts[n,j] · yp[pos[n,j]]; backward: dyp (set, N·K rows) and dwts (added). */
+void rt_moe_combine(real *y, const real *yp, const real *wts, const int32_t *pos, int N, int K, int C);
+void rt_moe_combine_backward(real *dyp, real *dwts, const real *dy, const real *yp, const real *wts,
+                             const int32_t *pos, int N, int K, int C);
+
+/* The routed experts, SwiGLU FFNs on the permuted rows: rows [offsets[e], offsets[e+1]) of xp
+ * (N·K, C) go through expert e: yp = (silu(xp wgₑᵀ) ⊙ xp wuₑᵀ) wdₑᵀ with wg, wu (E,F,C) and
+ * wd (E,C,F). g, u, h (N·K, F) are saved for backward. */
+void rt_experts_forward(real *yp, real *g, real *u, real *h, const real *xp, const real *wg,
+                        const real *wu, const real *wd, const int *offsets, int E, int C, int F);
+/* dh, dg, du: scratch of (N·K, F) each. */
+void rt_experts_backward(real *dxp, real *dwg, real *dwu, real *dwd, const real *dyp, const real *xp,
+                         const real *g, const real *u, const real *h, const real *wg, const real *wu,
+                         const real *wd, const int *offsets, int E, int C, int F, real *dh, real *dg,
+                         real *du);
+
+/* LM head and cross-entropy over vocabulary chunks of `chunk` columns, never (N,V) logits:
+ * logits = x (N,C) · wᵀ with w (V,C). Returns the mean loss over the N tokens and saves
+ * lse (N). scratch holds (N, chunk). */
+real rt_lm_head_ce_forward(real *lse, const real *x, const real *w, const int32_t *targets, int N,
+                           int C, int V, int chunk, real *scratch);
+/* Gradients of dloss × mean loss: recomputes each chunk's logits. */
+void rt_lm_head_ce_backward(real *dx, real *dw, const real *x, const real *w, const int32_t *targets,
+                            const real *lse, int N, int C, int V, int chunk, real *scratch, real dloss);
+
+#endif

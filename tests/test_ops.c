@@ -1,0 +1,281 @@
+/* test_ops.c — every cpu op's backward against central finite differences of its forward, in
+ * double: each op's output is reduced to a loss L = Σ out ⊙ R with a fixed random R, and
+ * every input and parameter gradient must match (L(p+h) − L(p−h)) / 2h to 1e-6 relative. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "mtrt_ops.h"
+
+#if !defined(MTRT_REAL_DOUBLE)
+#error "test_ops checks gradients in double: link mtrt_ops_f64"
+#endif
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static double rnd(void) { /* xorshift64*, uniform in [-1, 1) */
+  rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
+  return (double)((rng_state * 2685821657736338717ull) >> 11) / 4503599627370496.0 - 1.0;
+}
+static double *arr(int n) {
+  double *a = calloc((size_t)n, sizeof *a);
+  for (int i = 0; i < n; i++) a[i] = rnd();
+  return a;
+}
+static double *zeros(int n) { return calloc((size_t)n, sizeof(double)); }
+static double sum_prod(const double *a, const double *b, int n) {
+  double s = 0;
+  for (int i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+static double (*loss_fn)(void);
+
+/* Largest relative error of the gradient g of p (n elements) against central differences. */
+static double grad_err(double *p, const double *g, int n) {
+  const double h = 1e-5;
+  double worst = 0;
+  for (int i = 0; i < n; i++) {
+    double s = p[i];
+    p[i] = s + h;
+    double lp = loss_fn();
+    p[i] = s - h;
+    double lm = loss_fn();
+    p[i] = s;
+    double num = (lp - lm) / (2 * h);
+    double err = fabs(num - g[i]) / fmax(1e-2, fmax(fabs(num), fabs(g[i])));
+    if (err > worst) worst = err;
+  }
+  return worst;
+}
+
+#define GRAD_OK(p, g, n)                                                             \
+  do {                                                                               \
+    double e_ = grad_err(p, g, n);                                                   \
+    check_count++;                                                                   \
+    if (!(e_ < 1e-6)) {                                                              \
+      check_failures++;                                                              \
+      fprintf(stderr, "%s:%d: gradient of %s: relative error %.3g\n", __FILE__, __LINE__, #p, e_); \
+    }                                                                                \
+  } while (0)
+
+/* ---- rmsnorm */
+enum { RN = 3, RC = 8 };
+static double *rn_x, *rn_w, *rn_R, rn_out[RN * RC], rn_rstd[RN];
+static double rn_loss(void) {
+  rt_rmsnorm_forward(rn_out, rn_rstd, rn_x, rn_w, RN, RC, 1e-5);
+  return sum_prod(rn_out, rn_R, RN * RC);
+}
+static void test_rmsnorm(void) {
+  rn_x = arr(RN * RC), rn_w = arr(RC), rn_R = arr(RN * RC);
+  double *dx = zeros(RN * RC), *dw = zeros(RC);
+  loss_fn = rn_loss;
+  rn_loss();
+  rt_rmsnorm_backward(dx, dw, rn_R, rn_x, rn_w, rn_rstd, RN, RC);
+  GRAD_OK(rn_x, dx, RN * RC);
+  GRAD_OK(rn_w, dw, RC);
+}
+
+/* ---- matmul with bias */
+enum { MN = 3, MI = 5, MO = 4 };
+static double *mm_x, *mm_w, *mm_b, *mm_R, mm_out[MN * MO];
+static double mm_loss(void) {
+  rt_matmul_forward(mm_out, mm_x, mm_w, mm_b, MN, MI, MO);
+  return sum_prod(mm_out, mm_R, MN * MO);
+}
+static void test_matmul(void) {
+  mm_x = arr(MN * MI), mm_w = arr(MO * MI), mm_b = arr(MO), mm_R = arr(MN * MO);
+  double *dx = zeros(MN * MI), *dw = zeros(MO * MI), *db = zeros(MO);
+  loss_fn = mm_loss;
+  rt_matmul_backward(dx, dw, db, mm_R, mm_x, mm_w, MN, MI, MO);
+  GRAD_OK(mm_x, dx, MN * MI);
+  GRAD_OK(mm_w, dw, MO * MI);
+  GRAD_OK(mm_b, db, MO);
+}
+
+/* ---- rope */
+enum { QB = 2, QT = 3, QH = 2, QD = 4 };
+static double *rp_x, *rp_R, rp_tmp[QB * QT * QH * QD];
+static double rp_loss(void) {
+  memcpy(rp_tmp, rp_x, sizeof rp_tmp);
+  rt_rope_forward(rp_tmp, QB, QT, QH, QD, 10000);
+  return sum_prod(rp_tmp, rp_R, QB * QT * QH * QD);
+}
+static void test_rope(void) {
+  int n = QB * QT * QH * QD;
+  rp_x = arr(n), rp_R = arr(n);
+  double *dx = zeros(n);
+  memcpy(dx, rp_R, sizeof(double) * (size_t)n);
+  rt_rope_backward(dx, QB, QT, QH, QD, 10000);
+  loss_fn = rp_loss;
+  GRAD_OK(rp_x, dx, n);
+}
+
+/* ---- causal GQA attention: 4 query heads over 2 KV heads */
+enum { AB = 2, AT = 4, AH = 4, AKV = 2, AD = 3 };
+static double *at_q, *at_k, *at_v, *at_R, at_out[AB * AT * AH * AD], at_lse[AB * AH * AT];
+static double at_loss(void) {
+  rt_attention_forward(at_out, at_lse, at_q, at_k, at_v, AB, AT, AH, AKV, AD);
+  return sum_prod(at_out, at_R, AB * AT * AH * AD);
+}
+static void test_attention(void) {
+  int nq = AB * AT * AH * AD, nk = AB * AT * AKV * AD;
+  at_q = arr(nq), at_k = arr(nk), at_v = arr(nk), at_R = arr(nq);
+  double *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
+  loss_fn = at_loss;
+  at_loss();
+  rt_attention_backward(dq, dk, dv, at_R, at_q, at_k, at_v, at_out, at_lse, AB, AT, AH, AKV, AD);
+  GRAD_OK(at_q, dq, nq);
+  GRAD_OK(at_k, dk, nk);
+  GRAD_OK(at_v, dv, nk);
+  /* causal: the first position sees only itself, so its output is its own value */
+  for (int d = 0; d < AD; d++) CHECK(fabs(at_out[d] - at_v[d]) < 1e-12);
+}
+
+/* ---- activations */
+enum { SN = 10 };
+static double *sw_g, *sw_u, *sw_R, sw_h[SN];
+static double sw_loss(void) {
+  rt_swiglu_forward(sw_h, sw_g, sw_u, SN);
+  return sum_prod(sw_h, sw_R, SN);
+}
+static double gl_h[SN];
+static double gl_loss(void) {
+  rt_gelu_forward(gl_h, sw_g, SN);
+  return sum_prod(gl_h, sw_R, SN);
+}
+static void test_activations(void) {
+  sw_g = arr(SN), sw_u = arr(SN), sw_R = arr(SN);
+  double *dg = zeros(SN), *du = zeros(SN), *dx = zeros(SN);
+  loss_fn = sw_loss;
+  rt_swiglu_backward(dg, du, sw_R, sw_g, sw_u, SN);
+  GRAD_OK(sw_g, dg, SN);
+  GRAD_OK(sw_u, du, SN);
+  loss_fn = gl_loss;
+  rt_gelu_backward(dx, sw_R, sw_g, SN);
+  GRAD_OK(sw_g, dx, SN);
+}
+
+/* ---- router (both kinds) and the load-balancing loss */
+enum { RTN = 5, RTE = 6, RTK = 2 };
+static double *ro_l, *ro_R, *ro_bias, ro_w[RTN * RTK], ro_scratch[3 * RTE];
+static int32_t ro_idx[RTN * RTK];
+static bool ro_sig;
+static double ro_loss(void) {
+  int32_t idx[RTN * RTK];
+  rt_router_forward(idx, ro_w, ro_l, ro_bias, RTN, RTE, RTK, ro_sig);
+  if (memcmp(idx, ro_idx, sizeof idx) != 0) fprintf(stderr, "router: selection changed under h\n");
+  return sum_prod(ro_w, ro_R, RTN * RTK);
+}
+static double aux_loss(void) { return rt_aux_loss_forward(ro_l, ro_idx, RTN, RTE, RTK, 0.01, ro_scratch); }
+static void test_router(void) {
+  ro_l = arr(RTN * RTE), ro_R = arr(RTN * RTK), ro_bias = arr(RTE);
+  for (int sig = 0; sig < 2; sig++) {
+    ro_sig = sig;
+    double *dl = zeros(RTN * RTE);
+    rt_router_forward(ro_idx, ro_w, ro_l, sig ? ro_bias : NULL, RTN, RTE, RTK, sig);
+    double *bias = ro_bias;
+    if (!sig) ro_bias = NULL;
+    loss_fn = ro_loss;
+    rt_router_backward(dl, ro_R, ro_l, ro_idx, ro_w, RTN, RTE, RTK, sig);
+    GRAD_OK(ro_l, dl, RTN * RTE);
+    ro_bias = bias;
+    /* weights of a token sum to 1; the selected scores are the K best */
+    for (int n = 0; n < RTN; n++) CHECK(fabs(ro_w[n * RTK] + ro_w[n * RTK + 1] - 1) < 1e-12);
+  }
+  double *dl = zeros(RTN * RTE);
+  loss_fn = aux_loss;
+  rt_aux_loss_backward(dl, ro_l, ro_idx, RTN, RTE, RTK, 0.01, 1, ro_scratch);
+  GRAD_OK(ro_l, dl, RTN * RTE);
+  /* perfectly balanced routing with uniform probabilities gives alpha */
+  double flat[4 * 4] = {0};
+  int32_t idx[4] = {0, 1, 2, 3};
+  CHECK(fabs(rt_aux_loss_forward(flat, idx, 4, 4, 1, 0.01, ro_scratch) - 0.01) < 1e-15);
+}
+
+/* ---- the MoE path: permute, gather, experts, combine (x, routing weights, expert weights) */
+enum { XN = 4, XC = 5, XE = 3, XK = 2, XF = 4 };
+static double *mx_x, *mx_wts, *mx_wg, *mx_wu, *mx_wd, *mx_R;
+static int32_t mx_idx[XN * XK] = {0, 2, 1, 2, 2, 0, 1, 0}, mx_pos[XN * XK];
+static int mx_off[XE + 1];
+static double mx_xp[XN * XK * XC], mx_g[XN * XK * XF], mx_u[XN * XK * XF], mx_h[XN * XK * XF],
+    mx_yp[XN * XK * XC], mx_y[XN * XC];
+static double mx_loss(void) {
+  rt_moe_gather(mx_xp, mx_x, mx_pos, XN, XK, XC);
+  rt_experts_forward(mx_yp, mx_g, mx_u, mx_h, mx_xp, mx_wg, mx_wu, mx_wd, mx_off, XE, XC, XF);
+  memset(mx_y, 0, sizeof mx_y);
+  rt_moe_combine(mx_y, mx_yp, mx_wts, mx_pos, XN, XK, XC);
+  return sum_prod(mx_y, mx_R, XN * XC);
+}
+static void test_moe(void) {
+  mx_x = arr(XN * XC), mx_wts = arr(XN * XK), mx_R = arr(XN * XC);
+  mx_wg = arr(XE * XF * XC), mx_wu = arr(XE * XF * XC), mx_wd = arr(XE * XC * XF);
+  rt_moe_permute(mx_pos, mx_off, mx_idx, XN, XE, XK);
+  /* expert 0 has assignments (0,0) (2,1) (3,1); expert 1: (1,0) (3,0); expert 2: the rest */
+  CHECK_EQ(mx_off[1], 3);
+  CHECK_EQ(mx_off[2], 5);
+  CHECK_EQ(mx_off[3], 8);
+  CHECK_EQ(mx_pos[0], 0);
+  CHECK_EQ(mx_pos[5], 1);
+  CHECK_EQ(mx_pos[7], 2);
+  loss_fn = mx_loss;
+  mx_loss();
+  double *dyp = zeros(XN * XK * XC), *dwts = zeros(XN * XK), *dxp = zeros(XN * XK * XC);
+  double *dx = zeros(XN * XC), *dwg = zeros(XE * XF * XC), *dwu = zeros(XE * XF * XC), *dwd = zeros(XE * XC * XF);
+  double *dh = zeros(XN * XK * XF), *dg = zeros(XN * XK * XF), *du = zeros(XN * XK * XF);
+  rt_moe_combine_backward(dyp, dwts, mx_R, mx_yp, mx_wts, mx_pos, XN, XK, XC);
+  rt_experts_backward(dxp, dwg, dwu, dwd, dyp, mx_xp, mx_g, mx_u, mx_h, mx_wg, mx_wu, mx_wd, mx_off,
+                      XE, XC, XF, dh, dg, du);
+  rt_moe_gather_backward(dx, dxp, mx_pos, XN, XK, XC);
+  GRAD_OK(mx_x, dx, XN * XC);
+  GRAD_OK(mx_wts, dwts, XN * XK);
+  GRAD_OK(mx_wg, dwg, XE * XF * XC);
+  GRAD_OK(mx_wu, dwu, XE * XF * XC);
+  GRAD_OK(mx_wd, dwd, XE * XC * XF);
+}
+
+/* ---- embedding and the LM head with chunked cross-entropy (chunks of 4 over 10 words) */
+enum { LN = 3, LC = 4, LV = 10 };
+static double *lm_x, *lm_w, lm_lse[LN], lm_scratch[LN * 4];
+static int32_t lm_t[LN] = {7, 0, 9};
+static double lm_loss(void) { return rt_lm_head_ce_forward(lm_lse, lm_x, lm_w, lm_t, LN, LC, LV, 4, lm_scratch); }
+static double *em_w, *em_R, em_out[LN * LC];
+static double em_loss(void) {
+  rt_embedding_forward(em_out, lm_t, em_w, LN, LC);
+  return sum_prod(em_out, em_R, LN * LC);
+}
+static void test_head(void) {
+  lm_x = arr(LN * LC), lm_w = arr(LV * LC);
+  double *dx = zeros(LN * LC), *dw = zeros(LV * LC);
+  loss_fn = lm_loss;
+  double loss = lm_loss();
+  rt_lm_head_ce_backward(dx, dw, lm_x, lm_w, lm_t, lm_lse, LN, LC, LV, 4, lm_scratch, 1);
+  GRAD_OK(lm_x, dx, LN * LC);
+  GRAD_OK(lm_w, dw, LV * LC);
+  /* the chunked loss equals the loss over whole rows of logits */
+  double ref = 0;
+  for (int n = 0; n < LN; n++) {
+    double z[LV], m = -INFINITY, s = 0;
+    for (int v = 0; v < LV; v++) z[v] = sum_prod(lm_x + n * LC, lm_w + v * LC, LC), m = fmax(m, z[v]);
+    for (int v = 0; v < LV; v++) s += exp(z[v] - m);
+    ref += m + log(s) - z[lm_t[n]];
+  }
+  CHECK(fabs(loss - ref / LN) < 1e-12);
+  em_w = arr(LV * LC), em_R = arr(LN * LC);
+  double *dew = zeros(LV * LC);
+  rt_embedding_backward(dew, em_R, lm_t, LN, LC);
+  loss_fn = em_loss;
+  GRAD_OK(em_w, dew, LV * LC);
+}
+
+int main(void) {
+  test_rmsnorm();
+  test_matmul();
+  test_rope();
+  test_attention();
+  test_activations();
+  test_router();
+  test_moe();
+  test_head();
+  return CHECK_DONE("test_ops");
+}
