@@ -17,12 +17,18 @@ static double rnd(void) { /* xorshift64*, uniform in [-1, 1) */
   rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
   return (double)((rng_state * 2685821657736338717ull) >> 11) / 4503599627370496.0 - 1.0;
 }
-static double *arr(int n) {
+static double *allocs[256]; /* every test array, freed at exit */
+static int nallocs;
+static double *zeros(int n) {
   double *a = calloc((size_t)n, sizeof *a);
+  if (!a || nallocs == 256) abort();
+  return allocs[nallocs++] = a;
+}
+static double *arr(int n) {
+  double *a = zeros(n);
   for (int i = 0; i < n; i++) a[i] = rnd();
   return a;
 }
-static double *zeros(int n) { return calloc((size_t)n, sizeof(double)); }
 static double sum_prod(const double *a, const double *b, int n) {
   double s = 0;
   for (int i = 0; i < n; i++) s += a[i] * b[i];
@@ -277,5 +283,6 @@ int main(void) {
   test_router();
   test_moe();
   test_head();
+  while (nallocs) free(allocs[--nallocs]);
   return CHECK_DONE("test_ops");
 }

@@ -1,0 +1,94 @@
+/* comm_mpi.c — bootstrap and collectives over MPI for the cpu backend. Every MPI call is
+ * checked: a failure prints the host, rank, file, line and MPI's message, then aborts the job
+ * (a collective that fails on one rank would hang the others). */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "mtrt_comm.h"
+
+#define MPI_CHECK(call)                                                                   \
+  do {                                                                                    \
+    int rc_ = (call);                                                                     \
+    if (rc_ != MPI_SUCCESS) mpi_fail(rc_, #call, __FILE__, __LINE__);                     \
+  } while (0)
+
+static void mpi_fail(int rc, const char *call, const char *file, int line) {
+  char msg[MPI_MAX_ERROR_STRING], host[MPI_MAX_PROCESSOR_NAME];
+  int len = 0, hl = 0, rank = -1;
+  MPI_Error_string(rc, msg, &len);
+  MPI_Get_processor_name(host, &hl);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  fprintf(stderr, "%s rank %d: %s:%d: %s failed: %s\n", host, rank, file, line, call, msg);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+/* MPI counts are int: a buffer past INT_MAX floats is split by the callers' plans; refuse it
+ * here rather than truncate. */
+static int count_int(size_t n, const char *what) {
+  if (n > INT_MAX) {
+    fprintf(stderr, "mtrt: %s of %zu floats exceeds MPI's int count\n", what, n);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return (int)n;
+}
+
+int rt_comm_init(RtComm *c, int *argc, char ***argv, int fsdp, int ep, int dp_replicate,
+                 const char *recompile) {
+  int inited = 0;
+  MPI_CHECK(MPI_Initialized(&inited));
+  if (!inited) MPI_CHECK(MPI_Init(argc, argv));
+  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->world));
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
+  int planned = fsdp * dp_replicate;
+  if (c->world != planned || ep < 1 || fsdp % ep != 0) {
+    if (c->rank == 0)
+      fprintf(stderr, "error: this program was planned for %d ranks (fsdp %d x dp_replicate %d, "
+                      "ep %d) but was launched with %d; expected mpirun -np %d, or a plan for %d "
+                      "ranks: %s\n", planned, fsdp, dp_replicate, ep, c->world, planned, c->world,
+              recompile ? recompile : "mtc compile SPEC --set cluster.nodes=...");
+    return -1;
+  }
+  c->fsdp = fsdp, c->ep = ep, c->dp_replicate = dp_replicate;
+  c->replica = c->rank / fsdp;
+  c->fsdp_rank = c->rank % fsdp;
+  c->ep_rank = c->fsdp_rank % ep;
+  c->shard_rank = c->fsdp_rank / ep;
+  int groups_per_replica = fsdp / ep;
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->replica, c->fsdp_rank, &c->fsdp_comm));
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->replica * groups_per_replica + c->shard_rank, c->ep_rank,
+                           &c->ep_comm));
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->replica * ep + c->ep_rank, c->shard_rank, &c->shard_comm));
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->fsdp_rank, c->replica, &c->replicate_comm));
+  return 0;
+}
+
+void rt_comm_finalize(RtComm *c) {
+  if (c->fsdp_comm) {
+    MPI_Comm_free(&c->fsdp_comm);
+    MPI_Comm_free(&c->ep_comm);
+    MPI_Comm_free(&c->shard_comm);
+    MPI_Comm_free(&c->replicate_comm);
+  }
+  MPI_Finalize();
+}
+
+void rt_comm_all_gather(MPI_Comm comm, float *out, const float *in, size_t count) {
+  int n = count_int(count, "all-gather");
+  MPI_CHECK(MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm));
+}
+
+void rt_comm_reduce_scatter(MPI_Comm comm, float *out, const float *in, size_t count) {
+  int n = count_int(count, "reduce-scatter");
+  MPI_CHECK(MPI_Reduce_scatter_block(in, out, n, MPI_FLOAT, MPI_SUM, comm));
+}
+
+void rt_comm_all_reduce(MPI_Comm comm, float *buf, size_t count) {
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, count_int(count, "all-reduce"), MPI_FLOAT, MPI_SUM, comm));
+}
+
+void rt_comm_all_to_all_v(MPI_Comm comm, const float *send, const int *scount, const int *sdispl,
+                          float *recv, const int *rcount, const int *rdispl) {
+  MPI_CHECK(MPI_Alltoallv(send, scount, sdispl, MPI_FLOAT, recv, rcount, rdispl, MPI_FLOAT, comm));
+}
