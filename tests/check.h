@@ -3,6 +3,7 @@
 #ifndef MTC_CHECK_H
 #define MTC_CHECK_H
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 

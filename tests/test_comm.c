@@ -2,7 +2,6 @@
  *   usage: [mpirun -np W] test_comm FSDP EP DP_REPLICATE [--mismatch]
  * With --mismatch, the launch is expected to have the wrong world size: rt_comm_init must
  * refuse it. */
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 

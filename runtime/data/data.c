@@ -1,0 +1,119 @@
+/* data.c — token files memory-mapped, and deterministic per-rank windows over them. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mtrt_data.h"
+
+enum { LLMC_MAGIC = 20240520, LLMC_VERSION = 1, LLMC_HEADER_BYTES = 256 * 4 };
+
+static int fail(char *err, size_t n, const char *path, const char *what) {
+  snprintf(err, n, "%s: %s", path, what);
+  return -1;
+}
+
+int rt_data_open(RtData *d, const char *path, int vocab, int seq_len, char *err, size_t errlen) {
+  memset(d, 0, sizeof *d);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "cannot open: %s; expected a token file (raw text or an llm.c .bin shard)",
+             strerror(errno));
+    return fail(err, errlen, path, msg);
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return fail(err, errlen, path, "not a regular file; expected a token file");
+  }
+  if (st.st_size == 0) {
+    close(fd);
+    return fail(err, errlen, path, "the file is empty; expected tokens to train on");
+  }
+  void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) return fail(err, errlen, path, "cannot map the file into memory");
+  d->map = map, d->map_bytes = (size_t)st.st_size;
+  int32_t head[3] = {0};
+  if (d->map_bytes >= sizeof head) memcpy(head, d->map, sizeof head);
+  if (head[0] == LLMC_MAGIC) {
+    if (head[1] != LLMC_VERSION) {
+      rt_data_close(d);
+      return fail(err, errlen, path, "llm.c shard of an unsupported version; expected version 1 (uint16 tokens)");
+    }
+    if (d->map_bytes < LLMC_HEADER_BYTES || head[2] < 0 ||
+        (d->map_bytes - LLMC_HEADER_BYTES) / 2 < (size_t)head[2]) {
+      rt_data_close(d);
+      return fail(err, errlen, path, "llm.c shard shorter than its header's token count (truncated?)");
+    }
+    d->format = RT_DATA_LLMC;
+    d->tokens = d->map + LLMC_HEADER_BYTES;
+    d->ntokens = head[2];
+    const uint16_t *t = d->tokens;
+    for (int64_t i = 0; i < d->ntokens; i++)
+      if (t[i] >= vocab) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "token %u at position %lld is outside the model's vocabulary of %d",
+                 t[i], (long long)i, vocab);
+        rt_data_close(d);
+        return fail(err, errlen, path, msg);
+      }
+  } else {
+    if (vocab < 256) {
+      rt_data_close(d);
+      return fail(err, errlen, path, "raw bytes need a vocabulary of at least 256; expected an llm.c shard for this model");
+    }
+    d->format = RT_DATA_BYTES;
+    d->tokens = d->map;
+    d->ntokens = (int64_t)d->map_bytes;
+  }
+  if (d->ntokens < (int64_t)seq_len + 1) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "%lld tokens, fewer than one sequence of %d + 1; expected more data",
+             (long long)d->ntokens, seq_len);
+    rt_data_close(d);
+    return fail(err, errlen, path, msg);
+  }
+  return 0;
+}
+
+void rt_data_close(RtData *d) {
+  if (d->map) munmap((void *)d->map, d->map_bytes);
+  memset(d, 0, sizeof *d);
+}
+
+/* splitmix64 (Steele et al. 2014). */
+static uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+static uint64_t gcd(uint64_t a, uint64_t b) { return b ? gcd(b, a % b) : a; }
+
+/* The file is cut into windows of T + 1 tokens at multiples of T (the last token of one is
+ * the first of the next). Sample s of an epoch reads window (a·s + c) mod n, with a coprime to
+ * n: a permutation, so distinct samples read distinct windows until the epoch wraps. */
+void rt_data_batch(const RtData *d, int32_t *inputs, int32_t *targets, int B, int T, int64_t step,
+                   int accum, int micro, int dp_rank, int dp_size, uint64_t seed) {
+  uint64_t n = (uint64_t)(d->ntokens - 1) / (uint64_t)T; /* >= 1: open() checked T + 1 tokens */
+  uint64_t a = mix(seed) % n | 1, c = mix(seed + 1) % n;
+  while (gcd(a, n) != 1) a++;
+  for (int b = 0; b < B; b++) {
+    uint64_t sample = (((uint64_t)step * (uint64_t)accum + (uint64_t)micro) * (uint64_t)dp_size +
+                       (uint64_t)dp_rank) * (uint64_t)B + (uint64_t)b;
+    uint64_t w = (a % n * (sample % n) % n + c) % n; /* n < 2^32 windows keeps this exact */
+    int64_t start = (int64_t)(w * (uint64_t)T);
+    for (int t = 0; t <= T; t++) {
+      int64_t i = start + t;
+      int32_t tok = d->format == RT_DATA_LLMC ? ((const uint16_t *)d->tokens)[i] : ((const uint8_t *)d->tokens)[i];
+      if (t < T) inputs[(size_t)b * T + t] = tok;
+      if (t > 0) targets[(size_t)b * T + t - 1] = tok;
+    }
+  }
+}
