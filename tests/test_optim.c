@@ -1,0 +1,39 @@
+/* test_optim.c — AdamW against a hand computation, the schedule's shape, clipping. */
+#include "check.h"
+#include "mtrt_optim.h"
+
+int main(void) {
+  /* one step from zero moments: m = (1-b1) g, v = (1-b2) g², bias-corrected update = g / |g| */
+  float p[2] = {1.0f, -2.0f}, m[2] = {0}, v[2] = {0}, g[2] = {0.5f, -4.0f};
+  RtAdamW h = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 1};
+  rt_adamw_update(p, m, v, g, 2, 1.0f, &h);
+  CHECK_NEAR(p[0], 1.0 - 0.1 * (1.0 + 0.1 * 1.0), 1e-6);
+  CHECK_NEAR(p[1], -2.0 - 0.1 * (-1.0 + 0.1 * -2.0), 1e-6);
+  CHECK_NEAR(m[0], 0.05, 1e-6);
+  CHECK_NEAR(v[1], 0.05 * 16, 1e-6);
+  /* a second step by hand: m = 0.9 m + 0.1 g, v = 0.95 v + 0.05 g², corrections 1 − b^2 */
+  float p0 = p[0];
+  h.step = 2, h.weight_decay = 0;
+  rt_adamw_update(p, m, v, g, 2, 0.5f, &h); /* grad_scale halves the gradient */
+  double g2 = 0.25, m2 = 0.9 * 0.05 + 0.1 * g2, v2 = 0.95 * (0.05 * 0.25) + 0.05 * g2 * g2;
+  double want = p0 - 0.1 * (m2 / (1 - 0.81)) / (sqrt(v2 / (1 - 0.9025)) + 1e-8);
+  CHECK_NEAR(p[0], want, 1e-5);
+
+  /* schedule: warmup 10 of 100 steps to 1e-3, cosine to 10% */
+  CHECK_NEAR(rt_lr_at(0, 100, 10, 1e-3f, 0.1f), 1e-4, 1e-6);
+  CHECK_NEAR(rt_lr_at(9, 100, 10, 1e-3f, 0.1f), 1e-3, 1e-6);
+  CHECK_NEAR(rt_lr_at(10, 100, 10, 1e-3f, 0.1f), 1e-3, 1e-6);
+  CHECK_NEAR(rt_lr_at(99, 100, 10, 1e-3f, 0.1f), 1e-4, 1e-5);
+  CHECK_NEAR(rt_lr_at(54, 100, 10, 1e-3f, 0.1f), 1e-3 * (0.1 + 0.9 * 0.5 * (1 + cos(M_PI * 44.0 / 89.0))), 1e-5);
+  for (int s = 10; s < 99; s++) CHECK(rt_lr_at(s + 1, 100, 10, 1e-3f, 0.1f) <= rt_lr_at(s, 100, 10, 1e-3f, 0.1f));
+
+  /* clipping */
+  float gg[3] = {3, 4, 0};
+  double norm = sqrt(rt_sum_squares(gg, 3));
+  CHECK_NEAR(norm, 5.0, 1e-12);
+  CHECK_NEAR(rt_clip_scale(norm, 1.0f), 0.2, 1e-6);
+  CHECK(rt_clip_scale(norm, 10.0f) == 1.0f);
+  CHECK(rt_clip_scale(norm, 0.0f) == 1.0f);
+  CHECK(rt_clip_scale(NAN, 1.0f) == 1.0f); /* a non-finite norm is the guard rails' business */
+  return CHECK_DONE("test_optim");
+}
