@@ -183,6 +183,9 @@ static bool check_plan(Diag *d, Spec *s) {
     if (vals[i] != 1)
       FAIL(unsupported[i], "%s = %lld is not supported yet; expected 1 (mtc lays runs out "
            "with FSDP, EP and data parallelism)", unsupported[i], (long long)vals[i]);
+  if (p->offload_activations == OFF_NVME && !c->nvme.present)
+    FAIL("plan.offload_activations", "offload to nvme, but the cluster has no NVMe tier; expected "
+         "a cluster.nvme section (capacity, bandwidth) or offload_activations: host");
   int64_t world = c->nodes * c->gpus_per_node;
   if (p->fsdp && world % p->fsdp != 0)
     FAIL("plan.fsdp", "fsdp %lld does not divide the %lld GPUs; expected a divisor of "

@@ -100,6 +100,9 @@ void cost_step(const Model *md, Candidate *c) {
   double *comm_b = mem_array(&m, (size_t)L, sizeof(double)), *comp_b = mem_array(&m, (size_t)L, sizeof(double));
   double compute = 0, recompute = 0, a2a = 0, comm_total = 0, offload = 0;
   double c2c = cl->links.c2c * e->c2c, boundary = 2.0 * (double)s->model.hidden * T;
+  /* offloaded boundaries travel over NVLink-C2C to host memory, or to NVMe at its bandwidth
+   * (through host memory: the slower of the two) */
+  double off_bw = ch->offload == OFF_NVME ? fmin(c2c, cl->nvme.bandwidth) : c2c;
   for (int l = 0; l < L; l++) {
     LayerTime t;
     cost_layer(md, ch, l, &t);
@@ -111,8 +114,8 @@ void cost_step(const Model *md, Candidate *c) {
     recompute += t.recompute;
     a2a += t.a2a_fwd + t.a2a_bwd;
     comm_total += 2 * t.ag + t.rs;
-    if (ch->offload == OFF_HOST) { /* copy out after forward, back before backward */
-      double copy = boundary / c2c;
+    if (ch->offload != OFF_NONE) { /* copy out after forward, back before backward */
+      double copy = boundary / off_bw;
       offload += fmax(0, copy - t.fwd) + fmax(0, copy - t.bwd - t.recompute);
     }
   }

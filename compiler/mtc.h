@@ -159,7 +159,7 @@ typedef enum { LB_AUX_LOSS, LB_AUX_FREE } LoadBalance;                  /* ORDER
 typedef enum { OPT_MUON, OPT_ADAMW } Optimizer;                         /* ORDER opt_names */
 typedef enum { WIRE_BF16, WIRE_FP32 } WireDtype;                        /* ORDER wire_names */
 typedef enum { AC_AUTO, AC_NONE, AC_SELECTIVE, AC_FULL } CheckpointPolicy; /* ORDER ac_names */
-typedef enum { OFF_AUTO, OFF_NONE, OFF_HOST } OffloadPolicy;            /* ORDER off_names */
+typedef enum { OFF_AUTO, OFF_NONE, OFF_HOST, OFF_NVME } OffloadPolicy;  /* ORDER off_names */
 
 /* Every struct below mirrors one section of the spec; spec.c's tables name each field's key,
  * type, default and range. Counts are plain integers; sizes are bytes, rates bytes/s,
@@ -479,7 +479,7 @@ typedef struct {
   int64_t efsdp;            /* ranks an expert's parameters are sharded over: fsdp / ep */
   int64_t accum;            /* micro-batches per step: global_batch / (micro_batch × world) */
   CheckpointPolicy ac;      /* none, selective or full */
-  OffloadPolicy offload;    /* none or host: boundary activations */
+  OffloadPolicy offload;    /* none, host or nvme: where boundary activations wait */
   Tier opt_tier;            /* fp32 master weights, gradients and optimizer state */
   bool opt_on_host;         /* optimizer step on the Grace cores (else on the GPU) */
   int prefetch;             /* all-gathers in flight ahead of the computing layer */
@@ -580,6 +580,7 @@ Plan *plan_search(Mem *m, const Model *md);
 const char *plan_tier_name(Tier t);
 const char *plan_cat_name(ItemCategory c);
 const char *plan_ac_name(CheckpointPolicy p);
+const char *plan_offload_name(OffloadPolicy p); /* "none", "host", "nvme" */
 
 /* ------------------------------------------------------------------ sweep.c */
 

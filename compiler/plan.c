@@ -15,10 +15,12 @@ static const char *const cat_names[CAT__COUNT] = {
     "parameters", "gathered parameters", "gradients", "optimizer state", "activations",
     "MoE buffers", "workspace", "reserve"};
 static const char *const ac_names[] = {"auto", "none", "selective", "full"};
+static const char *const offload_names[] = {"auto", "none", "host", "nvme"};
 
 const char *plan_tier_name(Tier t) { return tier_names[t]; }
 const char *plan_cat_name(ItemCategory c) { return cat_names[c]; }
 const char *plan_ac_name(CheckpointPolicy p) { return ac_names[p]; }
+const char *plan_offload_name(OffloadPolicy p) { return offload_names[p]; }
 
 typedef struct {
   Mem *m;
@@ -108,12 +110,13 @@ static void build_items(Items *it, const Model *md) {
          PHASE_LOSS(L), PHASE_OPT(L), "as gathered.params: one layer's gradient before reduce-scatter");
 
   /* activations kept from each layer's forward to its backward */
-  bool off = ch->offload == OFF_HOST;
+  bool off = ch->offload == OFF_HOST || ch->offload == OFF_NVME;
+  Tier off_tier = ch->offload == OFF_NVME ? TIER_NVME : TIER_HOST;
   for (int l = 0; l < L; l++) {
     const Layer *ly = &md->layers[l];
     double kept = kept_per_token(ly, ch->ac) * T;
     const char *what = ch->ac == AC_FULL ? "activations.boundary" : "activations.saved";
-    Tier t = off && ch->ac == AC_FULL ? TIER_HOST : TIER_HBM;
+    Tier t = off && ch->ac == AC_FULL ? off_tier : TIER_HBM;
     item(it, it->c->quick ? what : mem_printf(it->m, "%s[%d]", what, l), CAT_ACTIVATIONS, t, kept, PHASE_FWD(L, l),
          PHASE_BWD(L, l) + 1,
          ch->ac == AC_FULL ? "2 B x hidden x tokens (the layer's input)"
@@ -131,6 +134,10 @@ static void build_items(Items *it, const Model *md) {
     for (int i = 0; i < 2; i++)
       item(it, mem_printf(it->m, "activations.offload_staging[%d]", i), CAT_ACTIVATIONS, TIER_HBM,
            boundary, 1, PHASE_OPT(L), "2 B x hidden x tokens: a boundary in flight to/from host");
+  if (ch->offload == OFF_NVME && ch->ac == AC_FULL) /* NVMe reads and writes go through host memory */
+    for (int i = 0; i < 2; i++)
+      item(it, mem_printf(it->m, "activations.nvme_bounce[%d]", i), CAT_ACTIVATIONS, TIER_HOST, boundary, 1,
+           PHASE_OPT(L), "2 B x hidden x tokens: a boundary between HBM and NVMe");
   if (ch->ac != AC_NONE) /* the forward's live intermediates of one layer */
     item(it, "activations.forward_layer", CAT_ACTIVATIONS, TIER_HBM, widest, 1, PHASE_LOSS(L),
          "all saved bytes per token of the widest layer x tokens (freed per layer)");

@@ -28,7 +28,7 @@ static const char *choice_text(Mem *m, const Choice *ch) {
   return mem_printf(m, "fsdp %lld x dp %lld, ep %lld, %s checkpointing%s, optimizer state in %s%s, prefetch %d",
                     (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep,
                     ch->ac == AC_NONE ? "no" : plan_ac_name(ch->ac),
-                    ch->offload == OFF_HOST ? " + boundaries on host" : "",
+                    ch->offload == OFF_HOST ? " + boundaries on host" : ch->offload == OFF_NVME ? " + boundaries on NVMe" : "",
                     plan_tier_name(ch->opt_tier), ch->opt_on_host ? " (step on host CPU)" : "",
                     ch->prefetch);
 }
@@ -237,10 +237,10 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
 
   int64_t T = s->training.micro_batch * s->training.seq_len, offloaded = 0;
   for (int i = 0; i < c->nitems; i++)
-    if (c->items[i].cat == CAT_ACTIVATIONS && c->items[i].tier == TIER_HOST) offloaded += c->items[i].bytes;
+    if (c->items[i].cat == CAT_ACTIVATIONS && c->items[i].tier != TIER_HBM) offloaded += c->items[i].bytes;
   json_t *ck = json_object();
   json_object_set_new(ck, "policy", json_string(plan_ac_name(ch->ac)));
-  json_object_set_new(ck, "offload", json_string(ch->offload == OFF_HOST ? "host" : "none"));
+  json_object_set_new(ck, "offload", json_string(plan_offload_name(ch->offload)));
   json_object_set_new(ck, "boundary_bytes_per_gpu", jint(2 * s->model.hidden * T * md->nlayers));
   json_object_set_new(ck, "offloaded_bytes_per_gpu", jint(offloaded));
   json_object_set_new(root, "checkpoint", ck);

@@ -106,9 +106,10 @@ static void search_once(const Model *md, Found *f) {
       if (ep_max % ep || fsdp % ep || (pin->ep && ep != pin->ep)) continue;
       for (int a = 0; a < 3; a++) {
         if (pin->activation_checkpoint != AC_AUTO && acs[a] != pin->activation_checkpoint) continue;
-        for (int off = OFF_NONE; off <= OFF_HOST; off++) {
+        for (int off = OFF_NONE; off <= OFF_NVME; off++) {
           if (pin->offload_activations != OFF_AUTO && off != (int)pin->offload_activations) continue;
-          if (off == OFF_HOST && acs[a] != AC_FULL) continue; /* offload moves layer boundaries */
+          if (off != OFF_NONE && acs[a] != AC_FULL) continue; /* offload moves layer boundaries */
+          if (off == OFF_NVME && !s->cluster.nvme.present) continue;
           for (int o = 0; o < 3; o++)
             for (int depth = 1; depth <= 2; depth++) {
               Choice ch = {fsdp, ep, W / fsdp, fsdp / ep, s->training.global_batch / per_step,
@@ -183,7 +184,8 @@ static const char *advise(Mem *m, const Model *md) {
     if (g.feasible)
       out = mem_printf(m, "%s%sunpinned, the search finds fsdp %lld, ep %lld, %s checkpointing%s", out,
                        out[0] ? "; " : "", (long long)g.best.ch.fsdp, (long long)g.best.ch.ep,
-                       plan_ac_name(g.best.ch.ac), g.best.ch.offload == OFF_HOST ? " with host offload" : "");
+                       plan_ac_name(g.best.ch.ac), g.best.ch.offload == OFF_NONE ? "" :
+                       g.best.ch.offload == OFF_HOST ? " with host offload" : " with NVMe offload");
   }
   if (out[0]) return out;
   return spent >= ADVICE_BUDGET ? "no tried change fits (the advice search stopped at its budget of 20000 candidates)"

@@ -44,7 +44,7 @@ static const char *const lb_names[] = {"aux_loss", "aux_free", NULL};
 static const char *const opt_names[] = {"muon", "adamw", NULL};
 static const char *const wire_names[] = {"bf16", "fp32", NULL};
 static const char *const ac_names[] = {"auto", "none", "selective", "full", NULL};
-static const char *const off_names[] = {"auto", "none", "host", NULL};
+static const char *const off_names[] = {"auto", "none", "host", "nvme", NULL};
 
 const char *spec_attn_name(AttnKind k) { return attn_names[k]; }
 const char *spec_act_name(Activation a) { return act_names[a]; }
@@ -184,7 +184,7 @@ static const Field plan_fields[] = {
     {"pp", F_INT, O(PlanSpec, pp), "1", 1, 1024, NULL, NULL, "pipeline parallelism (only 1 is supported yet)"},
     {"cp", F_INT, O(PlanSpec, cp), "1", 1, 1024, NULL, NULL, "context parallelism (only 1 is supported yet)"},
     {"activation_checkpoint", F_ENUM, O(PlanSpec, activation_checkpoint), "auto", 0, 0, ac_names, NULL, "none, selective, full or auto"},
-    {"offload_activations", F_ENUM, O(PlanSpec, offload_activations), "auto", 0, 0, off_names, NULL, "none, host or auto"},
+    {"offload_activations", F_ENUM, O(PlanSpec, offload_activations), "auto", 0, 0, off_names, NULL, "where layer-boundary activations wait for backward: none (HBM), host, nvme (needs cluster.nvme) or auto"},
     {"moe_imbalance", F_REAL, O(PlanSpec, moe_imbalance), "1.25", 0, 0, NULL, NULL, "tokens the busiest EP rank receives / the mean: sizes MoE buffers"},
     END};
 

@@ -89,7 +89,7 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
     if (csv) {
       printf("%s,%lld,%lld,%lld,%s,%s,%.1f,%.4f,%lld,%lld,%.3f,%s\n", p->feasible ? "yes" : "no",
              (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep, plan_ac_name(ch->ac),
-             ch->offload == OFF_HOST ? "host" : "none", p->feasible ? c->cost.tokens_per_s_per_gpu : 0,
+             plan_offload_name(ch->offload), p->feasible ? c->cost.tokens_per_s_per_gpu : 0,
              p->feasible ? c->cost.mfu : 0, (long long)c->arena[TIER_HBM], (long long)c->arena[TIER_HOST],
              p->feasible ? c->cost.step : 0, p->feasible ? c->cost.bottleneck : why);
     } else {
@@ -97,7 +97,7 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
       snprintf(lay, sizeof lay, "%lld x %lld", (long long)ch->fsdp, (long long)ch->dp_replicate);
       if (p->feasible)
         printf("%-4s %-11s %-3lld %-9s %-5s %10.0f %5.1f%% %9.1f %9.1f %9.2f  %s\n", "yes", lay, (long long)ch->ep,
-               plan_ac_name(ch->ac), ch->offload == OFF_HOST ? "host" : "none", c->cost.tokens_per_s_per_gpu,
+               plan_ac_name(ch->ac), plan_offload_name(ch->offload), c->cost.tokens_per_s_per_gpu,
                100 * c->cost.mfu, (double)c->arena[TIER_HBM] / 0x1p30, (double)c->arena[TIER_HOST] / 0x1p30,
                c->cost.step, c->cost.bottleneck);
       else

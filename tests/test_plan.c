@@ -167,6 +167,27 @@ static void impossible(void) {
   mem_free(&m);
 }
 
+/* With host memory too small for the boundaries and an NVMe tier, they go to NVMe (through two
+ * host bounce buffers). */
+static void nvme(void) {
+  Mem m = {0};
+  const char *sets[] = {"cluster.host.memory=40GB", "cluster.nvme.capacity=1TB", "cluster.nvme.bandwidth=6GB/s"};
+  Plan *p = plan(&m, "specs/europa-1t.yaml", sets, 3);
+  CHECK(p && p->feasible && p->best.ch.offload == OFF_NVME);
+  if (p && p->feasible) {
+    const Candidate *c = &p->best;
+    CHECK(find(c, "activations.boundary[0]") && find(c, "activations.boundary[0]")->tier == TIER_NVME);
+    CHECK(find(c, "activations.nvme_bounce[1]") && find(c, "activations.nvme_bounce[1]")->tier == TIER_HOST);
+    CHECK_EQ(c->arena[TIER_NVME], 65536LL * 6144 * 2 * 74);
+    check_arena(c);
+  }
+  /* without the NVMe tier the same host does not fit */
+  const char *no[] = {"cluster.host.memory=40GB"};
+  p = plan(&m, "specs/europa-1t.yaml", no, 1);
+  CHECK(p && !p->feasible);
+  mem_free(&m);
+}
+
 /* tiny-moe, pinned: T = 2 x 256 = 512 tokens, P = 3,806,336, fsdp 2, ep 1, full, no offload */
 static void tiny_items_by_hand(void) {
   Mem m = {0};
@@ -215,6 +236,7 @@ int main(int argc, char **argv) {
   placement();
   properties();
   impossible();
+  nvme();
   tiny_items_by_hand();
   return CHECK_DONE("test_plan");
 }
