@@ -39,9 +39,13 @@ static double op_fwd(const Spec *s, const Op *o, double T, double seq) {
   return T * (double)(o->in_bytes + o->out_bytes) / (g->hbm_bandwidth * e->elementwise);
 }
 
+/* Selective keeps the layer's input, the normed inputs and the router's outputs: it rebuilds
+ * q, k, v (their GEMM, qk-norm and RoPE), the attention core and the experts. */
 static bool recomputed(const Op *o, CheckpointPolicy ac) {
   if (ac == AC_FULL) return true;
-  if (ac == AC_SELECTIVE) return o->kind == OP_ATTN_CORE || o->kind == OP_EXPERTS || o->kind == OP_SHARED;
+  if (ac == AC_SELECTIVE)
+    return o->kind == OP_QKV || o->kind == OP_QK_NORM || o->kind == OP_ROPE || o->kind == OP_ATTN_CORE ||
+           o->kind == OP_EXPERTS || o->kind == OP_SHARED;
   return false;
 }
 
@@ -53,7 +57,9 @@ void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   for (int i = ly->first_op; i < ly->first_op + ly->nops; i++) {
     double f = op_fwd(s, &md->ops[i], T, seq);
     t->fwd += f;
-    t->bwd += 2 * f;
+    /* backward: 2x forward, but flash attention's recomputes S and P: 5 GEMMs vs 2 forward,
+     * 2.5x (Dao, FlashAttention-2, 2023, §3.1.2) */
+    t->bwd += (md->ops[i].kind == OP_ATTN_CORE ? 2.5 : 2.0) * f;
     if (recomputed(&md->ops[i], ch->ac)) t->recompute += f;
   }
   if (ly->kind == LAYER_MOE && ch->ep > 1) {
@@ -127,6 +133,12 @@ void cost_step(const Model *md, Candidate *c) {
   double emb_ag = ring(2.0 * (double)(md->by_kind_total[PK_EMBEDDING] + md->by_kind_total[PK_HEAD]),
                        ch->fsdp, group_bw(s, ch->fsdp, 1));
   double pass = simulate(comm_f, comp_f, L, ch->prefetch, &m) + simulate(comm_b, comp_b, L, ch->prefetch, &m);
+  /* gradients kept on host: each micro-batch's reduce-scattered bf16 shard crosses C2C and is
+   * added into the fp32 shard in host memory (read 2 + 4, write 4 bytes per parameter);
+   * counted as exposed offload (conservative: it could overlap the next micro-batch) */
+  double P = (double)md->params_total, shard = P / (double)ch->fsdp;
+  if (ch->opt_tier == TIER_HOST && ch->accum > 1)
+    offload += shard * (2 / c2c + 10 / cl->host.bandwidth);
   double per_micro = pass + edge + emb_ag + offload;
   double A = (double)ch->accum;
   Cost *k = &c->cost;
@@ -140,7 +152,6 @@ void cost_step(const Model *md, Candidate *c) {
   k->comm_total = A * (comm_total + emb_ag);
 
   /* gradients across replicas: ring all-reduce of the shard, between nodes */
-  double P = (double)md->params_total, shard = P / (double)ch->fsdp;
   double wire_b = s->training.grad_reduce_dtype == WIRE_BF16 ? 2 : 4;
   if (ch->dp_replicate > 1)
     k->dp_allreduce = 2 * ring(wire_b * shard, ch->dp_replicate, group_bw(s, ch->dp_replicate, ch->fsdp));

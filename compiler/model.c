@@ -67,7 +67,12 @@ static void param(Cx *c, Op *o, const char *name, ParamKind kind, bool matmul, i
 
 static void save(Cx *c, Op *o, const char *name, int64_t elems, DType t, SaveClass cls) {
   (void)c;
-  o->saved[o->nsaved++] = (Saved){name, elems, t, cls};
+  o->saved[o->nsaved++] = (Saved){name, elems, t, cls, false};
+}
+
+/* Marks the last n saves of o as routed (on the experts' side of the all-to-all). */
+static void routed(Op *o, int n) {
+  for (int i = o->nsaved - n; i < o->nsaved; i++) o->saved[i].routed = true;
 }
 
 /* A norm over n channels: weight (and bias with model.bias or LayerNorm's own bias when
@@ -202,6 +207,7 @@ static void dense_mlp(Cx *c, int l) {
   int64_t H = c->s->model.hidden;
   Op *o = new_op(c, OP_MLP, "mlp", l, H, H);
   ffn(c, o, "mlp", PK_MLP, mlp->activation, 0, mlp->intermediate, 1, SAVE_OTHER);
+  c->md->layers[l].ffn_width = mlp->intermediate;
   save(c, o, "xn", H, DT_BF16, SAVE_OTHER);
 }
 
@@ -221,12 +227,17 @@ static void moe_block(Cx *c, int l) {
   new_op(c, OP_DISPATCH, "moe.dispatch", l, H, kH);
   o = new_op(c, OP_EXPERTS, "moe.experts", l, kH, kH);
   ffn(c, o, "moe.experts", PK_ROUTED, moe->activation, E, moe->expert_intermediate, k, SAVE_EXPERT);
-  save(c, o, "x_permuted", kH, DT_BF16, SAVE_EXPERT);
-  save(c, o, "y_permuted", kH, DT_BF16, SAVE_EXPERT); /* combine's weight gradient needs it */
+  save(c, o, "x_permuted", kH, DT_BF16, SAVE_EXPERT); /* = the dispatch all-to-all's receive */
+  routed(o, o->nsaved);
+  /* the experts' outputs back in token order (= the combine all-to-all's receive): the
+   * combine's weight gradient needs them */
+  save(c, o, "y_combined", kH, DT_BF16, SAVE_EXPERT);
+  c->md->layers[l].routed_width = mul(c, k, moe->expert_intermediate);
   if (moe->shared_experts) {
     o = new_op(c, OP_SHARED, "moe.shared_experts", l, H, H);
     ffn(c, o, "moe.shared_experts", PK_SHARED, moe->activation, 0,
         mul(c, moe->shared_experts, moe->shared_intermediate), 1, SAVE_EXPERT);
+    c->md->layers[l].ffn_width = mul(c, moe->shared_experts, moe->shared_intermediate);
   }
   new_op(c, OP_COMBINE, "moe.combine", l, kH, H);
 }
@@ -319,8 +330,9 @@ Model *model_build(Mem *m, Diag *d, const Spec *s) {
       ly->active_params = add(&c, ly->active_params, op->active_params);
       for (int j = 0; j < op->nsaved; j++) {
         const Saved *sv = &op->saved[j];
-        ly->saved_bytes[sv->cls] =
-            add(&c, ly->saved_bytes[sv->cls], mul(&c, sv->elems, model_dtype_bytes(sv->dtype)));
+        int64_t b = mul(&c, sv->elems, model_dtype_bytes(sv->dtype));
+        ly->saved_bytes[sv->cls] = add(&c, ly->saved_bytes[sv->cls], b);
+        if (sv->routed) ly->saved_routed = add(&c, ly->saved_routed, b);
       }
     }
   }

@@ -232,7 +232,8 @@ typedef struct {
 /* Fixed per-GPU memory the plan reserves (bytes). */
 typedef struct {
   bool present;
-  double cuda_context, nccl_buffers, cublas_workspace;
+  double cuda_context, nccl_buffers, cublas_workspace; /* HBM */
+  double host;                                         /* host memory */
 } ReserveSpec;
 
 typedef struct {
@@ -376,6 +377,8 @@ typedef struct {
   int64_t elems;     /* elements per token (routed ones scaled by top_k) */
   DType dtype;
   SaveClass cls;
+  bool routed;       /* lives on the experts' side of the all-to-all: grows with the tokens an
+                        EP rank receives (plan.moe_imbalance) */
 } Saved;
 
 enum { OP_MAX_PARAMS = 16, OP_MAX_SAVED = 6 };
@@ -409,7 +412,10 @@ typedef struct {
   int64_t params;        /* all parameters of the layer */
   int64_t active_params;
   int64_t saved_bytes[4];/* per token, by SaveClass */
+  int64_t saved_routed;  /* per token: the part of saved_bytes[SAVE_EXPERT] that is routed */
   int64_t routed_params; /* of the routed experts (all E of them) */
+  int64_t ffn_width;     /* hidden units per token of the dense MLP or the shared experts */
+  int64_t routed_width;  /* hidden units per token of the routed experts: top_k × width */
 } Layer;
 
 /* The expanded model. ops hold every op in forward order: embedding, the layers, the head. */
@@ -560,6 +566,7 @@ typedef struct {
   int ncandidates;
   double search_seconds;
   const char *advice;/* when infeasible: what would make it fit, computed */
+  const char *hint;  /* when feasible but communication-bound: a faster setting, computed */
   Placement *placement;
 } Plan;
 

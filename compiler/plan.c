@@ -3,6 +3,7 @@
  *
  * Everything is per GPU. T = micro_batch × seq_len tokens per micro-batch; P = parameters;
  * L = layers. Lifetimes are in phases of one step (PHASE_* in mtc.h). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,23 +57,28 @@ static double gathered_bytes(const Model *md, int64_t ep) {
   return 2.0 * best;
 }
 
+/* Expert activations per token, the routed part grown by the imbalance an EP rank sees. */
+static double expert_bytes(const Layer *ly, double imb) {
+  return (double)(ly->saved_bytes[SAVE_EXPERT] - ly->saved_routed) + imb * (double)ly->saved_routed;
+}
+
 /* Bytes per token of everything a layer saves under policy ac (model.c's SaveClass). */
-static double kept_per_token(const Layer *ly, CheckpointPolicy ac) {
+static double kept_per_token(const Layer *ly, CheckpointPolicy ac, double imb) {
   const int64_t *s = ly->saved_bytes;
   switch (ac) {
-  case AC_NONE: return (double)(s[SAVE_BOUNDARY] + s[SAVE_ATTN] + s[SAVE_EXPERT] + s[SAVE_OTHER]);
+  case AC_NONE: return (double)(s[SAVE_BOUNDARY] + s[SAVE_ATTN] + s[SAVE_OTHER]) + expert_bytes(ly, imb);
   case AC_SELECTIVE: return (double)(s[SAVE_BOUNDARY] + s[SAVE_OTHER]);
   default: return (double)s[SAVE_BOUNDARY];
   }
 }
 
 /* What one layer rebuilds during its backward under policy ac, per token. */
-static double recomputed_per_token(const Layer *ly, CheckpointPolicy ac) {
+static double recomputed_per_token(const Layer *ly, CheckpointPolicy ac, double imb) {
   const int64_t *s = ly->saved_bytes;
   switch (ac) {
   case AC_NONE: return 0;
-  case AC_SELECTIVE: return (double)(s[SAVE_ATTN] + s[SAVE_EXPERT]);
-  default: return (double)(s[SAVE_ATTN] + s[SAVE_EXPERT] + s[SAVE_OTHER]);
+  case AC_SELECTIVE: return (double)s[SAVE_ATTN] + expert_bytes(ly, imb);
+  default: return (double)(s[SAVE_ATTN] + s[SAVE_OTHER]) + expert_bytes(ly, imb);
   }
 }
 
@@ -88,8 +94,15 @@ static void build_items(Items *it, const Model *md) {
   const Tier ot = ch->opt_tier;
   const ReserveSpec *r = &s->cluster.reserve;
 
-  /* static state, sharded over the FSDP group (experts: P_e / (ep × fsdp/ep) = P_e / fsdp) */
-  item(it, "params.bf16_shard", CAT_PARAMS, TIER_HBM, 2 * shard, 0, END, "2 B x params / fsdp");
+  /* static state, sharded over the FSDP group (experts: P_e / (ep × fsdp/ep) = P_e / fsdp).
+   * With the fp32 master in HBM the bf16 copy is cast per layer into the all-gather (as
+   * FSDP2 does); with the master on host, a bf16 shard stays in HBM to gather from. */
+  double g = gathered_bytes(md, ch->ep);
+  if (ot == TIER_HOST)
+    item(it, "params.bf16_shard", CAT_PARAMS, TIER_HBM, 2 * shard, 0, END, "2 B x params / fsdp");
+  else
+    item(it, "params.bf16_cast", CAT_PARAMS, TIER_HBM, g / (double)ch->fsdp, 1, PHASE_OPT(L),
+         "gathered.params / fsdp: one layer's shard cast to bf16 for its all-gather");
   item(it, "master.fp32_shard", CAT_OPTIMIZER, ot, 4 * shard, 0, END, "4 B x params / fsdp");
   if (muon)
     item(it, "optimizer.muon_momentum", CAT_OPTIMIZER, ot, 4 * p_muon / (double)ch->fsdp, 0, END,
@@ -101,7 +114,6 @@ static void build_items(Items *it, const Model *md) {
 
   /* per-layer working buffers: a pool of gathered layers (the computing one + prefetch) and
    * two unsharded bf16 gradient buffers (one computing, one in reduce-scatter) */
-  double g = gathered_bytes(md, ch->ep);
   for (int i = 0; i <= ch->prefetch; i++)
     item(it, mem_printf(it->m, "gathered.params[%d]", i), CAT_GATHERED, TIER_HBM, g, 1, PHASE_OPT(L),
          "2 B x (dense params of the largest layer + its routed experts / ep)");
@@ -109,12 +121,14 @@ static void build_items(Items *it, const Model *md) {
     item(it, mem_printf(it->m, "grads.bf16_unsharded[%d]", i), CAT_GRADS, TIER_HBM, g,
          PHASE_LOSS(L), PHASE_OPT(L), "as gathered.params: one layer's gradient before reduce-scatter");
 
-  /* activations kept from each layer's forward to its backward */
+  /* activations kept from each layer's forward to its backward; the experts' side of the
+   * all-to-all receives up to moe_imbalance × the mean tokens when ep > 1 */
+  const double imb = ch->ep > 1 ? s->plan.moe_imbalance : 1.0;
   bool off = ch->offload == OFF_HOST || ch->offload == OFF_NVME;
   Tier off_tier = ch->offload == OFF_NVME ? TIER_NVME : TIER_HOST;
   for (int l = 0; l < L; l++) {
     const Layer *ly = &md->layers[l];
-    double kept = kept_per_token(ly, ch->ac) * T;
+    double kept = kept_per_token(ly, ch->ac, imb) * T;
     const char *what = ch->ac == AC_FULL ? "activations.boundary" : "activations.saved";
     Tier t = off && ch->ac == AC_FULL ? off_tier : TIER_HBM;
     item(it, it->c->quick ? what : mem_printf(it->m, "%s[%d]", what, l), CAT_ACTIVATIONS, t, kept, PHASE_FWD(L, l),
@@ -123,12 +137,14 @@ static void build_items(Items *it, const Model *md) {
                            : "saved bytes per token of the layer (model graph) x tokens");
     it->c->items[it->c->nitems - 1].stacked = true;
   }
-  double boundary = 2 * H * T, widest = 0, rebuilt = 0;
+  double boundary = 2 * H * T, widest = 0, rebuilt = 0, ffn = 0;
   for (int l = 0; l < L; l++) {
     const Layer *ly = &md->layers[l];
-    double all = kept_per_token(ly, AC_NONE) * T, re = recomputed_per_token(ly, ch->ac) * T;
+    double all = kept_per_token(ly, AC_NONE, imb) * T, re = recomputed_per_token(ly, ch->ac, imb) * T;
+    double w = fmax((double)ly->ffn_width, imb * (double)ly->routed_width);
     if (all > widest) widest = all;
     if (re > rebuilt) rebuilt = re;
+    if (w > ffn) ffn = w;
   }
   if (off && ch->ac == AC_FULL)
     for (int i = 0; i < 2; i++)
@@ -147,15 +163,21 @@ static void build_items(Items *it, const Model *md) {
   for (int i = 0; i < 2; i++)
     item(it, mem_printf(it->m, "activations.grad_residual[%d]", i), CAT_ACTIVATIONS, TIER_HBM, boundary,
          PHASE_LOSS(L), PHASE_OPT(L), "2 B x hidden x tokens: gradient of the residual stream in/out");
+  item(it, "activations.grad_ffn", CAT_ACTIVATIONS, TIER_HBM, 3 * 2 * T * ffn, PHASE_LOSS(L) + 1, PHASE_OPT(L),
+       "3 x 2 B x tokens x widest FFN (routed: top_k x width x imbalance): gradients of gate, up, act");
 
-  /* MoE: routed token copies (send and receive for dispatch and for combine when ep > 1) */
+  /* MoE: the receiving sides of both all-to-alls are saved activations (x_permuted, and
+   * y_combined in token order); what remains are the send sides — this rank's token copies
+   * grouped by destination, and the experts' outputs before they go back */
   if (md->n_moe_layers) {
-    const MoeSpec *moe = &s->model.moe;
-    double b = T * (double)moe->top_k * H * 2 * s->plan.moe_imbalance;
-    static const char *const names[] = {"moe.dispatch_send", "moe.dispatch_recv", "moe.combine_send", "moe.combine_recv"};
-    for (int i = 0; i < (ch->ep > 1 ? 4 : 2); i++)
-      item(it, names[i], CAT_MOE, TIER_HBM, b, 1, PHASE_OPT(L),
-           "tokens x top_k x hidden x 2 B x moe_imbalance");
+    double b = T * (double)s->model.moe.top_k * H * 2;
+    if (ch->ep > 1) {
+      item(it, "moe.dispatch_send", CAT_MOE, TIER_HBM, b, 1, PHASE_OPT(L), "tokens x top_k x hidden x 2 B");
+      item(it, "moe.combine_send", CAT_MOE, TIER_HBM, b * imb, 1, PHASE_OPT(L),
+           "tokens x top_k x hidden x 2 B x moe_imbalance (the experts' outputs)");
+    } else {
+      item(it, "moe.expert_out", CAT_MOE, TIER_HBM, b, 1, PHASE_OPT(L), "tokens x top_k x hidden x 2 B");
+    }
   }
 
   /* attention backward accumulates dQ in fp32 (FlashAttention-2/3): O(seq), never O(seq²) */
@@ -167,16 +189,18 @@ static void build_items(Items *it, const Model *md) {
   if (4 * T * chunk > 0x1p30) chunk = (double)(int64_t)(0x1p30 / (4 * T)) + 1;
   item(it, "workspace.logits_chunk", CAT_WORKSPACE, TIER_HBM, 2 * 4 * T * chunk, PHASE_LOSS(L),
        PHASE_LOSS(L) + 1, "2 x 4 B x tokens x vocabulary chunk (<= 1 GiB per buffer)");
-  /* Newton-Schulz on the largest Muon matrix: X, A = X Xᵀ, B and the new X, fp32 */
+  /* Newton-Schulz on the largest Muon matrix in bf16 (as Muon's reference implementation):
+   * X, A = X Xᵀ, B and the new X */
   if (muon) {
     double rr = (double)md->muon_max_rows, cc = (double)md->muon_max_cols;
     item(it, "workspace.newton_schulz", CAT_WORKSPACE, ch->opt_on_host ? TIER_HOST : TIER_HBM,
-         4 * (2 * rr * cc + 2 * rr * rr), PHASE_OPT(L), END, "4 B x (2 r c + 2 r²) of the largest Muon matrix");
+         2 * (2 * rr * cc + 2 * rr * rr), PHASE_OPT(L), END, "2 B x (2 r c + 2 r²) of the largest Muon matrix");
   }
   item(it, "reserve.cuda_context", CAT_RESERVE, TIER_HBM, r->cuda_context, 0, END, "cluster.reserve.cuda_context");
   item(it, "reserve.nccl_buffers", CAT_RESERVE, TIER_HBM, r->nccl_buffers, 0, END, "cluster.reserve.nccl_buffers");
   item(it, "reserve.cublas_workspace", CAT_RESERVE, TIER_HBM, r->cublas_workspace, 0, END,
        "cluster.reserve.cublas_workspace");
+  item(it, "reserve.host", CAT_RESERVE, TIER_HOST, r->host, 0, END, "cluster.reserve.host");
 }
 
 static int by_size_desc(const void *a, const void *b) {

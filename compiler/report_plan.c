@@ -160,6 +160,7 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
     fprintf(out, "  data-parallel all-reduce   %9.3f\n", k->dp_allreduce);
     fprintf(out, "  step                       %9.3f  -> %.0f tokens/s per GPU, MFU %.1f%%; bottleneck: %s\n",
             k->step, k->tokens_per_s_per_gpu, 100 * k->mfu, k->bottleneck);
+    if (p->hint) fprintf(out, "hint: %s\n", p->hint);
   } else {
     units_fmt_bytes_bin(a, sizeof a, (double)c->over_bytes);
     fprintf(out, "\nclosest candidate: %s over by %s\n", plan_tier_name(c->over_tier), a);
@@ -289,6 +290,7 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
     json_object_set_new(br, "optimizer", json_real(k->optimizer));
     json_object_set_new(br, "dp_all_reduce", json_real(k->dp_allreduce));
     json_object_set_new(pr, "breakdown", br);
+    if (p->hint) json_object_set_new(pr, "hint", json_string(p->hint));
     json_object_set_new(root, "predicted", pr);
   } else {
     json_t *why = json_object();

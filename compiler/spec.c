@@ -134,6 +134,7 @@ static const Field reserve_fields[] = {
     {"cuda_context", F_SIZE, O(ReserveSpec, cuda_context), "1 GiB", 0, 0, NULL, NULL, "CUDA context and module images per GPU (assumption)"},
     {"nccl_buffers", F_SIZE, O(ReserveSpec, nccl_buffers), "1 GiB", 0, 0, NULL, NULL, "NCCL channel buffers for the plan's communicators (assumption)"},
     {"cublas_workspace", F_SIZE, O(ReserveSpec, cublas_workspace), "32 MiB", 0, 0, NULL, NULL, "cuBLAS workspace (cuBLAS docs: 32 MiB recommended on Hopper)"},
+    {"host", F_SIZE, O(ReserveSpec, host), "4 GiB", 0, 0, NULL, NULL, "host memory per GPU kept for the OS, the process and pinned staging (assumption)"},
     END};
 
 static const Field nvme_fields[] = {
