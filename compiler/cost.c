@@ -77,21 +77,22 @@ void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   t->rs = wire * t->ag;
 }
 
-/* One pass over the layers in `order`: comm[i] must finish before compute[i] starts, and may
- * start only when buffer i − (depth + 1) is free (its compute done). Returns the pass time. */
-static double simulate(const double *comm, const double *compute, int n, int depth, Mem *m) {
-  double *end = mem_array(m, (size_t)n, sizeof *end);
+/* One pass over n layers in execution order on two streams. Compute of layer i waits for its
+ * all-gather ag[i]; there are depth + 1 gathered buffers, so the all-gather of layer
+ * i + depth + 1 is issued when layer i's compute ends, followed on the same comm stream by
+ * layer i's reduce-scatter rs[i] (backward; rs NULL in forward). Returns the time until both
+ * streams are idle: the last reduce-scatter is exposed. */
+static double simulate(const double *ag, const double *rs, const double *compute, int n, int depth, Mem *m) {
+  double *ready = mem_array(m, (size_t)n, sizeof *ready);
   double comm_free = 0, compute_free = 0;
+  for (int j = 0; j <= depth && j < n; j++) ready[j] = comm_free += ag[j];
   for (int i = 0; i < n; i++) {
-    double start = comm_free;
-    if (i - depth - 1 >= 0 && end[i - depth - 1] > start) start = end[i - depth - 1];
-    double ready = start + comm[i];
-    comm_free = ready;
-    double c0 = ready > compute_free ? ready : compute_free;
-    end[i] = c0 + compute[i];
-    compute_free = end[i];
+    double end = (ready[i] > compute_free ? ready[i] : compute_free) + compute[i];
+    compute_free = end;
+    if (i + depth + 1 < n) ready[i + depth + 1] = comm_free = (comm_free > end ? comm_free : end) + ag[i + depth + 1];
+    if (rs) comm_free = (comm_free > end ? comm_free : end) + rs[i];
   }
-  return compute_free;
+  return comm_free > compute_free ? comm_free : compute_free;
 }
 
 void cost_step(const Model *md, Candidate *c) {
@@ -104,6 +105,7 @@ void cost_step(const Model *md, Candidate *c) {
   Mem m = {0};
   double *comm_f = mem_array(&m, (size_t)L, sizeof(double)), *comp_f = mem_array(&m, (size_t)L, sizeof(double));
   double *comm_b = mem_array(&m, (size_t)L, sizeof(double)), *comp_b = mem_array(&m, (size_t)L, sizeof(double));
+  double *rs_b = mem_array(&m, (size_t)L, sizeof(double));
   double compute = 0, recompute = 0, a2a = 0, comm_total = 0, offload = 0;
   double c2c = cl->links.c2c * e->c2c, boundary = 2.0 * (double)s->model.hidden * T;
   /* offloaded boundaries travel over NVLink-C2C to host memory, or to NVMe at its bandwidth
@@ -114,7 +116,8 @@ void cost_step(const Model *md, Candidate *c) {
     cost_layer(md, ch, l, &t);
     comm_f[l] = t.ag;
     comp_f[l] = t.fwd + t.a2a_fwd;
-    comm_b[L - 1 - l] = t.ag + t.rs; /* FSDP re-gathers for backward, then reduce-scatters */
+    comm_b[L - 1 - l] = t.ag; /* FSDP re-gathers for backward, then reduce-scatters */
+    rs_b[L - 1 - l] = t.rs;
     comp_b[L - 1 - l] = t.bwd + t.recompute + t.a2a_bwd;
     compute += t.fwd + t.bwd + t.recompute;
     recompute += t.recompute;
@@ -130,9 +133,12 @@ void cost_step(const Model *md, Candidate *c) {
   for (int i = 0; i < md->nops; i++)
     if (md->ops[i].layer < 0) edge += 3 * op_fwd(s, &md->ops[i], T, seq);
   compute += edge;
-  double emb_ag = ring(2.0 * (double)(md->by_kind_total[PK_EMBEDDING] + md->by_kind_total[PK_HEAD]),
-                       ch->fsdp, group_bw(s, ch->fsdp, 1));
-  double pass = simulate(comm_f, comp_f, L, ch->prefetch, &m) + simulate(comm_b, comp_b, L, ch->prefetch, &m);
+  /* embedding and LM head: gathered for forward and again for backward, their gradients
+   * reduce-scattered; counted as exposed (they bracket the layer pipeline) */
+  double wire_rs = s->training.grad_reduce_dtype == WIRE_BF16 ? 1.0 : 2.0;
+  double emb_ag = (2 + wire_rs) * ring(2.0 * (double)(md->by_kind_total[PK_EMBEDDING] + md->by_kind_total[PK_HEAD]),
+                                       ch->fsdp, group_bw(s, ch->fsdp, 1));
+  double pass = simulate(comm_f, NULL, comp_f, L, ch->prefetch, &m) + simulate(comm_b, rs_b, comp_b, L, ch->prefetch, &m);
   /* gradients kept on host: each micro-batch's reduce-scattered bf16 shard crosses C2C and is
    * added into the fp32 shard in host memory (read 2 + 4, write 4 bytes per parameter);
    * counted as exposed offload (conservative: it could overlap the next micro-batch) */
