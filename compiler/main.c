@@ -21,6 +21,9 @@ static const char usage_main[] =
     "  explain SPEC          the chosen plan and the best alternatives, with why each lost\n"
     "  sweep SPEC --over KEY=V1,V2,... [--over ...] [--csv]\n"
     "                        the best plan for every point of a grid, one row each\n"
+    "  import-hf CONFIG [-o SPEC]\n"
+    "                        a spec from a Hugging Face config.json (llama, mixtral, qwen2_moe,\n"
+    "                        qwen3_moe, deepseek_v3)\n"
     "  keys                  print the spec reference (every key, type, default) as markdown\n"
     "\n"
     "options of every command:\n"
@@ -51,6 +54,9 @@ static const char *const usage_cmd[][2] = {
               "or why nothing fits. Example:\n"
               "  mtc sweep specs/europa-1t.yaml --over cluster.nodes=24,48,96,192 \\\n"
               "            --over training.seq_len=16384,32768,65536,131072\n"},
+    {"import-hf", "usage: mtc import-hf CONFIG [-o SPEC]\n\n"
+                  "Writes a spec whose model section comes from a Hugging Face config.json (to stdout,\n"
+                  "or to SPEC), with cluster and training sections to edit.\n"},
     {"keys", "usage: mtc keys\n\nPrints every spec key with its type, default and meaning.\n"},
 };
 
@@ -97,6 +103,22 @@ static bool write_text(Diag *d, const char *path, const Plan *p) {
   report_plan_text(f, p, false);
   if (fclose(f) != 0) return diag_error(d, (Loc){0}, "error writing '%s'", path);
   return true;
+}
+
+static int import_cmd(const char *config, const char *out) {
+  Mem mem = {0};
+  Diag d = {.mem = &mem};
+  char *spec = import_hf(&mem, &d, config);
+  int status = EXIT_DONE;
+  if (spec) {
+    FILE *f = out ? fopen(out, "w") : stdout;
+    if (!f) diag_error(&d, (Loc){0}, "cannot write '%s': %s; expected a writable path", out, strerror(errno));
+    else if (fputs(spec, f) == EOF || (out && fclose(f) != 0))
+      diag_error(&d, (Loc){0}, "error writing '%s'", out ? out : "stdout");
+  }
+  if (d.msg) fputs(d.msg, stderr), status = EXIT_BAD_INPUT;
+  mem_free(&mem);
+  return status;
 }
 
 typedef struct {
@@ -165,7 +187,7 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < sizeof usage_cmd / sizeof usage_cmd[0]; i++)
         if (strcmp(argv[2], usage_cmd[i][0]) == 0) return fputs(usage_cmd[i][1], stdout), finish(EXIT_DONE);
       char msg[256];
-      snprintf(msg, sizeof msg, "no help for '%.100s'; expected check, plan, compile, explain, sweep or keys", argv[2]);
+      snprintf(msg, sizeof msg, "no help for '%.100s'; expected check, plan, compile, explain, sweep, import-hf or keys", argv[2]);
       return usage_error(NULL, msg);
     }
     fputs(usage_main, stdout);
@@ -180,7 +202,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, usage_cmd[i][0]) == 0) help = usage_cmd[i][1];
   if (!help) {
     char msg[256];
-    snprintf(msg, sizeof msg, "unknown command '%.100s'; expected check, plan, compile, explain, sweep or keys", cmd);
+    snprintf(msg, sizeof msg, "unknown command '%.100s'; expected check, plan, compile, explain, sweep, import-hf or keys", cmd);
     return usage_error(NULL, msg);
   }
 
@@ -212,7 +234,8 @@ int main(int argc, char **argv) {
       a.json = true;
       break;
     case 'o':
-      if (strcmp(cmd, "compile") != 0) status = usage_error(cmd, "-o applies to 'compile' only");
+      if (strcmp(cmd, "compile") != 0 && strcmp(cmd, "import-hf") != 0)
+        status = usage_error(cmd, "-o applies to 'compile' and 'import-hf' only");
       a.out = optarg;
       break;
     case 'O':
@@ -245,6 +268,8 @@ int main(int argc, char **argv) {
       else spec_print_keys(stdout), status = EXIT_DONE;
     } else if (nargs != 1) {
       status = usage_error(cmd, nargs ? "expected one SPEC file" : "missing SPEC file");
+    } else if (strcmp(cmd, "import-hf") == 0) {
+      status = import_cmd(argv[1 + optind], a.out);
     } else if (strcmp(cmd, "sweep") == 0) {
       if (!a.nover) status = usage_error(cmd, "needs at least one --over KEY=V1,V2,...");
       else status = sweep_run(argv[1 + optind], a.sets, a.nsets, a.overs, a.nover, a.csv);

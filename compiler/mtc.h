@@ -596,6 +596,13 @@ const char *plan_offload_name(OffloadPolicy p); /* "none", "host", "nvme" */
 int sweep_run(const char *path, const char *const *sets, int nsets, const char *const *overs,
               int nover, bool csv);
 
+/* ------------------------------------------------------------------ import_hf.c */
+
+/* A spec (YAML text, arena-owned) from a Hugging Face config.json of a llama, mixtral,
+ * qwen2_moe, qwen3_moe or deepseek_v3 model; NULL with a diagnostic naming the field that is
+ * missing, malformed or unsupported. */
+char *import_hf(Mem *m, Diag *d, const char *path);
+
 /* ------------------------------------------------------------------ report.c */
 
 /* `mtc plan` text: the model accounting. */

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# `mtc import-hf` on a config.json of each supported family (tests/hf/, written from the
+# models' published configs) gives a spec that passes `mtc check` with the parameter counts of
+# the matching example spec (or, for Qwen3-30B-A3B, the published 30.5B total / 3.3B active);
+# bad configs get a clear error naming the field.   usage: import_hf.sh MTC SOURCE_DIR
+set -u
+mtc=$(realpath "$1"); cd "$2" || exit 2
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail=0
+counts() { "$mtc" check "$1" | sed 's/.*layers, //'; }
+for cfg in tests/hf/*.json; do
+  name=$(basename "$cfg" .json)
+  "$mtc" import-hf "$cfg" -o "$tmp/$name.yaml" || { echo "FAIL $name: import"; fail=1; continue; }
+  got=$(counts "$tmp/$name.yaml") || { echo "FAIL $name: the imported spec does not check"; fail=1; continue; }
+  if [ -f "specs/$name.yaml" ]; then want=$(counts "specs/$name.yaml"); else want="30.53 B parameters, 3.35 B active)"; fi
+  [ "$got" = "$want" ] || { echo "FAIL $name: $got, expected $want"; fail=1; }
+done
+expect_err() { # config text, expected message
+  printf '%s' "$1" > "$tmp/bad.json"
+  out=$("$mtc" import-hf "$tmp/bad.json" 2>&1); rc=$?
+  [ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- "$2" || { echo "FAIL: expected exit 2 with '$2', got $rc: $out"; fail=1; }
+}
+expect_err '{"model_type": "gpt2", "n_embd": 768}' "\"model_type\" is 'gpt2', which mtc cannot import yet"
+expect_err '{"model_type": "llama", "hidden_size": 64}' 'missing "num_hidden_layers", required for model_type .llama.'
+expect_err '{"model_type": "llama", "hidden_size": "64"}' '"hidden_size" is not an integer'
+expect_err '{"model_type": "llama",' 'bad.json:1:.*error: not JSON'
+expect_err '{"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "num_experts": 4, "num_experts_per_tok": 1, "moe_intermediate_size": 8, "intermediate_size": 8, "mlp_only_layers": [0]}' '"mlp_only_layers" lists dense layers'
+[ $fail -eq 0 ] && echo "ok: import-hf reproduces the example specs' counts; bad configs refused"
+exit $fail
