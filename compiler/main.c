@@ -21,6 +21,8 @@ static const char usage_main[] =
     "  explain SPEC          the chosen plan and the best alternatives, with why each lost\n"
     "  sweep SPEC --over KEY=V1,V2,... [--over ...] [--csv]\n"
     "                        the best plan for every point of a grid, one row each\n"
+    "  diff A B [--all]      what changes between two plans (plan.json files or specs; --set\n"
+    "                        applies to B): layout, memory items, predicted times\n"
     "  import-hf CONFIG [-o SPEC]\n"
     "                        a spec from a Hugging Face config.json (llama, mixtral, qwen2_moe,\n"
     "                        qwen3_moe, deepseek_v3)\n"
@@ -54,6 +56,12 @@ static const char *const usage_cmd[][2] = {
               "or why nothing fits. Example:\n"
               "  mtc sweep specs/europa-1t.yaml --over cluster.nodes=24,48,96,192 \\\n"
               "            --over training.seq_len=16384,32768,65536,131072\n"},
+    {"diff", "usage: mtc diff A B [--all] [--set KEY=VALUE]...\n\n"
+             "A and B are plan.json files or specs; the --set overrides apply to B, so\n"
+             "  mtc diff s.yaml s.yaml --set training.seq_len=32768\n"
+             "shows what the shorter sequence changes. Prints the rows that differ (--all: every\n"
+             "row): layout, checkpointing, memory per tier and per item (per-layer items summed),\n"
+             "predicted times.\n"},
     {"import-hf", "usage: mtc import-hf CONFIG [-o SPEC]\n\n"
                   "Writes a spec whose model section comes from a Hugging Face config.json (to stdout,\n"
                   "or to SPEC), with cluster and training sections to edit.\n"},
@@ -125,7 +133,7 @@ typedef struct {
   const char *cmd, *spec, *out;
   const char **sets, **overs;
   int nsets, nover;
-  bool json, csv;
+  bool json, csv, all;
 } Args;
 
 static int run(Args *a) {
@@ -187,7 +195,7 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < sizeof usage_cmd / sizeof usage_cmd[0]; i++)
         if (strcmp(argv[2], usage_cmd[i][0]) == 0) return fputs(usage_cmd[i][1], stdout), finish(EXIT_DONE);
       char msg[256];
-      snprintf(msg, sizeof msg, "no help for '%.100s'; expected check, plan, compile, explain, sweep, import-hf or keys", argv[2]);
+      snprintf(msg, sizeof msg, "no help for '%.100s'; expected check, plan, compile, explain, sweep, diff, import-hf or keys", argv[2]);
       return usage_error(NULL, msg);
     }
     fputs(usage_main, stdout);
@@ -202,7 +210,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, usage_cmd[i][0]) == 0) help = usage_cmd[i][1];
   if (!help) {
     char msg[256];
-    snprintf(msg, sizeof msg, "unknown command '%.100s'; expected check, plan, compile, explain, sweep, import-hf or keys", cmd);
+    snprintf(msg, sizeof msg, "unknown command '%.100s'; expected check, plan, compile, explain, sweep, diff, import-hf or keys", cmd);
     return usage_error(NULL, msg);
   }
 
@@ -213,7 +221,7 @@ int main(int argc, char **argv) {
       {"set", required_argument, NULL, LONG + 's'}, {"json", no_argument, NULL, LONG + 'j'},
       {"output", required_argument, NULL, LONG + 'o'}, {"help", no_argument, NULL, LONG + 'h'},
       {"version", no_argument, NULL, LONG + 'V'}, {"over", required_argument, NULL, LONG + 'O'},
-      {"csv", no_argument, NULL, LONG + 'c'}, {NULL, 0, NULL, 0}};
+      {"csv", no_argument, NULL, LONG + 'c'}, {"all", no_argument, NULL, LONG + 'a'}, {NULL, 0, NULL, 0}};
   Args a = {.cmd = cmd};
   a.sets = calloc((size_t)argc, sizeof *a.sets);
   a.overs = calloc((size_t)argc, sizeof *a.overs);
@@ -246,6 +254,10 @@ int main(int argc, char **argv) {
       if (strcmp(cmd, "sweep") != 0) status = usage_error(cmd, "--csv applies to 'sweep' only");
       a.csv = true;
       break;
+    case 'a':
+      if (strcmp(cmd, "diff") != 0) status = usage_error(cmd, "--all applies to 'diff' only");
+      a.all = true;
+      break;
     case 'h': fputs(help, stdout); status = EXIT_DONE; break;
     case 'V': printf("mtc %s\n", MTC_VERSION); status = EXIT_DONE; break;
     case ':':
@@ -266,6 +278,9 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "keys") == 0) {
       if (nargs != 0 || a.nsets) status = usage_error(cmd, "takes no SPEC and no --set");
       else spec_print_keys(stdout), status = EXIT_DONE;
+    } else if (strcmp(cmd, "diff") == 0) {
+      if (nargs != 2) status = usage_error(cmd, "expected two plans or specs, A and B");
+      else status = diff_run(argv[1 + optind], argv[2 + optind], a.sets, a.nsets, a.all);
     } else if (nargs != 1) {
       status = usage_error(cmd, nargs ? "expected one SPEC file" : "missing SPEC file");
     } else if (strcmp(cmd, "import-hf") == 0) {

@@ -596,6 +596,12 @@ const char *plan_offload_name(OffloadPolicy p); /* "none", "host", "nvme" */
 int sweep_run(const char *path, const char *const *sets, int nsets, const char *const *overs,
               int nover, bool csv);
 
+/* ------------------------------------------------------------------ diff.c */
+
+/* `mtc diff A B`: A and B are plan.json files or specs (sets apply to B); prints the rows that
+ * differ (all rows with all). Returns the exit status. */
+int diff_run(const char *a, const char *b, const char *const *sets, int nsets, bool all);
+
 /* ------------------------------------------------------------------ import_hf.c */
 
 /* A spec (YAML text, arena-owned) from a Hugging Face config.json of a llama, mixtral,
