@@ -128,22 +128,26 @@ static void search_once(const Model *md, Found *f) {
  * enormous spec cannot make `mtc plan` take minutes). */
 enum { ADVICE_BUDGET = 20000 };
 
-/* A copy of md whose spec has one value changed, for "what would make it fit"; adds the
- * candidates it tried to *spent. */
+/* The search over md with spec u instead of md's (u changes values that do not change the
+ * model graph); adds the candidates it tried to *spent. */
+static Found search_variant(Mem *m, const Model *md, const Spec *u, int *spent) {
+  Model *copy = mem_alloc(m, sizeof *copy);
+  *copy = *md, copy->spec = u;
+  Found f = {0};
+  f.alts = mem_array(m, MAX_ALTS, sizeof *f.alts);
+  search_once(copy, &f);
+  *spent += f.n;
+  return f;
+}
+
+/* Whether md fits with another node count and sequence length, for "what would make it fit". */
 static bool fits_with(Mem *m, const Model *md, int64_t nodes, int64_t seq, int *spent) {
   Spec *s = mem_alloc(m, sizeof *s);
   *s = *md->spec;
   s->cluster.nodes = nodes;
   s->training.seq_len = seq;
   s->plan.fsdp = s->plan.dp_replicate = 0; /* pins that name the old world size are dropped */
-  Model *copy = mem_alloc(m, sizeof *copy);
-  *copy = *md;
-  copy->spec = s;
-  Found f = {0};
-  f.alts = mem_array(m, MAX_ALTS, sizeof *f.alts);
-  search_once(copy, &f);
-  *spent += f.n;
-  return f.feasible;
+  return search_variant(m, md, s, spent).feasible;
 }
 
 static const char *advise(Mem *m, const Model *md) {
@@ -176,11 +180,7 @@ static const char *advise(Mem *m, const Model *md) {
     *u = *s;
     u->plan.activation_checkpoint = AC_AUTO, u->plan.offload_activations = OFF_AUTO;
     u->plan.fsdp = u->plan.ep = u->plan.dp_replicate = 0;
-    Model *copy = mem_alloc(m, sizeof *copy);
-    *copy = *md, copy->spec = u;
-    Found g = {0};
-    g.alts = mem_array(m, MAX_ALTS, sizeof *g.alts);
-    search_once(copy, &g);
+    Found g = search_variant(m, md, u, &spent);
     if (g.feasible)
       out = mem_printf(m, "%s%sunpinned, the search finds fsdp %lld, ep %lld, %s checkpointing%s", out,
                        out[0] ? "; " : "", (long long)g.best.ch.fsdp, (long long)g.best.ch.ep,
@@ -207,12 +207,7 @@ static const char *micro_batch_hint(Mem *m, const Model *md, const Candidate *be
     Spec *u = mem_alloc(m, sizeof *u);
     *u = *s;
     u->training.micro_batch = mb;
-    Model *copy = mem_alloc(m, sizeof *copy);
-    *copy = *md, copy->spec = u;
-    Found f = {0};
-    f.alts = mem_array(m, MAX_ALTS, sizeof *f.alts);
-    search_once(copy, &f);
-    spent += f.n;
+    Found f = search_variant(m, md, u, &spent);
     if (f.feasible && f.best.cost.step < best_step) best_step = f.best.cost.step, best_mb = mb;
   }
   if (!best_mb) return NULL;
