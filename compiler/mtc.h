@@ -596,6 +596,12 @@ const char *plan_offload_name(OffloadPolicy p); /* "none", "host", "nvme" */
 int sweep_run(const char *path, const char *const *sets, int nsets, const char *const *overs,
               int nover, bool csv);
 
+/* ------------------------------------------------------------------ emit_svg.c */
+
+/* Writes memory.svg for plan p: per tier, the items alive at the fullest phase as a stacked
+ * bar by category against capacity (segments carry data-bytes), and memory over the step. */
+bool emit_memory_svg(Diag *d, const Plan *p, const char *path);
+
 /* ------------------------------------------------------------------ diff.c */
 
 /* `mtc diff A B`: A and B are plan.json files or specs (sets apply to B); prints the rows that

@@ -1,0 +1,110 @@
+/* emit_svg.c — memory.svg: for each memory tier, the items alive at its fullest phase as one
+ * stacked bar by category against the capacity line, and the tier's memory over the phases
+ * of a step. Deterministic (no dates, fixed number formats); every bar segment carries its
+ * bytes in data-bytes so tools and tests can read the picture back. */
+#include <stdio.h>
+#include <string.h>
+
+#include "mtc.h"
+
+/* ORDER ItemCategory */
+static const char *const cat_color[CAT__COUNT] = {"#4e79a7", "#a0cbe8", "#f28e2b", "#e15759",
+                                                  "#59a14f", "#b07aa1", "#9c755f", "#bab0ac"};
+
+enum { W = 960, BAR_X = 170, BAR_W = 700, TIER_H = 250 };
+
+static void esc(FILE *f, const char *s) {
+  for (; *s; s++) {
+    if (*s == '<') fputs("&lt;", f);
+    else if (*s == '>') fputs("&gt;", f);
+    else if (*s == '&') fputs("&amp;", f);
+    else if (*s == '"') fputs("&quot;", f);
+    else fputc(*s, f);
+  }
+}
+
+static void tier(FILE *f, Mem *m, const Plan *p, Tier t, int y0) {
+  const Candidate *c = &p->best;
+  int L = p->md->nlayers, nphase = PHASE_END(L), peak = c->peak_phase[t];
+  double scale_max = (double)(c->capacity[t] > c->live_peak[t] ? c->capacity[t] : c->live_peak[t]);
+  double sx = BAR_W / (scale_max > 0 ? scale_max : 1);
+  char a[32], b[32];
+  units_fmt_bytes_bin(a, sizeof a, (double)c->live_peak[t]);
+  units_fmt_bytes_bin(b, sizeof b, (double)c->capacity[t]);
+  fprintf(f, "<g class=\"tier\" data-tier=\"%s\" data-live-peak=\"%lld\" data-capacity=\"%lld\">\n",
+          plan_tier_name(t), (long long)c->live_peak[t], (long long)c->capacity[t]);
+  fprintf(f, "  <text x=\"20\" y=\"%d\" class=\"h\">%s: %s alive at the fullest phase of %s capacity</text>\n",
+          y0 + 20, plan_tier_name(t), a, b);
+  /* the bar: categories in their order, items of a category side by side */
+  double x = BAR_X;
+  int64_t by_cat[CAT__COUNT] = {0};
+  for (int k = 0; k < CAT__COUNT; k++)
+    for (int i = 0; i < c->nitems; i++) {
+      const MemItem *it = &c->items[i];
+      if (it->tier != t || it->cat != (ItemCategory)k || it->start > peak || it->end <= peak || !it->bytes) continue;
+      double w = (double)it->bytes * sx;
+      fprintf(f, "  <rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"40\" fill=\"%s\" data-bytes=\"%lld\"><title>",
+              x, y0 + 40, w, cat_color[k], (long long)it->bytes);
+      esc(f, it->name);
+      units_fmt_bytes_bin(a, sizeof a, (double)it->bytes);
+      fprintf(f, ": %s</title></rect>\n", a);
+      x += w;
+      by_cat[k] += it->bytes;
+    }
+  double cap_x = BAR_X + (double)c->capacity[t] * sx;
+  fprintf(f, "  <line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" class=\"cap\"/>\n", cap_x, y0 + 32, cap_x, y0 + 88);
+  fprintf(f, "  <text x=\"%.2f\" y=\"%d\" class=\"s\" text-anchor=\"end\">capacity</text>\n", cap_x, y0 + 100);
+  /* legend with category totals */
+  int lx = 20, ly = y0 + 118;
+  for (int k = 0; k < CAT__COUNT; k++) {
+    if (!by_cat[k]) continue;
+    units_fmt_bytes_bin(a, sizeof a, (double)by_cat[k]);
+    fprintf(f, "  <rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" class=\"s\">%s %s</text>\n",
+            lx, ly - 9, cat_color[k], lx + 14, ly, plan_cat_name((ItemCategory)k), a);
+    lx += 190;
+    if (lx > W - 190) lx = 20, ly += 16;
+  }
+  /* memory over the step: live bytes per phase */
+  int gy = ly + 20, gh = y0 + TIER_H - 20 - gy;
+  int64_t *live = mem_array(m, (size_t)nphase + 1, sizeof *live);
+  for (int i = 0; i < c->nitems; i++)
+    if (c->items[i].tier == t) live[c->items[i].start] += c->items[i].bytes, live[c->items[i].end] -= c->items[i].bytes;
+  fprintf(f, "  <text x=\"20\" y=\"%d\" class=\"s\">over the step</text>\n", gy + gh / 2);
+  fprintf(f, "  <polyline class=\"mem\" points=\"");
+  int64_t sum = 0;
+  for (int ph = 0; ph < nphase; ph++) {
+    sum += live[ph];
+    double px = BAR_X + (double)ph * BAR_W / (nphase > 1 ? nphase - 1 : 1);
+    fprintf(f, "%.1f,%.1f ", px, gy + gh - (double)sum * sx * gh / BAR_W);
+  }
+  fprintf(f, "\"/>\n");
+  double cy = gy + gh - (double)c->capacity[t] * sx * gh / BAR_W;
+  fprintf(f, "  <line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" class=\"cap\"/>\n", BAR_X, cy, BAR_X + BAR_W, cy);
+  fprintf(f, "  <text x=\"%d\" y=\"%d\" class=\"s\">forward</text><text x=\"%d\" y=\"%d\" class=\"s\" text-anchor=\"end\">backward, optimizer</text>\n",
+          BAR_X, gy + gh + 14, BAR_X + BAR_W, gy + gh + 14);
+  fprintf(f, "</g>\n");
+}
+
+bool emit_memory_svg(Diag *d, const Plan *p, const char *path) {
+  const Candidate *c = &p->best;
+  int tiers = 0;
+  for (int t = 0; t < TIER__COUNT; t++) tiers += c->nitems && c->live_peak[t] > 0;
+  FILE *f = fopen(path, "w");
+  if (!f) return diag_error(d, (Loc){0}, "cannot write '%s'; expected a writable directory", path);
+  Mem m = {0};
+  int h = 60 + TIER_H * (tiers ? tiers : 1);
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\">\n", W, h, W, h);
+  fprintf(f, "<style>text{font-family:sans-serif;font-size:13px;fill:#222}.h{font-size:15px;font-weight:bold}"
+             ".s{font-size:11px}.cap{stroke:#d62728;stroke-width:2;stroke-dasharray:6 3}"
+             ".mem{fill:none;stroke:#4e79a7;stroke-width:2}</style>\n");
+  fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"20\" y=\"30\" class=\"h\">");
+  esc(f, p->md->spec->name);
+  fprintf(f, ": memory per GPU (%s plan)</text>\n", p->feasible ? "feasible" : "infeasible");
+  int y = 50;
+  for (int t = 0; t < TIER__COUNT; t++)
+    if (c->nitems && c->live_peak[t] > 0) tier(f, &m, p, (Tier)t, y), y += TIER_H;
+  fprintf(f, "</svg>\n");
+  mem_free(&m);
+  if (fclose(f) != 0) return diag_error(d, (Loc){0}, "error writing '%s'", path);
+  return true;
+}
