@@ -9,6 +9,7 @@
  * Overlap: a two-stream simulation per pass — the all-gather of layer i+depth runs while layer
  * i computes, once a gathered buffer is free; the MoE all-to-all runs on the compute stream
  * (exposed). Offload copies overlap compute layer by layer on NVLink-C2C. */
+#include <jansson.h>
 #include <math.h>
 
 #include "mtc.h"
@@ -77,25 +78,63 @@ void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   t->rs = wire * t->ag;
 }
 
+/* Where a simulation records its events for timeline.json (NULL: nowhere). */
+typedef struct {
+  json_t *events; /* Chrome trace events */
+  double t0;      /* seconds: the start of the pass being simulated */
+  const char *what;
+  const int *layer; /* layer of each position of the pass */
+  const double *a2a;/* the all-to-all part of each compute (own track) */
+} Sink;
+
+enum { TR_COMPUTE, TR_COMM, TR_A2A, TR_D2H, TR_H2D, TR_OPT, TR__COUNT };
+static const char *const track_names[TR__COUNT] = {
+    "compute", "communication (FSDP)", "MoE all-to-all (compute stream)", "offload D2H", "offload H2D",
+    "optimizer"};
+
+static void event(json_t *events, int track, const char *name, double start, double dur, int layer) {
+  if (!events || dur <= 0) return;
+  json_t *e = json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i}", "name", name, "cat", track_names[track], "ph", "X",
+                        "ts", start * 1e6, "dur", dur * 1e6, "pid", 0, "tid", track);
+  if (layer >= 0) json_object_set_new(e, "args", json_pack("{s:i}", "layer", layer));
+  json_array_append_new(events, e);
+}
+
 /* One pass over n layers in execution order on two streams. Compute of layer i waits for its
  * all-gather ag[i]; there are depth + 1 gathered buffers, so the all-gather of layer
  * i + depth + 1 is issued when layer i's compute ends, followed on the same comm stream by
  * layer i's reduce-scatter rs[i] (backward; rs NULL in forward). Returns the time until both
  * streams are idle: the last reduce-scatter is exposed. */
-static double simulate(const double *ag, const double *rs, const double *compute, int n, int depth, Mem *m) {
-  double *ready = mem_array(m, (size_t)n, sizeof *ready);
+static double simulate(const double *ag, const double *rs, const double *compute, int n, int depth, Mem *m,
+                       const Sink *sk) {
+  double *ready = mem_array(m, (size_t)n, sizeof *ready), *issued = mem_array(m, (size_t)n, sizeof *issued);
   double comm_free = 0, compute_free = 0;
-  for (int j = 0; j <= depth && j < n; j++) ready[j] = comm_free += ag[j];
+  for (int j = 0; j <= depth && j < n; j++) issued[j] = comm_free, ready[j] = comm_free += ag[j];
   for (int i = 0; i < n; i++) {
-    double end = (ready[i] > compute_free ? ready[i] : compute_free) + compute[i];
+    double start = ready[i] > compute_free ? ready[i] : compute_free, end = start + compute[i];
     compute_free = end;
-    if (i + depth + 1 < n) ready[i + depth + 1] = comm_free = (comm_free > end ? comm_free : end) + ag[i + depth + 1];
-    if (rs) comm_free = (comm_free > end ? comm_free : end) + rs[i];
+    if (i + depth + 1 < n) {
+      issued[i + depth + 1] = comm_free > end ? comm_free : end;
+      ready[i + depth + 1] = comm_free = issued[i + depth + 1] + ag[i + depth + 1];
+    }
+    double rs_start = comm_free > end ? comm_free : end;
+    if (rs) comm_free = rs_start + rs[i];
+    if (sk && sk->events) {
+      int l = sk->layer[i];
+      double a = sk->a2a[i];
+      event(sk->events, TR_COMM, "all-gather", sk->t0 + issued[i], ag[i], l);
+      event(sk->events, TR_COMPUTE, sk->what, sk->t0 + start, compute[i] - a, l);
+      event(sk->events, TR_A2A, "all-to-all", sk->t0 + end - a, a, l);
+      if (rs) event(sk->events, TR_COMM, "reduce-scatter", sk->t0 + rs_start, rs[i], l);
+    }
   }
   return comm_free > compute_free ? comm_free : compute_free;
 }
 
-void cost_step(const Model *md, Candidate *c) {
+void cost_step(const Model *md, Candidate *c) { cost_step_trace(md, c, NULL); }
+
+void cost_step_trace(const Model *md, Candidate *c, void *trace) {
+  json_t *events = trace;
   const Spec *s = md->spec;
   const Choice *ch = &c->ch;
   const ClusterSpec *cl = &s->cluster;
@@ -106,6 +145,9 @@ void cost_step(const Model *md, Candidate *c) {
   double *comm_f = mem_array(&m, (size_t)L, sizeof(double)), *comp_f = mem_array(&m, (size_t)L, sizeof(double));
   double *comm_b = mem_array(&m, (size_t)L, sizeof(double)), *comp_b = mem_array(&m, (size_t)L, sizeof(double));
   double *rs_b = mem_array(&m, (size_t)L, sizeof(double));
+  double *a2a_f = mem_array(&m, (size_t)L, sizeof(double)), *a2a_b = mem_array(&m, (size_t)L, sizeof(double));
+  double *copy_f = mem_array(&m, (size_t)L, sizeof(double));
+  int *order_f = mem_array(&m, (size_t)L, sizeof(int)), *order_b = mem_array(&m, (size_t)L, sizeof(int));
   double compute = 0, recompute = 0, a2a = 0, comm_total = 0, offload = 0;
   double c2c = cl->links.c2c * e->c2c, boundary = 2.0 * (double)s->model.hidden * T;
   /* offloaded boundaries travel over NVLink-C2C to host memory, or to NVMe at its bandwidth
@@ -119,6 +161,8 @@ void cost_step(const Model *md, Candidate *c) {
     comm_b[L - 1 - l] = t.ag; /* FSDP re-gathers for backward, then reduce-scatters */
     rs_b[L - 1 - l] = t.rs;
     comp_b[L - 1 - l] = t.bwd + t.recompute + t.a2a_bwd;
+    a2a_f[l] = t.a2a_fwd, a2a_b[L - 1 - l] = t.a2a_bwd, order_f[l] = l, order_b[L - 1 - l] = l;
+    copy_f[l] = ch->offload != OFF_NONE ? boundary / off_bw : 0;
     compute += t.fwd + t.bwd + t.recompute;
     recompute += t.recompute;
     a2a += t.a2a_fwd + t.a2a_bwd;
@@ -138,7 +182,15 @@ void cost_step(const Model *md, Candidate *c) {
   double wire_rs = s->training.grad_reduce_dtype == WIRE_BF16 ? 1.0 : 2.0;
   double emb_ag = (2 + wire_rs) * ring(2.0 * (double)(md->by_kind_total[PK_EMBEDDING] + md->by_kind_total[PK_HEAD]),
                                        ch->fsdp, group_bw(s, ch->fsdp, 1));
-  double pass = simulate(comm_f, NULL, comp_f, L, ch->prefetch, &m) + simulate(comm_b, rs_b, comp_b, L, ch->prefetch, &m);
+  /* one micro-batch: embedding/head gathers, forward pass, head and loss, backward pass */
+  Sink fwd = {events, emb_ag, "forward", order_f, a2a_f};
+  double pass_f = simulate(comm_f, NULL, comp_f, L, ch->prefetch, &m, &fwd);
+  Sink bwd = {events, emb_ag + pass_f + edge, "backward", order_b, a2a_b};
+  double pass = pass_f + simulate(comm_b, rs_b, comp_b, L, ch->prefetch, &m, &bwd);
+  event(events, TR_COMM, "embedding + LM head gathers, their reduce-scatter", 0, emb_ag, -1);
+  event(events, TR_COMPUTE, "embedding, LM head and loss", emb_ag + pass_f, edge, -1);
+  for (int l = 0; l < L && events; l++) /* boundaries out after each layer's forward (overlapped) */
+    event(events, TR_D2H, "boundary to host", emb_ag + pass_f * (l + 1) / L, copy_f[l], l);
   /* gradients kept on host: each micro-batch's reduce-scattered bf16 shard crosses C2C and is
    * added into the fp32 shard in host memory (read 2 + 4, write 4 bytes per parameter);
    * counted as exposed offload (conservative: it could overlap the next micro-batch) */
@@ -185,6 +237,18 @@ void cost_step(const Model *md, Candidate *c) {
   k->optimizer = opt;
 
   k->step = k->compute + k->exposed_comm + k->a2a + k->exposed_offload + k->optimizer + k->dp_allreduce;
+  if (events) { /* the other micro-batches as one event per track, then the step's tail */
+    double t = per_micro;
+    if (A > 1) {
+      event(events, TR_COMPUTE, "micro-batches 2..N: compute", t, (A - 1) * compute, -1);
+      event(events, TR_A2A, "micro-batches 2..N: all-to-all", t, (A - 1) * a2a, -1);
+      event(events, TR_COMM, "micro-batches 2..N: FSDP collectives", t, (A - 1) * (comm_total + emb_ag), -1);
+      t += (A - 1) * per_micro;
+    }
+    if (offload > 0) event(events, TR_D2H, "exposed offload and host gradient accumulation", t - offload, offload, -1);
+    event(events, TR_COMM, "data-parallel all-reduce", t, k->dp_allreduce, -1);
+    event(events, TR_OPT, ch->opt_on_host ? "optimizer step (host)" : "optimizer step", t + k->dp_allreduce, k->optimizer, -1);
+  }
   double world = (double)(cl->nodes * cl->gpus_per_node);
   k->tokens_per_s_per_gpu = (double)s->training.global_batch * seq / k->step / world;
   k->mfu = md->flops_per_token * k->tokens_per_s_per_gpu / cl->gpu.bf16_flops;

@@ -574,6 +574,11 @@ typedef struct {
 void plan_memory(Mem *m, const Model *md, Candidate *c);
 /* Predicts the step time of candidate c (cost.c). */
 void cost_step(const Model *md, Candidate *c);
+/* The same, also appending the predicted step's events to trace (a json_t array of Chrome
+ * trace events; times in µs): one micro-batch in detail (a track per stream, each op and
+ * collective with its layer), the others as one event per track, then all-reduce and
+ * optimizer. The compute track sums to Cost.compute. */
+void cost_step_trace(const Model *md, Candidate *c, void *trace);
 
 /* One layer's predicted times for one micro-batch, seconds (cost.c). */
 typedef struct {
@@ -601,6 +606,9 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
 /* Writes memory.svg for plan p: per tier, the items alive at the fullest phase as a stacked
  * bar by category against capacity (segments carry data-bytes), and memory over the step. */
 bool emit_memory_svg(Diag *d, const Plan *p, const char *path);
+
+/* Writes timeline.json: the predicted step of p as a Chrome trace (see cost_step_trace). */
+bool emit_timeline(Diag *d, const Plan *p, const char *path);
 
 /* ------------------------------------------------------------------ diff.c */
 
