@@ -85,12 +85,10 @@ static void tier(FILE *f, Mem *m, const Plan *p, Tier t, int y0) {
   fprintf(f, "</g>\n");
 }
 
-bool emit_memory_svg(Diag *d, const Plan *p, const char *path) {
+void emit_memory_svg_to(FILE *f, const Plan *p) {
   const Candidate *c = &p->best;
   int tiers = 0;
   for (int t = 0; t < TIER__COUNT; t++) tiers += c->nitems && c->live_peak[t] > 0;
-  FILE *f = fopen(path, "w");
-  if (!f) return diag_error(d, (Loc){0}, "cannot write '%s'; expected a writable directory", path);
   Mem m = {0};
   int h = 60 + TIER_H * (tiers ? tiers : 1);
   fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\">\n", W, h, W, h);
@@ -105,6 +103,12 @@ bool emit_memory_svg(Diag *d, const Plan *p, const char *path) {
     if (c->nitems && c->live_peak[t] > 0) tier(f, &m, p, (Tier)t, y), y += TIER_H;
   fprintf(f, "</svg>\n");
   mem_free(&m);
+}
+
+bool emit_memory_svg(Diag *d, const Plan *p, const char *path) {
+  FILE *f = fopen(path, "w");
+  if (!f) return diag_error(d, (Loc){0}, "cannot write '%s'; expected a writable directory", path);
+  emit_memory_svg_to(f, p);
   if (fclose(f) != 0) return diag_error(d, (Loc){0}, "error writing '%s'", path);
   return true;
 }

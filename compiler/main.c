@@ -17,7 +17,7 @@ static const char usage_main[] =
     "commands:\n"
     "  check SPEC            parse and validate the spec\n"
     "  plan SPEC [--json]    print the plan (now: the model accounting) as text or plan.json\n"
-    "  compile SPEC [-o DIR] write plan.json, plan.txt, memory.svg, timeline.json to DIR\n"
+    "  compile SPEC [-o DIR] write plan.json, plan.txt, memory.svg, timeline.json, report.html\n"
     "  explain SPEC          the chosen plan and the best alternatives, with why each lost\n"
     "  sweep SPEC --over KEY=V1,V2,... [--over ...] [--csv]\n"
     "                        the best plan for every point of a grid, one row each\n"
@@ -45,8 +45,8 @@ static const char *const usage_cmd[][2] = {
              "by kind, total and active, per-layer weights, training FLOPs per token, saved\n"
              "activations. --json prints plan.json (model.* keys) instead.\n"},
     {"compile", "usage: mtc compile SPEC [-o DIR] [--set KEY=VALUE]...\n\n"
-                "Writes DIR/plan.json, plan.txt, memory.svg and timeline.json (a Chrome trace of\n"
-                "the predicted step). DIR defaults to generated/NAME/.\n"
+                "Writes DIR/plan.json, plan.txt, memory.svg, timeline.json (a Chrome trace of the\n"
+                "predicted step) and report.html (one page). DIR defaults to generated/NAME/.\n"
                 "The generated training program comes with the code generator.\n"},
     {"explain", "usage: mtc explain SPEC [--set KEY=VALUE]...\n\n"
                 "Prints the chosen plan in one line and the best alternatives: fitting ones with\n"
@@ -175,9 +175,10 @@ static int run(Args *a) {
               report_write_json(&d, j, mem_printf(&mem, "%s/plan.json", dir)) &&
               write_text(&d, mem_printf(&mem, "%s/plan.txt", dir), p) &&
               emit_memory_svg(&d, p, mem_printf(&mem, "%s/memory.svg", dir)) &&
-              emit_timeline(&d, p, mem_printf(&mem, "%s/timeline.json", dir));
+              emit_timeline(&d, p, mem_printf(&mem, "%s/timeline.json", dir)) &&
+              emit_report_html(&d, p, mem_printf(&mem, "%s/report.html", dir));
     json_decref(j);
-    if (ok) printf("wrote %s/plan.json, plan.txt, memory.svg and timeline.json%s\n", dir,
+    if (ok) printf("wrote %s/plan.json, plan.txt, memory.svg, timeline.json and report.html%s\n", dir,
                    p->feasible ? "" : " (no feasible plan: see plan.txt)");
     if (!ok) status = EXIT_BAD_INPUT;
     else if (!p->feasible) status = EXIT_NO_PLAN;

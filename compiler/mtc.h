@@ -607,6 +607,10 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
  * bar by category against capacity (segments carry data-bytes), and memory over the step. */
 bool emit_memory_svg(Diag *d, const Plan *p, const char *path);
 
+/* The same picture written to f (report.html inlines it). */
+void emit_memory_svg_to(FILE *f, const Plan *p);
+/* Writes report.html: a self-contained page with the summary, memory picture and plan text. */
+bool emit_report_html(Diag *d, const Plan *p, const char *path);
 /* Writes timeline.json: the predicted step of p as a Chrome trace (see cost_step_trace). */
 bool emit_timeline(Diag *d, const Plan *p, const char *path);
 
