@@ -85,6 +85,7 @@ typedef struct {
   const char *what;
   const int *layer; /* layer of each position of the pass */
   const double *a2a;/* the all-to-all part of each compute (own track) */
+  int *flows;       /* arrows drawn so far (their ids) */
 } Sink;
 
 enum { TR_COMPUTE, TR_COMM, TR_A2A, TR_D2H, TR_H2D, TR_OPT, TR__COUNT };
@@ -100,6 +101,16 @@ static void event(json_t *events, int track, const char *name, double start, dou
   json_array_append_new(events, e);
 }
 
+/* An arrow in the trace from the end of a gather to the compute that waited for it (Chrome
+ * trace flow events: "s" inside the gather's slice, "f" bound to the enclosing compute slice). */
+static void flow(json_t *events, int id, double from, double to) {
+  json_array_append_new(events, json_pack("{s:s, s:s, s:s, s:i, s:f, s:i, s:i}", "name", "waits for", "cat", "dependency",
+                                          "ph", "s", "id", id, "ts", from * 1e6 - 0.5, "pid", 0, "tid", TR_COMM));
+  json_array_append_new(events, json_pack("{s:s, s:s, s:s, s:s, s:i, s:f, s:i, s:i}", "name", "waits for", "cat",
+                                          "dependency", "ph", "f", "bp", "e", "id", id, "ts", to * 1e6 + 0.5, "pid", 0,
+                                          "tid", TR_COMPUTE));
+}
+
 /* One pass over n layers in execution order on two streams. Compute of layer i waits for its
  * all-gather ag[i]; there are depth + 1 gathered buffers, so the all-gather of layer
  * i + depth + 1 is issued when layer i's compute ends, followed on the same comm stream by
@@ -111,7 +122,8 @@ static double simulate(const double *ag, const double *rs, const double *compute
   double comm_free = 0, compute_free = 0;
   for (int j = 0; j <= depth && j < n; j++) issued[j] = comm_free, ready[j] = comm_free += ag[j];
   for (int i = 0; i < n; i++) {
-    double start = ready[i] > compute_free ? ready[i] : compute_free, end = start + compute[i];
+    bool waited = ready[i] > compute_free; /* the compute stream idles until the gather ends */
+    double start = waited ? ready[i] : compute_free, end = start + compute[i];
     compute_free = end;
     if (i + depth + 1 < n) {
       issued[i + depth + 1] = comm_free > end ? comm_free : end;
@@ -122,6 +134,7 @@ static double simulate(const double *ag, const double *rs, const double *compute
     if (sk && sk->events) {
       int l = sk->layer[i];
       double a = sk->a2a[i];
+      if (waited && ag[i] > 0) flow(sk->events, ++*sk->flows, sk->t0 + ready[i], sk->t0 + start);
       event(sk->events, TR_COMM, "all-gather", sk->t0 + issued[i], ag[i], l);
       event(sk->events, TR_COMPUTE, sk->what, sk->t0 + start, compute[i] - a, l);
       event(sk->events, TR_A2A, "all-to-all", sk->t0 + end - a, a, l);
@@ -183,9 +196,10 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   double emb_ag = (2 + wire_rs) * ring(2.0 * (double)(md->by_kind_total[PK_EMBEDDING] + md->by_kind_total[PK_HEAD]),
                                        ch->fsdp, group_bw(s, ch->fsdp, 1));
   /* one micro-batch: embedding/head gathers, forward pass, head and loss, backward pass */
-  Sink fwd = {events, emb_ag, "forward", order_f, a2a_f};
+  int flows = 0;
+  Sink fwd = {events, emb_ag, "forward", order_f, a2a_f, &flows};
   double pass_f = simulate(comm_f, NULL, comp_f, L, ch->prefetch, &m, &fwd);
-  Sink bwd = {events, emb_ag + pass_f + edge, "backward", order_b, a2a_b};
+  Sink bwd = {events, emb_ag + pass_f + edge, "backward", order_b, a2a_b, &flows};
   double pass = pass_f + simulate(comm_b, rs_b, comp_b, L, ch->prefetch, &m, &bwd);
   event(events, TR_COMM, "embedding + LM head gathers, their reduce-scatter", 0, emb_ag, -1);
   event(events, TR_COMPUTE, "embedding, LM head and loss", emb_ag + pass_f, edge, -1);

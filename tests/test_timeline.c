@@ -22,7 +22,8 @@ static void check_spec(const char *src, const char *tmp, const char *name) {
   json_t *events = json_object_get(root, "traceEvents");
   CHECK(json_is_array(events) && json_array_size(events) > 6);
   double compute = 0;
-  int bad = 0, names = 0;
+  int bad = 0, names = 0, starts = 0, finishes = 0;
+  long ids = 0;
   size_t i;
   json_t *e;
   json_array_foreach(events, i, e) {
@@ -30,6 +31,8 @@ static void check_spec(const char *src, const char *tmp, const char *name) {
     int tid = (int)json_integer_value(json_object_get(e, "tid"));
     if (!ph || tid < 0 || tid > 5 || !json_is_string(json_object_get(e, "name"))) bad++;
     if (ph && ph[0] == 'M') names++;
+    if (ph && ph[0] == 's') starts++, ids += (long)json_integer_value(json_object_get(e, "id"));
+    if (ph && ph[0] == 'f') finishes++, ids -= (long)json_integer_value(json_object_get(e, "id"));
     if (!ph || ph[0] != 'X') continue;
     double ts = json_number_value(json_object_get(e, "ts")), dur = json_number_value(json_object_get(e, "dur"));
     if (!(ts >= 0) || !(dur > 0)) bad++;
@@ -37,8 +40,11 @@ static void check_spec(const char *src, const char *tmp, const char *name) {
   }
   CHECK_EQ(bad, 0);
   CHECK_EQ(names, 6); /* every track is named */
+  CHECK_EQ(starts, finishes); /* every arrow has both ends, with the same id */
+  CHECK_EQ(ids, 0);
   CHECK_NEAR(compute, p->best.cost.compute, 1e-9);
-  fprintf(stderr, "%s: %zu events, compute track %.3f s = predicted compute\n", name, json_array_size(events), compute);
+  fprintf(stderr, "%s: %zu events, %d arrows, compute track %.3f s = predicted compute\n", name,
+          json_array_size(events), starts, compute);
   json_decref(root);
   mem_free(&m);
 }
