@@ -7,16 +7,6 @@
 
 #include "mtc.h"
 
-static void esc(FILE *f, const char *s, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (c == '<') fputs("&lt;", f);
-    else if (c == '>') fputs("&gt;", f);
-    else if (c == '&') fputs("&amp;", f);
-    else fputc(c, f);
-  }
-}
-
 bool emit_report_html(Diag *d, const Plan *p, const char *path) {
   char *text = NULL;
   size_t len = 0;
@@ -33,12 +23,12 @@ bool emit_report_html(Diag *d, const Plan *p, const char *path) {
   const Spec *s = p->md->spec;
   const Candidate *c = &p->best;
   fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>", f);
-  esc(f, s->name, strlen(s->name));
+  emit_escape(f, s->name, strlen(s->name));
   fputs(" — mtc plan</title>\n<style>body{font-family:sans-serif;margin:2em;max-width:1100px;color:#222}"
         "pre{font-size:12px;background:#f6f6f6;padding:1em;overflow-x:auto}"
         ".big{font-size:20px}.bad{color:#b00}td,th{padding:2px 12px;text-align:left}</style></head><body>\n", f);
   fputs("<h1>", f);
-  esc(f, s->name, strlen(s->name));
+  emit_escape(f, s->name, strlen(s->name));
   fputs("</h1>\n", f);
   if (p->feasible) {
     fprintf(f, "<p class=\"big\">%lld GPUs, fsdp %lld &times; dp %lld, ep %lld, %s checkpointing%s: "
@@ -56,13 +46,13 @@ bool emit_report_html(Diag *d, const Plan *p, const char *path) {
     fputs("</table>\n", f);
   } else {
     fputs("<p class=\"big bad\">No plan fits. ", f);
-    if (p->advice) esc(f, p->advice, strlen(p->advice));
+    if (p->advice) emit_escape(f, p->advice, strlen(p->advice));
     fputs("</p>\n", f);
   }
   fputs("<h2>Memory per GPU</h2>\n", f);
   emit_memory_svg_to(f, p);
   fputs("<h2>The plan</h2>\n<pre>", f);
-  esc(f, text, len);
+  emit_escape(f, text, len);
   fputs("</pre>\n<p>Written by mtc " MTC_VERSION ". The predicted step is in timeline.json "
         "(open it in Perfetto or chrome://tracing).</p>\n</body></html>\n", f);
   free(text);

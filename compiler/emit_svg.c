@@ -13,15 +13,17 @@ static const char *const cat_color[CAT__COUNT] = {"#4e79a7", "#a0cbe8", "#f28e2b
 
 enum { W = 960, BAR_X = 170, BAR_W = 700, TIER_H = 250 };
 
-static void esc(FILE *f, const char *s) {
-  for (; *s; s++) {
-    if (*s == '<') fputs("&lt;", f);
-    else if (*s == '>') fputs("&gt;", f);
-    else if (*s == '&') fputs("&amp;", f);
-    else if (*s == '"') fputs("&quot;", f);
-    else fputc(*s, f);
+void emit_escape(FILE *f, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '<') fputs("&lt;", f);
+    else if (s[i] == '>') fputs("&gt;", f);
+    else if (s[i] == '&') fputs("&amp;", f);
+    else if (s[i] == '"') fputs("&quot;", f);
+    else fputc(s[i], f);
   }
 }
+
+static void esc(FILE *f, const char *s) { emit_escape(f, s, strlen(s)); }
 
 static void tier(FILE *f, Mem *m, const Plan *p, Tier t, int y0) {
   const Candidate *c = &p->best;

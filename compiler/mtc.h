@@ -607,6 +607,8 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
  * bar by category against capacity (segments carry data-bytes), and memory over the step. */
 bool emit_memory_svg(Diag *d, const Plan *p, const char *path);
 
+/* Writes n bytes of s to f with <, >, & and " escaped for XML and HTML. */
+void emit_escape(FILE *f, const char *s, size_t n);
 /* The same picture written to f (report.html inlines it). */
 void emit_memory_svg_to(FILE *f, const Plan *p);
 /* Writes report.html: a self-contained page with the summary, memory picture and plan text. */
