@@ -157,6 +157,22 @@ static bool check_training(Diag *d, Spec *s) {
 }
 
 static bool check_cluster(Diag *d, Spec *s) {
+  const TrainingSpec *tr = &s->training;
+  if (!(tr->lr > 0 && tr->lr < 1))
+    FAIL("training.lr", "lr %g; expected a learning rate in (0, 1)", tr->lr);
+  if (tr->warmup_steps >= tr->steps)
+    FAIL("training.warmup_steps", "warmup_steps %lld leaves none of the %lld steps to decay; "
+         "expected fewer warmup steps than steps", (long long)tr->warmup_steps, (long long)tr->steps);
+  if (!(tr->min_lr_ratio >= 0 && tr->min_lr_ratio <= 1))
+    FAIL("training.min_lr_ratio", "min_lr_ratio %g; expected a fraction in [0, 1]", tr->min_lr_ratio);
+  if (!(tr->weight_decay >= 0 && tr->weight_decay < 1))
+    FAIL("training.weight_decay", "weight_decay %g; expected a value in [0, 1)", tr->weight_decay);
+  if (!(tr->grad_clip >= 0 && tr->grad_clip < 1e30))
+    FAIL("training.grad_clip", "grad_clip %g; expected a norm >= 0 (0 turns clipping off)", tr->grad_clip);
+  if (s->model.moe.present && !(s->model.moe.aux_loss_coef >= 0 && s->model.moe.aux_loss_coef < 1e3))
+    FAIL("model.moe.aux_loss_coef", "aux_loss_coef %g; expected a weight >= 0", s->model.moe.aux_loss_coef);
+  if (s->model.moe.present && !(s->model.moe.bias_update_rate >= 0 && s->model.moe.bias_update_rate < 1))
+    FAIL("model.moe.bias_update_rate", "bias_update_rate %g; expected a step in [0, 1)", s->model.moe.bias_update_rate);
   const EfficiencySpec *e = &s->cluster.efficiency;
   static const char *const keys[] = {"dense_gemm", "grouped_gemm", "attention", "elementwise",
                                      "host_gemm", "network", "c2c"};

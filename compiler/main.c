@@ -18,6 +18,10 @@ static const char usage_main[] =
     "  check SPEC            parse and validate the spec\n"
     "  plan SPEC [--json]    print the plan (now: the model accounting) as text or plan.json\n"
     "  compile SPEC [-o DIR] write plan.json, plan.txt, memory.svg, timeline.json, report.html\n"
+    "                        and the training program (step.c, train.c, CMakeLists.txt,\n"
+    "                        launch.sbatch)\n"
+    "  build DIR [--backend cpu] [--real float|double]\n"
+    "                        build DIR/build/train against mtc's runtime (CMake)\n"
     "  explain SPEC          the chosen plan and the best alternatives, with why each lost\n"
     "  sweep SPEC --over KEY=V1,V2,... [--over ...] [--csv]\n"
     "                        the best plan for every point of a grid, one row each\n"
@@ -46,8 +50,15 @@ static const char *const usage_cmd[][2] = {
              "activations. --json prints plan.json (model.* keys) instead.\n"},
     {"compile", "usage: mtc compile SPEC [-o DIR] [--set KEY=VALUE]...\n\n"
                 "Writes DIR/plan.json, plan.txt, memory.svg, timeline.json (a Chrome trace of the\n"
-                "predicted step) and report.html (one page). DIR defaults to generated/NAME/.\n"
-                "The generated training program comes with the code generator.\n"},
+                "predicted step) and report.html (one page), and the training program: step.h and\n"
+                "step.c (every layer's forward and backward as the plan schedules them), train.c,\n"
+                "CMakeLists.txt and launch.sbatch. DIR defaults to generated/NAME/. Build the\n"
+                "program with `mtc build DIR`, run it with `DIR/build/train --data FILE`.\n"},
+    {"build", "usage: mtc build DIR [--backend cpu] [--real float|double]\n\n"
+              "Configures and builds the program `mtc compile` wrote in DIR: DIR/build/train\n"
+              "(DIR/build-double/train with --real double, for gradient checks), against the\n"
+              "runtime in $MTC_ROOT or in the source tree this mtc was built from. A thin\n"
+              "wrapper over cmake -S DIR -B DIR/build -DMTC_ROOT=... && cmake --build.\n"},
     {"explain", "usage: mtc explain SPEC [--set KEY=VALUE]...\n\n"
                 "Prints the chosen plan in one line and the best alternatives: fitting ones with\n"
                 "their predicted step, rejected ones with the tier that overflowed and by how much.\n"},
@@ -132,6 +143,7 @@ static int import_cmd(const char *config, const char *out) {
 
 typedef struct {
   const char *cmd, *spec, *out;
+  const char *backend, *real; /* mtc build */
   const char **sets, **overs;
   int nsets, nover;
   bool json, csv, all;
@@ -180,6 +192,12 @@ static int run(Args *a) {
     json_decref(j);
     if (ok) printf("wrote %s/plan.json, plan.txt, memory.svg, timeline.json and report.html%s\n", dir,
                    p->feasible ? "" : " (no feasible plan: see plan.txt)");
+    if (ok && p->feasible) {
+      const char *base = strrchr(a->spec, '/') ? strrchr(a->spec, '/') + 1 : a->spec;
+      ok = emit_step(&mem, &d, p, dir, base) && emit_program(&mem, &d, p, dir, base);
+      if (ok) printf("wrote %s/step.h, step.c, train.c, CMakeLists.txt and launch.sbatch; build with: mtc build %s\n",
+                     dir, dir);
+    }
     if (!ok) status = EXIT_BAD_INPUT;
     else if (!p->feasible) status = EXIT_NO_PLAN;
   }
@@ -199,7 +217,7 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < sizeof usage_cmd / sizeof usage_cmd[0]; i++)
         if (strcmp(argv[2], usage_cmd[i][0]) == 0) return fputs(usage_cmd[i][1], stdout), finish(EXIT_DONE);
       char msg[256];
-      snprintf(msg, sizeof msg, "no help for '%.100s'; expected check, plan, compile, explain, sweep, diff, import-hf or keys", argv[2]);
+      snprintf(msg, sizeof msg, "no help for '%.100s'; expected check, plan, compile, build, explain, sweep, diff, import-hf or keys", argv[2]);
       return usage_error(NULL, msg);
     }
     fputs(usage_main, stdout);
@@ -214,7 +232,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, usage_cmd[i][0]) == 0) help = usage_cmd[i][1];
   if (!help) {
     char msg[256];
-    snprintf(msg, sizeof msg, "unknown command '%.100s'; expected check, plan, compile, explain, sweep, diff, import-hf or keys", cmd);
+    snprintf(msg, sizeof msg, "unknown command '%.100s'; expected check, plan, compile, build, explain, sweep, diff, import-hf or keys", cmd);
     return usage_error(NULL, msg);
   }
 
@@ -225,7 +243,9 @@ int main(int argc, char **argv) {
       {"set", required_argument, NULL, LONG + 's'}, {"json", no_argument, NULL, LONG + 'j'},
       {"output", required_argument, NULL, LONG + 'o'}, {"help", no_argument, NULL, LONG + 'h'},
       {"version", no_argument, NULL, LONG + 'V'}, {"over", required_argument, NULL, LONG + 'O'},
-      {"csv", no_argument, NULL, LONG + 'c'}, {"all", no_argument, NULL, LONG + 'a'}, {NULL, 0, NULL, 0}};
+      {"csv", no_argument, NULL, LONG + 'c'}, {"all", no_argument, NULL, LONG + 'a'},
+      {"backend", required_argument, NULL, LONG + 'b'}, {"real", required_argument, NULL, LONG + 'r'},
+      {NULL, 0, NULL, 0}};
   Args a = {.cmd = cmd};
   a.sets = calloc((size_t)argc, sizeof *a.sets);
   a.overs = calloc((size_t)argc, sizeof *a.overs);
@@ -262,6 +282,11 @@ int main(int argc, char **argv) {
       if (strcmp(cmd, "diff") != 0) status = usage_error(cmd, "--all applies to 'diff' only");
       a.all = true;
       break;
+    case 'b':
+    case 'r':
+      if (strcmp(cmd, "build") != 0) status = usage_error(cmd, c == 'b' ? "--backend applies to 'build' only" : "--real applies to 'build' only");
+      *(c == 'b' ? &a.backend : &a.real) = optarg;
+      break;
     case 'h': fputs(help, stdout); status = EXIT_DONE; break;
     case 'V': printf("mtc %s\n", MTC_VERSION); status = EXIT_DONE; break;
     case ':':
@@ -287,6 +312,9 @@ int main(int argc, char **argv) {
       else status = diff_run(argv[1 + optind], argv[2 + optind], a.sets, a.nsets, a.all);
     } else if (nargs != 1) {
       status = usage_error(cmd, nargs ? "expected one SPEC file" : "missing SPEC file");
+    } else if (strcmp(cmd, "build") == 0) {
+      status = a.nsets ? usage_error(cmd, "takes no --set: compile again instead")
+                       : build_run(argv[1 + optind], a.backend ? a.backend : "cpu", a.real ? a.real : "float");
     } else if (strcmp(cmd, "import-hf") == 0) {
       status = import_cmd(argv[1 + optind], a.out);
     } else if (strcmp(cmd, "sweep") == 0) {

@@ -190,6 +190,8 @@ typedef struct {
   bool router_bias;
   RouterKind router;
   LoadBalance load_balance;
+  double aux_loss_coef;    /* aux_loss: weight of the balancing loss */
+  double bias_update_rate; /* aux_free: bias step per optimizer step */
 } MoeSpec;
 
 typedef struct {
@@ -268,6 +270,8 @@ typedef struct {
   WireDtype grad_reduce_dtype;
   double lr;
   int64_t steps;
+  int64_t warmup_steps;
+  double min_lr_ratio, weight_decay, grad_clip;
 } TrainingSpec;
 
 typedef struct {
@@ -628,6 +632,21 @@ int diff_run(const char *a, const char *b, const char *const *sets, int nsets, b
  * qwen2_moe, qwen3_moe or deepseek_v3 model; NULL with a diagnostic naming the field that is
  * missing, malformed or unsupported. */
 char *import_hf(Mem *m, Diag *d, const char *path);
+
+/* ------------------------------------------------------------------ emit_step.c / emit_prog.c */
+
+/* Writes DIR/step.h and DIR/step.c: the plan's step code (see emit.h). Refuses, with an error
+ * at the spec key, model features the generated program does not implement yet. */
+bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base);
+/* Writes DIR/train.c (templates/train.c, embedded in mtc), DIR/CMakeLists.txt and
+ * DIR/launch.sbatch for plan p. */
+bool emit_program(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base);
+/* `mtc build DIR`: configures and builds DIR/build (DIR/build-double for real "double")
+ * against the runtime in $MTC_ROOT or this mtc's source tree. Returns the exit status. */
+int build_run(const char *dir, const char *backend, const char *real);
+
+extern const char template_train_c[];
+extern const size_t template_train_c_len;
 
 /* ------------------------------------------------------------------ report.c */
 

@@ -85,6 +85,8 @@ static const Field moe_fields[] = {
     {"router_bias", F_BOOL, O(MoeSpec, router_bias), "false", 0, 0, NULL, NULL, "per-expert score-correction bias (DeepSeek-V3)"},
     {"router", F_ENUM, O(MoeSpec, router), "softmax", 0, 0, router_names, NULL, "softmax or sigmoid expert scores"},
     {"load_balance", F_ENUM, O(MoeSpec, load_balance), "aux_loss", 0, 0, lb_names, NULL, "aux_loss or aux_free (bias adjustment; needs router_bias)"},
+    {"aux_loss_coef", F_REAL, O(MoeSpec, aux_loss_coef), "0.01", 0, 0, NULL, NULL, "weight of the load-balancing loss (aux_loss; Switch Transformer's alpha)"},
+    {"bias_update_rate", F_REAL, O(MoeSpec, bias_update_rate), "0.001", 0, 0, NULL, NULL, "router-bias step per optimizer step (aux_free; DeepSeek-V3's gamma)"},
     END};
 
 static const Section attention_sec = {"model.attention", attention_fields};
@@ -175,6 +177,10 @@ static const Field training_fields[] = {
     {"grad_reduce_dtype", F_ENUM, O(TrainingSpec, grad_reduce_dtype), "bf16", 0, 0, wire_names, NULL, "gradients on the wire: bf16 (fp32 accumulation) or fp32"},
     {"lr", F_REAL, O(TrainingSpec, lr), NULL, 0, 0, NULL, NULL, "peak learning rate"},
     {"steps", F_INT, O(TrainingSpec, steps), NULL, 1, (int64_t)1 << 40, NULL, NULL, "optimizer steps"},
+    {"warmup_steps", F_INT, O(TrainingSpec, warmup_steps), "0", 0, (int64_t)1 << 40, NULL, NULL, "steps of linear learning-rate warmup, then cosine decay"},
+    {"min_lr_ratio", F_REAL, O(TrainingSpec, min_lr_ratio), "0.1", 0, 0, NULL, NULL, "learning rate at the last step / lr"},
+    {"weight_decay", F_REAL, O(TrainingSpec, weight_decay), "0.1", 0, 0, NULL, NULL, "decoupled weight decay of matrices (not norms, biases)"},
+    {"grad_clip", F_REAL, O(TrainingSpec, grad_clip), "1.0", 0, 0, NULL, NULL, "clip the global gradient norm to this (0: off)"},
     END};
 
 static const Field plan_fields[] = {

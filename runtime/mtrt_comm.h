@@ -13,6 +13,8 @@
 #include <mpi.h>
 #include <stddef.h>
 
+#include "mtrt_real.h"
+
 /* One process's place in the layout and a communicator per group. */
 typedef struct {
   int world, rank;
@@ -32,15 +34,41 @@ int rt_comm_init(RtComm *c, int *argc, char ***argv, int fsdp, int ep, int dp_re
                  const char *recompile);
 void rt_comm_finalize(RtComm *c);
 
-/* out (g × count floats, rank order) = every rank's in (count floats) in group comm. */
-void rt_comm_all_gather(MPI_Comm comm, float *out, const float *in, size_t count);
-/* out (count) = Σ over ranks of in[rank × count .. +count) (in: g × count floats). */
-void rt_comm_reduce_scatter(MPI_Comm comm, float *out, const float *in, size_t count);
+/* out (g × count values, rank order) = every rank's in (count values) in group comm. */
+void rt_comm_all_gather(MPI_Comm comm, real *out, const real *in, size_t count);
+/* out (count) = Σ over ranks of in[rank × count .. +count) (in: g × count values). */
+void rt_comm_reduce_scatter(MPI_Comm comm, real *out, const real *in, size_t count);
 /* buf (count) = Σ over ranks of buf, in place. */
-void rt_comm_all_reduce(MPI_Comm comm, float *buf, size_t count);
-/* Variable all-to-all of floats: send[sdispl[r] .. + scount[r]) goes to rank r, which
- * receives it at recv[rdispl[me] ...]; counts and displacements in floats, g entries each. */
-void rt_comm_all_to_all_v(MPI_Comm comm, const float *send, const int *scount, const int *sdispl,
-                          float *recv, const int *rcount, const int *rdispl);
+void rt_comm_all_reduce(MPI_Comm comm, real *buf, size_t count);
+/* Variable all-to-all of reals: send[sdispl[r] .. + scount[r]) goes to rank r, which
+ * receives it at recv[rdispl[me] ...]; counts and displacements in values, g entries each. */
+void rt_comm_all_to_all_v(MPI_Comm comm, const real *send, const int *scount, const int *sdispl,
+                          real *recv, const int *rcount, const int *rdispl);
+
+/* ---- MoE token exchange over the EP group (expert parallelism) ----
+ * EP rank j owns experts [j·El, (j+1)·El) of each MoE layer. A rank's permuted rows xp are
+ * ordered by global expert (offsets, E + 1 entries, from rt_moe_permute); dispatch sends each
+ * expert's rows to its owner, which receives them grouped by local expert (expert-major,
+ * source rank minor) so one grouped FFN runs per expert; undispatch sends results back in the
+ * reverse order. With ep = 1 the generated code skips both. */
+typedef struct {
+  int ep, El;
+  int *cnt_send, *cnt_recv; /* (ep × El) rows per (peer, expert of the receiving rank) */
+  int *sc, *sd, *rc, *rd;   /* (ep) MPI_Alltoallv counts and displacements, in values */
+  int rows_recv;            /* rows this rank's experts received in the last dispatch */
+} RtA2A;
+
+/* Allocates the count arrays (at start-up; the step never allocates). Returns 0, or -1 when
+ * out of memory. */
+int rt_a2a_init(RtA2A *a, int ep, int El);
+void rt_a2a_free(RtA2A *a);
+/* xe (rows_recv, C) and eoff (El + 1) = the rows of this rank's experts from every EP peer;
+ * tmp holds as many rows as xe (ep · N · K rows suffice: dropless). Exchanges the counts
+ * first (an all-to-all of El ints per peer), then the rows (all-to-all-v). */
+void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, real *xe, int *eoff, real *tmp, const real *xp,
+                     const int *offsets, int C);
+/* The reverse of the last dispatch: ye (rows_recv, C) in xe's order goes back to its source
+ * ranks, arriving in yp (rows in the order of that rank's xp). tmp as in dispatch. */
+void rt_moe_undispatch(MPI_Comm ep_comm, const RtA2A *a, real *yp, real *tmp, const real *ye, int C);
 
 #endif

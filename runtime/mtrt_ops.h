@@ -16,13 +16,15 @@
 #define MTRT_OPS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-#ifdef MTRT_REAL_DOUBLE
-typedef double real;
-#else
-typedef float real;
-#endif
+#include "mtrt_real.h"
+
+/* Elementwise, n values: out = a + b (the residual connection); acc += x; x = 0. */
+void rt_add(real *out, const real *a, const real *b, size_t n);
+void rt_accumulate(real *acc, const real *x, size_t n);
+void rt_zero(real *x, size_t n);
 
 /* out (N,C) = wte[tok[n]] with wte (V,C). Token ids must be in [0, V) (the data loader checks). */
 void rt_embedding_forward(real *out, const int32_t *tok, const real *wte, int N, int C);
@@ -79,6 +81,10 @@ real rt_aux_loss_forward(const real *logits, const int32_t *idx, int N, int E, i
                          real *scratch /* 3E */);
 void rt_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx, int N, int E,
                           int K, real alpha, real dloss, real *scratch /* 2E */);
+
+/* load (E) += the number of assignments to each expert among idx (n entries): the counts
+ * behind auxiliary-loss-free balancing. */
+void rt_moe_count(real *load, const int32_t *idx, int n);
 
 /* Token permutation for the experts: pos (N,K) is the row of assignment (n, j) in the permuted
  * order (by expert, then token); offsets (E+1) the first row of each expert. */

@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 
+#include "mtrt_real.h"
+
 typedef struct {
   float lr;           /* this step's learning rate (from rt_lr_at) */
   float beta1, beta2; /* 0.9, 0.95 as in most LLM pretraining */
@@ -17,9 +19,9 @@ typedef struct {
   int step;           /* 1-based, for bias correction */
 } RtAdamW;
 
-/* One AdamW update of n parameters: m, v (n, fp32 moments) and param (n) updated in place
+/* One AdamW update of n parameters: m, v (n, fp32 moments) and param (n, real: fp32 master weights) updated in place
  * from grad (n) scaled by grad_scale (1 / accumulation, times the clipping factor). */
-void rt_adamw_update(float *param, float *m, float *v, const float *grad, size_t n, float grad_scale,
+void rt_adamw_update(real *param, float *m, float *v, const real *grad, size_t n, float grad_scale,
                      const RtAdamW *h);
 
 /* Learning rate at step s (0-based) of `steps`: linear warmup from lr/warmup to lr over
@@ -28,7 +30,7 @@ float rt_lr_at(int s, int steps, int warmup, float lr, float min_ratio);
 
 /* Sum of squares of n gradient values (the caller sums over tensors and ranks, then takes the
  * square root: the global norm). */
-double rt_sum_squares(const float *g, size_t n);
+double rt_sum_squares(const real *g, size_t n);
 /* The factor that brings a global norm down to max_norm (1 if already below; max_norm <= 0
  * disables clipping). */
 float rt_clip_scale(double norm, float max_norm);

@@ -23,11 +23,11 @@ static void mpi_fail(int rc, const char *call, const char *file, int line) {
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-/* MPI counts are int: a buffer past INT_MAX floats is split by the callers' plans; refuse it
+/* MPI counts are int: a buffer past INT_MAX values is split by the callers' plans; refuse it
  * here rather than truncate. */
 static int count_int(size_t n, const char *what) {
   if (n > INT_MAX) {
-    fprintf(stderr, "mtrt: %s of %zu floats exceeds MPI's int count\n", what, n);
+    fprintf(stderr, "mtrt: %s of %zu values exceeds MPI's int count\n", what, n);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   return (int)n;
@@ -74,21 +74,21 @@ void rt_comm_finalize(RtComm *c) {
   MPI_Finalize();
 }
 
-void rt_comm_all_gather(MPI_Comm comm, float *out, const float *in, size_t count) {
+void rt_comm_all_gather(MPI_Comm comm, real *out, const real *in, size_t count) {
   int n = count_int(count, "all-gather");
-  MPI_CHECK(MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm));
+  MPI_CHECK(MPI_Allgather(in, n, MTRT_MPI_REAL, out, n, MTRT_MPI_REAL, comm));
 }
 
-void rt_comm_reduce_scatter(MPI_Comm comm, float *out, const float *in, size_t count) {
+void rt_comm_reduce_scatter(MPI_Comm comm, real *out, const real *in, size_t count) {
   int n = count_int(count, "reduce-scatter");
-  MPI_CHECK(MPI_Reduce_scatter_block(in, out, n, MPI_FLOAT, MPI_SUM, comm));
+  MPI_CHECK(MPI_Reduce_scatter_block(in, out, n, MTRT_MPI_REAL, MPI_SUM, comm));
 }
 
-void rt_comm_all_reduce(MPI_Comm comm, float *buf, size_t count) {
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, count_int(count, "all-reduce"), MPI_FLOAT, MPI_SUM, comm));
+void rt_comm_all_reduce(MPI_Comm comm, real *buf, size_t count) {
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, count_int(count, "all-reduce"), MTRT_MPI_REAL, MPI_SUM, comm));
 }
 
-void rt_comm_all_to_all_v(MPI_Comm comm, const float *send, const int *scount, const int *sdispl,
-                          float *recv, const int *rcount, const int *rdispl) {
-  MPI_CHECK(MPI_Alltoallv(send, scount, sdispl, MPI_FLOAT, recv, rcount, rdispl, MPI_FLOAT, comm));
+void rt_comm_all_to_all_v(MPI_Comm comm, const real *send, const int *scount, const int *sdispl,
+                          real *recv, const int *rcount, const int *rdispl) {
+  MPI_CHECK(MPI_Alltoallv(send, scount, sdispl, MTRT_MPI_REAL, recv, rcount, rdispl, MTRT_MPI_REAL, comm));
 }

@@ -5,6 +5,16 @@
 
 #include "gemm.h"
 
+void rt_add(real *out, const real *a, const real *b, size_t n) {
+  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void rt_accumulate(real *acc, const real *x, size_t n) {
+  for (size_t i = 0; i < n; i++) acc[i] += x[i];
+}
+
+void rt_zero(real *x, size_t n) { memset(x, 0, n * sizeof(real)); }
+
 void rt_embedding_forward(real *out, const int32_t *tok, const real *wte, int N, int C) {
   for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, wte + (size_t)tok[n] * C, sizeof(real) * (size_t)C);
 }

@@ -175,3 +175,7 @@ void rt_experts_backward(real *dxp, real *dwg, real *dwu, real *dwd, const real 
     rt_matmul_backward(dxp ? dxp + rc : NULL, dwu ? dwu + we : NULL, NULL, du + ri, xp + rc, wu + we, rows, C, F);
   }
 }
+
+void rt_moe_count(real *load, const int32_t *idx, int n) {
+  for (int i = 0; i < n; i++) load[idx[i]] += 1;
+}

@@ -3,15 +3,15 @@
 
 #include "mtrt_optim.h"
 
-void rt_adamw_update(float *param, float *m, float *v, const float *grad, size_t n, float grad_scale,
+void rt_adamw_update(real *param, float *m, float *v, const real *grad, size_t n, float grad_scale,
                      const RtAdamW *h) {
   float c1 = 1 - powf(h->beta1, (float)h->step), c2 = 1 - powf(h->beta2, (float)h->step);
   for (size_t i = 0; i < n; i++) {
-    float g = grad[i] * grad_scale;
+    float g = (float)grad[i] * grad_scale;
     m[i] = h->beta1 * m[i] + (1 - h->beta1) * g;
     v[i] = h->beta2 * v[i] + (1 - h->beta2) * g * g;
     float update = (m[i] / c1) / (sqrtf(v[i] / c2) + h->eps);
-    param[i] -= h->lr * (update + h->weight_decay * param[i]);
+    param[i] -= h->lr * (update + h->weight_decay * (float)param[i]);
   }
 }
 
@@ -24,7 +24,7 @@ float rt_lr_at(int s, int steps, int warmup, float lr, float min_ratio) {
   return lr * (min_ratio + (1 - min_ratio) * cosine);
 }
 
-double rt_sum_squares(const float *g, size_t n) {
+double rt_sum_squares(const real *g, size_t n) {
   double s = 0;
   for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
   return s;

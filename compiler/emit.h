@@ -1,0 +1,69 @@
+/*
+ * emit.h — the program emitter's private state, shared by emit_layout.c (parameter groups and
+ * the arena) and emit_step.c (the step code and its header). The public entry points are in
+ * mtc.h (emit_program, build_run).
+ */
+#ifndef MTC_EMIT_H
+#define MTC_EMIT_H
+
+#include <math.h>
+#include <stdio.h>
+
+#include "mtc.h"
+
+/* One buffer of the generated program's arena: offset and size in elements of `real`
+ * (int32 buffers take one element per value). */
+typedef struct {
+  const char *name; /* the C macro: "L2_Q", "WS_Q", "X3" */
+  int64_t offset, elems;
+  const char *what;
+} EmBuf;
+
+/* A parameter group (see runtime/mtrt_train.h): elems before padding; full = padded to a
+ * multiple of its ranks; shard = full / ranks. */
+typedef struct {
+  const char *name, *cname; /* "layer 2 dense", "L2_DENSE" */
+  int comm;                 /* 0 FSDP group, 1 expert-shard group */
+  int64_t elems, full, shard;
+} EmGroup;
+
+/* A parameter tensor in its group (one expert's size for routed tensors). */
+typedef struct {
+  const char *key;  /* model.c's name: "attn.q_proj.weight" */
+  const char *name; /* Hugging Face name (routed: a pattern with %d) */
+  int layer, group, experts;
+  int64_t offset, count, rows, cols;
+  double init_std;
+  bool init_one, decay;
+} EmTensor;
+
+typedef struct {
+  Mem *m;
+  FILE *f;
+  const Spec *s;
+  const Model *md;
+  const Plan *p;
+  /* shapes: B sequences of T tokens (N = B·T), C hidden, V vocabulary, nh/nkv heads of hd,
+   * Q = nh·hd, KV = nkv·hd, E experts (El per EP rank), K top_k, Fe expert width, Fs shared
+   * width (all shared experts), R rows an EP rank's experts may receive, chunk of the vocab */
+  int64_t B, T, N, C, V, nh, nkv, hd, Q, KV, E, El, K, Fe, Fs, R, chunk, L;
+  int64_t fsdp, ep, efsdp, dpr, accum, world;
+  CheckpointPolicy ac;
+  bool aux_free, sigmoid;
+  EmBuf *bufs;
+  int nbufs, capbufs;
+  int64_t top; /* arena elements */
+  EmGroup *groups;
+  int ngroups, g_embed, g_head;
+  int *layer_dense, *layer_experts; /* group of each layer (-1: no experts) */
+  EmTensor *tensors;
+  int ntensors;
+} Em;
+
+/* Fills e's groups, tensors and arena from its model and plan. */
+void em_layout(Em *e);
+/* The arena macro of activation `name` of layer l under the checkpoint policy: "L2_Q" when
+ * saved per layer, "WS_Q" when the layer recomputes it in backward. */
+const char *em_act(Em *e, int l, const char *name, SaveClass cls);
+
+#endif

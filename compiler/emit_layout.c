@@ -1,0 +1,227 @@
+/* emit_layout.c — the generated program's memory: its parameter groups and tensors (from the
+ * model graph) and one arena holding every buffer at a fixed offset (from the plan's layout
+ * and checkpoint policy). emit_step.c writes the code that uses them. */
+#include <stdio.h>
+#include <string.h>
+
+#include "emit.h"
+
+enum { ALIGN = 16 }; /* elements: 64 bytes of float */
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* Adds buffer name of n elements (n > 0) to the arena. */
+static void buf(Em *e, const char *name, int64_t n, const char *what) {
+  if (n <= 0) return;
+  for (int i = 0; i < e->nbufs; i++)
+    if (strcmp(e->bufs[i].name, name) == 0) return; /* workspace: first registration sizes it */
+  if (e->nbufs == e->capbufs) {
+    int cap = e->capbufs ? 2 * e->capbufs : 256;
+    EmBuf *nb = mem_array(e->m, (size_t)cap, sizeof(EmBuf));
+    if (e->nbufs) memcpy(nb, e->bufs, sizeof *nb * (size_t)e->nbufs);
+    e->bufs = nb, e->capbufs = cap;
+  }
+  e->bufs[e->nbufs++] = (EmBuf){name, e->top, n, what};
+  e->top += round_up(n, ALIGN);
+}
+
+/* Whether buffers of class cls get one copy per layer (saved for backward) or one shared
+ * workspace (recomputed in backward) under the plan's checkpoint policy. */
+static bool per_layer(const Em *e, SaveClass cls) {
+  if (cls == SAVE_BOUNDARY) return true;
+  if (cls == SAVE_ATTN) return e->ac != AC_FULL;
+  return e->ac == AC_NONE;
+}
+
+const char *em_act(Em *e, int l, const char *name, SaveClass cls) {
+  return per_layer(e, cls) ? mem_printf(e->m, "L%d_%s", l, name) : mem_printf(e->m, "WS_%s", name);
+}
+
+/* Registers activation `name` of layer l (n elements) under its class. */
+static void act(Em *e, int l, const char *name, SaveClass cls, int64_t n, const char *what) {
+  buf(e, em_act(e, l, name, cls), n, what);
+}
+
+/* HF name of a model.c parameter of layer l ("attn.q_proj.weight" ->
+ * "model.layers.2.self_attn.q_proj.weight"). */
+static const char *hf_name(Em *e, int l, const char *p, bool expert) {
+  const char *rest = p;
+  const char *pre = "";
+  if (strncmp(p, "attn.", 5) == 0) pre = "self_attn.", rest = p + 5;
+  else if (strncmp(p, "moe.gate.", 9) == 0) pre = "mlp.gate.", rest = p + 9;
+  else if (strncmp(p, "moe.experts.", 12) == 0) pre = "mlp.experts.%d.", rest = p + 12;
+  else if (strncmp(p, "moe.shared_experts.", 19) == 0) pre = "mlp.shared_experts.", rest = p + 19;
+  (void)expert;
+  if (l < 0) return strcmp(p, "lm_head.weight") == 0 ? p : mem_printf(e->m, "model.%s", p);
+  return mem_printf(e->m, "model.layers.%d.%s%s", l, pre, rest);
+}
+
+static int add_group(Em *e, const char *name, const char *cname, int comm) {
+  EmGroup *g = &e->groups[e->ngroups];
+  memset(g, 0, sizeof *g);
+  g->name = name, g->cname = cname, g->comm = comm;
+  return e->ngroups++;
+}
+
+static void add_tensor(Em *e, int g, int l, const Param *p) {
+  bool routed = p->kind == PK_ROUTED;
+  EmTensor *t = &e->tensors[e->ntensors++];
+  memset(t, 0, sizeof *t);
+  t->key = p->name, t->layer = l, t->group = g;
+  t->name = hf_name(e, l, p->name, routed);
+  t->experts = routed ? (int)e->El : 0;
+  t->rows = routed ? p->shape[1] : p->shape[0];
+  t->cols = routed ? p->shape[2] : (p->ndim > 1 ? p->shape[1] : 1);
+  t->count = t->rows * t->cols;
+  t->offset = e->groups[g].elems;
+  e->groups[g].elems += t->count * (routed ? e->El : 1);
+  bool matrix = p->ndim >= 2;
+  bool out_proj = strstr(p->name, "o_proj") || strstr(p->name, "down_proj");
+  t->init_one = p->kind == PK_NORM;
+  /* GPT-2 / Megatron initialization: N(0, 0.02²), output projections scaled by 1/sqrt(2L)
+   * (Radford et al. 2019); norms start at 1, biases (router score correction) at 0 */
+  t->init_std = matrix ? (out_proj ? 0.02 / sqrt(2.0 * (double)e->L) : 0.02) : 0;
+  t->decay = matrix;
+}
+
+void em_layout(Em *e) {
+  const Model *md = e->md;
+  int64_t N = e->N, C = e->C, K = e->K;
+  e->groups = mem_array(e->m, 2 * (size_t)e->L + 2, sizeof(EmGroup));
+  int np = 0;
+  for (int i = 0; i < md->nops; i++) np += md->ops[i].nparams;
+  e->tensors = mem_array(e->m, (size_t)np + 1, sizeof(EmTensor));
+  e->layer_dense = mem_array(e->m, (size_t)e->L, sizeof(int));
+  e->layer_experts = mem_array(e->m, (size_t)e->L, sizeof(int));
+
+  /* parameter groups in forward order: embedding, per layer dense (+ experts), head */
+  e->g_embed = add_group(e, "embedding", "EMBED", 0);
+  for (int l = 0; l < e->L; l++) {
+    e->layer_dense[l] = add_group(e, mem_printf(e->m, "layer %d dense", l), mem_printf(e->m, "L%d_DENSE", l), 0);
+    e->layer_experts[l] = md->layers[l].kind == LAYER_MOE
+                              ? add_group(e, mem_printf(e->m, "layer %d experts", l), mem_printf(e->m, "L%d_EXPERTS", l), 1)
+                              : -1;
+  }
+  e->g_head = add_group(e, "head", "HEAD", 0);
+  for (int i = 0; i < md->nops; i++) {
+    const Op *o = &md->ops[i];
+    for (int j = 0; j < o->nparams; j++) {
+      const Param *p = &o->params[j];
+      int g = o->layer < 0 ? (o->kind == OP_EMBED ? e->g_embed : e->g_head)
+                           : (p->kind == PK_ROUTED ? e->layer_experts[o->layer] : e->layer_dense[o->layer]);
+      add_tensor(e, g, o->layer, p);
+    }
+  }
+  int64_t max_dense = 0, max_expert = 0, max_shard = 0;
+  for (int g = 0; g < e->ngroups; g++) {
+    EmGroup *G = &e->groups[g];
+    int64_t ranks = G->comm ? e->efsdp : e->fsdp;
+    G->full = round_up(G->elems, ranks);
+    G->shard = G->full / ranks;
+    if (G->comm) max_expert = G->full > max_expert ? G->full : max_expert;
+    else max_dense = G->full > max_dense ? G->full : max_dense;
+    max_shard = G->shard > max_shard ? G->shard : max_shard;
+  }
+
+  /* the arena: inputs, parameter state, gathered parameters and gradients, activations */
+  buf(e, "INPUTS", N, "token ids of the micro-batch (int32)");
+  buf(e, "TARGETS", N, "next-token targets (int32)");
+  for (int g = 0; g < e->ngroups; g++) {
+    EmGroup *G = &e->groups[g];
+    const char *n = G->cname;
+    buf(e, mem_printf(e->m, "%s_MASTER", n), G->shard, mem_printf(e->m, "%s: this rank's fp32 master shard", G->name));
+    buf(e, mem_printf(e->m, "%s_GRAD", n), G->shard, "its gradient, accumulated over micro-batches");
+    buf(e, mem_printf(e->m, "%s_ADAM_M", n), G->shard, "AdamW first moment (fp32)");
+    buf(e, mem_printf(e->m, "%s_ADAM_V", n), G->shard, "AdamW second moment (fp32)");
+  }
+  buf(e, "GATHERED_DENSE", max_dense, "one dense group all-gathered (the largest)");
+  buf(e, "GRAD_DENSE", max_dense, "its gradient before the reduce-scatter");
+  buf(e, "GATHERED_EXPERTS", max_expert, "this EP rank's experts of one layer, all-gathered");
+  buf(e, "GRAD_EXPERTS", max_expert, "their gradient before the reduce-scatter");
+  buf(e, "RS_OUT", max_shard, "a reduce-scatter's result, before it is added to the shard's gradient");
+  for (int l = 0; l <= e->L; l++)
+    buf(e, mem_printf(e->m, "X%d", l), N * C,
+        l < e->L ? mem_printf(e->m, "boundary: input of layer %d (residual stream)", l) : "output of the last layer");
+  for (int l = 0; l < e->L; l++) {
+    const Layer *ly = &md->layers[l];
+    act(e, l, "LN1", SAVE_OTHER, N * C, "attention norm output");
+    act(e, l, "RSTD1", SAVE_OTHER, N, "its 1/rms per token");
+    act(e, l, "Q", SAVE_ATTN, N * e->Q, "queries (rotated)");
+    act(e, l, "K", SAVE_ATTN, N * e->KV, "keys (rotated)");
+    act(e, l, "V", SAVE_ATTN, N * e->KV, "values");
+    act(e, l, "ATT", SAVE_ATTN, N * e->Q, "attention output");
+    act(e, l, "LSE", SAVE_ATTN, N * e->nh, "attention log-sum-exp per head and query");
+    act(e, l, "X1", SAVE_OTHER, N * C, "residual after attention");
+    act(e, l, "LN2", SAVE_OTHER, N * C, "mlp norm output");
+    act(e, l, "RSTD2", SAVE_OTHER, N, "its 1/rms per token");
+    if (ly->kind == LAYER_DENSE) {
+      int64_t F = e->s->model.mlp.intermediate;
+      if (e->s->model.mlp.activation == ACT_SWIGLU) act(e, l, "G", SAVE_OTHER, N * F, "mlp gate");
+      act(e, l, "U", SAVE_OTHER, N * F, "mlp up");
+      act(e, l, "H", SAVE_OTHER, N * F, "mlp activation");
+      continue;
+    }
+    act(e, l, "LOGITS", SAVE_OTHER, N * e->E, "router logits");
+    act(e, l, "IDX", SAVE_OTHER, N * K, "selected experts (int32)");
+    act(e, l, "WTS", SAVE_OTHER, N * K, "their weights");
+    act(e, l, "POS", SAVE_OTHER, N * K, "row of each assignment in expert order (int32)");
+    act(e, l, "OFFSETS", SAVE_OTHER, e->E + 1, "first row of each expert (int32)");
+    act(e, l, "XP", SAVE_EXPERT, N * K * C, "token copies in expert order");
+    act(e, l, "YP", SAVE_EXPERT, N * K * C, "expert outputs in that order");
+    if (e->ep > 1) {
+      act(e, l, "XE", SAVE_EXPERT, e->R * C, "rows this rank's experts received (dropless: up to ep x tokens x top_k)");
+      act(e, l, "YE", SAVE_EXPERT, e->R * C, "their outputs, before going back");
+      act(e, l, "EOFF", SAVE_EXPERT, e->El + 1, "first received row of each local expert (int32)");
+    }
+    act(e, l, "EG", SAVE_EXPERT, e->R * e->Fe, "routed experts' gate");
+    act(e, l, "EU", SAVE_EXPERT, e->R * e->Fe, "routed experts' up");
+    act(e, l, "EH", SAVE_EXPERT, e->R * e->Fe, "routed experts' activation");
+    if (e->Fs) {
+      act(e, l, "SG", SAVE_EXPERT, N * e->Fs, "shared experts' gate");
+      act(e, l, "SU", SAVE_EXPERT, N * e->Fs, "shared experts' up");
+      act(e, l, "SH", SAVE_EXPERT, N * e->Fs, "shared experts' activation");
+    }
+    if (e->aux_free) buf(e, mem_printf(e->m, "L%d_LOAD", l), e->E, "tokens per expert this step (aux_free)");
+  }
+  /* workspace: forward temporaries and backward gradients, reused by every layer */
+  buf(e, "WS_Y", N * C, "a block's output before the residual add");
+  buf(e, "WS_Y2", N * C, "shared experts' output");
+  buf(e, "DX_A", N * C, "gradient of the residual stream (even layers' output)");
+  buf(e, "DX_B", N * C, "gradient of the residual stream (odd layers' output)");
+  buf(e, "DLN", N * C, "gradient of a norm's output");
+  buf(e, "DATT", N * e->Q, "gradient of the attention output");
+  buf(e, "DQ", N * e->Q, "gradient of the queries");
+  buf(e, "DK", N * e->KV, "gradient of the keys");
+  buf(e, "DV", N * e->KV, "gradient of the values");
+  int64_t F = e->s->model.mlp.present ? e->s->model.mlp.intermediate : 0;
+  if (F) {
+    buf(e, "DG", N * F, "gradient of the mlp gate");
+    buf(e, "DU", N * F, "gradient of the mlp up");
+    buf(e, "DH", N * F, "gradient of the mlp activation");
+  }
+  if (md->n_moe_layers) {
+    buf(e, "DLOGITS", N * e->E, "gradient of the router logits");
+    buf(e, "DWTS", N * K, "gradient of the routing weights");
+    buf(e, "DYP", N * K * C, "gradient of the expert outputs");
+    buf(e, "DXP", N * K * C, "gradient of the token copies");
+    if (e->ep > 1) {
+      buf(e, "DYE", e->R * C, "gradient of the received rows' outputs");
+      buf(e, "DXE", e->R * C, "gradient of the received rows");
+      buf(e, "A2A", e->R * C, "all-to-all staging (source-rank order)");
+      buf(e, "WS_EOFF", e->El + 1, "backward's received rows per local expert (int32)");
+    }
+    buf(e, "EDG", e->R * e->Fe, "routed experts' gate gradient");
+    buf(e, "EDU", e->R * e->Fe, "routed experts' up gradient");
+    buf(e, "EDH", e->R * e->Fe, "routed experts' activation gradient");
+    if (e->Fs) {
+      buf(e, "DSG", N * e->Fs, "shared experts' gate gradient");
+      buf(e, "DSU", N * e->Fs, "shared experts' up gradient");
+      buf(e, "DSH", N * e->Fs, "shared experts' activation gradient");
+    }
+    buf(e, "AUX", 3 * e->E, "load-balancing loss scratch");
+  }
+  buf(e, "LNF", N * C, "final norm output");
+  buf(e, "RSTDF", N, "its 1/rms per token");
+  buf(e, "LSEF", N, "log-sum-exp of each token's logits");
+  buf(e, "CE", N * e->chunk, "logits of one vocabulary chunk");
+}

@@ -1,0 +1,511 @@
+/* emit_step.c — step.h and step.c of the generated program: the forward and backward of
+ * every layer as straight-line calls into libmtrt, with every shape, arena offset, group and
+ * collective of the plan written out as a constant. One function per layer and direction, so
+ * that a person can follow one layer's step; the schedule (gathers, recomputation,
+ * reduce-scatters) reads top to bottom in forward() and backward(). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emit.h"
+
+static void P(Em *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void P(Em *e, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(e->f, fmt, ap);
+  va_end(ap);
+}
+
+/* Offset of tensor key (model.c's name) in group g; the emitter asks only for tensors the
+ * model graph has. */
+static int64_t off(Em *e, int g, const char *key) {
+  for (int i = 0; i < e->ntensors; i++)
+    if (e->tensors[i].group == g && strcmp(e->tensors[i].key, key) == 0) return e->tensors[i].offset;
+  fprintf(stderr, "mtc: internal error: no tensor %s in group %d\n", key, g);
+  abort();
+}
+
+static const char *A(Em *e, int l, const char *n, SaveClass c) { return em_act(e, l, n, c); }
+#define OTH SAVE_OTHER
+#define ATT SAVE_ATTN
+#define EXP SAVE_EXPERT
+
+/* ---- one layer ---------------------------------------------------------------------------- */
+
+static void attention_forward(Em *e, int l) {
+  int g = e->layer_dense[l];
+  const char *ln1 = A(e, l, "LN1", OTH), *q = A(e, l, "Q", ATT), *k = A(e, l, "K", ATT),
+             *v = A(e, l, "V", ATT), *att = A(e, l, "ATT", ATT), *lse = A(e, l, "LSE", ATT);
+  P(e, "  rt_rmsnorm_forward(R(%s), R(%s), R(X%d), W(%lld), %lld, %lld, EPS); /* input_layernorm */\n",
+    ln1, A(e, l, "RSTD1", OTH), l, (long long)off(e, g, "input_layernorm.weight"), (long long)e->N, (long long)e->C);
+  const char *ind = "  ";
+  if (e->ac == AC_SELECTIVE) {
+    P(e, "  if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */\n");
+    ind = "    ";
+  }
+  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* q_proj */\n", ind, q, ln1,
+    (long long)off(e, g, "attn.q_proj.weight"), (long long)e->N, (long long)e->C, (long long)e->Q);
+  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* k_proj */\n", ind, k, ln1,
+    (long long)off(e, g, "attn.k_proj.weight"), (long long)e->N, (long long)e->C, (long long)e->KV);
+  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* v_proj */\n", ind, v, ln1,
+    (long long)off(e, g, "attn.v_proj.weight"), (long long)e->N, (long long)e->C, (long long)e->KV);
+  double theta = e->s->model.attention.rope_theta;
+  P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g);\n", ind, q, (long long)e->B, (long long)e->T,
+    (long long)e->nh, (long long)e->hd, theta);
+  P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g);\n", ind, k, (long long)e->B, (long long)e->T,
+    (long long)e->nkv, (long long)e->hd, theta);
+  P(e, "%srt_attention_forward(R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, %lld, %lld);\n", ind, att,
+    lse, q, k, v, (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd);
+  if (e->ac == AC_SELECTIVE) P(e, "  }\n");
+  P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* o_proj */\n", att,
+    (long long)off(e, g, "attn.o_proj.weight"), (long long)e->N, (long long)e->Q, (long long)e->C);
+  P(e, "  rt_add(R(%s), R(X%d), R(WS_Y), %lld); /* residual */\n", A(e, l, "X1", OTH), l, (long long)(e->N * e->C));
+  P(e, "  rt_rmsnorm_forward(R(%s), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* post_attention_layernorm */\n",
+    A(e, l, "LN2", OTH), A(e, l, "RSTD2", OTH), A(e, l, "X1", OTH),
+    (long long)off(e, g, "post_attention_layernorm.weight"), (long long)e->N, (long long)e->C);
+}
+
+static void mlp_forward(Em *e, int l) {
+  int g = e->layer_dense[l];
+  int64_t N = e->N, C = e->C, F = e->s->model.mlp.intermediate;
+  const char *ln2 = A(e, l, "LN2", OTH), *u = A(e, l, "U", OTH), *h = A(e, l, "H", OTH);
+  P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* up_proj */\n", u, ln2,
+    (long long)off(e, g, "mlp.up_proj.weight"), (long long)N, (long long)C, (long long)F);
+  if (e->s->model.mlp.activation == ACT_SWIGLU) {
+    const char *gg = A(e, l, "G", OTH);
+    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* gate_proj */\n", gg, ln2,
+      (long long)off(e, g, "mlp.gate_proj.weight"), (long long)N, (long long)C, (long long)F);
+    P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", h, gg, u, (long long)(N * F));
+  } else {
+    P(e, "  rt_gelu_forward(R(%s), R(%s), %lld);\n", h, u, (long long)(N * F));
+  }
+  P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* down_proj */\n", h,
+    (long long)off(e, g, "mlp.down_proj.weight"), (long long)N, (long long)F, (long long)C);
+}
+
+static void moe_forward(Em *e, int l) {
+  int g = e->layer_dense[l], ge = e->layer_experts[l];
+  long long N = e->N, C = e->C, E = e->E, K = e->K;
+  const char *ln2 = A(e, l, "LN2", OTH), *lg = A(e, l, "LOGITS", OTH), *idx = A(e, l, "IDX", OTH),
+             *wts = A(e, l, "WTS", OTH), *pos = A(e, l, "POS", OTH), *offs = A(e, l, "OFFSETS", OTH),
+             *xp = A(e, l, "XP", EXP), *yp = A(e, l, "YP", EXP);
+  P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* router (mlp.gate) */\n", lg, ln2,
+    (long long)off(e, g, "moe.gate.weight"), N, C, E);
+  if (e->s->model.moe.router_bias)
+    P(e, "  rt_router_forward(I(%s), R(%s), R(%s), W(%lld), %lld, %lld, %lld, %s); /* biased selection */\n", idx,
+      wts, lg, (long long)off(e, g, "moe.gate.e_score_correction_bias"), N, E, K, e->sigmoid ? "true" : "false");
+  else
+    P(e, "  rt_router_forward(I(%s), R(%s), R(%s), NULL, %lld, %lld, %lld, %s);\n", idx, wts, lg, N, E, K,
+      e->sigmoid ? "true" : "false");
+  if (e->aux_free)
+    P(e, "  if (!recompute) rt_moe_count(R(L%d_LOAD), I(%s), %lld); /* aux_free: tokens per expert */\n", l, idx, N * K);
+  else
+    P(e, "  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(%s), I(%s), %lld, %lld, %lld, %.9g, R(AUX));\n", lg,
+      idx, N, E, K, e->s->model.moe.aux_loss_coef);
+  P(e, "  rt_moe_permute(I(%s), I(%s), I(%s), %lld, %lld, %lld);\n", pos, offs, idx, N, E, K);
+  P(e, "  rt_moe_gather(R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", xp, ln2, pos, N, K, C);
+  const char *xe = xp, *ye = yp, *eo = offs;
+  if (e->ep > 1) {
+    xe = A(e, l, "XE", EXP), ye = A(e, l, "YE", EXP), eo = A(e, l, "EOFF", EXP);
+    P(e, "  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(%s), I(%s), R(A2A), R(%s), I(%s), %lld); /* all-to-all over EP %lld */\n",
+      xe, eo, xp, offs, C, (long long)e->ep);
+  }
+  long long wg = off(e, ge, "moe.experts.gate_proj.weight"), wu = off(e, ge, "moe.experts.up_proj.weight"),
+            wd = off(e, ge, "moe.experts.down_proj.weight");
+  P(e, "  rt_experts_forward(R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld);\n",
+    ye, A(e, l, "EG", EXP), A(e, l, "EU", EXP), A(e, l, "EH", EXP), xe, wg, wu, wd, eo, (long long)e->El, C,
+    (long long)e->Fe);
+  if (e->ep > 1)
+    P(e, "  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(%s), R(A2A), R(%s), %lld); /* back to the tokens' ranks */\n",
+      yp, ye, C);
+  P(e, "  rt_zero(R(WS_Y), %lld);\n", N * C);
+  P(e, "  rt_moe_combine(R(WS_Y), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", yp, wts, pos, N, K, C);
+  if (e->Fs) {
+    long long Fs = e->Fs;
+    const char *sg = A(e, l, "SG", EXP), *su = A(e, l, "SU", EXP), *sh = A(e, l, "SH", EXP);
+    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.gate_proj */\n", sg,
+      ln2, (long long)off(e, g, "moe.shared_experts.gate_proj.weight"), N, C, Fs);
+    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.up_proj */\n", su,
+      ln2, (long long)off(e, g, "moe.shared_experts.up_proj.weight"), N, C, Fs);
+    P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", sh, sg, su, N * Fs);
+    P(e, "  rt_matmul_forward(R(WS_Y2), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.down_proj */\n", sh,
+      (long long)off(e, g, "moe.shared_experts.down_proj.weight"), N, Fs, C);
+    P(e, "  rt_accumulate(R(WS_Y), R(WS_Y2), %lld);\n", N * C);
+  }
+}
+
+static void layer_forward(Em *e, int l) {
+  bool moe = e->md->layers[l].kind == LAYER_MOE;
+  P(e, "\n/* layer %d (%s), forward: X%d -> X%d. With recompute, the backward is re-running it from\n"
+       " * the saved boundary X%d (checkpoint policy %s). */\n",
+    l, moe ? "MoE" : "dense", l, l + 1, l, plan_ac_name(e->ac));
+  P(e, "static void layer%d_forward(RtCtx *c, bool recompute) {\n  (void)recompute;\n", l);
+  attention_forward(e, l);
+  if (moe) moe_forward(e, l);
+  else mlp_forward(e, l);
+  P(e, "  rt_add(R(X%d), R(%s), R(WS_Y), %lld); /* residual */\n}\n", l + 1, A(e, l, "X1", OTH),
+    (long long)(e->N * e->C));
+}
+
+static void mlp_backward(Em *e, int l, const char *dy) {
+  int g = e->layer_dense[l];
+  long long N = e->N, C = e->C, F = e->s->model.mlp.intermediate;
+  const char *ln2 = A(e, l, "LN2", OTH), *u = A(e, l, "U", OTH), *h = A(e, l, "H", OTH);
+  P(e, "  rt_zero(R(DH), %lld);\n", N * F);
+  P(e, "  rt_matmul_backward(R(DH), DW(%lld), NULL, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* down_proj */\n",
+    (long long)off(e, g, "mlp.down_proj.weight"), dy, h, (long long)off(e, g, "mlp.down_proj.weight"), N, F, C);
+  P(e, "  rt_zero(R(DU), %lld);\n", N * F);
+  if (e->s->model.mlp.activation == ACT_SWIGLU) {
+    const char *gg = A(e, l, "G", OTH);
+    P(e, "  rt_zero(R(DG), %lld);\n", N * F);
+    P(e, "  rt_swiglu_backward(R(DG), R(DU), R(DH), R(%s), R(%s), %lld);\n", gg, u, N * F);
+    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DG), R(%s), W(%lld), %lld, %lld, %lld); /* gate_proj */\n",
+      (long long)off(e, g, "mlp.gate_proj.weight"), ln2, (long long)off(e, g, "mlp.gate_proj.weight"), N, C, F);
+  } else {
+    P(e, "  rt_gelu_backward(R(DU), R(DH), R(%s), %lld);\n", u, N * F);
+  }
+  P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DU), R(%s), W(%lld), %lld, %lld, %lld); /* up_proj */\n",
+    (long long)off(e, g, "mlp.up_proj.weight"), ln2, (long long)off(e, g, "mlp.up_proj.weight"), N, C, F);
+}
+
+static void moe_backward(Em *e, int l, const char *dy) {
+  int g = e->layer_dense[l];
+  long long N = e->N, C = e->C, E = e->E, K = e->K;
+  const char *ln2 = A(e, l, "LN2", OTH), *lg = A(e, l, "LOGITS", OTH), *idx = A(e, l, "IDX", OTH),
+             *wts = A(e, l, "WTS", OTH), *pos = A(e, l, "POS", OTH), *offs = A(e, l, "OFFSETS", OTH),
+             *xp = A(e, l, "XP", EXP), *yp = A(e, l, "YP", EXP);
+  if (e->Fs) {
+    long long Fs = e->Fs;
+    int64_t o = off(e, g, "moe.shared_experts.down_proj.weight");
+    P(e, "  rt_zero(R(DSH), %lld);\n", N * Fs);
+    P(e, "  rt_matmul_backward(R(DSH), DW(%lld), NULL, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* shared down_proj */\n",
+      (long long)o, dy, A(e, l, "SH", EXP), (long long)o, N, Fs, C);
+    P(e, "  rt_zero(R(DSG), %lld);\n  rt_zero(R(DSU), %lld);\n", N * Fs, N * Fs);
+    P(e, "  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(%s), R(%s), %lld);\n", A(e, l, "SG", EXP), A(e, l, "SU", EXP), N * Fs);
+    o = off(e, g, "moe.shared_experts.gate_proj.weight");
+    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DSG), R(%s), W(%lld), %lld, %lld, %lld); /* shared gate_proj */\n",
+      (long long)o, ln2, (long long)o, N, C, Fs);
+    o = off(e, g, "moe.shared_experts.up_proj.weight");
+    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DSU), R(%s), W(%lld), %lld, %lld, %lld); /* shared up_proj */\n",
+      (long long)o, ln2, (long long)o, N, C, Fs);
+  }
+  P(e, "  rt_zero(R(DWTS), %lld);\n", N * K);
+  P(e, "  rt_moe_combine_backward(R(DYP), R(DWTS), R(%s), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", dy, yp, wts,
+    pos, N, K, C);
+  const char *xe = xp, *dye = "DYP", *dxe = "DXP", *eo = offs;
+  if (e->ep > 1) {
+    xe = A(e, l, "XE", EXP), dye = "DYE", dxe = "DXE", eo = "WS_EOFF";
+    P(e, "  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(%s), %lld); /* all-to-all */\n",
+      offs, C);
+  }
+  int ge = e->layer_experts[l];
+  long long wg = off(e, ge, "moe.experts.gate_proj.weight"), wu = off(e, ge, "moe.experts.up_proj.weight"),
+            wd = off(e, ge, "moe.experts.down_proj.weight");
+  P(e, "  rt_zero(R(%s), %lld);\n", dxe, (long long)((e->ep > 1 ? e->R : e->N * e->K) * e->C));
+  P(e, "  rt_experts_backward(R(%s), DWE(%lld), DWE(%lld), DWE(%lld), R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), "
+       "WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld, R(EDH), R(EDG), R(EDU));\n",
+    dxe, wg, wu, wd, dye, xe, A(e, l, "EG", EXP), A(e, l, "EU", EXP), A(e, l, "EH", EXP), wg, wu, wd, eo,
+    (long long)e->El, C, (long long)e->Fe);
+  if (e->ep > 1)
+    P(e, "  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), %lld); /* all-to-all back */\n", C);
+  P(e, "  rt_moe_gather_backward(R(DLN), R(DXP), I(%s), %lld, %lld, %lld);\n", pos, N, K, C);
+  P(e, "  rt_zero(R(DLOGITS), %lld);\n", N * E);
+  P(e, "  rt_router_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s);\n", lg, idx, wts, N,
+    E, K, e->sigmoid ? "true" : "false");
+  if (!e->aux_free)
+    P(e, "  rt_aux_loss_backward(R(DLOGITS), R(%s), I(%s), %lld, %lld, %lld, %.9g, c->dloss, R(AUX));\n", lg, idx, N,
+      E, K, e->s->model.moe.aux_loss_coef);
+  int64_t o = off(e, g, "moe.gate.weight");
+  P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DLOGITS), R(%s), W(%lld), %lld, %lld, %lld); /* router */\n",
+    (long long)o, ln2, (long long)o, N, C, E);
+}
+
+/* Backward of layer l: the gradient of its output X(l+1) is in dy; leaves that of X(l) in dx. */
+static void layer_backward(Em *e, int l, const char *dy, const char *dx) {
+  bool moe = e->md->layers[l].kind == LAYER_MOE;
+  int g = e->layer_dense[l];
+  long long N = e->N, C = e->C, Q = e->Q, KV = e->KV;
+  P(e, "\n/* layer %d (%s), backward: %s (gradient of X%d) -> %s (gradient of X%d); weight gradients\n"
+       " * into GRAD_DENSE%s. */\n",
+    l, moe ? "MoE" : "dense", dy, l + 1, dx, l, moe ? " and GRAD_EXPERTS" : "");
+  P(e, "static void layer%d_backward(RtCtx *c) {\n", l);
+  P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
+  if (moe) moe_backward(e, l, dy);
+  else mlp_backward(e, l, dy);
+  int64_t o = off(e, g, "post_attention_layernorm.weight");
+  P(e, "  memcpy(R(%s), R(%s), sizeof(real) * %lld); /* the residual passes the gradient through */\n", dx, dy, N * C);
+  P(e, "  rt_rmsnorm_backward(R(%s), DW(%lld), R(DLN), R(%s), W(%lld), R(%s), %lld, %lld);\n", dx, (long long)o,
+    A(e, l, "X1", OTH), (long long)o, A(e, l, "RSTD2", OTH), N, C);
+  o = off(e, g, "attn.o_proj.weight");
+  P(e, "  rt_zero(R(DATT), %lld);\n", N * Q);
+  P(e, "  rt_matmul_backward(R(DATT), DW(%lld), NULL, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* o_proj */\n",
+    (long long)o, dx, A(e, l, "ATT", ATT), (long long)o, N, Q, C);
+  P(e, "  rt_zero(R(DQ), %lld);\n  rt_zero(R(DK), %lld);\n  rt_zero(R(DV), %lld);\n", N * Q, N * KV, N * KV);
+  P(e, "  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, "
+       "%lld, %lld);\n",
+    A(e, l, "Q", ATT), A(e, l, "K", ATT), A(e, l, "V", ATT), A(e, l, "ATT", ATT), A(e, l, "LSE", ATT),
+    (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd);
+  double theta = e->s->model.attention.rope_theta;
+  P(e, "  rt_rope_backward(R(DQ), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
+    (long long)e->nh, (long long)e->hd, theta);
+  P(e, "  rt_rope_backward(R(DK), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
+    (long long)e->nkv, (long long)e->hd, theta);
+  P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
+  const char *ln1 = A(e, l, "LN1", OTH);
+  static const char *const qkv[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; i++) {
+    const char *key = i == 0 ? "attn.q_proj.weight" : i == 1 ? "attn.k_proj.weight" : "attn.v_proj.weight";
+    o = off(e, g, key);
+    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(D%c), R(%s), W(%lld), %lld, %lld, %lld); /* %s_proj */\n",
+      (long long)o, "QKV"[i], ln1, (long long)o, N, C, i ? KV : Q, qkv[i]);
+  }
+  o = off(e, g, "input_layernorm.weight");
+  P(e, "  rt_rmsnorm_backward(R(%s), DW(%lld), R(DLN), R(X%d), W(%lld), R(%s), %lld, %lld);\n}\n", dx, (long long)o, l,
+    (long long)o, A(e, l, "RSTD1", OTH), N, C);
+}
+
+/* ---- the schedule --------------------------------------------------------------------------- */
+
+static void gather(Em *e, int g) {
+  const EmGroup *G = &e->groups[g];
+  int64_t ranks = G->comm ? e->efsdp : e->fsdp;
+  P(e, "  rt_comm_all_gather(c->comm.%s, R(%s), R(%s_MASTER), %lld); /* %s: %lld ranks x %lld */\n",
+    G->comm ? "shard_comm" : "fsdp_comm", G->comm ? "GATHERED_EXPERTS" : "GATHERED_DENSE", G->cname,
+    (long long)G->shard, G->name, (long long)ranks, (long long)G->shard);
+}
+
+static void reduce_scatter(Em *e, int g) {
+  const EmGroup *G = &e->groups[g];
+  P(e, "  rt_comm_reduce_scatter(c->comm.%s, R(RS_OUT), R(%s), %lld); /* %s */\n",
+    G->comm ? "shard_comm" : "fsdp_comm", G->comm ? "GRAD_EXPERTS" : "GRAD_DENSE", (long long)G->shard, G->name);
+  P(e, "  rt_accumulate(R(%s_GRAD), R(RS_OUT), %lld);\n", G->cname, (long long)G->shard);
+}
+
+static void zero_grads(Em *e, int g) {
+  const EmGroup *G = &e->groups[g];
+  P(e, "  rt_zero(R(%s), %lld);\n", G->comm ? "GRAD_EXPERTS" : "GRAD_DENSE", (long long)G->full);
+}
+
+static void schedule(Em *e) {
+  long long N = e->N, C = e->C, V = e->V;
+  int L = (int)e->L;
+  int gh = e->g_head;
+  P(e, "\n/* ---- one micro-batch ---------------------------------------------------------------- */\n\n");
+  P(e, "/* Forward: embedding, layers 0-%d, final norm and loss. Each group of parameters is\n"
+       " * all-gathered right before use (MPI collectives block, so the plan's prefetch depth of\n"
+       " * %d has no effect on the cpu backend). Returns the mean cross-entropy of the micro-batch. */\n",
+    L - 1, e->p->best.ch.prefetch);
+  P(e, "real step_forward(RtCtx *c) {\n");
+  gather(e, e->g_embed);
+  P(e, "  rt_embedding_forward(R(X0), I(INPUTS), W(0), %lld, %lld);\n", N, C);
+  for (int l = 0; l < L; l++) {
+    gather(e, e->layer_dense[l]);
+    if (e->layer_experts[l] >= 0) gather(e, e->layer_experts[l]);
+    P(e, "  layer%d_forward(c, false);\n", l);
+  }
+  gather(e, gh);
+  P(e, "  rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X%d), W(%lld), %lld, %lld, EPS); /* model.norm */\n", L,
+    (long long)off(e, gh, "norm.weight"), N, C);
+  P(e, "  return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(%lld), I(TARGETS), %lld, %lld, %lld, %lld, R(CE));\n}\n",
+    (long long)off(e, gh, "lm_head.weight"), N, C, V, (long long)e->chunk);
+
+  P(e, "\n/* Backward, in reverse: each group's gradient is reduce-scattered over its ranks as soon\n"
+       " * as its layer is done, and added to this rank's shard (accumulation over micro-batches). */\n");
+  P(e, "void step_backward(RtCtx *c) {\n");
+  P(e, "  /* head (its parameters are still gathered from the forward) */\n");
+  zero_grads(e, gh);
+  P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
+  int64_t o = off(e, gh, "lm_head.weight");
+  P(e, "  rt_lm_head_ce_backward(R(DLN), DW(%lld), R(LNF), W(%lld), I(TARGETS), R(LSEF), %lld, %lld, %lld, %lld, "
+       "R(CE), c->dloss);\n",
+    (long long)o, (long long)o, N, C, V, (long long)e->chunk);
+  o = off(e, gh, "norm.weight");
+  P(e, "  rt_zero(R(DX_A), %lld);\n", N * C);
+  P(e, "  rt_rmsnorm_backward(R(DX_A), DW(%lld), R(DLN), R(X%d), W(%lld), R(RSTDF), %lld, %lld);\n", (long long)o, L,
+    (long long)o, N, C);
+  reduce_scatter(e, gh);
+  const char *dy = "DX_A", *dx = "DX_B";
+  for (int l = L - 1; l >= 0; l--) {
+    P(e, "  /* layer %d */\n", l);
+    gather(e, e->layer_dense[l]);
+    if (e->layer_experts[l] >= 0) gather(e, e->layer_experts[l]);
+    if (e->ac != AC_NONE) P(e, "  layer%d_forward(c, true); /* recompute from X%d (%s checkpointing) */\n", l, l, plan_ac_name(e->ac));
+    zero_grads(e, e->layer_dense[l]);
+    if (e->layer_experts[l] >= 0) zero_grads(e, e->layer_experts[l]);
+    P(e, "  layer%d_backward(c);\n", l);
+    reduce_scatter(e, e->layer_dense[l]);
+    if (e->layer_experts[l] >= 0) reduce_scatter(e, e->layer_experts[l]);
+    const char *t = dy;
+    dy = dx, dx = t;
+  }
+  P(e, "  /* embedding */\n");
+  zero_grads(e, e->g_embed);
+  P(e, "  rt_embedding_backward(DW(0), R(%s), I(INPUTS), %lld, %lld);\n", dy, N, C);
+  reduce_scatter(e, e->g_embed);
+  P(e, "}\n");
+
+  P(e, "\n/* After the optimizer step: %s */\nvoid step_end(RtCtx *c) {\n",
+    e->aux_free ? "each MoE layer's router bias moves toward balance (aux_free; DeepSeek-V3, sec. 2.1.2)"
+                : "nothing to do for this model");
+  if (!e->aux_free) P(e, "  (void)c;\n");
+  for (int l = 0; e->aux_free && l < L; l++) {
+    if (e->layer_experts[l] < 0) continue;
+    int g = e->layer_dense[l];
+    P(e, "  rt_comm_all_reduce(MPI_COMM_WORLD, R(L%d_LOAD), %lld);\n", l, (long long)e->E);
+    P(e, "  rt_router_bias_update(R(%s_MASTER), shard_lo(c, %d), %lld, %lld, R(L%d_LOAD), %lld, %.9g);\n",
+      e->groups[g].cname, g, (long long)e->groups[g].shard, (long long)off(e, g, "moe.gate.e_score_correction_bias"),
+      l, (long long)e->E, e->s->model.moe.bias_update_rate);
+    P(e, "  rt_zero(R(L%d_LOAD), %lld);\n", l, (long long)e->E);
+  }
+  P(e, "}\n");
+}
+
+/* ---- tables and files ------------------------------------------------------------------------- */
+
+static void tables(Em *e) {
+  P(e, "\n/* Parameter groups: sharded over the FSDP group (%lld ranks) or, for experts, over the\n"
+       " * %lld ranks that share an EP rank. Offsets of this rank's buffers in the arena. */\n",
+    (long long)e->fsdp, (long long)e->efsdp);
+  P(e, "const RtGroup step_groups[N_GROUPS] = {\n");
+  for (int g = 0; g < e->ngroups; g++) {
+    const EmGroup *G = &e->groups[g];
+    P(e, "    {\"%s\", %s, %lld, %lld, %s_MASTER, %s_GRAD, %s_ADAM_M, %s_ADAM_V},\n", G->name,
+      G->comm ? "RT_GROUP_EXPERT_SHARD" : "RT_GROUP_FSDP", (long long)G->full, (long long)G->shard, G->cname,
+      G->cname, G->cname, G->cname);
+  }
+  P(e, "};\n\n/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay. */\n");
+  P(e, "const RtTensor step_tensors[N_TENSORS] = {\n");
+  for (int i = 0; i < e->ntensors; i++) {
+    const EmTensor *t = &e->tensors[i];
+    P(e, "    {\"%s\", %d, %lld, %lld, %d, %lld, %lld, %.9g, %s, %s},\n", t->name, t->group, (long long)t->offset,
+      (long long)t->count, t->experts, (long long)t->rows, (long long)t->cols, t->init_std,
+      t->init_one ? "true" : "false", t->decay ? "true" : "false");
+  }
+  P(e, "};\n");
+}
+
+static void header(Em *e, const char *spec_base) {
+  const Spec *s = e->s;
+  const Candidate *b = &e->p->best;
+  P(e, "/* step.h — generated by mtc from %s; do not edit: regenerate with `mtc compile`.\n"
+       " * The plan's constants for train.c, the arena map and the step's entry points. */\n",
+    spec_base);
+  P(e, "#ifndef STEP_H\n#define STEP_H\n\n#include \"mtrt_train.h\"\n\n");
+  P(e, "#define MODEL_NAME \"%s\"\n#define SPEC_FILE \"%s\"\n", s->name, spec_base);
+  P(e, "/* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */\n");
+  P(e, "#define PLAN_WORLD %lld\n#define PLAN_FSDP %lld\n#define PLAN_EP %lld\n#define PLAN_DP_REPLICATE %lld\n",
+    (long long)e->world, (long long)e->fsdp, (long long)e->ep, (long long)e->dpr);
+  P(e, "#define EXPERTS_PER_RANK %lld\n#define CHECKPOINT_POLICY \"%s\"\n", (long long)e->El, plan_ac_name(e->ac));
+  P(e, "/* training */\n#define GLOBAL_BATCH %lld\n#define MICRO_BATCH %lld\n#define ACCUM %lld\n#define SEQ_LEN %lld\n"
+       "#define VOCAB %lld\n#define TOKENS %lld /* per micro-batch and rank */\n",
+    (long long)s->training.global_batch, (long long)e->B, (long long)e->accum, (long long)e->T, (long long)e->V,
+    (long long)e->N);
+  P(e, "#define TRAIN_STEPS %lld\n#define LR %.9g\n#define WARMUP_STEPS %lld\n#define MIN_LR_RATIO %.9g\n"
+       "#define WEIGHT_DECAY %.9g\n#define GRAD_CLIP %.9g\n",
+    (long long)s->training.steps, s->training.lr, (long long)s->training.warmup_steps, s->training.min_lr_ratio,
+    s->training.weight_decay, s->training.grad_clip);
+  P(e, "#define FLOPS_PER_TOKEN %.6e /* training FLOPs per token (plan.json model.flops_per_token) */\n",
+    e->md->flops_per_token);
+  P(e, "#define PREDICTED_TOKENS_PER_S_PER_GPU %.6g /* the plan's prediction for the spec's cluster */\n",
+    b->cost.tokens_per_s_per_gpu);
+  P(e, "#define RECOMPILE \"mtc compile %s --set cluster.nodes=1 --set cluster.gpus_per_node=RANKS\"\n", spec_base);
+  P(e, "\n/* the arena: %lld elements of real */\n#define ARENA_ELEMS %lld\n#define INPUTS %lld\n#define TARGETS %lld\n",
+    (long long)e->top, (long long)e->top, (long long)e->bufs[0].offset, (long long)e->bufs[1].offset);
+  P(e, "#define N_GROUPS %d\n#define N_TENSORS %d\n", e->ngroups, e->ntensors);
+  P(e, "extern const RtGroup step_groups[N_GROUPS];\nextern const RtTensor step_tensors[N_TENSORS];\n\n");
+  P(e, "/* One micro-batch (inputs and targets in the arena): forward returns the mean cross-entropy\n"
+       " * and adds the load-balancing loss to c->aux_loss; backward adds c->dloss times the gradient\n"
+       " * of (cross-entropy + aux loss) into this rank's gradient shards. */\n");
+  P(e, "real step_forward(RtCtx *c);\nvoid step_backward(RtCtx *c);\n");
+  P(e, "/* After each optimizer step (router-bias updates). */\nvoid step_end(RtCtx *c);\n\n#endif\n");
+}
+
+static void body(Em *e, const char *spec_base) {
+  const Candidate *b = &e->p->best;
+  P(e, "/* step.c — generated by mtc from %s; do not edit: regenerate with `mtc compile`.\n *\n", spec_base);
+  P(e, " * The plan: %lld ranks = %lld replica(s) x %lld-way FSDP, EP %lld (%lld experts per rank),\n"
+       " * %s activation checkpointing; %lld micro-batch(es) of %lld x %lld tokens per rank and step.\n",
+    (long long)e->world, (long long)e->dpr, (long long)e->fsdp, (long long)e->ep, (long long)e->El,
+    plan_ac_name(e->ac), (long long)e->accum, (long long)e->B, (long long)e->T);
+  P(e, " * Every buffer is an offset into one arena of `real` (float; double with -DMTC_REAL=double),\n"
+       " * allocated once at start-up: the map below. Tokens are B x T = %lld rows of hidden %lld.\n */\n",
+    (long long)e->N, (long long)e->C);
+  (void)b;
+  P(e, "#include <stdbool.h>\n#include <string.h>\n\n#include \"mtrt_comm.h\"\n#include \"mtrt_ops.h\"\n#include \"step.h\"\n\n");
+  P(e, "#define R(o) (c->arena + (o))                    /* real buffer at arena offset o */\n");
+  P(e, "#define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */\n");
+  P(e, "#define W(o) (c->arena + GATHERED_DENSE + (o))   /* a gathered dense parameter */\n");
+  P(e, "#define DW(o) (c->arena + GRAD_DENSE + (o))      /* its gradient */\n");
+  P(e, "#define WE(o) (c->arena + GATHERED_EXPERTS + (o)) /* a gathered expert parameter */\n");
+  P(e, "#define DWE(o) (c->arena + GRAD_EXPERTS + (o))   /* its gradient */\n");
+  P(e, "#define EPS ((real)1e-5)                          /* RMSNorm epsilon */\n\n");
+  P(e, "/* ---- the arena map (elements) ---- */\n");
+  for (int i = 2; i < e->nbufs; i++) {
+    const EmBuf *bf = &e->bufs[i];
+    P(e, "#define %-22s %12lld /* %10lld: %s */\n", bf->name, (long long)bf->offset, (long long)bf->elems, bf->what);
+  }
+  tables(e);
+  if (e->aux_free)
+    P(e, "\n/* first gathered index of this rank's shard of group g */\nstatic int64_t shard_lo(const RtCtx *c, int g) {\n"
+         "  return (step_groups[g].comm == RT_GROUP_FSDP ? c->comm.fsdp_rank : c->comm.shard_rank) * step_groups[g].shard;\n}\n");
+  for (int l = 0; l < e->L; l++) layer_forward(e, l);
+  const char *dy = "DX_A", *dx = "DX_B";
+  for (int l = (int)e->L - 1; l >= 0; l--) {
+    layer_backward(e, l, dy, dx);
+    const char *t = dy;
+    dy = dx, dx = t;
+  }
+  schedule(e);
+}
+
+/* The features the generated program implements; others are refused at their spec key. */
+static bool supported(Diag *d, const Spec *s) {
+  const ModelSpec *m = &s->model;
+  const char *key = NULL, *what = NULL;
+  if (m->attention.kind == ATTN_MLA) key = "model.attention.kind", what = "mla attention";
+  else if (m->norm != NORM_RMSNORM) key = "model.norm", what = "layernorm";
+  else if (m->position != POS_ROPE) key = "model.position", what = "learned positions";
+  else if (m->bias) key = "model.bias", what = "biases";
+  else if (m->attention.qk_norm != QKN_NONE) key = "model.attention.qk_norm", what = "qk-norm";
+  else if (m->tie_embeddings) key = "model.tie_embeddings", what = "tied embeddings";
+  else if (m->moe.present && m->moe.activation != ACT_SWIGLU) key = "model.moe.activation", what = "gelu experts";
+  if (!key) return true;
+  return diag_error(d, spec_loc(s, key), "the generated training program does not implement %s yet (the plan "
+                    "above is complete); expected a model without it to write the program", what);
+}
+
+bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base) {
+  const Model *md = p->md;
+  const Spec *s = md->spec;
+  if (!supported(d, s)) return false;
+  Em e = {0};
+  e.m = m, e.s = s, e.md = md, e.p = p;
+  const Choice *ch = &p->best.ch;
+  e.B = s->training.micro_batch, e.T = s->training.seq_len, e.N = e.B * e.T;
+  e.C = s->model.hidden, e.V = s->model.vocab, e.L = s->model.layers;
+  e.nh = s->model.attention.heads, e.nkv = s->model.attention.kv_heads, e.hd = s->model.attention.head_dim;
+  e.Q = e.nh * e.hd, e.KV = e.nkv * e.hd;
+  e.fsdp = ch->fsdp, e.ep = ch->ep, e.efsdp = ch->efsdp, e.dpr = ch->dp_replicate, e.accum = ch->accum;
+  e.world = p->world, e.ac = ch->ac;
+  if (s->model.moe.present) {
+    e.E = s->model.moe.experts, e.K = s->model.moe.top_k, e.El = e.E / e.ep, e.Fe = s->model.moe.expert_intermediate;
+    e.Fs = s->model.moe.shared_experts * s->model.moe.shared_intermediate;
+    e.R = e.ep * e.N * e.K;
+    e.aux_free = s->model.moe.load_balance == LB_AUX_FREE;
+    e.sigmoid = s->model.moe.router == ROUTER_SIGMOID;
+  }
+  e.chunk = e.V < 4096 ? e.V : 4096;
+  em_layout(&e);
+  const char *names[2] = {"step.h", "step.c"};
+  for (int i = 0; i < 2; i++) {
+    const char *path = mem_printf(m, "%s/%s", dir, names[i]);
+    e.f = fopen(path, "w");
+    if (!e.f) return diag_error(d, (Loc){0}, "cannot write %s: %s; expected a writable directory", path, strerror(errno));
+    if (i == 0) header(&e, spec_base);
+    else body(&e, spec_base);
+    if (fclose(e.f) != 0) return diag_error(d, (Loc){0}, "cannot write %s: %s", path, strerror(errno));
+  }
+  return true;
+}

@@ -1,0 +1,83 @@
+/*
+ * mtrt_train.h — what a generated training program (train.c + its step.c) shares with the
+ * runtime: the tables that describe its parameters, layout-independent initialization,
+ * the sharded AdamW step, and metrics.
+ *
+ * Parameters live in groups: one per layer's dense part (norms, attention, router, shared
+ * experts, dense MLP), one per layer's routed experts of this rank's EP rank, one for the
+ * embedding and one for the head (final norm, LM head). A group is one vector, padded to a
+ * multiple of the ranks it is sharded over (the FSDP group, or for experts the fsdp / ep ranks
+ * with the same EP rank); each rank keeps the fp32 master shard, its gradient and its AdamW
+ * moments at offsets the compiler chose in the program's one arena.
+ */
+#ifndef MTRT_TRAIN_H
+#define MTRT_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mtrt_comm.h"
+#include "mtrt_optim.h"
+#include "mtrt_real.h"
+
+enum { RT_GROUP_FSDP, RT_GROUP_EXPERT_SHARD };
+
+/* A parameter tensor in its group. */
+typedef struct {
+  const char *name;   /* Hugging Face name; routed experts: a pattern whose %d is the global
+                         expert index (EP rank × experts per rank + k) */
+  int group;          /* index in the program's group table */
+  int64_t offset;     /* first element in the group's gathered vector */
+  int64_t count;      /* elements (of one expert, for routed tensors) */
+  int experts;        /* routed: this many experts stored one after another; else 0 */
+  int64_t rows, cols; /* shape as PyTorch's [out, in]; vectors have cols = 1 */
+  float init_std;     /* initial values ~ N(0, init_std²), or all 1 when init_one (norms) */
+  bool init_one;
+  bool decay;         /* AdamW weight decay applies (matrices; not norms or biases) */
+} RtTensor;
+
+/* A group of parameters sharded over one communicator. Offsets are bytes into the arena. */
+typedef struct {
+  const char *name;   /* "layer 2 dense" */
+  int comm;           /* RT_GROUP_FSDP or RT_GROUP_EXPERT_SHARD */
+  int64_t full;       /* elements gathered (padded to a multiple of the group's ranks) */
+  int64_t shard;      /* elements per rank: full / ranks */
+  int64_t master, grad, adam_m, adam_v;
+} RtGroup;
+
+/* Sets shard (n = hi - lo elements: gathered indices [lo, hi) of group g) to the initial
+ * values of the tensors there; padding is 0. Every value is a function of (seed, tensor name,
+ * expert index, element index) only, so any layout starts from the same model. */
+void rt_init_shard(real *shard, const RtTensor *t, int nt, int g, int64_t lo, int64_t hi,
+                   int ep_rank, uint64_t seed);
+/* One AdamW step on the shard [lo, hi) of group g: weight decay only inside tensors with
+ * decay set. grad_scale multiplies every gradient (clipping). */
+void rt_adamw_shard(real *param, float *m, float *v, const real *grad, const RtTensor *t, int nt,
+                    int g, int64_t lo, int64_t hi, float grad_scale, const RtAdamW *h);
+/* The element value of tensor name (expert e, or -1) at index i, for tests and checkpoints. */
+real rt_init_value(const char *name, int expert, int64_t i, float std, bool one, uint64_t seed);
+
+/* What the generated step functions work on: the comm groups, the one arena (every buffer at
+ * the offset step.h gives), the token exchange's counts, and per micro-batch scalars. */
+typedef struct {
+  RtComm comm;
+  real *arena;
+  RtA2A a2a;      /* MoE all-to-all counts (ep > 1) */
+  real dloss;     /* weight of this micro-batch's loss in the step's objective: 1 / (accum × world) */
+  double aux_loss;/* load-balancing loss added by the forward (summed over MoE layers) */
+} RtCtx;
+
+/* Auxiliary-loss-free balancing (DeepSeek-V3, sec. 2.1.2): bias_e += rate × sign(mean load −
+ * load_e) for the E bias values at gathered offset off of a group whose shard [lo, lo + n) this
+ * rank holds in shard (only the elements inside it change). load (E) summed over all ranks. */
+void rt_router_bias_update(real *shard, int64_t lo, int64_t n, int64_t off, const real *load, int E,
+                           real rate);
+
+/* Seconds from a monotonic clock. */
+double rt_now(void);
+/* One metrics line as JSON (non-finite numbers as null): {"step":1,"loss":5.54,...}. */
+void rt_metrics_json(FILE *f, int step, double loss, double aux_loss, double lr, double grad_norm,
+                     double tokens_per_s);
+
+#endif

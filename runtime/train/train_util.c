@@ -1,0 +1,108 @@
+/* train_util.c — initialization, the sharded AdamW step and metrics of generated programs. */
+#include <math.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "mtrt_train.h"
+
+/* splitmix64 (Steele, Lea & Flood 2014): a counter-based generator, so element i of a tensor
+ * gets the same value whichever rank computes it. */
+static uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static uint64_t fnv1a(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+  return h;
+}
+
+/* A uniform in (0, 1) from 53 bits of a hash. */
+static double unit(uint64_t h) { return ((double)(h >> 11) + 0.5) / 9007199254740992.0; }
+
+real rt_init_value(const char *name, int expert, int64_t i, float std, bool one, uint64_t seed) {
+  if (one) return 1;
+  uint64_t key = mix64(seed ^ fnv1a(name)) ^ mix64((uint64_t)(int64_t)expert + 0x51ull);
+  uint64_t h = mix64(key + 2 * (uint64_t)i), h2 = mix64(key + 2 * (uint64_t)i + 1);
+  /* Box-Muller: one normal from two uniforms */
+  double z = sqrt(-2.0 * log(unit(h))) * cos(6.283185307179586 * unit(h2));
+  return (real)(std * z);
+}
+
+/* Calls fn on every piece of a tensor of group g inside [lo, hi): its expert (or -1), the
+ * index in the tensor of the piece's first element, and where it starts in the shard. */
+#define FOR_PIECES(t, nt, g, lo, hi, BODY)                                                   \
+  for (int ti = 0; ti < (nt); ti++) {                                                        \
+    const RtTensor *T = &(t)[ti];                                                            \
+    if (T->group != (g)) continue;                                                           \
+    int ne = T->experts ? T->experts : 1;                                                    \
+    for (int k = 0; k < ne; k++) {                                                           \
+      int64_t a = T->offset + (int64_t)k * T->count, b = a + T->count;                       \
+      if (a < (lo)) a = (lo);                                                                \
+      if (b > (hi)) b = (hi);                                                                \
+      if (a >= b) continue;                                                                  \
+      int64_t first = a - (T->offset + (int64_t)k * T->count), at = a - (lo), len = b - a;   \
+      BODY                                                                                   \
+    }                                                                                        \
+  }
+
+void rt_init_shard(real *shard, const RtTensor *t, int nt, int g, int64_t lo, int64_t hi,
+                   int ep_rank, uint64_t seed) {
+  for (int64_t i = 0; i < hi - lo; i++) shard[i] = 0;
+  FOR_PIECES(t, nt, g, lo, hi, {
+    int e = T->experts ? ep_rank * T->experts + k : -1;
+    char name[256];
+    if (T->experts) snprintf(name, sizeof name, T->name, e);
+    else snprintf(name, sizeof name, "%s", T->name);
+    for (int64_t i = 0; i < len; i++)
+      shard[at + i] = rt_init_value(name, e, first + i, T->init_std, T->init_one, seed);
+  })
+}
+
+void rt_adamw_shard(real *param, float *m, float *v, const real *grad, const RtTensor *t, int nt,
+                    int g, int64_t lo, int64_t hi, float grad_scale, const RtAdamW *h) {
+  RtAdamW nodecay = *h;
+  nodecay.weight_decay = 0;
+  FOR_PIECES(t, nt, g, lo, hi, {
+    (void)first;
+    rt_adamw_update(param + at, m + at, v + at, grad + at, (size_t)len, grad_scale,
+                    T->decay ? h : &nodecay);
+  })
+}
+
+void rt_router_bias_update(real *shard, int64_t lo, int64_t n, int64_t off, const real *load, int E,
+                           real rate) {
+  real mean = 0;
+  for (int e = 0; e < E; e++) mean += load[e] / (real)E;
+  for (int e = 0; e < E; e++) {
+    int64_t i = off + e - lo;
+    if (i < 0 || i >= n) continue;
+    shard[i] += load[e] < mean ? rate : load[e] > mean ? -rate : 0;
+  }
+}
+
+double rt_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void num(FILE *f, const char *key, double x, const char *fmt) {
+  fprintf(f, ",\"%s\":", key);
+  if (isfinite(x)) fprintf(f, fmt, x);
+  else fputs("null", f);
+}
+
+void rt_metrics_json(FILE *f, int step, double loss, double aux_loss, double lr, double grad_norm,
+                     double tokens_per_s) {
+  fprintf(f, "{\"step\":%d", step);
+  num(f, "loss", loss, "%.6f");
+  num(f, "aux_loss", aux_loss, "%.6g");
+  num(f, "lr", lr, "%.6g");
+  num(f, "grad_norm", grad_norm, "%.6g");
+  num(f, "tokens_per_s", tokens_per_s, "%.1f");
+  fputs("}\n", f);
+}
