@@ -151,7 +151,7 @@ void em_layout(Em *e) {
     act(e, l, "V", SAVE_ATTN, N * e->KV, "values");
     act(e, l, "ATT", SAVE_ATTN, N * e->Q, "attention output");
     act(e, l, "LSE", SAVE_ATTN, N * e->nh, "attention log-sum-exp per head and query");
-    act(e, l, "X1", SAVE_OTHER, N * C, "residual after attention");
+    act(e, l, "RES", SAVE_OTHER, N * C, "residual stream after attention");
     act(e, l, "LN2", SAVE_OTHER, N * C, "mlp norm output");
     act(e, l, "RSTD2", SAVE_OTHER, N, "its 1/rms per token");
     if (ly->kind == LAYER_DENSE) {

@@ -81,7 +81,7 @@ static void sbatch(FILE *f, const Plan *p, const char *spec_base) {
           "export CUDA_DEVICE_MAX_CONNECTIONS=1\n",
           f);
   }
-  fprintf(f, "export OMP_NUM_THREADS=%lld\n\n", (long long)cl->host.cores);
+  fprintf(f, "export OMP_NUM_THREADS=%lld OPENBLAS_NUM_THREADS=%lld\n\n", (long long)cl->host.cores, (long long)cl->host.cores);
   fprintf(f, "srun --cpu-bind=cores%s \\\n", gpus ? " --gpus-per-task=1 --gpu-bind=closest" : "");
   fprintf(f, "  ./build/train --data \"$DATA\" --steps %lld --metrics metrics.jsonl\n", (long long)s->training.steps);
 }

@@ -61,9 +61,9 @@ static void attention_forward(Em *e, int l) {
   if (e->ac == AC_SELECTIVE) P(e, "  }\n");
   P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* o_proj */\n", att,
     (long long)off(e, g, "attn.o_proj.weight"), (long long)e->N, (long long)e->Q, (long long)e->C);
-  P(e, "  rt_add(R(%s), R(X%d), R(WS_Y), %lld); /* residual */\n", A(e, l, "X1", OTH), l, (long long)(e->N * e->C));
+  P(e, "  rt_add(R(%s), R(X%d), R(WS_Y), %lld); /* residual */\n", A(e, l, "RES", OTH), l, (long long)(e->N * e->C));
   P(e, "  rt_rmsnorm_forward(R(%s), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* post_attention_layernorm */\n",
-    A(e, l, "LN2", OTH), A(e, l, "RSTD2", OTH), A(e, l, "X1", OTH),
+    A(e, l, "LN2", OTH), A(e, l, "RSTD2", OTH), A(e, l, "RES", OTH),
     (long long)off(e, g, "post_attention_layernorm.weight"), (long long)e->N, (long long)e->C);
 }
 
@@ -138,14 +138,17 @@ static void moe_forward(Em *e, int l) {
 
 static void layer_forward(Em *e, int l) {
   bool moe = e->md->layers[l].kind == LAYER_MOE;
-  P(e, "\n/* layer %d (%s), forward: X%d -> X%d. With recompute, the backward is re-running it from\n"
-       " * the saved boundary X%d (checkpoint policy %s). */\n",
-    l, moe ? "MoE" : "dense", l, l + 1, l, plan_ac_name(e->ac));
+  if (e->ac == AC_NONE)
+    P(e, "\n/* layer %d (%s), forward: X%d -> X%d; every activation stays for the backward (no\n"
+         " * checkpointing: recompute is always false). */\n", l, moe ? "MoE" : "dense", l, l + 1);
+  else
+    P(e, "\n/* layer %d (%s), forward: X%d -> X%d. With recompute, the backward re-runs it from the\n"
+         " * saved boundary X%d (%s checkpointing). */\n", l, moe ? "MoE" : "dense", l, l + 1, l, plan_ac_name(e->ac));
   P(e, "static void layer%d_forward(RtCtx *c, bool recompute) {\n  (void)recompute;\n", l);
   attention_forward(e, l);
   if (moe) moe_forward(e, l);
   else mlp_forward(e, l);
-  P(e, "  rt_add(R(X%d), R(%s), R(WS_Y), %lld); /* residual */\n}\n", l + 1, A(e, l, "X1", OTH),
+  P(e, "  rt_add(R(X%d), R(%s), R(WS_Y), %lld); /* residual */\n}\n", l + 1, A(e, l, "RES", OTH),
     (long long)(e->N * e->C));
 }
 
@@ -237,7 +240,7 @@ static void layer_backward(Em *e, int l, const char *dy, const char *dx) {
   int64_t o = off(e, g, "post_attention_layernorm.weight");
   P(e, "  memcpy(R(%s), R(%s), sizeof(real) * %lld); /* the residual passes the gradient through */\n", dx, dy, N * C);
   P(e, "  rt_rmsnorm_backward(R(%s), DW(%lld), R(DLN), R(%s), W(%lld), R(%s), %lld, %lld);\n", dx, (long long)o,
-    A(e, l, "X1", OTH), (long long)o, A(e, l, "RSTD2", OTH), N, C);
+    A(e, l, "RES", OTH), (long long)o, A(e, l, "RSTD2", OTH), N, C);
   o = off(e, g, "attn.o_proj.weight");
   P(e, "  rt_zero(R(DATT), %lld);\n", N * Q);
   P(e, "  rt_matmul_backward(R(DATT), DW(%lld), NULL, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* o_proj */\n",

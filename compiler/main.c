@@ -190,6 +190,7 @@ static int run(Args *a) {
               emit_timeline(&d, p, mem_printf(&mem, "%s/timeline.json", dir)) &&
               emit_report_html(&d, p, mem_printf(&mem, "%s/report.html", dir));
     json_decref(j);
+    if (ok) report_summary(stdout, p);
     if (ok) printf("wrote %s/plan.json, plan.txt, memory.svg, timeline.json and report.html%s\n", dir,
                    p->feasible ? "" : " (no feasible plan: see plan.txt)");
     if (ok && p->feasible) {

@@ -658,6 +658,8 @@ void *report_json(const Model *md);
 /* The plan's sections of `mtc plan` text; timing adds the search's wall time (not written
  * to files, which must be deterministic). */
 void report_plan_text(FILE *out, const Plan *p, bool timing);
+/* One line: the chosen layout, HBM peak and predicted step (mtc compile prints it). */
+void report_summary(FILE *out, const Plan *p);
 /* `mtc explain`: the chosen plan in one line, then the alternatives with why each lost. */
 void report_explain(FILE *out, const Plan *p);
 /* Adds feasible, layout, checkpoint, memory, predicted and search keys to root (a json_t *). */

@@ -181,6 +181,20 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
   mem_free(&m);
 }
 
+void report_summary(FILE *out, const Plan *p) {
+  Mem m = {0};
+  const Candidate *c = &p->best;
+  char a[32], b[32];
+  units_fmt_bytes_bin(a, sizeof a, (double)c->live_peak[TIER_HBM]);
+  units_fmt_bytes_bin(b, sizeof b, (double)c->capacity[TIER_HBM]);
+  if (p->feasible)
+    fprintf(out, "plan: %s; HBM %s of %s; predicted step %.3g s, %.0f tokens/s per GPU, MFU %.1f%%\n",
+            choice_text(&m, &c->ch), a, b, c->cost.step, c->cost.tokens_per_s_per_gpu, 100 * c->cost.mfu);
+  else if (p->ncandidates)
+    fprintf(out, "plan: nothing fits; advice: %s\n", p->advice);
+  mem_free(&m);
+}
+
 void report_explain(FILE *out, const Plan *p) {
   Mem m = {0};
   const Candidate *c = &p->best;

@@ -97,8 +97,10 @@ static double objective(RtCtx *c, const RtData *d, uint64_t seed) {
 }
 #endif
 
-/* Central finite differences against the analytic gradient, for a few elements of every
- * tensor (its largest gradient and three spread ones); one rank, double precision. */
+/* Finite differences against the analytic gradient, for a few elements of every tensor (its
+ * largest gradient and three spread ones); one rank, double precision. The five-point stencil
+ * (f(-2h) - 8 f(-h) + 8 f(h) - f(2h)) / 12h has error O(h^4), so h can be large enough that
+ * rounding in the objective (~1e-16 x loss / h) stays far below the tolerance. */
 static int grad_check(RtCtx *c, const RtData *d, uint64_t seed) {
 #ifndef MTRT_REAL_DOUBLE
   (void)c, (void)d, (void)seed;
@@ -111,7 +113,7 @@ static int grad_check(RtCtx *c, const RtData *d, uint64_t seed) {
   }
   double aux;
   run_micro_batches(c, d, 0, seed, &aux);
-  const double h = 1e-5, rtol = 1e-6, atol = 1e-9;
+  const double h = 3e-4, rtol = 1e-6, atol = 1e-10; /* atol: the stencil's rounding floor, ~1e-15 x loss / h */
   double worst = 0;
   int bad = 0, checked = 0;
   for (int t = 0; t < N_TENSORS; t++) {
@@ -125,24 +127,26 @@ static int grad_check(RtCtx *c, const RtData *d, uint64_t seed) {
     for (int k = 0; k < 4; k++) {
       int64_t i = pick[k];
       real keep = w[i];
-      w[i] = keep + h;
-      double jp = objective(c, d, seed);
-      w[i] = keep - h;
-      double jm = objective(c, d, seed);
+      double f[4];
+      static const double steps[4] = {-2, -1, 1, 2};
+      for (int s = 0; s < 4; s++) {
+        w[i] = keep + steps[s] * h;
+        f[s] = objective(c, d, seed);
+      }
       w[i] = keep;
-      double fd = (jp - jm) / (2 * h), an = gr[i], err = fabs(fd - an);
-      double rel = err / fmax(fmax(fabs(fd), fabs(an)), 1e-300);
-      if (err > rtol * fmax(fabs(fd), fabs(an)) + atol) {
+      double fd = (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / (12 * h), an = gr[i], err = fabs(fd - an);
+      double scale = fmax(fabs(fd), fabs(an)), rel = scale > 100 * atol ? err / scale : 0;
+      if (err > rtol * scale + atol) {
         bad++;
         printf("  MISMATCH %s[%lld]: analytic %.12g finite-difference %.12g\n", T->name, (long long)i, an, fd);
       }
-      if (err > atol) tmax = fmax(tmax, rel), worst = fmax(worst, rel);
+      tmax = fmax(tmax, rel), worst = fmax(worst, rel);
       checked++;
     }
     printf("grad-check %-52s max relative error %.2e\n", T->name, tmax);
   }
-  printf("grad-check: %d elements of %d tensors, worst relative error %.2e (tolerance %.0e relative + %.0e), %s\n",
-         checked, N_TENSORS, worst, rtol, atol, bad ? "FAILED" : "ok");
+  printf("grad-check: %d elements of %d tensors, worst relative error %.2e (tolerance %.0e relative), %s\n",
+         checked, N_TENSORS, worst, rtol, bad ? "FAILED" : "ok");
   return bad ? 1 : 0;
 #endif
 }

@@ -7,11 +7,18 @@ mtc=$(realpath "$1"); src=$2; update=${3:-}
 cd "$src" || exit 2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fail=0; n=0
+# compile SPEC DIR: mtc compile, where a model the training program does not implement yet
+# (MLA) must still write the plan's files and say why no program was written
+compile() {
+  local err; err=$("$mtc" compile "$1" -o "$2" 2>&1 >/dev/null) && return 0
+  echo "$err" | grep -q "does not implement" && [ -f "$2/plan.json" ] && [ ! -f "$2/step.c" ] && return 0
+  echo "$err"; return 1
+}
 for spec in specs/*.yaml; do
   name=$(basename "$spec" .yaml); n=$((n + 1))
-  if [ "$update" = --update ]; then "$mtc" compile "$spec" -o "generated/$name" >/dev/null || fail=1; continue; fi
-  "$mtc" compile "$spec" -o "$tmp/a/$name" >/dev/null || { echo "FAIL $name: compile failed"; fail=1; continue; }
-  "$mtc" compile "$spec" -o "$tmp/b/$name" >/dev/null || { echo "FAIL $name: compile failed"; fail=1; continue; }
+  if [ "$update" = --update ]; then rm -rf "generated/$name"; compile "$spec" "generated/$name" || fail=1; continue; fi
+  compile "$spec" "$tmp/a/$name" || { echo "FAIL $name: compile failed"; fail=1; continue; }
+  compile "$spec" "$tmp/b/$name" || { echo "FAIL $name: compile failed"; fail=1; continue; }
   diff -r "$tmp/a/$name" "$tmp/b/$name" >/dev/null || { echo "FAIL $name: two runs differ"; fail=1; }
   diff -ru "generated/$name" "$tmp/a/$name" || { echo "FAIL $name: differs from generated/$name (regenerate with tests/golden.sh build/mtc . --update and review the diff)"; fail=1; }
 done

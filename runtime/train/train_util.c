@@ -99,7 +99,7 @@ static void num(FILE *f, const char *key, double x, const char *fmt) {
 void rt_metrics_json(FILE *f, int step, double loss, double aux_loss, double lr, double grad_norm,
                      double tokens_per_s) {
   fprintf(f, "{\"step\":%d", step);
-  num(f, "loss", loss, "%.6f");
+  num(f, "loss", loss, "%.17g"); /* every digit: runs are compared bit for bit */
   num(f, "aux_loss", aux_loss, "%.6g");
   num(f, "lr", lr, "%.6g");
   num(f, "grad_norm", grad_norm, "%.6g");

@@ -1,0 +1,241 @@
+/* train.c — the training program mtc writes next to its step code (copied from mtc's
+ * templates/train.c; do not edit here: regenerate with `mtc compile`).
+ *
+ *   train --data PATH [--steps N] [--metrics PATH] [--seed S]
+ *   train --data PATH --grad-check          (one rank, built with -DMTC_REAL=double)
+ *
+ * It runs the plan in step.h: one arena allocated at start-up, parameters initialized shard by
+ * shard, then per optimizer step ACCUM micro-batches of forward and backward (step.c), the
+ * gradients' global norm and clipping, AdamW on this rank's shards, and one line of metrics
+ * (rank 0 prints it and appends it to the metrics file as JSON). */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mtrt_data.h"
+#include "mtrt_ops.h"
+#include "step.h"
+
+typedef struct {
+  const char *data, *metrics;
+  long steps;
+  unsigned long long seed;
+  int grad_check;
+} Args;
+
+static int usage(const char *msg) {
+  fprintf(stderr, "error: %s\nusage: train --data PATH [--steps N] [--metrics PATH] [--seed S] [--grad-check]\n", msg);
+  return 2;
+}
+
+static int parse_args(Args *a, int argc, char **argv) {
+  static const struct option opts[] = {{"data", required_argument, 0, 'd'},    {"steps", required_argument, 0, 's'},
+                                       {"metrics", required_argument, 0, 'm'}, {"seed", required_argument, 0, 'r'},
+                                       {"grad-check", no_argument, 0, 'g'},    {0, 0, 0, 0}};
+  *a = (Args){NULL, "metrics.jsonl", TRAIN_STEPS, 1, 0};
+  int o;
+  char *end;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (o) {
+    case 'd': a->data = optarg; break;
+    case 'm': a->metrics = optarg; break;
+    case 'g': a->grad_check = 1; break;
+    case 's':
+      a->steps = strtol(optarg, &end, 10);
+      if (*end || a->steps < 1) return usage("--steps expects a positive integer");
+      break;
+    case 'r':
+      a->seed = strtoull(optarg, &end, 10);
+      if (*end || !*optarg) return usage("--seed expects a non-negative integer");
+      break;
+    default: return usage(optind > 0 && optind <= argc ? "unknown option" : "bad arguments");
+    }
+  }
+  if (optind < argc) return usage("unexpected argument");
+  if (!a->data) return usage("--data PATH is required (raw text bytes or an llm.c token shard)");
+  return 0;
+}
+
+/* First gathered index of this rank's shard of group g. */
+static int64_t shard_lo(const RtCtx *c, int g) {
+  int r = step_groups[g].comm == RT_GROUP_FSDP ? c->comm.fsdp_rank : c->comm.shard_rank;
+  return (int64_t)r * step_groups[g].shard;
+}
+
+/* Forward and backward of every micro-batch of step `step`; returns the summed mean losses. */
+static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t seed, double *aux) {
+  double loss = 0;
+  *aux = 0;
+  for (int g = 0; g < N_GROUPS; g++) rt_zero(c->arena + step_groups[g].grad, (size_t)step_groups[g].shard);
+  for (int micro = 0; micro < ACCUM; micro++) {
+    rt_data_batch(d, (int32_t *)(c->arena + INPUTS), (int32_t *)(c->arena + TARGETS), MICRO_BATCH, SEQ_LEN, step,
+                  ACCUM, micro, c->comm.rank, c->comm.world, seed);
+    c->dloss = (real)(1.0 / ((double)ACCUM * c->comm.world));
+    c->aux_loss = 0;
+    loss += (double)step_forward(c);
+    *aux += c->aux_loss;
+    step_backward(c);
+  }
+  return loss;
+}
+
+#ifdef MTRT_REAL_DOUBLE
+/* The objective the gradients are of: Σ over micro-batches of dloss × (cross-entropy + aux). */
+static double objective(RtCtx *c, const RtData *d, uint64_t seed) {
+  double j = 0;
+  for (int micro = 0; micro < ACCUM; micro++) {
+    rt_data_batch(d, (int32_t *)(c->arena + INPUTS), (int32_t *)(c->arena + TARGETS), MICRO_BATCH, SEQ_LEN, 0, ACCUM,
+                  micro, 0, 1, seed);
+    c->aux_loss = 0;
+    double ce = (double)step_forward(c);
+    j += (ce + c->aux_loss) / ACCUM;
+  }
+  return j;
+}
+#endif
+
+/* Finite differences against the analytic gradient, for a few elements of every tensor (its
+ * largest gradient and three spread ones); one rank, double precision. The five-point stencil
+ * (f(-2h) - 8 f(-h) + 8 f(h) - f(2h)) / 12h has error O(h^4), so h can be large enough that
+ * rounding in the objective (~1e-16 x loss / h) stays far below the tolerance. */
+static int grad_check(RtCtx *c, const RtData *d, uint64_t seed) {
+#ifndef MTRT_REAL_DOUBLE
+  (void)c, (void)d, (void)seed;
+  fprintf(stderr, "error: --grad-check needs the double build; expected mtc build DIR --real double\n");
+  return 2;
+#else
+  if (c->comm.world != 1) {
+    fprintf(stderr, "error: --grad-check runs on one rank; expected a plan and launch with 1 rank\n");
+    return 2;
+  }
+  double aux;
+  run_micro_batches(c, d, 0, seed, &aux);
+  const double h = 3e-4, rtol = 1e-6, atol = 1e-10; /* atol: the stencil's rounding floor, ~1e-15 x loss / h */
+  double worst = 0;
+  int bad = 0, checked = 0;
+  for (int t = 0; t < N_TENSORS; t++) {
+    const RtTensor *T = &step_tensors[t];
+    const RtGroup *G = &step_groups[T->group];
+    int64_t n = T->count * (T->experts ? T->experts : 1), pick[4] = {0, n / 3, 2 * n / 3, 0};
+    real *w = c->arena + G->master + T->offset, *gr = c->arena + G->grad + T->offset;
+    for (int64_t i = 1; i < n; i++)
+      if (fabs(gr[i]) > fabs(gr[pick[3]])) pick[3] = i;
+    double tmax = 0;
+    for (int k = 0; k < 4; k++) {
+      int64_t i = pick[k];
+      real keep = w[i];
+      double f[4];
+      static const double steps[4] = {-2, -1, 1, 2};
+      for (int s = 0; s < 4; s++) {
+        w[i] = keep + steps[s] * h;
+        f[s] = objective(c, d, seed);
+      }
+      w[i] = keep;
+      double fd = (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / (12 * h), an = gr[i], err = fabs(fd - an);
+      double scale = fmax(fabs(fd), fabs(an)), rel = scale > 100 * atol ? err / scale : 0;
+      if (err > rtol * scale + atol) {
+        bad++;
+        printf("  MISMATCH %s[%lld]: analytic %.12g finite-difference %.12g\n", T->name, (long long)i, an, fd);
+      }
+      tmax = fmax(tmax, rel), worst = fmax(worst, rel);
+      checked++;
+    }
+    printf("grad-check %-52s max relative error %.2e\n", T->name, tmax);
+  }
+  printf("grad-check: %d elements of %d tensors, worst relative error %.2e (tolerance %.0e relative), %s\n",
+         checked, N_TENSORS, worst, rtol, bad ? "FAILED" : "ok");
+  return bad ? 1 : 0;
+#endif
+}
+
+int main(int argc, char **argv) {
+  Args a;
+  RtCtx c;
+  memset(&c, 0, sizeof c);
+  if (rt_comm_init(&c.comm, &argc, &argv, PLAN_FSDP, PLAN_EP, PLAN_DP_REPLICATE, RECOMPILE) != 0) {
+    rt_comm_finalize(&c.comm);
+    return 2;
+  }
+  int rank0 = c.comm.rank == 0, status = parse_args(&a, argc, argv);
+  RtData data;
+  char err[512];
+  if (!status && rt_data_open(&data, a.data, VOCAB, SEQ_LEN, err, sizeof err) != 0) {
+    if (rank0) fprintf(stderr, "error: %s\n", err);
+    status = 2;
+  }
+  c.arena = status ? NULL : calloc((size_t)ARENA_ELEMS, sizeof(real));
+  if (!status && (!c.arena || (PLAN_EP > 1 && rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK) != 0))) {
+    fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB arena; expected that much free memory\n",
+            c.comm.rank, (double)ARENA_ELEMS * sizeof(real) / 1048576.0);
+    status = 2;
+  }
+  if (status) {
+    rt_comm_finalize(&c.comm);
+    return status;
+  }
+  for (int g = 0; g < N_GROUPS; g++)
+    rt_init_shard(c.arena + step_groups[g].master, step_tensors, N_TENSORS, g, shard_lo(&c, g),
+                  shard_lo(&c, g) + step_groups[g].shard, c.comm.ep_rank, a.seed);
+  uint64_t data_seed = a.seed + 1;
+  if (a.grad_check) {
+    status = grad_check(&c, &data, data_seed);
+    goto done;
+  }
+  if (rank0)
+    printf("%s: %d ranks = %d x fsdp %d, ep %d, %s checkpointing; %d micro-batch(es) of %d x %d tokens per rank; "
+           "arena %.1f MiB per rank; data %s (%lld tokens)\n",
+           MODEL_NAME, c.comm.world, PLAN_DP_REPLICATE, PLAN_FSDP, PLAN_EP, CHECKPOINT_POLICY, ACCUM, MICRO_BATCH,
+           SEQ_LEN, (double)ARENA_ELEMS * sizeof(real) / 1048576.0, a.data, (long long)data.ntokens);
+  FILE *mf = rank0 ? fopen(a.metrics, "a") : NULL;
+  if (rank0 && !mf) fprintf(stderr, "warning: cannot append to %s; metrics go to stdout only\n", a.metrics);
+  RtAdamW adam = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = (float)WEIGHT_DECAY};
+  for (long step = 0; step < a.steps; step++) {
+    double t0 = rt_now(), aux;
+    double loss = run_micro_batches(&c, &data, step, data_seed, &aux);
+    if (PLAN_DP_REPLICATE > 1)
+      for (int g = 0; g < N_GROUPS; g++)
+        rt_comm_all_reduce(c.comm.replicate_comm, c.arena + step_groups[g].grad, (size_t)step_groups[g].shard);
+    /* global gradient norm: the shards of one replica partition every parameter */
+    real sq = 0;
+    for (int g = 0; g < N_GROUPS; g++)
+      sq += (real)rt_sum_squares(c.arena + step_groups[g].grad, (size_t)step_groups[g].shard);
+    rt_comm_all_reduce(c.comm.fsdp_comm, &sq, 1);
+    double norm = sqrt((double)sq);
+    float lr = rt_lr_at((int)step, (int)a.steps, WARMUP_STEPS, (float)LR, (float)MIN_LR_RATIO);
+    adam.lr = lr, adam.step = (int)step + 1;
+    float scale = rt_clip_scale(norm, (float)GRAD_CLIP);
+    for (int g = 0; g < N_GROUPS; g++) {
+      const RtGroup *G = &step_groups[g];
+      rt_adamw_shard(c.arena + G->master, (float *)(c.arena + G->adam_m), (float *)(c.arena + G->adam_v),
+                     c.arena + G->grad, step_tensors, N_TENSORS, g, shard_lo(&c, g), shard_lo(&c, g) + G->shard, scale,
+                     &adam);
+    }
+    step_end(&c);
+    real sums[2] = {(real)loss, (real)aux};
+    rt_comm_all_reduce(MPI_COMM_WORLD, sums, 2);
+    double mean = (double)sums[0] / ((double)ACCUM * c.comm.world);
+    double aux_mean = (double)sums[1] / ((double)ACCUM * c.comm.world);
+    double dt = rt_now() - t0, tps = (double)GLOBAL_BATCH * SEQ_LEN / dt;
+    if (rank0) {
+      printf("step %5ld/%ld | loss %.4f | aux %.4f | lr %.3e | grad norm %.4f | %.0f tokens/s (%.0f per rank)\n",
+             step + 1, a.steps, mean, aux_mean, lr, norm, tps, tps / c.comm.world);
+      fflush(stdout);
+      if (mf) rt_metrics_json(mf, (int)step + 1, mean, aux_mean, lr, norm, tps);
+    }
+    if (!isfinite(mean)) {
+      if (rank0) fprintf(stderr, "error: the loss is not finite at step %ld; expected a lower training.lr\n", step + 1);
+      status = 1;
+      break;
+    }
+  }
+  if (mf && fclose(mf) != 0) fprintf(stderr, "warning: error writing %s\n", a.metrics);
+done:
+  rt_data_close(&data);
+  if (PLAN_EP > 1) rt_a2a_free(&c.a2a);
+  free(c.arena);
+  rt_comm_finalize(&c.comm);
+  return status;
+}

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The generated training program, end to end on the cpu backend: compile, build, run.
+#   usage: train.sh MTC SOURCE_DIR CHECK [sanitize]
+# CHECK is one of
+#   gradients  every parameter tensor's gradient against finite differences (double build),
+#              for a dense + MoE(shared expert) + GQA model, a sigmoid/aux-free router variant,
+#              and GELU with full recomputation
+#   sharding   10 steps of one model and global batch on 1 rank and on 4 MPI ranks (fsdp 4 with
+#              ep 2, and with ep 4): the same loss at every step within 1e-4 relative
+#   policies   none, selective and full activation checkpointing: bitwise identical losses
+#   errors     a launch with the wrong world size, a missing data file, bad arguments
+#   text       tiny-moe on real English text (fortunes' cookie file) for its 300 steps on 2
+#              ranks: the loss starts near ln 256 = 5.55 and ends below 2.5
+# With "sanitize", the programs are built with AddressSanitizer and UBSan.
+set -u
+mtc=$(realpath "$1"); src=$(realpath "$2"); check=$3; san=${4:-}
+mpirun=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1)
+export OPENBLAS_NUM_THREADS=1 # one thread per rank: ranks share the cores
+work=$(mktemp -d "${TMPDIR:-/tmp}/mtc-train.XXXXXX"); trap 'rm -rf "$work"' EXIT
+if [ "$san" = sanitize ]; then
+  export CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+  export LDFLAGS="-fsanitize=address,undefined" ASAN_OPTIONS=detect_leaks=0
+fi
+text=/usr/share/games/fortunes/cookie
+if [ ! -r "$text" ]; then
+  echo "FAIL: $text is missing; install Debian's fortunes package (apt-get install fortunes)"; exit 1
+fi
+fail=0
+die() { echo "FAIL: $*"; fail=1; }
+
+# build NAME SPEC REAL [--set ...]: compile SPEC into $work/NAME and build it
+build() {
+  local name=$1 spec=$2 real=$3; shift 3
+  "$mtc" compile "$spec" -o "$work/$name" "$@" >/dev/null || { die "mtc compile $spec $*"; return 1; }
+  "$mtc" build "$work/$name" --real "$real" >"$work/$name.build.log" 2>&1 ||
+    { cat "$work/$name.build.log"; die "mtc build $name"; return 1; }
+  grep -q "warning:" "$work/$name.build.log" && { grep "warning:" "$work/$name.build.log"; die "$name: compiler warnings"; }
+  return 0
+}
+
+# losses FILE: the "loss" of every metrics line, one per line
+losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"; }
+
+tiny=$src/specs/tiny-moe.yaml
+small=(--set training.seq_len=64 --set training.steps=10 --set training.warmup_steps=2)
+
+case $check in
+gradients)
+  gc=$src/tests/specs/gradcheck.yaml
+  variants=("plain" "sigmoid --set model.moe.router=sigmoid --set model.moe.load_balance=aux_free --set model.moe.router_bias=true"
+            "gelu --set model.mlp.activation=gelu --set plan.activation_checkpoint=full")
+  for v in "${variants[@]}"; do
+    read -r -a args <<<"$v"; name=gc-${args[0]}
+    build "$name" "$gc" double "${args[@]:1}" || continue
+    out=$("$work/$name/build-double/train" --data "$text" --grad-check 2>&1); rc=$?
+    echo "$out" | tail -1
+    [ $rc -eq 0 ] || { echo "$out" | grep MISMATCH; die "$name: gradients differ from finite differences"; }
+    n=$(echo "$out" | grep -c "^grad-check model\|^grad-check lm_head")
+    want=$(sed -n '/^const RtTensor/,/^};/p' "$work/$name/step.c" | grep -c '^    {"')
+    [ "$n" -eq "$want" ] && [ "$n" -gt 20 ] || die "$name: checked $n tensors, the program has $want"
+  done ;;
+sharding)
+  build w1 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=1 --set plan.fsdp=1 || exit 1
+  (cd "$work" && ./w1/build/train --data "$text" --metrics w1.jsonl >/dev/null) || die "1 rank run"
+  for ep in 2 4; do
+    build "w4ep$ep" "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=$ep || continue
+    grep -q "^#define PLAN_EP $ep$" "$work/w4ep$ep/step.h" || die "w4ep$ep: the plan did not take ep $ep"
+    (cd "$work" && "${mpirun[@]}" -np 4 "./w4ep$ep/build/train" --data "$text" --metrics "w4ep$ep.jsonl" >/dev/null) ||
+      { die "4 rank run (ep $ep)"; continue; }
+    paste <(losses "$work/w1.jsonl") <(losses "$work/w4ep$ep.jsonl") | awk -v ep=$ep '
+      { n++; d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > worst) worst = r
+        if (r > 1e-4) { printf "step %d: 1 rank %s, 4 ranks (ep %d) %s\n", n, $1, ep, $2; bad = 1 } }
+      END { printf "1 vs 4 ranks (fsdp 4, ep %d): %d steps, worst relative difference %.2e\n", ep, n, worst
+            exit (bad || n != 10) }' || die "losses differ between 1 and 4 ranks (ep $ep)"
+  done ;;
+policies)
+  for ac in none selective full; do
+    build "ac-$ac" "$tiny" float "${small[@]}" --set training.steps=4 --set cluster.gpus_per_node=4 --set plan.fsdp=4 \
+      --set plan.ep=2 --set plan.activation_checkpoint=$ac || continue
+    grep -q "^#define CHECKPOINT_POLICY \"$ac\"" "$work/ac-$ac/step.h" || die "ac-$ac: policy not in step.h"
+    (cd "$work" && "${mpirun[@]}" -np 4 "./ac-$ac/build/train" --data "$text" --metrics "ac-$ac.jsonl" >/dev/null) ||
+      die "run with $ac checkpointing"
+  done
+  [ "$(losses "$work/ac-none.jsonl" | wc -l)" -eq 4 ] || die "expected 4 steps of losses"
+  cmp -s <(losses "$work/ac-none.jsonl") <(losses "$work/ac-selective.jsonl") || die "selective differs from none"
+  cmp -s <(losses "$work/ac-none.jsonl") <(losses "$work/ac-full.jsonl") || die "full differs from none"
+  grep -c "layer[0-9]*_forward(c, true)" "$work/ac-full/step.c" | grep -qx 4 || die "full: expected 4 recomputed layers"
+  grep -q "layer[0-9]*_forward(c, true)" "$work/ac-none/step.c" && die "none: recomputes"
+  echo "none, selective and full checkpointing: $(losses "$work/ac-none.jsonl" | tr '\n' ' ')identical" ;;
+errors)
+  build e4 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 || exit 1
+  out=$(cd "$work" && "${mpirun[@]}" -np 2 ./e4/build/train --data "$text" 2>&1); rc=$?
+  [ $rc -ne 0 ] || die "a 2-rank launch of a 4-rank plan succeeded"
+  echo "$out" | grep -q "planned for 4 ranks.*launched with 2.*mtc compile tiny-moe.yaml --set" ||
+    die "world-size message: $out"
+  build e1 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=1 --set plan.fsdp=1 || exit 1
+  out=$("$work/e1/build/train" --data "$work/no-such-file" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "no-such-file" || die "missing data: exit $rc, $out"
+  out=$("$work/e1/build/train" --data "$text" --steps zero 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q -- "--steps expects a positive integer" || die "bad --steps: exit $rc, $out"
+  out=$("$work/e1/build/train" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q -- "--data PATH is required" || die "no --data: exit $rc, $out"
+  out=$("$work/e1/build/train" --data "$text" --grad-check 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "needs the double build" || die "--grad-check in float: exit $rc, $out"
+  out=$("$mtc" build "$work/no-such-dir" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "no generated program here" || die "mtc build of a missing dir: $out"
+  [ $fail -eq 0 ] && echo "ok: world-size, data and argument errors are refused with their reasons" ;;
+text)
+  build tiny "$tiny" float || exit 1
+  (cd "$work" && "${mpirun[@]}" -np 2 ./tiny/build/train --data "$text" --metrics tiny.jsonl | tail -3) || die "training run"
+  first=$(losses "$work/tiny.jsonl" | head -1); last=$(losses "$work/tiny.jsonl" | tail -1)
+  n=$(losses "$work/tiny.jsonl" | wc -l)
+  echo "tiny-moe on $text: $n steps, loss $first -> $last"
+  awk -v a="$first" -v b="$last" -v n="$n" 'BEGIN { exit !(n == 300 && a > 5.0 && a < 6.0 && b < 2.5) }' ||
+    die "expected 300 steps with the loss from ~5.55 to below 2.5" ;;
+*) echo "unknown check $check"; exit 2 ;;
+esac
+exit $fail
