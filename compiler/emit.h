@@ -35,6 +35,8 @@ typedef struct {
   int64_t offset, count, rows, cols;
   double init_std;
   bool init_one, decay;
+  bool muon;  /* optimized by Muon */
+  int owner;  /* Muon owner: rank in the group's communicator (routed: of expert 0) */
 } EmTensor;
 
 typedef struct {
@@ -53,6 +55,7 @@ typedef struct {
   EmBuf *bufs;
   int nbufs, capbufs;
   int64_t top; /* arena elements */
+  int64_t muon_work; /* MUON_WORK elements: 4·rows·cols + 2·min(rows, cols)² of the largest */
   EmGroup *groups;
   int ngroups, g_embed, g_head;
   int *layer_dense, *layer_experts; /* group of each layer (-1: no experts) */

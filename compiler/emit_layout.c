@@ -82,6 +82,20 @@ static void add_tensor(Em *e, int g, int l, const Param *p) {
    * (Radford et al. 2019); norms start at 1, biases (router score correction) at 0 */
   t->init_std = matrix ? (out_proj ? 0.02 / sqrt(2.0 * (double)e->L) : 0.02) : 0;
   t->decay = matrix;
+  /* Muon: every 2-D GEMM weight but the embedding, router and LM head (placement.c's rule),
+   * owned as the plan's placement says */
+  t->muon = e->s->training.optimizer == OPT_MUON && p->matmul && p->kind != PK_EMBEDDING &&
+            p->kind != PK_ROUTER && p->kind != PK_HEAD;
+  const Placement *pl = e->p->placement;
+  for (int i = 0; t->muon && pl && routed && i < pl->nruns; i++)
+    if (pl->runs[i].layer == l && pl->runs[i].ep_rank == 0 && strcmp(pl->runs[i].matrix, p->name) == 0)
+      t->owner = (int)pl->runs[i].start; /* the same on every EP rank */
+  for (int i = 0; t->muon && pl && !routed && i < pl->ndense; i++)
+    if (pl->dense[i].layer == l && strcmp(pl->dense[i].matrix, p->name) == 0) t->owner = (int)pl->dense[i].owner;
+  if (t->muon) {
+    int64_t r = t->rows < t->cols ? t->rows : t->cols, n = t->rows * t->cols;
+    if (4 * n + 2 * r * r > e->muon_work) e->muon_work = 4 * n + 2 * r * r;
+  }
 }
 
 void em_layout(Em *e) {
@@ -138,7 +152,11 @@ void em_layout(Em *e) {
   buf(e, "GRAD_DENSE", max_dense, "its gradient before the reduce-scatter");
   buf(e, "GATHERED_EXPERTS", max_expert, "this EP rank's experts of one layer, all-gathered");
   buf(e, "GRAD_EXPERTS", max_expert, "their gradient before the reduce-scatter");
+  buf(e, "MUON_WORK", e->muon_work, "Muon: a matrix's gathered gradient, its update and Newton-Schulz scratch");
   buf(e, "RS_OUT", max_shard, "a reduce-scatter's result, before it is added to the shard's gradient");
+  if (e->s->training.grad_reduce_dtype == WIRE_BF16 && e->fsdp > 1)
+    buf(e, "RS_WIRE", max_dense > max_expert ? max_dense : max_expert,
+        "bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value)");
   for (int l = 0; l <= e->L; l++)
     buf(e, mem_printf(e->m, "X%d", l), N * C,
         l < e->L ? mem_printf(e->m, "boundary: input of layer %d (residual stream)", l) : "output of the last layer");

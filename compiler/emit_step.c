@@ -281,8 +281,13 @@ static void gather(Em *e, int g) {
 
 static void reduce_scatter(Em *e, int g) {
   const EmGroup *G = &e->groups[g];
-  P(e, "  rt_comm_reduce_scatter(c->comm.%s, R(RS_OUT), R(%s), %lld); /* %s */\n",
-    G->comm ? "shard_comm" : "fsdp_comm", G->comm ? "GRAD_EXPERTS" : "GRAD_DENSE", (long long)G->shard, G->name);
+  int64_t ranks = G->comm ? e->efsdp : e->fsdp;
+  if (ranks > 1 && e->s->training.grad_reduce_dtype == WIRE_BF16)
+    P(e, "  rt_comm_reduce_scatter_bf16(c->comm.%s, R(RS_OUT), R(%s), %lld, (uint16_t *)R(RS_WIRE)); /* %s, bf16 on the wire */\n",
+      G->comm ? "shard_comm" : "fsdp_comm", G->comm ? "GRAD_EXPERTS" : "GRAD_DENSE", (long long)G->shard, G->name);
+  else
+    P(e, "  rt_comm_reduce_scatter(c->comm.%s, R(RS_OUT), R(%s), %lld); /* %s */\n",
+      G->comm ? "shard_comm" : "fsdp_comm", G->comm ? "GRAD_EXPERTS" : "GRAD_DENSE", (long long)G->shard, G->name);
   P(e, "  rt_accumulate(R(%s_GRAD), R(RS_OUT), %lld);\n", G->cname, (long long)G->shard);
 }
 
@@ -349,15 +354,16 @@ static void schedule(Em *e) {
   reduce_scatter(e, e->g_embed);
   P(e, "}\n");
 
-  P(e, "\n/* After the optimizer step: %s */\nvoid step_end(RtCtx *c) {\n",
+  P(e, "\n/* After the optimizer step (apply: false when the step was skipped): %s */\n"
+       "void step_end(RtCtx *c, bool apply) {\n",
     e->aux_free ? "each MoE layer's router bias moves toward balance (aux_free; DeepSeek-V3, sec. 2.1.2)"
                 : "nothing to do for this model");
-  if (!e->aux_free) P(e, "  (void)c;\n");
+  if (!e->aux_free) P(e, "  (void)c, (void)apply;\n");
   for (int l = 0; e->aux_free && l < L; l++) {
     if (e->layer_experts[l] < 0) continue;
     int g = e->layer_dense[l];
     P(e, "  rt_comm_all_reduce(MPI_COMM_WORLD, R(L%d_LOAD), %lld);\n", l, (long long)e->E);
-    P(e, "  rt_router_bias_update(R(%s_MASTER), shard_lo(c, %d), %lld, %lld, R(L%d_LOAD), %lld, %.9g);\n",
+    P(e, "  if (apply) rt_router_bias_update(R(%s_MASTER), shard_lo(c, %d), %lld, %lld, R(L%d_LOAD), %lld, %.9g);\n",
       e->groups[g].cname, g, (long long)e->groups[g].shard, (long long)off(e, g, "moe.gate.e_score_correction_bias"),
       l, (long long)e->E, e->s->model.moe.bias_update_rate);
     P(e, "  rt_zero(R(L%d_LOAD), %lld);\n", l, (long long)e->E);
@@ -378,13 +384,14 @@ static void tables(Em *e) {
       G->comm ? "RT_GROUP_EXPERT_SHARD" : "RT_GROUP_FSDP", (long long)G->full, (long long)G->shard, G->cname,
       G->cname, G->cname, G->cname);
   }
-  P(e, "};\n\n/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay. */\n");
+  P(e, "};\n\n/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,\n"
+       " * Muon and its owner rank. */\n");
   P(e, "const RtTensor step_tensors[N_TENSORS] = {\n");
   for (int i = 0; i < e->ntensors; i++) {
     const EmTensor *t = &e->tensors[i];
-    P(e, "    {\"%s\", %d, %lld, %lld, %d, %lld, %lld, %.9g, %s, %s},\n", t->name, t->group, (long long)t->offset,
-      (long long)t->count, t->experts, (long long)t->rows, (long long)t->cols, t->init_std,
-      t->init_one ? "true" : "false", t->decay ? "true" : "false");
+    P(e, "    {\"%s\", %d, %lld, %lld, %d, %lld, %lld, %.9g, %s, %s, %s, %d},\n", t->name, t->group,
+      (long long)t->offset, (long long)t->count, t->experts, (long long)t->rows, (long long)t->cols, t->init_std,
+      t->init_one ? "true" : "false", t->decay ? "true" : "false", t->muon ? "true" : "false", t->owner);
   }
   P(e, "};\n");
 }
@@ -401,6 +408,8 @@ static void header(Em *e, const char *spec_base) {
   P(e, "#define PLAN_WORLD %lld\n#define PLAN_FSDP %lld\n#define PLAN_EP %lld\n#define PLAN_DP_REPLICATE %lld\n",
     (long long)e->world, (long long)e->fsdp, (long long)e->ep, (long long)e->dpr);
   P(e, "#define EXPERTS_PER_RANK %lld\n#define CHECKPOINT_POLICY \"%s\"\n", (long long)e->El, plan_ac_name(e->ac));
+  P(e, "#define OPTIMIZER \"%s\" /* muon: Muon for hidden matrices, AdamW for the rest */\n#define GRAD_REDUCE_DTYPE \"%s\"\n",
+    s->training.optimizer == OPT_MUON ? "muon" : "adamw", s->training.grad_reduce_dtype == WIRE_BF16 ? "bf16" : "fp32");
   P(e, "/* training */\n#define GLOBAL_BATCH %lld\n#define MICRO_BATCH %lld\n#define ACCUM %lld\n#define SEQ_LEN %lld\n"
        "#define VOCAB %lld\n#define TOKENS %lld /* per micro-batch and rank */\n",
     (long long)s->training.global_batch, (long long)e->B, (long long)e->accum, (long long)e->T, (long long)e->V,
@@ -416,13 +425,17 @@ static void header(Em *e, const char *spec_base) {
   P(e, "#define RECOMPILE \"mtc compile %s --set cluster.nodes=1 --set cluster.gpus_per_node=RANKS\"\n", spec_base);
   P(e, "\n/* the arena: %lld elements of real */\n#define ARENA_ELEMS %lld\n#define INPUTS %lld\n#define TARGETS %lld\n",
     (long long)e->top, (long long)e->top, (long long)e->bufs[0].offset, (long long)e->bufs[1].offset);
+  for (int i = 0; i < e->nbufs; i++)
+    if (strcmp(e->bufs[i].name, "MUON_WORK") == 0)
+      P(e, "#define MUON_WORK %lld /* Muon's scratch */\n", (long long)e->bufs[i].offset);
   P(e, "#define N_GROUPS %d\n#define N_TENSORS %d\n", e->ngroups, e->ntensors);
   P(e, "extern const RtGroup step_groups[N_GROUPS];\nextern const RtTensor step_tensors[N_TENSORS];\n\n");
   P(e, "/* One micro-batch (inputs and targets in the arena): forward returns the mean cross-entropy\n"
        " * and adds the load-balancing loss to c->aux_loss; backward adds c->dloss times the gradient\n"
        " * of (cross-entropy + aux loss) into this rank's gradient shards. */\n");
   P(e, "real step_forward(RtCtx *c);\nvoid step_backward(RtCtx *c);\n");
-  P(e, "/* After each optimizer step (router-bias updates). */\nvoid step_end(RtCtx *c);\n\n#endif\n");
+  P(e, "/* After each optimizer step (router-bias updates; apply false: a skipped step). */\n"
+       "void step_end(RtCtx *c, bool apply);\n\n#endif\n");
 }
 
 static void body(Em *e, const char *spec_base) {
@@ -447,6 +460,7 @@ static void body(Em *e, const char *spec_base) {
   P(e, "/* ---- the arena map (elements) ---- */\n");
   for (int i = 2; i < e->nbufs; i++) {
     const EmBuf *bf = &e->bufs[i];
+    if (strcmp(bf->name, "MUON_WORK") == 0) continue; /* in step.h */
     P(e, "#define %-22s %12lld /* %10lld: %s */\n", bf->name, (long long)bf->offset, (long long)bf->elems, bf->what);
   }
   tables(e);

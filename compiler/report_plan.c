@@ -249,6 +249,13 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
   json_object_set_new(lay, "cp", json_integer(1));
   json_object_set_new(lay, "prefetch", json_integer(ch->prefetch));
   json_object_set_new(root, "layout", lay);
+  json_t *tr = json_object();
+  json_object_set_new(tr, "optimizer", json_string(s->training.optimizer == OPT_MUON ? "muon" : "adamw"));
+  json_object_set_new(tr, "grad_reduce_dtype", json_string(s->training.grad_reduce_dtype == WIRE_BF16 ? "bf16" : "fp32"));
+  json_object_set_new(tr, "micro_batch", jint(s->training.micro_batch));
+  json_object_set_new(tr, "global_batch", jint(s->training.global_batch));
+  json_object_set_new(tr, "seq_len", jint(s->training.seq_len));
+  json_object_set_new(root, "training", tr);
 
   int64_t T = s->training.micro_batch * s->training.seq_len, offloaded = 0;
   for (int i = 0; i < c->nitems; i++)

@@ -12,6 +12,7 @@
 
 #include <mpi.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "mtrt_real.h"
 
@@ -38,6 +39,13 @@ void rt_comm_finalize(RtComm *c);
 void rt_comm_all_gather(MPI_Comm comm, real *out, const real *in, size_t count);
 /* out (count) = Σ over ranks of in[rank × count .. +count) (in: g × count values). */
 void rt_comm_reduce_scatter(MPI_Comm comm, real *out, const real *in, size_t count);
+/* The same with bf16 on the wire and fp32 accumulation, as the reference run reduces gradients:
+ * in is rounded to bf16 (nearest even), the pieces are exchanged by an all-to-all, and each rank
+ * sums the g pieces of its part in fp32, in rank order. wire: scratch of 2 × g × count uint16. */
+void rt_comm_reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_t count, uint16_t *wire);
+/* bf16 (the top 16 bits of an IEEE float, rounded to nearest even) and back. */
+uint16_t rt_bf16_from_float(float f);
+float rt_float_from_bf16(uint16_t h);
 /* buf (count) = Σ over ranks of buf, in place. */
 void rt_comm_all_reduce(MPI_Comm comm, real *buf, size_t count);
 /* Variable all-to-all of reals: send[sdispl[r] .. + scount[r]) goes to rank r, which

@@ -7,7 +7,9 @@
 #ifndef MTRT_OPTIM_H
 #define MTRT_OPTIM_H
 
+#include <mpi.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "mtrt_real.h"
 
@@ -23,6 +25,30 @@ typedef struct {
  * from grad (n) scaled by grad_scale (1 / accumulation, times the clipping factor). */
 void rt_adamw_update(real *param, float *m, float *v, const real *grad, size_t n, float grad_scale,
                      const RtAdamW *h);
+
+/* Muon's hyperparameters: the same learning rate and decoupled weight decay as AdamW (the
+ * update is scaled to AdamW's RMS), Nesterov momentum 0.95. */
+typedef struct {
+  float lr, weight_decay, momentum;
+} RtMuon;
+
+/* Newton-Schulz quintic iteration: out (rows, cols) ≈ the orthogonal factor U Vᵀ of
+ * g = U S Vᵀ. Five steps of X ← a X + (b A + c A²) X, A = X Xᵀ, (a, b, c) = (3.4445, −4.7750,
+ * 2.0315), on g / ||g||_F, transposed when rows > cols (Jordan et al. 2024). Singular values
+ * come out in about [0.7, 1.2], not exactly 1: the coefficients trade accuracy for speed.
+ * work holds rt_newton_schulz_work(rows, cols) values. */
+void rt_newton_schulz(real *out, const real *g, int rows, int cols, real *work);
+size_t rt_newton_schulz_work(int rows, int cols);
+
+/* One Muon step of a rows × cols matrix whose elements are [a, a + rows·cols) of a group's
+ * gathered vector, sharded over comm in shards of S (this rank holds [rank·S, (rank+1)·S) in
+ * param, mom and grad). Each rank updates the momentum of its piece, the Nesterov gradient is
+ * gathered whole to rank `owner`, which runs Newton-Schulz with no communication and scales the
+ * result by 0.2·sqrt(max(rows, cols)) (Moonlight's AdamW-RMS match); the update is scattered
+ * back and applied: p ← p − lr·(update + wd·p). work: 2·rows·cols + rt_newton_schulz_work
+ * values (used on the owner); counts, displs: one int per rank. Collective over comm. */
+void rt_muon_matrix(MPI_Comm comm, int owner, real *param, float *mom, const real *grad, int64_t S, int64_t a,
+                    int rows, int cols, float grad_scale, const RtMuon *h, real *work, int *counts, int *displs);
 
 /* Learning rate at step s (0-based) of `steps`: linear warmup from lr/warmup to lr over
  * `warmup` steps, then cosine decay to min_ratio × lr at the last step. */

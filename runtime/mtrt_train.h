@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #include "mtrt_comm.h"
@@ -34,7 +35,10 @@ typedef struct {
   int64_t rows, cols; /* shape as PyTorch's [out, in]; vectors have cols = 1 */
   float init_std;     /* initial values ~ N(0, init_std²), or all 1 when init_one (norms) */
   bool init_one;
-  bool decay;         /* AdamW weight decay applies (matrices; not norms or biases) */
+  bool decay;         /* weight decay applies (matrices; not norms or biases) */
+  bool muon;          /* optimized by Muon (2-D hidden matrices when the spec says muon) */
+  int owner;          /* Muon: the rank of the group's communicator that orthogonalizes it
+                         (routed: expert k's owner is (owner + k) mod the group's ranks) */
 } RtTensor;
 
 /* A group of parameters sharded over one communicator. Offsets are bytes into the arena. */
@@ -46,13 +50,20 @@ typedef struct {
   int64_t master, grad, adam_m, adam_v;
 } RtGroup;
 
+/* One Muon step (see rt_muon_matrix) of every Muon tensor of group g, in table order: the
+ * same order on every rank of the group's communicator comm (ranks of them). */
+void rt_muon_group(MPI_Comm comm, int ranks, real *param, float *mom, const real *grad, const RtTensor *t,
+                   int nt, int g, int64_t S, float grad_scale, const RtMuon *h, real *work, int *counts,
+                   int *displs);
+
 /* Sets shard (n = hi - lo elements: gathered indices [lo, hi) of group g) to the initial
  * values of the tensors there; padding is 0. Every value is a function of (seed, tensor name,
  * expert index, element index) only, so any layout starts from the same model. */
 void rt_init_shard(real *shard, const RtTensor *t, int nt, int g, int64_t lo, int64_t hi,
                    int ep_rank, uint64_t seed);
-/* One AdamW step on the shard [lo, hi) of group g: weight decay only inside tensors with
- * decay set. grad_scale multiplies every gradient (clipping). */
+/* One AdamW step on the shard [lo, hi) of group g, for every tensor not optimized by Muon:
+ * weight decay only inside tensors with decay set. grad_scale multiplies every gradient
+ * (clipping). */
 void rt_adamw_shard(real *param, float *m, float *v, const real *grad, const RtTensor *t, int nt,
                     int g, int64_t lo, int64_t hi, float grad_scale, const RtAdamW *h);
 /* The element value of tensor name (expert e, or -1) at index i, for tests and checkpoints. */
@@ -74,10 +85,24 @@ typedef struct {
 void rt_router_bias_update(real *shard, int64_t lo, int64_t n, int64_t off, const real *load, int E,
                            real rate);
 
+/* Saves the training state after `step` optimizer steps into dir/step-NNNNNNNN (format in
+ * mtrt_ckpt.h): collective over the world; replica 0's ranks write their shards, rank 0 the
+ * manifest, last. kill_halfway (tests only): rank 0 kills itself with SIGKILL after the shards
+ * are written and before the manifest. Returns 0, or -1 on every rank (err says why). */
+int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, const real *arena, const RtGroup *g,
+                 int ng, const RtTensor *t, int nt, int El, const char *model, bool kill_halfway, char *err,
+                 size_t errlen);
+/* Loads checkpoint directory path (saved under any layout) into this rank's master shards and
+ * optimizer moments; sets *step and *seed. Collective; -1 on every rank if any failed (a
+ * corrupt or truncated shard is named in err). */
+int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *arena, const RtGroup *g,
+                 int ng, const RtTensor *t, int nt, char *err, size_t errlen);
+
 /* Seconds from a monotonic clock. */
 double rt_now(void);
-/* One metrics line as JSON (non-finite numbers as null): {"step":1,"loss":5.54,...}. */
+/* One metrics line as JSON (non-finite numbers as null; "skipped":true on a skipped step):
+ * {"step":1,"loss":5.54,...}. */
 void rt_metrics_json(FILE *f, int step, double loss, double aux_loss, double lr, double grad_norm,
-                     double tokens_per_s);
+                     double tokens_per_s, int skipped);
 
 #endif

@@ -1,8 +1,14 @@
 /* train.c — the training program mtc writes next to its step code (copied from mtc's
  * templates/train.c; do not edit here: regenerate with `mtc compile`).
  *
- *   train --data PATH [--steps N] [--metrics PATH] [--seed S]
+ *   train --data PATH [--steps N] [--metrics PATH] [--seed S]     (N: stop after step N; the
+ *         learning-rate schedule always spans the spec's training.steps)
+ *         [--checkpoint-dir DIR [--checkpoint-every K]] [--max-skips K]
  *   train --data PATH --grad-check          (one rank, built with -DMTC_REAL=double)
+ * With --checkpoint-dir, a run resumes from the newest complete checkpoint there and saves
+ * every K steps and at the end; --steps counts from the start of training. A step whose loss
+ * or gradient norm is not finite is skipped (no update); K consecutive skips (default 5) save
+ * the last good state and stop.
  *
  * It runs the plan in step.h: one arena allocated at start-up, parameters initialized shard by
  * shard, then per optimizer step ACCUM micro-batches of forward and backward (step.c), the
@@ -14,27 +20,36 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mtrt_ckpt.h"
 #include "mtrt_data.h"
 #include "mtrt_ops.h"
 #include "step.h"
 
 typedef struct {
-  const char *data, *metrics;
-  long steps;
+  const char *data, *metrics, *ckpt_dir;
+  long steps, ckpt_every, max_skips;
   unsigned long long seed;
   int grad_check;
+  long nan_first, nan_count, kill_at_save; /* fault injection for tests: --inject-nan, --inject-kill-at-save */
 } Args;
 
 static int usage(const char *msg) {
-  fprintf(stderr, "error: %s\nusage: train --data PATH [--steps N] [--metrics PATH] [--seed S] [--grad-check]\n", msg);
+  fprintf(stderr, "error: %s\nusage: train --data PATH [--steps N] [--metrics PATH] [--seed S] [--checkpoint-dir DIR]\n"
+                  "             [--checkpoint-every K] [--max-skips K] [--grad-check]\n", msg);
   return 2;
 }
 
 static int parse_args(Args *a, int argc, char **argv) {
   static const struct option opts[] = {{"data", required_argument, 0, 'd'},    {"steps", required_argument, 0, 's'},
                                        {"metrics", required_argument, 0, 'm'}, {"seed", required_argument, 0, 'r'},
-                                       {"grad-check", no_argument, 0, 'g'},    {0, 0, 0, 0}};
-  *a = (Args){NULL, "metrics.jsonl", TRAIN_STEPS, 1, 0};
+                                       {"grad-check", no_argument, 0, 'g'},
+                                       {"checkpoint-dir", required_argument, 0, 'c'},
+                                       {"checkpoint-every", required_argument, 0, 'e'},
+                                       {"max-skips", required_argument, 0, 'k'},
+                                       {"inject-nan", required_argument, 0, 'n'},
+                                       {"inject-kill-at-save", required_argument, 0, 'K'},
+                                       {0, 0, 0, 0}};
+  *a = (Args){.metrics = "metrics.jsonl", .steps = TRAIN_STEPS, .seed = 1, .max_skips = 5};
   int o;
   char *end;
   opterr = 0;
@@ -51,11 +66,25 @@ static int parse_args(Args *a, int argc, char **argv) {
       a->seed = strtoull(optarg, &end, 10);
       if (*end || !*optarg) return usage("--seed expects a non-negative integer");
       break;
+    case 'c': a->ckpt_dir = optarg; break;
+    case 'e':
+    case 'k':
+    case 'K': {
+      long v = strtol(optarg, &end, 10);
+      if (*end || v < 1) return usage("--checkpoint-every, --max-skips and --inject-kill-at-save expect a positive integer");
+      *(o == 'e' ? &a->ckpt_every : o == 'k' ? &a->max_skips : &a->kill_at_save) = v;
+      break;
+    }
+    case 'n':
+      if (sscanf(optarg, "%ld:%ld", &a->nan_first, &a->nan_count) != 2 || a->nan_first < 1 || a->nan_count < 1)
+        return usage("--inject-nan expects FIRST:COUNT (steps whose gradients become NaN, for tests)");
+      break;
     default: return usage(optind > 0 && optind <= argc ? "unknown option" : "bad arguments");
     }
   }
   if (optind < argc) return usage("unexpected argument");
   if (!a->data) return usage("--data PATH is required (raw text bytes or an llm.c token shard)");
+  if (a->ckpt_every && !a->ckpt_dir) return usage("--checkpoint-every needs --checkpoint-dir DIR");
   return 0;
 }
 
@@ -179,22 +208,44 @@ int main(int argc, char **argv) {
   for (int g = 0; g < N_GROUPS; g++)
     rt_init_shard(c.arena + step_groups[g].master, step_tensors, N_TENSORS, g, shard_lo(&c, g),
                   shard_lo(&c, g) + step_groups[g].shard, c.comm.ep_rank, a.seed);
-  uint64_t data_seed = a.seed + 1;
+  int *muon_counts = calloc(2 * PLAN_FSDP, sizeof(int)); /* Muon's gather/scatter counts, displacements */
   if (a.grad_check) {
-    status = grad_check(&c, &data, data_seed);
+    status = grad_check(&c, &data, a.seed + 1);
     goto done;
   }
+  long start = 0;
+  if (a.ckpt_dir) { /* resume from the newest complete checkpoint, found by rank 0 */
+    char path[1100] = "";
+    int64_t saved = rank0 ? rt_ckpt_latest(a.ckpt_dir, path, sizeof path) : 0;
+    MPI_Bcast(&saved, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    int64_t at = 0;
+    uint64_t seed = a.seed;
+    if (saved && rt_ckpt_load(path, &at, &seed, &c.comm, c.arena, step_groups, N_GROUPS, step_tensors, N_TENSORS, err,
+                              sizeof err) != 0) {
+      if (rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
+      status = 2;
+      goto done;
+    }
+    if (saved && rank0) printf("resumed from %s (step %lld, seed %llu)\n", path, (long long)at, (unsigned long long)seed);
+    start = (long)at, a.seed = seed;
+  }
+  uint64_t data_seed = a.seed + 1;
   if (rank0)
     printf("%s: %d ranks = %d x fsdp %d, ep %d, %s checkpointing; %d micro-batch(es) of %d x %d tokens per rank; "
-           "arena %.1f MiB per rank; data %s (%lld tokens)\n",
+           "%s, gradients reduced in %s; arena %.1f MiB per rank; data %s (%lld tokens)\n",
            MODEL_NAME, c.comm.world, PLAN_DP_REPLICATE, PLAN_FSDP, PLAN_EP, CHECKPOINT_POLICY, ACCUM, MICRO_BATCH,
-           SEQ_LEN, (double)ARENA_ELEMS * sizeof(real) / 1048576.0, a.data, (long long)data.ntokens);
+           SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE,
+           (double)ARENA_ELEMS * sizeof(real) / 1048576.0, a.data, (long long)data.ntokens);
   FILE *mf = rank0 ? fopen(a.metrics, "a") : NULL;
   if (rank0 && !mf) fprintf(stderr, "warning: cannot append to %s; metrics go to stdout only\n", a.metrics);
   RtAdamW adam = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = (float)WEIGHT_DECAY};
-  for (long step = 0; step < a.steps; step++) {
+  long skips = 0, skipped = 0;
+  for (long step = start; step < a.steps; step++) {
     double t0 = rt_now(), aux;
     double loss = run_micro_batches(&c, &data, step, data_seed, &aux);
+    if (rank0 && step + 1 >= a.nan_first && step + 1 < a.nan_first + a.nan_count)
+      c.arena[step_groups[0].grad] = NAN; /* --inject-nan */
     if (PLAN_DP_REPLICATE > 1)
       for (int g = 0; g < N_GROUPS; g++)
         rt_comm_all_reduce(c.comm.replicate_comm, c.arena + step_groups[g].grad, (size_t)step_groups[g].shard);
@@ -203,38 +254,68 @@ int main(int argc, char **argv) {
     for (int g = 0; g < N_GROUPS; g++)
       sq += (real)rt_sum_squares(c.arena + step_groups[g].grad, (size_t)step_groups[g].shard);
     rt_comm_all_reduce(c.comm.fsdp_comm, &sq, 1);
-    double norm = sqrt((double)sq);
-    float lr = rt_lr_at((int)step, (int)a.steps, WARMUP_STEPS, (float)LR, (float)MIN_LR_RATIO);
-    adam.lr = lr, adam.step = (int)step + 1;
-    float scale = rt_clip_scale(norm, (float)GRAD_CLIP);
-    for (int g = 0; g < N_GROUPS; g++) {
-      const RtGroup *G = &step_groups[g];
-      rt_adamw_shard(c.arena + G->master, (float *)(c.arena + G->adam_m), (float *)(c.arena + G->adam_v),
-                     c.arena + G->grad, step_tensors, N_TENSORS, g, shard_lo(&c, g), shard_lo(&c, g) + G->shard, scale,
-                     &adam);
-    }
-    step_end(&c);
+    rt_comm_all_reduce(c.comm.replicate_comm, &sq, 1); /* a NaN on any replica reaches every rank */
+    double norm = sqrt((double)sq / PLAN_DP_REPLICATE);
     real sums[2] = {(real)loss, (real)aux};
     rt_comm_all_reduce(MPI_COMM_WORLD, sums, 2);
     double mean = (double)sums[0] / ((double)ACCUM * c.comm.world);
     double aux_mean = (double)sums[1] / ((double)ACCUM * c.comm.world);
+    /* the schedule spans the spec's training.steps whatever --steps says: a run stopped early and
+     * resumed follows the same learning rates as one that was not */
+    float lr = rt_lr_at((int)step, TRAIN_STEPS, WARMUP_STEPS, (float)LR, (float)MIN_LR_RATIO);
+    int skip = !isfinite(mean) || !isfinite(norm); /* the same decision on every rank */
+    adam.lr = lr, adam.step = (int)step + 1;
+    float scale = rt_clip_scale(norm, (float)GRAD_CLIP);
+    for (int g = 0; g < N_GROUPS && !skip; g++) {
+      const RtGroup *G = &step_groups[g];
+      rt_adamw_shard(c.arena + G->master, (float *)(c.arena + G->adam_m), (float *)(c.arena + G->adam_v),
+                     c.arena + G->grad, step_tensors, N_TENSORS, g, shard_lo(&c, g), shard_lo(&c, g) + G->shard, scale,
+                     &adam);
+#ifdef MUON_WORK
+      /* Muon: each matrix gathered to its owner, orthogonalized there, the update scattered */
+      RtMuon muon = {lr, (float)WEIGHT_DECAY, 0.95f};
+      int fsdp_group = G->comm == RT_GROUP_FSDP;
+      rt_muon_group(fsdp_group ? c.comm.fsdp_comm : c.comm.shard_comm, fsdp_group ? PLAN_FSDP : PLAN_FSDP / PLAN_EP,
+                    c.arena + G->master, (float *)(c.arena + G->adam_m), c.arena + G->grad, step_tensors, N_TENSORS, g,
+                    G->shard, scale, &muon, c.arena + MUON_WORK, muon_counts, muon_counts + PLAN_FSDP);
+#endif
+    }
+    step_end(&c, !skip);
+    skips = skip ? skips + 1 : 0, skipped += skip;
     double dt = rt_now() - t0, tps = (double)GLOBAL_BATCH * SEQ_LEN / dt;
     if (rank0) {
-      printf("step %5ld/%ld | loss %.4f | aux %.4f | lr %.3e | grad norm %.4f | %.0f tokens/s (%.0f per rank)\n",
-             step + 1, a.steps, mean, aux_mean, lr, norm, tps, tps / c.comm.world);
+      printf("step %5ld/%ld | loss %.4f | aux %.4f | lr %.3e | grad norm %.4f | %.0f tokens/s (%.0f per rank)%s\n",
+             step + 1, a.steps, mean, aux_mean, lr, norm, tps, tps / c.comm.world,
+             skip ? " | SKIPPED: not finite" : "");
       fflush(stdout);
-      if (mf) rt_metrics_json(mf, (int)step + 1, mean, aux_mean, lr, norm, tps);
+      if (mf) rt_metrics_json(mf, (int)step + 1, mean, aux_mean, lr, norm, tps, skip);
     }
-    if (!isfinite(mean)) {
-      if (rank0) fprintf(stderr, "error: the loss is not finite at step %ld; expected a lower training.lr\n", step + 1);
+    long done_steps = step + 1 - skips; /* the state holds the updates of this many steps */
+    int stop = skip && skips >= a.max_skips;
+    int save = a.ckpt_dir && (stop || (!skip && (step + 1 == a.steps || (a.ckpt_every && (step + 1) % a.ckpt_every == 0))));
+    if (save && rt_ckpt_save(a.ckpt_dir, done_steps, a.seed, &c.comm, c.arena, step_groups, N_GROUPS, step_tensors,
+                             N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, a.kill_at_save == done_steps, err,
+                             sizeof err) != 0) {
+      if (rank0) fprintf(stderr, "error: saving the checkpoint of step %ld: %s\n", done_steps, err);
+      status = 1;
+      break;
+    }
+    if (stop) {
+      if (rank0)
+        fprintf(stderr, "error: %ld consecutive steps had a non-finite loss or gradient norm (steps %ld-%ld); "
+                        "stopped%s%s; expected a lower training.lr or a look at the data\n",
+                skips, step + 2 - skips, step + 1, a.ckpt_dir ? " with the last good state saved in " : "",
+                a.ckpt_dir ? a.ckpt_dir : "");
       status = 1;
       break;
     }
   }
+  if (rank0 && skipped) printf("%ld step(s) skipped for non-finite values\n", skipped);
   if (mf && fclose(mf) != 0) fprintf(stderr, "warning: error writing %s\n", a.metrics);
 done:
   rt_data_close(&data);
   if (PLAN_EP > 1) rt_a2a_free(&c.a2a);
+  free(muon_counts);
   free(c.arena);
   rt_comm_finalize(&c.comm);
   return status;

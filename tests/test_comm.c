@@ -2,6 +2,7 @@
  *   usage: [mpirun -np W] test_comm FSDP EP DP_REPLICATE [--mismatch]
  * With --mismatch, the launch is expected to have the wrong world size: rt_comm_init must
  * refuse it. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +47,32 @@ static void collectives(const RtComm *c, MPI_Comm g, int (*member)(const RtComm 
     for (int r = 0; r < n; r++) want += (float)(member(c, r) + me * CNT + i);
     CHECK(rs[i] == want);
   }
+  /* bf16 on the wire, fp32 accumulation: within bf16 rounding of the fp32 reduction. Values
+   * with 24 significant bits, so that rounding to bf16 happens: bf16 keeps 8 significant bits, so
+   * each conversion errs by at most 2^-8 of its value, the fp32 sum adds n rounding steps of 2^-24. */
+  enum { BIG = 1000 };
+  float *x = malloc(sizeof(float) * BIG * (size_t)n), *r32 = malloc(sizeof(float) * BIG),
+        *r16 = malloc(sizeof(float) * BIG);
+  uint16_t *wire = malloc(sizeof(uint16_t) * 2 * BIG * (size_t)n);
+  for (int j = 0; j < BIG * n; j++) x[j] = (float)((c->rank * 7919 + j * 104729) % 1000003) / 1000003.0f - 0.5f;
+  rt_comm_reduce_scatter(g, r32, x, BIG);
+  rt_comm_reduce_scatter_bf16(g, r16, x, BIG, wire);
+  int over = 0, rounded = 0;
+  for (int i = 0; i < BIG; i++) {
+    float abs_sum = 0;
+    for (int r = 0; r < n; r++) {
+      int rank = member(c, r), j = me * BIG + i;
+      abs_sum += fabsf((float)((rank * 7919 + j * 104729) % 1000003) / 1000003.0f - 0.5f);
+    }
+    float err = fabsf(r16[i] - r32[i]);
+    over += err > abs_sum * (0x1p-8f + (float)n * 0x1p-23f);
+    rounded += err > 0;
+  }
+  CHECK_EQ(over, 0);
+  CHECK(rounded > 0); /* bf16 did round: the test would pass an fp32 wire otherwise */
+  CHECK(rt_float_from_bf16(rt_bf16_from_float(1.0f + 0x1p-8f)) == 1.0f); /* a tie rounds to even */
+  CHECK(rt_float_from_bf16(rt_bf16_from_float(1.0f + 0x1p-8f + 0x1p-20f)) == 1.0f + 0x1p-7f);
+  free(x), free(r32), free(r16), free(wire);
   float v = (float)c->rank, want = 0;
   rt_comm_all_reduce(g, &v, 1);
   for (int r = 0; r < n; r++) want += (float)member(c, r);

@@ -6,8 +6,14 @@
 #              for a dense + MoE(shared expert) + GQA model, a sigmoid/aux-free router variant,
 #              and GELU with full recomputation
 #   sharding   10 steps of one model and global batch on 1 rank and on 4 MPI ranks (fsdp 4 with
-#              ep 2, and with ep 4): the same loss at every step within 1e-4 relative
+#              ep 2, and with ep 4), gradients reduced in fp32: the same loss at every step
+#              within 1e-4 relative; with bf16 on the wire (the default), within 1e-2
 #   policies   none, selective and full activation checkpointing: bitwise identical losses
+#   checkpoints  10 steps straight = 5 steps, checkpoint, resume for 5 (bitwise); a save killed
+#              by SIGKILL before its manifest resumes from the checkpoint before (bitwise); a
+#              checkpoint saved on 4 ranks (fsdp 4, ep 2) resumes on 2 (fsdp 2, ep 1) within
+#              1e-5; a corrupt shard is refused with its name; non-finite steps are skipped,
+#              and K in a row stop the run with the last good state saved
 #   errors     a launch with the wrong world size, a missing data file, bad arguments
 #   text       tiny-moe on real English text (fortunes' cookie file) for its 300 steps on 2
 #              ranks: the loss starts near ln 256 = 5.55 and ends below 2.5
@@ -60,6 +66,7 @@ gradients)
     [ "$n" -eq "$want" ] && [ "$n" -gt 20 ] || die "$name: checked $n tensors, the program has $want"
   done ;;
 sharding)
+  small+=(--set training.grad_reduce_dtype=fp32)
   build w1 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=1 --set plan.fsdp=1 || exit 1
   (cd "$work" && ./w1/build/train --data "$text" --metrics w1.jsonl >/dev/null) || die "1 rank run"
   for ep in 2 4; do
@@ -72,7 +79,16 @@ sharding)
         if (r > 1e-4) { printf "step %d: 1 rank %s, 4 ranks (ep %d) %s\n", n, $1, ep, $2; bad = 1 } }
       END { printf "1 vs 4 ranks (fsdp 4, ep %d): %d steps, worst relative difference %.2e\n", ep, n, worst
             exit (bad || n != 10) }' || die "losses differ between 1 and 4 ranks (ep $ep)"
-  done ;;
+  done
+  build w4bf16 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=2 \
+    --set training.grad_reduce_dtype=bf16 || exit 1
+  grep -q "rt_comm_reduce_scatter_bf16" "$work/w4bf16/step.c" || die "bf16: no bf16 reduce-scatter in step.c"
+  (cd "$work" && "${mpirun[@]}" -np 4 ./w4bf16/build/train --data "$text" --metrics w4bf16.jsonl >/dev/null) ||
+    die "4 rank run (bf16 wire)"
+  paste <(losses "$work/w1.jsonl") <(losses "$work/w4bf16.jsonl") | awk '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > worst) worst = r; if (n > 1 && d > 0) rounded = 1 }
+    END { printf "1 rank fp32 vs 4 ranks bf16 wire: worst relative difference %.2e\n", worst
+          exit (worst > 1e-2 || !rounded || n != 10) }' || die "bf16 wire: losses too far from fp32, or identical" ;;
 policies)
   for ac in none selective full; do
     build "ac-$ac" "$tiny" float "${small[@]}" --set training.steps=4 --set cluster.gpus_per_node=4 --set plan.fsdp=4 \
@@ -87,6 +103,51 @@ policies)
   grep -c "layer[0-9]*_forward(c, true)" "$work/ac-full/step.c" | grep -qx 4 || die "full: expected 4 recomputed layers"
   grep -q "layer[0-9]*_forward(c, true)" "$work/ac-none/step.c" && die "none: recomputes"
   echo "none, selective and full checkpointing: $(losses "$work/ac-none.jsonl" | tr '\n' ' ')identical" ;;
+checkpoints)
+  ck=(--set training.steps=10 --set training.warmup_steps=2 --set training.seq_len=64 --set training.grad_reduce_dtype=fp32)
+  build c2 "$tiny" float "${ck[@]}" --set cluster.gpus_per_node=2 --set plan.fsdp=2 || exit 1
+  run2() { (cd "$work" && "${mpirun[@]}" -np 2 ./c2/build/train --data "$text" "$@" >/dev/null 2>&1); }
+  strip() { sed 's/,"tokens_per_s".*//' "$1"; }
+  run2 --metrics straight.jsonl || die "straight run"
+  run2 --metrics resumed.jsonl --steps 5 --checkpoint-dir "$work/ckA" || die "first half"
+  [ -f "$work/ckA/step-00000005/manifest.json" ] || die "no checkpoint at step 5"
+  run2 --metrics resumed.jsonl --checkpoint-dir "$work/ckA" || die "resumed half"
+  cmp -s <(strip "$work/straight.jsonl") <(strip "$work/resumed.jsonl") && echo "10 steps = 5 + checkpoint + 5, bit for bit" ||
+    die "a resumed run differs from the straight one"
+  # killed mid-save: step 6's shards exist, its manifest does not; resume takes step 3
+  run2 --metrics killed.jsonl --checkpoint-dir "$work/ckB" --checkpoint-every 3 --inject-kill-at-save 6 && die "the kill did not happen"
+  [ -f "$work/ckB/step-00000003/manifest.json" ] && [ ! -f "$work/ckB/step-00000006/manifest.json" ] &&
+    ls "$work/ckB/step-00000006/"rank-*.bin >/dev/null 2>&1 || die "expected step 3 complete and step 6 without manifest"
+  out=$(cd "$work" && "${mpirun[@]}" -np 2 ./c2/build/train --data "$text" --metrics killed.jsonl --checkpoint-dir "$work/ckB" 2>&1)
+  echo "$out" | grep -q "resumed from .*step-00000003" || die "after the kill: $out"
+  cmp -s <(strip "$work/straight.jsonl" | tail -7) <(strip "$work/killed.jsonl" | tail -7) &&
+    echo "a save killed by SIGKILL resumes from the checkpoint before it, bit for bit" || die "after the kill, losses differ"
+  # resharding: saved on 4 ranks, resumed on 2
+  build c4 "$tiny" float "${ck[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=2 || exit 1
+  build c2e1 "$tiny" float "${ck[@]}" --set cluster.gpus_per_node=2 --set plan.fsdp=2 --set plan.ep=1 || exit 1
+  (cd "$work" && "${mpirun[@]}" -np 4 ./c4/build/train --data "$text" --metrics r4.jsonl >/dev/null &&
+    "${mpirun[@]}" -np 4 ./c4/build/train --data "$text" --metrics r42.jsonl --steps 5 --checkpoint-dir ckC >/dev/null &&
+    "${mpirun[@]}" -np 2 ./c2e1/build/train --data "$text" --metrics r42.jsonl --checkpoint-dir ckC >/dev/null) ||
+    die "reshard runs"
+  paste <(losses "$work/r4.jsonl") <(losses "$work/r42.jsonl") | awk '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > worst) worst = r }
+    END { printf "saved on 4 ranks (ep 2), resumed on 2 (ep 1): worst relative difference %.2e over %d steps\n", worst, n
+          exit (worst > 1e-5 || n != 10) }' || die "resharded run differs by more than 1e-5"
+  # a corrupt shard is refused with its name
+  f=$work/ckA/step-00000010/rank-00001.bin
+  printf '\x42' | dd of="$f" bs=1 seek=300 conv=notrunc status=none
+  out=$(cd "$work" && "${mpirun[@]}" -np 2 ./c2/build/train --data "$text" --metrics x.jsonl --checkpoint-dir ckA 2>&1); rc=$?
+  [ $rc -ne 0 ] && echo "$out" | grep -q "rank-00001.bin: checksum mismatch" && echo "a corrupt shard is refused by name" ||
+    die "corrupt shard: exit $rc, $out"
+  # guard rails
+  run2 --metrics nan1.jsonl --inject-nan 3:1 || die "one non-finite step should be skipped, not fatal"
+  grep -c '"skipped":true' "$work/nan1.jsonl" | grep -qx 1 && grep -q '"step":3,.*"skipped":true' "$work/nan1.jsonl" ||
+    die "step 3 not marked skipped"
+  out=$(cd "$work" && "${mpirun[@]}" -np 2 ./c2/build/train --data "$text" --metrics nan2.jsonl --inject-nan 4:100 --max-skips 3 \
+    --checkpoint-dir ckD 2>&1); rc=$?
+  [ $rc -eq 1 ] && echo "$out" | grep -q "3 consecutive steps had a non-finite" && [ -f "$work/ckD/step-00000003/manifest.json" ] &&
+    echo "non-finite steps: one is skipped; 3 in a row stop the run with step 3's state saved" ||
+    die "guard rail: exit $rc, $out" ;;
 errors)
   build e4 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 || exit 1
   out=$(cd "$work" && "${mpirun[@]}" -np 2 ./e4/build/train --data "$text" 2>&1); rc=$?

@@ -625,135 +625,136 @@
 #define GRAD_DENSE              11487575360 /* 1572870144: its gradient before the reduce-scatter */
 #define GATHERED_EXPERTS        13060445504 /* 3170893824: this EP rank's experts of one layer, all-gathered */
 #define GRAD_EXPERTS            16231339328 /* 3170893824: their gradient before the reduce-scatter */
-#define RS_OUT                  19402233152 /*   33030144: a reduce-scatter's result, before it is added to the shard's gradient */
-#define X0                      19435263296 /*  402653184: boundary: input of layer 0 (residual stream) */
-#define X1                      19837916480 /*  402653184: boundary: input of layer 1 (residual stream) */
-#define X2                      20240569664 /*  402653184: boundary: input of layer 2 (residual stream) */
-#define X3                      20643222848 /*  402653184: boundary: input of layer 3 (residual stream) */
-#define X4                      21045876032 /*  402653184: boundary: input of layer 4 (residual stream) */
-#define X5                      21448529216 /*  402653184: boundary: input of layer 5 (residual stream) */
-#define X6                      21851182400 /*  402653184: boundary: input of layer 6 (residual stream) */
-#define X7                      22253835584 /*  402653184: boundary: input of layer 7 (residual stream) */
-#define X8                      22656488768 /*  402653184: boundary: input of layer 8 (residual stream) */
-#define X9                      23059141952 /*  402653184: boundary: input of layer 9 (residual stream) */
-#define X10                     23461795136 /*  402653184: boundary: input of layer 10 (residual stream) */
-#define X11                     23864448320 /*  402653184: boundary: input of layer 11 (residual stream) */
-#define X12                     24267101504 /*  402653184: boundary: input of layer 12 (residual stream) */
-#define X13                     24669754688 /*  402653184: boundary: input of layer 13 (residual stream) */
-#define X14                     25072407872 /*  402653184: boundary: input of layer 14 (residual stream) */
-#define X15                     25475061056 /*  402653184: boundary: input of layer 15 (residual stream) */
-#define X16                     25877714240 /*  402653184: boundary: input of layer 16 (residual stream) */
-#define X17                     26280367424 /*  402653184: boundary: input of layer 17 (residual stream) */
-#define X18                     26683020608 /*  402653184: boundary: input of layer 18 (residual stream) */
-#define X19                     27085673792 /*  402653184: boundary: input of layer 19 (residual stream) */
-#define X20                     27488326976 /*  402653184: boundary: input of layer 20 (residual stream) */
-#define X21                     27890980160 /*  402653184: boundary: input of layer 21 (residual stream) */
-#define X22                     28293633344 /*  402653184: boundary: input of layer 22 (residual stream) */
-#define X23                     28696286528 /*  402653184: boundary: input of layer 23 (residual stream) */
-#define X24                     29098939712 /*  402653184: boundary: input of layer 24 (residual stream) */
-#define X25                     29501592896 /*  402653184: boundary: input of layer 25 (residual stream) */
-#define X26                     29904246080 /*  402653184: boundary: input of layer 26 (residual stream) */
-#define X27                     30306899264 /*  402653184: boundary: input of layer 27 (residual stream) */
-#define X28                     30709552448 /*  402653184: boundary: input of layer 28 (residual stream) */
-#define X29                     31112205632 /*  402653184: boundary: input of layer 29 (residual stream) */
-#define X30                     31514858816 /*  402653184: boundary: input of layer 30 (residual stream) */
-#define X31                     31917512000 /*  402653184: boundary: input of layer 31 (residual stream) */
-#define X32                     32320165184 /*  402653184: boundary: input of layer 32 (residual stream) */
-#define X33                     32722818368 /*  402653184: boundary: input of layer 33 (residual stream) */
-#define X34                     33125471552 /*  402653184: boundary: input of layer 34 (residual stream) */
-#define X35                     33528124736 /*  402653184: boundary: input of layer 35 (residual stream) */
-#define X36                     33930777920 /*  402653184: boundary: input of layer 36 (residual stream) */
-#define X37                     34333431104 /*  402653184: boundary: input of layer 37 (residual stream) */
-#define X38                     34736084288 /*  402653184: boundary: input of layer 38 (residual stream) */
-#define X39                     35138737472 /*  402653184: boundary: input of layer 39 (residual stream) */
-#define X40                     35541390656 /*  402653184: boundary: input of layer 40 (residual stream) */
-#define X41                     35944043840 /*  402653184: boundary: input of layer 41 (residual stream) */
-#define X42                     36346697024 /*  402653184: boundary: input of layer 42 (residual stream) */
-#define X43                     36749350208 /*  402653184: boundary: input of layer 43 (residual stream) */
-#define X44                     37152003392 /*  402653184: boundary: input of layer 44 (residual stream) */
-#define X45                     37554656576 /*  402653184: boundary: input of layer 45 (residual stream) */
-#define X46                     37957309760 /*  402653184: boundary: input of layer 46 (residual stream) */
-#define X47                     38359962944 /*  402653184: boundary: input of layer 47 (residual stream) */
-#define X48                     38762616128 /*  402653184: boundary: input of layer 48 (residual stream) */
-#define X49                     39165269312 /*  402653184: boundary: input of layer 49 (residual stream) */
-#define X50                     39567922496 /*  402653184: boundary: input of layer 50 (residual stream) */
-#define X51                     39970575680 /*  402653184: boundary: input of layer 51 (residual stream) */
-#define X52                     40373228864 /*  402653184: boundary: input of layer 52 (residual stream) */
-#define X53                     40775882048 /*  402653184: boundary: input of layer 53 (residual stream) */
-#define X54                     41178535232 /*  402653184: boundary: input of layer 54 (residual stream) */
-#define X55                     41581188416 /*  402653184: boundary: input of layer 55 (residual stream) */
-#define X56                     41983841600 /*  402653184: boundary: input of layer 56 (residual stream) */
-#define X57                     42386494784 /*  402653184: boundary: input of layer 57 (residual stream) */
-#define X58                     42789147968 /*  402653184: boundary: input of layer 58 (residual stream) */
-#define X59                     43191801152 /*  402653184: boundary: input of layer 59 (residual stream) */
-#define X60                     43594454336 /*  402653184: boundary: input of layer 60 (residual stream) */
-#define X61                     43997107520 /*  402653184: boundary: input of layer 61 (residual stream) */
-#define X62                     44399760704 /*  402653184: boundary: input of layer 62 (residual stream) */
-#define X63                     44802413888 /*  402653184: boundary: input of layer 63 (residual stream) */
-#define X64                     45205067072 /*  402653184: boundary: input of layer 64 (residual stream) */
-#define X65                     45607720256 /*  402653184: boundary: input of layer 65 (residual stream) */
-#define X66                     46010373440 /*  402653184: boundary: input of layer 66 (residual stream) */
-#define X67                     46413026624 /*  402653184: boundary: input of layer 67 (residual stream) */
-#define X68                     46815679808 /*  402653184: boundary: input of layer 68 (residual stream) */
-#define X69                     47218332992 /*  402653184: boundary: input of layer 69 (residual stream) */
-#define X70                     47620986176 /*  402653184: boundary: input of layer 70 (residual stream) */
-#define X71                     48023639360 /*  402653184: boundary: input of layer 71 (residual stream) */
-#define X72                     48426292544 /*  402653184: boundary: input of layer 72 (residual stream) */
-#define X73                     48828945728 /*  402653184: boundary: input of layer 73 (residual stream) */
-#define X74                     49231598912 /*  402653184: output of the last layer */
-#define WS_LN1                  49634252096 /*  402653184: attention norm output */
-#define WS_RSTD1                50036905280 /*      65536: its 1/rms per token */
-#define WS_Q                    50036970816 /*  402653184: queries (rotated) */
-#define WS_K                    50439624000 /*  134217728: keys (rotated) */
-#define WS_V                    50573841728 /*  134217728: values */
-#define WS_ATT                  50708059456 /*  402653184: attention output */
-#define WS_LSE                  51110712640 /*    3145728: attention log-sum-exp per head and query */
-#define WS_RES                  51113858368 /*  402653184: residual stream after attention */
-#define WS_LN2                  51516511552 /*  402653184: mlp norm output */
-#define WS_RSTD2                51919164736 /*      65536: its 1/rms per token */
-#define WS_LOGITS               51919230272 /*   25165824: router logits */
-#define WS_IDX                  51944396096 /*     524288: selected experts (int32) */
-#define WS_WTS                  51944920384 /*     524288: their weights */
-#define WS_POS                  51945444672 /*     524288: row of each assignment in expert order (int32) */
-#define WS_OFFSETS              51945968960 /*        385: first row of each expert (int32) */
-#define WS_XP                   51945969360 /* 3221225472: token copies in expert order */
-#define WS_YP                   55167194832 /* 3221225472: expert outputs in that order */
-#define WS_XE                   58388420304 /* 12884901888: rows this rank's experts received (dropless: up to ep x tokens x top_k) */
-#define WS_YE                   71273322192 /* 12884901888: their outputs, before going back */
-#define WS_EOFF                 84158224080 /*         97: first received row of each local expert (int32) */
-#define WS_EG                   84158224192 /* 3758096384: routed experts' gate */
-#define WS_EU                   87916320576 /* 3758096384: routed experts' up */
-#define WS_EH                   91674416960 /* 3758096384: routed experts' activation */
-#define WS_SG                   95432513344 /*  117440512: shared experts' gate */
-#define WS_SU                   95549953856 /*  117440512: shared experts' up */
-#define WS_SH                   95667394368 /*  117440512: shared experts' activation */
-#define WS_Y                    95784834880 /*  402653184: a block's output before the residual add */
-#define WS_Y2                   96187488064 /*  402653184: shared experts' output */
-#define DX_A                    96590141248 /*  402653184: gradient of the residual stream (even layers' output) */
-#define DX_B                    96992794432 /*  402653184: gradient of the residual stream (odd layers' output) */
-#define DLN                     97395447616 /*  402653184: gradient of a norm's output */
-#define DATT                    97798100800 /*  402653184: gradient of the attention output */
-#define DQ                      98200753984 /*  402653184: gradient of the queries */
-#define DK                      98603407168 /*  134217728: gradient of the keys */
-#define DV                      98737624896 /*  134217728: gradient of the values */
-#define DLOGITS                 98871842624 /*   25165824: gradient of the router logits */
-#define DWTS                    98897008448 /*     524288: gradient of the routing weights */
-#define DYP                     98897532736 /* 3221225472: gradient of the expert outputs */
-#define DXP                    102118758208 /* 3221225472: gradient of the token copies */
-#define DYE                    105339983680 /* 12884901888: gradient of the received rows' outputs */
-#define DXE                    118224885568 /* 12884901888: gradient of the received rows */
-#define A2A                    131109787456 /* 12884901888: all-to-all staging (source-rank order) */
-#define EDG                    143994689344 /* 3758096384: routed experts' gate gradient */
-#define EDU                    147752785728 /* 3758096384: routed experts' up gradient */
-#define EDH                    151510882112 /* 3758096384: routed experts' activation gradient */
-#define DSG                    155268978496 /*  117440512: shared experts' gate gradient */
-#define DSU                    155386419008 /*  117440512: shared experts' up gradient */
-#define DSH                    155503859520 /*  117440512: shared experts' activation gradient */
-#define AUX                    155621300032 /*       1152: load-balancing loss scratch */
-#define LNF                    155621301184 /*  402653184: final norm output */
-#define RSTDF                  156023954368 /*      65536: its 1/rms per token */
-#define LSEF                   156024019904 /*      65536: log-sum-exp of each token's logits */
-#define CE                     156024085440 /*  268435456: logits of one vocabulary chunk */
+#define RS_OUT                  19628725568 /*   33030144: a reduce-scatter's result, before it is added to the shard's gradient */
+#define RS_WIRE                 19661755712 /* 3170893824: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
+#define X0                      22832649536 /*  402653184: boundary: input of layer 0 (residual stream) */
+#define X1                      23235302720 /*  402653184: boundary: input of layer 1 (residual stream) */
+#define X2                      23637955904 /*  402653184: boundary: input of layer 2 (residual stream) */
+#define X3                      24040609088 /*  402653184: boundary: input of layer 3 (residual stream) */
+#define X4                      24443262272 /*  402653184: boundary: input of layer 4 (residual stream) */
+#define X5                      24845915456 /*  402653184: boundary: input of layer 5 (residual stream) */
+#define X6                      25248568640 /*  402653184: boundary: input of layer 6 (residual stream) */
+#define X7                      25651221824 /*  402653184: boundary: input of layer 7 (residual stream) */
+#define X8                      26053875008 /*  402653184: boundary: input of layer 8 (residual stream) */
+#define X9                      26456528192 /*  402653184: boundary: input of layer 9 (residual stream) */
+#define X10                     26859181376 /*  402653184: boundary: input of layer 10 (residual stream) */
+#define X11                     27261834560 /*  402653184: boundary: input of layer 11 (residual stream) */
+#define X12                     27664487744 /*  402653184: boundary: input of layer 12 (residual stream) */
+#define X13                     28067140928 /*  402653184: boundary: input of layer 13 (residual stream) */
+#define X14                     28469794112 /*  402653184: boundary: input of layer 14 (residual stream) */
+#define X15                     28872447296 /*  402653184: boundary: input of layer 15 (residual stream) */
+#define X16                     29275100480 /*  402653184: boundary: input of layer 16 (residual stream) */
+#define X17                     29677753664 /*  402653184: boundary: input of layer 17 (residual stream) */
+#define X18                     30080406848 /*  402653184: boundary: input of layer 18 (residual stream) */
+#define X19                     30483060032 /*  402653184: boundary: input of layer 19 (residual stream) */
+#define X20                     30885713216 /*  402653184: boundary: input of layer 20 (residual stream) */
+#define X21                     31288366400 /*  402653184: boundary: input of layer 21 (residual stream) */
+#define X22                     31691019584 /*  402653184: boundary: input of layer 22 (residual stream) */
+#define X23                     32093672768 /*  402653184: boundary: input of layer 23 (residual stream) */
+#define X24                     32496325952 /*  402653184: boundary: input of layer 24 (residual stream) */
+#define X25                     32898979136 /*  402653184: boundary: input of layer 25 (residual stream) */
+#define X26                     33301632320 /*  402653184: boundary: input of layer 26 (residual stream) */
+#define X27                     33704285504 /*  402653184: boundary: input of layer 27 (residual stream) */
+#define X28                     34106938688 /*  402653184: boundary: input of layer 28 (residual stream) */
+#define X29                     34509591872 /*  402653184: boundary: input of layer 29 (residual stream) */
+#define X30                     34912245056 /*  402653184: boundary: input of layer 30 (residual stream) */
+#define X31                     35314898240 /*  402653184: boundary: input of layer 31 (residual stream) */
+#define X32                     35717551424 /*  402653184: boundary: input of layer 32 (residual stream) */
+#define X33                     36120204608 /*  402653184: boundary: input of layer 33 (residual stream) */
+#define X34                     36522857792 /*  402653184: boundary: input of layer 34 (residual stream) */
+#define X35                     36925510976 /*  402653184: boundary: input of layer 35 (residual stream) */
+#define X36                     37328164160 /*  402653184: boundary: input of layer 36 (residual stream) */
+#define X37                     37730817344 /*  402653184: boundary: input of layer 37 (residual stream) */
+#define X38                     38133470528 /*  402653184: boundary: input of layer 38 (residual stream) */
+#define X39                     38536123712 /*  402653184: boundary: input of layer 39 (residual stream) */
+#define X40                     38938776896 /*  402653184: boundary: input of layer 40 (residual stream) */
+#define X41                     39341430080 /*  402653184: boundary: input of layer 41 (residual stream) */
+#define X42                     39744083264 /*  402653184: boundary: input of layer 42 (residual stream) */
+#define X43                     40146736448 /*  402653184: boundary: input of layer 43 (residual stream) */
+#define X44                     40549389632 /*  402653184: boundary: input of layer 44 (residual stream) */
+#define X45                     40952042816 /*  402653184: boundary: input of layer 45 (residual stream) */
+#define X46                     41354696000 /*  402653184: boundary: input of layer 46 (residual stream) */
+#define X47                     41757349184 /*  402653184: boundary: input of layer 47 (residual stream) */
+#define X48                     42160002368 /*  402653184: boundary: input of layer 48 (residual stream) */
+#define X49                     42562655552 /*  402653184: boundary: input of layer 49 (residual stream) */
+#define X50                     42965308736 /*  402653184: boundary: input of layer 50 (residual stream) */
+#define X51                     43367961920 /*  402653184: boundary: input of layer 51 (residual stream) */
+#define X52                     43770615104 /*  402653184: boundary: input of layer 52 (residual stream) */
+#define X53                     44173268288 /*  402653184: boundary: input of layer 53 (residual stream) */
+#define X54                     44575921472 /*  402653184: boundary: input of layer 54 (residual stream) */
+#define X55                     44978574656 /*  402653184: boundary: input of layer 55 (residual stream) */
+#define X56                     45381227840 /*  402653184: boundary: input of layer 56 (residual stream) */
+#define X57                     45783881024 /*  402653184: boundary: input of layer 57 (residual stream) */
+#define X58                     46186534208 /*  402653184: boundary: input of layer 58 (residual stream) */
+#define X59                     46589187392 /*  402653184: boundary: input of layer 59 (residual stream) */
+#define X60                     46991840576 /*  402653184: boundary: input of layer 60 (residual stream) */
+#define X61                     47394493760 /*  402653184: boundary: input of layer 61 (residual stream) */
+#define X62                     47797146944 /*  402653184: boundary: input of layer 62 (residual stream) */
+#define X63                     48199800128 /*  402653184: boundary: input of layer 63 (residual stream) */
+#define X64                     48602453312 /*  402653184: boundary: input of layer 64 (residual stream) */
+#define X65                     49005106496 /*  402653184: boundary: input of layer 65 (residual stream) */
+#define X66                     49407759680 /*  402653184: boundary: input of layer 66 (residual stream) */
+#define X67                     49810412864 /*  402653184: boundary: input of layer 67 (residual stream) */
+#define X68                     50213066048 /*  402653184: boundary: input of layer 68 (residual stream) */
+#define X69                     50615719232 /*  402653184: boundary: input of layer 69 (residual stream) */
+#define X70                     51018372416 /*  402653184: boundary: input of layer 70 (residual stream) */
+#define X71                     51421025600 /*  402653184: boundary: input of layer 71 (residual stream) */
+#define X72                     51823678784 /*  402653184: boundary: input of layer 72 (residual stream) */
+#define X73                     52226331968 /*  402653184: boundary: input of layer 73 (residual stream) */
+#define X74                     52628985152 /*  402653184: output of the last layer */
+#define WS_LN1                  53031638336 /*  402653184: attention norm output */
+#define WS_RSTD1                53434291520 /*      65536: its 1/rms per token */
+#define WS_Q                    53434357056 /*  402653184: queries (rotated) */
+#define WS_K                    53837010240 /*  134217728: keys (rotated) */
+#define WS_V                    53971227968 /*  134217728: values */
+#define WS_ATT                  54105445696 /*  402653184: attention output */
+#define WS_LSE                  54508098880 /*    3145728: attention log-sum-exp per head and query */
+#define WS_RES                  54511244608 /*  402653184: residual stream after attention */
+#define WS_LN2                  54913897792 /*  402653184: mlp norm output */
+#define WS_RSTD2                55316550976 /*      65536: its 1/rms per token */
+#define WS_LOGITS               55316616512 /*   25165824: router logits */
+#define WS_IDX                  55341782336 /*     524288: selected experts (int32) */
+#define WS_WTS                  55342306624 /*     524288: their weights */
+#define WS_POS                  55342830912 /*     524288: row of each assignment in expert order (int32) */
+#define WS_OFFSETS              55343355200 /*        385: first row of each expert (int32) */
+#define WS_XP                   55343355600 /* 3221225472: token copies in expert order */
+#define WS_YP                   58564581072 /* 3221225472: expert outputs in that order */
+#define WS_XE                   61785806544 /* 12884901888: rows this rank's experts received (dropless: up to ep x tokens x top_k) */
+#define WS_YE                   74670708432 /* 12884901888: their outputs, before going back */
+#define WS_EOFF                 87555610320 /*         97: first received row of each local expert (int32) */
+#define WS_EG                   87555610432 /* 3758096384: routed experts' gate */
+#define WS_EU                   91313706816 /* 3758096384: routed experts' up */
+#define WS_EH                   95071803200 /* 3758096384: routed experts' activation */
+#define WS_SG                   98829899584 /*  117440512: shared experts' gate */
+#define WS_SU                   98947340096 /*  117440512: shared experts' up */
+#define WS_SH                   99064780608 /*  117440512: shared experts' activation */
+#define WS_Y                    99182221120 /*  402653184: a block's output before the residual add */
+#define WS_Y2                   99584874304 /*  402653184: shared experts' output */
+#define DX_A                    99987527488 /*  402653184: gradient of the residual stream (even layers' output) */
+#define DX_B                   100390180672 /*  402653184: gradient of the residual stream (odd layers' output) */
+#define DLN                    100792833856 /*  402653184: gradient of a norm's output */
+#define DATT                   101195487040 /*  402653184: gradient of the attention output */
+#define DQ                     101598140224 /*  402653184: gradient of the queries */
+#define DK                     102000793408 /*  134217728: gradient of the keys */
+#define DV                     102135011136 /*  134217728: gradient of the values */
+#define DLOGITS                102269228864 /*   25165824: gradient of the router logits */
+#define DWTS                   102294394688 /*     524288: gradient of the routing weights */
+#define DYP                    102294918976 /* 3221225472: gradient of the expert outputs */
+#define DXP                    105516144448 /* 3221225472: gradient of the token copies */
+#define DYE                    108737369920 /* 12884901888: gradient of the received rows' outputs */
+#define DXE                    121622271808 /* 12884901888: gradient of the received rows */
+#define A2A                    134507173696 /* 12884901888: all-to-all staging (source-rank order) */
+#define EDG                    147392075584 /* 3758096384: routed experts' gate gradient */
+#define EDU                    151150171968 /* 3758096384: routed experts' up gradient */
+#define EDH                    154908268352 /* 3758096384: routed experts' activation gradient */
+#define DSG                    158666364736 /*  117440512: shared experts' gate gradient */
+#define DSU                    158783805248 /*  117440512: shared experts' up gradient */
+#define DSH                    158901245760 /*  117440512: shared experts' activation gradient */
+#define AUX                    159018686272 /*       1152: load-balancing loss scratch */
+#define LNF                    159018687424 /*  402653184: final norm output */
+#define RSTDF                  159421340608 /*      65536: its 1/rms per token */
+#define LSEF                   159421406144 /*      65536: log-sum-exp of each token's logits */
+#define CE                     159421471680 /*  268435456: logits of one vocabulary chunk */
 
 /* Parameter groups: sharded over the FSDP group (384 ranks) or, for experts, over the
  * 96 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */
@@ -910,973 +911,974 @@ const RtGroup step_groups[N_GROUPS] = {
     {"head", RT_GROUP_FSDP, 1572870144, 4096016, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V},
 };
 
-/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay. */
+/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,
+ * Muon and its owner rank. */
 const RtTensor step_tensors[N_TENSORS] = {
-    {"model.embed_tokens.weight", 0, 0, 1572864000, 0, 256000, 6144, 0.02, false, true},
-    {"model.layers.0.input_layernorm.weight", 1, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.0.self_attn.q_proj.weight", 1, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.0.self_attn.k_proj.weight", 1, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.0.self_attn.v_proj.weight", 1, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.0.self_attn.o_proj.weight", 1, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.0.post_attention_layernorm.weight", 1, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.0.mlp.gate.weight", 1, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.0.mlp.experts.%d.gate_proj.weight", 2, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.0.mlp.experts.%d.up_proj.weight", 2, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.0.mlp.experts.%d.down_proj.weight", 2, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.0.mlp.shared_experts.gate_proj.weight", 1, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.0.mlp.shared_experts.up_proj.weight", 1, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.0.mlp.shared_experts.down_proj.weight", 1, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.1.input_layernorm.weight", 3, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.1.self_attn.q_proj.weight", 3, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.1.self_attn.k_proj.weight", 3, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.1.self_attn.v_proj.weight", 3, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.1.self_attn.o_proj.weight", 3, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.1.post_attention_layernorm.weight", 3, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.1.mlp.gate.weight", 3, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.1.mlp.experts.%d.gate_proj.weight", 4, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.1.mlp.experts.%d.up_proj.weight", 4, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.1.mlp.experts.%d.down_proj.weight", 4, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.1.mlp.shared_experts.gate_proj.weight", 3, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.1.mlp.shared_experts.up_proj.weight", 3, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.1.mlp.shared_experts.down_proj.weight", 3, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.2.input_layernorm.weight", 5, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.2.self_attn.q_proj.weight", 5, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.2.self_attn.k_proj.weight", 5, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.2.self_attn.v_proj.weight", 5, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.2.self_attn.o_proj.weight", 5, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.2.post_attention_layernorm.weight", 5, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.2.mlp.gate.weight", 5, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.2.mlp.experts.%d.gate_proj.weight", 6, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.2.mlp.experts.%d.up_proj.weight", 6, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.2.mlp.experts.%d.down_proj.weight", 6, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.2.mlp.shared_experts.gate_proj.weight", 5, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.2.mlp.shared_experts.up_proj.weight", 5, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.2.mlp.shared_experts.down_proj.weight", 5, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.3.input_layernorm.weight", 7, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.3.self_attn.q_proj.weight", 7, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.3.self_attn.k_proj.weight", 7, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.3.self_attn.v_proj.weight", 7, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.3.self_attn.o_proj.weight", 7, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.3.post_attention_layernorm.weight", 7, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.3.mlp.gate.weight", 7, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.3.mlp.experts.%d.gate_proj.weight", 8, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.3.mlp.experts.%d.up_proj.weight", 8, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.3.mlp.experts.%d.down_proj.weight", 8, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.3.mlp.shared_experts.gate_proj.weight", 7, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.3.mlp.shared_experts.up_proj.weight", 7, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.3.mlp.shared_experts.down_proj.weight", 7, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.4.input_layernorm.weight", 9, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.4.self_attn.q_proj.weight", 9, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.4.self_attn.k_proj.weight", 9, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.4.self_attn.v_proj.weight", 9, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.4.self_attn.o_proj.weight", 9, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.4.post_attention_layernorm.weight", 9, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.4.mlp.gate.weight", 9, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.4.mlp.experts.%d.gate_proj.weight", 10, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.4.mlp.experts.%d.up_proj.weight", 10, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.4.mlp.experts.%d.down_proj.weight", 10, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.4.mlp.shared_experts.gate_proj.weight", 9, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.4.mlp.shared_experts.up_proj.weight", 9, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.4.mlp.shared_experts.down_proj.weight", 9, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.5.input_layernorm.weight", 11, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.5.self_attn.q_proj.weight", 11, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.5.self_attn.k_proj.weight", 11, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.5.self_attn.v_proj.weight", 11, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.5.self_attn.o_proj.weight", 11, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.5.post_attention_layernorm.weight", 11, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.5.mlp.gate.weight", 11, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.5.mlp.experts.%d.gate_proj.weight", 12, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.5.mlp.experts.%d.up_proj.weight", 12, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.5.mlp.experts.%d.down_proj.weight", 12, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.5.mlp.shared_experts.gate_proj.weight", 11, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.5.mlp.shared_experts.up_proj.weight", 11, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.5.mlp.shared_experts.down_proj.weight", 11, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.6.input_layernorm.weight", 13, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.6.self_attn.q_proj.weight", 13, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.6.self_attn.k_proj.weight", 13, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.6.self_attn.v_proj.weight", 13, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.6.self_attn.o_proj.weight", 13, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.6.post_attention_layernorm.weight", 13, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.6.mlp.gate.weight", 13, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.6.mlp.experts.%d.gate_proj.weight", 14, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.6.mlp.experts.%d.up_proj.weight", 14, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.6.mlp.experts.%d.down_proj.weight", 14, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.6.mlp.shared_experts.gate_proj.weight", 13, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.6.mlp.shared_experts.up_proj.weight", 13, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.6.mlp.shared_experts.down_proj.weight", 13, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.7.input_layernorm.weight", 15, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.7.self_attn.q_proj.weight", 15, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.7.self_attn.k_proj.weight", 15, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.7.self_attn.v_proj.weight", 15, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.7.self_attn.o_proj.weight", 15, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.7.post_attention_layernorm.weight", 15, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.7.mlp.gate.weight", 15, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.7.mlp.experts.%d.gate_proj.weight", 16, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.7.mlp.experts.%d.up_proj.weight", 16, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.7.mlp.experts.%d.down_proj.weight", 16, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.7.mlp.shared_experts.gate_proj.weight", 15, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.7.mlp.shared_experts.up_proj.weight", 15, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.7.mlp.shared_experts.down_proj.weight", 15, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.8.input_layernorm.weight", 17, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.8.self_attn.q_proj.weight", 17, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.8.self_attn.k_proj.weight", 17, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.8.self_attn.v_proj.weight", 17, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.8.self_attn.o_proj.weight", 17, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.8.post_attention_layernorm.weight", 17, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.8.mlp.gate.weight", 17, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.8.mlp.experts.%d.gate_proj.weight", 18, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.8.mlp.experts.%d.up_proj.weight", 18, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.8.mlp.experts.%d.down_proj.weight", 18, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.8.mlp.shared_experts.gate_proj.weight", 17, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.8.mlp.shared_experts.up_proj.weight", 17, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.8.mlp.shared_experts.down_proj.weight", 17, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.9.input_layernorm.weight", 19, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.9.self_attn.q_proj.weight", 19, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.9.self_attn.k_proj.weight", 19, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.9.self_attn.v_proj.weight", 19, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.9.self_attn.o_proj.weight", 19, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.9.post_attention_layernorm.weight", 19, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.9.mlp.gate.weight", 19, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.9.mlp.experts.%d.gate_proj.weight", 20, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.9.mlp.experts.%d.up_proj.weight", 20, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.9.mlp.experts.%d.down_proj.weight", 20, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.9.mlp.shared_experts.gate_proj.weight", 19, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.9.mlp.shared_experts.up_proj.weight", 19, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.9.mlp.shared_experts.down_proj.weight", 19, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.10.input_layernorm.weight", 21, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.10.self_attn.q_proj.weight", 21, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.10.self_attn.k_proj.weight", 21, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.10.self_attn.v_proj.weight", 21, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.10.self_attn.o_proj.weight", 21, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.10.post_attention_layernorm.weight", 21, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.10.mlp.gate.weight", 21, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.10.mlp.experts.%d.gate_proj.weight", 22, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.10.mlp.experts.%d.up_proj.weight", 22, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.10.mlp.experts.%d.down_proj.weight", 22, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.10.mlp.shared_experts.gate_proj.weight", 21, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.10.mlp.shared_experts.up_proj.weight", 21, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.10.mlp.shared_experts.down_proj.weight", 21, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.11.input_layernorm.weight", 23, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.11.self_attn.q_proj.weight", 23, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.11.self_attn.k_proj.weight", 23, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.11.self_attn.v_proj.weight", 23, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.11.self_attn.o_proj.weight", 23, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.11.post_attention_layernorm.weight", 23, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.11.mlp.gate.weight", 23, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.11.mlp.experts.%d.gate_proj.weight", 24, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.11.mlp.experts.%d.up_proj.weight", 24, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.11.mlp.experts.%d.down_proj.weight", 24, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.11.mlp.shared_experts.gate_proj.weight", 23, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.11.mlp.shared_experts.up_proj.weight", 23, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.11.mlp.shared_experts.down_proj.weight", 23, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.12.input_layernorm.weight", 25, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.12.self_attn.q_proj.weight", 25, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.12.self_attn.k_proj.weight", 25, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.12.self_attn.v_proj.weight", 25, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.12.self_attn.o_proj.weight", 25, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.12.post_attention_layernorm.weight", 25, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.12.mlp.gate.weight", 25, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.12.mlp.experts.%d.gate_proj.weight", 26, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.12.mlp.experts.%d.up_proj.weight", 26, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.12.mlp.experts.%d.down_proj.weight", 26, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.12.mlp.shared_experts.gate_proj.weight", 25, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.12.mlp.shared_experts.up_proj.weight", 25, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.12.mlp.shared_experts.down_proj.weight", 25, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.13.input_layernorm.weight", 27, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.13.self_attn.q_proj.weight", 27, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.13.self_attn.k_proj.weight", 27, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.13.self_attn.v_proj.weight", 27, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.13.self_attn.o_proj.weight", 27, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.13.post_attention_layernorm.weight", 27, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.13.mlp.gate.weight", 27, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.13.mlp.experts.%d.gate_proj.weight", 28, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.13.mlp.experts.%d.up_proj.weight", 28, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.13.mlp.experts.%d.down_proj.weight", 28, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.13.mlp.shared_experts.gate_proj.weight", 27, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.13.mlp.shared_experts.up_proj.weight", 27, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.13.mlp.shared_experts.down_proj.weight", 27, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.14.input_layernorm.weight", 29, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.14.self_attn.q_proj.weight", 29, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.14.self_attn.k_proj.weight", 29, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.14.self_attn.v_proj.weight", 29, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.14.self_attn.o_proj.weight", 29, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.14.post_attention_layernorm.weight", 29, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.14.mlp.gate.weight", 29, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.14.mlp.experts.%d.gate_proj.weight", 30, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.14.mlp.experts.%d.up_proj.weight", 30, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.14.mlp.experts.%d.down_proj.weight", 30, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.14.mlp.shared_experts.gate_proj.weight", 29, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.14.mlp.shared_experts.up_proj.weight", 29, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.14.mlp.shared_experts.down_proj.weight", 29, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.15.input_layernorm.weight", 31, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.15.self_attn.q_proj.weight", 31, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.15.self_attn.k_proj.weight", 31, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.15.self_attn.v_proj.weight", 31, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.15.self_attn.o_proj.weight", 31, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.15.post_attention_layernorm.weight", 31, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.15.mlp.gate.weight", 31, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.15.mlp.experts.%d.gate_proj.weight", 32, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.15.mlp.experts.%d.up_proj.weight", 32, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.15.mlp.experts.%d.down_proj.weight", 32, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.15.mlp.shared_experts.gate_proj.weight", 31, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.15.mlp.shared_experts.up_proj.weight", 31, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.15.mlp.shared_experts.down_proj.weight", 31, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.16.input_layernorm.weight", 33, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.16.self_attn.q_proj.weight", 33, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.16.self_attn.k_proj.weight", 33, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.16.self_attn.v_proj.weight", 33, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.16.self_attn.o_proj.weight", 33, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.16.post_attention_layernorm.weight", 33, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.16.mlp.gate.weight", 33, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.16.mlp.experts.%d.gate_proj.weight", 34, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.16.mlp.experts.%d.up_proj.weight", 34, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.16.mlp.experts.%d.down_proj.weight", 34, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.16.mlp.shared_experts.gate_proj.weight", 33, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.16.mlp.shared_experts.up_proj.weight", 33, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.16.mlp.shared_experts.down_proj.weight", 33, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.17.input_layernorm.weight", 35, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.17.self_attn.q_proj.weight", 35, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.17.self_attn.k_proj.weight", 35, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.17.self_attn.v_proj.weight", 35, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.17.self_attn.o_proj.weight", 35, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.17.post_attention_layernorm.weight", 35, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.17.mlp.gate.weight", 35, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.17.mlp.experts.%d.gate_proj.weight", 36, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.17.mlp.experts.%d.up_proj.weight", 36, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.17.mlp.experts.%d.down_proj.weight", 36, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.17.mlp.shared_experts.gate_proj.weight", 35, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.17.mlp.shared_experts.up_proj.weight", 35, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.17.mlp.shared_experts.down_proj.weight", 35, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.18.input_layernorm.weight", 37, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.18.self_attn.q_proj.weight", 37, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.18.self_attn.k_proj.weight", 37, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.18.self_attn.v_proj.weight", 37, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.18.self_attn.o_proj.weight", 37, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.18.post_attention_layernorm.weight", 37, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.18.mlp.gate.weight", 37, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.18.mlp.experts.%d.gate_proj.weight", 38, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.18.mlp.experts.%d.up_proj.weight", 38, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.18.mlp.experts.%d.down_proj.weight", 38, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.18.mlp.shared_experts.gate_proj.weight", 37, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.18.mlp.shared_experts.up_proj.weight", 37, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.18.mlp.shared_experts.down_proj.weight", 37, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.19.input_layernorm.weight", 39, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.19.self_attn.q_proj.weight", 39, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.19.self_attn.k_proj.weight", 39, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.19.self_attn.v_proj.weight", 39, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.19.self_attn.o_proj.weight", 39, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.19.post_attention_layernorm.weight", 39, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.19.mlp.gate.weight", 39, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.19.mlp.experts.%d.gate_proj.weight", 40, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.19.mlp.experts.%d.up_proj.weight", 40, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.19.mlp.experts.%d.down_proj.weight", 40, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.19.mlp.shared_experts.gate_proj.weight", 39, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.19.mlp.shared_experts.up_proj.weight", 39, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.19.mlp.shared_experts.down_proj.weight", 39, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.20.input_layernorm.weight", 41, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.20.self_attn.q_proj.weight", 41, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.20.self_attn.k_proj.weight", 41, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.20.self_attn.v_proj.weight", 41, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.20.self_attn.o_proj.weight", 41, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.20.post_attention_layernorm.weight", 41, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.20.mlp.gate.weight", 41, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.20.mlp.experts.%d.gate_proj.weight", 42, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.20.mlp.experts.%d.up_proj.weight", 42, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.20.mlp.experts.%d.down_proj.weight", 42, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.20.mlp.shared_experts.gate_proj.weight", 41, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.20.mlp.shared_experts.up_proj.weight", 41, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.20.mlp.shared_experts.down_proj.weight", 41, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.21.input_layernorm.weight", 43, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.21.self_attn.q_proj.weight", 43, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.21.self_attn.k_proj.weight", 43, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.21.self_attn.v_proj.weight", 43, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.21.self_attn.o_proj.weight", 43, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.21.post_attention_layernorm.weight", 43, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.21.mlp.gate.weight", 43, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.21.mlp.experts.%d.gate_proj.weight", 44, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.21.mlp.experts.%d.up_proj.weight", 44, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.21.mlp.experts.%d.down_proj.weight", 44, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.21.mlp.shared_experts.gate_proj.weight", 43, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.21.mlp.shared_experts.up_proj.weight", 43, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.21.mlp.shared_experts.down_proj.weight", 43, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.22.input_layernorm.weight", 45, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.22.self_attn.q_proj.weight", 45, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.22.self_attn.k_proj.weight", 45, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.22.self_attn.v_proj.weight", 45, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.22.self_attn.o_proj.weight", 45, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.22.post_attention_layernorm.weight", 45, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.22.mlp.gate.weight", 45, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.22.mlp.experts.%d.gate_proj.weight", 46, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.22.mlp.experts.%d.up_proj.weight", 46, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.22.mlp.experts.%d.down_proj.weight", 46, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.22.mlp.shared_experts.gate_proj.weight", 45, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.22.mlp.shared_experts.up_proj.weight", 45, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.22.mlp.shared_experts.down_proj.weight", 45, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.23.input_layernorm.weight", 47, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.23.self_attn.q_proj.weight", 47, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.23.self_attn.k_proj.weight", 47, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.23.self_attn.v_proj.weight", 47, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.23.self_attn.o_proj.weight", 47, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.23.post_attention_layernorm.weight", 47, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.23.mlp.gate.weight", 47, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.23.mlp.experts.%d.gate_proj.weight", 48, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.23.mlp.experts.%d.up_proj.weight", 48, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.23.mlp.experts.%d.down_proj.weight", 48, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.23.mlp.shared_experts.gate_proj.weight", 47, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.23.mlp.shared_experts.up_proj.weight", 47, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.23.mlp.shared_experts.down_proj.weight", 47, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.24.input_layernorm.weight", 49, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.24.self_attn.q_proj.weight", 49, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.24.self_attn.k_proj.weight", 49, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.24.self_attn.v_proj.weight", 49, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.24.self_attn.o_proj.weight", 49, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.24.post_attention_layernorm.weight", 49, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.24.mlp.gate.weight", 49, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.24.mlp.experts.%d.gate_proj.weight", 50, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.24.mlp.experts.%d.up_proj.weight", 50, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.24.mlp.experts.%d.down_proj.weight", 50, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.24.mlp.shared_experts.gate_proj.weight", 49, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.24.mlp.shared_experts.up_proj.weight", 49, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.24.mlp.shared_experts.down_proj.weight", 49, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.25.input_layernorm.weight", 51, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.25.self_attn.q_proj.weight", 51, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.25.self_attn.k_proj.weight", 51, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.25.self_attn.v_proj.weight", 51, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.25.self_attn.o_proj.weight", 51, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.25.post_attention_layernorm.weight", 51, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.25.mlp.gate.weight", 51, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.25.mlp.experts.%d.gate_proj.weight", 52, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.25.mlp.experts.%d.up_proj.weight", 52, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.25.mlp.experts.%d.down_proj.weight", 52, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.25.mlp.shared_experts.gate_proj.weight", 51, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.25.mlp.shared_experts.up_proj.weight", 51, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.25.mlp.shared_experts.down_proj.weight", 51, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.26.input_layernorm.weight", 53, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.26.self_attn.q_proj.weight", 53, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.26.self_attn.k_proj.weight", 53, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.26.self_attn.v_proj.weight", 53, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.26.self_attn.o_proj.weight", 53, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.26.post_attention_layernorm.weight", 53, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.26.mlp.gate.weight", 53, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.26.mlp.experts.%d.gate_proj.weight", 54, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.26.mlp.experts.%d.up_proj.weight", 54, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.26.mlp.experts.%d.down_proj.weight", 54, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.26.mlp.shared_experts.gate_proj.weight", 53, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.26.mlp.shared_experts.up_proj.weight", 53, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.26.mlp.shared_experts.down_proj.weight", 53, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.27.input_layernorm.weight", 55, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.27.self_attn.q_proj.weight", 55, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.27.self_attn.k_proj.weight", 55, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.27.self_attn.v_proj.weight", 55, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.27.self_attn.o_proj.weight", 55, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.27.post_attention_layernorm.weight", 55, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.27.mlp.gate.weight", 55, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.27.mlp.experts.%d.gate_proj.weight", 56, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.27.mlp.experts.%d.up_proj.weight", 56, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.27.mlp.experts.%d.down_proj.weight", 56, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.27.mlp.shared_experts.gate_proj.weight", 55, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.27.mlp.shared_experts.up_proj.weight", 55, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.27.mlp.shared_experts.down_proj.weight", 55, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.28.input_layernorm.weight", 57, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.28.self_attn.q_proj.weight", 57, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.28.self_attn.k_proj.weight", 57, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.28.self_attn.v_proj.weight", 57, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.28.self_attn.o_proj.weight", 57, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.28.post_attention_layernorm.weight", 57, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.28.mlp.gate.weight", 57, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.28.mlp.experts.%d.gate_proj.weight", 58, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.28.mlp.experts.%d.up_proj.weight", 58, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.28.mlp.experts.%d.down_proj.weight", 58, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.28.mlp.shared_experts.gate_proj.weight", 57, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.28.mlp.shared_experts.up_proj.weight", 57, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.28.mlp.shared_experts.down_proj.weight", 57, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.29.input_layernorm.weight", 59, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.29.self_attn.q_proj.weight", 59, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.29.self_attn.k_proj.weight", 59, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.29.self_attn.v_proj.weight", 59, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.29.self_attn.o_proj.weight", 59, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.29.post_attention_layernorm.weight", 59, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.29.mlp.gate.weight", 59, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.29.mlp.experts.%d.gate_proj.weight", 60, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.29.mlp.experts.%d.up_proj.weight", 60, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.29.mlp.experts.%d.down_proj.weight", 60, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.29.mlp.shared_experts.gate_proj.weight", 59, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.29.mlp.shared_experts.up_proj.weight", 59, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.29.mlp.shared_experts.down_proj.weight", 59, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.30.input_layernorm.weight", 61, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.30.self_attn.q_proj.weight", 61, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.30.self_attn.k_proj.weight", 61, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.30.self_attn.v_proj.weight", 61, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.30.self_attn.o_proj.weight", 61, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.30.post_attention_layernorm.weight", 61, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.30.mlp.gate.weight", 61, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.30.mlp.experts.%d.gate_proj.weight", 62, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.30.mlp.experts.%d.up_proj.weight", 62, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.30.mlp.experts.%d.down_proj.weight", 62, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.30.mlp.shared_experts.gate_proj.weight", 61, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.30.mlp.shared_experts.up_proj.weight", 61, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.30.mlp.shared_experts.down_proj.weight", 61, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.31.input_layernorm.weight", 63, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.31.self_attn.q_proj.weight", 63, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.31.self_attn.k_proj.weight", 63, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.31.self_attn.v_proj.weight", 63, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.31.self_attn.o_proj.weight", 63, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.31.post_attention_layernorm.weight", 63, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.31.mlp.gate.weight", 63, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.31.mlp.experts.%d.gate_proj.weight", 64, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.31.mlp.experts.%d.up_proj.weight", 64, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.31.mlp.experts.%d.down_proj.weight", 64, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.31.mlp.shared_experts.gate_proj.weight", 63, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.31.mlp.shared_experts.up_proj.weight", 63, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.31.mlp.shared_experts.down_proj.weight", 63, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.32.input_layernorm.weight", 65, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.32.self_attn.q_proj.weight", 65, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.32.self_attn.k_proj.weight", 65, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.32.self_attn.v_proj.weight", 65, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.32.self_attn.o_proj.weight", 65, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.32.post_attention_layernorm.weight", 65, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.32.mlp.gate.weight", 65, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.32.mlp.experts.%d.gate_proj.weight", 66, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.32.mlp.experts.%d.up_proj.weight", 66, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.32.mlp.experts.%d.down_proj.weight", 66, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.32.mlp.shared_experts.gate_proj.weight", 65, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.32.mlp.shared_experts.up_proj.weight", 65, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.32.mlp.shared_experts.down_proj.weight", 65, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.33.input_layernorm.weight", 67, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.33.self_attn.q_proj.weight", 67, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.33.self_attn.k_proj.weight", 67, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.33.self_attn.v_proj.weight", 67, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.33.self_attn.o_proj.weight", 67, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.33.post_attention_layernorm.weight", 67, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.33.mlp.gate.weight", 67, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.33.mlp.experts.%d.gate_proj.weight", 68, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.33.mlp.experts.%d.up_proj.weight", 68, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.33.mlp.experts.%d.down_proj.weight", 68, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.33.mlp.shared_experts.gate_proj.weight", 67, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.33.mlp.shared_experts.up_proj.weight", 67, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.33.mlp.shared_experts.down_proj.weight", 67, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.34.input_layernorm.weight", 69, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.34.self_attn.q_proj.weight", 69, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.34.self_attn.k_proj.weight", 69, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.34.self_attn.v_proj.weight", 69, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.34.self_attn.o_proj.weight", 69, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.34.post_attention_layernorm.weight", 69, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.34.mlp.gate.weight", 69, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.34.mlp.experts.%d.gate_proj.weight", 70, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.34.mlp.experts.%d.up_proj.weight", 70, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.34.mlp.experts.%d.down_proj.weight", 70, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.34.mlp.shared_experts.gate_proj.weight", 69, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.34.mlp.shared_experts.up_proj.weight", 69, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.34.mlp.shared_experts.down_proj.weight", 69, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.35.input_layernorm.weight", 71, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.35.self_attn.q_proj.weight", 71, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.35.self_attn.k_proj.weight", 71, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.35.self_attn.v_proj.weight", 71, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.35.self_attn.o_proj.weight", 71, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.35.post_attention_layernorm.weight", 71, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.35.mlp.gate.weight", 71, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.35.mlp.experts.%d.gate_proj.weight", 72, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.35.mlp.experts.%d.up_proj.weight", 72, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.35.mlp.experts.%d.down_proj.weight", 72, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.35.mlp.shared_experts.gate_proj.weight", 71, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.35.mlp.shared_experts.up_proj.weight", 71, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.35.mlp.shared_experts.down_proj.weight", 71, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.36.input_layernorm.weight", 73, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.36.self_attn.q_proj.weight", 73, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.36.self_attn.k_proj.weight", 73, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.36.self_attn.v_proj.weight", 73, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.36.self_attn.o_proj.weight", 73, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.36.post_attention_layernorm.weight", 73, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.36.mlp.gate.weight", 73, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.36.mlp.experts.%d.gate_proj.weight", 74, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.36.mlp.experts.%d.up_proj.weight", 74, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.36.mlp.experts.%d.down_proj.weight", 74, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.36.mlp.shared_experts.gate_proj.weight", 73, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.36.mlp.shared_experts.up_proj.weight", 73, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.36.mlp.shared_experts.down_proj.weight", 73, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.37.input_layernorm.weight", 75, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.37.self_attn.q_proj.weight", 75, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.37.self_attn.k_proj.weight", 75, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.37.self_attn.v_proj.weight", 75, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.37.self_attn.o_proj.weight", 75, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.37.post_attention_layernorm.weight", 75, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.37.mlp.gate.weight", 75, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.37.mlp.experts.%d.gate_proj.weight", 76, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.37.mlp.experts.%d.up_proj.weight", 76, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.37.mlp.experts.%d.down_proj.weight", 76, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.37.mlp.shared_experts.gate_proj.weight", 75, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.37.mlp.shared_experts.up_proj.weight", 75, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.37.mlp.shared_experts.down_proj.weight", 75, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.38.input_layernorm.weight", 77, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.38.self_attn.q_proj.weight", 77, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.38.self_attn.k_proj.weight", 77, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.38.self_attn.v_proj.weight", 77, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.38.self_attn.o_proj.weight", 77, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.38.post_attention_layernorm.weight", 77, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.38.mlp.gate.weight", 77, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.38.mlp.experts.%d.gate_proj.weight", 78, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.38.mlp.experts.%d.up_proj.weight", 78, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.38.mlp.experts.%d.down_proj.weight", 78, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.38.mlp.shared_experts.gate_proj.weight", 77, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.38.mlp.shared_experts.up_proj.weight", 77, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.38.mlp.shared_experts.down_proj.weight", 77, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.39.input_layernorm.weight", 79, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.39.self_attn.q_proj.weight", 79, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.39.self_attn.k_proj.weight", 79, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.39.self_attn.v_proj.weight", 79, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.39.self_attn.o_proj.weight", 79, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.39.post_attention_layernorm.weight", 79, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.39.mlp.gate.weight", 79, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.39.mlp.experts.%d.gate_proj.weight", 80, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.39.mlp.experts.%d.up_proj.weight", 80, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.39.mlp.experts.%d.down_proj.weight", 80, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.39.mlp.shared_experts.gate_proj.weight", 79, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.39.mlp.shared_experts.up_proj.weight", 79, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.39.mlp.shared_experts.down_proj.weight", 79, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.40.input_layernorm.weight", 81, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.40.self_attn.q_proj.weight", 81, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.40.self_attn.k_proj.weight", 81, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.40.self_attn.v_proj.weight", 81, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.40.self_attn.o_proj.weight", 81, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.40.post_attention_layernorm.weight", 81, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.40.mlp.gate.weight", 81, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.40.mlp.experts.%d.gate_proj.weight", 82, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.40.mlp.experts.%d.up_proj.weight", 82, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.40.mlp.experts.%d.down_proj.weight", 82, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.40.mlp.shared_experts.gate_proj.weight", 81, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.40.mlp.shared_experts.up_proj.weight", 81, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.40.mlp.shared_experts.down_proj.weight", 81, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.41.input_layernorm.weight", 83, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.41.self_attn.q_proj.weight", 83, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.41.self_attn.k_proj.weight", 83, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.41.self_attn.v_proj.weight", 83, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.41.self_attn.o_proj.weight", 83, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.41.post_attention_layernorm.weight", 83, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.41.mlp.gate.weight", 83, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.41.mlp.experts.%d.gate_proj.weight", 84, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.41.mlp.experts.%d.up_proj.weight", 84, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.41.mlp.experts.%d.down_proj.weight", 84, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.41.mlp.shared_experts.gate_proj.weight", 83, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.41.mlp.shared_experts.up_proj.weight", 83, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.41.mlp.shared_experts.down_proj.weight", 83, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.42.input_layernorm.weight", 85, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.42.self_attn.q_proj.weight", 85, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.42.self_attn.k_proj.weight", 85, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.42.self_attn.v_proj.weight", 85, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.42.self_attn.o_proj.weight", 85, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.42.post_attention_layernorm.weight", 85, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.42.mlp.gate.weight", 85, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.42.mlp.experts.%d.gate_proj.weight", 86, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.42.mlp.experts.%d.up_proj.weight", 86, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.42.mlp.experts.%d.down_proj.weight", 86, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.42.mlp.shared_experts.gate_proj.weight", 85, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.42.mlp.shared_experts.up_proj.weight", 85, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.42.mlp.shared_experts.down_proj.weight", 85, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.43.input_layernorm.weight", 87, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.43.self_attn.q_proj.weight", 87, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.43.self_attn.k_proj.weight", 87, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.43.self_attn.v_proj.weight", 87, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.43.self_attn.o_proj.weight", 87, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.43.post_attention_layernorm.weight", 87, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.43.mlp.gate.weight", 87, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.43.mlp.experts.%d.gate_proj.weight", 88, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.43.mlp.experts.%d.up_proj.weight", 88, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.43.mlp.experts.%d.down_proj.weight", 88, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.43.mlp.shared_experts.gate_proj.weight", 87, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.43.mlp.shared_experts.up_proj.weight", 87, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.43.mlp.shared_experts.down_proj.weight", 87, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.44.input_layernorm.weight", 89, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.44.self_attn.q_proj.weight", 89, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.44.self_attn.k_proj.weight", 89, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.44.self_attn.v_proj.weight", 89, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.44.self_attn.o_proj.weight", 89, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.44.post_attention_layernorm.weight", 89, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.44.mlp.gate.weight", 89, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.44.mlp.experts.%d.gate_proj.weight", 90, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.44.mlp.experts.%d.up_proj.weight", 90, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.44.mlp.experts.%d.down_proj.weight", 90, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.44.mlp.shared_experts.gate_proj.weight", 89, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.44.mlp.shared_experts.up_proj.weight", 89, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.44.mlp.shared_experts.down_proj.weight", 89, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.45.input_layernorm.weight", 91, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.45.self_attn.q_proj.weight", 91, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.45.self_attn.k_proj.weight", 91, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.45.self_attn.v_proj.weight", 91, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.45.self_attn.o_proj.weight", 91, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.45.post_attention_layernorm.weight", 91, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.45.mlp.gate.weight", 91, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.45.mlp.experts.%d.gate_proj.weight", 92, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.45.mlp.experts.%d.up_proj.weight", 92, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.45.mlp.experts.%d.down_proj.weight", 92, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.45.mlp.shared_experts.gate_proj.weight", 91, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.45.mlp.shared_experts.up_proj.weight", 91, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.45.mlp.shared_experts.down_proj.weight", 91, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.46.input_layernorm.weight", 93, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.46.self_attn.q_proj.weight", 93, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.46.self_attn.k_proj.weight", 93, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.46.self_attn.v_proj.weight", 93, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.46.self_attn.o_proj.weight", 93, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.46.post_attention_layernorm.weight", 93, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.46.mlp.gate.weight", 93, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.46.mlp.experts.%d.gate_proj.weight", 94, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.46.mlp.experts.%d.up_proj.weight", 94, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.46.mlp.experts.%d.down_proj.weight", 94, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.46.mlp.shared_experts.gate_proj.weight", 93, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.46.mlp.shared_experts.up_proj.weight", 93, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.46.mlp.shared_experts.down_proj.weight", 93, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.47.input_layernorm.weight", 95, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.47.self_attn.q_proj.weight", 95, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.47.self_attn.k_proj.weight", 95, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.47.self_attn.v_proj.weight", 95, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.47.self_attn.o_proj.weight", 95, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.47.post_attention_layernorm.weight", 95, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.47.mlp.gate.weight", 95, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.47.mlp.experts.%d.gate_proj.weight", 96, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.47.mlp.experts.%d.up_proj.weight", 96, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.47.mlp.experts.%d.down_proj.weight", 96, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.47.mlp.shared_experts.gate_proj.weight", 95, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.47.mlp.shared_experts.up_proj.weight", 95, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.47.mlp.shared_experts.down_proj.weight", 95, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.48.input_layernorm.weight", 97, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.48.self_attn.q_proj.weight", 97, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.48.self_attn.k_proj.weight", 97, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.48.self_attn.v_proj.weight", 97, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.48.self_attn.o_proj.weight", 97, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.48.post_attention_layernorm.weight", 97, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.48.mlp.gate.weight", 97, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.48.mlp.experts.%d.gate_proj.weight", 98, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.48.mlp.experts.%d.up_proj.weight", 98, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.48.mlp.experts.%d.down_proj.weight", 98, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.48.mlp.shared_experts.gate_proj.weight", 97, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.48.mlp.shared_experts.up_proj.weight", 97, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.48.mlp.shared_experts.down_proj.weight", 97, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.49.input_layernorm.weight", 99, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.49.self_attn.q_proj.weight", 99, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.49.self_attn.k_proj.weight", 99, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.49.self_attn.v_proj.weight", 99, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.49.self_attn.o_proj.weight", 99, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.49.post_attention_layernorm.weight", 99, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.49.mlp.gate.weight", 99, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.49.mlp.experts.%d.gate_proj.weight", 100, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.49.mlp.experts.%d.up_proj.weight", 100, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.49.mlp.experts.%d.down_proj.weight", 100, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.49.mlp.shared_experts.gate_proj.weight", 99, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.49.mlp.shared_experts.up_proj.weight", 99, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.49.mlp.shared_experts.down_proj.weight", 99, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.50.input_layernorm.weight", 101, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.50.self_attn.q_proj.weight", 101, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.50.self_attn.k_proj.weight", 101, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.50.self_attn.v_proj.weight", 101, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.50.self_attn.o_proj.weight", 101, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.50.post_attention_layernorm.weight", 101, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.50.mlp.gate.weight", 101, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.50.mlp.experts.%d.gate_proj.weight", 102, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.50.mlp.experts.%d.up_proj.weight", 102, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.50.mlp.experts.%d.down_proj.weight", 102, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.50.mlp.shared_experts.gate_proj.weight", 101, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.50.mlp.shared_experts.up_proj.weight", 101, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.50.mlp.shared_experts.down_proj.weight", 101, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.51.input_layernorm.weight", 103, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.51.self_attn.q_proj.weight", 103, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.51.self_attn.k_proj.weight", 103, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.51.self_attn.v_proj.weight", 103, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.51.self_attn.o_proj.weight", 103, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.51.post_attention_layernorm.weight", 103, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.51.mlp.gate.weight", 103, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.51.mlp.experts.%d.gate_proj.weight", 104, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.51.mlp.experts.%d.up_proj.weight", 104, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.51.mlp.experts.%d.down_proj.weight", 104, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.51.mlp.shared_experts.gate_proj.weight", 103, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.51.mlp.shared_experts.up_proj.weight", 103, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.51.mlp.shared_experts.down_proj.weight", 103, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.52.input_layernorm.weight", 105, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.52.self_attn.q_proj.weight", 105, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.52.self_attn.k_proj.weight", 105, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.52.self_attn.v_proj.weight", 105, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.52.self_attn.o_proj.weight", 105, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.52.post_attention_layernorm.weight", 105, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.52.mlp.gate.weight", 105, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.52.mlp.experts.%d.gate_proj.weight", 106, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.52.mlp.experts.%d.up_proj.weight", 106, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.52.mlp.experts.%d.down_proj.weight", 106, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.52.mlp.shared_experts.gate_proj.weight", 105, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.52.mlp.shared_experts.up_proj.weight", 105, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.52.mlp.shared_experts.down_proj.weight", 105, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.53.input_layernorm.weight", 107, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.53.self_attn.q_proj.weight", 107, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.53.self_attn.k_proj.weight", 107, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.53.self_attn.v_proj.weight", 107, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.53.self_attn.o_proj.weight", 107, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.53.post_attention_layernorm.weight", 107, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.53.mlp.gate.weight", 107, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.53.mlp.experts.%d.gate_proj.weight", 108, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.53.mlp.experts.%d.up_proj.weight", 108, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.53.mlp.experts.%d.down_proj.weight", 108, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.53.mlp.shared_experts.gate_proj.weight", 107, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.53.mlp.shared_experts.up_proj.weight", 107, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.53.mlp.shared_experts.down_proj.weight", 107, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.54.input_layernorm.weight", 109, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.54.self_attn.q_proj.weight", 109, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.54.self_attn.k_proj.weight", 109, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.54.self_attn.v_proj.weight", 109, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.54.self_attn.o_proj.weight", 109, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.54.post_attention_layernorm.weight", 109, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.54.mlp.gate.weight", 109, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.54.mlp.experts.%d.gate_proj.weight", 110, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.54.mlp.experts.%d.up_proj.weight", 110, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.54.mlp.experts.%d.down_proj.weight", 110, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.54.mlp.shared_experts.gate_proj.weight", 109, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.54.mlp.shared_experts.up_proj.weight", 109, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.54.mlp.shared_experts.down_proj.weight", 109, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.55.input_layernorm.weight", 111, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.55.self_attn.q_proj.weight", 111, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.55.self_attn.k_proj.weight", 111, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.55.self_attn.v_proj.weight", 111, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.55.self_attn.o_proj.weight", 111, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.55.post_attention_layernorm.weight", 111, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.55.mlp.gate.weight", 111, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.55.mlp.experts.%d.gate_proj.weight", 112, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.55.mlp.experts.%d.up_proj.weight", 112, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.55.mlp.experts.%d.down_proj.weight", 112, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.55.mlp.shared_experts.gate_proj.weight", 111, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.55.mlp.shared_experts.up_proj.weight", 111, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.55.mlp.shared_experts.down_proj.weight", 111, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.56.input_layernorm.weight", 113, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.56.self_attn.q_proj.weight", 113, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.56.self_attn.k_proj.weight", 113, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.56.self_attn.v_proj.weight", 113, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.56.self_attn.o_proj.weight", 113, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.56.post_attention_layernorm.weight", 113, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.56.mlp.gate.weight", 113, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.56.mlp.experts.%d.gate_proj.weight", 114, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.56.mlp.experts.%d.up_proj.weight", 114, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.56.mlp.experts.%d.down_proj.weight", 114, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.56.mlp.shared_experts.gate_proj.weight", 113, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.56.mlp.shared_experts.up_proj.weight", 113, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.56.mlp.shared_experts.down_proj.weight", 113, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.57.input_layernorm.weight", 115, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.57.self_attn.q_proj.weight", 115, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.57.self_attn.k_proj.weight", 115, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.57.self_attn.v_proj.weight", 115, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.57.self_attn.o_proj.weight", 115, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.57.post_attention_layernorm.weight", 115, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.57.mlp.gate.weight", 115, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.57.mlp.experts.%d.gate_proj.weight", 116, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.57.mlp.experts.%d.up_proj.weight", 116, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.57.mlp.experts.%d.down_proj.weight", 116, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.57.mlp.shared_experts.gate_proj.weight", 115, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.57.mlp.shared_experts.up_proj.weight", 115, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.57.mlp.shared_experts.down_proj.weight", 115, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.58.input_layernorm.weight", 117, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.58.self_attn.q_proj.weight", 117, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.58.self_attn.k_proj.weight", 117, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.58.self_attn.v_proj.weight", 117, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.58.self_attn.o_proj.weight", 117, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.58.post_attention_layernorm.weight", 117, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.58.mlp.gate.weight", 117, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.58.mlp.experts.%d.gate_proj.weight", 118, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.58.mlp.experts.%d.up_proj.weight", 118, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.58.mlp.experts.%d.down_proj.weight", 118, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.58.mlp.shared_experts.gate_proj.weight", 117, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.58.mlp.shared_experts.up_proj.weight", 117, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.58.mlp.shared_experts.down_proj.weight", 117, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.59.input_layernorm.weight", 119, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.59.self_attn.q_proj.weight", 119, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.59.self_attn.k_proj.weight", 119, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.59.self_attn.v_proj.weight", 119, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.59.self_attn.o_proj.weight", 119, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.59.post_attention_layernorm.weight", 119, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.59.mlp.gate.weight", 119, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.59.mlp.experts.%d.gate_proj.weight", 120, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.59.mlp.experts.%d.up_proj.weight", 120, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.59.mlp.experts.%d.down_proj.weight", 120, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.59.mlp.shared_experts.gate_proj.weight", 119, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.59.mlp.shared_experts.up_proj.weight", 119, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.59.mlp.shared_experts.down_proj.weight", 119, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.60.input_layernorm.weight", 121, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.60.self_attn.q_proj.weight", 121, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.60.self_attn.k_proj.weight", 121, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.60.self_attn.v_proj.weight", 121, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.60.self_attn.o_proj.weight", 121, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.60.post_attention_layernorm.weight", 121, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.60.mlp.gate.weight", 121, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.60.mlp.experts.%d.gate_proj.weight", 122, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.60.mlp.experts.%d.up_proj.weight", 122, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.60.mlp.experts.%d.down_proj.weight", 122, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.60.mlp.shared_experts.gate_proj.weight", 121, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.60.mlp.shared_experts.up_proj.weight", 121, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.60.mlp.shared_experts.down_proj.weight", 121, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.61.input_layernorm.weight", 123, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.61.self_attn.q_proj.weight", 123, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.61.self_attn.k_proj.weight", 123, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.61.self_attn.v_proj.weight", 123, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.61.self_attn.o_proj.weight", 123, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.61.post_attention_layernorm.weight", 123, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.61.mlp.gate.weight", 123, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.61.mlp.experts.%d.gate_proj.weight", 124, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.61.mlp.experts.%d.up_proj.weight", 124, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.61.mlp.experts.%d.down_proj.weight", 124, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.61.mlp.shared_experts.gate_proj.weight", 123, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.61.mlp.shared_experts.up_proj.weight", 123, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.61.mlp.shared_experts.down_proj.weight", 123, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.62.input_layernorm.weight", 125, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.62.self_attn.q_proj.weight", 125, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.62.self_attn.k_proj.weight", 125, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.62.self_attn.v_proj.weight", 125, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.62.self_attn.o_proj.weight", 125, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.62.post_attention_layernorm.weight", 125, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.62.mlp.gate.weight", 125, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.62.mlp.experts.%d.gate_proj.weight", 126, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.62.mlp.experts.%d.up_proj.weight", 126, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.62.mlp.experts.%d.down_proj.weight", 126, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.62.mlp.shared_experts.gate_proj.weight", 125, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.62.mlp.shared_experts.up_proj.weight", 125, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.62.mlp.shared_experts.down_proj.weight", 125, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.63.input_layernorm.weight", 127, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.63.self_attn.q_proj.weight", 127, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.63.self_attn.k_proj.weight", 127, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.63.self_attn.v_proj.weight", 127, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.63.self_attn.o_proj.weight", 127, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.63.post_attention_layernorm.weight", 127, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.63.mlp.gate.weight", 127, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.63.mlp.experts.%d.gate_proj.weight", 128, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.63.mlp.experts.%d.up_proj.weight", 128, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.63.mlp.experts.%d.down_proj.weight", 128, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.63.mlp.shared_experts.gate_proj.weight", 127, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.63.mlp.shared_experts.up_proj.weight", 127, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.63.mlp.shared_experts.down_proj.weight", 127, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.64.input_layernorm.weight", 129, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.64.self_attn.q_proj.weight", 129, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.64.self_attn.k_proj.weight", 129, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.64.self_attn.v_proj.weight", 129, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.64.self_attn.o_proj.weight", 129, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.64.post_attention_layernorm.weight", 129, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.64.mlp.gate.weight", 129, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.64.mlp.experts.%d.gate_proj.weight", 130, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.64.mlp.experts.%d.up_proj.weight", 130, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.64.mlp.experts.%d.down_proj.weight", 130, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.64.mlp.shared_experts.gate_proj.weight", 129, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.64.mlp.shared_experts.up_proj.weight", 129, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.64.mlp.shared_experts.down_proj.weight", 129, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.65.input_layernorm.weight", 131, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.65.self_attn.q_proj.weight", 131, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.65.self_attn.k_proj.weight", 131, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.65.self_attn.v_proj.weight", 131, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.65.self_attn.o_proj.weight", 131, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.65.post_attention_layernorm.weight", 131, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.65.mlp.gate.weight", 131, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.65.mlp.experts.%d.gate_proj.weight", 132, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.65.mlp.experts.%d.up_proj.weight", 132, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.65.mlp.experts.%d.down_proj.weight", 132, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.65.mlp.shared_experts.gate_proj.weight", 131, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.65.mlp.shared_experts.up_proj.weight", 131, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.65.mlp.shared_experts.down_proj.weight", 131, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.66.input_layernorm.weight", 133, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.66.self_attn.q_proj.weight", 133, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.66.self_attn.k_proj.weight", 133, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.66.self_attn.v_proj.weight", 133, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.66.self_attn.o_proj.weight", 133, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.66.post_attention_layernorm.weight", 133, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.66.mlp.gate.weight", 133, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.66.mlp.experts.%d.gate_proj.weight", 134, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.66.mlp.experts.%d.up_proj.weight", 134, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.66.mlp.experts.%d.down_proj.weight", 134, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.66.mlp.shared_experts.gate_proj.weight", 133, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.66.mlp.shared_experts.up_proj.weight", 133, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.66.mlp.shared_experts.down_proj.weight", 133, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.67.input_layernorm.weight", 135, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.67.self_attn.q_proj.weight", 135, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.67.self_attn.k_proj.weight", 135, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.67.self_attn.v_proj.weight", 135, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.67.self_attn.o_proj.weight", 135, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.67.post_attention_layernorm.weight", 135, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.67.mlp.gate.weight", 135, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.67.mlp.experts.%d.gate_proj.weight", 136, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.67.mlp.experts.%d.up_proj.weight", 136, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.67.mlp.experts.%d.down_proj.weight", 136, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.67.mlp.shared_experts.gate_proj.weight", 135, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.67.mlp.shared_experts.up_proj.weight", 135, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.67.mlp.shared_experts.down_proj.weight", 135, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.68.input_layernorm.weight", 137, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.68.self_attn.q_proj.weight", 137, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.68.self_attn.k_proj.weight", 137, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.68.self_attn.v_proj.weight", 137, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.68.self_attn.o_proj.weight", 137, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.68.post_attention_layernorm.weight", 137, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.68.mlp.gate.weight", 137, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.68.mlp.experts.%d.gate_proj.weight", 138, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.68.mlp.experts.%d.up_proj.weight", 138, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.68.mlp.experts.%d.down_proj.weight", 138, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.68.mlp.shared_experts.gate_proj.weight", 137, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.68.mlp.shared_experts.up_proj.weight", 137, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.68.mlp.shared_experts.down_proj.weight", 137, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.69.input_layernorm.weight", 139, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.69.self_attn.q_proj.weight", 139, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.69.self_attn.k_proj.weight", 139, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.69.self_attn.v_proj.weight", 139, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.69.self_attn.o_proj.weight", 139, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.69.post_attention_layernorm.weight", 139, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.69.mlp.gate.weight", 139, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.69.mlp.experts.%d.gate_proj.weight", 140, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.69.mlp.experts.%d.up_proj.weight", 140, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.69.mlp.experts.%d.down_proj.weight", 140, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.69.mlp.shared_experts.gate_proj.weight", 139, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.69.mlp.shared_experts.up_proj.weight", 139, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.69.mlp.shared_experts.down_proj.weight", 139, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.70.input_layernorm.weight", 141, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.70.self_attn.q_proj.weight", 141, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.70.self_attn.k_proj.weight", 141, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.70.self_attn.v_proj.weight", 141, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.70.self_attn.o_proj.weight", 141, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.70.post_attention_layernorm.weight", 141, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.70.mlp.gate.weight", 141, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.70.mlp.experts.%d.gate_proj.weight", 142, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.70.mlp.experts.%d.up_proj.weight", 142, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.70.mlp.experts.%d.down_proj.weight", 142, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.70.mlp.shared_experts.gate_proj.weight", 141, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.70.mlp.shared_experts.up_proj.weight", 141, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.70.mlp.shared_experts.down_proj.weight", 141, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.71.input_layernorm.weight", 143, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.71.self_attn.q_proj.weight", 143, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.71.self_attn.k_proj.weight", 143, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.71.self_attn.v_proj.weight", 143, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.71.self_attn.o_proj.weight", 143, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.71.post_attention_layernorm.weight", 143, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.71.mlp.gate.weight", 143, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.71.mlp.experts.%d.gate_proj.weight", 144, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.71.mlp.experts.%d.up_proj.weight", 144, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.71.mlp.experts.%d.down_proj.weight", 144, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.71.mlp.shared_experts.gate_proj.weight", 143, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.71.mlp.shared_experts.up_proj.weight", 143, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.71.mlp.shared_experts.down_proj.weight", 143, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.72.input_layernorm.weight", 145, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.72.self_attn.q_proj.weight", 145, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.72.self_attn.k_proj.weight", 145, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.72.self_attn.v_proj.weight", 145, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.72.self_attn.o_proj.weight", 145, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.72.post_attention_layernorm.weight", 145, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.72.mlp.gate.weight", 145, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.72.mlp.experts.%d.gate_proj.weight", 146, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.72.mlp.experts.%d.up_proj.weight", 146, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.72.mlp.experts.%d.down_proj.weight", 146, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.72.mlp.shared_experts.gate_proj.weight", 145, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.72.mlp.shared_experts.up_proj.weight", 145, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.72.mlp.shared_experts.down_proj.weight", 145, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.73.input_layernorm.weight", 147, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.73.self_attn.q_proj.weight", 147, 6144, 37748736, 0, 6144, 6144, 0.02, false, true},
-    {"model.layers.73.self_attn.k_proj.weight", 147, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.73.self_attn.v_proj.weight", 147, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true},
-    {"model.layers.73.self_attn.o_proj.weight", 147, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true},
-    {"model.layers.73.post_attention_layernorm.weight", 147, 100669440, 6144, 0, 6144, 1, 0, true, false},
-    {"model.layers.73.mlp.gate.weight", 147, 100675584, 2359296, 0, 384, 6144, 0.02, false, true},
-    {"model.layers.73.mlp.experts.%d.gate_proj.weight", 148, 0, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.73.mlp.experts.%d.up_proj.weight", 148, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true},
-    {"model.layers.73.mlp.experts.%d.down_proj.weight", 148, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true},
-    {"model.layers.73.mlp.shared_experts.gate_proj.weight", 147, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.73.mlp.shared_experts.up_proj.weight", 147, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true},
-    {"model.layers.73.mlp.shared_experts.down_proj.weight", 147, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true},
-    {"model.norm.weight", 149, 0, 6144, 0, 6144, 1, 0, true, false},
-    {"lm_head.weight", 149, 6144, 1572864000, 0, 256000, 6144, 0.02, false, true},
+    {"model.embed_tokens.weight", 0, 0, 1572864000, 0, 256000, 6144, 0.02, false, true, false, 0},
+    {"model.layers.0.input_layernorm.weight", 1, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.0.self_attn.q_proj.weight", 1, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 1},
+    {"model.layers.0.self_attn.k_proj.weight", 1, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 148},
+    {"model.layers.0.self_attn.v_proj.weight", 1, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 149},
+    {"model.layers.0.self_attn.o_proj.weight", 1, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 0},
+    {"model.layers.0.post_attention_layernorm.weight", 1, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.0.mlp.gate.weight", 1, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.0.mlp.experts.%d.gate_proj.weight", 2, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.0.mlp.experts.%d.up_proj.weight", 2, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.0.mlp.experts.%d.down_proj.weight", 2, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.0.mlp.shared_experts.gate_proj.weight", 1, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 297},
+    {"model.layers.0.mlp.shared_experts.up_proj.weight", 1, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 298},
+    {"model.layers.0.mlp.shared_experts.down_proj.weight", 1, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 296},
+    {"model.layers.1.input_layernorm.weight", 3, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.1.self_attn.q_proj.weight", 3, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 3},
+    {"model.layers.1.self_attn.k_proj.weight", 3, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 150},
+    {"model.layers.1.self_attn.v_proj.weight", 3, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 151},
+    {"model.layers.1.self_attn.o_proj.weight", 3, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 2},
+    {"model.layers.1.post_attention_layernorm.weight", 3, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.1.mlp.gate.weight", 3, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.1.mlp.experts.%d.gate_proj.weight", 4, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.1.mlp.experts.%d.up_proj.weight", 4, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.1.mlp.experts.%d.down_proj.weight", 4, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.1.mlp.shared_experts.gate_proj.weight", 3, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 300},
+    {"model.layers.1.mlp.shared_experts.up_proj.weight", 3, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 301},
+    {"model.layers.1.mlp.shared_experts.down_proj.weight", 3, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 299},
+    {"model.layers.2.input_layernorm.weight", 5, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.2.self_attn.q_proj.weight", 5, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 5},
+    {"model.layers.2.self_attn.k_proj.weight", 5, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 152},
+    {"model.layers.2.self_attn.v_proj.weight", 5, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 153},
+    {"model.layers.2.self_attn.o_proj.weight", 5, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 4},
+    {"model.layers.2.post_attention_layernorm.weight", 5, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.2.mlp.gate.weight", 5, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.2.mlp.experts.%d.gate_proj.weight", 6, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.2.mlp.experts.%d.up_proj.weight", 6, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.2.mlp.experts.%d.down_proj.weight", 6, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.2.mlp.shared_experts.gate_proj.weight", 5, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 303},
+    {"model.layers.2.mlp.shared_experts.up_proj.weight", 5, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 304},
+    {"model.layers.2.mlp.shared_experts.down_proj.weight", 5, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 302},
+    {"model.layers.3.input_layernorm.weight", 7, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.3.self_attn.q_proj.weight", 7, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 7},
+    {"model.layers.3.self_attn.k_proj.weight", 7, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 154},
+    {"model.layers.3.self_attn.v_proj.weight", 7, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 155},
+    {"model.layers.3.self_attn.o_proj.weight", 7, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 6},
+    {"model.layers.3.post_attention_layernorm.weight", 7, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.3.mlp.gate.weight", 7, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.3.mlp.experts.%d.gate_proj.weight", 8, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.3.mlp.experts.%d.up_proj.weight", 8, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.3.mlp.experts.%d.down_proj.weight", 8, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.3.mlp.shared_experts.gate_proj.weight", 7, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 306},
+    {"model.layers.3.mlp.shared_experts.up_proj.weight", 7, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 307},
+    {"model.layers.3.mlp.shared_experts.down_proj.weight", 7, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 305},
+    {"model.layers.4.input_layernorm.weight", 9, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.4.self_attn.q_proj.weight", 9, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 9},
+    {"model.layers.4.self_attn.k_proj.weight", 9, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 156},
+    {"model.layers.4.self_attn.v_proj.weight", 9, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 157},
+    {"model.layers.4.self_attn.o_proj.weight", 9, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 8},
+    {"model.layers.4.post_attention_layernorm.weight", 9, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.4.mlp.gate.weight", 9, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.4.mlp.experts.%d.gate_proj.weight", 10, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.4.mlp.experts.%d.up_proj.weight", 10, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.4.mlp.experts.%d.down_proj.weight", 10, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.4.mlp.shared_experts.gate_proj.weight", 9, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 309},
+    {"model.layers.4.mlp.shared_experts.up_proj.weight", 9, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 310},
+    {"model.layers.4.mlp.shared_experts.down_proj.weight", 9, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 308},
+    {"model.layers.5.input_layernorm.weight", 11, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.5.self_attn.q_proj.weight", 11, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 11},
+    {"model.layers.5.self_attn.k_proj.weight", 11, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 158},
+    {"model.layers.5.self_attn.v_proj.weight", 11, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 159},
+    {"model.layers.5.self_attn.o_proj.weight", 11, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 10},
+    {"model.layers.5.post_attention_layernorm.weight", 11, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.5.mlp.gate.weight", 11, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.5.mlp.experts.%d.gate_proj.weight", 12, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.5.mlp.experts.%d.up_proj.weight", 12, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.5.mlp.experts.%d.down_proj.weight", 12, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.5.mlp.shared_experts.gate_proj.weight", 11, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 312},
+    {"model.layers.5.mlp.shared_experts.up_proj.weight", 11, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 313},
+    {"model.layers.5.mlp.shared_experts.down_proj.weight", 11, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 311},
+    {"model.layers.6.input_layernorm.weight", 13, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.6.self_attn.q_proj.weight", 13, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 13},
+    {"model.layers.6.self_attn.k_proj.weight", 13, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 160},
+    {"model.layers.6.self_attn.v_proj.weight", 13, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 161},
+    {"model.layers.6.self_attn.o_proj.weight", 13, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 12},
+    {"model.layers.6.post_attention_layernorm.weight", 13, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.6.mlp.gate.weight", 13, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.6.mlp.experts.%d.gate_proj.weight", 14, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.6.mlp.experts.%d.up_proj.weight", 14, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.6.mlp.experts.%d.down_proj.weight", 14, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.6.mlp.shared_experts.gate_proj.weight", 13, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 315},
+    {"model.layers.6.mlp.shared_experts.up_proj.weight", 13, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 316},
+    {"model.layers.6.mlp.shared_experts.down_proj.weight", 13, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 314},
+    {"model.layers.7.input_layernorm.weight", 15, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.7.self_attn.q_proj.weight", 15, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 15},
+    {"model.layers.7.self_attn.k_proj.weight", 15, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 162},
+    {"model.layers.7.self_attn.v_proj.weight", 15, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 163},
+    {"model.layers.7.self_attn.o_proj.weight", 15, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 14},
+    {"model.layers.7.post_attention_layernorm.weight", 15, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.7.mlp.gate.weight", 15, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.7.mlp.experts.%d.gate_proj.weight", 16, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.7.mlp.experts.%d.up_proj.weight", 16, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.7.mlp.experts.%d.down_proj.weight", 16, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.7.mlp.shared_experts.gate_proj.weight", 15, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 318},
+    {"model.layers.7.mlp.shared_experts.up_proj.weight", 15, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 319},
+    {"model.layers.7.mlp.shared_experts.down_proj.weight", 15, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 317},
+    {"model.layers.8.input_layernorm.weight", 17, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.8.self_attn.q_proj.weight", 17, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 17},
+    {"model.layers.8.self_attn.k_proj.weight", 17, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 164},
+    {"model.layers.8.self_attn.v_proj.weight", 17, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 165},
+    {"model.layers.8.self_attn.o_proj.weight", 17, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 16},
+    {"model.layers.8.post_attention_layernorm.weight", 17, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.8.mlp.gate.weight", 17, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.8.mlp.experts.%d.gate_proj.weight", 18, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.8.mlp.experts.%d.up_proj.weight", 18, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.8.mlp.experts.%d.down_proj.weight", 18, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.8.mlp.shared_experts.gate_proj.weight", 17, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 321},
+    {"model.layers.8.mlp.shared_experts.up_proj.weight", 17, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 322},
+    {"model.layers.8.mlp.shared_experts.down_proj.weight", 17, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 320},
+    {"model.layers.9.input_layernorm.weight", 19, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.9.self_attn.q_proj.weight", 19, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 19},
+    {"model.layers.9.self_attn.k_proj.weight", 19, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 166},
+    {"model.layers.9.self_attn.v_proj.weight", 19, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 167},
+    {"model.layers.9.self_attn.o_proj.weight", 19, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 18},
+    {"model.layers.9.post_attention_layernorm.weight", 19, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.9.mlp.gate.weight", 19, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.9.mlp.experts.%d.gate_proj.weight", 20, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.9.mlp.experts.%d.up_proj.weight", 20, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.9.mlp.experts.%d.down_proj.weight", 20, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.9.mlp.shared_experts.gate_proj.weight", 19, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 324},
+    {"model.layers.9.mlp.shared_experts.up_proj.weight", 19, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 325},
+    {"model.layers.9.mlp.shared_experts.down_proj.weight", 19, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 323},
+    {"model.layers.10.input_layernorm.weight", 21, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.10.self_attn.q_proj.weight", 21, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 21},
+    {"model.layers.10.self_attn.k_proj.weight", 21, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 168},
+    {"model.layers.10.self_attn.v_proj.weight", 21, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 169},
+    {"model.layers.10.self_attn.o_proj.weight", 21, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 20},
+    {"model.layers.10.post_attention_layernorm.weight", 21, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.10.mlp.gate.weight", 21, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.10.mlp.experts.%d.gate_proj.weight", 22, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.10.mlp.experts.%d.up_proj.weight", 22, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.10.mlp.experts.%d.down_proj.weight", 22, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.10.mlp.shared_experts.gate_proj.weight", 21, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 327},
+    {"model.layers.10.mlp.shared_experts.up_proj.weight", 21, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 328},
+    {"model.layers.10.mlp.shared_experts.down_proj.weight", 21, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 326},
+    {"model.layers.11.input_layernorm.weight", 23, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.11.self_attn.q_proj.weight", 23, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 23},
+    {"model.layers.11.self_attn.k_proj.weight", 23, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 170},
+    {"model.layers.11.self_attn.v_proj.weight", 23, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 171},
+    {"model.layers.11.self_attn.o_proj.weight", 23, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 22},
+    {"model.layers.11.post_attention_layernorm.weight", 23, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.11.mlp.gate.weight", 23, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.11.mlp.experts.%d.gate_proj.weight", 24, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.11.mlp.experts.%d.up_proj.weight", 24, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.11.mlp.experts.%d.down_proj.weight", 24, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.11.mlp.shared_experts.gate_proj.weight", 23, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 330},
+    {"model.layers.11.mlp.shared_experts.up_proj.weight", 23, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 331},
+    {"model.layers.11.mlp.shared_experts.down_proj.weight", 23, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 329},
+    {"model.layers.12.input_layernorm.weight", 25, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.12.self_attn.q_proj.weight", 25, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 25},
+    {"model.layers.12.self_attn.k_proj.weight", 25, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 172},
+    {"model.layers.12.self_attn.v_proj.weight", 25, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 173},
+    {"model.layers.12.self_attn.o_proj.weight", 25, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 24},
+    {"model.layers.12.post_attention_layernorm.weight", 25, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.12.mlp.gate.weight", 25, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.12.mlp.experts.%d.gate_proj.weight", 26, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.12.mlp.experts.%d.up_proj.weight", 26, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.12.mlp.experts.%d.down_proj.weight", 26, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.12.mlp.shared_experts.gate_proj.weight", 25, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 333},
+    {"model.layers.12.mlp.shared_experts.up_proj.weight", 25, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 334},
+    {"model.layers.12.mlp.shared_experts.down_proj.weight", 25, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 332},
+    {"model.layers.13.input_layernorm.weight", 27, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.13.self_attn.q_proj.weight", 27, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 27},
+    {"model.layers.13.self_attn.k_proj.weight", 27, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 174},
+    {"model.layers.13.self_attn.v_proj.weight", 27, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 175},
+    {"model.layers.13.self_attn.o_proj.weight", 27, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 26},
+    {"model.layers.13.post_attention_layernorm.weight", 27, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.13.mlp.gate.weight", 27, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.13.mlp.experts.%d.gate_proj.weight", 28, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.13.mlp.experts.%d.up_proj.weight", 28, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.13.mlp.experts.%d.down_proj.weight", 28, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.13.mlp.shared_experts.gate_proj.weight", 27, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 336},
+    {"model.layers.13.mlp.shared_experts.up_proj.weight", 27, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 337},
+    {"model.layers.13.mlp.shared_experts.down_proj.weight", 27, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 335},
+    {"model.layers.14.input_layernorm.weight", 29, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.14.self_attn.q_proj.weight", 29, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 29},
+    {"model.layers.14.self_attn.k_proj.weight", 29, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 176},
+    {"model.layers.14.self_attn.v_proj.weight", 29, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 177},
+    {"model.layers.14.self_attn.o_proj.weight", 29, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 28},
+    {"model.layers.14.post_attention_layernorm.weight", 29, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.14.mlp.gate.weight", 29, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.14.mlp.experts.%d.gate_proj.weight", 30, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.14.mlp.experts.%d.up_proj.weight", 30, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.14.mlp.experts.%d.down_proj.weight", 30, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.14.mlp.shared_experts.gate_proj.weight", 29, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 339},
+    {"model.layers.14.mlp.shared_experts.up_proj.weight", 29, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 340},
+    {"model.layers.14.mlp.shared_experts.down_proj.weight", 29, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 338},
+    {"model.layers.15.input_layernorm.weight", 31, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.15.self_attn.q_proj.weight", 31, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 31},
+    {"model.layers.15.self_attn.k_proj.weight", 31, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 178},
+    {"model.layers.15.self_attn.v_proj.weight", 31, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 179},
+    {"model.layers.15.self_attn.o_proj.weight", 31, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 30},
+    {"model.layers.15.post_attention_layernorm.weight", 31, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.15.mlp.gate.weight", 31, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.15.mlp.experts.%d.gate_proj.weight", 32, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.15.mlp.experts.%d.up_proj.weight", 32, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.15.mlp.experts.%d.down_proj.weight", 32, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.15.mlp.shared_experts.gate_proj.weight", 31, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 342},
+    {"model.layers.15.mlp.shared_experts.up_proj.weight", 31, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 343},
+    {"model.layers.15.mlp.shared_experts.down_proj.weight", 31, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 341},
+    {"model.layers.16.input_layernorm.weight", 33, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.16.self_attn.q_proj.weight", 33, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 33},
+    {"model.layers.16.self_attn.k_proj.weight", 33, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 180},
+    {"model.layers.16.self_attn.v_proj.weight", 33, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 181},
+    {"model.layers.16.self_attn.o_proj.weight", 33, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 32},
+    {"model.layers.16.post_attention_layernorm.weight", 33, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.16.mlp.gate.weight", 33, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.16.mlp.experts.%d.gate_proj.weight", 34, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.16.mlp.experts.%d.up_proj.weight", 34, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.16.mlp.experts.%d.down_proj.weight", 34, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.16.mlp.shared_experts.gate_proj.weight", 33, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 345},
+    {"model.layers.16.mlp.shared_experts.up_proj.weight", 33, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 346},
+    {"model.layers.16.mlp.shared_experts.down_proj.weight", 33, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 344},
+    {"model.layers.17.input_layernorm.weight", 35, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.17.self_attn.q_proj.weight", 35, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 35},
+    {"model.layers.17.self_attn.k_proj.weight", 35, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 182},
+    {"model.layers.17.self_attn.v_proj.weight", 35, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 183},
+    {"model.layers.17.self_attn.o_proj.weight", 35, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 34},
+    {"model.layers.17.post_attention_layernorm.weight", 35, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.17.mlp.gate.weight", 35, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.17.mlp.experts.%d.gate_proj.weight", 36, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.17.mlp.experts.%d.up_proj.weight", 36, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.17.mlp.experts.%d.down_proj.weight", 36, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.17.mlp.shared_experts.gate_proj.weight", 35, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 348},
+    {"model.layers.17.mlp.shared_experts.up_proj.weight", 35, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 349},
+    {"model.layers.17.mlp.shared_experts.down_proj.weight", 35, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 347},
+    {"model.layers.18.input_layernorm.weight", 37, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.18.self_attn.q_proj.weight", 37, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 37},
+    {"model.layers.18.self_attn.k_proj.weight", 37, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 184},
+    {"model.layers.18.self_attn.v_proj.weight", 37, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 185},
+    {"model.layers.18.self_attn.o_proj.weight", 37, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 36},
+    {"model.layers.18.post_attention_layernorm.weight", 37, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.18.mlp.gate.weight", 37, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.18.mlp.experts.%d.gate_proj.weight", 38, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.18.mlp.experts.%d.up_proj.weight", 38, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.18.mlp.experts.%d.down_proj.weight", 38, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.18.mlp.shared_experts.gate_proj.weight", 37, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 351},
+    {"model.layers.18.mlp.shared_experts.up_proj.weight", 37, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 352},
+    {"model.layers.18.mlp.shared_experts.down_proj.weight", 37, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 350},
+    {"model.layers.19.input_layernorm.weight", 39, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.19.self_attn.q_proj.weight", 39, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 39},
+    {"model.layers.19.self_attn.k_proj.weight", 39, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 186},
+    {"model.layers.19.self_attn.v_proj.weight", 39, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 187},
+    {"model.layers.19.self_attn.o_proj.weight", 39, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 38},
+    {"model.layers.19.post_attention_layernorm.weight", 39, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.19.mlp.gate.weight", 39, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.19.mlp.experts.%d.gate_proj.weight", 40, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.19.mlp.experts.%d.up_proj.weight", 40, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.19.mlp.experts.%d.down_proj.weight", 40, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.19.mlp.shared_experts.gate_proj.weight", 39, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 354},
+    {"model.layers.19.mlp.shared_experts.up_proj.weight", 39, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 355},
+    {"model.layers.19.mlp.shared_experts.down_proj.weight", 39, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 353},
+    {"model.layers.20.input_layernorm.weight", 41, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.20.self_attn.q_proj.weight", 41, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 41},
+    {"model.layers.20.self_attn.k_proj.weight", 41, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 188},
+    {"model.layers.20.self_attn.v_proj.weight", 41, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 189},
+    {"model.layers.20.self_attn.o_proj.weight", 41, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 40},
+    {"model.layers.20.post_attention_layernorm.weight", 41, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.20.mlp.gate.weight", 41, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.20.mlp.experts.%d.gate_proj.weight", 42, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.20.mlp.experts.%d.up_proj.weight", 42, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.20.mlp.experts.%d.down_proj.weight", 42, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.20.mlp.shared_experts.gate_proj.weight", 41, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 357},
+    {"model.layers.20.mlp.shared_experts.up_proj.weight", 41, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 358},
+    {"model.layers.20.mlp.shared_experts.down_proj.weight", 41, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 356},
+    {"model.layers.21.input_layernorm.weight", 43, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.21.self_attn.q_proj.weight", 43, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 43},
+    {"model.layers.21.self_attn.k_proj.weight", 43, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 190},
+    {"model.layers.21.self_attn.v_proj.weight", 43, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 191},
+    {"model.layers.21.self_attn.o_proj.weight", 43, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 42},
+    {"model.layers.21.post_attention_layernorm.weight", 43, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.21.mlp.gate.weight", 43, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.21.mlp.experts.%d.gate_proj.weight", 44, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.21.mlp.experts.%d.up_proj.weight", 44, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.21.mlp.experts.%d.down_proj.weight", 44, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.21.mlp.shared_experts.gate_proj.weight", 43, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 360},
+    {"model.layers.21.mlp.shared_experts.up_proj.weight", 43, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 361},
+    {"model.layers.21.mlp.shared_experts.down_proj.weight", 43, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 359},
+    {"model.layers.22.input_layernorm.weight", 45, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.22.self_attn.q_proj.weight", 45, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 45},
+    {"model.layers.22.self_attn.k_proj.weight", 45, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 192},
+    {"model.layers.22.self_attn.v_proj.weight", 45, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 193},
+    {"model.layers.22.self_attn.o_proj.weight", 45, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 44},
+    {"model.layers.22.post_attention_layernorm.weight", 45, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.22.mlp.gate.weight", 45, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.22.mlp.experts.%d.gate_proj.weight", 46, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.22.mlp.experts.%d.up_proj.weight", 46, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.22.mlp.experts.%d.down_proj.weight", 46, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.22.mlp.shared_experts.gate_proj.weight", 45, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 363},
+    {"model.layers.22.mlp.shared_experts.up_proj.weight", 45, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 364},
+    {"model.layers.22.mlp.shared_experts.down_proj.weight", 45, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 362},
+    {"model.layers.23.input_layernorm.weight", 47, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.23.self_attn.q_proj.weight", 47, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 47},
+    {"model.layers.23.self_attn.k_proj.weight", 47, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 194},
+    {"model.layers.23.self_attn.v_proj.weight", 47, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 195},
+    {"model.layers.23.self_attn.o_proj.weight", 47, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 46},
+    {"model.layers.23.post_attention_layernorm.weight", 47, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.23.mlp.gate.weight", 47, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.23.mlp.experts.%d.gate_proj.weight", 48, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.23.mlp.experts.%d.up_proj.weight", 48, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.23.mlp.experts.%d.down_proj.weight", 48, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.23.mlp.shared_experts.gate_proj.weight", 47, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 366},
+    {"model.layers.23.mlp.shared_experts.up_proj.weight", 47, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 367},
+    {"model.layers.23.mlp.shared_experts.down_proj.weight", 47, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 365},
+    {"model.layers.24.input_layernorm.weight", 49, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.24.self_attn.q_proj.weight", 49, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 49},
+    {"model.layers.24.self_attn.k_proj.weight", 49, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 196},
+    {"model.layers.24.self_attn.v_proj.weight", 49, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 197},
+    {"model.layers.24.self_attn.o_proj.weight", 49, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 48},
+    {"model.layers.24.post_attention_layernorm.weight", 49, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.24.mlp.gate.weight", 49, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.24.mlp.experts.%d.gate_proj.weight", 50, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.24.mlp.experts.%d.up_proj.weight", 50, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.24.mlp.experts.%d.down_proj.weight", 50, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.24.mlp.shared_experts.gate_proj.weight", 49, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 369},
+    {"model.layers.24.mlp.shared_experts.up_proj.weight", 49, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 370},
+    {"model.layers.24.mlp.shared_experts.down_proj.weight", 49, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 368},
+    {"model.layers.25.input_layernorm.weight", 51, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.25.self_attn.q_proj.weight", 51, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 51},
+    {"model.layers.25.self_attn.k_proj.weight", 51, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 198},
+    {"model.layers.25.self_attn.v_proj.weight", 51, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 199},
+    {"model.layers.25.self_attn.o_proj.weight", 51, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 50},
+    {"model.layers.25.post_attention_layernorm.weight", 51, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.25.mlp.gate.weight", 51, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.25.mlp.experts.%d.gate_proj.weight", 52, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.25.mlp.experts.%d.up_proj.weight", 52, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.25.mlp.experts.%d.down_proj.weight", 52, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.25.mlp.shared_experts.gate_proj.weight", 51, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 372},
+    {"model.layers.25.mlp.shared_experts.up_proj.weight", 51, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 373},
+    {"model.layers.25.mlp.shared_experts.down_proj.weight", 51, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 371},
+    {"model.layers.26.input_layernorm.weight", 53, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.26.self_attn.q_proj.weight", 53, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 53},
+    {"model.layers.26.self_attn.k_proj.weight", 53, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 200},
+    {"model.layers.26.self_attn.v_proj.weight", 53, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 201},
+    {"model.layers.26.self_attn.o_proj.weight", 53, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 52},
+    {"model.layers.26.post_attention_layernorm.weight", 53, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.26.mlp.gate.weight", 53, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.26.mlp.experts.%d.gate_proj.weight", 54, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.26.mlp.experts.%d.up_proj.weight", 54, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.26.mlp.experts.%d.down_proj.weight", 54, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.26.mlp.shared_experts.gate_proj.weight", 53, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 375},
+    {"model.layers.26.mlp.shared_experts.up_proj.weight", 53, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 376},
+    {"model.layers.26.mlp.shared_experts.down_proj.weight", 53, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 374},
+    {"model.layers.27.input_layernorm.weight", 55, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.27.self_attn.q_proj.weight", 55, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 55},
+    {"model.layers.27.self_attn.k_proj.weight", 55, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 202},
+    {"model.layers.27.self_attn.v_proj.weight", 55, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 203},
+    {"model.layers.27.self_attn.o_proj.weight", 55, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 54},
+    {"model.layers.27.post_attention_layernorm.weight", 55, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.27.mlp.gate.weight", 55, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.27.mlp.experts.%d.gate_proj.weight", 56, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.27.mlp.experts.%d.up_proj.weight", 56, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.27.mlp.experts.%d.down_proj.weight", 56, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.27.mlp.shared_experts.gate_proj.weight", 55, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 378},
+    {"model.layers.27.mlp.shared_experts.up_proj.weight", 55, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 379},
+    {"model.layers.27.mlp.shared_experts.down_proj.weight", 55, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 377},
+    {"model.layers.28.input_layernorm.weight", 57, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.28.self_attn.q_proj.weight", 57, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 57},
+    {"model.layers.28.self_attn.k_proj.weight", 57, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 204},
+    {"model.layers.28.self_attn.v_proj.weight", 57, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 205},
+    {"model.layers.28.self_attn.o_proj.weight", 57, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 56},
+    {"model.layers.28.post_attention_layernorm.weight", 57, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.28.mlp.gate.weight", 57, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.28.mlp.experts.%d.gate_proj.weight", 58, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.28.mlp.experts.%d.up_proj.weight", 58, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.28.mlp.experts.%d.down_proj.weight", 58, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.28.mlp.shared_experts.gate_proj.weight", 57, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 381},
+    {"model.layers.28.mlp.shared_experts.up_proj.weight", 57, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 382},
+    {"model.layers.28.mlp.shared_experts.down_proj.weight", 57, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 380},
+    {"model.layers.29.input_layernorm.weight", 59, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.29.self_attn.q_proj.weight", 59, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 59},
+    {"model.layers.29.self_attn.k_proj.weight", 59, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 206},
+    {"model.layers.29.self_attn.v_proj.weight", 59, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 207},
+    {"model.layers.29.self_attn.o_proj.weight", 59, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 58},
+    {"model.layers.29.post_attention_layernorm.weight", 59, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.29.mlp.gate.weight", 59, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.29.mlp.experts.%d.gate_proj.weight", 60, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.29.mlp.experts.%d.up_proj.weight", 60, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.29.mlp.experts.%d.down_proj.weight", 60, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.29.mlp.shared_experts.gate_proj.weight", 59, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 296},
+    {"model.layers.29.mlp.shared_experts.up_proj.weight", 59, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 297},
+    {"model.layers.29.mlp.shared_experts.down_proj.weight", 59, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 383},
+    {"model.layers.30.input_layernorm.weight", 61, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.30.self_attn.q_proj.weight", 61, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 61},
+    {"model.layers.30.self_attn.k_proj.weight", 61, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 208},
+    {"model.layers.30.self_attn.v_proj.weight", 61, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 209},
+    {"model.layers.30.self_attn.o_proj.weight", 61, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 60},
+    {"model.layers.30.post_attention_layernorm.weight", 61, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.30.mlp.gate.weight", 61, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.30.mlp.experts.%d.gate_proj.weight", 62, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.30.mlp.experts.%d.up_proj.weight", 62, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.30.mlp.experts.%d.down_proj.weight", 62, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.30.mlp.shared_experts.gate_proj.weight", 61, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 299},
+    {"model.layers.30.mlp.shared_experts.up_proj.weight", 61, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 300},
+    {"model.layers.30.mlp.shared_experts.down_proj.weight", 61, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 298},
+    {"model.layers.31.input_layernorm.weight", 63, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.31.self_attn.q_proj.weight", 63, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 63},
+    {"model.layers.31.self_attn.k_proj.weight", 63, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 210},
+    {"model.layers.31.self_attn.v_proj.weight", 63, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 211},
+    {"model.layers.31.self_attn.o_proj.weight", 63, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 62},
+    {"model.layers.31.post_attention_layernorm.weight", 63, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.31.mlp.gate.weight", 63, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.31.mlp.experts.%d.gate_proj.weight", 64, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.31.mlp.experts.%d.up_proj.weight", 64, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.31.mlp.experts.%d.down_proj.weight", 64, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.31.mlp.shared_experts.gate_proj.weight", 63, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 302},
+    {"model.layers.31.mlp.shared_experts.up_proj.weight", 63, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 303},
+    {"model.layers.31.mlp.shared_experts.down_proj.weight", 63, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 301},
+    {"model.layers.32.input_layernorm.weight", 65, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.32.self_attn.q_proj.weight", 65, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 65},
+    {"model.layers.32.self_attn.k_proj.weight", 65, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 212},
+    {"model.layers.32.self_attn.v_proj.weight", 65, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 213},
+    {"model.layers.32.self_attn.o_proj.weight", 65, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 64},
+    {"model.layers.32.post_attention_layernorm.weight", 65, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.32.mlp.gate.weight", 65, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.32.mlp.experts.%d.gate_proj.weight", 66, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.32.mlp.experts.%d.up_proj.weight", 66, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.32.mlp.experts.%d.down_proj.weight", 66, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.32.mlp.shared_experts.gate_proj.weight", 65, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 305},
+    {"model.layers.32.mlp.shared_experts.up_proj.weight", 65, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 306},
+    {"model.layers.32.mlp.shared_experts.down_proj.weight", 65, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 304},
+    {"model.layers.33.input_layernorm.weight", 67, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.33.self_attn.q_proj.weight", 67, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 67},
+    {"model.layers.33.self_attn.k_proj.weight", 67, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 214},
+    {"model.layers.33.self_attn.v_proj.weight", 67, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 215},
+    {"model.layers.33.self_attn.o_proj.weight", 67, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 66},
+    {"model.layers.33.post_attention_layernorm.weight", 67, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.33.mlp.gate.weight", 67, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.33.mlp.experts.%d.gate_proj.weight", 68, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.33.mlp.experts.%d.up_proj.weight", 68, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.33.mlp.experts.%d.down_proj.weight", 68, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.33.mlp.shared_experts.gate_proj.weight", 67, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 308},
+    {"model.layers.33.mlp.shared_experts.up_proj.weight", 67, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 309},
+    {"model.layers.33.mlp.shared_experts.down_proj.weight", 67, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 307},
+    {"model.layers.34.input_layernorm.weight", 69, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.34.self_attn.q_proj.weight", 69, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 69},
+    {"model.layers.34.self_attn.k_proj.weight", 69, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 216},
+    {"model.layers.34.self_attn.v_proj.weight", 69, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 217},
+    {"model.layers.34.self_attn.o_proj.weight", 69, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 68},
+    {"model.layers.34.post_attention_layernorm.weight", 69, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.34.mlp.gate.weight", 69, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.34.mlp.experts.%d.gate_proj.weight", 70, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.34.mlp.experts.%d.up_proj.weight", 70, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.34.mlp.experts.%d.down_proj.weight", 70, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.34.mlp.shared_experts.gate_proj.weight", 69, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 311},
+    {"model.layers.34.mlp.shared_experts.up_proj.weight", 69, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 312},
+    {"model.layers.34.mlp.shared_experts.down_proj.weight", 69, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 310},
+    {"model.layers.35.input_layernorm.weight", 71, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.35.self_attn.q_proj.weight", 71, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 71},
+    {"model.layers.35.self_attn.k_proj.weight", 71, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 218},
+    {"model.layers.35.self_attn.v_proj.weight", 71, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 219},
+    {"model.layers.35.self_attn.o_proj.weight", 71, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 70},
+    {"model.layers.35.post_attention_layernorm.weight", 71, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.35.mlp.gate.weight", 71, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.35.mlp.experts.%d.gate_proj.weight", 72, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.35.mlp.experts.%d.up_proj.weight", 72, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.35.mlp.experts.%d.down_proj.weight", 72, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.35.mlp.shared_experts.gate_proj.weight", 71, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 314},
+    {"model.layers.35.mlp.shared_experts.up_proj.weight", 71, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 315},
+    {"model.layers.35.mlp.shared_experts.down_proj.weight", 71, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 313},
+    {"model.layers.36.input_layernorm.weight", 73, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.36.self_attn.q_proj.weight", 73, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 73},
+    {"model.layers.36.self_attn.k_proj.weight", 73, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 220},
+    {"model.layers.36.self_attn.v_proj.weight", 73, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 221},
+    {"model.layers.36.self_attn.o_proj.weight", 73, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 72},
+    {"model.layers.36.post_attention_layernorm.weight", 73, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.36.mlp.gate.weight", 73, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.36.mlp.experts.%d.gate_proj.weight", 74, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.36.mlp.experts.%d.up_proj.weight", 74, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.36.mlp.experts.%d.down_proj.weight", 74, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.36.mlp.shared_experts.gate_proj.weight", 73, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 317},
+    {"model.layers.36.mlp.shared_experts.up_proj.weight", 73, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 318},
+    {"model.layers.36.mlp.shared_experts.down_proj.weight", 73, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 316},
+    {"model.layers.37.input_layernorm.weight", 75, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.37.self_attn.q_proj.weight", 75, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 75},
+    {"model.layers.37.self_attn.k_proj.weight", 75, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 222},
+    {"model.layers.37.self_attn.v_proj.weight", 75, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 223},
+    {"model.layers.37.self_attn.o_proj.weight", 75, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 74},
+    {"model.layers.37.post_attention_layernorm.weight", 75, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.37.mlp.gate.weight", 75, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.37.mlp.experts.%d.gate_proj.weight", 76, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.37.mlp.experts.%d.up_proj.weight", 76, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.37.mlp.experts.%d.down_proj.weight", 76, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.37.mlp.shared_experts.gate_proj.weight", 75, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 320},
+    {"model.layers.37.mlp.shared_experts.up_proj.weight", 75, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 321},
+    {"model.layers.37.mlp.shared_experts.down_proj.weight", 75, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 319},
+    {"model.layers.38.input_layernorm.weight", 77, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.38.self_attn.q_proj.weight", 77, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 77},
+    {"model.layers.38.self_attn.k_proj.weight", 77, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 224},
+    {"model.layers.38.self_attn.v_proj.weight", 77, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 225},
+    {"model.layers.38.self_attn.o_proj.weight", 77, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 76},
+    {"model.layers.38.post_attention_layernorm.weight", 77, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.38.mlp.gate.weight", 77, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.38.mlp.experts.%d.gate_proj.weight", 78, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.38.mlp.experts.%d.up_proj.weight", 78, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.38.mlp.experts.%d.down_proj.weight", 78, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.38.mlp.shared_experts.gate_proj.weight", 77, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 323},
+    {"model.layers.38.mlp.shared_experts.up_proj.weight", 77, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 324},
+    {"model.layers.38.mlp.shared_experts.down_proj.weight", 77, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 322},
+    {"model.layers.39.input_layernorm.weight", 79, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.39.self_attn.q_proj.weight", 79, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 79},
+    {"model.layers.39.self_attn.k_proj.weight", 79, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 226},
+    {"model.layers.39.self_attn.v_proj.weight", 79, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 227},
+    {"model.layers.39.self_attn.o_proj.weight", 79, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 78},
+    {"model.layers.39.post_attention_layernorm.weight", 79, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.39.mlp.gate.weight", 79, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.39.mlp.experts.%d.gate_proj.weight", 80, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.39.mlp.experts.%d.up_proj.weight", 80, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.39.mlp.experts.%d.down_proj.weight", 80, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.39.mlp.shared_experts.gate_proj.weight", 79, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 326},
+    {"model.layers.39.mlp.shared_experts.up_proj.weight", 79, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 327},
+    {"model.layers.39.mlp.shared_experts.down_proj.weight", 79, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 325},
+    {"model.layers.40.input_layernorm.weight", 81, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.40.self_attn.q_proj.weight", 81, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 81},
+    {"model.layers.40.self_attn.k_proj.weight", 81, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 228},
+    {"model.layers.40.self_attn.v_proj.weight", 81, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 229},
+    {"model.layers.40.self_attn.o_proj.weight", 81, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 80},
+    {"model.layers.40.post_attention_layernorm.weight", 81, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.40.mlp.gate.weight", 81, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.40.mlp.experts.%d.gate_proj.weight", 82, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.40.mlp.experts.%d.up_proj.weight", 82, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.40.mlp.experts.%d.down_proj.weight", 82, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.40.mlp.shared_experts.gate_proj.weight", 81, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 329},
+    {"model.layers.40.mlp.shared_experts.up_proj.weight", 81, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 330},
+    {"model.layers.40.mlp.shared_experts.down_proj.weight", 81, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 328},
+    {"model.layers.41.input_layernorm.weight", 83, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.41.self_attn.q_proj.weight", 83, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 83},
+    {"model.layers.41.self_attn.k_proj.weight", 83, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 230},
+    {"model.layers.41.self_attn.v_proj.weight", 83, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 231},
+    {"model.layers.41.self_attn.o_proj.weight", 83, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 82},
+    {"model.layers.41.post_attention_layernorm.weight", 83, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.41.mlp.gate.weight", 83, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.41.mlp.experts.%d.gate_proj.weight", 84, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.41.mlp.experts.%d.up_proj.weight", 84, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.41.mlp.experts.%d.down_proj.weight", 84, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.41.mlp.shared_experts.gate_proj.weight", 83, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 332},
+    {"model.layers.41.mlp.shared_experts.up_proj.weight", 83, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 333},
+    {"model.layers.41.mlp.shared_experts.down_proj.weight", 83, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 331},
+    {"model.layers.42.input_layernorm.weight", 85, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.42.self_attn.q_proj.weight", 85, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 85},
+    {"model.layers.42.self_attn.k_proj.weight", 85, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 232},
+    {"model.layers.42.self_attn.v_proj.weight", 85, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 233},
+    {"model.layers.42.self_attn.o_proj.weight", 85, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 84},
+    {"model.layers.42.post_attention_layernorm.weight", 85, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.42.mlp.gate.weight", 85, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.42.mlp.experts.%d.gate_proj.weight", 86, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.42.mlp.experts.%d.up_proj.weight", 86, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.42.mlp.experts.%d.down_proj.weight", 86, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.42.mlp.shared_experts.gate_proj.weight", 85, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 335},
+    {"model.layers.42.mlp.shared_experts.up_proj.weight", 85, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 336},
+    {"model.layers.42.mlp.shared_experts.down_proj.weight", 85, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 334},
+    {"model.layers.43.input_layernorm.weight", 87, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.43.self_attn.q_proj.weight", 87, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 87},
+    {"model.layers.43.self_attn.k_proj.weight", 87, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 234},
+    {"model.layers.43.self_attn.v_proj.weight", 87, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 235},
+    {"model.layers.43.self_attn.o_proj.weight", 87, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 86},
+    {"model.layers.43.post_attention_layernorm.weight", 87, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.43.mlp.gate.weight", 87, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.43.mlp.experts.%d.gate_proj.weight", 88, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.43.mlp.experts.%d.up_proj.weight", 88, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.43.mlp.experts.%d.down_proj.weight", 88, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.43.mlp.shared_experts.gate_proj.weight", 87, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 338},
+    {"model.layers.43.mlp.shared_experts.up_proj.weight", 87, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 339},
+    {"model.layers.43.mlp.shared_experts.down_proj.weight", 87, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 337},
+    {"model.layers.44.input_layernorm.weight", 89, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.44.self_attn.q_proj.weight", 89, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 89},
+    {"model.layers.44.self_attn.k_proj.weight", 89, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 236},
+    {"model.layers.44.self_attn.v_proj.weight", 89, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 237},
+    {"model.layers.44.self_attn.o_proj.weight", 89, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 88},
+    {"model.layers.44.post_attention_layernorm.weight", 89, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.44.mlp.gate.weight", 89, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.44.mlp.experts.%d.gate_proj.weight", 90, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.44.mlp.experts.%d.up_proj.weight", 90, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.44.mlp.experts.%d.down_proj.weight", 90, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.44.mlp.shared_experts.gate_proj.weight", 89, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 341},
+    {"model.layers.44.mlp.shared_experts.up_proj.weight", 89, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 342},
+    {"model.layers.44.mlp.shared_experts.down_proj.weight", 89, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 340},
+    {"model.layers.45.input_layernorm.weight", 91, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.45.self_attn.q_proj.weight", 91, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 91},
+    {"model.layers.45.self_attn.k_proj.weight", 91, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 238},
+    {"model.layers.45.self_attn.v_proj.weight", 91, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 239},
+    {"model.layers.45.self_attn.o_proj.weight", 91, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 90},
+    {"model.layers.45.post_attention_layernorm.weight", 91, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.45.mlp.gate.weight", 91, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.45.mlp.experts.%d.gate_proj.weight", 92, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.45.mlp.experts.%d.up_proj.weight", 92, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.45.mlp.experts.%d.down_proj.weight", 92, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.45.mlp.shared_experts.gate_proj.weight", 91, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 344},
+    {"model.layers.45.mlp.shared_experts.up_proj.weight", 91, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 345},
+    {"model.layers.45.mlp.shared_experts.down_proj.weight", 91, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 343},
+    {"model.layers.46.input_layernorm.weight", 93, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.46.self_attn.q_proj.weight", 93, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 93},
+    {"model.layers.46.self_attn.k_proj.weight", 93, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 240},
+    {"model.layers.46.self_attn.v_proj.weight", 93, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 241},
+    {"model.layers.46.self_attn.o_proj.weight", 93, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 92},
+    {"model.layers.46.post_attention_layernorm.weight", 93, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.46.mlp.gate.weight", 93, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.46.mlp.experts.%d.gate_proj.weight", 94, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.46.mlp.experts.%d.up_proj.weight", 94, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.46.mlp.experts.%d.down_proj.weight", 94, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.46.mlp.shared_experts.gate_proj.weight", 93, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 347},
+    {"model.layers.46.mlp.shared_experts.up_proj.weight", 93, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 348},
+    {"model.layers.46.mlp.shared_experts.down_proj.weight", 93, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 346},
+    {"model.layers.47.input_layernorm.weight", 95, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.47.self_attn.q_proj.weight", 95, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 95},
+    {"model.layers.47.self_attn.k_proj.weight", 95, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 242},
+    {"model.layers.47.self_attn.v_proj.weight", 95, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 243},
+    {"model.layers.47.self_attn.o_proj.weight", 95, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 94},
+    {"model.layers.47.post_attention_layernorm.weight", 95, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.47.mlp.gate.weight", 95, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.47.mlp.experts.%d.gate_proj.weight", 96, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.47.mlp.experts.%d.up_proj.weight", 96, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.47.mlp.experts.%d.down_proj.weight", 96, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.47.mlp.shared_experts.gate_proj.weight", 95, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 350},
+    {"model.layers.47.mlp.shared_experts.up_proj.weight", 95, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 351},
+    {"model.layers.47.mlp.shared_experts.down_proj.weight", 95, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 349},
+    {"model.layers.48.input_layernorm.weight", 97, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.48.self_attn.q_proj.weight", 97, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 97},
+    {"model.layers.48.self_attn.k_proj.weight", 97, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 244},
+    {"model.layers.48.self_attn.v_proj.weight", 97, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 245},
+    {"model.layers.48.self_attn.o_proj.weight", 97, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 96},
+    {"model.layers.48.post_attention_layernorm.weight", 97, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.48.mlp.gate.weight", 97, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.48.mlp.experts.%d.gate_proj.weight", 98, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.48.mlp.experts.%d.up_proj.weight", 98, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.48.mlp.experts.%d.down_proj.weight", 98, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.48.mlp.shared_experts.gate_proj.weight", 97, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 353},
+    {"model.layers.48.mlp.shared_experts.up_proj.weight", 97, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 354},
+    {"model.layers.48.mlp.shared_experts.down_proj.weight", 97, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 352},
+    {"model.layers.49.input_layernorm.weight", 99, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.49.self_attn.q_proj.weight", 99, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 99},
+    {"model.layers.49.self_attn.k_proj.weight", 99, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 246},
+    {"model.layers.49.self_attn.v_proj.weight", 99, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 247},
+    {"model.layers.49.self_attn.o_proj.weight", 99, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 98},
+    {"model.layers.49.post_attention_layernorm.weight", 99, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.49.mlp.gate.weight", 99, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.49.mlp.experts.%d.gate_proj.weight", 100, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.49.mlp.experts.%d.up_proj.weight", 100, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.49.mlp.experts.%d.down_proj.weight", 100, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.49.mlp.shared_experts.gate_proj.weight", 99, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 356},
+    {"model.layers.49.mlp.shared_experts.up_proj.weight", 99, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 357},
+    {"model.layers.49.mlp.shared_experts.down_proj.weight", 99, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 355},
+    {"model.layers.50.input_layernorm.weight", 101, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.50.self_attn.q_proj.weight", 101, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 101},
+    {"model.layers.50.self_attn.k_proj.weight", 101, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 248},
+    {"model.layers.50.self_attn.v_proj.weight", 101, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 249},
+    {"model.layers.50.self_attn.o_proj.weight", 101, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 100},
+    {"model.layers.50.post_attention_layernorm.weight", 101, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.50.mlp.gate.weight", 101, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.50.mlp.experts.%d.gate_proj.weight", 102, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.50.mlp.experts.%d.up_proj.weight", 102, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.50.mlp.experts.%d.down_proj.weight", 102, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.50.mlp.shared_experts.gate_proj.weight", 101, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 359},
+    {"model.layers.50.mlp.shared_experts.up_proj.weight", 101, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 360},
+    {"model.layers.50.mlp.shared_experts.down_proj.weight", 101, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 358},
+    {"model.layers.51.input_layernorm.weight", 103, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.51.self_attn.q_proj.weight", 103, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 103},
+    {"model.layers.51.self_attn.k_proj.weight", 103, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 250},
+    {"model.layers.51.self_attn.v_proj.weight", 103, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 251},
+    {"model.layers.51.self_attn.o_proj.weight", 103, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 102},
+    {"model.layers.51.post_attention_layernorm.weight", 103, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.51.mlp.gate.weight", 103, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.51.mlp.experts.%d.gate_proj.weight", 104, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.51.mlp.experts.%d.up_proj.weight", 104, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.51.mlp.experts.%d.down_proj.weight", 104, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.51.mlp.shared_experts.gate_proj.weight", 103, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 362},
+    {"model.layers.51.mlp.shared_experts.up_proj.weight", 103, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 363},
+    {"model.layers.51.mlp.shared_experts.down_proj.weight", 103, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 361},
+    {"model.layers.52.input_layernorm.weight", 105, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.52.self_attn.q_proj.weight", 105, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 105},
+    {"model.layers.52.self_attn.k_proj.weight", 105, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 252},
+    {"model.layers.52.self_attn.v_proj.weight", 105, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 253},
+    {"model.layers.52.self_attn.o_proj.weight", 105, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 104},
+    {"model.layers.52.post_attention_layernorm.weight", 105, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.52.mlp.gate.weight", 105, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.52.mlp.experts.%d.gate_proj.weight", 106, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.52.mlp.experts.%d.up_proj.weight", 106, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.52.mlp.experts.%d.down_proj.weight", 106, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.52.mlp.shared_experts.gate_proj.weight", 105, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 365},
+    {"model.layers.52.mlp.shared_experts.up_proj.weight", 105, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 366},
+    {"model.layers.52.mlp.shared_experts.down_proj.weight", 105, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 364},
+    {"model.layers.53.input_layernorm.weight", 107, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.53.self_attn.q_proj.weight", 107, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 107},
+    {"model.layers.53.self_attn.k_proj.weight", 107, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 254},
+    {"model.layers.53.self_attn.v_proj.weight", 107, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 255},
+    {"model.layers.53.self_attn.o_proj.weight", 107, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 106},
+    {"model.layers.53.post_attention_layernorm.weight", 107, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.53.mlp.gate.weight", 107, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.53.mlp.experts.%d.gate_proj.weight", 108, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.53.mlp.experts.%d.up_proj.weight", 108, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.53.mlp.experts.%d.down_proj.weight", 108, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.53.mlp.shared_experts.gate_proj.weight", 107, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 368},
+    {"model.layers.53.mlp.shared_experts.up_proj.weight", 107, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 369},
+    {"model.layers.53.mlp.shared_experts.down_proj.weight", 107, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 367},
+    {"model.layers.54.input_layernorm.weight", 109, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.54.self_attn.q_proj.weight", 109, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 109},
+    {"model.layers.54.self_attn.k_proj.weight", 109, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 256},
+    {"model.layers.54.self_attn.v_proj.weight", 109, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 257},
+    {"model.layers.54.self_attn.o_proj.weight", 109, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 108},
+    {"model.layers.54.post_attention_layernorm.weight", 109, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.54.mlp.gate.weight", 109, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.54.mlp.experts.%d.gate_proj.weight", 110, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.54.mlp.experts.%d.up_proj.weight", 110, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.54.mlp.experts.%d.down_proj.weight", 110, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.54.mlp.shared_experts.gate_proj.weight", 109, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 371},
+    {"model.layers.54.mlp.shared_experts.up_proj.weight", 109, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 372},
+    {"model.layers.54.mlp.shared_experts.down_proj.weight", 109, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 370},
+    {"model.layers.55.input_layernorm.weight", 111, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.55.self_attn.q_proj.weight", 111, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 111},
+    {"model.layers.55.self_attn.k_proj.weight", 111, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 258},
+    {"model.layers.55.self_attn.v_proj.weight", 111, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 259},
+    {"model.layers.55.self_attn.o_proj.weight", 111, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 110},
+    {"model.layers.55.post_attention_layernorm.weight", 111, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.55.mlp.gate.weight", 111, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.55.mlp.experts.%d.gate_proj.weight", 112, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.55.mlp.experts.%d.up_proj.weight", 112, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.55.mlp.experts.%d.down_proj.weight", 112, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.55.mlp.shared_experts.gate_proj.weight", 111, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 374},
+    {"model.layers.55.mlp.shared_experts.up_proj.weight", 111, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 375},
+    {"model.layers.55.mlp.shared_experts.down_proj.weight", 111, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 373},
+    {"model.layers.56.input_layernorm.weight", 113, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.56.self_attn.q_proj.weight", 113, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 113},
+    {"model.layers.56.self_attn.k_proj.weight", 113, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 260},
+    {"model.layers.56.self_attn.v_proj.weight", 113, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 261},
+    {"model.layers.56.self_attn.o_proj.weight", 113, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 112},
+    {"model.layers.56.post_attention_layernorm.weight", 113, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.56.mlp.gate.weight", 113, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.56.mlp.experts.%d.gate_proj.weight", 114, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.56.mlp.experts.%d.up_proj.weight", 114, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.56.mlp.experts.%d.down_proj.weight", 114, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.56.mlp.shared_experts.gate_proj.weight", 113, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 377},
+    {"model.layers.56.mlp.shared_experts.up_proj.weight", 113, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 378},
+    {"model.layers.56.mlp.shared_experts.down_proj.weight", 113, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 376},
+    {"model.layers.57.input_layernorm.weight", 115, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.57.self_attn.q_proj.weight", 115, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 115},
+    {"model.layers.57.self_attn.k_proj.weight", 115, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 262},
+    {"model.layers.57.self_attn.v_proj.weight", 115, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 263},
+    {"model.layers.57.self_attn.o_proj.weight", 115, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 114},
+    {"model.layers.57.post_attention_layernorm.weight", 115, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.57.mlp.gate.weight", 115, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.57.mlp.experts.%d.gate_proj.weight", 116, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.57.mlp.experts.%d.up_proj.weight", 116, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.57.mlp.experts.%d.down_proj.weight", 116, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.57.mlp.shared_experts.gate_proj.weight", 115, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 380},
+    {"model.layers.57.mlp.shared_experts.up_proj.weight", 115, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 381},
+    {"model.layers.57.mlp.shared_experts.down_proj.weight", 115, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 379},
+    {"model.layers.58.input_layernorm.weight", 117, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.58.self_attn.q_proj.weight", 117, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 117},
+    {"model.layers.58.self_attn.k_proj.weight", 117, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 264},
+    {"model.layers.58.self_attn.v_proj.weight", 117, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 265},
+    {"model.layers.58.self_attn.o_proj.weight", 117, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 116},
+    {"model.layers.58.post_attention_layernorm.weight", 117, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.58.mlp.gate.weight", 117, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.58.mlp.experts.%d.gate_proj.weight", 118, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.58.mlp.experts.%d.up_proj.weight", 118, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.58.mlp.experts.%d.down_proj.weight", 118, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.58.mlp.shared_experts.gate_proj.weight", 117, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 383},
+    {"model.layers.58.mlp.shared_experts.up_proj.weight", 117, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 148},
+    {"model.layers.58.mlp.shared_experts.down_proj.weight", 117, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 382},
+    {"model.layers.59.input_layernorm.weight", 119, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.59.self_attn.q_proj.weight", 119, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 119},
+    {"model.layers.59.self_attn.k_proj.weight", 119, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 266},
+    {"model.layers.59.self_attn.v_proj.weight", 119, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 267},
+    {"model.layers.59.self_attn.o_proj.weight", 119, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 118},
+    {"model.layers.59.post_attention_layernorm.weight", 119, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.59.mlp.gate.weight", 119, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.59.mlp.experts.%d.gate_proj.weight", 120, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.59.mlp.experts.%d.up_proj.weight", 120, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.59.mlp.experts.%d.down_proj.weight", 120, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.59.mlp.shared_experts.gate_proj.weight", 119, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 150},
+    {"model.layers.59.mlp.shared_experts.up_proj.weight", 119, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 151},
+    {"model.layers.59.mlp.shared_experts.down_proj.weight", 119, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 149},
+    {"model.layers.60.input_layernorm.weight", 121, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.60.self_attn.q_proj.weight", 121, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 121},
+    {"model.layers.60.self_attn.k_proj.weight", 121, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 268},
+    {"model.layers.60.self_attn.v_proj.weight", 121, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 269},
+    {"model.layers.60.self_attn.o_proj.weight", 121, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 120},
+    {"model.layers.60.post_attention_layernorm.weight", 121, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.60.mlp.gate.weight", 121, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.60.mlp.experts.%d.gate_proj.weight", 122, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.60.mlp.experts.%d.up_proj.weight", 122, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.60.mlp.experts.%d.down_proj.weight", 122, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.60.mlp.shared_experts.gate_proj.weight", 121, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 153},
+    {"model.layers.60.mlp.shared_experts.up_proj.weight", 121, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 154},
+    {"model.layers.60.mlp.shared_experts.down_proj.weight", 121, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 152},
+    {"model.layers.61.input_layernorm.weight", 123, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.61.self_attn.q_proj.weight", 123, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 123},
+    {"model.layers.61.self_attn.k_proj.weight", 123, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 270},
+    {"model.layers.61.self_attn.v_proj.weight", 123, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 271},
+    {"model.layers.61.self_attn.o_proj.weight", 123, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 122},
+    {"model.layers.61.post_attention_layernorm.weight", 123, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.61.mlp.gate.weight", 123, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.61.mlp.experts.%d.gate_proj.weight", 124, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.61.mlp.experts.%d.up_proj.weight", 124, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.61.mlp.experts.%d.down_proj.weight", 124, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.61.mlp.shared_experts.gate_proj.weight", 123, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 156},
+    {"model.layers.61.mlp.shared_experts.up_proj.weight", 123, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 157},
+    {"model.layers.61.mlp.shared_experts.down_proj.weight", 123, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 155},
+    {"model.layers.62.input_layernorm.weight", 125, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.62.self_attn.q_proj.weight", 125, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 125},
+    {"model.layers.62.self_attn.k_proj.weight", 125, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 272},
+    {"model.layers.62.self_attn.v_proj.weight", 125, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 273},
+    {"model.layers.62.self_attn.o_proj.weight", 125, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 124},
+    {"model.layers.62.post_attention_layernorm.weight", 125, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.62.mlp.gate.weight", 125, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.62.mlp.experts.%d.gate_proj.weight", 126, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.62.mlp.experts.%d.up_proj.weight", 126, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.62.mlp.experts.%d.down_proj.weight", 126, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.62.mlp.shared_experts.gate_proj.weight", 125, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 159},
+    {"model.layers.62.mlp.shared_experts.up_proj.weight", 125, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 160},
+    {"model.layers.62.mlp.shared_experts.down_proj.weight", 125, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 158},
+    {"model.layers.63.input_layernorm.weight", 127, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.63.self_attn.q_proj.weight", 127, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 127},
+    {"model.layers.63.self_attn.k_proj.weight", 127, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 274},
+    {"model.layers.63.self_attn.v_proj.weight", 127, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 275},
+    {"model.layers.63.self_attn.o_proj.weight", 127, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 126},
+    {"model.layers.63.post_attention_layernorm.weight", 127, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.63.mlp.gate.weight", 127, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.63.mlp.experts.%d.gate_proj.weight", 128, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.63.mlp.experts.%d.up_proj.weight", 128, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.63.mlp.experts.%d.down_proj.weight", 128, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.63.mlp.shared_experts.gate_proj.weight", 127, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 162},
+    {"model.layers.63.mlp.shared_experts.up_proj.weight", 127, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 163},
+    {"model.layers.63.mlp.shared_experts.down_proj.weight", 127, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 161},
+    {"model.layers.64.input_layernorm.weight", 129, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.64.self_attn.q_proj.weight", 129, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 129},
+    {"model.layers.64.self_attn.k_proj.weight", 129, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 276},
+    {"model.layers.64.self_attn.v_proj.weight", 129, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 277},
+    {"model.layers.64.self_attn.o_proj.weight", 129, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 128},
+    {"model.layers.64.post_attention_layernorm.weight", 129, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.64.mlp.gate.weight", 129, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.64.mlp.experts.%d.gate_proj.weight", 130, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.64.mlp.experts.%d.up_proj.weight", 130, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.64.mlp.experts.%d.down_proj.weight", 130, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.64.mlp.shared_experts.gate_proj.weight", 129, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 165},
+    {"model.layers.64.mlp.shared_experts.up_proj.weight", 129, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 166},
+    {"model.layers.64.mlp.shared_experts.down_proj.weight", 129, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 164},
+    {"model.layers.65.input_layernorm.weight", 131, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.65.self_attn.q_proj.weight", 131, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 131},
+    {"model.layers.65.self_attn.k_proj.weight", 131, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 278},
+    {"model.layers.65.self_attn.v_proj.weight", 131, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 279},
+    {"model.layers.65.self_attn.o_proj.weight", 131, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 130},
+    {"model.layers.65.post_attention_layernorm.weight", 131, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.65.mlp.gate.weight", 131, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.65.mlp.experts.%d.gate_proj.weight", 132, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.65.mlp.experts.%d.up_proj.weight", 132, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.65.mlp.experts.%d.down_proj.weight", 132, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.65.mlp.shared_experts.gate_proj.weight", 131, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 168},
+    {"model.layers.65.mlp.shared_experts.up_proj.weight", 131, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 169},
+    {"model.layers.65.mlp.shared_experts.down_proj.weight", 131, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 167},
+    {"model.layers.66.input_layernorm.weight", 133, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.66.self_attn.q_proj.weight", 133, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 133},
+    {"model.layers.66.self_attn.k_proj.weight", 133, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 280},
+    {"model.layers.66.self_attn.v_proj.weight", 133, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 281},
+    {"model.layers.66.self_attn.o_proj.weight", 133, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 132},
+    {"model.layers.66.post_attention_layernorm.weight", 133, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.66.mlp.gate.weight", 133, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.66.mlp.experts.%d.gate_proj.weight", 134, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.66.mlp.experts.%d.up_proj.weight", 134, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.66.mlp.experts.%d.down_proj.weight", 134, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.66.mlp.shared_experts.gate_proj.weight", 133, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 171},
+    {"model.layers.66.mlp.shared_experts.up_proj.weight", 133, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 172},
+    {"model.layers.66.mlp.shared_experts.down_proj.weight", 133, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 170},
+    {"model.layers.67.input_layernorm.weight", 135, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.67.self_attn.q_proj.weight", 135, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 135},
+    {"model.layers.67.self_attn.k_proj.weight", 135, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 282},
+    {"model.layers.67.self_attn.v_proj.weight", 135, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 283},
+    {"model.layers.67.self_attn.o_proj.weight", 135, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 134},
+    {"model.layers.67.post_attention_layernorm.weight", 135, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.67.mlp.gate.weight", 135, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.67.mlp.experts.%d.gate_proj.weight", 136, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.67.mlp.experts.%d.up_proj.weight", 136, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.67.mlp.experts.%d.down_proj.weight", 136, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.67.mlp.shared_experts.gate_proj.weight", 135, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 174},
+    {"model.layers.67.mlp.shared_experts.up_proj.weight", 135, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 175},
+    {"model.layers.67.mlp.shared_experts.down_proj.weight", 135, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 173},
+    {"model.layers.68.input_layernorm.weight", 137, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.68.self_attn.q_proj.weight", 137, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 137},
+    {"model.layers.68.self_attn.k_proj.weight", 137, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 284},
+    {"model.layers.68.self_attn.v_proj.weight", 137, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 285},
+    {"model.layers.68.self_attn.o_proj.weight", 137, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 136},
+    {"model.layers.68.post_attention_layernorm.weight", 137, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.68.mlp.gate.weight", 137, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.68.mlp.experts.%d.gate_proj.weight", 138, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.68.mlp.experts.%d.up_proj.weight", 138, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.68.mlp.experts.%d.down_proj.weight", 138, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.68.mlp.shared_experts.gate_proj.weight", 137, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 177},
+    {"model.layers.68.mlp.shared_experts.up_proj.weight", 137, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 178},
+    {"model.layers.68.mlp.shared_experts.down_proj.weight", 137, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 176},
+    {"model.layers.69.input_layernorm.weight", 139, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.69.self_attn.q_proj.weight", 139, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 139},
+    {"model.layers.69.self_attn.k_proj.weight", 139, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 286},
+    {"model.layers.69.self_attn.v_proj.weight", 139, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 287},
+    {"model.layers.69.self_attn.o_proj.weight", 139, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 138},
+    {"model.layers.69.post_attention_layernorm.weight", 139, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.69.mlp.gate.weight", 139, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.69.mlp.experts.%d.gate_proj.weight", 140, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.69.mlp.experts.%d.up_proj.weight", 140, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.69.mlp.experts.%d.down_proj.weight", 140, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.69.mlp.shared_experts.gate_proj.weight", 139, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 180},
+    {"model.layers.69.mlp.shared_experts.up_proj.weight", 139, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 181},
+    {"model.layers.69.mlp.shared_experts.down_proj.weight", 139, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 179},
+    {"model.layers.70.input_layernorm.weight", 141, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.70.self_attn.q_proj.weight", 141, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 141},
+    {"model.layers.70.self_attn.k_proj.weight", 141, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 288},
+    {"model.layers.70.self_attn.v_proj.weight", 141, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 289},
+    {"model.layers.70.self_attn.o_proj.weight", 141, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 140},
+    {"model.layers.70.post_attention_layernorm.weight", 141, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.70.mlp.gate.weight", 141, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.70.mlp.experts.%d.gate_proj.weight", 142, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.70.mlp.experts.%d.up_proj.weight", 142, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.70.mlp.experts.%d.down_proj.weight", 142, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.70.mlp.shared_experts.gate_proj.weight", 141, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 183},
+    {"model.layers.70.mlp.shared_experts.up_proj.weight", 141, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 184},
+    {"model.layers.70.mlp.shared_experts.down_proj.weight", 141, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 182},
+    {"model.layers.71.input_layernorm.weight", 143, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.71.self_attn.q_proj.weight", 143, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 143},
+    {"model.layers.71.self_attn.k_proj.weight", 143, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 290},
+    {"model.layers.71.self_attn.v_proj.weight", 143, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 291},
+    {"model.layers.71.self_attn.o_proj.weight", 143, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 142},
+    {"model.layers.71.post_attention_layernorm.weight", 143, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.71.mlp.gate.weight", 143, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.71.mlp.experts.%d.gate_proj.weight", 144, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.71.mlp.experts.%d.up_proj.weight", 144, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.71.mlp.experts.%d.down_proj.weight", 144, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.71.mlp.shared_experts.gate_proj.weight", 143, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 186},
+    {"model.layers.71.mlp.shared_experts.up_proj.weight", 143, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 187},
+    {"model.layers.71.mlp.shared_experts.down_proj.weight", 143, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 185},
+    {"model.layers.72.input_layernorm.weight", 145, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.72.self_attn.q_proj.weight", 145, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 145},
+    {"model.layers.72.self_attn.k_proj.weight", 145, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 292},
+    {"model.layers.72.self_attn.v_proj.weight", 145, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 293},
+    {"model.layers.72.self_attn.o_proj.weight", 145, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 144},
+    {"model.layers.72.post_attention_layernorm.weight", 145, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.72.mlp.gate.weight", 145, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.72.mlp.experts.%d.gate_proj.weight", 146, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.72.mlp.experts.%d.up_proj.weight", 146, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.72.mlp.experts.%d.down_proj.weight", 146, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.72.mlp.shared_experts.gate_proj.weight", 145, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 189},
+    {"model.layers.72.mlp.shared_experts.up_proj.weight", 145, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 190},
+    {"model.layers.72.mlp.shared_experts.down_proj.weight", 145, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 188},
+    {"model.layers.73.input_layernorm.weight", 147, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.73.self_attn.q_proj.weight", 147, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 147},
+    {"model.layers.73.self_attn.k_proj.weight", 147, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 294},
+    {"model.layers.73.self_attn.v_proj.weight", 147, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 295},
+    {"model.layers.73.self_attn.o_proj.weight", 147, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 146},
+    {"model.layers.73.post_attention_layernorm.weight", 147, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"model.layers.73.mlp.gate.weight", 147, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
+    {"model.layers.73.mlp.experts.%d.gate_proj.weight", 148, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.73.mlp.experts.%d.up_proj.weight", 148, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
+    {"model.layers.73.mlp.experts.%d.down_proj.weight", 148, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
+    {"model.layers.73.mlp.shared_experts.gate_proj.weight", 147, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 192},
+    {"model.layers.73.mlp.shared_experts.up_proj.weight", 147, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 193},
+    {"model.layers.73.mlp.shared_experts.down_proj.weight", 147, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 191},
+    {"model.norm.weight", 149, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
+    {"lm_head.weight", 149, 6144, 1572864000, 0, 256000, 6144, 0.02, false, true, false, 0},
 };
 
 /* layer 0 (MoE), forward: X0 -> X1. With recompute, the backward re-runs it from the
@@ -7377,7 +7379,7 @@ void step_backward(RtCtx *c) {
   rt_lm_head_ce_backward(R(DLN), DW(6144), R(LNF), W(6144), I(TARGETS), R(LSEF), 65536, 6144, 256000, 4096, R(CE), c->dloss);
   rt_zero(R(DX_A), 402653184);
   rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X74), W(0), R(RSTDF), 65536, 6144);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096016); /* head */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096016, (uint16_t *)R(RS_WIRE)); /* head, bf16 on the wire */
   rt_accumulate(R(HEAD_GRAD), R(RS_OUT), 4096016);
   /* layer 73 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L73_DENSE_MASTER), 354336); /* layer 73 dense: 384 ranks x 354336 */
@@ -7386,9 +7388,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer73_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 73 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 73 dense, bf16 on the wire */
   rt_accumulate(R(L73_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 73 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 73 experts, bf16 on the wire */
   rt_accumulate(R(L73_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 72 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L72_DENSE_MASTER), 354336); /* layer 72 dense: 384 ranks x 354336 */
@@ -7397,9 +7399,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer72_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 72 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 72 dense, bf16 on the wire */
   rt_accumulate(R(L72_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 72 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 72 experts, bf16 on the wire */
   rt_accumulate(R(L72_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 71 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L71_DENSE_MASTER), 354336); /* layer 71 dense: 384 ranks x 354336 */
@@ -7408,9 +7410,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer71_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 71 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 71 dense, bf16 on the wire */
   rt_accumulate(R(L71_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 71 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 71 experts, bf16 on the wire */
   rt_accumulate(R(L71_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 70 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L70_DENSE_MASTER), 354336); /* layer 70 dense: 384 ranks x 354336 */
@@ -7419,9 +7421,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer70_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 70 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 70 dense, bf16 on the wire */
   rt_accumulate(R(L70_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 70 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 70 experts, bf16 on the wire */
   rt_accumulate(R(L70_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 69 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L69_DENSE_MASTER), 354336); /* layer 69 dense: 384 ranks x 354336 */
@@ -7430,9 +7432,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer69_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 69 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 69 dense, bf16 on the wire */
   rt_accumulate(R(L69_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 69 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 69 experts, bf16 on the wire */
   rt_accumulate(R(L69_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 68 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L68_DENSE_MASTER), 354336); /* layer 68 dense: 384 ranks x 354336 */
@@ -7441,9 +7443,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer68_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 68 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 68 dense, bf16 on the wire */
   rt_accumulate(R(L68_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 68 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 68 experts, bf16 on the wire */
   rt_accumulate(R(L68_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 67 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L67_DENSE_MASTER), 354336); /* layer 67 dense: 384 ranks x 354336 */
@@ -7452,9 +7454,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer67_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 67 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 67 dense, bf16 on the wire */
   rt_accumulate(R(L67_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 67 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 67 experts, bf16 on the wire */
   rt_accumulate(R(L67_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 66 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L66_DENSE_MASTER), 354336); /* layer 66 dense: 384 ranks x 354336 */
@@ -7463,9 +7465,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer66_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 66 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 66 dense, bf16 on the wire */
   rt_accumulate(R(L66_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 66 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 66 experts, bf16 on the wire */
   rt_accumulate(R(L66_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 65 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L65_DENSE_MASTER), 354336); /* layer 65 dense: 384 ranks x 354336 */
@@ -7474,9 +7476,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer65_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 65 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 65 dense, bf16 on the wire */
   rt_accumulate(R(L65_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 65 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 65 experts, bf16 on the wire */
   rt_accumulate(R(L65_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 64 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L64_DENSE_MASTER), 354336); /* layer 64 dense: 384 ranks x 354336 */
@@ -7485,9 +7487,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer64_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 64 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 64 dense, bf16 on the wire */
   rt_accumulate(R(L64_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 64 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 64 experts, bf16 on the wire */
   rt_accumulate(R(L64_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 63 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L63_DENSE_MASTER), 354336); /* layer 63 dense: 384 ranks x 354336 */
@@ -7496,9 +7498,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer63_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 63 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 63 dense, bf16 on the wire */
   rt_accumulate(R(L63_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 63 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 63 experts, bf16 on the wire */
   rt_accumulate(R(L63_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 62 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L62_DENSE_MASTER), 354336); /* layer 62 dense: 384 ranks x 354336 */
@@ -7507,9 +7509,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer62_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 62 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 62 dense, bf16 on the wire */
   rt_accumulate(R(L62_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 62 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 62 experts, bf16 on the wire */
   rt_accumulate(R(L62_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 61 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L61_DENSE_MASTER), 354336); /* layer 61 dense: 384 ranks x 354336 */
@@ -7518,9 +7520,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer61_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 61 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 61 dense, bf16 on the wire */
   rt_accumulate(R(L61_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 61 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 61 experts, bf16 on the wire */
   rt_accumulate(R(L61_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 60 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L60_DENSE_MASTER), 354336); /* layer 60 dense: 384 ranks x 354336 */
@@ -7529,9 +7531,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer60_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 60 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 60 dense, bf16 on the wire */
   rt_accumulate(R(L60_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 60 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 60 experts, bf16 on the wire */
   rt_accumulate(R(L60_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 59 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L59_DENSE_MASTER), 354336); /* layer 59 dense: 384 ranks x 354336 */
@@ -7540,9 +7542,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer59_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 59 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 59 dense, bf16 on the wire */
   rt_accumulate(R(L59_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 59 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 59 experts, bf16 on the wire */
   rt_accumulate(R(L59_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 58 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L58_DENSE_MASTER), 354336); /* layer 58 dense: 384 ranks x 354336 */
@@ -7551,9 +7553,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer58_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 58 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 58 dense, bf16 on the wire */
   rt_accumulate(R(L58_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 58 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 58 experts, bf16 on the wire */
   rt_accumulate(R(L58_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 57 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L57_DENSE_MASTER), 354336); /* layer 57 dense: 384 ranks x 354336 */
@@ -7562,9 +7564,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer57_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 57 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 57 dense, bf16 on the wire */
   rt_accumulate(R(L57_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 57 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 57 experts, bf16 on the wire */
   rt_accumulate(R(L57_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 56 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L56_DENSE_MASTER), 354336); /* layer 56 dense: 384 ranks x 354336 */
@@ -7573,9 +7575,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer56_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 56 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 56 dense, bf16 on the wire */
   rt_accumulate(R(L56_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 56 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 56 experts, bf16 on the wire */
   rt_accumulate(R(L56_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 55 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L55_DENSE_MASTER), 354336); /* layer 55 dense: 384 ranks x 354336 */
@@ -7584,9 +7586,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer55_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 55 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 55 dense, bf16 on the wire */
   rt_accumulate(R(L55_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 55 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 55 experts, bf16 on the wire */
   rt_accumulate(R(L55_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 54 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L54_DENSE_MASTER), 354336); /* layer 54 dense: 384 ranks x 354336 */
@@ -7595,9 +7597,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer54_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 54 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 54 dense, bf16 on the wire */
   rt_accumulate(R(L54_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 54 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 54 experts, bf16 on the wire */
   rt_accumulate(R(L54_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 53 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L53_DENSE_MASTER), 354336); /* layer 53 dense: 384 ranks x 354336 */
@@ -7606,9 +7608,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer53_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 53 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 53 dense, bf16 on the wire */
   rt_accumulate(R(L53_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 53 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 53 experts, bf16 on the wire */
   rt_accumulate(R(L53_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 52 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L52_DENSE_MASTER), 354336); /* layer 52 dense: 384 ranks x 354336 */
@@ -7617,9 +7619,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer52_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 52 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 52 dense, bf16 on the wire */
   rt_accumulate(R(L52_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 52 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 52 experts, bf16 on the wire */
   rt_accumulate(R(L52_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 51 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L51_DENSE_MASTER), 354336); /* layer 51 dense: 384 ranks x 354336 */
@@ -7628,9 +7630,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer51_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 51 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 51 dense, bf16 on the wire */
   rt_accumulate(R(L51_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 51 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 51 experts, bf16 on the wire */
   rt_accumulate(R(L51_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 50 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L50_DENSE_MASTER), 354336); /* layer 50 dense: 384 ranks x 354336 */
@@ -7639,9 +7641,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer50_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 50 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 50 dense, bf16 on the wire */
   rt_accumulate(R(L50_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 50 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 50 experts, bf16 on the wire */
   rt_accumulate(R(L50_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 49 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L49_DENSE_MASTER), 354336); /* layer 49 dense: 384 ranks x 354336 */
@@ -7650,9 +7652,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer49_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 49 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 49 dense, bf16 on the wire */
   rt_accumulate(R(L49_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 49 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 49 experts, bf16 on the wire */
   rt_accumulate(R(L49_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 48 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L48_DENSE_MASTER), 354336); /* layer 48 dense: 384 ranks x 354336 */
@@ -7661,9 +7663,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer48_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 48 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 48 dense, bf16 on the wire */
   rt_accumulate(R(L48_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 48 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 48 experts, bf16 on the wire */
   rt_accumulate(R(L48_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 47 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L47_DENSE_MASTER), 354336); /* layer 47 dense: 384 ranks x 354336 */
@@ -7672,9 +7674,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer47_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 47 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 47 dense, bf16 on the wire */
   rt_accumulate(R(L47_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 47 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 47 experts, bf16 on the wire */
   rt_accumulate(R(L47_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 46 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L46_DENSE_MASTER), 354336); /* layer 46 dense: 384 ranks x 354336 */
@@ -7683,9 +7685,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer46_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 46 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 46 dense, bf16 on the wire */
   rt_accumulate(R(L46_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 46 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 46 experts, bf16 on the wire */
   rt_accumulate(R(L46_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 45 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L45_DENSE_MASTER), 354336); /* layer 45 dense: 384 ranks x 354336 */
@@ -7694,9 +7696,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer45_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 45 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 45 dense, bf16 on the wire */
   rt_accumulate(R(L45_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 45 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 45 experts, bf16 on the wire */
   rt_accumulate(R(L45_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 44 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L44_DENSE_MASTER), 354336); /* layer 44 dense: 384 ranks x 354336 */
@@ -7705,9 +7707,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer44_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 44 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 44 dense, bf16 on the wire */
   rt_accumulate(R(L44_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 44 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 44 experts, bf16 on the wire */
   rt_accumulate(R(L44_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 43 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L43_DENSE_MASTER), 354336); /* layer 43 dense: 384 ranks x 354336 */
@@ -7716,9 +7718,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer43_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 43 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 43 dense, bf16 on the wire */
   rt_accumulate(R(L43_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 43 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 43 experts, bf16 on the wire */
   rt_accumulate(R(L43_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 42 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L42_DENSE_MASTER), 354336); /* layer 42 dense: 384 ranks x 354336 */
@@ -7727,9 +7729,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer42_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 42 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 42 dense, bf16 on the wire */
   rt_accumulate(R(L42_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 42 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 42 experts, bf16 on the wire */
   rt_accumulate(R(L42_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 41 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L41_DENSE_MASTER), 354336); /* layer 41 dense: 384 ranks x 354336 */
@@ -7738,9 +7740,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer41_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 41 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 41 dense, bf16 on the wire */
   rt_accumulate(R(L41_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 41 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 41 experts, bf16 on the wire */
   rt_accumulate(R(L41_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 40 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L40_DENSE_MASTER), 354336); /* layer 40 dense: 384 ranks x 354336 */
@@ -7749,9 +7751,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer40_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 40 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 40 dense, bf16 on the wire */
   rt_accumulate(R(L40_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 40 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 40 experts, bf16 on the wire */
   rt_accumulate(R(L40_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 39 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L39_DENSE_MASTER), 354336); /* layer 39 dense: 384 ranks x 354336 */
@@ -7760,9 +7762,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer39_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 39 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 39 dense, bf16 on the wire */
   rt_accumulate(R(L39_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 39 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 39 experts, bf16 on the wire */
   rt_accumulate(R(L39_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 38 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L38_DENSE_MASTER), 354336); /* layer 38 dense: 384 ranks x 354336 */
@@ -7771,9 +7773,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer38_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 38 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 38 dense, bf16 on the wire */
   rt_accumulate(R(L38_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 38 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 38 experts, bf16 on the wire */
   rt_accumulate(R(L38_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 37 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L37_DENSE_MASTER), 354336); /* layer 37 dense: 384 ranks x 354336 */
@@ -7782,9 +7784,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer37_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 37 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 37 dense, bf16 on the wire */
   rt_accumulate(R(L37_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 37 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 37 experts, bf16 on the wire */
   rt_accumulate(R(L37_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 36 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L36_DENSE_MASTER), 354336); /* layer 36 dense: 384 ranks x 354336 */
@@ -7793,9 +7795,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer36_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 36 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 36 dense, bf16 on the wire */
   rt_accumulate(R(L36_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 36 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 36 experts, bf16 on the wire */
   rt_accumulate(R(L36_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 35 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L35_DENSE_MASTER), 354336); /* layer 35 dense: 384 ranks x 354336 */
@@ -7804,9 +7806,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer35_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 35 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 35 dense, bf16 on the wire */
   rt_accumulate(R(L35_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 35 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 35 experts, bf16 on the wire */
   rt_accumulate(R(L35_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 34 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L34_DENSE_MASTER), 354336); /* layer 34 dense: 384 ranks x 354336 */
@@ -7815,9 +7817,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer34_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 34 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 34 dense, bf16 on the wire */
   rt_accumulate(R(L34_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 34 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 34 experts, bf16 on the wire */
   rt_accumulate(R(L34_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 33 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L33_DENSE_MASTER), 354336); /* layer 33 dense: 384 ranks x 354336 */
@@ -7826,9 +7828,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer33_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 33 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 33 dense, bf16 on the wire */
   rt_accumulate(R(L33_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 33 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 33 experts, bf16 on the wire */
   rt_accumulate(R(L33_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 32 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L32_DENSE_MASTER), 354336); /* layer 32 dense: 384 ranks x 354336 */
@@ -7837,9 +7839,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer32_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 32 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 32 dense, bf16 on the wire */
   rt_accumulate(R(L32_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 32 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 32 experts, bf16 on the wire */
   rt_accumulate(R(L32_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 31 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L31_DENSE_MASTER), 354336); /* layer 31 dense: 384 ranks x 354336 */
@@ -7848,9 +7850,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer31_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 31 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 31 dense, bf16 on the wire */
   rt_accumulate(R(L31_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 31 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 31 experts, bf16 on the wire */
   rt_accumulate(R(L31_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 30 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L30_DENSE_MASTER), 354336); /* layer 30 dense: 384 ranks x 354336 */
@@ -7859,9 +7861,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer30_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 30 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 30 dense, bf16 on the wire */
   rt_accumulate(R(L30_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 30 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 30 experts, bf16 on the wire */
   rt_accumulate(R(L30_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 29 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L29_DENSE_MASTER), 354336); /* layer 29 dense: 384 ranks x 354336 */
@@ -7870,9 +7872,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer29_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 29 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 29 dense, bf16 on the wire */
   rt_accumulate(R(L29_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 29 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 29 experts, bf16 on the wire */
   rt_accumulate(R(L29_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 28 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L28_DENSE_MASTER), 354336); /* layer 28 dense: 384 ranks x 354336 */
@@ -7881,9 +7883,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer28_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 28 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 28 dense, bf16 on the wire */
   rt_accumulate(R(L28_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 28 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 28 experts, bf16 on the wire */
   rt_accumulate(R(L28_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 27 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L27_DENSE_MASTER), 354336); /* layer 27 dense: 384 ranks x 354336 */
@@ -7892,9 +7894,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer27_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 27 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 27 dense, bf16 on the wire */
   rt_accumulate(R(L27_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 27 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 27 experts, bf16 on the wire */
   rt_accumulate(R(L27_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 26 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L26_DENSE_MASTER), 354336); /* layer 26 dense: 384 ranks x 354336 */
@@ -7903,9 +7905,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer26_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 26 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 26 dense, bf16 on the wire */
   rt_accumulate(R(L26_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 26 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 26 experts, bf16 on the wire */
   rt_accumulate(R(L26_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 25 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L25_DENSE_MASTER), 354336); /* layer 25 dense: 384 ranks x 354336 */
@@ -7914,9 +7916,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer25_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 25 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 25 dense, bf16 on the wire */
   rt_accumulate(R(L25_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 25 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 25 experts, bf16 on the wire */
   rt_accumulate(R(L25_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 24 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L24_DENSE_MASTER), 354336); /* layer 24 dense: 384 ranks x 354336 */
@@ -7925,9 +7927,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer24_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 24 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 24 dense, bf16 on the wire */
   rt_accumulate(R(L24_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 24 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 24 experts, bf16 on the wire */
   rt_accumulate(R(L24_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 23 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L23_DENSE_MASTER), 354336); /* layer 23 dense: 384 ranks x 354336 */
@@ -7936,9 +7938,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer23_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 23 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 23 dense, bf16 on the wire */
   rt_accumulate(R(L23_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 23 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 23 experts, bf16 on the wire */
   rt_accumulate(R(L23_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 22 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L22_DENSE_MASTER), 354336); /* layer 22 dense: 384 ranks x 354336 */
@@ -7947,9 +7949,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer22_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 22 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 22 dense, bf16 on the wire */
   rt_accumulate(R(L22_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 22 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 22 experts, bf16 on the wire */
   rt_accumulate(R(L22_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 21 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L21_DENSE_MASTER), 354336); /* layer 21 dense: 384 ranks x 354336 */
@@ -7958,9 +7960,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer21_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 21 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 21 dense, bf16 on the wire */
   rt_accumulate(R(L21_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 21 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 21 experts, bf16 on the wire */
   rt_accumulate(R(L21_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 20 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L20_DENSE_MASTER), 354336); /* layer 20 dense: 384 ranks x 354336 */
@@ -7969,9 +7971,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer20_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 20 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 20 dense, bf16 on the wire */
   rt_accumulate(R(L20_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 20 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 20 experts, bf16 on the wire */
   rt_accumulate(R(L20_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 19 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L19_DENSE_MASTER), 354336); /* layer 19 dense: 384 ranks x 354336 */
@@ -7980,9 +7982,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer19_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 19 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 19 dense, bf16 on the wire */
   rt_accumulate(R(L19_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 19 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 19 experts, bf16 on the wire */
   rt_accumulate(R(L19_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 18 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L18_DENSE_MASTER), 354336); /* layer 18 dense: 384 ranks x 354336 */
@@ -7991,9 +7993,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer18_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 18 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 18 dense, bf16 on the wire */
   rt_accumulate(R(L18_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 18 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 18 experts, bf16 on the wire */
   rt_accumulate(R(L18_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 17 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L17_DENSE_MASTER), 354336); /* layer 17 dense: 384 ranks x 354336 */
@@ -8002,9 +8004,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer17_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 17 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 17 dense, bf16 on the wire */
   rt_accumulate(R(L17_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 17 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 17 experts, bf16 on the wire */
   rt_accumulate(R(L17_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 16 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L16_DENSE_MASTER), 354336); /* layer 16 dense: 384 ranks x 354336 */
@@ -8013,9 +8015,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer16_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 16 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 16 dense, bf16 on the wire */
   rt_accumulate(R(L16_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 16 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 16 experts, bf16 on the wire */
   rt_accumulate(R(L16_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 15 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L15_DENSE_MASTER), 354336); /* layer 15 dense: 384 ranks x 354336 */
@@ -8024,9 +8026,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer15_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 15 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 15 dense, bf16 on the wire */
   rt_accumulate(R(L15_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 15 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 15 experts, bf16 on the wire */
   rt_accumulate(R(L15_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 14 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L14_DENSE_MASTER), 354336); /* layer 14 dense: 384 ranks x 354336 */
@@ -8035,9 +8037,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer14_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 14 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 14 dense, bf16 on the wire */
   rt_accumulate(R(L14_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 14 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 14 experts, bf16 on the wire */
   rt_accumulate(R(L14_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 13 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L13_DENSE_MASTER), 354336); /* layer 13 dense: 384 ranks x 354336 */
@@ -8046,9 +8048,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer13_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 13 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 13 dense, bf16 on the wire */
   rt_accumulate(R(L13_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 13 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 13 experts, bf16 on the wire */
   rt_accumulate(R(L13_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 12 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L12_DENSE_MASTER), 354336); /* layer 12 dense: 384 ranks x 354336 */
@@ -8057,9 +8059,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer12_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 12 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 12 dense, bf16 on the wire */
   rt_accumulate(R(L12_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 12 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 12 experts, bf16 on the wire */
   rt_accumulate(R(L12_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 11 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L11_DENSE_MASTER), 354336); /* layer 11 dense: 384 ranks x 354336 */
@@ -8068,9 +8070,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer11_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 11 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 11 dense, bf16 on the wire */
   rt_accumulate(R(L11_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 11 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 11 experts, bf16 on the wire */
   rt_accumulate(R(L11_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 10 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L10_DENSE_MASTER), 354336); /* layer 10 dense: 384 ranks x 354336 */
@@ -8079,9 +8081,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer10_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 10 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 10 dense, bf16 on the wire */
   rt_accumulate(R(L10_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 10 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 10 experts, bf16 on the wire */
   rt_accumulate(R(L10_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 9 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L9_DENSE_MASTER), 354336); /* layer 9 dense: 384 ranks x 354336 */
@@ -8090,9 +8092,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer9_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 9 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 9 dense, bf16 on the wire */
   rt_accumulate(R(L9_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 9 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 9 experts, bf16 on the wire */
   rt_accumulate(R(L9_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 8 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L8_DENSE_MASTER), 354336); /* layer 8 dense: 384 ranks x 354336 */
@@ -8101,9 +8103,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer8_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 8 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 8 dense, bf16 on the wire */
   rt_accumulate(R(L8_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 8 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 8 experts, bf16 on the wire */
   rt_accumulate(R(L8_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 7 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L7_DENSE_MASTER), 354336); /* layer 7 dense: 384 ranks x 354336 */
@@ -8112,9 +8114,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer7_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 7 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 7 dense, bf16 on the wire */
   rt_accumulate(R(L7_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 7 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 7 experts, bf16 on the wire */
   rt_accumulate(R(L7_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 6 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L6_DENSE_MASTER), 354336); /* layer 6 dense: 384 ranks x 354336 */
@@ -8123,9 +8125,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer6_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 6 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 6 dense, bf16 on the wire */
   rt_accumulate(R(L6_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 6 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 6 experts, bf16 on the wire */
   rt_accumulate(R(L6_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 5 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L5_DENSE_MASTER), 354336); /* layer 5 dense: 384 ranks x 354336 */
@@ -8134,9 +8136,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer5_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 5 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 5 dense, bf16 on the wire */
   rt_accumulate(R(L5_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 5 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 5 experts, bf16 on the wire */
   rt_accumulate(R(L5_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 4 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L4_DENSE_MASTER), 354336); /* layer 4 dense: 384 ranks x 354336 */
@@ -8145,9 +8147,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer4_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 4 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 4 dense, bf16 on the wire */
   rt_accumulate(R(L4_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 4 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 4 experts, bf16 on the wire */
   rt_accumulate(R(L4_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 3 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L3_DENSE_MASTER), 354336); /* layer 3 dense: 384 ranks x 354336 */
@@ -8156,9 +8158,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer3_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 3 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 3 dense, bf16 on the wire */
   rt_accumulate(R(L3_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 3 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 3 experts, bf16 on the wire */
   rt_accumulate(R(L3_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 2 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L2_DENSE_MASTER), 354336); /* layer 2 dense: 384 ranks x 354336 */
@@ -8167,9 +8169,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer2_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 2 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 2 dense, bf16 on the wire */
   rt_accumulate(R(L2_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 2 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 2 experts, bf16 on the wire */
   rt_accumulate(R(L2_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 1 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L1_DENSE_MASTER), 354336); /* layer 1 dense: 384 ranks x 354336 */
@@ -8178,9 +8180,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer1_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 1 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 1 dense, bf16 on the wire */
   rt_accumulate(R(L1_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 1 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 1 experts, bf16 on the wire */
   rt_accumulate(R(L1_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 0 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L0_DENSE_MASTER), 354336); /* layer 0 dense: 384 ranks x 354336 */
@@ -8189,18 +8191,18 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer0_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336); /* layer 0 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 0 dense, bf16 on the wire */
   rt_accumulate(R(L0_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144); /* layer 0 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 0 experts, bf16 on the wire */
   rt_accumulate(R(L0_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* embedding */
   rt_zero(R(GRAD_DENSE), 1572864000);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 65536, 6144);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096000); /* embedding */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096000, (uint16_t *)R(RS_WIRE)); /* embedding, bf16 on the wire */
   rt_accumulate(R(EMBED_GRAD), R(RS_OUT), 4096000);
 }
 
-/* After the optimizer step: nothing to do for this model */
-void step_end(RtCtx *c) {
-  (void)c;
+/* After the optimizer step (apply: false when the step was skipped): nothing to do for this model */
+void step_end(RtCtx *c, bool apply) {
+  (void)c, (void)apply;
 }

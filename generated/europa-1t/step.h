@@ -14,6 +14,8 @@
 #define PLAN_DP_REPLICATE 1
 #define EXPERTS_PER_RANK 96
 #define CHECKPOINT_POLICY "full"
+#define OPTIMIZER "muon" /* muon: Muon for hidden matrices, AdamW for the rest */
+#define GRAD_REDUCE_DTYPE "bf16"
 /* training */
 #define GLOBAL_BATCH 384
 #define MICRO_BATCH 1
@@ -31,10 +33,11 @@
 #define PREDICTED_TOKENS_PER_S_PER_GPU 753.448 /* the plan's prediction for the spec's cluster */
 #define RECOMPILE "mtc compile europa-1t.yaml --set cluster.nodes=1 --set cluster.gpus_per_node=RANKS"
 
-/* the arena: 156292520896 elements of real */
-#define ARENA_ELEMS 156292520896
+/* the arena: 159689907136 elements of real */
+#define ARENA_ELEMS 159689907136
 #define INPUTS 0
 #define TARGETS 65536
+#define MUON_WORK 19402233152 /* Muon's scratch */
 #define N_GROUPS 150
 #define N_TENSORS 965
 extern const RtGroup step_groups[N_GROUPS];
@@ -45,7 +48,7 @@ extern const RtTensor step_tensors[N_TENSORS];
  * of (cross-entropy + aux loss) into this rank's gradient shards. */
 real step_forward(RtCtx *c);
 void step_backward(RtCtx *c);
-/* After each optimizer step (router-bias updates). */
-void step_end(RtCtx *c);
+/* After each optimizer step (router-bias updates; apply false: a skipped step). */
+void step_end(RtCtx *c, bool apply);
 
 #endif

@@ -160,471 +160,472 @@
 #define GATHERED_DENSE           8030277632 /*  525340672: one dense group all-gathered (the largest) */
 #define GRAD_DENSE               8555618304 /*  525340672: its gradient before the reduce-scatter */
 #define RS_OUT                   9080958976 /*  131335168: a reduce-scatter's result, before it is added to the shard's gradient */
-#define X0                       9212294144 /*   33554432: boundary: input of layer 0 (residual stream) */
-#define X1                       9245848576 /*   33554432: boundary: input of layer 1 (residual stream) */
-#define X2                       9279403008 /*   33554432: boundary: input of layer 2 (residual stream) */
-#define X3                       9312957440 /*   33554432: boundary: input of layer 3 (residual stream) */
-#define X4                       9346511872 /*   33554432: boundary: input of layer 4 (residual stream) */
-#define X5                       9380066304 /*   33554432: boundary: input of layer 5 (residual stream) */
-#define X6                       9413620736 /*   33554432: boundary: input of layer 6 (residual stream) */
-#define X7                       9447175168 /*   33554432: boundary: input of layer 7 (residual stream) */
-#define X8                       9480729600 /*   33554432: boundary: input of layer 8 (residual stream) */
-#define X9                       9514284032 /*   33554432: boundary: input of layer 9 (residual stream) */
-#define X10                      9547838464 /*   33554432: boundary: input of layer 10 (residual stream) */
-#define X11                      9581392896 /*   33554432: boundary: input of layer 11 (residual stream) */
-#define X12                      9614947328 /*   33554432: boundary: input of layer 12 (residual stream) */
-#define X13                      9648501760 /*   33554432: boundary: input of layer 13 (residual stream) */
-#define X14                      9682056192 /*   33554432: boundary: input of layer 14 (residual stream) */
-#define X15                      9715610624 /*   33554432: boundary: input of layer 15 (residual stream) */
-#define X16                      9749165056 /*   33554432: boundary: input of layer 16 (residual stream) */
-#define X17                      9782719488 /*   33554432: boundary: input of layer 17 (residual stream) */
-#define X18                      9816273920 /*   33554432: boundary: input of layer 18 (residual stream) */
-#define X19                      9849828352 /*   33554432: boundary: input of layer 19 (residual stream) */
-#define X20                      9883382784 /*   33554432: boundary: input of layer 20 (residual stream) */
-#define X21                      9916937216 /*   33554432: boundary: input of layer 21 (residual stream) */
-#define X22                      9950491648 /*   33554432: boundary: input of layer 22 (residual stream) */
-#define X23                      9984046080 /*   33554432: boundary: input of layer 23 (residual stream) */
-#define X24                     10017600512 /*   33554432: boundary: input of layer 24 (residual stream) */
-#define X25                     10051154944 /*   33554432: boundary: input of layer 25 (residual stream) */
-#define X26                     10084709376 /*   33554432: boundary: input of layer 26 (residual stream) */
-#define X27                     10118263808 /*   33554432: boundary: input of layer 27 (residual stream) */
-#define X28                     10151818240 /*   33554432: boundary: input of layer 28 (residual stream) */
-#define X29                     10185372672 /*   33554432: boundary: input of layer 29 (residual stream) */
-#define X30                     10218927104 /*   33554432: boundary: input of layer 30 (residual stream) */
-#define X31                     10252481536 /*   33554432: boundary: input of layer 31 (residual stream) */
-#define X32                     10286035968 /*   33554432: output of the last layer */
-#define L0_LN1                  10319590400 /*   33554432: attention norm output */
-#define L0_RSTD1                10353144832 /*       8192: its 1/rms per token */
-#define L0_Q                    10353153024 /*   33554432: queries (rotated) */
-#define L0_K                    10386707456 /*    8388608: keys (rotated) */
-#define L0_V                    10395096064 /*    8388608: values */
-#define L0_ATT                  10403484672 /*   33554432: attention output */
-#define L0_LSE                  10437039104 /*     262144: attention log-sum-exp per head and query */
-#define L0_RES                  10437301248 /*   33554432: residual stream after attention */
-#define L0_LN2                  10470855680 /*   33554432: mlp norm output */
-#define L0_RSTD2                10504410112 /*       8192: its 1/rms per token */
-#define L0_G                    10504418304 /*  117440512: mlp gate */
-#define L0_U                    10621858816 /*  117440512: mlp up */
-#define L0_H                    10739299328 /*  117440512: mlp activation */
-#define L1_LN1                  10856739840 /*   33554432: attention norm output */
-#define L1_RSTD1                10890294272 /*       8192: its 1/rms per token */
-#define L1_Q                    10890302464 /*   33554432: queries (rotated) */
-#define L1_K                    10923856896 /*    8388608: keys (rotated) */
-#define L1_V                    10932245504 /*    8388608: values */
-#define L1_ATT                  10940634112 /*   33554432: attention output */
-#define L1_LSE                  10974188544 /*     262144: attention log-sum-exp per head and query */
-#define L1_RES                  10974450688 /*   33554432: residual stream after attention */
-#define L1_LN2                  11008005120 /*   33554432: mlp norm output */
-#define L1_RSTD2                11041559552 /*       8192: its 1/rms per token */
-#define L1_G                    11041567744 /*  117440512: mlp gate */
-#define L1_U                    11159008256 /*  117440512: mlp up */
-#define L1_H                    11276448768 /*  117440512: mlp activation */
-#define L2_LN1                  11393889280 /*   33554432: attention norm output */
-#define L2_RSTD1                11427443712 /*       8192: its 1/rms per token */
-#define L2_Q                    11427451904 /*   33554432: queries (rotated) */
-#define L2_K                    11461006336 /*    8388608: keys (rotated) */
-#define L2_V                    11469394944 /*    8388608: values */
-#define L2_ATT                  11477783552 /*   33554432: attention output */
-#define L2_LSE                  11511337984 /*     262144: attention log-sum-exp per head and query */
-#define L2_RES                  11511600128 /*   33554432: residual stream after attention */
-#define L2_LN2                  11545154560 /*   33554432: mlp norm output */
-#define L2_RSTD2                11578708992 /*       8192: its 1/rms per token */
-#define L2_G                    11578717184 /*  117440512: mlp gate */
-#define L2_U                    11696157696 /*  117440512: mlp up */
-#define L2_H                    11813598208 /*  117440512: mlp activation */
-#define L3_LN1                  11931038720 /*   33554432: attention norm output */
-#define L3_RSTD1                11964593152 /*       8192: its 1/rms per token */
-#define L3_Q                    11964601344 /*   33554432: queries (rotated) */
-#define L3_K                    11998155776 /*    8388608: keys (rotated) */
-#define L3_V                    12006544384 /*    8388608: values */
-#define L3_ATT                  12014932992 /*   33554432: attention output */
-#define L3_LSE                  12048487424 /*     262144: attention log-sum-exp per head and query */
-#define L3_RES                  12048749568 /*   33554432: residual stream after attention */
-#define L3_LN2                  12082304000 /*   33554432: mlp norm output */
-#define L3_RSTD2                12115858432 /*       8192: its 1/rms per token */
-#define L3_G                    12115866624 /*  117440512: mlp gate */
-#define L3_U                    12233307136 /*  117440512: mlp up */
-#define L3_H                    12350747648 /*  117440512: mlp activation */
-#define L4_LN1                  12468188160 /*   33554432: attention norm output */
-#define L4_RSTD1                12501742592 /*       8192: its 1/rms per token */
-#define L4_Q                    12501750784 /*   33554432: queries (rotated) */
-#define L4_K                    12535305216 /*    8388608: keys (rotated) */
-#define L4_V                    12543693824 /*    8388608: values */
-#define L4_ATT                  12552082432 /*   33554432: attention output */
-#define L4_LSE                  12585636864 /*     262144: attention log-sum-exp per head and query */
-#define L4_RES                  12585899008 /*   33554432: residual stream after attention */
-#define L4_LN2                  12619453440 /*   33554432: mlp norm output */
-#define L4_RSTD2                12653007872 /*       8192: its 1/rms per token */
-#define L4_G                    12653016064 /*  117440512: mlp gate */
-#define L4_U                    12770456576 /*  117440512: mlp up */
-#define L4_H                    12887897088 /*  117440512: mlp activation */
-#define L5_LN1                  13005337600 /*   33554432: attention norm output */
-#define L5_RSTD1                13038892032 /*       8192: its 1/rms per token */
-#define L5_Q                    13038900224 /*   33554432: queries (rotated) */
-#define L5_K                    13072454656 /*    8388608: keys (rotated) */
-#define L5_V                    13080843264 /*    8388608: values */
-#define L5_ATT                  13089231872 /*   33554432: attention output */
-#define L5_LSE                  13122786304 /*     262144: attention log-sum-exp per head and query */
-#define L5_RES                  13123048448 /*   33554432: residual stream after attention */
-#define L5_LN2                  13156602880 /*   33554432: mlp norm output */
-#define L5_RSTD2                13190157312 /*       8192: its 1/rms per token */
-#define L5_G                    13190165504 /*  117440512: mlp gate */
-#define L5_U                    13307606016 /*  117440512: mlp up */
-#define L5_H                    13425046528 /*  117440512: mlp activation */
-#define L6_LN1                  13542487040 /*   33554432: attention norm output */
-#define L6_RSTD1                13576041472 /*       8192: its 1/rms per token */
-#define L6_Q                    13576049664 /*   33554432: queries (rotated) */
-#define L6_K                    13609604096 /*    8388608: keys (rotated) */
-#define L6_V                    13617992704 /*    8388608: values */
-#define L6_ATT                  13626381312 /*   33554432: attention output */
-#define L6_LSE                  13659935744 /*     262144: attention log-sum-exp per head and query */
-#define L6_RES                  13660197888 /*   33554432: residual stream after attention */
-#define L6_LN2                  13693752320 /*   33554432: mlp norm output */
-#define L6_RSTD2                13727306752 /*       8192: its 1/rms per token */
-#define L6_G                    13727314944 /*  117440512: mlp gate */
-#define L6_U                    13844755456 /*  117440512: mlp up */
-#define L6_H                    13962195968 /*  117440512: mlp activation */
-#define L7_LN1                  14079636480 /*   33554432: attention norm output */
-#define L7_RSTD1                14113190912 /*       8192: its 1/rms per token */
-#define L7_Q                    14113199104 /*   33554432: queries (rotated) */
-#define L7_K                    14146753536 /*    8388608: keys (rotated) */
-#define L7_V                    14155142144 /*    8388608: values */
-#define L7_ATT                  14163530752 /*   33554432: attention output */
-#define L7_LSE                  14197085184 /*     262144: attention log-sum-exp per head and query */
-#define L7_RES                  14197347328 /*   33554432: residual stream after attention */
-#define L7_LN2                  14230901760 /*   33554432: mlp norm output */
-#define L7_RSTD2                14264456192 /*       8192: its 1/rms per token */
-#define L7_G                    14264464384 /*  117440512: mlp gate */
-#define L7_U                    14381904896 /*  117440512: mlp up */
-#define L7_H                    14499345408 /*  117440512: mlp activation */
-#define L8_LN1                  14616785920 /*   33554432: attention norm output */
-#define L8_RSTD1                14650340352 /*       8192: its 1/rms per token */
-#define L8_Q                    14650348544 /*   33554432: queries (rotated) */
-#define L8_K                    14683902976 /*    8388608: keys (rotated) */
-#define L8_V                    14692291584 /*    8388608: values */
-#define L8_ATT                  14700680192 /*   33554432: attention output */
-#define L8_LSE                  14734234624 /*     262144: attention log-sum-exp per head and query */
-#define L8_RES                  14734496768 /*   33554432: residual stream after attention */
-#define L8_LN2                  14768051200 /*   33554432: mlp norm output */
-#define L8_RSTD2                14801605632 /*       8192: its 1/rms per token */
-#define L8_G                    14801613824 /*  117440512: mlp gate */
-#define L8_U                    14919054336 /*  117440512: mlp up */
-#define L8_H                    15036494848 /*  117440512: mlp activation */
-#define L9_LN1                  15153935360 /*   33554432: attention norm output */
-#define L9_RSTD1                15187489792 /*       8192: its 1/rms per token */
-#define L9_Q                    15187497984 /*   33554432: queries (rotated) */
-#define L9_K                    15221052416 /*    8388608: keys (rotated) */
-#define L9_V                    15229441024 /*    8388608: values */
-#define L9_ATT                  15237829632 /*   33554432: attention output */
-#define L9_LSE                  15271384064 /*     262144: attention log-sum-exp per head and query */
-#define L9_RES                  15271646208 /*   33554432: residual stream after attention */
-#define L9_LN2                  15305200640 /*   33554432: mlp norm output */
-#define L9_RSTD2                15338755072 /*       8192: its 1/rms per token */
-#define L9_G                    15338763264 /*  117440512: mlp gate */
-#define L9_U                    15456203776 /*  117440512: mlp up */
-#define L9_H                    15573644288 /*  117440512: mlp activation */
-#define L10_LN1                 15691084800 /*   33554432: attention norm output */
-#define L10_RSTD1               15724639232 /*       8192: its 1/rms per token */
-#define L10_Q                   15724647424 /*   33554432: queries (rotated) */
-#define L10_K                   15758201856 /*    8388608: keys (rotated) */
-#define L10_V                   15766590464 /*    8388608: values */
-#define L10_ATT                 15774979072 /*   33554432: attention output */
-#define L10_LSE                 15808533504 /*     262144: attention log-sum-exp per head and query */
-#define L10_RES                 15808795648 /*   33554432: residual stream after attention */
-#define L10_LN2                 15842350080 /*   33554432: mlp norm output */
-#define L10_RSTD2               15875904512 /*       8192: its 1/rms per token */
-#define L10_G                   15875912704 /*  117440512: mlp gate */
-#define L10_U                   15993353216 /*  117440512: mlp up */
-#define L10_H                   16110793728 /*  117440512: mlp activation */
-#define L11_LN1                 16228234240 /*   33554432: attention norm output */
-#define L11_RSTD1               16261788672 /*       8192: its 1/rms per token */
-#define L11_Q                   16261796864 /*   33554432: queries (rotated) */
-#define L11_K                   16295351296 /*    8388608: keys (rotated) */
-#define L11_V                   16303739904 /*    8388608: values */
-#define L11_ATT                 16312128512 /*   33554432: attention output */
-#define L11_LSE                 16345682944 /*     262144: attention log-sum-exp per head and query */
-#define L11_RES                 16345945088 /*   33554432: residual stream after attention */
-#define L11_LN2                 16379499520 /*   33554432: mlp norm output */
-#define L11_RSTD2               16413053952 /*       8192: its 1/rms per token */
-#define L11_G                   16413062144 /*  117440512: mlp gate */
-#define L11_U                   16530502656 /*  117440512: mlp up */
-#define L11_H                   16647943168 /*  117440512: mlp activation */
-#define L12_LN1                 16765383680 /*   33554432: attention norm output */
-#define L12_RSTD1               16798938112 /*       8192: its 1/rms per token */
-#define L12_Q                   16798946304 /*   33554432: queries (rotated) */
-#define L12_K                   16832500736 /*    8388608: keys (rotated) */
-#define L12_V                   16840889344 /*    8388608: values */
-#define L12_ATT                 16849277952 /*   33554432: attention output */
-#define L12_LSE                 16882832384 /*     262144: attention log-sum-exp per head and query */
-#define L12_RES                 16883094528 /*   33554432: residual stream after attention */
-#define L12_LN2                 16916648960 /*   33554432: mlp norm output */
-#define L12_RSTD2               16950203392 /*       8192: its 1/rms per token */
-#define L12_G                   16950211584 /*  117440512: mlp gate */
-#define L12_U                   17067652096 /*  117440512: mlp up */
-#define L12_H                   17185092608 /*  117440512: mlp activation */
-#define L13_LN1                 17302533120 /*   33554432: attention norm output */
-#define L13_RSTD1               17336087552 /*       8192: its 1/rms per token */
-#define L13_Q                   17336095744 /*   33554432: queries (rotated) */
-#define L13_K                   17369650176 /*    8388608: keys (rotated) */
-#define L13_V                   17378038784 /*    8388608: values */
-#define L13_ATT                 17386427392 /*   33554432: attention output */
-#define L13_LSE                 17419981824 /*     262144: attention log-sum-exp per head and query */
-#define L13_RES                 17420243968 /*   33554432: residual stream after attention */
-#define L13_LN2                 17453798400 /*   33554432: mlp norm output */
-#define L13_RSTD2               17487352832 /*       8192: its 1/rms per token */
-#define L13_G                   17487361024 /*  117440512: mlp gate */
-#define L13_U                   17604801536 /*  117440512: mlp up */
-#define L13_H                   17722242048 /*  117440512: mlp activation */
-#define L14_LN1                 17839682560 /*   33554432: attention norm output */
-#define L14_RSTD1               17873236992 /*       8192: its 1/rms per token */
-#define L14_Q                   17873245184 /*   33554432: queries (rotated) */
-#define L14_K                   17906799616 /*    8388608: keys (rotated) */
-#define L14_V                   17915188224 /*    8388608: values */
-#define L14_ATT                 17923576832 /*   33554432: attention output */
-#define L14_LSE                 17957131264 /*     262144: attention log-sum-exp per head and query */
-#define L14_RES                 17957393408 /*   33554432: residual stream after attention */
-#define L14_LN2                 17990947840 /*   33554432: mlp norm output */
-#define L14_RSTD2               18024502272 /*       8192: its 1/rms per token */
-#define L14_G                   18024510464 /*  117440512: mlp gate */
-#define L14_U                   18141950976 /*  117440512: mlp up */
-#define L14_H                   18259391488 /*  117440512: mlp activation */
-#define L15_LN1                 18376832000 /*   33554432: attention norm output */
-#define L15_RSTD1               18410386432 /*       8192: its 1/rms per token */
-#define L15_Q                   18410394624 /*   33554432: queries (rotated) */
-#define L15_K                   18443949056 /*    8388608: keys (rotated) */
-#define L15_V                   18452337664 /*    8388608: values */
-#define L15_ATT                 18460726272 /*   33554432: attention output */
-#define L15_LSE                 18494280704 /*     262144: attention log-sum-exp per head and query */
-#define L15_RES                 18494542848 /*   33554432: residual stream after attention */
-#define L15_LN2                 18528097280 /*   33554432: mlp norm output */
-#define L15_RSTD2               18561651712 /*       8192: its 1/rms per token */
-#define L15_G                   18561659904 /*  117440512: mlp gate */
-#define L15_U                   18679100416 /*  117440512: mlp up */
-#define L15_H                   18796540928 /*  117440512: mlp activation */
-#define L16_LN1                 18913981440 /*   33554432: attention norm output */
-#define L16_RSTD1               18947535872 /*       8192: its 1/rms per token */
-#define L16_Q                   18947544064 /*   33554432: queries (rotated) */
-#define L16_K                   18981098496 /*    8388608: keys (rotated) */
-#define L16_V                   18989487104 /*    8388608: values */
-#define L16_ATT                 18997875712 /*   33554432: attention output */
-#define L16_LSE                 19031430144 /*     262144: attention log-sum-exp per head and query */
-#define L16_RES                 19031692288 /*   33554432: residual stream after attention */
-#define L16_LN2                 19065246720 /*   33554432: mlp norm output */
-#define L16_RSTD2               19098801152 /*       8192: its 1/rms per token */
-#define L16_G                   19098809344 /*  117440512: mlp gate */
-#define L16_U                   19216249856 /*  117440512: mlp up */
-#define L16_H                   19333690368 /*  117440512: mlp activation */
-#define L17_LN1                 19451130880 /*   33554432: attention norm output */
-#define L17_RSTD1               19484685312 /*       8192: its 1/rms per token */
-#define L17_Q                   19484693504 /*   33554432: queries (rotated) */
-#define L17_K                   19518247936 /*    8388608: keys (rotated) */
-#define L17_V                   19526636544 /*    8388608: values */
-#define L17_ATT                 19535025152 /*   33554432: attention output */
-#define L17_LSE                 19568579584 /*     262144: attention log-sum-exp per head and query */
-#define L17_RES                 19568841728 /*   33554432: residual stream after attention */
-#define L17_LN2                 19602396160 /*   33554432: mlp norm output */
-#define L17_RSTD2               19635950592 /*       8192: its 1/rms per token */
-#define L17_G                   19635958784 /*  117440512: mlp gate */
-#define L17_U                   19753399296 /*  117440512: mlp up */
-#define L17_H                   19870839808 /*  117440512: mlp activation */
-#define L18_LN1                 19988280320 /*   33554432: attention norm output */
-#define L18_RSTD1               20021834752 /*       8192: its 1/rms per token */
-#define L18_Q                   20021842944 /*   33554432: queries (rotated) */
-#define L18_K                   20055397376 /*    8388608: keys (rotated) */
-#define L18_V                   20063785984 /*    8388608: values */
-#define L18_ATT                 20072174592 /*   33554432: attention output */
-#define L18_LSE                 20105729024 /*     262144: attention log-sum-exp per head and query */
-#define L18_RES                 20105991168 /*   33554432: residual stream after attention */
-#define L18_LN2                 20139545600 /*   33554432: mlp norm output */
-#define L18_RSTD2               20173100032 /*       8192: its 1/rms per token */
-#define L18_G                   20173108224 /*  117440512: mlp gate */
-#define L18_U                   20290548736 /*  117440512: mlp up */
-#define L18_H                   20407989248 /*  117440512: mlp activation */
-#define L19_LN1                 20525429760 /*   33554432: attention norm output */
-#define L19_RSTD1               20558984192 /*       8192: its 1/rms per token */
-#define L19_Q                   20558992384 /*   33554432: queries (rotated) */
-#define L19_K                   20592546816 /*    8388608: keys (rotated) */
-#define L19_V                   20600935424 /*    8388608: values */
-#define L19_ATT                 20609324032 /*   33554432: attention output */
-#define L19_LSE                 20642878464 /*     262144: attention log-sum-exp per head and query */
-#define L19_RES                 20643140608 /*   33554432: residual stream after attention */
-#define L19_LN2                 20676695040 /*   33554432: mlp norm output */
-#define L19_RSTD2               20710249472 /*       8192: its 1/rms per token */
-#define L19_G                   20710257664 /*  117440512: mlp gate */
-#define L19_U                   20827698176 /*  117440512: mlp up */
-#define L19_H                   20945138688 /*  117440512: mlp activation */
-#define L20_LN1                 21062579200 /*   33554432: attention norm output */
-#define L20_RSTD1               21096133632 /*       8192: its 1/rms per token */
-#define L20_Q                   21096141824 /*   33554432: queries (rotated) */
-#define L20_K                   21129696256 /*    8388608: keys (rotated) */
-#define L20_V                   21138084864 /*    8388608: values */
-#define L20_ATT                 21146473472 /*   33554432: attention output */
-#define L20_LSE                 21180027904 /*     262144: attention log-sum-exp per head and query */
-#define L20_RES                 21180290048 /*   33554432: residual stream after attention */
-#define L20_LN2                 21213844480 /*   33554432: mlp norm output */
-#define L20_RSTD2               21247398912 /*       8192: its 1/rms per token */
-#define L20_G                   21247407104 /*  117440512: mlp gate */
-#define L20_U                   21364847616 /*  117440512: mlp up */
-#define L20_H                   21482288128 /*  117440512: mlp activation */
-#define L21_LN1                 21599728640 /*   33554432: attention norm output */
-#define L21_RSTD1               21633283072 /*       8192: its 1/rms per token */
-#define L21_Q                   21633291264 /*   33554432: queries (rotated) */
-#define L21_K                   21666845696 /*    8388608: keys (rotated) */
-#define L21_V                   21675234304 /*    8388608: values */
-#define L21_ATT                 21683622912 /*   33554432: attention output */
-#define L21_LSE                 21717177344 /*     262144: attention log-sum-exp per head and query */
-#define L21_RES                 21717439488 /*   33554432: residual stream after attention */
-#define L21_LN2                 21750993920 /*   33554432: mlp norm output */
-#define L21_RSTD2               21784548352 /*       8192: its 1/rms per token */
-#define L21_G                   21784556544 /*  117440512: mlp gate */
-#define L21_U                   21901997056 /*  117440512: mlp up */
-#define L21_H                   22019437568 /*  117440512: mlp activation */
-#define L22_LN1                 22136878080 /*   33554432: attention norm output */
-#define L22_RSTD1               22170432512 /*       8192: its 1/rms per token */
-#define L22_Q                   22170440704 /*   33554432: queries (rotated) */
-#define L22_K                   22203995136 /*    8388608: keys (rotated) */
-#define L22_V                   22212383744 /*    8388608: values */
-#define L22_ATT                 22220772352 /*   33554432: attention output */
-#define L22_LSE                 22254326784 /*     262144: attention log-sum-exp per head and query */
-#define L22_RES                 22254588928 /*   33554432: residual stream after attention */
-#define L22_LN2                 22288143360 /*   33554432: mlp norm output */
-#define L22_RSTD2               22321697792 /*       8192: its 1/rms per token */
-#define L22_G                   22321705984 /*  117440512: mlp gate */
-#define L22_U                   22439146496 /*  117440512: mlp up */
-#define L22_H                   22556587008 /*  117440512: mlp activation */
-#define L23_LN1                 22674027520 /*   33554432: attention norm output */
-#define L23_RSTD1               22707581952 /*       8192: its 1/rms per token */
-#define L23_Q                   22707590144 /*   33554432: queries (rotated) */
-#define L23_K                   22741144576 /*    8388608: keys (rotated) */
-#define L23_V                   22749533184 /*    8388608: values */
-#define L23_ATT                 22757921792 /*   33554432: attention output */
-#define L23_LSE                 22791476224 /*     262144: attention log-sum-exp per head and query */
-#define L23_RES                 22791738368 /*   33554432: residual stream after attention */
-#define L23_LN2                 22825292800 /*   33554432: mlp norm output */
-#define L23_RSTD2               22858847232 /*       8192: its 1/rms per token */
-#define L23_G                   22858855424 /*  117440512: mlp gate */
-#define L23_U                   22976295936 /*  117440512: mlp up */
-#define L23_H                   23093736448 /*  117440512: mlp activation */
-#define L24_LN1                 23211176960 /*   33554432: attention norm output */
-#define L24_RSTD1               23244731392 /*       8192: its 1/rms per token */
-#define L24_Q                   23244739584 /*   33554432: queries (rotated) */
-#define L24_K                   23278294016 /*    8388608: keys (rotated) */
-#define L24_V                   23286682624 /*    8388608: values */
-#define L24_ATT                 23295071232 /*   33554432: attention output */
-#define L24_LSE                 23328625664 /*     262144: attention log-sum-exp per head and query */
-#define L24_RES                 23328887808 /*   33554432: residual stream after attention */
-#define L24_LN2                 23362442240 /*   33554432: mlp norm output */
-#define L24_RSTD2               23395996672 /*       8192: its 1/rms per token */
-#define L24_G                   23396004864 /*  117440512: mlp gate */
-#define L24_U                   23513445376 /*  117440512: mlp up */
-#define L24_H                   23630885888 /*  117440512: mlp activation */
-#define L25_LN1                 23748326400 /*   33554432: attention norm output */
-#define L25_RSTD1               23781880832 /*       8192: its 1/rms per token */
-#define L25_Q                   23781889024 /*   33554432: queries (rotated) */
-#define L25_K                   23815443456 /*    8388608: keys (rotated) */
-#define L25_V                   23823832064 /*    8388608: values */
-#define L25_ATT                 23832220672 /*   33554432: attention output */
-#define L25_LSE                 23865775104 /*     262144: attention log-sum-exp per head and query */
-#define L25_RES                 23866037248 /*   33554432: residual stream after attention */
-#define L25_LN2                 23899591680 /*   33554432: mlp norm output */
-#define L25_RSTD2               23933146112 /*       8192: its 1/rms per token */
-#define L25_G                   23933154304 /*  117440512: mlp gate */
-#define L25_U                   24050594816 /*  117440512: mlp up */
-#define L25_H                   24168035328 /*  117440512: mlp activation */
-#define L26_LN1                 24285475840 /*   33554432: attention norm output */
-#define L26_RSTD1               24319030272 /*       8192: its 1/rms per token */
-#define L26_Q                   24319038464 /*   33554432: queries (rotated) */
-#define L26_K                   24352592896 /*    8388608: keys (rotated) */
-#define L26_V                   24360981504 /*    8388608: values */
-#define L26_ATT                 24369370112 /*   33554432: attention output */
-#define L26_LSE                 24402924544 /*     262144: attention log-sum-exp per head and query */
-#define L26_RES                 24403186688 /*   33554432: residual stream after attention */
-#define L26_LN2                 24436741120 /*   33554432: mlp norm output */
-#define L26_RSTD2               24470295552 /*       8192: its 1/rms per token */
-#define L26_G                   24470303744 /*  117440512: mlp gate */
-#define L26_U                   24587744256 /*  117440512: mlp up */
-#define L26_H                   24705184768 /*  117440512: mlp activation */
-#define L27_LN1                 24822625280 /*   33554432: attention norm output */
-#define L27_RSTD1               24856179712 /*       8192: its 1/rms per token */
-#define L27_Q                   24856187904 /*   33554432: queries (rotated) */
-#define L27_K                   24889742336 /*    8388608: keys (rotated) */
-#define L27_V                   24898130944 /*    8388608: values */
-#define L27_ATT                 24906519552 /*   33554432: attention output */
-#define L27_LSE                 24940073984 /*     262144: attention log-sum-exp per head and query */
-#define L27_RES                 24940336128 /*   33554432: residual stream after attention */
-#define L27_LN2                 24973890560 /*   33554432: mlp norm output */
-#define L27_RSTD2               25007444992 /*       8192: its 1/rms per token */
-#define L27_G                   25007453184 /*  117440512: mlp gate */
-#define L27_U                   25124893696 /*  117440512: mlp up */
-#define L27_H                   25242334208 /*  117440512: mlp activation */
-#define L28_LN1                 25359774720 /*   33554432: attention norm output */
-#define L28_RSTD1               25393329152 /*       8192: its 1/rms per token */
-#define L28_Q                   25393337344 /*   33554432: queries (rotated) */
-#define L28_K                   25426891776 /*    8388608: keys (rotated) */
-#define L28_V                   25435280384 /*    8388608: values */
-#define L28_ATT                 25443668992 /*   33554432: attention output */
-#define L28_LSE                 25477223424 /*     262144: attention log-sum-exp per head and query */
-#define L28_RES                 25477485568 /*   33554432: residual stream after attention */
-#define L28_LN2                 25511040000 /*   33554432: mlp norm output */
-#define L28_RSTD2               25544594432 /*       8192: its 1/rms per token */
-#define L28_G                   25544602624 /*  117440512: mlp gate */
-#define L28_U                   25662043136 /*  117440512: mlp up */
-#define L28_H                   25779483648 /*  117440512: mlp activation */
-#define L29_LN1                 25896924160 /*   33554432: attention norm output */
-#define L29_RSTD1               25930478592 /*       8192: its 1/rms per token */
-#define L29_Q                   25930486784 /*   33554432: queries (rotated) */
-#define L29_K                   25964041216 /*    8388608: keys (rotated) */
-#define L29_V                   25972429824 /*    8388608: values */
-#define L29_ATT                 25980818432 /*   33554432: attention output */
-#define L29_LSE                 26014372864 /*     262144: attention log-sum-exp per head and query */
-#define L29_RES                 26014635008 /*   33554432: residual stream after attention */
-#define L29_LN2                 26048189440 /*   33554432: mlp norm output */
-#define L29_RSTD2               26081743872 /*       8192: its 1/rms per token */
-#define L29_G                   26081752064 /*  117440512: mlp gate */
-#define L29_U                   26199192576 /*  117440512: mlp up */
-#define L29_H                   26316633088 /*  117440512: mlp activation */
-#define L30_LN1                 26434073600 /*   33554432: attention norm output */
-#define L30_RSTD1               26467628032 /*       8192: its 1/rms per token */
-#define L30_Q                   26467636224 /*   33554432: queries (rotated) */
-#define L30_K                   26501190656 /*    8388608: keys (rotated) */
-#define L30_V                   26509579264 /*    8388608: values */
-#define L30_ATT                 26517967872 /*   33554432: attention output */
-#define L30_LSE                 26551522304 /*     262144: attention log-sum-exp per head and query */
-#define L30_RES                 26551784448 /*   33554432: residual stream after attention */
-#define L30_LN2                 26585338880 /*   33554432: mlp norm output */
-#define L30_RSTD2               26618893312 /*       8192: its 1/rms per token */
-#define L30_G                   26618901504 /*  117440512: mlp gate */
-#define L30_U                   26736342016 /*  117440512: mlp up */
-#define L30_H                   26853782528 /*  117440512: mlp activation */
-#define L31_LN1                 26971223040 /*   33554432: attention norm output */
-#define L31_RSTD1               27004777472 /*       8192: its 1/rms per token */
-#define L31_Q                   27004785664 /*   33554432: queries (rotated) */
-#define L31_K                   27038340096 /*    8388608: keys (rotated) */
-#define L31_V                   27046728704 /*    8388608: values */
-#define L31_ATT                 27055117312 /*   33554432: attention output */
-#define L31_LSE                 27088671744 /*     262144: attention log-sum-exp per head and query */
-#define L31_RES                 27088933888 /*   33554432: residual stream after attention */
-#define L31_LN2                 27122488320 /*   33554432: mlp norm output */
-#define L31_RSTD2               27156042752 /*       8192: its 1/rms per token */
-#define L31_G                   27156050944 /*  117440512: mlp gate */
-#define L31_U                   27273491456 /*  117440512: mlp up */
-#define L31_H                   27390931968 /*  117440512: mlp activation */
-#define WS_Y                    27508372480 /*   33554432: a block's output before the residual add */
-#define WS_Y2                   27541926912 /*   33554432: shared experts' output */
-#define DX_A                    27575481344 /*   33554432: gradient of the residual stream (even layers' output) */
-#define DX_B                    27609035776 /*   33554432: gradient of the residual stream (odd layers' output) */
-#define DLN                     27642590208 /*   33554432: gradient of a norm's output */
-#define DATT                    27676144640 /*   33554432: gradient of the attention output */
-#define DQ                      27709699072 /*   33554432: gradient of the queries */
-#define DK                      27743253504 /*    8388608: gradient of the keys */
-#define DV                      27751642112 /*    8388608: gradient of the values */
-#define DG                      27760030720 /*  117440512: gradient of the mlp gate */
-#define DU                      27877471232 /*  117440512: gradient of the mlp up */
-#define DH                      27994911744 /*  117440512: gradient of the mlp activation */
-#define LNF                     28112352256 /*   33554432: final norm output */
-#define RSTDF                   28145906688 /*       8192: its 1/rms per token */
-#define LSEF                    28145914880 /*       8192: log-sum-exp of each token's logits */
-#define CE                      28145923072 /*   33554432: logits of one vocabulary chunk */
+#define RS_WIRE                  9212294144 /*  525340672: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
+#define X0                       9737634816 /*   33554432: boundary: input of layer 0 (residual stream) */
+#define X1                       9771189248 /*   33554432: boundary: input of layer 1 (residual stream) */
+#define X2                       9804743680 /*   33554432: boundary: input of layer 2 (residual stream) */
+#define X3                       9838298112 /*   33554432: boundary: input of layer 3 (residual stream) */
+#define X4                       9871852544 /*   33554432: boundary: input of layer 4 (residual stream) */
+#define X5                       9905406976 /*   33554432: boundary: input of layer 5 (residual stream) */
+#define X6                       9938961408 /*   33554432: boundary: input of layer 6 (residual stream) */
+#define X7                       9972515840 /*   33554432: boundary: input of layer 7 (residual stream) */
+#define X8                      10006070272 /*   33554432: boundary: input of layer 8 (residual stream) */
+#define X9                      10039624704 /*   33554432: boundary: input of layer 9 (residual stream) */
+#define X10                     10073179136 /*   33554432: boundary: input of layer 10 (residual stream) */
+#define X11                     10106733568 /*   33554432: boundary: input of layer 11 (residual stream) */
+#define X12                     10140288000 /*   33554432: boundary: input of layer 12 (residual stream) */
+#define X13                     10173842432 /*   33554432: boundary: input of layer 13 (residual stream) */
+#define X14                     10207396864 /*   33554432: boundary: input of layer 14 (residual stream) */
+#define X15                     10240951296 /*   33554432: boundary: input of layer 15 (residual stream) */
+#define X16                     10274505728 /*   33554432: boundary: input of layer 16 (residual stream) */
+#define X17                     10308060160 /*   33554432: boundary: input of layer 17 (residual stream) */
+#define X18                     10341614592 /*   33554432: boundary: input of layer 18 (residual stream) */
+#define X19                     10375169024 /*   33554432: boundary: input of layer 19 (residual stream) */
+#define X20                     10408723456 /*   33554432: boundary: input of layer 20 (residual stream) */
+#define X21                     10442277888 /*   33554432: boundary: input of layer 21 (residual stream) */
+#define X22                     10475832320 /*   33554432: boundary: input of layer 22 (residual stream) */
+#define X23                     10509386752 /*   33554432: boundary: input of layer 23 (residual stream) */
+#define X24                     10542941184 /*   33554432: boundary: input of layer 24 (residual stream) */
+#define X25                     10576495616 /*   33554432: boundary: input of layer 25 (residual stream) */
+#define X26                     10610050048 /*   33554432: boundary: input of layer 26 (residual stream) */
+#define X27                     10643604480 /*   33554432: boundary: input of layer 27 (residual stream) */
+#define X28                     10677158912 /*   33554432: boundary: input of layer 28 (residual stream) */
+#define X29                     10710713344 /*   33554432: boundary: input of layer 29 (residual stream) */
+#define X30                     10744267776 /*   33554432: boundary: input of layer 30 (residual stream) */
+#define X31                     10777822208 /*   33554432: boundary: input of layer 31 (residual stream) */
+#define X32                     10811376640 /*   33554432: output of the last layer */
+#define L0_LN1                  10844931072 /*   33554432: attention norm output */
+#define L0_RSTD1                10878485504 /*       8192: its 1/rms per token */
+#define L0_Q                    10878493696 /*   33554432: queries (rotated) */
+#define L0_K                    10912048128 /*    8388608: keys (rotated) */
+#define L0_V                    10920436736 /*    8388608: values */
+#define L0_ATT                  10928825344 /*   33554432: attention output */
+#define L0_LSE                  10962379776 /*     262144: attention log-sum-exp per head and query */
+#define L0_RES                  10962641920 /*   33554432: residual stream after attention */
+#define L0_LN2                  10996196352 /*   33554432: mlp norm output */
+#define L0_RSTD2                11029750784 /*       8192: its 1/rms per token */
+#define L0_G                    11029758976 /*  117440512: mlp gate */
+#define L0_U                    11147199488 /*  117440512: mlp up */
+#define L0_H                    11264640000 /*  117440512: mlp activation */
+#define L1_LN1                  11382080512 /*   33554432: attention norm output */
+#define L1_RSTD1                11415634944 /*       8192: its 1/rms per token */
+#define L1_Q                    11415643136 /*   33554432: queries (rotated) */
+#define L1_K                    11449197568 /*    8388608: keys (rotated) */
+#define L1_V                    11457586176 /*    8388608: values */
+#define L1_ATT                  11465974784 /*   33554432: attention output */
+#define L1_LSE                  11499529216 /*     262144: attention log-sum-exp per head and query */
+#define L1_RES                  11499791360 /*   33554432: residual stream after attention */
+#define L1_LN2                  11533345792 /*   33554432: mlp norm output */
+#define L1_RSTD2                11566900224 /*       8192: its 1/rms per token */
+#define L1_G                    11566908416 /*  117440512: mlp gate */
+#define L1_U                    11684348928 /*  117440512: mlp up */
+#define L1_H                    11801789440 /*  117440512: mlp activation */
+#define L2_LN1                  11919229952 /*   33554432: attention norm output */
+#define L2_RSTD1                11952784384 /*       8192: its 1/rms per token */
+#define L2_Q                    11952792576 /*   33554432: queries (rotated) */
+#define L2_K                    11986347008 /*    8388608: keys (rotated) */
+#define L2_V                    11994735616 /*    8388608: values */
+#define L2_ATT                  12003124224 /*   33554432: attention output */
+#define L2_LSE                  12036678656 /*     262144: attention log-sum-exp per head and query */
+#define L2_RES                  12036940800 /*   33554432: residual stream after attention */
+#define L2_LN2                  12070495232 /*   33554432: mlp norm output */
+#define L2_RSTD2                12104049664 /*       8192: its 1/rms per token */
+#define L2_G                    12104057856 /*  117440512: mlp gate */
+#define L2_U                    12221498368 /*  117440512: mlp up */
+#define L2_H                    12338938880 /*  117440512: mlp activation */
+#define L3_LN1                  12456379392 /*   33554432: attention norm output */
+#define L3_RSTD1                12489933824 /*       8192: its 1/rms per token */
+#define L3_Q                    12489942016 /*   33554432: queries (rotated) */
+#define L3_K                    12523496448 /*    8388608: keys (rotated) */
+#define L3_V                    12531885056 /*    8388608: values */
+#define L3_ATT                  12540273664 /*   33554432: attention output */
+#define L3_LSE                  12573828096 /*     262144: attention log-sum-exp per head and query */
+#define L3_RES                  12574090240 /*   33554432: residual stream after attention */
+#define L3_LN2                  12607644672 /*   33554432: mlp norm output */
+#define L3_RSTD2                12641199104 /*       8192: its 1/rms per token */
+#define L3_G                    12641207296 /*  117440512: mlp gate */
+#define L3_U                    12758647808 /*  117440512: mlp up */
+#define L3_H                    12876088320 /*  117440512: mlp activation */
+#define L4_LN1                  12993528832 /*   33554432: attention norm output */
+#define L4_RSTD1                13027083264 /*       8192: its 1/rms per token */
+#define L4_Q                    13027091456 /*   33554432: queries (rotated) */
+#define L4_K                    13060645888 /*    8388608: keys (rotated) */
+#define L4_V                    13069034496 /*    8388608: values */
+#define L4_ATT                  13077423104 /*   33554432: attention output */
+#define L4_LSE                  13110977536 /*     262144: attention log-sum-exp per head and query */
+#define L4_RES                  13111239680 /*   33554432: residual stream after attention */
+#define L4_LN2                  13144794112 /*   33554432: mlp norm output */
+#define L4_RSTD2                13178348544 /*       8192: its 1/rms per token */
+#define L4_G                    13178356736 /*  117440512: mlp gate */
+#define L4_U                    13295797248 /*  117440512: mlp up */
+#define L4_H                    13413237760 /*  117440512: mlp activation */
+#define L5_LN1                  13530678272 /*   33554432: attention norm output */
+#define L5_RSTD1                13564232704 /*       8192: its 1/rms per token */
+#define L5_Q                    13564240896 /*   33554432: queries (rotated) */
+#define L5_K                    13597795328 /*    8388608: keys (rotated) */
+#define L5_V                    13606183936 /*    8388608: values */
+#define L5_ATT                  13614572544 /*   33554432: attention output */
+#define L5_LSE                  13648126976 /*     262144: attention log-sum-exp per head and query */
+#define L5_RES                  13648389120 /*   33554432: residual stream after attention */
+#define L5_LN2                  13681943552 /*   33554432: mlp norm output */
+#define L5_RSTD2                13715497984 /*       8192: its 1/rms per token */
+#define L5_G                    13715506176 /*  117440512: mlp gate */
+#define L5_U                    13832946688 /*  117440512: mlp up */
+#define L5_H                    13950387200 /*  117440512: mlp activation */
+#define L6_LN1                  14067827712 /*   33554432: attention norm output */
+#define L6_RSTD1                14101382144 /*       8192: its 1/rms per token */
+#define L6_Q                    14101390336 /*   33554432: queries (rotated) */
+#define L6_K                    14134944768 /*    8388608: keys (rotated) */
+#define L6_V                    14143333376 /*    8388608: values */
+#define L6_ATT                  14151721984 /*   33554432: attention output */
+#define L6_LSE                  14185276416 /*     262144: attention log-sum-exp per head and query */
+#define L6_RES                  14185538560 /*   33554432: residual stream after attention */
+#define L6_LN2                  14219092992 /*   33554432: mlp norm output */
+#define L6_RSTD2                14252647424 /*       8192: its 1/rms per token */
+#define L6_G                    14252655616 /*  117440512: mlp gate */
+#define L6_U                    14370096128 /*  117440512: mlp up */
+#define L6_H                    14487536640 /*  117440512: mlp activation */
+#define L7_LN1                  14604977152 /*   33554432: attention norm output */
+#define L7_RSTD1                14638531584 /*       8192: its 1/rms per token */
+#define L7_Q                    14638539776 /*   33554432: queries (rotated) */
+#define L7_K                    14672094208 /*    8388608: keys (rotated) */
+#define L7_V                    14680482816 /*    8388608: values */
+#define L7_ATT                  14688871424 /*   33554432: attention output */
+#define L7_LSE                  14722425856 /*     262144: attention log-sum-exp per head and query */
+#define L7_RES                  14722688000 /*   33554432: residual stream after attention */
+#define L7_LN2                  14756242432 /*   33554432: mlp norm output */
+#define L7_RSTD2                14789796864 /*       8192: its 1/rms per token */
+#define L7_G                    14789805056 /*  117440512: mlp gate */
+#define L7_U                    14907245568 /*  117440512: mlp up */
+#define L7_H                    15024686080 /*  117440512: mlp activation */
+#define L8_LN1                  15142126592 /*   33554432: attention norm output */
+#define L8_RSTD1                15175681024 /*       8192: its 1/rms per token */
+#define L8_Q                    15175689216 /*   33554432: queries (rotated) */
+#define L8_K                    15209243648 /*    8388608: keys (rotated) */
+#define L8_V                    15217632256 /*    8388608: values */
+#define L8_ATT                  15226020864 /*   33554432: attention output */
+#define L8_LSE                  15259575296 /*     262144: attention log-sum-exp per head and query */
+#define L8_RES                  15259837440 /*   33554432: residual stream after attention */
+#define L8_LN2                  15293391872 /*   33554432: mlp norm output */
+#define L8_RSTD2                15326946304 /*       8192: its 1/rms per token */
+#define L8_G                    15326954496 /*  117440512: mlp gate */
+#define L8_U                    15444395008 /*  117440512: mlp up */
+#define L8_H                    15561835520 /*  117440512: mlp activation */
+#define L9_LN1                  15679276032 /*   33554432: attention norm output */
+#define L9_RSTD1                15712830464 /*       8192: its 1/rms per token */
+#define L9_Q                    15712838656 /*   33554432: queries (rotated) */
+#define L9_K                    15746393088 /*    8388608: keys (rotated) */
+#define L9_V                    15754781696 /*    8388608: values */
+#define L9_ATT                  15763170304 /*   33554432: attention output */
+#define L9_LSE                  15796724736 /*     262144: attention log-sum-exp per head and query */
+#define L9_RES                  15796986880 /*   33554432: residual stream after attention */
+#define L9_LN2                  15830541312 /*   33554432: mlp norm output */
+#define L9_RSTD2                15864095744 /*       8192: its 1/rms per token */
+#define L9_G                    15864103936 /*  117440512: mlp gate */
+#define L9_U                    15981544448 /*  117440512: mlp up */
+#define L9_H                    16098984960 /*  117440512: mlp activation */
+#define L10_LN1                 16216425472 /*   33554432: attention norm output */
+#define L10_RSTD1               16249979904 /*       8192: its 1/rms per token */
+#define L10_Q                   16249988096 /*   33554432: queries (rotated) */
+#define L10_K                   16283542528 /*    8388608: keys (rotated) */
+#define L10_V                   16291931136 /*    8388608: values */
+#define L10_ATT                 16300319744 /*   33554432: attention output */
+#define L10_LSE                 16333874176 /*     262144: attention log-sum-exp per head and query */
+#define L10_RES                 16334136320 /*   33554432: residual stream after attention */
+#define L10_LN2                 16367690752 /*   33554432: mlp norm output */
+#define L10_RSTD2               16401245184 /*       8192: its 1/rms per token */
+#define L10_G                   16401253376 /*  117440512: mlp gate */
+#define L10_U                   16518693888 /*  117440512: mlp up */
+#define L10_H                   16636134400 /*  117440512: mlp activation */
+#define L11_LN1                 16753574912 /*   33554432: attention norm output */
+#define L11_RSTD1               16787129344 /*       8192: its 1/rms per token */
+#define L11_Q                   16787137536 /*   33554432: queries (rotated) */
+#define L11_K                   16820691968 /*    8388608: keys (rotated) */
+#define L11_V                   16829080576 /*    8388608: values */
+#define L11_ATT                 16837469184 /*   33554432: attention output */
+#define L11_LSE                 16871023616 /*     262144: attention log-sum-exp per head and query */
+#define L11_RES                 16871285760 /*   33554432: residual stream after attention */
+#define L11_LN2                 16904840192 /*   33554432: mlp norm output */
+#define L11_RSTD2               16938394624 /*       8192: its 1/rms per token */
+#define L11_G                   16938402816 /*  117440512: mlp gate */
+#define L11_U                   17055843328 /*  117440512: mlp up */
+#define L11_H                   17173283840 /*  117440512: mlp activation */
+#define L12_LN1                 17290724352 /*   33554432: attention norm output */
+#define L12_RSTD1               17324278784 /*       8192: its 1/rms per token */
+#define L12_Q                   17324286976 /*   33554432: queries (rotated) */
+#define L12_K                   17357841408 /*    8388608: keys (rotated) */
+#define L12_V                   17366230016 /*    8388608: values */
+#define L12_ATT                 17374618624 /*   33554432: attention output */
+#define L12_LSE                 17408173056 /*     262144: attention log-sum-exp per head and query */
+#define L12_RES                 17408435200 /*   33554432: residual stream after attention */
+#define L12_LN2                 17441989632 /*   33554432: mlp norm output */
+#define L12_RSTD2               17475544064 /*       8192: its 1/rms per token */
+#define L12_G                   17475552256 /*  117440512: mlp gate */
+#define L12_U                   17592992768 /*  117440512: mlp up */
+#define L12_H                   17710433280 /*  117440512: mlp activation */
+#define L13_LN1                 17827873792 /*   33554432: attention norm output */
+#define L13_RSTD1               17861428224 /*       8192: its 1/rms per token */
+#define L13_Q                   17861436416 /*   33554432: queries (rotated) */
+#define L13_K                   17894990848 /*    8388608: keys (rotated) */
+#define L13_V                   17903379456 /*    8388608: values */
+#define L13_ATT                 17911768064 /*   33554432: attention output */
+#define L13_LSE                 17945322496 /*     262144: attention log-sum-exp per head and query */
+#define L13_RES                 17945584640 /*   33554432: residual stream after attention */
+#define L13_LN2                 17979139072 /*   33554432: mlp norm output */
+#define L13_RSTD2               18012693504 /*       8192: its 1/rms per token */
+#define L13_G                   18012701696 /*  117440512: mlp gate */
+#define L13_U                   18130142208 /*  117440512: mlp up */
+#define L13_H                   18247582720 /*  117440512: mlp activation */
+#define L14_LN1                 18365023232 /*   33554432: attention norm output */
+#define L14_RSTD1               18398577664 /*       8192: its 1/rms per token */
+#define L14_Q                   18398585856 /*   33554432: queries (rotated) */
+#define L14_K                   18432140288 /*    8388608: keys (rotated) */
+#define L14_V                   18440528896 /*    8388608: values */
+#define L14_ATT                 18448917504 /*   33554432: attention output */
+#define L14_LSE                 18482471936 /*     262144: attention log-sum-exp per head and query */
+#define L14_RES                 18482734080 /*   33554432: residual stream after attention */
+#define L14_LN2                 18516288512 /*   33554432: mlp norm output */
+#define L14_RSTD2               18549842944 /*       8192: its 1/rms per token */
+#define L14_G                   18549851136 /*  117440512: mlp gate */
+#define L14_U                   18667291648 /*  117440512: mlp up */
+#define L14_H                   18784732160 /*  117440512: mlp activation */
+#define L15_LN1                 18902172672 /*   33554432: attention norm output */
+#define L15_RSTD1               18935727104 /*       8192: its 1/rms per token */
+#define L15_Q                   18935735296 /*   33554432: queries (rotated) */
+#define L15_K                   18969289728 /*    8388608: keys (rotated) */
+#define L15_V                   18977678336 /*    8388608: values */
+#define L15_ATT                 18986066944 /*   33554432: attention output */
+#define L15_LSE                 19019621376 /*     262144: attention log-sum-exp per head and query */
+#define L15_RES                 19019883520 /*   33554432: residual stream after attention */
+#define L15_LN2                 19053437952 /*   33554432: mlp norm output */
+#define L15_RSTD2               19086992384 /*       8192: its 1/rms per token */
+#define L15_G                   19087000576 /*  117440512: mlp gate */
+#define L15_U                   19204441088 /*  117440512: mlp up */
+#define L15_H                   19321881600 /*  117440512: mlp activation */
+#define L16_LN1                 19439322112 /*   33554432: attention norm output */
+#define L16_RSTD1               19472876544 /*       8192: its 1/rms per token */
+#define L16_Q                   19472884736 /*   33554432: queries (rotated) */
+#define L16_K                   19506439168 /*    8388608: keys (rotated) */
+#define L16_V                   19514827776 /*    8388608: values */
+#define L16_ATT                 19523216384 /*   33554432: attention output */
+#define L16_LSE                 19556770816 /*     262144: attention log-sum-exp per head and query */
+#define L16_RES                 19557032960 /*   33554432: residual stream after attention */
+#define L16_LN2                 19590587392 /*   33554432: mlp norm output */
+#define L16_RSTD2               19624141824 /*       8192: its 1/rms per token */
+#define L16_G                   19624150016 /*  117440512: mlp gate */
+#define L16_U                   19741590528 /*  117440512: mlp up */
+#define L16_H                   19859031040 /*  117440512: mlp activation */
+#define L17_LN1                 19976471552 /*   33554432: attention norm output */
+#define L17_RSTD1               20010025984 /*       8192: its 1/rms per token */
+#define L17_Q                   20010034176 /*   33554432: queries (rotated) */
+#define L17_K                   20043588608 /*    8388608: keys (rotated) */
+#define L17_V                   20051977216 /*    8388608: values */
+#define L17_ATT                 20060365824 /*   33554432: attention output */
+#define L17_LSE                 20093920256 /*     262144: attention log-sum-exp per head and query */
+#define L17_RES                 20094182400 /*   33554432: residual stream after attention */
+#define L17_LN2                 20127736832 /*   33554432: mlp norm output */
+#define L17_RSTD2               20161291264 /*       8192: its 1/rms per token */
+#define L17_G                   20161299456 /*  117440512: mlp gate */
+#define L17_U                   20278739968 /*  117440512: mlp up */
+#define L17_H                   20396180480 /*  117440512: mlp activation */
+#define L18_LN1                 20513620992 /*   33554432: attention norm output */
+#define L18_RSTD1               20547175424 /*       8192: its 1/rms per token */
+#define L18_Q                   20547183616 /*   33554432: queries (rotated) */
+#define L18_K                   20580738048 /*    8388608: keys (rotated) */
+#define L18_V                   20589126656 /*    8388608: values */
+#define L18_ATT                 20597515264 /*   33554432: attention output */
+#define L18_LSE                 20631069696 /*     262144: attention log-sum-exp per head and query */
+#define L18_RES                 20631331840 /*   33554432: residual stream after attention */
+#define L18_LN2                 20664886272 /*   33554432: mlp norm output */
+#define L18_RSTD2               20698440704 /*       8192: its 1/rms per token */
+#define L18_G                   20698448896 /*  117440512: mlp gate */
+#define L18_U                   20815889408 /*  117440512: mlp up */
+#define L18_H                   20933329920 /*  117440512: mlp activation */
+#define L19_LN1                 21050770432 /*   33554432: attention norm output */
+#define L19_RSTD1               21084324864 /*       8192: its 1/rms per token */
+#define L19_Q                   21084333056 /*   33554432: queries (rotated) */
+#define L19_K                   21117887488 /*    8388608: keys (rotated) */
+#define L19_V                   21126276096 /*    8388608: values */
+#define L19_ATT                 21134664704 /*   33554432: attention output */
+#define L19_LSE                 21168219136 /*     262144: attention log-sum-exp per head and query */
+#define L19_RES                 21168481280 /*   33554432: residual stream after attention */
+#define L19_LN2                 21202035712 /*   33554432: mlp norm output */
+#define L19_RSTD2               21235590144 /*       8192: its 1/rms per token */
+#define L19_G                   21235598336 /*  117440512: mlp gate */
+#define L19_U                   21353038848 /*  117440512: mlp up */
+#define L19_H                   21470479360 /*  117440512: mlp activation */
+#define L20_LN1                 21587919872 /*   33554432: attention norm output */
+#define L20_RSTD1               21621474304 /*       8192: its 1/rms per token */
+#define L20_Q                   21621482496 /*   33554432: queries (rotated) */
+#define L20_K                   21655036928 /*    8388608: keys (rotated) */
+#define L20_V                   21663425536 /*    8388608: values */
+#define L20_ATT                 21671814144 /*   33554432: attention output */
+#define L20_LSE                 21705368576 /*     262144: attention log-sum-exp per head and query */
+#define L20_RES                 21705630720 /*   33554432: residual stream after attention */
+#define L20_LN2                 21739185152 /*   33554432: mlp norm output */
+#define L20_RSTD2               21772739584 /*       8192: its 1/rms per token */
+#define L20_G                   21772747776 /*  117440512: mlp gate */
+#define L20_U                   21890188288 /*  117440512: mlp up */
+#define L20_H                   22007628800 /*  117440512: mlp activation */
+#define L21_LN1                 22125069312 /*   33554432: attention norm output */
+#define L21_RSTD1               22158623744 /*       8192: its 1/rms per token */
+#define L21_Q                   22158631936 /*   33554432: queries (rotated) */
+#define L21_K                   22192186368 /*    8388608: keys (rotated) */
+#define L21_V                   22200574976 /*    8388608: values */
+#define L21_ATT                 22208963584 /*   33554432: attention output */
+#define L21_LSE                 22242518016 /*     262144: attention log-sum-exp per head and query */
+#define L21_RES                 22242780160 /*   33554432: residual stream after attention */
+#define L21_LN2                 22276334592 /*   33554432: mlp norm output */
+#define L21_RSTD2               22309889024 /*       8192: its 1/rms per token */
+#define L21_G                   22309897216 /*  117440512: mlp gate */
+#define L21_U                   22427337728 /*  117440512: mlp up */
+#define L21_H                   22544778240 /*  117440512: mlp activation */
+#define L22_LN1                 22662218752 /*   33554432: attention norm output */
+#define L22_RSTD1               22695773184 /*       8192: its 1/rms per token */
+#define L22_Q                   22695781376 /*   33554432: queries (rotated) */
+#define L22_K                   22729335808 /*    8388608: keys (rotated) */
+#define L22_V                   22737724416 /*    8388608: values */
+#define L22_ATT                 22746113024 /*   33554432: attention output */
+#define L22_LSE                 22779667456 /*     262144: attention log-sum-exp per head and query */
+#define L22_RES                 22779929600 /*   33554432: residual stream after attention */
+#define L22_LN2                 22813484032 /*   33554432: mlp norm output */
+#define L22_RSTD2               22847038464 /*       8192: its 1/rms per token */
+#define L22_G                   22847046656 /*  117440512: mlp gate */
+#define L22_U                   22964487168 /*  117440512: mlp up */
+#define L22_H                   23081927680 /*  117440512: mlp activation */
+#define L23_LN1                 23199368192 /*   33554432: attention norm output */
+#define L23_RSTD1               23232922624 /*       8192: its 1/rms per token */
+#define L23_Q                   23232930816 /*   33554432: queries (rotated) */
+#define L23_K                   23266485248 /*    8388608: keys (rotated) */
+#define L23_V                   23274873856 /*    8388608: values */
+#define L23_ATT                 23283262464 /*   33554432: attention output */
+#define L23_LSE                 23316816896 /*     262144: attention log-sum-exp per head and query */
+#define L23_RES                 23317079040 /*   33554432: residual stream after attention */
+#define L23_LN2                 23350633472 /*   33554432: mlp norm output */
+#define L23_RSTD2               23384187904 /*       8192: its 1/rms per token */
+#define L23_G                   23384196096 /*  117440512: mlp gate */
+#define L23_U                   23501636608 /*  117440512: mlp up */
+#define L23_H                   23619077120 /*  117440512: mlp activation */
+#define L24_LN1                 23736517632 /*   33554432: attention norm output */
+#define L24_RSTD1               23770072064 /*       8192: its 1/rms per token */
+#define L24_Q                   23770080256 /*   33554432: queries (rotated) */
+#define L24_K                   23803634688 /*    8388608: keys (rotated) */
+#define L24_V                   23812023296 /*    8388608: values */
+#define L24_ATT                 23820411904 /*   33554432: attention output */
+#define L24_LSE                 23853966336 /*     262144: attention log-sum-exp per head and query */
+#define L24_RES                 23854228480 /*   33554432: residual stream after attention */
+#define L24_LN2                 23887782912 /*   33554432: mlp norm output */
+#define L24_RSTD2               23921337344 /*       8192: its 1/rms per token */
+#define L24_G                   23921345536 /*  117440512: mlp gate */
+#define L24_U                   24038786048 /*  117440512: mlp up */
+#define L24_H                   24156226560 /*  117440512: mlp activation */
+#define L25_LN1                 24273667072 /*   33554432: attention norm output */
+#define L25_RSTD1               24307221504 /*       8192: its 1/rms per token */
+#define L25_Q                   24307229696 /*   33554432: queries (rotated) */
+#define L25_K                   24340784128 /*    8388608: keys (rotated) */
+#define L25_V                   24349172736 /*    8388608: values */
+#define L25_ATT                 24357561344 /*   33554432: attention output */
+#define L25_LSE                 24391115776 /*     262144: attention log-sum-exp per head and query */
+#define L25_RES                 24391377920 /*   33554432: residual stream after attention */
+#define L25_LN2                 24424932352 /*   33554432: mlp norm output */
+#define L25_RSTD2               24458486784 /*       8192: its 1/rms per token */
+#define L25_G                   24458494976 /*  117440512: mlp gate */
+#define L25_U                   24575935488 /*  117440512: mlp up */
+#define L25_H                   24693376000 /*  117440512: mlp activation */
+#define L26_LN1                 24810816512 /*   33554432: attention norm output */
+#define L26_RSTD1               24844370944 /*       8192: its 1/rms per token */
+#define L26_Q                   24844379136 /*   33554432: queries (rotated) */
+#define L26_K                   24877933568 /*    8388608: keys (rotated) */
+#define L26_V                   24886322176 /*    8388608: values */
+#define L26_ATT                 24894710784 /*   33554432: attention output */
+#define L26_LSE                 24928265216 /*     262144: attention log-sum-exp per head and query */
+#define L26_RES                 24928527360 /*   33554432: residual stream after attention */
+#define L26_LN2                 24962081792 /*   33554432: mlp norm output */
+#define L26_RSTD2               24995636224 /*       8192: its 1/rms per token */
+#define L26_G                   24995644416 /*  117440512: mlp gate */
+#define L26_U                   25113084928 /*  117440512: mlp up */
+#define L26_H                   25230525440 /*  117440512: mlp activation */
+#define L27_LN1                 25347965952 /*   33554432: attention norm output */
+#define L27_RSTD1               25381520384 /*       8192: its 1/rms per token */
+#define L27_Q                   25381528576 /*   33554432: queries (rotated) */
+#define L27_K                   25415083008 /*    8388608: keys (rotated) */
+#define L27_V                   25423471616 /*    8388608: values */
+#define L27_ATT                 25431860224 /*   33554432: attention output */
+#define L27_LSE                 25465414656 /*     262144: attention log-sum-exp per head and query */
+#define L27_RES                 25465676800 /*   33554432: residual stream after attention */
+#define L27_LN2                 25499231232 /*   33554432: mlp norm output */
+#define L27_RSTD2               25532785664 /*       8192: its 1/rms per token */
+#define L27_G                   25532793856 /*  117440512: mlp gate */
+#define L27_U                   25650234368 /*  117440512: mlp up */
+#define L27_H                   25767674880 /*  117440512: mlp activation */
+#define L28_LN1                 25885115392 /*   33554432: attention norm output */
+#define L28_RSTD1               25918669824 /*       8192: its 1/rms per token */
+#define L28_Q                   25918678016 /*   33554432: queries (rotated) */
+#define L28_K                   25952232448 /*    8388608: keys (rotated) */
+#define L28_V                   25960621056 /*    8388608: values */
+#define L28_ATT                 25969009664 /*   33554432: attention output */
+#define L28_LSE                 26002564096 /*     262144: attention log-sum-exp per head and query */
+#define L28_RES                 26002826240 /*   33554432: residual stream after attention */
+#define L28_LN2                 26036380672 /*   33554432: mlp norm output */
+#define L28_RSTD2               26069935104 /*       8192: its 1/rms per token */
+#define L28_G                   26069943296 /*  117440512: mlp gate */
+#define L28_U                   26187383808 /*  117440512: mlp up */
+#define L28_H                   26304824320 /*  117440512: mlp activation */
+#define L29_LN1                 26422264832 /*   33554432: attention norm output */
+#define L29_RSTD1               26455819264 /*       8192: its 1/rms per token */
+#define L29_Q                   26455827456 /*   33554432: queries (rotated) */
+#define L29_K                   26489381888 /*    8388608: keys (rotated) */
+#define L29_V                   26497770496 /*    8388608: values */
+#define L29_ATT                 26506159104 /*   33554432: attention output */
+#define L29_LSE                 26539713536 /*     262144: attention log-sum-exp per head and query */
+#define L29_RES                 26539975680 /*   33554432: residual stream after attention */
+#define L29_LN2                 26573530112 /*   33554432: mlp norm output */
+#define L29_RSTD2               26607084544 /*       8192: its 1/rms per token */
+#define L29_G                   26607092736 /*  117440512: mlp gate */
+#define L29_U                   26724533248 /*  117440512: mlp up */
+#define L29_H                   26841973760 /*  117440512: mlp activation */
+#define L30_LN1                 26959414272 /*   33554432: attention norm output */
+#define L30_RSTD1               26992968704 /*       8192: its 1/rms per token */
+#define L30_Q                   26992976896 /*   33554432: queries (rotated) */
+#define L30_K                   27026531328 /*    8388608: keys (rotated) */
+#define L30_V                   27034919936 /*    8388608: values */
+#define L30_ATT                 27043308544 /*   33554432: attention output */
+#define L30_LSE                 27076862976 /*     262144: attention log-sum-exp per head and query */
+#define L30_RES                 27077125120 /*   33554432: residual stream after attention */
+#define L30_LN2                 27110679552 /*   33554432: mlp norm output */
+#define L30_RSTD2               27144233984 /*       8192: its 1/rms per token */
+#define L30_G                   27144242176 /*  117440512: mlp gate */
+#define L30_U                   27261682688 /*  117440512: mlp up */
+#define L30_H                   27379123200 /*  117440512: mlp activation */
+#define L31_LN1                 27496563712 /*   33554432: attention norm output */
+#define L31_RSTD1               27530118144 /*       8192: its 1/rms per token */
+#define L31_Q                   27530126336 /*   33554432: queries (rotated) */
+#define L31_K                   27563680768 /*    8388608: keys (rotated) */
+#define L31_V                   27572069376 /*    8388608: values */
+#define L31_ATT                 27580457984 /*   33554432: attention output */
+#define L31_LSE                 27614012416 /*     262144: attention log-sum-exp per head and query */
+#define L31_RES                 27614274560 /*   33554432: residual stream after attention */
+#define L31_LN2                 27647828992 /*   33554432: mlp norm output */
+#define L31_RSTD2               27681383424 /*       8192: its 1/rms per token */
+#define L31_G                   27681391616 /*  117440512: mlp gate */
+#define L31_U                   27798832128 /*  117440512: mlp up */
+#define L31_H                   27916272640 /*  117440512: mlp activation */
+#define WS_Y                    28033713152 /*   33554432: a block's output before the residual add */
+#define WS_Y2                   28067267584 /*   33554432: shared experts' output */
+#define DX_A                    28100822016 /*   33554432: gradient of the residual stream (even layers' output) */
+#define DX_B                    28134376448 /*   33554432: gradient of the residual stream (odd layers' output) */
+#define DLN                     28167930880 /*   33554432: gradient of a norm's output */
+#define DATT                    28201485312 /*   33554432: gradient of the attention output */
+#define DQ                      28235039744 /*   33554432: gradient of the queries */
+#define DK                      28268594176 /*    8388608: gradient of the keys */
+#define DV                      28276982784 /*    8388608: gradient of the values */
+#define DG                      28285371392 /*  117440512: gradient of the mlp gate */
+#define DU                      28402811904 /*  117440512: gradient of the mlp up */
+#define DH                      28520252416 /*  117440512: gradient of the mlp activation */
+#define LNF                     28637692928 /*   33554432: final norm output */
+#define RSTDF                   28671247360 /*       8192: its 1/rms per token */
+#define LSEF                    28671255552 /*       8192: log-sum-exp of each token's logits */
+#define CE                      28671263744 /*   33554432: logits of one vocabulary chunk */
 
 /* Parameter groups: sharded over the FSDP group (4 ranks) or, for experts, over the
  * 4 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */
@@ -665,299 +666,300 @@ const RtGroup step_groups[N_GROUPS] = {
     {"head", RT_GROUP_FSDP, 525340672, 131335168, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V},
 };
 
-/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay. */
+/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,
+ * Muon and its owner rank. */
 const RtTensor step_tensors[N_TENSORS] = {
-    {"model.embed_tokens.weight", 0, 0, 525336576, 0, 128256, 4096, 0.02, false, true},
-    {"model.layers.0.input_layernorm.weight", 1, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.0.self_attn.q_proj.weight", 1, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.0.self_attn.k_proj.weight", 1, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.0.self_attn.v_proj.weight", 1, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.0.self_attn.o_proj.weight", 1, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.0.post_attention_layernorm.weight", 1, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.0.mlp.gate_proj.weight", 1, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.0.mlp.up_proj.weight", 1, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.0.mlp.down_proj.weight", 1, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.1.input_layernorm.weight", 2, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.1.self_attn.q_proj.weight", 2, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.1.self_attn.k_proj.weight", 2, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.1.self_attn.v_proj.weight", 2, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.1.self_attn.o_proj.weight", 2, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.1.post_attention_layernorm.weight", 2, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.1.mlp.gate_proj.weight", 2, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.1.mlp.up_proj.weight", 2, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.1.mlp.down_proj.weight", 2, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.2.input_layernorm.weight", 3, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.2.self_attn.q_proj.weight", 3, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.2.self_attn.k_proj.weight", 3, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.2.self_attn.v_proj.weight", 3, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.2.self_attn.o_proj.weight", 3, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.2.post_attention_layernorm.weight", 3, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.2.mlp.gate_proj.weight", 3, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.2.mlp.up_proj.weight", 3, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.2.mlp.down_proj.weight", 3, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.3.input_layernorm.weight", 4, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.3.self_attn.q_proj.weight", 4, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.3.self_attn.k_proj.weight", 4, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.3.self_attn.v_proj.weight", 4, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.3.self_attn.o_proj.weight", 4, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.3.post_attention_layernorm.weight", 4, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.3.mlp.gate_proj.weight", 4, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.3.mlp.up_proj.weight", 4, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.3.mlp.down_proj.weight", 4, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.4.input_layernorm.weight", 5, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.4.self_attn.q_proj.weight", 5, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.4.self_attn.k_proj.weight", 5, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.4.self_attn.v_proj.weight", 5, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.4.self_attn.o_proj.weight", 5, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.4.post_attention_layernorm.weight", 5, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.4.mlp.gate_proj.weight", 5, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.4.mlp.up_proj.weight", 5, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.4.mlp.down_proj.weight", 5, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.5.input_layernorm.weight", 6, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.5.self_attn.q_proj.weight", 6, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.5.self_attn.k_proj.weight", 6, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.5.self_attn.v_proj.weight", 6, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.5.self_attn.o_proj.weight", 6, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.5.post_attention_layernorm.weight", 6, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.5.mlp.gate_proj.weight", 6, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.5.mlp.up_proj.weight", 6, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.5.mlp.down_proj.weight", 6, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.6.input_layernorm.weight", 7, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.6.self_attn.q_proj.weight", 7, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.6.self_attn.k_proj.weight", 7, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.6.self_attn.v_proj.weight", 7, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.6.self_attn.o_proj.weight", 7, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.6.post_attention_layernorm.weight", 7, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.6.mlp.gate_proj.weight", 7, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.6.mlp.up_proj.weight", 7, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.6.mlp.down_proj.weight", 7, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.7.input_layernorm.weight", 8, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.7.self_attn.q_proj.weight", 8, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.7.self_attn.k_proj.weight", 8, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.7.self_attn.v_proj.weight", 8, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.7.self_attn.o_proj.weight", 8, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.7.post_attention_layernorm.weight", 8, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.7.mlp.gate_proj.weight", 8, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.7.mlp.up_proj.weight", 8, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.7.mlp.down_proj.weight", 8, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.8.input_layernorm.weight", 9, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.8.self_attn.q_proj.weight", 9, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.8.self_attn.k_proj.weight", 9, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.8.self_attn.v_proj.weight", 9, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.8.self_attn.o_proj.weight", 9, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.8.post_attention_layernorm.weight", 9, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.8.mlp.gate_proj.weight", 9, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.8.mlp.up_proj.weight", 9, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.8.mlp.down_proj.weight", 9, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.9.input_layernorm.weight", 10, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.9.self_attn.q_proj.weight", 10, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.9.self_attn.k_proj.weight", 10, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.9.self_attn.v_proj.weight", 10, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.9.self_attn.o_proj.weight", 10, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.9.post_attention_layernorm.weight", 10, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.9.mlp.gate_proj.weight", 10, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.9.mlp.up_proj.weight", 10, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.9.mlp.down_proj.weight", 10, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.10.input_layernorm.weight", 11, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.10.self_attn.q_proj.weight", 11, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.10.self_attn.k_proj.weight", 11, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.10.self_attn.v_proj.weight", 11, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.10.self_attn.o_proj.weight", 11, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.10.post_attention_layernorm.weight", 11, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.10.mlp.gate_proj.weight", 11, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.10.mlp.up_proj.weight", 11, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.10.mlp.down_proj.weight", 11, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.11.input_layernorm.weight", 12, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.11.self_attn.q_proj.weight", 12, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.11.self_attn.k_proj.weight", 12, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.11.self_attn.v_proj.weight", 12, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.11.self_attn.o_proj.weight", 12, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.11.post_attention_layernorm.weight", 12, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.11.mlp.gate_proj.weight", 12, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.11.mlp.up_proj.weight", 12, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.11.mlp.down_proj.weight", 12, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.12.input_layernorm.weight", 13, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.12.self_attn.q_proj.weight", 13, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.12.self_attn.k_proj.weight", 13, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.12.self_attn.v_proj.weight", 13, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.12.self_attn.o_proj.weight", 13, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.12.post_attention_layernorm.weight", 13, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.12.mlp.gate_proj.weight", 13, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.12.mlp.up_proj.weight", 13, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.12.mlp.down_proj.weight", 13, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.13.input_layernorm.weight", 14, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.13.self_attn.q_proj.weight", 14, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.13.self_attn.k_proj.weight", 14, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.13.self_attn.v_proj.weight", 14, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.13.self_attn.o_proj.weight", 14, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.13.post_attention_layernorm.weight", 14, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.13.mlp.gate_proj.weight", 14, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.13.mlp.up_proj.weight", 14, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.13.mlp.down_proj.weight", 14, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.14.input_layernorm.weight", 15, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.14.self_attn.q_proj.weight", 15, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.14.self_attn.k_proj.weight", 15, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.14.self_attn.v_proj.weight", 15, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.14.self_attn.o_proj.weight", 15, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.14.post_attention_layernorm.weight", 15, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.14.mlp.gate_proj.weight", 15, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.14.mlp.up_proj.weight", 15, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.14.mlp.down_proj.weight", 15, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.15.input_layernorm.weight", 16, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.15.self_attn.q_proj.weight", 16, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.15.self_attn.k_proj.weight", 16, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.15.self_attn.v_proj.weight", 16, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.15.self_attn.o_proj.weight", 16, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.15.post_attention_layernorm.weight", 16, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.15.mlp.gate_proj.weight", 16, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.15.mlp.up_proj.weight", 16, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.15.mlp.down_proj.weight", 16, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.16.input_layernorm.weight", 17, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.16.self_attn.q_proj.weight", 17, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.16.self_attn.k_proj.weight", 17, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.16.self_attn.v_proj.weight", 17, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.16.self_attn.o_proj.weight", 17, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.16.post_attention_layernorm.weight", 17, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.16.mlp.gate_proj.weight", 17, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.16.mlp.up_proj.weight", 17, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.16.mlp.down_proj.weight", 17, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.17.input_layernorm.weight", 18, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.17.self_attn.q_proj.weight", 18, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.17.self_attn.k_proj.weight", 18, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.17.self_attn.v_proj.weight", 18, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.17.self_attn.o_proj.weight", 18, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.17.post_attention_layernorm.weight", 18, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.17.mlp.gate_proj.weight", 18, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.17.mlp.up_proj.weight", 18, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.17.mlp.down_proj.weight", 18, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.18.input_layernorm.weight", 19, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.18.self_attn.q_proj.weight", 19, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.18.self_attn.k_proj.weight", 19, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.18.self_attn.v_proj.weight", 19, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.18.self_attn.o_proj.weight", 19, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.18.post_attention_layernorm.weight", 19, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.18.mlp.gate_proj.weight", 19, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.18.mlp.up_proj.weight", 19, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.18.mlp.down_proj.weight", 19, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.19.input_layernorm.weight", 20, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.19.self_attn.q_proj.weight", 20, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.19.self_attn.k_proj.weight", 20, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.19.self_attn.v_proj.weight", 20, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.19.self_attn.o_proj.weight", 20, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.19.post_attention_layernorm.weight", 20, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.19.mlp.gate_proj.weight", 20, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.19.mlp.up_proj.weight", 20, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.19.mlp.down_proj.weight", 20, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.20.input_layernorm.weight", 21, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.20.self_attn.q_proj.weight", 21, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.20.self_attn.k_proj.weight", 21, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.20.self_attn.v_proj.weight", 21, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.20.self_attn.o_proj.weight", 21, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.20.post_attention_layernorm.weight", 21, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.20.mlp.gate_proj.weight", 21, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.20.mlp.up_proj.weight", 21, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.20.mlp.down_proj.weight", 21, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.21.input_layernorm.weight", 22, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.21.self_attn.q_proj.weight", 22, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.21.self_attn.k_proj.weight", 22, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.21.self_attn.v_proj.weight", 22, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.21.self_attn.o_proj.weight", 22, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.21.post_attention_layernorm.weight", 22, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.21.mlp.gate_proj.weight", 22, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.21.mlp.up_proj.weight", 22, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.21.mlp.down_proj.weight", 22, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.22.input_layernorm.weight", 23, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.22.self_attn.q_proj.weight", 23, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.22.self_attn.k_proj.weight", 23, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.22.self_attn.v_proj.weight", 23, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.22.self_attn.o_proj.weight", 23, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.22.post_attention_layernorm.weight", 23, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.22.mlp.gate_proj.weight", 23, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.22.mlp.up_proj.weight", 23, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.22.mlp.down_proj.weight", 23, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.23.input_layernorm.weight", 24, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.23.self_attn.q_proj.weight", 24, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.23.self_attn.k_proj.weight", 24, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.23.self_attn.v_proj.weight", 24, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.23.self_attn.o_proj.weight", 24, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.23.post_attention_layernorm.weight", 24, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.23.mlp.gate_proj.weight", 24, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.23.mlp.up_proj.weight", 24, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.23.mlp.down_proj.weight", 24, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.24.input_layernorm.weight", 25, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.24.self_attn.q_proj.weight", 25, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.24.self_attn.k_proj.weight", 25, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.24.self_attn.v_proj.weight", 25, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.24.self_attn.o_proj.weight", 25, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.24.post_attention_layernorm.weight", 25, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.24.mlp.gate_proj.weight", 25, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.24.mlp.up_proj.weight", 25, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.24.mlp.down_proj.weight", 25, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.25.input_layernorm.weight", 26, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.25.self_attn.q_proj.weight", 26, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.25.self_attn.k_proj.weight", 26, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.25.self_attn.v_proj.weight", 26, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.25.self_attn.o_proj.weight", 26, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.25.post_attention_layernorm.weight", 26, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.25.mlp.gate_proj.weight", 26, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.25.mlp.up_proj.weight", 26, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.25.mlp.down_proj.weight", 26, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.26.input_layernorm.weight", 27, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.26.self_attn.q_proj.weight", 27, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.26.self_attn.k_proj.weight", 27, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.26.self_attn.v_proj.weight", 27, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.26.self_attn.o_proj.weight", 27, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.26.post_attention_layernorm.weight", 27, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.26.mlp.gate_proj.weight", 27, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.26.mlp.up_proj.weight", 27, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.26.mlp.down_proj.weight", 27, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.27.input_layernorm.weight", 28, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.27.self_attn.q_proj.weight", 28, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.27.self_attn.k_proj.weight", 28, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.27.self_attn.v_proj.weight", 28, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.27.self_attn.o_proj.weight", 28, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.27.post_attention_layernorm.weight", 28, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.27.mlp.gate_proj.weight", 28, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.27.mlp.up_proj.weight", 28, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.27.mlp.down_proj.weight", 28, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.28.input_layernorm.weight", 29, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.28.self_attn.q_proj.weight", 29, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.28.self_attn.k_proj.weight", 29, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.28.self_attn.v_proj.weight", 29, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.28.self_attn.o_proj.weight", 29, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.28.post_attention_layernorm.weight", 29, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.28.mlp.gate_proj.weight", 29, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.28.mlp.up_proj.weight", 29, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.28.mlp.down_proj.weight", 29, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.29.input_layernorm.weight", 30, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.29.self_attn.q_proj.weight", 30, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.29.self_attn.k_proj.weight", 30, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.29.self_attn.v_proj.weight", 30, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.29.self_attn.o_proj.weight", 30, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.29.post_attention_layernorm.weight", 30, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.29.mlp.gate_proj.weight", 30, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.29.mlp.up_proj.weight", 30, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.29.mlp.down_proj.weight", 30, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.30.input_layernorm.weight", 31, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.30.self_attn.q_proj.weight", 31, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.30.self_attn.k_proj.weight", 31, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.30.self_attn.v_proj.weight", 31, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.30.self_attn.o_proj.weight", 31, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.30.post_attention_layernorm.weight", 31, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.30.mlp.gate_proj.weight", 31, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.30.mlp.up_proj.weight", 31, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.30.mlp.down_proj.weight", 31, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.layers.31.input_layernorm.weight", 32, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.31.self_attn.q_proj.weight", 32, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.31.self_attn.k_proj.weight", 32, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.31.self_attn.v_proj.weight", 32, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.31.self_attn.o_proj.weight", 32, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.31.post_attention_layernorm.weight", 32, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.31.mlp.gate_proj.weight", 32, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.31.mlp.up_proj.weight", 32, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true},
-    {"model.layers.31.mlp.down_proj.weight", 32, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true},
-    {"model.norm.weight", 33, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"lm_head.weight", 33, 4096, 525336576, 0, 128256, 4096, 0.02, false, true},
+    {"model.embed_tokens.weight", 0, 0, 525336576, 0, 128256, 4096, 0.02, false, true, false, 0},
+    {"model.layers.0.input_layernorm.weight", 1, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.0.self_attn.q_proj.weight", 1, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.0.self_attn.k_proj.weight", 1, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.0.self_attn.v_proj.weight", 1, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.0.self_attn.o_proj.weight", 1, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.0.post_attention_layernorm.weight", 1, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.0.mlp.gate_proj.weight", 1, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.0.mlp.up_proj.weight", 1, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.0.mlp.down_proj.weight", 1, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.1.input_layernorm.weight", 2, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.1.self_attn.q_proj.weight", 2, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.1.self_attn.k_proj.weight", 2, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.1.self_attn.v_proj.weight", 2, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.1.self_attn.o_proj.weight", 2, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.1.post_attention_layernorm.weight", 2, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.1.mlp.gate_proj.weight", 2, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.1.mlp.up_proj.weight", 2, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.1.mlp.down_proj.weight", 2, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.2.input_layernorm.weight", 3, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.2.self_attn.q_proj.weight", 3, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.2.self_attn.k_proj.weight", 3, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.2.self_attn.v_proj.weight", 3, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.2.self_attn.o_proj.weight", 3, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.2.post_attention_layernorm.weight", 3, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.2.mlp.gate_proj.weight", 3, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.2.mlp.up_proj.weight", 3, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.2.mlp.down_proj.weight", 3, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.3.input_layernorm.weight", 4, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.3.self_attn.q_proj.weight", 4, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.3.self_attn.k_proj.weight", 4, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.3.self_attn.v_proj.weight", 4, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.3.self_attn.o_proj.weight", 4, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.3.post_attention_layernorm.weight", 4, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.3.mlp.gate_proj.weight", 4, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.3.mlp.up_proj.weight", 4, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.3.mlp.down_proj.weight", 4, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.4.input_layernorm.weight", 5, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.4.self_attn.q_proj.weight", 5, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.4.self_attn.k_proj.weight", 5, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.4.self_attn.v_proj.weight", 5, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.4.self_attn.o_proj.weight", 5, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.4.post_attention_layernorm.weight", 5, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.4.mlp.gate_proj.weight", 5, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.4.mlp.up_proj.weight", 5, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.4.mlp.down_proj.weight", 5, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.5.input_layernorm.weight", 6, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.5.self_attn.q_proj.weight", 6, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.5.self_attn.k_proj.weight", 6, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.5.self_attn.v_proj.weight", 6, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.5.self_attn.o_proj.weight", 6, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.5.post_attention_layernorm.weight", 6, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.5.mlp.gate_proj.weight", 6, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.5.mlp.up_proj.weight", 6, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.5.mlp.down_proj.weight", 6, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.6.input_layernorm.weight", 7, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.6.self_attn.q_proj.weight", 7, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.6.self_attn.k_proj.weight", 7, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.6.self_attn.v_proj.weight", 7, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.6.self_attn.o_proj.weight", 7, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.6.post_attention_layernorm.weight", 7, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.6.mlp.gate_proj.weight", 7, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.6.mlp.up_proj.weight", 7, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.6.mlp.down_proj.weight", 7, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.7.input_layernorm.weight", 8, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.7.self_attn.q_proj.weight", 8, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.7.self_attn.k_proj.weight", 8, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.7.self_attn.v_proj.weight", 8, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.7.self_attn.o_proj.weight", 8, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.7.post_attention_layernorm.weight", 8, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.7.mlp.gate_proj.weight", 8, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.7.mlp.up_proj.weight", 8, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.7.mlp.down_proj.weight", 8, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.8.input_layernorm.weight", 9, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.8.self_attn.q_proj.weight", 9, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.8.self_attn.k_proj.weight", 9, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.8.self_attn.v_proj.weight", 9, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.8.self_attn.o_proj.weight", 9, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.8.post_attention_layernorm.weight", 9, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.8.mlp.gate_proj.weight", 9, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.8.mlp.up_proj.weight", 9, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.8.mlp.down_proj.weight", 9, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.9.input_layernorm.weight", 10, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.9.self_attn.q_proj.weight", 10, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.9.self_attn.k_proj.weight", 10, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.9.self_attn.v_proj.weight", 10, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.9.self_attn.o_proj.weight", 10, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.9.post_attention_layernorm.weight", 10, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.9.mlp.gate_proj.weight", 10, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.9.mlp.up_proj.weight", 10, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.9.mlp.down_proj.weight", 10, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.10.input_layernorm.weight", 11, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.10.self_attn.q_proj.weight", 11, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.10.self_attn.k_proj.weight", 11, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.10.self_attn.v_proj.weight", 11, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.10.self_attn.o_proj.weight", 11, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.10.post_attention_layernorm.weight", 11, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.10.mlp.gate_proj.weight", 11, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.10.mlp.up_proj.weight", 11, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.10.mlp.down_proj.weight", 11, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.11.input_layernorm.weight", 12, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.11.self_attn.q_proj.weight", 12, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.11.self_attn.k_proj.weight", 12, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.11.self_attn.v_proj.weight", 12, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.11.self_attn.o_proj.weight", 12, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.11.post_attention_layernorm.weight", 12, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.11.mlp.gate_proj.weight", 12, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.11.mlp.up_proj.weight", 12, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.11.mlp.down_proj.weight", 12, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.12.input_layernorm.weight", 13, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.12.self_attn.q_proj.weight", 13, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.12.self_attn.k_proj.weight", 13, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.12.self_attn.v_proj.weight", 13, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.12.self_attn.o_proj.weight", 13, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.12.post_attention_layernorm.weight", 13, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.12.mlp.gate_proj.weight", 13, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.12.mlp.up_proj.weight", 13, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.12.mlp.down_proj.weight", 13, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.13.input_layernorm.weight", 14, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.13.self_attn.q_proj.weight", 14, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.13.self_attn.k_proj.weight", 14, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.13.self_attn.v_proj.weight", 14, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.13.self_attn.o_proj.weight", 14, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.13.post_attention_layernorm.weight", 14, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.13.mlp.gate_proj.weight", 14, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.13.mlp.up_proj.weight", 14, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.13.mlp.down_proj.weight", 14, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.14.input_layernorm.weight", 15, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.14.self_attn.q_proj.weight", 15, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.14.self_attn.k_proj.weight", 15, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.14.self_attn.v_proj.weight", 15, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.14.self_attn.o_proj.weight", 15, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.14.post_attention_layernorm.weight", 15, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.14.mlp.gate_proj.weight", 15, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.14.mlp.up_proj.weight", 15, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.14.mlp.down_proj.weight", 15, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.15.input_layernorm.weight", 16, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.15.self_attn.q_proj.weight", 16, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.15.self_attn.k_proj.weight", 16, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.15.self_attn.v_proj.weight", 16, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.15.self_attn.o_proj.weight", 16, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.15.post_attention_layernorm.weight", 16, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.15.mlp.gate_proj.weight", 16, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.15.mlp.up_proj.weight", 16, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.15.mlp.down_proj.weight", 16, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.16.input_layernorm.weight", 17, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.16.self_attn.q_proj.weight", 17, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.16.self_attn.k_proj.weight", 17, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.16.self_attn.v_proj.weight", 17, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.16.self_attn.o_proj.weight", 17, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.16.post_attention_layernorm.weight", 17, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.16.mlp.gate_proj.weight", 17, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.16.mlp.up_proj.weight", 17, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.16.mlp.down_proj.weight", 17, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.17.input_layernorm.weight", 18, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.17.self_attn.q_proj.weight", 18, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.17.self_attn.k_proj.weight", 18, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.17.self_attn.v_proj.weight", 18, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.17.self_attn.o_proj.weight", 18, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.17.post_attention_layernorm.weight", 18, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.17.mlp.gate_proj.weight", 18, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.17.mlp.up_proj.weight", 18, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.17.mlp.down_proj.weight", 18, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.18.input_layernorm.weight", 19, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.18.self_attn.q_proj.weight", 19, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.18.self_attn.k_proj.weight", 19, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.18.self_attn.v_proj.weight", 19, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.18.self_attn.o_proj.weight", 19, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.18.post_attention_layernorm.weight", 19, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.18.mlp.gate_proj.weight", 19, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.18.mlp.up_proj.weight", 19, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.18.mlp.down_proj.weight", 19, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.19.input_layernorm.weight", 20, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.19.self_attn.q_proj.weight", 20, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.19.self_attn.k_proj.weight", 20, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.19.self_attn.v_proj.weight", 20, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.19.self_attn.o_proj.weight", 20, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.19.post_attention_layernorm.weight", 20, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.19.mlp.gate_proj.weight", 20, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.19.mlp.up_proj.weight", 20, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.19.mlp.down_proj.weight", 20, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.20.input_layernorm.weight", 21, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.20.self_attn.q_proj.weight", 21, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.20.self_attn.k_proj.weight", 21, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.20.self_attn.v_proj.weight", 21, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.20.self_attn.o_proj.weight", 21, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.20.post_attention_layernorm.weight", 21, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.20.mlp.gate_proj.weight", 21, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.20.mlp.up_proj.weight", 21, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.20.mlp.down_proj.weight", 21, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.21.input_layernorm.weight", 22, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.21.self_attn.q_proj.weight", 22, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.21.self_attn.k_proj.weight", 22, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.21.self_attn.v_proj.weight", 22, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.21.self_attn.o_proj.weight", 22, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.21.post_attention_layernorm.weight", 22, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.21.mlp.gate_proj.weight", 22, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.21.mlp.up_proj.weight", 22, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.21.mlp.down_proj.weight", 22, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.22.input_layernorm.weight", 23, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.22.self_attn.q_proj.weight", 23, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.22.self_attn.k_proj.weight", 23, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.22.self_attn.v_proj.weight", 23, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.22.self_attn.o_proj.weight", 23, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.22.post_attention_layernorm.weight", 23, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.22.mlp.gate_proj.weight", 23, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.22.mlp.up_proj.weight", 23, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.22.mlp.down_proj.weight", 23, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.23.input_layernorm.weight", 24, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.23.self_attn.q_proj.weight", 24, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.23.self_attn.k_proj.weight", 24, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.23.self_attn.v_proj.weight", 24, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.23.self_attn.o_proj.weight", 24, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.23.post_attention_layernorm.weight", 24, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.23.mlp.gate_proj.weight", 24, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.23.mlp.up_proj.weight", 24, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.23.mlp.down_proj.weight", 24, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.24.input_layernorm.weight", 25, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.24.self_attn.q_proj.weight", 25, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.24.self_attn.k_proj.weight", 25, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.24.self_attn.v_proj.weight", 25, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.24.self_attn.o_proj.weight", 25, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.24.post_attention_layernorm.weight", 25, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.24.mlp.gate_proj.weight", 25, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.24.mlp.up_proj.weight", 25, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.24.mlp.down_proj.weight", 25, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.25.input_layernorm.weight", 26, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.25.self_attn.q_proj.weight", 26, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.25.self_attn.k_proj.weight", 26, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.25.self_attn.v_proj.weight", 26, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.25.self_attn.o_proj.weight", 26, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.25.post_attention_layernorm.weight", 26, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.25.mlp.gate_proj.weight", 26, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.25.mlp.up_proj.weight", 26, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.25.mlp.down_proj.weight", 26, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.26.input_layernorm.weight", 27, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.26.self_attn.q_proj.weight", 27, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.26.self_attn.k_proj.weight", 27, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.26.self_attn.v_proj.weight", 27, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.26.self_attn.o_proj.weight", 27, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.26.post_attention_layernorm.weight", 27, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.26.mlp.gate_proj.weight", 27, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.26.mlp.up_proj.weight", 27, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.26.mlp.down_proj.weight", 27, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.27.input_layernorm.weight", 28, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.27.self_attn.q_proj.weight", 28, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.27.self_attn.k_proj.weight", 28, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.27.self_attn.v_proj.weight", 28, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.27.self_attn.o_proj.weight", 28, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.27.post_attention_layernorm.weight", 28, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.27.mlp.gate_proj.weight", 28, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.27.mlp.up_proj.weight", 28, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.27.mlp.down_proj.weight", 28, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.28.input_layernorm.weight", 29, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.28.self_attn.q_proj.weight", 29, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.28.self_attn.k_proj.weight", 29, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.28.self_attn.v_proj.weight", 29, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.28.self_attn.o_proj.weight", 29, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.28.post_attention_layernorm.weight", 29, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.28.mlp.gate_proj.weight", 29, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.28.mlp.up_proj.weight", 29, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.28.mlp.down_proj.weight", 29, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.29.input_layernorm.weight", 30, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.29.self_attn.q_proj.weight", 30, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.29.self_attn.k_proj.weight", 30, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.29.self_attn.v_proj.weight", 30, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.29.self_attn.o_proj.weight", 30, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.29.post_attention_layernorm.weight", 30, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.29.mlp.gate_proj.weight", 30, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.29.mlp.up_proj.weight", 30, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.29.mlp.down_proj.weight", 30, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.30.input_layernorm.weight", 31, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.30.self_attn.q_proj.weight", 31, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.30.self_attn.k_proj.weight", 31, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.30.self_attn.v_proj.weight", 31, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.30.self_attn.o_proj.weight", 31, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.30.post_attention_layernorm.weight", 31, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.30.mlp.gate_proj.weight", 31, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.30.mlp.up_proj.weight", 31, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.30.mlp.down_proj.weight", 31, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.31.input_layernorm.weight", 32, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.31.self_attn.q_proj.weight", 32, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.31.self_attn.k_proj.weight", 32, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.31.self_attn.v_proj.weight", 32, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.31.self_attn.o_proj.weight", 32, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.31.post_attention_layernorm.weight", 32, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.31.mlp.gate_proj.weight", 32, 41951232, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.31.mlp.up_proj.weight", 32, 100671488, 58720256, 0, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.31.mlp.down_proj.weight", 32, 159391744, 58720256, 0, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.norm.weight", 33, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"lm_head.weight", 33, 4096, 525336576, 0, 128256, 4096, 0.02, false, true, false, 0},
 };
 
 /* layer 0 (dense), forward: X0 -> X1; every activation stays for the backward (no
@@ -2614,208 +2616,208 @@ void step_backward(RtCtx *c) {
   rt_lm_head_ce_backward(R(DLN), DW(4096), R(LNF), W(4096), I(TARGETS), R(LSEF), 8192, 4096, 128256, 4096, R(CE), c->dloss);
   rt_zero(R(DX_A), 33554432);
   rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X32), W(0), R(RSTDF), 8192, 4096);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 131335168); /* head */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 131335168, (uint16_t *)R(RS_WIRE)); /* head, bf16 on the wire */
   rt_accumulate(R(HEAD_GRAD), R(RS_OUT), 131335168);
   /* layer 31 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L31_DENSE_MASTER), 54528000); /* layer 31 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer31_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 31 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 31 dense, bf16 on the wire */
   rt_accumulate(R(L31_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 30 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L30_DENSE_MASTER), 54528000); /* layer 30 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer30_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 30 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 30 dense, bf16 on the wire */
   rt_accumulate(R(L30_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 29 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L29_DENSE_MASTER), 54528000); /* layer 29 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer29_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 29 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 29 dense, bf16 on the wire */
   rt_accumulate(R(L29_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 28 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L28_DENSE_MASTER), 54528000); /* layer 28 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer28_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 28 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 28 dense, bf16 on the wire */
   rt_accumulate(R(L28_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 27 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L27_DENSE_MASTER), 54528000); /* layer 27 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer27_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 27 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 27 dense, bf16 on the wire */
   rt_accumulate(R(L27_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 26 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L26_DENSE_MASTER), 54528000); /* layer 26 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer26_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 26 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 26 dense, bf16 on the wire */
   rt_accumulate(R(L26_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 25 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L25_DENSE_MASTER), 54528000); /* layer 25 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer25_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 25 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 25 dense, bf16 on the wire */
   rt_accumulate(R(L25_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 24 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L24_DENSE_MASTER), 54528000); /* layer 24 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer24_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 24 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 24 dense, bf16 on the wire */
   rt_accumulate(R(L24_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 23 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L23_DENSE_MASTER), 54528000); /* layer 23 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer23_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 23 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 23 dense, bf16 on the wire */
   rt_accumulate(R(L23_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 22 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L22_DENSE_MASTER), 54528000); /* layer 22 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer22_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 22 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 22 dense, bf16 on the wire */
   rt_accumulate(R(L22_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 21 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L21_DENSE_MASTER), 54528000); /* layer 21 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer21_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 21 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 21 dense, bf16 on the wire */
   rt_accumulate(R(L21_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 20 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L20_DENSE_MASTER), 54528000); /* layer 20 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer20_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 20 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 20 dense, bf16 on the wire */
   rt_accumulate(R(L20_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 19 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L19_DENSE_MASTER), 54528000); /* layer 19 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer19_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 19 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 19 dense, bf16 on the wire */
   rt_accumulate(R(L19_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 18 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L18_DENSE_MASTER), 54528000); /* layer 18 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer18_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 18 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 18 dense, bf16 on the wire */
   rt_accumulate(R(L18_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 17 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L17_DENSE_MASTER), 54528000); /* layer 17 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer17_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 17 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 17 dense, bf16 on the wire */
   rt_accumulate(R(L17_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 16 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L16_DENSE_MASTER), 54528000); /* layer 16 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer16_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 16 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 16 dense, bf16 on the wire */
   rt_accumulate(R(L16_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 15 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L15_DENSE_MASTER), 54528000); /* layer 15 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer15_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 15 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 15 dense, bf16 on the wire */
   rt_accumulate(R(L15_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 14 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L14_DENSE_MASTER), 54528000); /* layer 14 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer14_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 14 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 14 dense, bf16 on the wire */
   rt_accumulate(R(L14_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 13 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L13_DENSE_MASTER), 54528000); /* layer 13 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer13_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 13 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 13 dense, bf16 on the wire */
   rt_accumulate(R(L13_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 12 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L12_DENSE_MASTER), 54528000); /* layer 12 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer12_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 12 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 12 dense, bf16 on the wire */
   rt_accumulate(R(L12_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 11 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L11_DENSE_MASTER), 54528000); /* layer 11 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer11_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 11 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 11 dense, bf16 on the wire */
   rt_accumulate(R(L11_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 10 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L10_DENSE_MASTER), 54528000); /* layer 10 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer10_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 10 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 10 dense, bf16 on the wire */
   rt_accumulate(R(L10_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 9 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L9_DENSE_MASTER), 54528000); /* layer 9 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer9_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 9 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 9 dense, bf16 on the wire */
   rt_accumulate(R(L9_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 8 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L8_DENSE_MASTER), 54528000); /* layer 8 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer8_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 8 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 8 dense, bf16 on the wire */
   rt_accumulate(R(L8_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 7 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L7_DENSE_MASTER), 54528000); /* layer 7 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer7_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 7 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 7 dense, bf16 on the wire */
   rt_accumulate(R(L7_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 6 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L6_DENSE_MASTER), 54528000); /* layer 6 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer6_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 6 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 6 dense, bf16 on the wire */
   rt_accumulate(R(L6_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 5 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L5_DENSE_MASTER), 54528000); /* layer 5 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer5_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 5 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 5 dense, bf16 on the wire */
   rt_accumulate(R(L5_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 4 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L4_DENSE_MASTER), 54528000); /* layer 4 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer4_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 4 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 4 dense, bf16 on the wire */
   rt_accumulate(R(L4_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 3 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L3_DENSE_MASTER), 54528000); /* layer 3 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer3_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 3 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 3 dense, bf16 on the wire */
   rt_accumulate(R(L3_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 2 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L2_DENSE_MASTER), 54528000); /* layer 2 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer2_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 2 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 2 dense, bf16 on the wire */
   rt_accumulate(R(L2_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 1 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L1_DENSE_MASTER), 54528000); /* layer 1 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer1_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 1 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 1 dense, bf16 on the wire */
   rt_accumulate(R(L1_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 0 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L0_DENSE_MASTER), 54528000); /* layer 0 dense: 4 ranks x 54528000 */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer0_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000); /* layer 0 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 0 dense, bf16 on the wire */
   rt_accumulate(R(L0_DENSE_GRAD), R(RS_OUT), 54528000);
   /* embedding */
   rt_zero(R(GRAD_DENSE), 525336576);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 8192, 4096);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 131334144); /* embedding */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 131334144, (uint16_t *)R(RS_WIRE)); /* embedding, bf16 on the wire */
   rt_accumulate(R(EMBED_GRAD), R(RS_OUT), 131334144);
 }
 
-/* After the optimizer step: nothing to do for this model */
-void step_end(RtCtx *c) {
-  (void)c;
+/* After the optimizer step (apply: false when the step was skipped): nothing to do for this model */
+void step_end(RtCtx *c, bool apply) {
+  (void)c, (void)apply;
 }

@@ -290,241 +290,242 @@
 #define GATHERED_EXPERTS         6100066816 /*  352321536: this EP rank's experts of one layer, all-gathered */
 #define GRAD_EXPERTS             6452388352 /*  352321536: their gradient before the reduce-scatter */
 #define RS_OUT                   6804709888 /*   44040192: a reduce-scatter's result, before it is added to the shard's gradient */
-#define X0                       6848750080 /*  134217728: boundary: input of layer 0 (residual stream) */
-#define X1                       6982967808 /*  134217728: boundary: input of layer 1 (residual stream) */
-#define X2                       7117185536 /*  134217728: boundary: input of layer 2 (residual stream) */
-#define X3                       7251403264 /*  134217728: boundary: input of layer 3 (residual stream) */
-#define X4                       7385620992 /*  134217728: boundary: input of layer 4 (residual stream) */
-#define X5                       7519838720 /*  134217728: boundary: input of layer 5 (residual stream) */
-#define X6                       7654056448 /*  134217728: boundary: input of layer 6 (residual stream) */
-#define X7                       7788274176 /*  134217728: boundary: input of layer 7 (residual stream) */
-#define X8                       7922491904 /*  134217728: boundary: input of layer 8 (residual stream) */
-#define X9                       8056709632 /*  134217728: boundary: input of layer 9 (residual stream) */
-#define X10                      8190927360 /*  134217728: boundary: input of layer 10 (residual stream) */
-#define X11                      8325145088 /*  134217728: boundary: input of layer 11 (residual stream) */
-#define X12                      8459362816 /*  134217728: boundary: input of layer 12 (residual stream) */
-#define X13                      8593580544 /*  134217728: boundary: input of layer 13 (residual stream) */
-#define X14                      8727798272 /*  134217728: boundary: input of layer 14 (residual stream) */
-#define X15                      8862016000 /*  134217728: boundary: input of layer 15 (residual stream) */
-#define X16                      8996233728 /*  134217728: boundary: input of layer 16 (residual stream) */
-#define X17                      9130451456 /*  134217728: boundary: input of layer 17 (residual stream) */
-#define X18                      9264669184 /*  134217728: boundary: input of layer 18 (residual stream) */
-#define X19                      9398886912 /*  134217728: boundary: input of layer 19 (residual stream) */
-#define X20                      9533104640 /*  134217728: boundary: input of layer 20 (residual stream) */
-#define X21                      9667322368 /*  134217728: boundary: input of layer 21 (residual stream) */
-#define X22                      9801540096 /*  134217728: boundary: input of layer 22 (residual stream) */
-#define X23                      9935757824 /*  134217728: boundary: input of layer 23 (residual stream) */
-#define X24                     10069975552 /*  134217728: boundary: input of layer 24 (residual stream) */
-#define X25                     10204193280 /*  134217728: boundary: input of layer 25 (residual stream) */
-#define X26                     10338411008 /*  134217728: boundary: input of layer 26 (residual stream) */
-#define X27                     10472628736 /*  134217728: boundary: input of layer 27 (residual stream) */
-#define X28                     10606846464 /*  134217728: boundary: input of layer 28 (residual stream) */
-#define X29                     10741064192 /*  134217728: boundary: input of layer 29 (residual stream) */
-#define X30                     10875281920 /*  134217728: boundary: input of layer 30 (residual stream) */
-#define X31                     11009499648 /*  134217728: boundary: input of layer 31 (residual stream) */
-#define X32                     11143717376 /*  134217728: output of the last layer */
-#define WS_LN1                  11277935104 /*  134217728: attention norm output */
-#define WS_RSTD1                11412152832 /*      32768: its 1/rms per token */
-#define L0_Q                    11412185600 /*  134217728: queries (rotated) */
-#define L0_K                    11546403328 /*   33554432: keys (rotated) */
-#define L0_V                    11579957760 /*   33554432: values */
-#define L0_ATT                  11613512192 /*  134217728: attention output */
-#define L0_LSE                  11747729920 /*    1048576: attention log-sum-exp per head and query */
-#define WS_RES                  11748778496 /*  134217728: residual stream after attention */
-#define WS_LN2                  11882996224 /*  134217728: mlp norm output */
-#define WS_RSTD2                12017213952 /*      32768: its 1/rms per token */
-#define WS_LOGITS               12017246720 /*     262144: router logits */
-#define WS_IDX                  12017508864 /*      65536: selected experts (int32) */
-#define WS_WTS                  12017574400 /*      65536: their weights */
-#define WS_POS                  12017639936 /*      65536: row of each assignment in expert order (int32) */
-#define WS_OFFSETS              12017705472 /*          9: first row of each expert (int32) */
-#define WS_XP                   12017705488 /*  268435456: token copies in expert order */
-#define WS_YP                   12286140944 /*  268435456: expert outputs in that order */
-#define WS_XE                   12554576400 /* 1073741824: rows this rank's experts received (dropless: up to ep x tokens x top_k) */
-#define WS_YE                   13628318224 /* 1073741824: their outputs, before going back */
-#define WS_EOFF                 14702060048 /*          3: first received row of each local expert (int32) */
-#define WS_EG                   14702060064 /* 3758096384: routed experts' gate */
-#define WS_EU                   18460156448 /* 3758096384: routed experts' up */
-#define WS_EH                   22218252832 /* 3758096384: routed experts' activation */
-#define L1_Q                    25976349216 /*  134217728: queries (rotated) */
-#define L1_K                    26110566944 /*   33554432: keys (rotated) */
-#define L1_V                    26144121376 /*   33554432: values */
-#define L1_ATT                  26177675808 /*  134217728: attention output */
-#define L1_LSE                  26311893536 /*    1048576: attention log-sum-exp per head and query */
-#define L2_Q                    26312942112 /*  134217728: queries (rotated) */
-#define L2_K                    26447159840 /*   33554432: keys (rotated) */
-#define L2_V                    26480714272 /*   33554432: values */
-#define L2_ATT                  26514268704 /*  134217728: attention output */
-#define L2_LSE                  26648486432 /*    1048576: attention log-sum-exp per head and query */
-#define L3_Q                    26649535008 /*  134217728: queries (rotated) */
-#define L3_K                    26783752736 /*   33554432: keys (rotated) */
-#define L3_V                    26817307168 /*   33554432: values */
-#define L3_ATT                  26850861600 /*  134217728: attention output */
-#define L3_LSE                  26985079328 /*    1048576: attention log-sum-exp per head and query */
-#define L4_Q                    26986127904 /*  134217728: queries (rotated) */
-#define L4_K                    27120345632 /*   33554432: keys (rotated) */
-#define L4_V                    27153900064 /*   33554432: values */
-#define L4_ATT                  27187454496 /*  134217728: attention output */
-#define L4_LSE                  27321672224 /*    1048576: attention log-sum-exp per head and query */
-#define L5_Q                    27322720800 /*  134217728: queries (rotated) */
-#define L5_K                    27456938528 /*   33554432: keys (rotated) */
-#define L5_V                    27490492960 /*   33554432: values */
-#define L5_ATT                  27524047392 /*  134217728: attention output */
-#define L5_LSE                  27658265120 /*    1048576: attention log-sum-exp per head and query */
-#define L6_Q                    27659313696 /*  134217728: queries (rotated) */
-#define L6_K                    27793531424 /*   33554432: keys (rotated) */
-#define L6_V                    27827085856 /*   33554432: values */
-#define L6_ATT                  27860640288 /*  134217728: attention output */
-#define L6_LSE                  27994858016 /*    1048576: attention log-sum-exp per head and query */
-#define L7_Q                    27995906592 /*  134217728: queries (rotated) */
-#define L7_K                    28130124320 /*   33554432: keys (rotated) */
-#define L7_V                    28163678752 /*   33554432: values */
-#define L7_ATT                  28197233184 /*  134217728: attention output */
-#define L7_LSE                  28331450912 /*    1048576: attention log-sum-exp per head and query */
-#define L8_Q                    28332499488 /*  134217728: queries (rotated) */
-#define L8_K                    28466717216 /*   33554432: keys (rotated) */
-#define L8_V                    28500271648 /*   33554432: values */
-#define L8_ATT                  28533826080 /*  134217728: attention output */
-#define L8_LSE                  28668043808 /*    1048576: attention log-sum-exp per head and query */
-#define L9_Q                    28669092384 /*  134217728: queries (rotated) */
-#define L9_K                    28803310112 /*   33554432: keys (rotated) */
-#define L9_V                    28836864544 /*   33554432: values */
-#define L9_ATT                  28870418976 /*  134217728: attention output */
-#define L9_LSE                  29004636704 /*    1048576: attention log-sum-exp per head and query */
-#define L10_Q                   29005685280 /*  134217728: queries (rotated) */
-#define L10_K                   29139903008 /*   33554432: keys (rotated) */
-#define L10_V                   29173457440 /*   33554432: values */
-#define L10_ATT                 29207011872 /*  134217728: attention output */
-#define L10_LSE                 29341229600 /*    1048576: attention log-sum-exp per head and query */
-#define L11_Q                   29342278176 /*  134217728: queries (rotated) */
-#define L11_K                   29476495904 /*   33554432: keys (rotated) */
-#define L11_V                   29510050336 /*   33554432: values */
-#define L11_ATT                 29543604768 /*  134217728: attention output */
-#define L11_LSE                 29677822496 /*    1048576: attention log-sum-exp per head and query */
-#define L12_Q                   29678871072 /*  134217728: queries (rotated) */
-#define L12_K                   29813088800 /*   33554432: keys (rotated) */
-#define L12_V                   29846643232 /*   33554432: values */
-#define L12_ATT                 29880197664 /*  134217728: attention output */
-#define L12_LSE                 30014415392 /*    1048576: attention log-sum-exp per head and query */
-#define L13_Q                   30015463968 /*  134217728: queries (rotated) */
-#define L13_K                   30149681696 /*   33554432: keys (rotated) */
-#define L13_V                   30183236128 /*   33554432: values */
-#define L13_ATT                 30216790560 /*  134217728: attention output */
-#define L13_LSE                 30351008288 /*    1048576: attention log-sum-exp per head and query */
-#define L14_Q                   30352056864 /*  134217728: queries (rotated) */
-#define L14_K                   30486274592 /*   33554432: keys (rotated) */
-#define L14_V                   30519829024 /*   33554432: values */
-#define L14_ATT                 30553383456 /*  134217728: attention output */
-#define L14_LSE                 30687601184 /*    1048576: attention log-sum-exp per head and query */
-#define L15_Q                   30688649760 /*  134217728: queries (rotated) */
-#define L15_K                   30822867488 /*   33554432: keys (rotated) */
-#define L15_V                   30856421920 /*   33554432: values */
-#define L15_ATT                 30889976352 /*  134217728: attention output */
-#define L15_LSE                 31024194080 /*    1048576: attention log-sum-exp per head and query */
-#define L16_Q                   31025242656 /*  134217728: queries (rotated) */
-#define L16_K                   31159460384 /*   33554432: keys (rotated) */
-#define L16_V                   31193014816 /*   33554432: values */
-#define L16_ATT                 31226569248 /*  134217728: attention output */
-#define L16_LSE                 31360786976 /*    1048576: attention log-sum-exp per head and query */
-#define L17_Q                   31361835552 /*  134217728: queries (rotated) */
-#define L17_K                   31496053280 /*   33554432: keys (rotated) */
-#define L17_V                   31529607712 /*   33554432: values */
-#define L17_ATT                 31563162144 /*  134217728: attention output */
-#define L17_LSE                 31697379872 /*    1048576: attention log-sum-exp per head and query */
-#define L18_Q                   31698428448 /*  134217728: queries (rotated) */
-#define L18_K                   31832646176 /*   33554432: keys (rotated) */
-#define L18_V                   31866200608 /*   33554432: values */
-#define L18_ATT                 31899755040 /*  134217728: attention output */
-#define L18_LSE                 32033972768 /*    1048576: attention log-sum-exp per head and query */
-#define L19_Q                   32035021344 /*  134217728: queries (rotated) */
-#define L19_K                   32169239072 /*   33554432: keys (rotated) */
-#define L19_V                   32202793504 /*   33554432: values */
-#define L19_ATT                 32236347936 /*  134217728: attention output */
-#define L19_LSE                 32370565664 /*    1048576: attention log-sum-exp per head and query */
-#define L20_Q                   32371614240 /*  134217728: queries (rotated) */
-#define L20_K                   32505831968 /*   33554432: keys (rotated) */
-#define L20_V                   32539386400 /*   33554432: values */
-#define L20_ATT                 32572940832 /*  134217728: attention output */
-#define L20_LSE                 32707158560 /*    1048576: attention log-sum-exp per head and query */
-#define L21_Q                   32708207136 /*  134217728: queries (rotated) */
-#define L21_K                   32842424864 /*   33554432: keys (rotated) */
-#define L21_V                   32875979296 /*   33554432: values */
-#define L21_ATT                 32909533728 /*  134217728: attention output */
-#define L21_LSE                 33043751456 /*    1048576: attention log-sum-exp per head and query */
-#define L22_Q                   33044800032 /*  134217728: queries (rotated) */
-#define L22_K                   33179017760 /*   33554432: keys (rotated) */
-#define L22_V                   33212572192 /*   33554432: values */
-#define L22_ATT                 33246126624 /*  134217728: attention output */
-#define L22_LSE                 33380344352 /*    1048576: attention log-sum-exp per head and query */
-#define L23_Q                   33381392928 /*  134217728: queries (rotated) */
-#define L23_K                   33515610656 /*   33554432: keys (rotated) */
-#define L23_V                   33549165088 /*   33554432: values */
-#define L23_ATT                 33582719520 /*  134217728: attention output */
-#define L23_LSE                 33716937248 /*    1048576: attention log-sum-exp per head and query */
-#define L24_Q                   33717985824 /*  134217728: queries (rotated) */
-#define L24_K                   33852203552 /*   33554432: keys (rotated) */
-#define L24_V                   33885757984 /*   33554432: values */
-#define L24_ATT                 33919312416 /*  134217728: attention output */
-#define L24_LSE                 34053530144 /*    1048576: attention log-sum-exp per head and query */
-#define L25_Q                   34054578720 /*  134217728: queries (rotated) */
-#define L25_K                   34188796448 /*   33554432: keys (rotated) */
-#define L25_V                   34222350880 /*   33554432: values */
-#define L25_ATT                 34255905312 /*  134217728: attention output */
-#define L25_LSE                 34390123040 /*    1048576: attention log-sum-exp per head and query */
-#define L26_Q                   34391171616 /*  134217728: queries (rotated) */
-#define L26_K                   34525389344 /*   33554432: keys (rotated) */
-#define L26_V                   34558943776 /*   33554432: values */
-#define L26_ATT                 34592498208 /*  134217728: attention output */
-#define L26_LSE                 34726715936 /*    1048576: attention log-sum-exp per head and query */
-#define L27_Q                   34727764512 /*  134217728: queries (rotated) */
-#define L27_K                   34861982240 /*   33554432: keys (rotated) */
-#define L27_V                   34895536672 /*   33554432: values */
-#define L27_ATT                 34929091104 /*  134217728: attention output */
-#define L27_LSE                 35063308832 /*    1048576: attention log-sum-exp per head and query */
-#define L28_Q                   35064357408 /*  134217728: queries (rotated) */
-#define L28_K                   35198575136 /*   33554432: keys (rotated) */
-#define L28_V                   35232129568 /*   33554432: values */
-#define L28_ATT                 35265684000 /*  134217728: attention output */
-#define L28_LSE                 35399901728 /*    1048576: attention log-sum-exp per head and query */
-#define L29_Q                   35400950304 /*  134217728: queries (rotated) */
-#define L29_K                   35535168032 /*   33554432: keys (rotated) */
-#define L29_V                   35568722464 /*   33554432: values */
-#define L29_ATT                 35602276896 /*  134217728: attention output */
-#define L29_LSE                 35736494624 /*    1048576: attention log-sum-exp per head and query */
-#define L30_Q                   35737543200 /*  134217728: queries (rotated) */
-#define L30_K                   35871760928 /*   33554432: keys (rotated) */
-#define L30_V                   35905315360 /*   33554432: values */
-#define L30_ATT                 35938869792 /*  134217728: attention output */
-#define L30_LSE                 36073087520 /*    1048576: attention log-sum-exp per head and query */
-#define L31_Q                   36074136096 /*  134217728: queries (rotated) */
-#define L31_K                   36208353824 /*   33554432: keys (rotated) */
-#define L31_V                   36241908256 /*   33554432: values */
-#define L31_ATT                 36275462688 /*  134217728: attention output */
-#define L31_LSE                 36409680416 /*    1048576: attention log-sum-exp per head and query */
-#define WS_Y                    36410728992 /*  134217728: a block's output before the residual add */
-#define WS_Y2                   36544946720 /*  134217728: shared experts' output */
-#define DX_A                    36679164448 /*  134217728: gradient of the residual stream (even layers' output) */
-#define DX_B                    36813382176 /*  134217728: gradient of the residual stream (odd layers' output) */
-#define DLN                     36947599904 /*  134217728: gradient of a norm's output */
-#define DATT                    37081817632 /*  134217728: gradient of the attention output */
-#define DQ                      37216035360 /*  134217728: gradient of the queries */
-#define DK                      37350253088 /*   33554432: gradient of the keys */
-#define DV                      37383807520 /*   33554432: gradient of the values */
-#define DLOGITS                 37417361952 /*     262144: gradient of the router logits */
-#define DWTS                    37417624096 /*      65536: gradient of the routing weights */
-#define DYP                     37417689632 /*  268435456: gradient of the expert outputs */
-#define DXP                     37686125088 /*  268435456: gradient of the token copies */
-#define DYE                     37954560544 /* 1073741824: gradient of the received rows' outputs */
-#define DXE                     39028302368 /* 1073741824: gradient of the received rows */
-#define A2A                     40102044192 /* 1073741824: all-to-all staging (source-rank order) */
-#define EDG                     41175786016 /* 3758096384: routed experts' gate gradient */
-#define EDU                     44933882400 /* 3758096384: routed experts' up gradient */
-#define EDH                     48691978784 /* 3758096384: routed experts' activation gradient */
-#define AUX                     52450075168 /*         24: load-balancing loss scratch */
-#define LNF                     52450075200 /*  134217728: final norm output */
-#define RSTDF                   52584292928 /*      32768: its 1/rms per token */
-#define LSEF                    52584325696 /*      32768: log-sum-exp of each token's logits */
-#define CE                      52584358464 /*  134217728: logits of one vocabulary chunk */
+#define RS_WIRE                  6848750080 /*  352321536: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
+#define X0                       7201071616 /*  134217728: boundary: input of layer 0 (residual stream) */
+#define X1                       7335289344 /*  134217728: boundary: input of layer 1 (residual stream) */
+#define X2                       7469507072 /*  134217728: boundary: input of layer 2 (residual stream) */
+#define X3                       7603724800 /*  134217728: boundary: input of layer 3 (residual stream) */
+#define X4                       7737942528 /*  134217728: boundary: input of layer 4 (residual stream) */
+#define X5                       7872160256 /*  134217728: boundary: input of layer 5 (residual stream) */
+#define X6                       8006377984 /*  134217728: boundary: input of layer 6 (residual stream) */
+#define X7                       8140595712 /*  134217728: boundary: input of layer 7 (residual stream) */
+#define X8                       8274813440 /*  134217728: boundary: input of layer 8 (residual stream) */
+#define X9                       8409031168 /*  134217728: boundary: input of layer 9 (residual stream) */
+#define X10                      8543248896 /*  134217728: boundary: input of layer 10 (residual stream) */
+#define X11                      8677466624 /*  134217728: boundary: input of layer 11 (residual stream) */
+#define X12                      8811684352 /*  134217728: boundary: input of layer 12 (residual stream) */
+#define X13                      8945902080 /*  134217728: boundary: input of layer 13 (residual stream) */
+#define X14                      9080119808 /*  134217728: boundary: input of layer 14 (residual stream) */
+#define X15                      9214337536 /*  134217728: boundary: input of layer 15 (residual stream) */
+#define X16                      9348555264 /*  134217728: boundary: input of layer 16 (residual stream) */
+#define X17                      9482772992 /*  134217728: boundary: input of layer 17 (residual stream) */
+#define X18                      9616990720 /*  134217728: boundary: input of layer 18 (residual stream) */
+#define X19                      9751208448 /*  134217728: boundary: input of layer 19 (residual stream) */
+#define X20                      9885426176 /*  134217728: boundary: input of layer 20 (residual stream) */
+#define X21                     10019643904 /*  134217728: boundary: input of layer 21 (residual stream) */
+#define X22                     10153861632 /*  134217728: boundary: input of layer 22 (residual stream) */
+#define X23                     10288079360 /*  134217728: boundary: input of layer 23 (residual stream) */
+#define X24                     10422297088 /*  134217728: boundary: input of layer 24 (residual stream) */
+#define X25                     10556514816 /*  134217728: boundary: input of layer 25 (residual stream) */
+#define X26                     10690732544 /*  134217728: boundary: input of layer 26 (residual stream) */
+#define X27                     10824950272 /*  134217728: boundary: input of layer 27 (residual stream) */
+#define X28                     10959168000 /*  134217728: boundary: input of layer 28 (residual stream) */
+#define X29                     11093385728 /*  134217728: boundary: input of layer 29 (residual stream) */
+#define X30                     11227603456 /*  134217728: boundary: input of layer 30 (residual stream) */
+#define X31                     11361821184 /*  134217728: boundary: input of layer 31 (residual stream) */
+#define X32                     11496038912 /*  134217728: output of the last layer */
+#define WS_LN1                  11630256640 /*  134217728: attention norm output */
+#define WS_RSTD1                11764474368 /*      32768: its 1/rms per token */
+#define L0_Q                    11764507136 /*  134217728: queries (rotated) */
+#define L0_K                    11898724864 /*   33554432: keys (rotated) */
+#define L0_V                    11932279296 /*   33554432: values */
+#define L0_ATT                  11965833728 /*  134217728: attention output */
+#define L0_LSE                  12100051456 /*    1048576: attention log-sum-exp per head and query */
+#define WS_RES                  12101100032 /*  134217728: residual stream after attention */
+#define WS_LN2                  12235317760 /*  134217728: mlp norm output */
+#define WS_RSTD2                12369535488 /*      32768: its 1/rms per token */
+#define WS_LOGITS               12369568256 /*     262144: router logits */
+#define WS_IDX                  12369830400 /*      65536: selected experts (int32) */
+#define WS_WTS                  12369895936 /*      65536: their weights */
+#define WS_POS                  12369961472 /*      65536: row of each assignment in expert order (int32) */
+#define WS_OFFSETS              12370027008 /*          9: first row of each expert (int32) */
+#define WS_XP                   12370027024 /*  268435456: token copies in expert order */
+#define WS_YP                   12638462480 /*  268435456: expert outputs in that order */
+#define WS_XE                   12906897936 /* 1073741824: rows this rank's experts received (dropless: up to ep x tokens x top_k) */
+#define WS_YE                   13980639760 /* 1073741824: their outputs, before going back */
+#define WS_EOFF                 15054381584 /*          3: first received row of each local expert (int32) */
+#define WS_EG                   15054381600 /* 3758096384: routed experts' gate */
+#define WS_EU                   18812477984 /* 3758096384: routed experts' up */
+#define WS_EH                   22570574368 /* 3758096384: routed experts' activation */
+#define L1_Q                    26328670752 /*  134217728: queries (rotated) */
+#define L1_K                    26462888480 /*   33554432: keys (rotated) */
+#define L1_V                    26496442912 /*   33554432: values */
+#define L1_ATT                  26529997344 /*  134217728: attention output */
+#define L1_LSE                  26664215072 /*    1048576: attention log-sum-exp per head and query */
+#define L2_Q                    26665263648 /*  134217728: queries (rotated) */
+#define L2_K                    26799481376 /*   33554432: keys (rotated) */
+#define L2_V                    26833035808 /*   33554432: values */
+#define L2_ATT                  26866590240 /*  134217728: attention output */
+#define L2_LSE                  27000807968 /*    1048576: attention log-sum-exp per head and query */
+#define L3_Q                    27001856544 /*  134217728: queries (rotated) */
+#define L3_K                    27136074272 /*   33554432: keys (rotated) */
+#define L3_V                    27169628704 /*   33554432: values */
+#define L3_ATT                  27203183136 /*  134217728: attention output */
+#define L3_LSE                  27337400864 /*    1048576: attention log-sum-exp per head and query */
+#define L4_Q                    27338449440 /*  134217728: queries (rotated) */
+#define L4_K                    27472667168 /*   33554432: keys (rotated) */
+#define L4_V                    27506221600 /*   33554432: values */
+#define L4_ATT                  27539776032 /*  134217728: attention output */
+#define L4_LSE                  27673993760 /*    1048576: attention log-sum-exp per head and query */
+#define L5_Q                    27675042336 /*  134217728: queries (rotated) */
+#define L5_K                    27809260064 /*   33554432: keys (rotated) */
+#define L5_V                    27842814496 /*   33554432: values */
+#define L5_ATT                  27876368928 /*  134217728: attention output */
+#define L5_LSE                  28010586656 /*    1048576: attention log-sum-exp per head and query */
+#define L6_Q                    28011635232 /*  134217728: queries (rotated) */
+#define L6_K                    28145852960 /*   33554432: keys (rotated) */
+#define L6_V                    28179407392 /*   33554432: values */
+#define L6_ATT                  28212961824 /*  134217728: attention output */
+#define L6_LSE                  28347179552 /*    1048576: attention log-sum-exp per head and query */
+#define L7_Q                    28348228128 /*  134217728: queries (rotated) */
+#define L7_K                    28482445856 /*   33554432: keys (rotated) */
+#define L7_V                    28516000288 /*   33554432: values */
+#define L7_ATT                  28549554720 /*  134217728: attention output */
+#define L7_LSE                  28683772448 /*    1048576: attention log-sum-exp per head and query */
+#define L8_Q                    28684821024 /*  134217728: queries (rotated) */
+#define L8_K                    28819038752 /*   33554432: keys (rotated) */
+#define L8_V                    28852593184 /*   33554432: values */
+#define L8_ATT                  28886147616 /*  134217728: attention output */
+#define L8_LSE                  29020365344 /*    1048576: attention log-sum-exp per head and query */
+#define L9_Q                    29021413920 /*  134217728: queries (rotated) */
+#define L9_K                    29155631648 /*   33554432: keys (rotated) */
+#define L9_V                    29189186080 /*   33554432: values */
+#define L9_ATT                  29222740512 /*  134217728: attention output */
+#define L9_LSE                  29356958240 /*    1048576: attention log-sum-exp per head and query */
+#define L10_Q                   29358006816 /*  134217728: queries (rotated) */
+#define L10_K                   29492224544 /*   33554432: keys (rotated) */
+#define L10_V                   29525778976 /*   33554432: values */
+#define L10_ATT                 29559333408 /*  134217728: attention output */
+#define L10_LSE                 29693551136 /*    1048576: attention log-sum-exp per head and query */
+#define L11_Q                   29694599712 /*  134217728: queries (rotated) */
+#define L11_K                   29828817440 /*   33554432: keys (rotated) */
+#define L11_V                   29862371872 /*   33554432: values */
+#define L11_ATT                 29895926304 /*  134217728: attention output */
+#define L11_LSE                 30030144032 /*    1048576: attention log-sum-exp per head and query */
+#define L12_Q                   30031192608 /*  134217728: queries (rotated) */
+#define L12_K                   30165410336 /*   33554432: keys (rotated) */
+#define L12_V                   30198964768 /*   33554432: values */
+#define L12_ATT                 30232519200 /*  134217728: attention output */
+#define L12_LSE                 30366736928 /*    1048576: attention log-sum-exp per head and query */
+#define L13_Q                   30367785504 /*  134217728: queries (rotated) */
+#define L13_K                   30502003232 /*   33554432: keys (rotated) */
+#define L13_V                   30535557664 /*   33554432: values */
+#define L13_ATT                 30569112096 /*  134217728: attention output */
+#define L13_LSE                 30703329824 /*    1048576: attention log-sum-exp per head and query */
+#define L14_Q                   30704378400 /*  134217728: queries (rotated) */
+#define L14_K                   30838596128 /*   33554432: keys (rotated) */
+#define L14_V                   30872150560 /*   33554432: values */
+#define L14_ATT                 30905704992 /*  134217728: attention output */
+#define L14_LSE                 31039922720 /*    1048576: attention log-sum-exp per head and query */
+#define L15_Q                   31040971296 /*  134217728: queries (rotated) */
+#define L15_K                   31175189024 /*   33554432: keys (rotated) */
+#define L15_V                   31208743456 /*   33554432: values */
+#define L15_ATT                 31242297888 /*  134217728: attention output */
+#define L15_LSE                 31376515616 /*    1048576: attention log-sum-exp per head and query */
+#define L16_Q                   31377564192 /*  134217728: queries (rotated) */
+#define L16_K                   31511781920 /*   33554432: keys (rotated) */
+#define L16_V                   31545336352 /*   33554432: values */
+#define L16_ATT                 31578890784 /*  134217728: attention output */
+#define L16_LSE                 31713108512 /*    1048576: attention log-sum-exp per head and query */
+#define L17_Q                   31714157088 /*  134217728: queries (rotated) */
+#define L17_K                   31848374816 /*   33554432: keys (rotated) */
+#define L17_V                   31881929248 /*   33554432: values */
+#define L17_ATT                 31915483680 /*  134217728: attention output */
+#define L17_LSE                 32049701408 /*    1048576: attention log-sum-exp per head and query */
+#define L18_Q                   32050749984 /*  134217728: queries (rotated) */
+#define L18_K                   32184967712 /*   33554432: keys (rotated) */
+#define L18_V                   32218522144 /*   33554432: values */
+#define L18_ATT                 32252076576 /*  134217728: attention output */
+#define L18_LSE                 32386294304 /*    1048576: attention log-sum-exp per head and query */
+#define L19_Q                   32387342880 /*  134217728: queries (rotated) */
+#define L19_K                   32521560608 /*   33554432: keys (rotated) */
+#define L19_V                   32555115040 /*   33554432: values */
+#define L19_ATT                 32588669472 /*  134217728: attention output */
+#define L19_LSE                 32722887200 /*    1048576: attention log-sum-exp per head and query */
+#define L20_Q                   32723935776 /*  134217728: queries (rotated) */
+#define L20_K                   32858153504 /*   33554432: keys (rotated) */
+#define L20_V                   32891707936 /*   33554432: values */
+#define L20_ATT                 32925262368 /*  134217728: attention output */
+#define L20_LSE                 33059480096 /*    1048576: attention log-sum-exp per head and query */
+#define L21_Q                   33060528672 /*  134217728: queries (rotated) */
+#define L21_K                   33194746400 /*   33554432: keys (rotated) */
+#define L21_V                   33228300832 /*   33554432: values */
+#define L21_ATT                 33261855264 /*  134217728: attention output */
+#define L21_LSE                 33396072992 /*    1048576: attention log-sum-exp per head and query */
+#define L22_Q                   33397121568 /*  134217728: queries (rotated) */
+#define L22_K                   33531339296 /*   33554432: keys (rotated) */
+#define L22_V                   33564893728 /*   33554432: values */
+#define L22_ATT                 33598448160 /*  134217728: attention output */
+#define L22_LSE                 33732665888 /*    1048576: attention log-sum-exp per head and query */
+#define L23_Q                   33733714464 /*  134217728: queries (rotated) */
+#define L23_K                   33867932192 /*   33554432: keys (rotated) */
+#define L23_V                   33901486624 /*   33554432: values */
+#define L23_ATT                 33935041056 /*  134217728: attention output */
+#define L23_LSE                 34069258784 /*    1048576: attention log-sum-exp per head and query */
+#define L24_Q                   34070307360 /*  134217728: queries (rotated) */
+#define L24_K                   34204525088 /*   33554432: keys (rotated) */
+#define L24_V                   34238079520 /*   33554432: values */
+#define L24_ATT                 34271633952 /*  134217728: attention output */
+#define L24_LSE                 34405851680 /*    1048576: attention log-sum-exp per head and query */
+#define L25_Q                   34406900256 /*  134217728: queries (rotated) */
+#define L25_K                   34541117984 /*   33554432: keys (rotated) */
+#define L25_V                   34574672416 /*   33554432: values */
+#define L25_ATT                 34608226848 /*  134217728: attention output */
+#define L25_LSE                 34742444576 /*    1048576: attention log-sum-exp per head and query */
+#define L26_Q                   34743493152 /*  134217728: queries (rotated) */
+#define L26_K                   34877710880 /*   33554432: keys (rotated) */
+#define L26_V                   34911265312 /*   33554432: values */
+#define L26_ATT                 34944819744 /*  134217728: attention output */
+#define L26_LSE                 35079037472 /*    1048576: attention log-sum-exp per head and query */
+#define L27_Q                   35080086048 /*  134217728: queries (rotated) */
+#define L27_K                   35214303776 /*   33554432: keys (rotated) */
+#define L27_V                   35247858208 /*   33554432: values */
+#define L27_ATT                 35281412640 /*  134217728: attention output */
+#define L27_LSE                 35415630368 /*    1048576: attention log-sum-exp per head and query */
+#define L28_Q                   35416678944 /*  134217728: queries (rotated) */
+#define L28_K                   35550896672 /*   33554432: keys (rotated) */
+#define L28_V                   35584451104 /*   33554432: values */
+#define L28_ATT                 35618005536 /*  134217728: attention output */
+#define L28_LSE                 35752223264 /*    1048576: attention log-sum-exp per head and query */
+#define L29_Q                   35753271840 /*  134217728: queries (rotated) */
+#define L29_K                   35887489568 /*   33554432: keys (rotated) */
+#define L29_V                   35921044000 /*   33554432: values */
+#define L29_ATT                 35954598432 /*  134217728: attention output */
+#define L29_LSE                 36088816160 /*    1048576: attention log-sum-exp per head and query */
+#define L30_Q                   36089864736 /*  134217728: queries (rotated) */
+#define L30_K                   36224082464 /*   33554432: keys (rotated) */
+#define L30_V                   36257636896 /*   33554432: values */
+#define L30_ATT                 36291191328 /*  134217728: attention output */
+#define L30_LSE                 36425409056 /*    1048576: attention log-sum-exp per head and query */
+#define L31_Q                   36426457632 /*  134217728: queries (rotated) */
+#define L31_K                   36560675360 /*   33554432: keys (rotated) */
+#define L31_V                   36594229792 /*   33554432: values */
+#define L31_ATT                 36627784224 /*  134217728: attention output */
+#define L31_LSE                 36762001952 /*    1048576: attention log-sum-exp per head and query */
+#define WS_Y                    36763050528 /*  134217728: a block's output before the residual add */
+#define WS_Y2                   36897268256 /*  134217728: shared experts' output */
+#define DX_A                    37031485984 /*  134217728: gradient of the residual stream (even layers' output) */
+#define DX_B                    37165703712 /*  134217728: gradient of the residual stream (odd layers' output) */
+#define DLN                     37299921440 /*  134217728: gradient of a norm's output */
+#define DATT                    37434139168 /*  134217728: gradient of the attention output */
+#define DQ                      37568356896 /*  134217728: gradient of the queries */
+#define DK                      37702574624 /*   33554432: gradient of the keys */
+#define DV                      37736129056 /*   33554432: gradient of the values */
+#define DLOGITS                 37769683488 /*     262144: gradient of the router logits */
+#define DWTS                    37769945632 /*      65536: gradient of the routing weights */
+#define DYP                     37770011168 /*  268435456: gradient of the expert outputs */
+#define DXP                     38038446624 /*  268435456: gradient of the token copies */
+#define DYE                     38306882080 /* 1073741824: gradient of the received rows' outputs */
+#define DXE                     39380623904 /* 1073741824: gradient of the received rows */
+#define A2A                     40454365728 /* 1073741824: all-to-all staging (source-rank order) */
+#define EDG                     41528107552 /* 3758096384: routed experts' gate gradient */
+#define EDU                     45286203936 /* 3758096384: routed experts' up gradient */
+#define EDH                     49044300320 /* 3758096384: routed experts' activation gradient */
+#define AUX                     52802396704 /*         24: load-balancing loss scratch */
+#define LNF                     52802396736 /*  134217728: final norm output */
+#define RSTDF                   52936614464 /*      32768: its 1/rms per token */
+#define LSEF                    52936647232 /*      32768: log-sum-exp of each token's logits */
+#define CE                      52936680000 /*  134217728: logits of one vocabulary chunk */
 
 /* Parameter groups: sharded over the FSDP group (32 ranks) or, for experts, over the
  * 8 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */
@@ -597,331 +598,332 @@ const RtGroup step_groups[N_GROUPS] = {
     {"head", RT_GROUP_FSDP, 131076096, 4096128, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V},
 };
 
-/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay. */
+/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,
+ * Muon and its owner rank. */
 const RtTensor step_tensors[N_TENSORS] = {
-    {"model.embed_tokens.weight", 0, 0, 131072000, 0, 32000, 4096, 0.02, false, true},
-    {"model.layers.0.input_layernorm.weight", 1, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.0.self_attn.q_proj.weight", 1, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.0.self_attn.k_proj.weight", 1, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.0.self_attn.v_proj.weight", 1, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.0.self_attn.o_proj.weight", 1, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.0.post_attention_layernorm.weight", 1, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.0.mlp.gate.weight", 1, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.0.mlp.experts.%d.gate_proj.weight", 2, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.0.mlp.experts.%d.up_proj.weight", 2, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.0.mlp.experts.%d.down_proj.weight", 2, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.1.input_layernorm.weight", 3, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.1.self_attn.q_proj.weight", 3, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.1.self_attn.k_proj.weight", 3, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.1.self_attn.v_proj.weight", 3, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.1.self_attn.o_proj.weight", 3, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.1.post_attention_layernorm.weight", 3, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.1.mlp.gate.weight", 3, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.1.mlp.experts.%d.gate_proj.weight", 4, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.1.mlp.experts.%d.up_proj.weight", 4, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.1.mlp.experts.%d.down_proj.weight", 4, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.2.input_layernorm.weight", 5, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.2.self_attn.q_proj.weight", 5, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.2.self_attn.k_proj.weight", 5, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.2.self_attn.v_proj.weight", 5, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.2.self_attn.o_proj.weight", 5, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.2.post_attention_layernorm.weight", 5, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.2.mlp.gate.weight", 5, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.2.mlp.experts.%d.gate_proj.weight", 6, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.2.mlp.experts.%d.up_proj.weight", 6, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.2.mlp.experts.%d.down_proj.weight", 6, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.3.input_layernorm.weight", 7, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.3.self_attn.q_proj.weight", 7, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.3.self_attn.k_proj.weight", 7, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.3.self_attn.v_proj.weight", 7, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.3.self_attn.o_proj.weight", 7, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.3.post_attention_layernorm.weight", 7, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.3.mlp.gate.weight", 7, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.3.mlp.experts.%d.gate_proj.weight", 8, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.3.mlp.experts.%d.up_proj.weight", 8, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.3.mlp.experts.%d.down_proj.weight", 8, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.4.input_layernorm.weight", 9, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.4.self_attn.q_proj.weight", 9, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.4.self_attn.k_proj.weight", 9, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.4.self_attn.v_proj.weight", 9, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.4.self_attn.o_proj.weight", 9, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.4.post_attention_layernorm.weight", 9, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.4.mlp.gate.weight", 9, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.4.mlp.experts.%d.gate_proj.weight", 10, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.4.mlp.experts.%d.up_proj.weight", 10, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.4.mlp.experts.%d.down_proj.weight", 10, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.5.input_layernorm.weight", 11, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.5.self_attn.q_proj.weight", 11, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.5.self_attn.k_proj.weight", 11, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.5.self_attn.v_proj.weight", 11, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.5.self_attn.o_proj.weight", 11, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.5.post_attention_layernorm.weight", 11, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.5.mlp.gate.weight", 11, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.5.mlp.experts.%d.gate_proj.weight", 12, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.5.mlp.experts.%d.up_proj.weight", 12, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.5.mlp.experts.%d.down_proj.weight", 12, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.6.input_layernorm.weight", 13, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.6.self_attn.q_proj.weight", 13, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.6.self_attn.k_proj.weight", 13, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.6.self_attn.v_proj.weight", 13, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.6.self_attn.o_proj.weight", 13, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.6.post_attention_layernorm.weight", 13, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.6.mlp.gate.weight", 13, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.6.mlp.experts.%d.gate_proj.weight", 14, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.6.mlp.experts.%d.up_proj.weight", 14, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.6.mlp.experts.%d.down_proj.weight", 14, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.7.input_layernorm.weight", 15, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.7.self_attn.q_proj.weight", 15, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.7.self_attn.k_proj.weight", 15, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.7.self_attn.v_proj.weight", 15, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.7.self_attn.o_proj.weight", 15, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.7.post_attention_layernorm.weight", 15, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.7.mlp.gate.weight", 15, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.7.mlp.experts.%d.gate_proj.weight", 16, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.7.mlp.experts.%d.up_proj.weight", 16, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.7.mlp.experts.%d.down_proj.weight", 16, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.8.input_layernorm.weight", 17, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.8.self_attn.q_proj.weight", 17, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.8.self_attn.k_proj.weight", 17, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.8.self_attn.v_proj.weight", 17, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.8.self_attn.o_proj.weight", 17, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.8.post_attention_layernorm.weight", 17, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.8.mlp.gate.weight", 17, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.8.mlp.experts.%d.gate_proj.weight", 18, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.8.mlp.experts.%d.up_proj.weight", 18, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.8.mlp.experts.%d.down_proj.weight", 18, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.9.input_layernorm.weight", 19, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.9.self_attn.q_proj.weight", 19, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.9.self_attn.k_proj.weight", 19, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.9.self_attn.v_proj.weight", 19, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.9.self_attn.o_proj.weight", 19, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.9.post_attention_layernorm.weight", 19, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.9.mlp.gate.weight", 19, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.9.mlp.experts.%d.gate_proj.weight", 20, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.9.mlp.experts.%d.up_proj.weight", 20, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.9.mlp.experts.%d.down_proj.weight", 20, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.10.input_layernorm.weight", 21, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.10.self_attn.q_proj.weight", 21, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.10.self_attn.k_proj.weight", 21, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.10.self_attn.v_proj.weight", 21, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.10.self_attn.o_proj.weight", 21, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.10.post_attention_layernorm.weight", 21, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.10.mlp.gate.weight", 21, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.10.mlp.experts.%d.gate_proj.weight", 22, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.10.mlp.experts.%d.up_proj.weight", 22, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.10.mlp.experts.%d.down_proj.weight", 22, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.11.input_layernorm.weight", 23, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.11.self_attn.q_proj.weight", 23, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.11.self_attn.k_proj.weight", 23, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.11.self_attn.v_proj.weight", 23, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.11.self_attn.o_proj.weight", 23, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.11.post_attention_layernorm.weight", 23, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.11.mlp.gate.weight", 23, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.11.mlp.experts.%d.gate_proj.weight", 24, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.11.mlp.experts.%d.up_proj.weight", 24, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.11.mlp.experts.%d.down_proj.weight", 24, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.12.input_layernorm.weight", 25, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.12.self_attn.q_proj.weight", 25, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.12.self_attn.k_proj.weight", 25, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.12.self_attn.v_proj.weight", 25, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.12.self_attn.o_proj.weight", 25, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.12.post_attention_layernorm.weight", 25, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.12.mlp.gate.weight", 25, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.12.mlp.experts.%d.gate_proj.weight", 26, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.12.mlp.experts.%d.up_proj.weight", 26, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.12.mlp.experts.%d.down_proj.weight", 26, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.13.input_layernorm.weight", 27, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.13.self_attn.q_proj.weight", 27, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.13.self_attn.k_proj.weight", 27, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.13.self_attn.v_proj.weight", 27, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.13.self_attn.o_proj.weight", 27, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.13.post_attention_layernorm.weight", 27, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.13.mlp.gate.weight", 27, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.13.mlp.experts.%d.gate_proj.weight", 28, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.13.mlp.experts.%d.up_proj.weight", 28, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.13.mlp.experts.%d.down_proj.weight", 28, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.14.input_layernorm.weight", 29, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.14.self_attn.q_proj.weight", 29, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.14.self_attn.k_proj.weight", 29, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.14.self_attn.v_proj.weight", 29, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.14.self_attn.o_proj.weight", 29, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.14.post_attention_layernorm.weight", 29, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.14.mlp.gate.weight", 29, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.14.mlp.experts.%d.gate_proj.weight", 30, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.14.mlp.experts.%d.up_proj.weight", 30, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.14.mlp.experts.%d.down_proj.weight", 30, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.15.input_layernorm.weight", 31, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.15.self_attn.q_proj.weight", 31, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.15.self_attn.k_proj.weight", 31, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.15.self_attn.v_proj.weight", 31, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.15.self_attn.o_proj.weight", 31, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.15.post_attention_layernorm.weight", 31, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.15.mlp.gate.weight", 31, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.15.mlp.experts.%d.gate_proj.weight", 32, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.15.mlp.experts.%d.up_proj.weight", 32, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.15.mlp.experts.%d.down_proj.weight", 32, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.16.input_layernorm.weight", 33, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.16.self_attn.q_proj.weight", 33, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.16.self_attn.k_proj.weight", 33, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.16.self_attn.v_proj.weight", 33, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.16.self_attn.o_proj.weight", 33, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.16.post_attention_layernorm.weight", 33, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.16.mlp.gate.weight", 33, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.16.mlp.experts.%d.gate_proj.weight", 34, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.16.mlp.experts.%d.up_proj.weight", 34, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.16.mlp.experts.%d.down_proj.weight", 34, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.17.input_layernorm.weight", 35, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.17.self_attn.q_proj.weight", 35, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.17.self_attn.k_proj.weight", 35, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.17.self_attn.v_proj.weight", 35, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.17.self_attn.o_proj.weight", 35, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.17.post_attention_layernorm.weight", 35, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.17.mlp.gate.weight", 35, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.17.mlp.experts.%d.gate_proj.weight", 36, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.17.mlp.experts.%d.up_proj.weight", 36, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.17.mlp.experts.%d.down_proj.weight", 36, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.18.input_layernorm.weight", 37, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.18.self_attn.q_proj.weight", 37, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.18.self_attn.k_proj.weight", 37, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.18.self_attn.v_proj.weight", 37, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.18.self_attn.o_proj.weight", 37, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.18.post_attention_layernorm.weight", 37, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.18.mlp.gate.weight", 37, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.18.mlp.experts.%d.gate_proj.weight", 38, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.18.mlp.experts.%d.up_proj.weight", 38, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.18.mlp.experts.%d.down_proj.weight", 38, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.19.input_layernorm.weight", 39, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.19.self_attn.q_proj.weight", 39, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.19.self_attn.k_proj.weight", 39, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.19.self_attn.v_proj.weight", 39, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.19.self_attn.o_proj.weight", 39, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.19.post_attention_layernorm.weight", 39, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.19.mlp.gate.weight", 39, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.19.mlp.experts.%d.gate_proj.weight", 40, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.19.mlp.experts.%d.up_proj.weight", 40, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.19.mlp.experts.%d.down_proj.weight", 40, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.20.input_layernorm.weight", 41, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.20.self_attn.q_proj.weight", 41, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.20.self_attn.k_proj.weight", 41, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.20.self_attn.v_proj.weight", 41, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.20.self_attn.o_proj.weight", 41, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.20.post_attention_layernorm.weight", 41, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.20.mlp.gate.weight", 41, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.20.mlp.experts.%d.gate_proj.weight", 42, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.20.mlp.experts.%d.up_proj.weight", 42, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.20.mlp.experts.%d.down_proj.weight", 42, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.21.input_layernorm.weight", 43, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.21.self_attn.q_proj.weight", 43, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.21.self_attn.k_proj.weight", 43, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.21.self_attn.v_proj.weight", 43, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.21.self_attn.o_proj.weight", 43, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.21.post_attention_layernorm.weight", 43, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.21.mlp.gate.weight", 43, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.21.mlp.experts.%d.gate_proj.weight", 44, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.21.mlp.experts.%d.up_proj.weight", 44, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.21.mlp.experts.%d.down_proj.weight", 44, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.22.input_layernorm.weight", 45, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.22.self_attn.q_proj.weight", 45, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.22.self_attn.k_proj.weight", 45, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.22.self_attn.v_proj.weight", 45, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.22.self_attn.o_proj.weight", 45, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.22.post_attention_layernorm.weight", 45, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.22.mlp.gate.weight", 45, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.22.mlp.experts.%d.gate_proj.weight", 46, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.22.mlp.experts.%d.up_proj.weight", 46, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.22.mlp.experts.%d.down_proj.weight", 46, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.23.input_layernorm.weight", 47, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.23.self_attn.q_proj.weight", 47, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.23.self_attn.k_proj.weight", 47, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.23.self_attn.v_proj.weight", 47, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.23.self_attn.o_proj.weight", 47, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.23.post_attention_layernorm.weight", 47, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.23.mlp.gate.weight", 47, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.23.mlp.experts.%d.gate_proj.weight", 48, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.23.mlp.experts.%d.up_proj.weight", 48, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.23.mlp.experts.%d.down_proj.weight", 48, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.24.input_layernorm.weight", 49, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.24.self_attn.q_proj.weight", 49, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.24.self_attn.k_proj.weight", 49, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.24.self_attn.v_proj.weight", 49, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.24.self_attn.o_proj.weight", 49, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.24.post_attention_layernorm.weight", 49, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.24.mlp.gate.weight", 49, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.24.mlp.experts.%d.gate_proj.weight", 50, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.24.mlp.experts.%d.up_proj.weight", 50, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.24.mlp.experts.%d.down_proj.weight", 50, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.25.input_layernorm.weight", 51, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.25.self_attn.q_proj.weight", 51, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.25.self_attn.k_proj.weight", 51, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.25.self_attn.v_proj.weight", 51, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.25.self_attn.o_proj.weight", 51, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.25.post_attention_layernorm.weight", 51, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.25.mlp.gate.weight", 51, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.25.mlp.experts.%d.gate_proj.weight", 52, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.25.mlp.experts.%d.up_proj.weight", 52, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.25.mlp.experts.%d.down_proj.weight", 52, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.26.input_layernorm.weight", 53, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.26.self_attn.q_proj.weight", 53, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.26.self_attn.k_proj.weight", 53, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.26.self_attn.v_proj.weight", 53, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.26.self_attn.o_proj.weight", 53, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.26.post_attention_layernorm.weight", 53, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.26.mlp.gate.weight", 53, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.26.mlp.experts.%d.gate_proj.weight", 54, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.26.mlp.experts.%d.up_proj.weight", 54, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.26.mlp.experts.%d.down_proj.weight", 54, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.27.input_layernorm.weight", 55, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.27.self_attn.q_proj.weight", 55, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.27.self_attn.k_proj.weight", 55, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.27.self_attn.v_proj.weight", 55, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.27.self_attn.o_proj.weight", 55, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.27.post_attention_layernorm.weight", 55, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.27.mlp.gate.weight", 55, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.27.mlp.experts.%d.gate_proj.weight", 56, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.27.mlp.experts.%d.up_proj.weight", 56, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.27.mlp.experts.%d.down_proj.weight", 56, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.28.input_layernorm.weight", 57, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.28.self_attn.q_proj.weight", 57, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.28.self_attn.k_proj.weight", 57, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.28.self_attn.v_proj.weight", 57, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.28.self_attn.o_proj.weight", 57, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.28.post_attention_layernorm.weight", 57, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.28.mlp.gate.weight", 57, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.28.mlp.experts.%d.gate_proj.weight", 58, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.28.mlp.experts.%d.up_proj.weight", 58, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.28.mlp.experts.%d.down_proj.weight", 58, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.29.input_layernorm.weight", 59, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.29.self_attn.q_proj.weight", 59, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.29.self_attn.k_proj.weight", 59, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.29.self_attn.v_proj.weight", 59, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.29.self_attn.o_proj.weight", 59, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.29.post_attention_layernorm.weight", 59, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.29.mlp.gate.weight", 59, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.29.mlp.experts.%d.gate_proj.weight", 60, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.29.mlp.experts.%d.up_proj.weight", 60, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.29.mlp.experts.%d.down_proj.weight", 60, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.30.input_layernorm.weight", 61, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.30.self_attn.q_proj.weight", 61, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.30.self_attn.k_proj.weight", 61, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.30.self_attn.v_proj.weight", 61, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.30.self_attn.o_proj.weight", 61, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.30.post_attention_layernorm.weight", 61, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.30.mlp.gate.weight", 61, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.30.mlp.experts.%d.gate_proj.weight", 62, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.30.mlp.experts.%d.up_proj.weight", 62, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.30.mlp.experts.%d.down_proj.weight", 62, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.layers.31.input_layernorm.weight", 63, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.31.self_attn.q_proj.weight", 63, 4096, 16777216, 0, 4096, 4096, 0.02, false, true},
-    {"model.layers.31.self_attn.k_proj.weight", 63, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.31.self_attn.v_proj.weight", 63, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true},
-    {"model.layers.31.self_attn.o_proj.weight", 63, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true},
-    {"model.layers.31.post_attention_layernorm.weight", 63, 41947136, 4096, 0, 4096, 1, 0, true, false},
-    {"model.layers.31.mlp.gate.weight", 63, 41951232, 32768, 0, 8, 4096, 0.02, false, true},
-    {"model.layers.31.mlp.experts.%d.gate_proj.weight", 64, 0, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.31.mlp.experts.%d.up_proj.weight", 64, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true},
-    {"model.layers.31.mlp.experts.%d.down_proj.weight", 64, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true},
-    {"model.norm.weight", 65, 0, 4096, 0, 4096, 1, 0, true, false},
-    {"lm_head.weight", 65, 4096, 131072000, 0, 32000, 4096, 0.02, false, true},
+    {"model.embed_tokens.weight", 0, 0, 131072000, 0, 32000, 4096, 0.02, false, true, false, 0},
+    {"model.layers.0.input_layernorm.weight", 1, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.0.self_attn.q_proj.weight", 1, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.0.self_attn.k_proj.weight", 1, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.0.self_attn.v_proj.weight", 1, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.0.self_attn.o_proj.weight", 1, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.0.post_attention_layernorm.weight", 1, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.0.mlp.gate.weight", 1, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.0.mlp.experts.%d.gate_proj.weight", 2, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.0.mlp.experts.%d.up_proj.weight", 2, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.0.mlp.experts.%d.down_proj.weight", 2, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.1.input_layernorm.weight", 3, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.1.self_attn.q_proj.weight", 3, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.1.self_attn.k_proj.weight", 3, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.1.self_attn.v_proj.weight", 3, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.1.self_attn.o_proj.weight", 3, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.1.post_attention_layernorm.weight", 3, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.1.mlp.gate.weight", 3, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.1.mlp.experts.%d.gate_proj.weight", 4, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.1.mlp.experts.%d.up_proj.weight", 4, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.1.mlp.experts.%d.down_proj.weight", 4, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.2.input_layernorm.weight", 5, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.2.self_attn.q_proj.weight", 5, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.2.self_attn.k_proj.weight", 5, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.2.self_attn.v_proj.weight", 5, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.2.self_attn.o_proj.weight", 5, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.2.post_attention_layernorm.weight", 5, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.2.mlp.gate.weight", 5, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.2.mlp.experts.%d.gate_proj.weight", 6, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.2.mlp.experts.%d.up_proj.weight", 6, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.2.mlp.experts.%d.down_proj.weight", 6, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.3.input_layernorm.weight", 7, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.3.self_attn.q_proj.weight", 7, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.3.self_attn.k_proj.weight", 7, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.3.self_attn.v_proj.weight", 7, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.3.self_attn.o_proj.weight", 7, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.3.post_attention_layernorm.weight", 7, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.3.mlp.gate.weight", 7, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.3.mlp.experts.%d.gate_proj.weight", 8, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.3.mlp.experts.%d.up_proj.weight", 8, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.3.mlp.experts.%d.down_proj.weight", 8, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.4.input_layernorm.weight", 9, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.4.self_attn.q_proj.weight", 9, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.4.self_attn.k_proj.weight", 9, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.4.self_attn.v_proj.weight", 9, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.4.self_attn.o_proj.weight", 9, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.4.post_attention_layernorm.weight", 9, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.4.mlp.gate.weight", 9, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.4.mlp.experts.%d.gate_proj.weight", 10, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.4.mlp.experts.%d.up_proj.weight", 10, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.4.mlp.experts.%d.down_proj.weight", 10, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.5.input_layernorm.weight", 11, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.5.self_attn.q_proj.weight", 11, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.5.self_attn.k_proj.weight", 11, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.5.self_attn.v_proj.weight", 11, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.5.self_attn.o_proj.weight", 11, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.5.post_attention_layernorm.weight", 11, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.5.mlp.gate.weight", 11, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.5.mlp.experts.%d.gate_proj.weight", 12, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.5.mlp.experts.%d.up_proj.weight", 12, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.5.mlp.experts.%d.down_proj.weight", 12, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.6.input_layernorm.weight", 13, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.6.self_attn.q_proj.weight", 13, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.6.self_attn.k_proj.weight", 13, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.6.self_attn.v_proj.weight", 13, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.6.self_attn.o_proj.weight", 13, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.6.post_attention_layernorm.weight", 13, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.6.mlp.gate.weight", 13, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.6.mlp.experts.%d.gate_proj.weight", 14, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.6.mlp.experts.%d.up_proj.weight", 14, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.6.mlp.experts.%d.down_proj.weight", 14, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.7.input_layernorm.weight", 15, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.7.self_attn.q_proj.weight", 15, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.7.self_attn.k_proj.weight", 15, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.7.self_attn.v_proj.weight", 15, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.7.self_attn.o_proj.weight", 15, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.7.post_attention_layernorm.weight", 15, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.7.mlp.gate.weight", 15, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.7.mlp.experts.%d.gate_proj.weight", 16, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.7.mlp.experts.%d.up_proj.weight", 16, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.7.mlp.experts.%d.down_proj.weight", 16, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.8.input_layernorm.weight", 17, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.8.self_attn.q_proj.weight", 17, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.8.self_attn.k_proj.weight", 17, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.8.self_attn.v_proj.weight", 17, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.8.self_attn.o_proj.weight", 17, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.8.post_attention_layernorm.weight", 17, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.8.mlp.gate.weight", 17, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.8.mlp.experts.%d.gate_proj.weight", 18, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.8.mlp.experts.%d.up_proj.weight", 18, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.8.mlp.experts.%d.down_proj.weight", 18, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.9.input_layernorm.weight", 19, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.9.self_attn.q_proj.weight", 19, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.9.self_attn.k_proj.weight", 19, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.9.self_attn.v_proj.weight", 19, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.9.self_attn.o_proj.weight", 19, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.9.post_attention_layernorm.weight", 19, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.9.mlp.gate.weight", 19, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.9.mlp.experts.%d.gate_proj.weight", 20, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.9.mlp.experts.%d.up_proj.weight", 20, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.9.mlp.experts.%d.down_proj.weight", 20, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.10.input_layernorm.weight", 21, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.10.self_attn.q_proj.weight", 21, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.10.self_attn.k_proj.weight", 21, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.10.self_attn.v_proj.weight", 21, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.10.self_attn.o_proj.weight", 21, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.10.post_attention_layernorm.weight", 21, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.10.mlp.gate.weight", 21, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.10.mlp.experts.%d.gate_proj.weight", 22, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.10.mlp.experts.%d.up_proj.weight", 22, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.10.mlp.experts.%d.down_proj.weight", 22, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.11.input_layernorm.weight", 23, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.11.self_attn.q_proj.weight", 23, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.11.self_attn.k_proj.weight", 23, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.11.self_attn.v_proj.weight", 23, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.11.self_attn.o_proj.weight", 23, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.11.post_attention_layernorm.weight", 23, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.11.mlp.gate.weight", 23, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.11.mlp.experts.%d.gate_proj.weight", 24, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.11.mlp.experts.%d.up_proj.weight", 24, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.11.mlp.experts.%d.down_proj.weight", 24, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.12.input_layernorm.weight", 25, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.12.self_attn.q_proj.weight", 25, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.12.self_attn.k_proj.weight", 25, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.12.self_attn.v_proj.weight", 25, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.12.self_attn.o_proj.weight", 25, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.12.post_attention_layernorm.weight", 25, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.12.mlp.gate.weight", 25, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.12.mlp.experts.%d.gate_proj.weight", 26, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.12.mlp.experts.%d.up_proj.weight", 26, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.12.mlp.experts.%d.down_proj.weight", 26, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.13.input_layernorm.weight", 27, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.13.self_attn.q_proj.weight", 27, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.13.self_attn.k_proj.weight", 27, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.13.self_attn.v_proj.weight", 27, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.13.self_attn.o_proj.weight", 27, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.13.post_attention_layernorm.weight", 27, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.13.mlp.gate.weight", 27, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.13.mlp.experts.%d.gate_proj.weight", 28, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.13.mlp.experts.%d.up_proj.weight", 28, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.13.mlp.experts.%d.down_proj.weight", 28, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.14.input_layernorm.weight", 29, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.14.self_attn.q_proj.weight", 29, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.14.self_attn.k_proj.weight", 29, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.14.self_attn.v_proj.weight", 29, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.14.self_attn.o_proj.weight", 29, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.14.post_attention_layernorm.weight", 29, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.14.mlp.gate.weight", 29, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.14.mlp.experts.%d.gate_proj.weight", 30, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.14.mlp.experts.%d.up_proj.weight", 30, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.14.mlp.experts.%d.down_proj.weight", 30, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.15.input_layernorm.weight", 31, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.15.self_attn.q_proj.weight", 31, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.15.self_attn.k_proj.weight", 31, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.15.self_attn.v_proj.weight", 31, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.15.self_attn.o_proj.weight", 31, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.15.post_attention_layernorm.weight", 31, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.15.mlp.gate.weight", 31, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.15.mlp.experts.%d.gate_proj.weight", 32, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.15.mlp.experts.%d.up_proj.weight", 32, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.15.mlp.experts.%d.down_proj.weight", 32, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.16.input_layernorm.weight", 33, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.16.self_attn.q_proj.weight", 33, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.16.self_attn.k_proj.weight", 33, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.16.self_attn.v_proj.weight", 33, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.16.self_attn.o_proj.weight", 33, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.16.post_attention_layernorm.weight", 33, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.16.mlp.gate.weight", 33, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.16.mlp.experts.%d.gate_proj.weight", 34, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.16.mlp.experts.%d.up_proj.weight", 34, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.16.mlp.experts.%d.down_proj.weight", 34, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.17.input_layernorm.weight", 35, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.17.self_attn.q_proj.weight", 35, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.17.self_attn.k_proj.weight", 35, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.17.self_attn.v_proj.weight", 35, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.17.self_attn.o_proj.weight", 35, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.17.post_attention_layernorm.weight", 35, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.17.mlp.gate.weight", 35, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.17.mlp.experts.%d.gate_proj.weight", 36, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.17.mlp.experts.%d.up_proj.weight", 36, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.17.mlp.experts.%d.down_proj.weight", 36, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.18.input_layernorm.weight", 37, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.18.self_attn.q_proj.weight", 37, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.18.self_attn.k_proj.weight", 37, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.18.self_attn.v_proj.weight", 37, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.18.self_attn.o_proj.weight", 37, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.18.post_attention_layernorm.weight", 37, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.18.mlp.gate.weight", 37, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.18.mlp.experts.%d.gate_proj.weight", 38, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.18.mlp.experts.%d.up_proj.weight", 38, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.18.mlp.experts.%d.down_proj.weight", 38, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.19.input_layernorm.weight", 39, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.19.self_attn.q_proj.weight", 39, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.19.self_attn.k_proj.weight", 39, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.19.self_attn.v_proj.weight", 39, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.19.self_attn.o_proj.weight", 39, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.19.post_attention_layernorm.weight", 39, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.19.mlp.gate.weight", 39, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.19.mlp.experts.%d.gate_proj.weight", 40, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.19.mlp.experts.%d.up_proj.weight", 40, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.19.mlp.experts.%d.down_proj.weight", 40, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.20.input_layernorm.weight", 41, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.20.self_attn.q_proj.weight", 41, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.20.self_attn.k_proj.weight", 41, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.20.self_attn.v_proj.weight", 41, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.20.self_attn.o_proj.weight", 41, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.20.post_attention_layernorm.weight", 41, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.20.mlp.gate.weight", 41, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.20.mlp.experts.%d.gate_proj.weight", 42, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.20.mlp.experts.%d.up_proj.weight", 42, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.20.mlp.experts.%d.down_proj.weight", 42, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.21.input_layernorm.weight", 43, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.21.self_attn.q_proj.weight", 43, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.21.self_attn.k_proj.weight", 43, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.21.self_attn.v_proj.weight", 43, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.21.self_attn.o_proj.weight", 43, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.21.post_attention_layernorm.weight", 43, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.21.mlp.gate.weight", 43, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.21.mlp.experts.%d.gate_proj.weight", 44, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.21.mlp.experts.%d.up_proj.weight", 44, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.21.mlp.experts.%d.down_proj.weight", 44, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.22.input_layernorm.weight", 45, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.22.self_attn.q_proj.weight", 45, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.22.self_attn.k_proj.weight", 45, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.22.self_attn.v_proj.weight", 45, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.22.self_attn.o_proj.weight", 45, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.22.post_attention_layernorm.weight", 45, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.22.mlp.gate.weight", 45, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.22.mlp.experts.%d.gate_proj.weight", 46, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.22.mlp.experts.%d.up_proj.weight", 46, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.22.mlp.experts.%d.down_proj.weight", 46, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.23.input_layernorm.weight", 47, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.23.self_attn.q_proj.weight", 47, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.23.self_attn.k_proj.weight", 47, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.23.self_attn.v_proj.weight", 47, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.23.self_attn.o_proj.weight", 47, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.23.post_attention_layernorm.weight", 47, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.23.mlp.gate.weight", 47, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.23.mlp.experts.%d.gate_proj.weight", 48, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.23.mlp.experts.%d.up_proj.weight", 48, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.23.mlp.experts.%d.down_proj.weight", 48, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.24.input_layernorm.weight", 49, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.24.self_attn.q_proj.weight", 49, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.24.self_attn.k_proj.weight", 49, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.24.self_attn.v_proj.weight", 49, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.24.self_attn.o_proj.weight", 49, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.24.post_attention_layernorm.weight", 49, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.24.mlp.gate.weight", 49, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.24.mlp.experts.%d.gate_proj.weight", 50, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.24.mlp.experts.%d.up_proj.weight", 50, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.24.mlp.experts.%d.down_proj.weight", 50, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.25.input_layernorm.weight", 51, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.25.self_attn.q_proj.weight", 51, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.25.self_attn.k_proj.weight", 51, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.25.self_attn.v_proj.weight", 51, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.25.self_attn.o_proj.weight", 51, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.25.post_attention_layernorm.weight", 51, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.25.mlp.gate.weight", 51, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.25.mlp.experts.%d.gate_proj.weight", 52, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.25.mlp.experts.%d.up_proj.weight", 52, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.25.mlp.experts.%d.down_proj.weight", 52, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.26.input_layernorm.weight", 53, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.26.self_attn.q_proj.weight", 53, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.26.self_attn.k_proj.weight", 53, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.26.self_attn.v_proj.weight", 53, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.26.self_attn.o_proj.weight", 53, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.26.post_attention_layernorm.weight", 53, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.26.mlp.gate.weight", 53, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.26.mlp.experts.%d.gate_proj.weight", 54, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.26.mlp.experts.%d.up_proj.weight", 54, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.26.mlp.experts.%d.down_proj.weight", 54, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.27.input_layernorm.weight", 55, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.27.self_attn.q_proj.weight", 55, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.27.self_attn.k_proj.weight", 55, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.27.self_attn.v_proj.weight", 55, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.27.self_attn.o_proj.weight", 55, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.27.post_attention_layernorm.weight", 55, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.27.mlp.gate.weight", 55, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.27.mlp.experts.%d.gate_proj.weight", 56, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.27.mlp.experts.%d.up_proj.weight", 56, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.27.mlp.experts.%d.down_proj.weight", 56, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.28.input_layernorm.weight", 57, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.28.self_attn.q_proj.weight", 57, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.28.self_attn.k_proj.weight", 57, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.28.self_attn.v_proj.weight", 57, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.28.self_attn.o_proj.weight", 57, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.28.post_attention_layernorm.weight", 57, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.28.mlp.gate.weight", 57, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.28.mlp.experts.%d.gate_proj.weight", 58, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.28.mlp.experts.%d.up_proj.weight", 58, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.28.mlp.experts.%d.down_proj.weight", 58, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.29.input_layernorm.weight", 59, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.29.self_attn.q_proj.weight", 59, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.29.self_attn.k_proj.weight", 59, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.29.self_attn.v_proj.weight", 59, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.29.self_attn.o_proj.weight", 59, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.29.post_attention_layernorm.weight", 59, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.29.mlp.gate.weight", 59, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.29.mlp.experts.%d.gate_proj.weight", 60, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.29.mlp.experts.%d.up_proj.weight", 60, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.29.mlp.experts.%d.down_proj.weight", 60, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.30.input_layernorm.weight", 61, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.30.self_attn.q_proj.weight", 61, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.30.self_attn.k_proj.weight", 61, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.30.self_attn.v_proj.weight", 61, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.30.self_attn.o_proj.weight", 61, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.30.post_attention_layernorm.weight", 61, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.30.mlp.gate.weight", 61, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.30.mlp.experts.%d.gate_proj.weight", 62, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.30.mlp.experts.%d.up_proj.weight", 62, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.30.mlp.experts.%d.down_proj.weight", 62, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.layers.31.input_layernorm.weight", 63, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.31.self_attn.q_proj.weight", 63, 4096, 16777216, 0, 4096, 4096, 0.02, false, true, false, 0},
+    {"model.layers.31.self_attn.k_proj.weight", 63, 16781312, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.31.self_attn.v_proj.weight", 63, 20975616, 4194304, 0, 1024, 4096, 0.02, false, true, false, 0},
+    {"model.layers.31.self_attn.o_proj.weight", 63, 25169920, 16777216, 0, 4096, 4096, 0.0025, false, true, false, 0},
+    {"model.layers.31.post_attention_layernorm.weight", 63, 41947136, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"model.layers.31.mlp.gate.weight", 63, 41951232, 32768, 0, 8, 4096, 0.02, false, true, false, 0},
+    {"model.layers.31.mlp.experts.%d.gate_proj.weight", 64, 0, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.31.mlp.experts.%d.up_proj.weight", 64, 117440512, 58720256, 2, 14336, 4096, 0.02, false, true, false, 0},
+    {"model.layers.31.mlp.experts.%d.down_proj.weight", 64, 234881024, 58720256, 2, 4096, 14336, 0.0025, false, true, false, 0},
+    {"model.norm.weight", 65, 0, 4096, 0, 4096, 1, 0, true, false, false, 0},
+    {"lm_head.weight", 65, 4096, 131072000, 0, 32000, 4096, 0.02, false, true, false, 0},
 };
 
 /* layer 0 (MoE), forward: X0 -> X1. With recompute, the backward re-runs it from the
@@ -2994,7 +2996,7 @@ void step_backward(RtCtx *c) {
   rt_lm_head_ce_backward(R(DLN), DW(4096), R(LNF), W(4096), I(TARGETS), R(LSEF), 32768, 4096, 32000, 4096, R(CE), c->dloss);
   rt_zero(R(DX_A), 134217728);
   rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X32), W(0), R(RSTDF), 32768, 4096);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096128); /* head */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096128, (uint16_t *)R(RS_WIRE)); /* head, bf16 on the wire */
   rt_accumulate(R(HEAD_GRAD), R(RS_OUT), 4096128);
   /* layer 31 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L31_DENSE_MASTER), 1312000); /* layer 31 dense: 32 ranks x 1312000 */
@@ -3003,9 +3005,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer31_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 31 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 31 dense, bf16 on the wire */
   rt_accumulate(R(L31_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 31 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 31 experts, bf16 on the wire */
   rt_accumulate(R(L31_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 30 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L30_DENSE_MASTER), 1312000); /* layer 30 dense: 32 ranks x 1312000 */
@@ -3014,9 +3016,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer30_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 30 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 30 dense, bf16 on the wire */
   rt_accumulate(R(L30_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 30 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 30 experts, bf16 on the wire */
   rt_accumulate(R(L30_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 29 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L29_DENSE_MASTER), 1312000); /* layer 29 dense: 32 ranks x 1312000 */
@@ -3025,9 +3027,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer29_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 29 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 29 dense, bf16 on the wire */
   rt_accumulate(R(L29_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 29 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 29 experts, bf16 on the wire */
   rt_accumulate(R(L29_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 28 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L28_DENSE_MASTER), 1312000); /* layer 28 dense: 32 ranks x 1312000 */
@@ -3036,9 +3038,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer28_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 28 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 28 dense, bf16 on the wire */
   rt_accumulate(R(L28_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 28 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 28 experts, bf16 on the wire */
   rt_accumulate(R(L28_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 27 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L27_DENSE_MASTER), 1312000); /* layer 27 dense: 32 ranks x 1312000 */
@@ -3047,9 +3049,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer27_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 27 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 27 dense, bf16 on the wire */
   rt_accumulate(R(L27_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 27 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 27 experts, bf16 on the wire */
   rt_accumulate(R(L27_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 26 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L26_DENSE_MASTER), 1312000); /* layer 26 dense: 32 ranks x 1312000 */
@@ -3058,9 +3060,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer26_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 26 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 26 dense, bf16 on the wire */
   rt_accumulate(R(L26_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 26 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 26 experts, bf16 on the wire */
   rt_accumulate(R(L26_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 25 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L25_DENSE_MASTER), 1312000); /* layer 25 dense: 32 ranks x 1312000 */
@@ -3069,9 +3071,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer25_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 25 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 25 dense, bf16 on the wire */
   rt_accumulate(R(L25_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 25 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 25 experts, bf16 on the wire */
   rt_accumulate(R(L25_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 24 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L24_DENSE_MASTER), 1312000); /* layer 24 dense: 32 ranks x 1312000 */
@@ -3080,9 +3082,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer24_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 24 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 24 dense, bf16 on the wire */
   rt_accumulate(R(L24_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 24 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 24 experts, bf16 on the wire */
   rt_accumulate(R(L24_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 23 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L23_DENSE_MASTER), 1312000); /* layer 23 dense: 32 ranks x 1312000 */
@@ -3091,9 +3093,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer23_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 23 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 23 dense, bf16 on the wire */
   rt_accumulate(R(L23_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 23 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 23 experts, bf16 on the wire */
   rt_accumulate(R(L23_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 22 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L22_DENSE_MASTER), 1312000); /* layer 22 dense: 32 ranks x 1312000 */
@@ -3102,9 +3104,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer22_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 22 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 22 dense, bf16 on the wire */
   rt_accumulate(R(L22_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 22 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 22 experts, bf16 on the wire */
   rt_accumulate(R(L22_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 21 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L21_DENSE_MASTER), 1312000); /* layer 21 dense: 32 ranks x 1312000 */
@@ -3113,9 +3115,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer21_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 21 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 21 dense, bf16 on the wire */
   rt_accumulate(R(L21_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 21 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 21 experts, bf16 on the wire */
   rt_accumulate(R(L21_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 20 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L20_DENSE_MASTER), 1312000); /* layer 20 dense: 32 ranks x 1312000 */
@@ -3124,9 +3126,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer20_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 20 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 20 dense, bf16 on the wire */
   rt_accumulate(R(L20_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 20 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 20 experts, bf16 on the wire */
   rt_accumulate(R(L20_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 19 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L19_DENSE_MASTER), 1312000); /* layer 19 dense: 32 ranks x 1312000 */
@@ -3135,9 +3137,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer19_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 19 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 19 dense, bf16 on the wire */
   rt_accumulate(R(L19_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 19 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 19 experts, bf16 on the wire */
   rt_accumulate(R(L19_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 18 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L18_DENSE_MASTER), 1312000); /* layer 18 dense: 32 ranks x 1312000 */
@@ -3146,9 +3148,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer18_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 18 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 18 dense, bf16 on the wire */
   rt_accumulate(R(L18_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 18 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 18 experts, bf16 on the wire */
   rt_accumulate(R(L18_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 17 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L17_DENSE_MASTER), 1312000); /* layer 17 dense: 32 ranks x 1312000 */
@@ -3157,9 +3159,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer17_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 17 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 17 dense, bf16 on the wire */
   rt_accumulate(R(L17_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 17 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 17 experts, bf16 on the wire */
   rt_accumulate(R(L17_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 16 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L16_DENSE_MASTER), 1312000); /* layer 16 dense: 32 ranks x 1312000 */
@@ -3168,9 +3170,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer16_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 16 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 16 dense, bf16 on the wire */
   rt_accumulate(R(L16_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 16 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 16 experts, bf16 on the wire */
   rt_accumulate(R(L16_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 15 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L15_DENSE_MASTER), 1312000); /* layer 15 dense: 32 ranks x 1312000 */
@@ -3179,9 +3181,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer15_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 15 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 15 dense, bf16 on the wire */
   rt_accumulate(R(L15_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 15 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 15 experts, bf16 on the wire */
   rt_accumulate(R(L15_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 14 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L14_DENSE_MASTER), 1312000); /* layer 14 dense: 32 ranks x 1312000 */
@@ -3190,9 +3192,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer14_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 14 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 14 dense, bf16 on the wire */
   rt_accumulate(R(L14_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 14 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 14 experts, bf16 on the wire */
   rt_accumulate(R(L14_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 13 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L13_DENSE_MASTER), 1312000); /* layer 13 dense: 32 ranks x 1312000 */
@@ -3201,9 +3203,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer13_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 13 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 13 dense, bf16 on the wire */
   rt_accumulate(R(L13_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 13 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 13 experts, bf16 on the wire */
   rt_accumulate(R(L13_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 12 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L12_DENSE_MASTER), 1312000); /* layer 12 dense: 32 ranks x 1312000 */
@@ -3212,9 +3214,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer12_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 12 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 12 dense, bf16 on the wire */
   rt_accumulate(R(L12_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 12 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 12 experts, bf16 on the wire */
   rt_accumulate(R(L12_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 11 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L11_DENSE_MASTER), 1312000); /* layer 11 dense: 32 ranks x 1312000 */
@@ -3223,9 +3225,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer11_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 11 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 11 dense, bf16 on the wire */
   rt_accumulate(R(L11_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 11 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 11 experts, bf16 on the wire */
   rt_accumulate(R(L11_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 10 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L10_DENSE_MASTER), 1312000); /* layer 10 dense: 32 ranks x 1312000 */
@@ -3234,9 +3236,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer10_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 10 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 10 dense, bf16 on the wire */
   rt_accumulate(R(L10_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 10 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 10 experts, bf16 on the wire */
   rt_accumulate(R(L10_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 9 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L9_DENSE_MASTER), 1312000); /* layer 9 dense: 32 ranks x 1312000 */
@@ -3245,9 +3247,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer9_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 9 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 9 dense, bf16 on the wire */
   rt_accumulate(R(L9_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 9 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 9 experts, bf16 on the wire */
   rt_accumulate(R(L9_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 8 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L8_DENSE_MASTER), 1312000); /* layer 8 dense: 32 ranks x 1312000 */
@@ -3256,9 +3258,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer8_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 8 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 8 dense, bf16 on the wire */
   rt_accumulate(R(L8_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 8 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 8 experts, bf16 on the wire */
   rt_accumulate(R(L8_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 7 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L7_DENSE_MASTER), 1312000); /* layer 7 dense: 32 ranks x 1312000 */
@@ -3267,9 +3269,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer7_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 7 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 7 dense, bf16 on the wire */
   rt_accumulate(R(L7_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 7 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 7 experts, bf16 on the wire */
   rt_accumulate(R(L7_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 6 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L6_DENSE_MASTER), 1312000); /* layer 6 dense: 32 ranks x 1312000 */
@@ -3278,9 +3280,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer6_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 6 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 6 dense, bf16 on the wire */
   rt_accumulate(R(L6_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 6 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 6 experts, bf16 on the wire */
   rt_accumulate(R(L6_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 5 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L5_DENSE_MASTER), 1312000); /* layer 5 dense: 32 ranks x 1312000 */
@@ -3289,9 +3291,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer5_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 5 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 5 dense, bf16 on the wire */
   rt_accumulate(R(L5_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 5 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 5 experts, bf16 on the wire */
   rt_accumulate(R(L5_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 4 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L4_DENSE_MASTER), 1312000); /* layer 4 dense: 32 ranks x 1312000 */
@@ -3300,9 +3302,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer4_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 4 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 4 dense, bf16 on the wire */
   rt_accumulate(R(L4_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 4 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 4 experts, bf16 on the wire */
   rt_accumulate(R(L4_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 3 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L3_DENSE_MASTER), 1312000); /* layer 3 dense: 32 ranks x 1312000 */
@@ -3311,9 +3313,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer3_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 3 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 3 dense, bf16 on the wire */
   rt_accumulate(R(L3_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 3 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 3 experts, bf16 on the wire */
   rt_accumulate(R(L3_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 2 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L2_DENSE_MASTER), 1312000); /* layer 2 dense: 32 ranks x 1312000 */
@@ -3322,9 +3324,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer2_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 2 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 2 dense, bf16 on the wire */
   rt_accumulate(R(L2_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 2 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 2 experts, bf16 on the wire */
   rt_accumulate(R(L2_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 1 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L1_DENSE_MASTER), 1312000); /* layer 1 dense: 32 ranks x 1312000 */
@@ -3333,9 +3335,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer1_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 1 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 1 dense, bf16 on the wire */
   rt_accumulate(R(L1_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 1 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 1 experts, bf16 on the wire */
   rt_accumulate(R(L1_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 0 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L0_DENSE_MASTER), 1312000); /* layer 0 dense: 32 ranks x 1312000 */
@@ -3344,18 +3346,18 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
   layer0_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000); /* layer 0 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 0 dense, bf16 on the wire */
   rt_accumulate(R(L0_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192); /* layer 0 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 0 experts, bf16 on the wire */
   rt_accumulate(R(L0_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* embedding */
   rt_zero(R(GRAD_DENSE), 131072000);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 32768, 4096);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096000); /* embedding */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096000, (uint16_t *)R(RS_WIRE)); /* embedding, bf16 on the wire */
   rt_accumulate(R(EMBED_GRAD), R(RS_OUT), 4096000);
 }
 
-/* After the optimizer step: nothing to do for this model */
-void step_end(RtCtx *c) {
-  (void)c;
+/* After the optimizer step (apply: false when the step was skipped): nothing to do for this model */
+void step_end(RtCtx *c, bool apply) {
+  (void)c, (void)apply;
 }

@@ -66,127 +66,128 @@
 #define GATHERED_EXPERTS            7911168 /*     786432: this EP rank's experts of one layer, all-gathered */
 #define GRAD_EXPERTS                8697600 /*     786432: their gradient before the reduce-scatter */
 #define RS_OUT                      9484032 /*     393216: a reduce-scatter's result, before it is added to the shard's gradient */
-#define X0                          9877248 /*      65536: boundary: input of layer 0 (residual stream) */
-#define X1                          9942784 /*      65536: boundary: input of layer 1 (residual stream) */
-#define X2                         10008320 /*      65536: boundary: input of layer 2 (residual stream) */
-#define X3                         10073856 /*      65536: boundary: input of layer 3 (residual stream) */
-#define X4                         10139392 /*      65536: output of the last layer */
-#define L0_LN1                     10204928 /*      65536: attention norm output */
-#define L0_RSTD1                   10270464 /*        512: its 1/rms per token */
-#define L0_Q                       10270976 /*      65536: queries (rotated) */
-#define L0_K                       10336512 /*      32768: keys (rotated) */
-#define L0_V                       10369280 /*      32768: values */
-#define L0_ATT                     10402048 /*      65536: attention output */
-#define L0_LSE                     10467584 /*       2048: attention log-sum-exp per head and query */
-#define L0_RES                     10469632 /*      65536: residual stream after attention */
-#define L0_LN2                     10535168 /*      65536: mlp norm output */
-#define L0_RSTD2                   10600704 /*        512: its 1/rms per token */
-#define L0_LOGITS                  10601216 /*       4096: router logits */
-#define L0_IDX                     10605312 /*       1024: selected experts (int32) */
-#define L0_WTS                     10606336 /*       1024: their weights */
-#define L0_POS                     10607360 /*       1024: row of each assignment in expert order (int32) */
-#define L0_OFFSETS                 10608384 /*          9: first row of each expert (int32) */
-#define L0_XP                      10608400 /*     131072: token copies in expert order */
-#define L0_YP                      10739472 /*     131072: expert outputs in that order */
-#define L0_EG                      10870544 /*     262144: routed experts' gate */
-#define L0_EU                      11132688 /*     262144: routed experts' up */
-#define L0_EH                      11394832 /*     262144: routed experts' activation */
-#define L0_SG                      11656976 /*     131072: shared experts' gate */
-#define L0_SU                      11788048 /*     131072: shared experts' up */
-#define L0_SH                      11919120 /*     131072: shared experts' activation */
-#define L1_LN1                     12050192 /*      65536: attention norm output */
-#define L1_RSTD1                   12115728 /*        512: its 1/rms per token */
-#define L1_Q                       12116240 /*      65536: queries (rotated) */
-#define L1_K                       12181776 /*      32768: keys (rotated) */
-#define L1_V                       12214544 /*      32768: values */
-#define L1_ATT                     12247312 /*      65536: attention output */
-#define L1_LSE                     12312848 /*       2048: attention log-sum-exp per head and query */
-#define L1_RES                     12314896 /*      65536: residual stream after attention */
-#define L1_LN2                     12380432 /*      65536: mlp norm output */
-#define L1_RSTD2                   12445968 /*        512: its 1/rms per token */
-#define L1_LOGITS                  12446480 /*       4096: router logits */
-#define L1_IDX                     12450576 /*       1024: selected experts (int32) */
-#define L1_WTS                     12451600 /*       1024: their weights */
-#define L1_POS                     12452624 /*       1024: row of each assignment in expert order (int32) */
-#define L1_OFFSETS                 12453648 /*          9: first row of each expert (int32) */
-#define L1_XP                      12453664 /*     131072: token copies in expert order */
-#define L1_YP                      12584736 /*     131072: expert outputs in that order */
-#define L1_EG                      12715808 /*     262144: routed experts' gate */
-#define L1_EU                      12977952 /*     262144: routed experts' up */
-#define L1_EH                      13240096 /*     262144: routed experts' activation */
-#define L1_SG                      13502240 /*     131072: shared experts' gate */
-#define L1_SU                      13633312 /*     131072: shared experts' up */
-#define L1_SH                      13764384 /*     131072: shared experts' activation */
-#define L2_LN1                     13895456 /*      65536: attention norm output */
-#define L2_RSTD1                   13960992 /*        512: its 1/rms per token */
-#define L2_Q                       13961504 /*      65536: queries (rotated) */
-#define L2_K                       14027040 /*      32768: keys (rotated) */
-#define L2_V                       14059808 /*      32768: values */
-#define L2_ATT                     14092576 /*      65536: attention output */
-#define L2_LSE                     14158112 /*       2048: attention log-sum-exp per head and query */
-#define L2_RES                     14160160 /*      65536: residual stream after attention */
-#define L2_LN2                     14225696 /*      65536: mlp norm output */
-#define L2_RSTD2                   14291232 /*        512: its 1/rms per token */
-#define L2_LOGITS                  14291744 /*       4096: router logits */
-#define L2_IDX                     14295840 /*       1024: selected experts (int32) */
-#define L2_WTS                     14296864 /*       1024: their weights */
-#define L2_POS                     14297888 /*       1024: row of each assignment in expert order (int32) */
-#define L2_OFFSETS                 14298912 /*          9: first row of each expert (int32) */
-#define L2_XP                      14298928 /*     131072: token copies in expert order */
-#define L2_YP                      14430000 /*     131072: expert outputs in that order */
-#define L2_EG                      14561072 /*     262144: routed experts' gate */
-#define L2_EU                      14823216 /*     262144: routed experts' up */
-#define L2_EH                      15085360 /*     262144: routed experts' activation */
-#define L2_SG                      15347504 /*     131072: shared experts' gate */
-#define L2_SU                      15478576 /*     131072: shared experts' up */
-#define L2_SH                      15609648 /*     131072: shared experts' activation */
-#define L3_LN1                     15740720 /*      65536: attention norm output */
-#define L3_RSTD1                   15806256 /*        512: its 1/rms per token */
-#define L3_Q                       15806768 /*      65536: queries (rotated) */
-#define L3_K                       15872304 /*      32768: keys (rotated) */
-#define L3_V                       15905072 /*      32768: values */
-#define L3_ATT                     15937840 /*      65536: attention output */
-#define L3_LSE                     16003376 /*       2048: attention log-sum-exp per head and query */
-#define L3_RES                     16005424 /*      65536: residual stream after attention */
-#define L3_LN2                     16070960 /*      65536: mlp norm output */
-#define L3_RSTD2                   16136496 /*        512: its 1/rms per token */
-#define L3_LOGITS                  16137008 /*       4096: router logits */
-#define L3_IDX                     16141104 /*       1024: selected experts (int32) */
-#define L3_WTS                     16142128 /*       1024: their weights */
-#define L3_POS                     16143152 /*       1024: row of each assignment in expert order (int32) */
-#define L3_OFFSETS                 16144176 /*          9: first row of each expert (int32) */
-#define L3_XP                      16144192 /*     131072: token copies in expert order */
-#define L3_YP                      16275264 /*     131072: expert outputs in that order */
-#define L3_EG                      16406336 /*     262144: routed experts' gate */
-#define L3_EU                      16668480 /*     262144: routed experts' up */
-#define L3_EH                      16930624 /*     262144: routed experts' activation */
-#define L3_SG                      17192768 /*     131072: shared experts' gate */
-#define L3_SU                      17323840 /*     131072: shared experts' up */
-#define L3_SH                      17454912 /*     131072: shared experts' activation */
-#define WS_Y                       17585984 /*      65536: a block's output before the residual add */
-#define WS_Y2                      17651520 /*      65536: shared experts' output */
-#define DX_A                       17717056 /*      65536: gradient of the residual stream (even layers' output) */
-#define DX_B                       17782592 /*      65536: gradient of the residual stream (odd layers' output) */
-#define DLN                        17848128 /*      65536: gradient of a norm's output */
-#define DATT                       17913664 /*      65536: gradient of the attention output */
-#define DQ                         17979200 /*      65536: gradient of the queries */
-#define DK                         18044736 /*      32768: gradient of the keys */
-#define DV                         18077504 /*      32768: gradient of the values */
-#define DLOGITS                    18110272 /*       4096: gradient of the router logits */
-#define DWTS                       18114368 /*       1024: gradient of the routing weights */
-#define DYP                        18115392 /*     131072: gradient of the expert outputs */
-#define DXP                        18246464 /*     131072: gradient of the token copies */
-#define EDG                        18377536 /*     262144: routed experts' gate gradient */
-#define EDU                        18639680 /*     262144: routed experts' up gradient */
-#define EDH                        18901824 /*     262144: routed experts' activation gradient */
-#define DSG                        19163968 /*     131072: shared experts' gate gradient */
-#define DSU                        19295040 /*     131072: shared experts' up gradient */
-#define DSH                        19426112 /*     131072: shared experts' activation gradient */
-#define AUX                        19557184 /*         24: load-balancing loss scratch */
-#define LNF                        19557216 /*      65536: final norm output */
-#define RSTDF                      19622752 /*        512: its 1/rms per token */
-#define LSEF                       19623264 /*        512: log-sum-exp of each token's logits */
-#define CE                         19623776 /*     131072: logits of one vocabulary chunk */
+#define RS_WIRE                     9877248 /*     786432: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
+#define X0                         10663680 /*      65536: boundary: input of layer 0 (residual stream) */
+#define X1                         10729216 /*      65536: boundary: input of layer 1 (residual stream) */
+#define X2                         10794752 /*      65536: boundary: input of layer 2 (residual stream) */
+#define X3                         10860288 /*      65536: boundary: input of layer 3 (residual stream) */
+#define X4                         10925824 /*      65536: output of the last layer */
+#define L0_LN1                     10991360 /*      65536: attention norm output */
+#define L0_RSTD1                   11056896 /*        512: its 1/rms per token */
+#define L0_Q                       11057408 /*      65536: queries (rotated) */
+#define L0_K                       11122944 /*      32768: keys (rotated) */
+#define L0_V                       11155712 /*      32768: values */
+#define L0_ATT                     11188480 /*      65536: attention output */
+#define L0_LSE                     11254016 /*       2048: attention log-sum-exp per head and query */
+#define L0_RES                     11256064 /*      65536: residual stream after attention */
+#define L0_LN2                     11321600 /*      65536: mlp norm output */
+#define L0_RSTD2                   11387136 /*        512: its 1/rms per token */
+#define L0_LOGITS                  11387648 /*       4096: router logits */
+#define L0_IDX                     11391744 /*       1024: selected experts (int32) */
+#define L0_WTS                     11392768 /*       1024: their weights */
+#define L0_POS                     11393792 /*       1024: row of each assignment in expert order (int32) */
+#define L0_OFFSETS                 11394816 /*          9: first row of each expert (int32) */
+#define L0_XP                      11394832 /*     131072: token copies in expert order */
+#define L0_YP                      11525904 /*     131072: expert outputs in that order */
+#define L0_EG                      11656976 /*     262144: routed experts' gate */
+#define L0_EU                      11919120 /*     262144: routed experts' up */
+#define L0_EH                      12181264 /*     262144: routed experts' activation */
+#define L0_SG                      12443408 /*     131072: shared experts' gate */
+#define L0_SU                      12574480 /*     131072: shared experts' up */
+#define L0_SH                      12705552 /*     131072: shared experts' activation */
+#define L1_LN1                     12836624 /*      65536: attention norm output */
+#define L1_RSTD1                   12902160 /*        512: its 1/rms per token */
+#define L1_Q                       12902672 /*      65536: queries (rotated) */
+#define L1_K                       12968208 /*      32768: keys (rotated) */
+#define L1_V                       13000976 /*      32768: values */
+#define L1_ATT                     13033744 /*      65536: attention output */
+#define L1_LSE                     13099280 /*       2048: attention log-sum-exp per head and query */
+#define L1_RES                     13101328 /*      65536: residual stream after attention */
+#define L1_LN2                     13166864 /*      65536: mlp norm output */
+#define L1_RSTD2                   13232400 /*        512: its 1/rms per token */
+#define L1_LOGITS                  13232912 /*       4096: router logits */
+#define L1_IDX                     13237008 /*       1024: selected experts (int32) */
+#define L1_WTS                     13238032 /*       1024: their weights */
+#define L1_POS                     13239056 /*       1024: row of each assignment in expert order (int32) */
+#define L1_OFFSETS                 13240080 /*          9: first row of each expert (int32) */
+#define L1_XP                      13240096 /*     131072: token copies in expert order */
+#define L1_YP                      13371168 /*     131072: expert outputs in that order */
+#define L1_EG                      13502240 /*     262144: routed experts' gate */
+#define L1_EU                      13764384 /*     262144: routed experts' up */
+#define L1_EH                      14026528 /*     262144: routed experts' activation */
+#define L1_SG                      14288672 /*     131072: shared experts' gate */
+#define L1_SU                      14419744 /*     131072: shared experts' up */
+#define L1_SH                      14550816 /*     131072: shared experts' activation */
+#define L2_LN1                     14681888 /*      65536: attention norm output */
+#define L2_RSTD1                   14747424 /*        512: its 1/rms per token */
+#define L2_Q                       14747936 /*      65536: queries (rotated) */
+#define L2_K                       14813472 /*      32768: keys (rotated) */
+#define L2_V                       14846240 /*      32768: values */
+#define L2_ATT                     14879008 /*      65536: attention output */
+#define L2_LSE                     14944544 /*       2048: attention log-sum-exp per head and query */
+#define L2_RES                     14946592 /*      65536: residual stream after attention */
+#define L2_LN2                     15012128 /*      65536: mlp norm output */
+#define L2_RSTD2                   15077664 /*        512: its 1/rms per token */
+#define L2_LOGITS                  15078176 /*       4096: router logits */
+#define L2_IDX                     15082272 /*       1024: selected experts (int32) */
+#define L2_WTS                     15083296 /*       1024: their weights */
+#define L2_POS                     15084320 /*       1024: row of each assignment in expert order (int32) */
+#define L2_OFFSETS                 15085344 /*          9: first row of each expert (int32) */
+#define L2_XP                      15085360 /*     131072: token copies in expert order */
+#define L2_YP                      15216432 /*     131072: expert outputs in that order */
+#define L2_EG                      15347504 /*     262144: routed experts' gate */
+#define L2_EU                      15609648 /*     262144: routed experts' up */
+#define L2_EH                      15871792 /*     262144: routed experts' activation */
+#define L2_SG                      16133936 /*     131072: shared experts' gate */
+#define L2_SU                      16265008 /*     131072: shared experts' up */
+#define L2_SH                      16396080 /*     131072: shared experts' activation */
+#define L3_LN1                     16527152 /*      65536: attention norm output */
+#define L3_RSTD1                   16592688 /*        512: its 1/rms per token */
+#define L3_Q                       16593200 /*      65536: queries (rotated) */
+#define L3_K                       16658736 /*      32768: keys (rotated) */
+#define L3_V                       16691504 /*      32768: values */
+#define L3_ATT                     16724272 /*      65536: attention output */
+#define L3_LSE                     16789808 /*       2048: attention log-sum-exp per head and query */
+#define L3_RES                     16791856 /*      65536: residual stream after attention */
+#define L3_LN2                     16857392 /*      65536: mlp norm output */
+#define L3_RSTD2                   16922928 /*        512: its 1/rms per token */
+#define L3_LOGITS                  16923440 /*       4096: router logits */
+#define L3_IDX                     16927536 /*       1024: selected experts (int32) */
+#define L3_WTS                     16928560 /*       1024: their weights */
+#define L3_POS                     16929584 /*       1024: row of each assignment in expert order (int32) */
+#define L3_OFFSETS                 16930608 /*          9: first row of each expert (int32) */
+#define L3_XP                      16930624 /*     131072: token copies in expert order */
+#define L3_YP                      17061696 /*     131072: expert outputs in that order */
+#define L3_EG                      17192768 /*     262144: routed experts' gate */
+#define L3_EU                      17454912 /*     262144: routed experts' up */
+#define L3_EH                      17717056 /*     262144: routed experts' activation */
+#define L3_SG                      17979200 /*     131072: shared experts' gate */
+#define L3_SU                      18110272 /*     131072: shared experts' up */
+#define L3_SH                      18241344 /*     131072: shared experts' activation */
+#define WS_Y                       18372416 /*      65536: a block's output before the residual add */
+#define WS_Y2                      18437952 /*      65536: shared experts' output */
+#define DX_A                       18503488 /*      65536: gradient of the residual stream (even layers' output) */
+#define DX_B                       18569024 /*      65536: gradient of the residual stream (odd layers' output) */
+#define DLN                        18634560 /*      65536: gradient of a norm's output */
+#define DATT                       18700096 /*      65536: gradient of the attention output */
+#define DQ                         18765632 /*      65536: gradient of the queries */
+#define DK                         18831168 /*      32768: gradient of the keys */
+#define DV                         18863936 /*      32768: gradient of the values */
+#define DLOGITS                    18896704 /*       4096: gradient of the router logits */
+#define DWTS                       18900800 /*       1024: gradient of the routing weights */
+#define DYP                        18901824 /*     131072: gradient of the expert outputs */
+#define DXP                        19032896 /*     131072: gradient of the token copies */
+#define EDG                        19163968 /*     262144: routed experts' gate gradient */
+#define EDU                        19426112 /*     262144: routed experts' up gradient */
+#define EDH                        19688256 /*     262144: routed experts' activation gradient */
+#define DSG                        19950400 /*     131072: shared experts' gate gradient */
+#define DSU                        20081472 /*     131072: shared experts' up gradient */
+#define DSH                        20212544 /*     131072: shared experts' activation gradient */
+#define AUX                        20343616 /*         24: load-balancing loss scratch */
+#define LNF                        20343648 /*      65536: final norm output */
+#define RSTDF                      20409184 /*        512: its 1/rms per token */
+#define LSEF                       20409696 /*        512: log-sum-exp of each token's logits */
+#define CE                         20410208 /*     131072: logits of one vocabulary chunk */
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
  * 2 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */
@@ -203,63 +204,64 @@ const RtGroup step_groups[N_GROUPS] = {
     {"head", RT_GROUP_FSDP, 32896, 16448, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V},
 };
 
-/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay. */
+/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,
+ * Muon and its owner rank. */
 const RtTensor step_tensors[N_TENSORS] = {
-    {"model.embed_tokens.weight", 0, 0, 32768, 0, 256, 128, 0.02, false, true},
-    {"model.layers.0.input_layernorm.weight", 1, 0, 128, 0, 128, 1, 0, true, false},
-    {"model.layers.0.self_attn.q_proj.weight", 1, 128, 16384, 0, 128, 128, 0.02, false, true},
-    {"model.layers.0.self_attn.k_proj.weight", 1, 16512, 8192, 0, 64, 128, 0.02, false, true},
-    {"model.layers.0.self_attn.v_proj.weight", 1, 24704, 8192, 0, 64, 128, 0.02, false, true},
-    {"model.layers.0.self_attn.o_proj.weight", 1, 32896, 16384, 0, 128, 128, 0.00707106781, false, true},
-    {"model.layers.0.post_attention_layernorm.weight", 1, 49280, 128, 0, 128, 1, 0, true, false},
-    {"model.layers.0.mlp.gate.weight", 1, 49408, 1024, 0, 8, 128, 0.02, false, true},
-    {"model.layers.0.mlp.experts.%d.gate_proj.weight", 2, 0, 32768, 8, 256, 128, 0.02, false, true},
-    {"model.layers.0.mlp.experts.%d.up_proj.weight", 2, 262144, 32768, 8, 256, 128, 0.02, false, true},
-    {"model.layers.0.mlp.experts.%d.down_proj.weight", 2, 524288, 32768, 8, 128, 256, 0.00707106781, false, true},
-    {"model.layers.0.mlp.shared_experts.gate_proj.weight", 1, 50432, 32768, 0, 256, 128, 0.02, false, true},
-    {"model.layers.0.mlp.shared_experts.up_proj.weight", 1, 83200, 32768, 0, 256, 128, 0.02, false, true},
-    {"model.layers.0.mlp.shared_experts.down_proj.weight", 1, 115968, 32768, 0, 128, 256, 0.00707106781, false, true},
-    {"model.layers.1.input_layernorm.weight", 3, 0, 128, 0, 128, 1, 0, true, false},
-    {"model.layers.1.self_attn.q_proj.weight", 3, 128, 16384, 0, 128, 128, 0.02, false, true},
-    {"model.layers.1.self_attn.k_proj.weight", 3, 16512, 8192, 0, 64, 128, 0.02, false, true},
-    {"model.layers.1.self_attn.v_proj.weight", 3, 24704, 8192, 0, 64, 128, 0.02, false, true},
-    {"model.layers.1.self_attn.o_proj.weight", 3, 32896, 16384, 0, 128, 128, 0.00707106781, false, true},
-    {"model.layers.1.post_attention_layernorm.weight", 3, 49280, 128, 0, 128, 1, 0, true, false},
-    {"model.layers.1.mlp.gate.weight", 3, 49408, 1024, 0, 8, 128, 0.02, false, true},
-    {"model.layers.1.mlp.experts.%d.gate_proj.weight", 4, 0, 32768, 8, 256, 128, 0.02, false, true},
-    {"model.layers.1.mlp.experts.%d.up_proj.weight", 4, 262144, 32768, 8, 256, 128, 0.02, false, true},
-    {"model.layers.1.mlp.experts.%d.down_proj.weight", 4, 524288, 32768, 8, 128, 256, 0.00707106781, false, true},
-    {"model.layers.1.mlp.shared_experts.gate_proj.weight", 3, 50432, 32768, 0, 256, 128, 0.02, false, true},
-    {"model.layers.1.mlp.shared_experts.up_proj.weight", 3, 83200, 32768, 0, 256, 128, 0.02, false, true},
-    {"model.layers.1.mlp.shared_experts.down_proj.weight", 3, 115968, 32768, 0, 128, 256, 0.00707106781, false, true},
-    {"model.layers.2.input_layernorm.weight", 5, 0, 128, 0, 128, 1, 0, true, false},
-    {"model.layers.2.self_attn.q_proj.weight", 5, 128, 16384, 0, 128, 128, 0.02, false, true},
-    {"model.layers.2.self_attn.k_proj.weight", 5, 16512, 8192, 0, 64, 128, 0.02, false, true},
-    {"model.layers.2.self_attn.v_proj.weight", 5, 24704, 8192, 0, 64, 128, 0.02, false, true},
-    {"model.layers.2.self_attn.o_proj.weight", 5, 32896, 16384, 0, 128, 128, 0.00707106781, false, true},
-    {"model.layers.2.post_attention_layernorm.weight", 5, 49280, 128, 0, 128, 1, 0, true, false},
-    {"model.layers.2.mlp.gate.weight", 5, 49408, 1024, 0, 8, 128, 0.02, false, true},
-    {"model.layers.2.mlp.experts.%d.gate_proj.weight", 6, 0, 32768, 8, 256, 128, 0.02, false, true},
-    {"model.layers.2.mlp.experts.%d.up_proj.weight", 6, 262144, 32768, 8, 256, 128, 0.02, false, true},
-    {"model.layers.2.mlp.experts.%d.down_proj.weight", 6, 524288, 32768, 8, 128, 256, 0.00707106781, false, true},
-    {"model.layers.2.mlp.shared_experts.gate_proj.weight", 5, 50432, 32768, 0, 256, 128, 0.02, false, true},
-    {"model.layers.2.mlp.shared_experts.up_proj.weight", 5, 83200, 32768, 0, 256, 128, 0.02, false, true},
-    {"model.layers.2.mlp.shared_experts.down_proj.weight", 5, 115968, 32768, 0, 128, 256, 0.00707106781, false, true},
-    {"model.layers.3.input_layernorm.weight", 7, 0, 128, 0, 128, 1, 0, true, false},
-    {"model.layers.3.self_attn.q_proj.weight", 7, 128, 16384, 0, 128, 128, 0.02, false, true},
-    {"model.layers.3.self_attn.k_proj.weight", 7, 16512, 8192, 0, 64, 128, 0.02, false, true},
-    {"model.layers.3.self_attn.v_proj.weight", 7, 24704, 8192, 0, 64, 128, 0.02, false, true},
-    {"model.layers.3.self_attn.o_proj.weight", 7, 32896, 16384, 0, 128, 128, 0.00707106781, false, true},
-    {"model.layers.3.post_attention_layernorm.weight", 7, 49280, 128, 0, 128, 1, 0, true, false},
-    {"model.layers.3.mlp.gate.weight", 7, 49408, 1024, 0, 8, 128, 0.02, false, true},
-    {"model.layers.3.mlp.experts.%d.gate_proj.weight", 8, 0, 32768, 8, 256, 128, 0.02, false, true},
-    {"model.layers.3.mlp.experts.%d.up_proj.weight", 8, 262144, 32768, 8, 256, 128, 0.02, false, true},
-    {"model.layers.3.mlp.experts.%d.down_proj.weight", 8, 524288, 32768, 8, 128, 256, 0.00707106781, false, true},
-    {"model.layers.3.mlp.shared_experts.gate_proj.weight", 7, 50432, 32768, 0, 256, 128, 0.02, false, true},
-    {"model.layers.3.mlp.shared_experts.up_proj.weight", 7, 83200, 32768, 0, 256, 128, 0.02, false, true},
-    {"model.layers.3.mlp.shared_experts.down_proj.weight", 7, 115968, 32768, 0, 128, 256, 0.00707106781, false, true},
-    {"model.norm.weight", 9, 0, 128, 0, 128, 1, 0, true, false},
-    {"lm_head.weight", 9, 128, 32768, 0, 256, 128, 0.02, false, true},
+    {"model.embed_tokens.weight", 0, 0, 32768, 0, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.0.input_layernorm.weight", 1, 0, 128, 0, 128, 1, 0, true, false, false, 0},
+    {"model.layers.0.self_attn.q_proj.weight", 1, 128, 16384, 0, 128, 128, 0.02, false, true, false, 0},
+    {"model.layers.0.self_attn.k_proj.weight", 1, 16512, 8192, 0, 64, 128, 0.02, false, true, false, 0},
+    {"model.layers.0.self_attn.v_proj.weight", 1, 24704, 8192, 0, 64, 128, 0.02, false, true, false, 0},
+    {"model.layers.0.self_attn.o_proj.weight", 1, 32896, 16384, 0, 128, 128, 0.00707106781, false, true, false, 0},
+    {"model.layers.0.post_attention_layernorm.weight", 1, 49280, 128, 0, 128, 1, 0, true, false, false, 0},
+    {"model.layers.0.mlp.gate.weight", 1, 49408, 1024, 0, 8, 128, 0.02, false, true, false, 0},
+    {"model.layers.0.mlp.experts.%d.gate_proj.weight", 2, 0, 32768, 8, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.0.mlp.experts.%d.up_proj.weight", 2, 262144, 32768, 8, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.0.mlp.experts.%d.down_proj.weight", 2, 524288, 32768, 8, 128, 256, 0.00707106781, false, true, false, 0},
+    {"model.layers.0.mlp.shared_experts.gate_proj.weight", 1, 50432, 32768, 0, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.0.mlp.shared_experts.up_proj.weight", 1, 83200, 32768, 0, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.0.mlp.shared_experts.down_proj.weight", 1, 115968, 32768, 0, 128, 256, 0.00707106781, false, true, false, 0},
+    {"model.layers.1.input_layernorm.weight", 3, 0, 128, 0, 128, 1, 0, true, false, false, 0},
+    {"model.layers.1.self_attn.q_proj.weight", 3, 128, 16384, 0, 128, 128, 0.02, false, true, false, 0},
+    {"model.layers.1.self_attn.k_proj.weight", 3, 16512, 8192, 0, 64, 128, 0.02, false, true, false, 0},
+    {"model.layers.1.self_attn.v_proj.weight", 3, 24704, 8192, 0, 64, 128, 0.02, false, true, false, 0},
+    {"model.layers.1.self_attn.o_proj.weight", 3, 32896, 16384, 0, 128, 128, 0.00707106781, false, true, false, 0},
+    {"model.layers.1.post_attention_layernorm.weight", 3, 49280, 128, 0, 128, 1, 0, true, false, false, 0},
+    {"model.layers.1.mlp.gate.weight", 3, 49408, 1024, 0, 8, 128, 0.02, false, true, false, 0},
+    {"model.layers.1.mlp.experts.%d.gate_proj.weight", 4, 0, 32768, 8, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.1.mlp.experts.%d.up_proj.weight", 4, 262144, 32768, 8, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.1.mlp.experts.%d.down_proj.weight", 4, 524288, 32768, 8, 128, 256, 0.00707106781, false, true, false, 0},
+    {"model.layers.1.mlp.shared_experts.gate_proj.weight", 3, 50432, 32768, 0, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.1.mlp.shared_experts.up_proj.weight", 3, 83200, 32768, 0, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.1.mlp.shared_experts.down_proj.weight", 3, 115968, 32768, 0, 128, 256, 0.00707106781, false, true, false, 0},
+    {"model.layers.2.input_layernorm.weight", 5, 0, 128, 0, 128, 1, 0, true, false, false, 0},
+    {"model.layers.2.self_attn.q_proj.weight", 5, 128, 16384, 0, 128, 128, 0.02, false, true, false, 0},
+    {"model.layers.2.self_attn.k_proj.weight", 5, 16512, 8192, 0, 64, 128, 0.02, false, true, false, 0},
+    {"model.layers.2.self_attn.v_proj.weight", 5, 24704, 8192, 0, 64, 128, 0.02, false, true, false, 0},
+    {"model.layers.2.self_attn.o_proj.weight", 5, 32896, 16384, 0, 128, 128, 0.00707106781, false, true, false, 0},
+    {"model.layers.2.post_attention_layernorm.weight", 5, 49280, 128, 0, 128, 1, 0, true, false, false, 0},
+    {"model.layers.2.mlp.gate.weight", 5, 49408, 1024, 0, 8, 128, 0.02, false, true, false, 0},
+    {"model.layers.2.mlp.experts.%d.gate_proj.weight", 6, 0, 32768, 8, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.2.mlp.experts.%d.up_proj.weight", 6, 262144, 32768, 8, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.2.mlp.experts.%d.down_proj.weight", 6, 524288, 32768, 8, 128, 256, 0.00707106781, false, true, false, 0},
+    {"model.layers.2.mlp.shared_experts.gate_proj.weight", 5, 50432, 32768, 0, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.2.mlp.shared_experts.up_proj.weight", 5, 83200, 32768, 0, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.2.mlp.shared_experts.down_proj.weight", 5, 115968, 32768, 0, 128, 256, 0.00707106781, false, true, false, 0},
+    {"model.layers.3.input_layernorm.weight", 7, 0, 128, 0, 128, 1, 0, true, false, false, 0},
+    {"model.layers.3.self_attn.q_proj.weight", 7, 128, 16384, 0, 128, 128, 0.02, false, true, false, 0},
+    {"model.layers.3.self_attn.k_proj.weight", 7, 16512, 8192, 0, 64, 128, 0.02, false, true, false, 0},
+    {"model.layers.3.self_attn.v_proj.weight", 7, 24704, 8192, 0, 64, 128, 0.02, false, true, false, 0},
+    {"model.layers.3.self_attn.o_proj.weight", 7, 32896, 16384, 0, 128, 128, 0.00707106781, false, true, false, 0},
+    {"model.layers.3.post_attention_layernorm.weight", 7, 49280, 128, 0, 128, 1, 0, true, false, false, 0},
+    {"model.layers.3.mlp.gate.weight", 7, 49408, 1024, 0, 8, 128, 0.02, false, true, false, 0},
+    {"model.layers.3.mlp.experts.%d.gate_proj.weight", 8, 0, 32768, 8, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.3.mlp.experts.%d.up_proj.weight", 8, 262144, 32768, 8, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.3.mlp.experts.%d.down_proj.weight", 8, 524288, 32768, 8, 128, 256, 0.00707106781, false, true, false, 0},
+    {"model.layers.3.mlp.shared_experts.gate_proj.weight", 7, 50432, 32768, 0, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.3.mlp.shared_experts.up_proj.weight", 7, 83200, 32768, 0, 256, 128, 0.02, false, true, false, 0},
+    {"model.layers.3.mlp.shared_experts.down_proj.weight", 7, 115968, 32768, 0, 128, 256, 0.00707106781, false, true, false, 0},
+    {"model.norm.weight", 9, 0, 128, 0, 128, 1, 0, true, false, false, 0},
+    {"lm_head.weight", 9, 128, 32768, 0, 256, 128, 0.02, false, true, false, 0},
 };
 
 /* layer 0 (MoE), forward: X0 -> X1; every activation stays for the backward (no
@@ -564,7 +566,7 @@ void step_backward(RtCtx *c) {
   rt_lm_head_ce_backward(R(DLN), DW(128), R(LNF), W(128), I(TARGETS), R(LSEF), 512, 128, 256, 256, R(CE), c->dloss);
   rt_zero(R(DX_A), 65536);
   rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X4), W(0), R(RSTDF), 512, 128);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 16448); /* head */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 16448, (uint16_t *)R(RS_WIRE)); /* head, bf16 on the wire */
   rt_accumulate(R(HEAD_GRAD), R(RS_OUT), 16448);
   /* layer 3 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L3_DENSE_MASTER), 74368); /* layer 3 dense: 2 ranks x 74368 */
@@ -572,9 +574,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 148736);
   rt_zero(R(GRAD_EXPERTS), 786432);
   layer3_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 74368); /* layer 3 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 74368, (uint16_t *)R(RS_WIRE)); /* layer 3 dense, bf16 on the wire */
   rt_accumulate(R(L3_DENSE_GRAD), R(RS_OUT), 74368);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216); /* layer 3 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216, (uint16_t *)R(RS_WIRE)); /* layer 3 experts, bf16 on the wire */
   rt_accumulate(R(L3_EXPERTS_GRAD), R(RS_OUT), 393216);
   /* layer 2 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L2_DENSE_MASTER), 74368); /* layer 2 dense: 2 ranks x 74368 */
@@ -582,9 +584,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 148736);
   rt_zero(R(GRAD_EXPERTS), 786432);
   layer2_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 74368); /* layer 2 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 74368, (uint16_t *)R(RS_WIRE)); /* layer 2 dense, bf16 on the wire */
   rt_accumulate(R(L2_DENSE_GRAD), R(RS_OUT), 74368);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216); /* layer 2 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216, (uint16_t *)R(RS_WIRE)); /* layer 2 experts, bf16 on the wire */
   rt_accumulate(R(L2_EXPERTS_GRAD), R(RS_OUT), 393216);
   /* layer 1 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L1_DENSE_MASTER), 74368); /* layer 1 dense: 2 ranks x 74368 */
@@ -592,9 +594,9 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 148736);
   rt_zero(R(GRAD_EXPERTS), 786432);
   layer1_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 74368); /* layer 1 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 74368, (uint16_t *)R(RS_WIRE)); /* layer 1 dense, bf16 on the wire */
   rt_accumulate(R(L1_DENSE_GRAD), R(RS_OUT), 74368);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216); /* layer 1 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216, (uint16_t *)R(RS_WIRE)); /* layer 1 experts, bf16 on the wire */
   rt_accumulate(R(L1_EXPERTS_GRAD), R(RS_OUT), 393216);
   /* layer 0 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L0_DENSE_MASTER), 74368); /* layer 0 dense: 2 ranks x 74368 */
@@ -602,18 +604,18 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE), 148736);
   rt_zero(R(GRAD_EXPERTS), 786432);
   layer0_backward(c);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 74368); /* layer 0 dense */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 74368, (uint16_t *)R(RS_WIRE)); /* layer 0 dense, bf16 on the wire */
   rt_accumulate(R(L0_DENSE_GRAD), R(RS_OUT), 74368);
-  rt_comm_reduce_scatter(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216); /* layer 0 experts */
+  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216, (uint16_t *)R(RS_WIRE)); /* layer 0 experts, bf16 on the wire */
   rt_accumulate(R(L0_EXPERTS_GRAD), R(RS_OUT), 393216);
   /* embedding */
   rt_zero(R(GRAD_DENSE), 32768);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 512, 128);
-  rt_comm_reduce_scatter(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 16384); /* embedding */
+  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 16384, (uint16_t *)R(RS_WIRE)); /* embedding, bf16 on the wire */
   rt_accumulate(R(EMBED_GRAD), R(RS_OUT), 16384);
 }
 
-/* After the optimizer step: nothing to do for this model */
-void step_end(RtCtx *c) {
-  (void)c;
+/* After the optimizer step (apply: false when the step was skipped): nothing to do for this model */
+void step_end(RtCtx *c, bool apply) {
+  (void)c, (void)apply;
 }

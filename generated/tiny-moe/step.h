@@ -14,6 +14,8 @@
 #define PLAN_DP_REPLICATE 1
 #define EXPERTS_PER_RANK 8
 #define CHECKPOINT_POLICY "none"
+#define OPTIMIZER "adamw" /* muon: Muon for hidden matrices, AdamW for the rest */
+#define GRAD_REDUCE_DTYPE "bf16"
 /* training */
 #define GLOBAL_BATCH 8
 #define MICRO_BATCH 2
@@ -31,8 +33,8 @@
 #define PREDICTED_TOKENS_PER_S_PER_GPU 2565.08 /* the plan's prediction for the spec's cluster */
 #define RECOMPILE "mtc compile tiny-moe.yaml --set cluster.nodes=1 --set cluster.gpus_per_node=RANKS"
 
-/* the arena: 19754848 elements of real */
-#define ARENA_ELEMS 19754848
+/* the arena: 20541280 elements of real */
+#define ARENA_ELEMS 20541280
 #define INPUTS 0
 #define TARGETS 512
 #define N_GROUPS 10
@@ -45,7 +47,7 @@ extern const RtTensor step_tensors[N_TENSORS];
  * of (cross-entropy + aux loss) into this rank's gradient shards. */
 real step_forward(RtCtx *c);
 void step_backward(RtCtx *c);
-/* After each optimizer step (router-bias updates). */
-void step_end(RtCtx *c);
+/* After each optimizer step (router-bias updates; apply false: a skipped step). */
+void step_end(RtCtx *c, bool apply);
 
 #endif

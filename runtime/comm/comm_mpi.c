@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mtrt_comm.h"
 
@@ -82,6 +83,36 @@ void rt_comm_all_gather(MPI_Comm comm, real *out, const real *in, size_t count) 
 void rt_comm_reduce_scatter(MPI_Comm comm, real *out, const real *in, size_t count) {
   int n = count_int(count, "reduce-scatter");
   MPI_CHECK(MPI_Reduce_scatter_block(in, out, n, MTRT_MPI_REAL, MPI_SUM, comm));
+}
+
+uint16_t rt_bf16_from_float(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+float rt_float_from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+void rt_comm_reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_t count, uint16_t *wire) {
+  int g;
+  MPI_CHECK(MPI_Comm_size(comm, &g));
+  size_t total = (size_t)g * count;
+  uint16_t *send = wire, *recv = wire + total;
+  for (size_t i = 0; i < total; i++) send[i] = rt_bf16_from_float((float)in[i]);
+  int n = count_int(count, "reduce-scatter (bf16)");
+  MPI_CHECK(MPI_Alltoall(send, n, MPI_UINT16_T, recv, n, MPI_UINT16_T, comm));
+  for (size_t i = 0; i < count; i++) {
+    float acc = 0;
+    for (int r = 0; r < g; r++) acc += rt_float_from_bf16(recv[(size_t)r * count + i]);
+    out[i] = (real)acc;
+  }
 }
 
 void rt_comm_all_reduce(MPI_Comm comm, real *buf, size_t count) {

@@ -68,6 +68,7 @@ void rt_adamw_shard(real *param, float *m, float *v, const real *grad, const RtT
   nodecay.weight_decay = 0;
   FOR_PIECES(t, nt, g, lo, hi, {
     (void)first;
+    if (T->muon) continue;
     rt_adamw_update(param + at, m + at, v + at, grad + at, (size_t)len, grad_scale,
                     T->decay ? h : &nodecay);
   })
@@ -84,6 +85,19 @@ void rt_router_bias_update(real *shard, int64_t lo, int64_t n, int64_t off, cons
   }
 }
 
+void rt_muon_group(MPI_Comm comm, int ranks, real *param, float *mom, const real *grad, const RtTensor *t,
+                   int nt, int g, int64_t S, float grad_scale, const RtMuon *h, real *work, int *counts,
+                   int *displs) {
+  for (int i = 0; i < nt; i++) {
+    const RtTensor *T = &t[i];
+    if (T->group != g || !T->muon) continue;
+    int ne = T->experts ? T->experts : 1;
+    for (int k = 0; k < ne; k++)
+      rt_muon_matrix(comm, (T->owner + k) % ranks, param, mom, grad, S, T->offset + (int64_t)k * T->count,
+                     (int)T->rows, (int)T->cols, grad_scale, h, work, counts, displs);
+  }
+}
+
 double rt_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -97,12 +111,12 @@ static void num(FILE *f, const char *key, double x, const char *fmt) {
 }
 
 void rt_metrics_json(FILE *f, int step, double loss, double aux_loss, double lr, double grad_norm,
-                     double tokens_per_s) {
+                     double tokens_per_s, int skipped) {
   fprintf(f, "{\"step\":%d", step);
   num(f, "loss", loss, "%.17g"); /* every digit: runs are compared bit for bit */
   num(f, "aux_loss", aux_loss, "%.6g");
   num(f, "lr", lr, "%.6g");
   num(f, "grad_norm", grad_norm, "%.6g");
   num(f, "tokens_per_s", tokens_per_s, "%.1f");
-  fputs("}\n", f);
+  fputs(skipped ? ",\"skipped\":true}\n" : "}\n", f);
 }

@@ -1,0 +1,78 @@
+/*
+ * mtrt_ckpt.h — checkpoints of the whole training state: one shard file per FSDP rank of
+ * replica 0 (the other replicas hold the same state) plus a manifest, in DIR/step-NNNNNNNN/.
+ *
+ *   rank-NNNNN.bin   header (256 bytes: magic "MTCCKPT1", then little-endian int64 fields:
+ *                    version 1, step, fsdp rank, fsdp, ep, dp_replicate, bytes per master value,
+ *                    number of groups), then per group in table order: the fp32 (or double)
+ *                    master shard, the first and the second optimizer moment (fp32)
+ *   manifest.json    format, model, step, seed, layout, groups (name, comm, full, shard),
+ *                    tensors (name, group, offset, count, experts, rows, cols) and per shard
+ *                    file its size and FNV-1a 64 checksum
+ *
+ * A checkpoint is complete once its manifest exists: shards are written to a temporary name,
+ * fsync'ed and renamed, then rank 0 writes the manifest the same way, last. A process killed
+ * mid-save leaves a step directory without a manifest, which loading skips.
+ *
+ * Loading reads any layout: every element of every tensor is found by name, expert index and
+ * position, so a checkpoint saved with one world size, fsdp or ep resumes under another.
+ * This reader needs no MPI (mtc export uses it).
+ */
+#ifndef MTRT_CKPT_H
+#define MTRT_CKPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum { RT_CKPT_HEADER = 256 };
+
+typedef struct {
+  char *name;
+  int comm; /* 0 FSDP group, 1 expert-shard group */
+  int64_t full, shard;
+} RtCkptGroup;
+
+typedef struct {
+  char *name; /* routed: a pattern with %d */
+  int group, experts;
+  int64_t offset, count, rows, cols;
+} RtCkptTensor;
+
+/* A parsed manifest and the open shard files of one checkpoint. */
+typedef struct {
+  char dir[1024];  /* DIR/step-NNNNNNNN */
+  char model[128];
+  int64_t step;
+  uint64_t seed;
+  int fsdp, ep, dp_replicate, experts_per_rank, real_bytes;
+  RtCkptGroup *groups;
+  int ngroups;
+  RtCkptTensor *tensors;
+  int ntensors;
+  int nshards;
+  int64_t *shard_bytes;
+  uint64_t *shard_sum;
+  int *fds;        /* shard files, opened and verified on first use (-1 until then) */
+  bool *verified;
+} RtCkpt;
+
+/* FNV-1a 64 of n bytes, continuing from h (start with RT_FNV_SEED). */
+#define RT_FNV_SEED 0xcbf29ce484222325ull
+uint64_t rt_fnv1a(uint64_t h, const void *p, size_t n);
+
+/* The newest complete checkpoint under dir: writes its directory to out and returns its
+ * step; 0 when there is none (or dir does not exist). */
+int64_t rt_ckpt_latest(const char *dir, char *out, size_t outlen);
+/* Reads the manifest of checkpoint directory path (DIR/step-N). Returns 0, or -1 with "file:
+ * what; expected ..." in err. */
+int rt_ckpt_open(RtCkpt *k, const char *path, char *err, size_t errlen);
+void rt_ckpt_close(RtCkpt *k);
+/* Copies n elements starting at element `first` of tensor `name` (expert e, or -1) into dst
+ * as double: master values (which 0), or the first (1) or second (2) optimizer moment. A shard
+ * is checksummed before its first use: a mismatch, a short file or a missing tensor fails
+ * (-1, err names the file). */
+int rt_ckpt_read(RtCkpt *k, const char *name, int e, int64_t first, int64_t n, int which, double *dst,
+                 char *err, size_t errlen);
+
+#endif

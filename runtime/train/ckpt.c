@@ -1,0 +1,188 @@
+/* ckpt.c — saving and loading the training state over MPI (see mtrt_ckpt.h for the format). */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mtrt_ckpt.h"
+#include "mtrt_train.h"
+
+/* Every rank learns whether any rank failed, and gets the message of the lowest failing rank
+ * (err holds errlen bytes on every rank). */
+static int agree(int failed, char *err, size_t errlen) {
+  int me, first;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  int mine = failed ? me : INT_MAX;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == INT_MAX) return 0;
+  MPI_Bcast(err, (int)errlen, MPI_CHAR, first, MPI_COMM_WORLD);
+  return -1;
+}
+
+static int write_all(int fd, const void *p, size_t n, uint64_t *h) {
+  *h = rt_fnv1a(*h, p, n);
+  const char *b = p;
+  while (n) {
+    ssize_t w = write(fd, b, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    b += w, n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* fsync a directory so that the renames in it are durable. */
+static void sync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY);
+  if (fd >= 0) fsync(fd), close(fd);
+}
+
+static int write_shard(const char *stepdir, const RtComm *c, const real *arena, const RtGroup *g, int ng,
+                       int64_t step, int64_t *bytes, uint64_t *sum, char *err, size_t errlen) {
+  char path[1200], tmp[1300];
+  snprintf(path, sizeof path, "%s/rank-%05d.bin", stepdir, c->fsdp_rank);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", tmp, strerror(errno)), -1;
+  unsigned char head[RT_CKPT_HEADER] = {0};
+  memcpy(head, "MTCCKPT1", 8);
+  int64_t fields[8] = {1, step, c->fsdp_rank, c->fsdp, c->ep, c->dp_replicate, (int64_t)sizeof(real), ng};
+  memcpy(head + 8, fields, sizeof fields); /* little-endian hosts (x86-64, aarch64) */
+  uint64_t h = RT_FNV_SEED;
+  int bad = write_all(fd, head, sizeof head, &h);
+  for (int i = 0; !bad && i < ng; i++) {
+    size_t n = (size_t)g[i].shard;
+    bad = write_all(fd, arena + g[i].master, n * sizeof(real), &h) ||
+          write_all(fd, arena + g[i].adam_m, n * sizeof(float), &h) ||
+          write_all(fd, arena + g[i].adam_v, n * sizeof(float), &h);
+  }
+  *bytes = RT_CKPT_HEADER;
+  for (int i = 0; i < ng; i++) *bytes += g[i].shard * (int64_t)(sizeof(real) + 8);
+  *sum = h;
+  if (bad || fsync(fd) != 0) {
+    snprintf(err, errlen, "%s: %s; expected room for the checkpoint", tmp, strerror(errno));
+    close(fd);
+    return -1;
+  }
+  if (close(fd) != 0 || rename(tmp, path) != 0)
+    return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
+  return 0;
+}
+
+static int write_manifest(const char *stepdir, int64_t step, uint64_t seed, const RtComm *c, const RtGroup *g, int ng,
+                          const RtTensor *t, int nt, int El, const char *model, const int64_t *bytes,
+                          const uint64_t *sums, char *err, size_t errlen) {
+  char s[32];
+  snprintf(s, sizeof s, "%016llx", (unsigned long long)seed);
+  json_t *root = json_pack("{s:s, s:s, s:I, s:s, s:{s:i, s:i, s:i, s:i, s:i}, s:i}", "format", "mtc-checkpoint-1",
+                           "model", model, "step", (json_int_t)step, "seed", s, "layout", "world", c->world, "fsdp",
+                           c->fsdp, "ep", c->ep, "dp_replicate", c->dp_replicate, "experts_per_rank", El,
+                           "real_bytes", (int)sizeof(real));
+  json_t *groups = json_array(), *tensors = json_array(), *shards = json_array();
+  for (int i = 0; i < ng; i++)
+    json_array_append_new(groups, json_pack("{s:s, s:i, s:I, s:I}", "name", g[i].name, "comm", g[i].comm, "full",
+                                            (json_int_t)g[i].full, "shard", (json_int_t)g[i].shard));
+  for (int i = 0; i < nt; i++)
+    json_array_append_new(tensors, json_pack("{s:s, s:i, s:i, s:I, s:I, s:I, s:I}", "name", t[i].name, "group",
+                                             t[i].group, "experts", t[i].experts, "offset", (json_int_t)t[i].offset,
+                                             "count", (json_int_t)t[i].count, "rows", (json_int_t)t[i].rows, "cols",
+                                             (json_int_t)t[i].cols));
+  for (int r = 0; r < c->fsdp; r++) {
+    char f[32], h[32];
+    snprintf(f, sizeof f, "rank-%05d.bin", r);
+    snprintf(h, sizeof h, "%016llx", (unsigned long long)sums[r]);
+    json_array_append_new(shards, json_pack("{s:s, s:I, s:s}", "file", f, "bytes", (json_int_t)bytes[r], "fnv1a64", h));
+  }
+  json_object_set_new(root, "groups", groups);
+  json_object_set_new(root, "tensors", tensors);
+  json_object_set_new(root, "shards", shards);
+  char path[1200], tmp[1300];
+  snprintf(path, sizeof path, "%s/manifest.json", stepdir);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  int bad = !f || json_dumpf(root, f, JSON_INDENT(1)) != 0 || fflush(f) != 0 || fsync(fileno(f)) != 0;
+  if (f && fclose(f) != 0) bad = 1;
+  json_decref(root);
+  if (bad || rename(tmp, path) != 0)
+    return snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", path, strerror(errno)), -1;
+  sync_dir(stepdir);
+  return 0;
+}
+
+int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, const real *arena, const RtGroup *g,
+                 int ng, const RtTensor *t, int nt, int El, const char *model, bool kill_halfway, char *err,
+                 size_t errlen) {
+  char stepdir[1100];
+  snprintf(stepdir, sizeof stepdir, "%s/step-%08lld", dir, (long long)step);
+  int bad = 0;
+  if (c->rank == 0) {
+    if ((mkdir(dir, 0777) != 0 && errno != EEXIST) || (mkdir(stepdir, 0777) != 0 && errno != EEXIST))
+      bad = 1, snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", stepdir, strerror(errno));
+    sync_dir(dir);
+  }
+  if (agree(bad, err, errlen)) return -1;
+  int64_t bytes = 0;
+  uint64_t sum = 0;
+  if (c->replica == 0) bad = write_shard(stepdir, c, arena, g, ng, step, &bytes, &sum, err, errlen) != 0;
+  if (agree(bad, err, errlen)) return -1;
+  if (kill_halfway && c->rank == 0) raise(SIGKILL); /* tests: the shards are there, the manifest is not */
+  uint64_t mine[2] = {(uint64_t)bytes, sum}, *all = c->rank == 0 ? malloc(sizeof mine * (size_t)c->world) : NULL;
+  MPI_Gather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  if (c->rank == 0) {
+    int64_t *b = malloc(sizeof(int64_t) * (size_t)c->fsdp);
+    uint64_t *s = malloc(sizeof(uint64_t) * (size_t)c->fsdp);
+    for (int r = 0; r < c->fsdp; r++) b[r] = (int64_t)all[2 * r], s[r] = all[2 * r + 1]; /* replica 0 = ranks 0..fsdp-1 */
+    bad = write_manifest(stepdir, step, seed, c, g, ng, t, nt, El, model, b, s, err, errlen) != 0;
+    free(b), free(s), free(all);
+  }
+  return agree(bad, err, errlen);
+}
+
+int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *arena, const RtGroup *g,
+                 int ng, const RtTensor *t, int nt, char *err, size_t errlen) {
+  RtCkpt k;
+  (void)ng; /* the tensors name their groups */
+  int bad = rt_ckpt_open(&k, path, err, errlen) != 0;
+  double *buf = NULL;
+  size_t cap = 0;
+  for (int ti = 0; !bad && ti < nt; ti++) {
+    const RtTensor *T = &t[ti];
+    const RtGroup *G = &g[T->group];
+    int64_t lo = (G->comm == RT_GROUP_FSDP ? c->fsdp_rank : c->shard_rank) * G->shard, hi = lo + G->shard;
+    int ne = T->experts ? T->experts : 1;
+    for (int kx = 0; !bad && kx < ne; kx++) {
+      int64_t a = T->offset + (int64_t)kx * T->count, b = a + T->count;
+      if (a < lo) a = lo;
+      if (b > hi) b = hi;
+      if (a >= b) continue;
+      int64_t first = a - (T->offset + (int64_t)kx * T->count), n = b - a, at = a - lo;
+      int e = T->experts ? c->ep_rank * T->experts + kx : -1;
+      if ((size_t)n > cap) {
+        free(buf);
+        cap = (size_t)n, buf = malloc(sizeof(double) * cap);
+        if (!buf) {
+          snprintf(err, errlen, "out of memory loading %s", path);
+          bad = 1;
+          break;
+        }
+      }
+      for (int which = 0; !bad && which < 3; which++) {
+        bad = rt_ckpt_read(&k, T->name, e, first, n, which, buf, err, errlen) != 0;
+        for (int64_t i = 0; !bad && i < n; i++) {
+          if (which == 0) arena[G->master + at + i] = (real)buf[i];
+          else ((float *)(arena + (which == 1 ? G->adam_m : G->adam_v)))[at + i] = (float)buf[i];
+        }
+      }
+    }
+  }
+  free(buf);
+  if (!bad) *step = k.step, *seed = k.seed;
+  rt_ckpt_close(&k);
+  return agree(bad, err, errlen);
+}
