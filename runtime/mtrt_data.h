@@ -5,6 +5,12 @@
  * Formats (detected from the first bytes):
  *   llm.c / nanoGPT shard: a header of 256 int32 (magic 20240520, version 1, token count)
  *     followed by uint16 tokens (karpathy/llm.c, dev/data/data_common.py);
+ *   Megatron indexed dataset: PREFIX.idx + PREFIX.bin (give PREFIX, or either file); the .idx
+ *     header "MMIDIDX\0\0", version 1, a dtype code (uint8 1, int32 4, uint16 8), the sequence
+ *     and document counts, then per sequence its length (int32) and byte offset (int64), and
+ *     the document index (Megatron-LM, megatron/core/datasets/indexed_dataset.py). Documents
+ *     are concatenated in order; a sample may cross a document boundary, as in Megatron's
+ *     GPT dataset;
  *   anything else: raw bytes, one token per byte (a byte vocabulary of 256).
  */
 #ifndef MTRT_DATA_H
@@ -13,20 +19,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { RT_DATA_BYTES, RT_DATA_LLMC } RtDataFormat;
+typedef enum { RT_DATA_BYTES, RT_DATA_LLMC, RT_DATA_MEGATRON } RtDataFormat;
 
 typedef struct {
   RtDataFormat format;
   const uint8_t *map; /* the whole file, read-only */
   size_t map_bytes;
-  const void *tokens; /* uint8 or uint16 */
+  const void *tokens; /* width bytes each: uint8, uint16 or int32 */
+  int width;
   int64_t ntokens;
+  const uint8_t *idx; /* Megatron: the .idx file, mapped */
+  size_t idx_bytes;
+  int64_t ndocs;      /* Megatron: documents */
 } RtData;
 
 /* Opens path for a model with `vocab` tokens and sequences of seq_len. Fails (returns -1 and
  * writes "path: what; expected ..." into err) on a missing, unreadable or empty file, a shard
- * whose header disagrees with its size, fewer than seq_len + 1 tokens, raw bytes with a
- * vocabulary under 256, or a shard token >= vocab. Returns 0 on success. */
+ * whose header disagrees with its size, a Megatron index that is malformed, of another dtype
+ * or whose sequences are not stored back to back, fewer than seq_len + 1 tokens, raw bytes
+ * with a vocabulary under 256, or a token outside [0, vocab). Returns 0 on success. */
 int rt_data_open(RtData *d, const char *path, int vocab, int seq_len, char *err, size_t errlen);
 void rt_data_close(RtData *d);
 

@@ -33,6 +33,43 @@ static const char *write_shard(const char *name, int n, int m, int declared) {
   return p;
 }
 
+/* Writes a Megatron indexed dataset NAME.idx + NAME.bin of `docs` documents, document k holding
+ * len[k] tokens t = (1000 k + i) (int32, dtype code 4; or uint16, code 8), each document one
+ * sequence. The layout is written here from Megatron-LM's description (indexed_dataset.py):
+ * magic "MMIDIDX\0\0", u64 version 1, u8 dtype, u64 sequences, u64 documents + 1, i32 lengths,
+ * i64 byte pointers, i64 document index [0, 1, ..., docs]. */
+static const char *write_megatron(const char *name, const int *len, int docs, int code, int corrupt) {
+  static char prefix[512];
+  snprintf(prefix, sizeof prefix, "%s/%s", dir, name);
+  char path[600];
+  int w = code == 4 ? 4 : 2;
+  snprintf(path, sizeof path, "%s.bin", prefix);
+  FILE *f = fopen(path, "wb");
+  for (int k = 0; k < docs; k++)
+    for (int i = 0; i < len[k]; i++) {
+      int32_t v = 1000 * k + i;
+      uint16_t h = (uint16_t)v;
+      fwrite(w == 4 ? (void *)&v : (void *)&h, (size_t)w, 1, f);
+    }
+  fclose(f);
+  snprintf(path, sizeof path, "%s.idx", prefix);
+  f = fopen(path, "wb");
+  uint64_t version = 1, nseq = (uint64_t)docs, ndoc = (uint64_t)docs + 1;
+  uint8_t dt = (uint8_t)code;
+  fwrite("MMIDIDX\0\0", 1, 9, f);
+  fwrite(&version, 8, 1, f), fwrite(&dt, 1, 1, f), fwrite(&nseq, 8, 1, f), fwrite(&ndoc, 8, 1, f);
+  for (int k = 0; k < docs; k++) fwrite(&len[k], 4, 1, f);
+  int64_t ptr = 0;
+  for (int k = 0; k < docs; k++) {
+    int64_t p = ptr + (corrupt && k == docs - 1 ? 2 : 0);
+    fwrite(&p, 8, 1, f);
+    ptr += (int64_t)len[k] * w;
+  }
+  for (int64_t k = 0; k <= docs; k++) fwrite(&k, 8, 1, f);
+  fclose(f);
+  return prefix;
+}
+
 static bool open_fails(const char *path, int vocab, int T, const char *needle) {
   RtData d;
   char err[512] = "";
@@ -95,6 +132,46 @@ int main(int argc, char **argv) {
   for (int i = 0; i < B * T; i++) bad += in[i] < 0 || in[i] >= 300;
   CHECK_EQ(bad, 0);
   rt_data_close(&d);
+
+  /* Megatron: three documents of 5, 13 and 30 tokens; windows of T + 1 = 9 tokens at multiples
+   * of 8 cross the document boundaries (at 5 and 18) */
+  int lens[3] = {5, 13, 30};
+  const char *mg = write_megatron("mega", lens, 3, 4, 0);
+  int64_t all[48];
+  for (int k = 0, n = 0; k < 3; k++)
+    for (int i = 0; i < lens[k]; i++) all[n++] = 1000 * k + i;
+  char path[600];
+  for (int form = 0; form < 3; form++) { /* PREFIX, PREFIX.idx, PREFIX.bin */
+    snprintf(path, sizeof path, "%s%s", mg, form == 0 ? "" : form == 1 ? ".idx" : ".bin");
+    CHECK_EQ(rt_data_open(&d, path, 3000, T, err, sizeof err), 0);
+    CHECK(d.format == RT_DATA_MEGATRON && d.ntokens == 48 && d.ndocs == 3 && d.width == 4);
+    rt_data_close(&d);
+  }
+  CHECK_EQ(rt_data_open(&d, mg, 3000, T, err, sizeof err), 0);
+  bad = 0;
+  int crossed = 0, seen[5] = {0};
+  for (int r = 0; r < 5; r++) { /* 5 windows in 48 tokens: 5 samples of one rank each */
+    rt_data_batch(&d, in, tg, 1, T, 0, 1, 0, r, 5, 9);
+    int64_t w = -1;
+    for (int64_t s = 0; s + T < 48; s += T)
+      if (all[s] == in[0]) w = s;
+    bad += w < 0;
+    if (w < 0) continue;
+    seen[w / T]++;
+    for (int t = 0; t < T; t++) bad += in[t] != all[w + t] || tg[t] != all[w + t + 1];
+    crossed += (w < 5 && w + T >= 5) || (w < 18 && w + T >= 18);
+  }
+  CHECK_EQ(bad, 0);
+  CHECK(crossed >= 2); /* windows that hold the end of one document and the start of the next */
+  for (int i = 0; i < 5; i++) CHECK_EQ(seen[i], 1); /* each rank its own window */
+  rt_data_close(&d);
+  CHECK_EQ(rt_data_open(&d, write_megatron("mega16", lens, 3, 8, 0), 3000, T, err, sizeof err), 0);
+  CHECK(d.width == 2 && d.ntokens == 48);
+  rt_data_close(&d);
+  snprintf(path, sizeof path, "%s.idx", write_megatron("gap", lens, 3, 4, 1));
+  CHECK(open_fails(path, 3000, T, "not stored back to back"));
+  snprintf(path, sizeof path, "%s.idx", write_megatron("bigtok", lens, 3, 4, 0));
+  CHECK(open_fails(path, 2000, T, "outside the model's vocabulary of 2000"));
 
   CHECK(open_fails(shard, 256, T, "outside the model's vocabulary of 256"));
   CHECK(open_fails(write_shard("short.bin", 10, 300, 1000), 300, T, "shorter than its header"));

@@ -16,8 +16,51 @@ static int fail(char *err, size_t n, const char *path, const char *what) {
   return -1;
 }
 
+/* megatron.c */
+int rt_data_megatron_prefix(const char *path, char *prefix, size_t n);
+int rt_data_open_megatron(RtData *d, const char *prefix, char *err, size_t errlen);
+
+static int64_t token(const RtData *d, int64_t i) {
+  if (d->width == 1) return ((const uint8_t *)d->tokens)[i];
+  if (d->width == 2) return ((const uint16_t *)d->tokens)[i];
+  return ((const int32_t *)d->tokens)[i];
+}
+
+/* Every token in [0, vocab), and enough of them for one sequence. */
+static int check_tokens(RtData *d, const char *path, int vocab, int seq_len, char *err, size_t errlen) {
+  char msg[200];
+  for (int64_t i = 0; d->width > 1 && i < d->ntokens; i++) {
+    int64_t t = token(d, i);
+    if (t < 0 || t >= vocab) {
+      snprintf(msg, sizeof msg, "token %lld at position %lld is outside the model's vocabulary of %d",
+               (long long)t, (long long)i, vocab);
+      rt_data_close(d);
+      return fail(err, errlen, path, msg);
+    }
+  }
+  if (d->ntokens < (int64_t)seq_len + 1) {
+    snprintf(msg, sizeof msg, "%lld tokens, fewer than one sequence of %d + 1; expected more data",
+             (long long)d->ntokens, seq_len);
+    rt_data_close(d);
+    return fail(err, errlen, path, msg);
+  }
+  return 0;
+}
+
 int rt_data_open(RtData *d, const char *path, int vocab, int seq_len, char *err, size_t errlen) {
   memset(d, 0, sizeof *d);
+  char prefix[4096];
+  if (rt_data_megatron_prefix(path, prefix, sizeof prefix)) {
+    if (rt_data_open_megatron(d, prefix, err, errlen) != 0) {
+      rt_data_close(d);
+      return -1;
+    }
+    if (d->width == 1 && vocab < 256) {
+      rt_data_close(d);
+      return fail(err, errlen, path, "uint8 tokens need a vocabulary of at least 256");
+    }
+    return check_tokens(d, path, vocab, seq_len, err, errlen);
+  }
   int fd = open(path, O_RDONLY);
   if (fd < 0) {
     char msg[256];
@@ -53,15 +96,7 @@ int rt_data_open(RtData *d, const char *path, int vocab, int seq_len, char *err,
     d->format = RT_DATA_LLMC;
     d->tokens = d->map + LLMC_HEADER_BYTES;
     d->ntokens = head[2];
-    const uint16_t *t = d->tokens;
-    for (int64_t i = 0; i < d->ntokens; i++)
-      if (t[i] >= vocab) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "token %u at position %lld is outside the model's vocabulary of %d",
-                 t[i], (long long)i, vocab);
-        rt_data_close(d);
-        return fail(err, errlen, path, msg);
-      }
+    d->width = 2;
   } else {
     if (vocab < 256) {
       rt_data_close(d);
@@ -70,19 +105,14 @@ int rt_data_open(RtData *d, const char *path, int vocab, int seq_len, char *err,
     d->format = RT_DATA_BYTES;
     d->tokens = d->map;
     d->ntokens = (int64_t)d->map_bytes;
+    d->width = 1;
   }
-  if (d->ntokens < (int64_t)seq_len + 1) {
-    char msg[160];
-    snprintf(msg, sizeof msg, "%lld tokens, fewer than one sequence of %d + 1; expected more data",
-             (long long)d->ntokens, seq_len);
-    rt_data_close(d);
-    return fail(err, errlen, path, msg);
-  }
-  return 0;
+  return check_tokens(d, path, vocab, seq_len, err, errlen);
 }
 
 void rt_data_close(RtData *d) {
   if (d->map) munmap((void *)d->map, d->map_bytes);
+  if (d->idx) munmap((void *)d->idx, d->idx_bytes);
   memset(d, 0, sizeof *d);
 }
 
@@ -111,7 +141,7 @@ void rt_data_batch(const RtData *d, int32_t *inputs, int32_t *targets, int B, in
     int64_t start = (int64_t)(w * (uint64_t)T);
     for (int t = 0; t <= T; t++) {
       int64_t i = start + t;
-      int32_t tok = d->format == RT_DATA_LLMC ? ((const uint16_t *)d->tokens)[i] : ((const uint8_t *)d->tokens)[i];
+      int32_t tok = (int32_t)token(d, i);
       if (t < T) inputs[(size_t)b * T + t] = tok;
       if (t > 0) targets[(size_t)b * T + t - 1] = tok;
     }
