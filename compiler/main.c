@@ -22,6 +22,7 @@ static const char usage_main[] =
     "                        launch.sbatch)\n"
     "  build DIR [--backend cpu] [--real float|double]\n"
     "                        build DIR/build/train against mtc's runtime (CMake)\n"
+    "  export CKPT OUT       a checkpoint's weights as one safetensors file (HF names)\n"
     "  explain SPEC          the chosen plan and the best alternatives, with why each lost\n"
     "  sweep SPEC --over KEY=V1,V2,... [--over ...] [--csv]\n"
     "                        the best plan for every point of a grid, one row each\n"
@@ -59,6 +60,10 @@ static const char *const usage_cmd[][2] = {
               "(DIR/build-double/train with --real double, for gradient checks), against the\n"
               "runtime in $MTC_ROOT or in the source tree this mtc was built from. A thin\n"
               "wrapper over cmake -S DIR -B DIR/build -DMTC_ROOT=... && cmake --build.\n"},
+    {"export", "usage: mtc export CKPT OUT.safetensors\n\n"
+               "Writes the fp32 master weights of checkpoint CKPT (a step-N directory, or the\n"
+               "--checkpoint-dir holding them: the newest complete one) as one safetensors file\n"
+               "with Hugging Face tensor names, one tensor per expert. Any saved layout works.\n"},
     {"explain", "usage: mtc explain SPEC [--set KEY=VALUE]...\n\n"
                 "Prints the chosen plan in one line and the best alternatives: fitting ones with\n"
                 "their predicted step, rejected ones with the tier that overflowed and by how much.\n"},
@@ -218,7 +223,7 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < sizeof usage_cmd / sizeof usage_cmd[0]; i++)
         if (strcmp(argv[2], usage_cmd[i][0]) == 0) return fputs(usage_cmd[i][1], stdout), finish(EXIT_DONE);
       char msg[256];
-      snprintf(msg, sizeof msg, "no help for '%.100s'; expected check, plan, compile, build, explain, sweep, diff, import-hf or keys", argv[2]);
+      snprintf(msg, sizeof msg, "no help for '%.100s'; expected check, plan, compile, build, export, explain, sweep, diff, import-hf or keys", argv[2]);
       return usage_error(NULL, msg);
     }
     fputs(usage_main, stdout);
@@ -233,7 +238,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, usage_cmd[i][0]) == 0) help = usage_cmd[i][1];
   if (!help) {
     char msg[256];
-    snprintf(msg, sizeof msg, "unknown command '%.100s'; expected check, plan, compile, build, explain, sweep, diff, import-hf or keys", cmd);
+    snprintf(msg, sizeof msg, "unknown command '%.100s'; expected check, plan, compile, build, export, explain, sweep, diff, import-hf or keys", cmd);
     return usage_error(NULL, msg);
   }
 
@@ -308,6 +313,9 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "keys") == 0) {
       if (nargs != 0 || a.nsets) status = usage_error(cmd, "takes no SPEC and no --set");
       else spec_print_keys(stdout), status = EXIT_DONE;
+    } else if (strcmp(cmd, "export") == 0) {
+      if (nargs != 2 || a.nsets) status = usage_error(cmd, "expected CKPT and OUT.safetensors (and no --set)");
+      else status = export_run(argv[1 + optind], argv[2 + optind]);
     } else if (strcmp(cmd, "diff") == 0) {
       if (nargs != 2) status = usage_error(cmd, "expected two plans or specs, A and B");
       else status = diff_run(argv[1 + optind], argv[2 + optind], a.sets, a.nsets, a.all);

@@ -645,6 +645,11 @@ bool emit_program(Mem *m, Diag *d, const Plan *p, const char *dir, const char *s
  * against the runtime in $MTC_ROOT or this mtc's source tree. Returns the exit status. */
 int build_run(const char *dir, const char *backend, const char *real);
 
+/* `mtc export CKPT OUT`: the master weights of checkpoint CKPT (a step directory, or the
+ * directory holding them: the newest complete one) as a safetensors file (export.c). Returns
+ * the exit status. */
+int export_run(const char *ckpt, const char *out);
+
 extern const char template_train_c[];
 extern const size_t template_train_c_len;
 

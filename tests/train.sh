@@ -14,6 +14,8 @@
 #              checkpoint saved on 4 ranks (fsdp 4, ep 2) resumes on 2 (fsdp 2, ep 1) within
 #              1e-5; a corrupt shard is refused with its name; non-finite steps are skipped,
 #              and K in a row stop the run with the last good state saved
+#   export     mtc export of a 2-rank checkpoint, read back by tests/safetensors_check.py (its own
+#              safetensors and checkpoint readers): every tensor equals the master weights
 #   errors     a launch with the wrong world size, a missing data file, bad arguments
 #   text       tiny-moe on real English text (fortunes' cookie file) for its 300 steps on 2
 #              ranks: the loss starts near ln 256 = 5.55 and ends below 2.5
@@ -148,6 +150,18 @@ checkpoints)
   [ $rc -eq 1 ] && echo "$out" | grep -q "3 consecutive steps had a non-finite" && [ -f "$work/ckD/step-00000003/manifest.json" ] &&
     echo "non-finite steps: one is skipped; 3 in a row stop the run with step 3's state saved" ||
     die "guard rail: exit $rc, $out" ;;
+export)
+  build x2 "$tiny" float "${small[@]}" --set training.steps=3 --set cluster.gpus_per_node=2 --set plan.fsdp=2 --set plan.ep=1 || exit 1
+  (cd "$work" && "${mpirun[@]}" -np 2 ./x2/build/train --data "$text" --metrics x.jsonl --checkpoint-dir ckX >/dev/null) ||
+    die "training run"
+  "$mtc" export "$work/ckX" "$work/model.safetensors" || die "mtc export"
+  python3 "$src/tests/safetensors_check.py" "$work/ckX/step-00000003" "$work/model.safetensors" || die "exported tensors"
+  out=$("$mtc" export "$work/no-such-dir" "$work/y.safetensors" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "no complete checkpoint here" || die "export of a missing checkpoint: $out"
+  printf '\x42' | dd of="$work/ckX/step-00000003/rank-00000.bin" bs=1 seek=400 conv=notrunc status=none
+  out=$("$mtc" export "$work/ckX" "$work/y.safetensors" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "rank-00000.bin: checksum mismatch" && [ ! -e "$work/y.safetensors" ] ||
+    die "export of a corrupt checkpoint: exit $rc, $out" ;;
 errors)
   build e4 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 || exit 1
   out=$(cd "$work" && "${mpirun[@]}" -np 2 ./e4/build/train --data "$text" 2>&1); rc=$?
