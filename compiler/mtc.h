@@ -638,8 +638,8 @@ char *import_hf(Mem *m, Diag *d, const char *path);
 /* Writes DIR/step.h and DIR/step.c: the plan's step code (see emit.h). Refuses, with an error
  * at the spec key, model features the generated program does not implement yet. */
 bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base);
-/* Writes DIR/train.c (templates/train.c, embedded in mtc), DIR/CMakeLists.txt and
- * DIR/launch.sbatch for plan p. */
+/* Writes DIR/train.c (templates/train.c, embedded in mtc), DIR/kernels.cu (the plan's shapes
+ * as #defines, then templates/kernels.cu), DIR/CMakeLists.txt and DIR/launch.sbatch. */
 bool emit_program(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base);
 /* `mtc build DIR`: configures and builds DIR/build (DIR/build-double for real "double")
  * against the runtime in $MTC_ROOT or this mtc's source tree. Returns the exit status. */
@@ -650,8 +650,8 @@ int build_run(const char *dir, const char *backend, const char *real);
  * the exit status. */
 int export_run(const char *ckpt, const char *out);
 
-extern const char template_train_c[];
-extern const size_t template_train_c_len;
+extern const char template_train_c[], template_kernels_cu[];
+extern const size_t template_train_c_len, template_kernels_cu_len;
 
 /* ------------------------------------------------------------------ report.c */
 

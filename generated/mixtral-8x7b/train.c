@@ -5,6 +5,7 @@
  *         learning-rate schedule always spans the spec's training.steps)
  *         [--checkpoint-dir DIR [--checkpoint-every K]] [--max-skips K]
  *   train --data PATH --grad-check          (one rank, built with -DMTC_REAL=double)
+ *   train --check-kernels [--arch sm_90a]   (cuda build: compile kernels.cu with NVRTC, exit)
  * With --checkpoint-dir, a run resumes from the newest complete checkpoint there and saves
  * every K steps and at the end; --steps counts from the start of training. A step whose loss
  * or gradient norm is not finite is skipped (no update); K consecutive skips (default 5) save
@@ -180,7 +181,44 @@ static int grad_check(RtCtx *c, const RtData *d, uint64_t seed) {
 #endif
 }
 
+#ifdef MTC_BACKEND_CUDA
+#include "mtrt_cuda.h"
+extern const char kernels_cu[];
+extern const unsigned long kernels_cu_len;
+
+/* --check-kernels [--arch A]: compiles every kernel of the plan with NVRTC and exits; needs no
+ * GPU, no driver and no MPI launch. */
+static int check_kernels(int argc, char **argv) {
+  const char *arch = "sm_90a";
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) arch = argv[++i];
+    else if (strcmp(argv[i], "--check-kernels") != 0)
+      return usage("--check-kernels takes only --arch ARCH (e.g. sm_90a)");
+  }
+  size_t bytes = 0;
+  int kernels = 0, cached = 0;
+  static char log[1 << 16];
+  if (rt_cuda_compile(kernels_cu, kernels_cu_len, "kernels.cu", arch, MTRT_CUDA_INCLUDE, NULL, &bytes, &kernels,
+                      &cached, log, sizeof log) != 0) {
+    fprintf(stderr, "%s\nerror: kernels.cu of %s does not compile for %s (NVRTC's log above)\n", log, MODEL_NAME, arch);
+    return 1;
+  }
+  char versions[512];
+  rt_cuda_versions(versions, sizeof versions);
+  printf("%s: %d kernels compiled by NVRTC for %s: %zu bytes of CUBIN%s\n%s\n", MODEL_NAME, kernels, arch, bytes,
+         cached ? " (from the cache)" : "", versions);
+  return 0;
+}
+#endif
+
 int main(int argc, char **argv) {
+#ifdef MTC_BACKEND_CUDA
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--check-kernels") == 0) return check_kernels(argc, argv);
+  fprintf(stderr, "error: this is the cuda build of %s: it can --check-kernels, but the training step on the GPU "
+                  "is not written yet; expected a cpu build to train (mtc build DIR --backend cpu)\n", MODEL_NAME);
+  return 2;
+#endif
   Args a;
   RtCtx c;
   memset(&c, 0, sizeof c);

@@ -1,0 +1,239 @@
+// kernels.cu — the cuda backend's elementwise, normalization, routing and loss kernels (the
+// GEMMs go to cuBLAS, attention to cuDNN or a flash kernel). mtc writes this file into each
+// generated program after a prelude of #defines with the plan's shapes, so every loop bound is a
+// compile-time constant; the program compiles it at start-up with NVRTC for the device's
+// architecture (sm_90a on Hopper), and `train --check-kernels` compiles it without a GPU.
+//
+// Storage is bf16, arithmetic fp32. Row kernels use one block per token row and 16-byte
+// accesses (8 bf16 per thread and load); HIDDEN must be a multiple of 8 (mtc checks).
+// Expected from the prelude: TOKENS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, SEQ_LEN, ROPE_THETA,
+// VOCAB, VOCAB_CHUNK, EXPERTS (0: dense), TOP_K, RMS_EPS.
+#include <cuda_bf16.h>
+
+typedef __nv_bfloat16 bf16;
+#define NEG_INF (-__int_as_float(0x7f800000)) // -inf without <math.h>
+#if HIDDEN % 8 != 0
+#error "the cuda kernels need hidden to be a multiple of 8"
+#endif
+
+#define ROW_THREADS 128
+#define VEC 8 // bf16 per 16-byte access
+
+union Vec {
+  uint4 u;
+  bf16 h[VEC];
+};
+
+__device__ __forceinline__ float block_sum(float v, float *shared) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < blockDim.x / 32 ? shared[threadIdx.x] : 0.f;
+  if (warp == 0)
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x == 0) shared[0] = v;
+  __syncthreads();
+  float r = shared[0];
+  __syncthreads();
+  return r;
+}
+
+// out (TOKENS, HIDDEN) = wte[tok]; grid TOKENS, block ROW_THREADS.
+extern "C" __global__ void embedding_forward(bf16 *out, const int *tok, const bf16 *wte) {
+  const uint4 *src = (const uint4 *)(wte + (size_t)tok[blockIdx.x] * HIDDEN);
+  uint4 *dst = (uint4 *)(out + (size_t)blockIdx.x * HIDDEN);
+  for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) dst[i] = src[i];
+}
+
+// dwte (VOCAB, HIDDEN, fp32) += dout rows at their tokens.
+extern "C" __global__ void embedding_backward(float *dwte, const bf16 *dout, const int *tok) {
+  float *d = dwte + (size_t)tok[blockIdx.x] * HIDDEN;
+  const bf16 *g = dout + (size_t)blockIdx.x * HIDDEN;
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) atomicAdd(&d[i], __bfloat162float(g[i]));
+}
+
+// RMSNorm (Zhang & Sennrich 2019): out = x / sqrt(mean x² + eps) ⊙ w; rstd (TOKENS) saved.
+extern "C" __global__ void rmsnorm_forward(bf16 *out, float *rstd, const bf16 *x, const bf16 *w) {
+  __shared__ float shared[32];
+  const Vec *xv = (const Vec *)(x + (size_t)blockIdx.x * HIDDEN), *wv = (const Vec *)w;
+  float ss = 0;
+  for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) {
+    Vec a = xv[i];
+#pragma unroll
+    for (int j = 0; j < VEC; j++) ss += __bfloat162float(a.h[j]) * __bfloat162float(a.h[j]);
+  }
+  float r = rsqrtf(block_sum(ss, shared) / HIDDEN + RMS_EPS);
+  if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+  Vec *ov = (Vec *)(out + (size_t)blockIdx.x * HIDDEN);
+  for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) {
+    Vec a = xv[i], b = wv[i], o;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) o.h[j] = __float2bfloat16(__bfloat162float(a.h[j]) * r * __bfloat162float(b.h[j]));
+    ov[i] = o;
+  }
+}
+
+// dx += r (dy w) − x r³ / C · Σ (dy w x); dw (fp32) += dy x r.
+extern "C" __global__ void rmsnorm_backward(bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const bf16 *w,
+                                            const float *rstd) {
+  __shared__ float shared[32];
+  size_t row = (size_t)blockIdx.x * HIDDEN;
+  float r = rstd[blockIdx.x], dot = 0;
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
+    float dy = __bfloat162float(dout[row + i]), xi = __bfloat162float(x[row + i]);
+    dot += dy * __bfloat162float(w[i]) * xi;
+    atomicAdd(&dw[i], dy * xi * r);
+  }
+  dot = block_sum(dot, shared);
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
+    float dy = __bfloat162float(dout[row + i]), xi = __bfloat162float(x[row + i]);
+    float g = r * dy * __bfloat162float(w[i]) - xi * r * r * r / HIDDEN * dot;
+    dx[row + i] = __float2bfloat16(__bfloat162float(dx[row + i]) + g);
+  }
+}
+
+// RoPE (Su et al. 2021), half-split pairs (i, i + HEAD_DIM/2), in place on x (TOKENS, heads,
+// HEAD_DIM); sign -1 rotates back (the backward). grid TOKENS, block heads × HEAD_DIM/2.
+extern "C" __global__ void rope(bf16 *x, int heads, float sign) {
+  int t = blockIdx.x, pos = t % SEQ_LEN;
+  for (int k = threadIdx.x; k < heads * (HEAD_DIM / 2); k += blockDim.x) {
+    int h = k / (HEAD_DIM / 2), i = k % (HEAD_DIM / 2);
+    float angle = pos * powf(ROPE_THETA, -2.f * i / HEAD_DIM), c = cosf(angle), s = sign * sinf(angle);
+    bf16 *p = x + ((size_t)t * heads + h) * HEAD_DIM;
+    float a = __bfloat162float(p[i]), b = __bfloat162float(p[i + HEAD_DIM / 2]);
+    p[i] = __float2bfloat16(a * c - b * s);
+    p[i + HEAD_DIM / 2] = __float2bfloat16(a * s + b * c);
+  }
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
+
+// SwiGLU (Shazeer 2020): h = silu(g) ⊙ u over n elements (n a multiple of 8).
+extern "C" __global__ void swiglu_forward(bf16 *h, const bf16 *g, const bf16 *u, long n) {
+  long i = ((long)blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n / VEC) return;
+  Vec a = ((const Vec *)g)[i], b = ((const Vec *)u)[i], o;
+#pragma unroll
+  for (int j = 0; j < VEC; j++) o.h[j] = __float2bfloat16(silu(__bfloat162float(a.h[j])) * __bfloat162float(b.h[j]));
+  ((Vec *)h)[i] = o;
+}
+
+extern "C" __global__ void swiglu_backward(bf16 *dg, bf16 *du, const bf16 *dh, const bf16 *g, const bf16 *u, long n) {
+  long i = ((long)blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n / VEC) return;
+  Vec a = ((const Vec *)g)[i], b = ((const Vec *)u)[i], d = ((const Vec *)dh)[i], og, ou;
+#pragma unroll
+  for (int j = 0; j < VEC; j++) {
+    float x = __bfloat162float(a.h[j]), s = 1.f / (1.f + __expf(-x)), up = __bfloat162float(b.h[j]);
+    float dy = __bfloat162float(d.h[j]);
+    og.h[j] = __float2bfloat16(dy * up * s * (1.f + x * (1.f - s)));
+    ou.h[j] = __float2bfloat16(dy * x * s);
+  }
+  ((Vec *)dg)[i] = og, ((Vec *)du)[i] = ou;
+}
+
+// out = a + b (the residual connection), n elements, a multiple of 8.
+extern "C" __global__ void residual_add(bf16 *out, const bf16 *a, const bf16 *b, long n) {
+  long i = ((long)blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n / VEC) return;
+  Vec x = ((const Vec *)a)[i], y = ((const Vec *)b)[i], o;
+#pragma unroll
+  for (int j = 0; j < VEC; j++) o.h[j] = __float2bfloat16(__bfloat162float(x.h[j]) + __bfloat162float(y.h[j]));
+  ((Vec *)out)[i] = o;
+}
+
+// Cross-entropy over one vocabulary chunk of VOCAB_CHUNK logits (fp32, from cuBLAS) starting at
+// column `first`: an online log-sum-exp per row merged into (mx, sum) across chunks, and the
+// target's logit picked when it falls in the chunk. grid TOKENS.
+extern "C" __global__ void cross_entropy_chunk(float *mx, float *sum, float *target_logit, const float *logits,
+                                               const int *targets, int first) {
+  __shared__ float shared[32];
+  const float *l = logits + (size_t)blockIdx.x * VOCAB_CHUNK;
+  float m = NEG_INF;
+  for (int i = threadIdx.x; i < VOCAB_CHUNK; i += blockDim.x) m = fmaxf(m, l[i]);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = m;
+  __syncthreads();
+  m = NEG_INF;
+  for (int w = 0; w < (int)blockDim.x / 32; w++) m = fmaxf(m, shared[w]);
+  __syncthreads();
+  float s = 0;
+  for (int i = threadIdx.x; i < VOCAB_CHUNK; i += blockDim.x) s += __expf(l[i] - m);
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) {
+    float M = fmaxf(mx[blockIdx.x], m);
+    sum[blockIdx.x] = sum[blockIdx.x] * __expf(mx[blockIdx.x] - M) + s * __expf(m - M);
+    mx[blockIdx.x] = M;
+    int t = targets[blockIdx.x] - first;
+    if (t >= 0 && t < VOCAB_CHUNK) target_logit[blockIdx.x] = l[t];
+  }
+}
+
+#if EXPERTS > 0
+// Router: the TOP_K largest scores (+ bias, which only selects) of EXPERTS logits per token, ties
+// to the lower index; weights softmax over the selected logits (Mixtral) or, with SIGMOID, the
+// selected sigmoid scores normalized (DeepSeek-V3). One thread per token.
+extern "C" __global__ void router_topk(int *idx, float *wts, const float *logits, const float *bias, int sigmoid) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= TOKENS) return;
+  const float *l = logits + (size_t)n * EXPERTS;
+  int pick[TOP_K];
+  float val[TOP_K];
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) pick[k] = -1, val[k] = NEG_INF;
+  for (int e = 0; e < EXPERTS; e++) {
+    float s = sigmoid ? 1.f / (1.f + __expf(-l[e])) : l[e];
+    float key = s + (bias ? bias[e] : 0.f);
+    if (key <= val[TOP_K - 1]) continue;
+    int k = TOP_K - 1; // insertion into the sorted top list
+#pragma unroll
+    for (int j = TOP_K - 1; j > 0; j--)
+      if (key > val[j - 1]) val[j] = val[j - 1], pick[j] = pick[j - 1], k = j - 1;
+    val[k] = key, pick[k] = e;
+  }
+  float w[TOP_K], total = 0, m = NEG_INF;
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) m = fmaxf(m, l[pick[k]]);
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) {
+    w[k] = sigmoid ? 1.f / (1.f + __expf(-l[pick[k]])) : __expf(l[pick[k]] - m);
+    total += w[k];
+  }
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) idx[n * TOP_K + k] = pick[k], wts[n * TOP_K + k] = w[k] / total;
+}
+
+// Tokens per expert: counts (EXPERTS) += histogram of idx (TOKENS × TOP_K).
+extern "C" __global__ void moe_count(int *counts, const int *idx) {
+  int a = blockIdx.x * blockDim.x + threadIdx.x;
+  if (a < TOKENS * TOP_K) atomicAdd(&counts[idx[a]], 1);
+}
+
+// Permutation: pos[a] = the row of assignment a in expert order, from offsets (EXPERTS + 1,
+// exclusive prefix of counts) and a running cursor per expert (zeroed before). Rows within an
+// expert come in token order only up to atomics; the combine undoes whatever order this picks.
+extern "C" __global__ void moe_permute(int *pos, int *cursor, const int *idx, const int *offsets) {
+  int a = blockIdx.x * blockDim.x + threadIdx.x;
+  if (a < TOKENS * TOP_K) pos[a] = offsets[idx[a]] + atomicAdd(&cursor[idx[a]], 1);
+}
+
+// xp[pos[n, k]] = x[n]: grid TOKENS × TOP_K rows of HIDDEN.
+extern "C" __global__ void moe_gather(bf16 *xp, const bf16 *x, const int *pos) {
+  const uint4 *src = (const uint4 *)(x + (size_t)(blockIdx.x / TOP_K) * HIDDEN);
+  uint4 *dst = (uint4 *)(xp + (size_t)pos[blockIdx.x] * HIDDEN);
+  for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) dst[i] = src[i];
+}
+
+// y[n] += Σ_k wts[n, k] · yp[pos[n, k]]: grid TOKENS.
+extern "C" __global__ void moe_combine(bf16 *y, const bf16 *yp, const float *wts, const int *pos) {
+  size_t n = blockIdx.x;
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
+    float acc = __bfloat162float(y[n * HIDDEN + i]);
+#pragma unroll
+    for (int k = 0; k < TOP_K; k++)
+      acc += wts[n * TOP_K + k] * __bfloat162float(yp[(size_t)pos[n * TOP_K + k] * HIDDEN + i]);
+    y[n * HIDDEN + i] = __float2bfloat16(acc);
+  }
+}
+#endif
