@@ -161,8 +161,15 @@ int build_run(const char *dir, const char *backend, const char *real) {
   struct stat st;
   char path[4096];
   snprintf(path, sizeof path, "%s/CMakeLists.txt", dir);
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "error: %s: %s; expected the directory `mtc compile` wrote\n", dir,
+            stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
+    return 2;
+  }
+  snprintf(path, sizeof path, "%s/step.c", dir);
   if (stat(path, &st) != 0) {
-    fprintf(stderr, "error: %s: no generated program here; expected the directory `mtc compile` wrote\n", dir);
+    fprintf(stderr, "error: %s: no generated program here (no step.c); expected the directory `mtc compile` wrote "
+            "for a model it writes a program for\n", dir);
     return 2;
   }
   if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {

@@ -422,7 +422,8 @@ static void header(Em *e, const char *spec_base) {
     e->md->flops_per_token);
   P(e, "#define PREDICTED_TOKENS_PER_S_PER_GPU %.6g /* the plan's prediction for the spec's cluster */\n",
     b->cost.tokens_per_s_per_gpu);
-  P(e, "#define RECOMPILE \"mtc compile %s --set cluster.nodes=1 --set cluster.gpus_per_node=RANKS\"\n", spec_base);
+  P(e, "#define SPEC_GPUS_PER_NODE %lld /* to say which mtc compile --set fits another launch */\n",
+    (long long)s->cluster.gpus_per_node);
   P(e, "\n/* the arena: %lld elements of real */\n#define ARENA_ELEMS %lld\n#define INPUTS %lld\n#define TARGETS %lld\n",
     (long long)e->top, (long long)e->top, (long long)e->bufs[0].offset, (long long)e->bufs[1].offset);
   for (int i = 0; i < e->nbufs; i++)
@@ -489,8 +490,9 @@ static bool supported(Diag *d, const Spec *s) {
   else if (m->tie_embeddings) key = "model.tie_embeddings", what = "tied embeddings";
   else if (m->moe.present && m->moe.activation != ACT_SWIGLU) key = "model.moe.activation", what = "gelu experts";
   if (!key) return true;
-  return diag_error(d, spec_loc(s, key), "the generated training program does not implement %s yet (the plan "
-                    "above is complete); expected a model without it to write the program", what);
+  return diag_error(d, spec_loc(s, key), "the generated training program does not implement %s yet, so no "
+                    "program was written (plan.json, plan.txt and the reports were); expected a model without it "
+                    "(e.g. attention.kind gqa or mha) for a program, or mtc plan for the plan alone", what);
 }
 
 bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base) {

@@ -4,6 +4,7 @@
  * [begin, end) byte offsets into the data that follows, padded to 8 bytes). The checkpoint may
  * have been saved under any layout: every tensor is read whole through the runtime's reader. */
 #include <errno.h>
+#include <limits.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,10 +65,21 @@ int export_run(const char *ckpt, const char *out) {
   char *text = json_dumps(head, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(head);
   size_t hl = strlen(text), padded = (hl + 7) / 8 * 8;
-  FILE *f = fopen(out, "wb");
+  /* written to OUT.tmp and renamed when complete: a failure leaves any existing OUT alone */
+  char tmp[4200], outdir[4200], real_out[PATH_MAX], real_ck[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s.tmp", out);
+  snprintf(outdir, sizeof outdir, "%s", out);
+  char *slash = strrchr(outdir, '/');
+  if (slash) *slash = 0;
+  else snprintf(outdir, sizeof outdir, ".");
+  bool inside = realpath(outdir, real_out) && realpath(path, real_ck) && strcmp(real_out, real_ck) == 0;
+  FILE *f = inside ? NULL : fopen(tmp, "wb");
   int status = 0;
-  if (!f) {
-    fprintf(stderr, "error: cannot write %s: %s; expected a writable path\n", out, strerror(errno));
+  if (inside) {
+    fprintf(stderr, "error: %s is inside the checkpoint %s; expected an output path outside it\n", out, path);
+    status = 2;
+  } else if (!f) {
+    fprintf(stderr, "error: cannot write %s: %s; expected a writable path\n", tmp, strerror(errno));
     status = 2;
   } else {
     uint64_t len = padded; /* little-endian on every host mtc supports */
@@ -98,7 +110,12 @@ int export_run(const char *ckpt, const char *out) {
       fprintf(stderr, "error: writing %s: %s\n", out, strerror(errno));
       status = 2;
     }
-    if (status) remove(out);
+    if (status) remove(tmp);
+    else if (rename(tmp, out) != 0) {
+      fprintf(stderr, "error: cannot rename %s to %s: %s\n", tmp, out, strerror(errno));
+      remove(tmp);
+      status = 2;
+    }
   }
   if (!status) printf("wrote %s: %d tensors of %s step %lld (%s)\n", out, n, k.model, (long long)k.step, dtype);
   free(text), free(items);

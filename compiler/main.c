@@ -320,7 +320,9 @@ int main(int argc, char **argv) {
       if (nargs != 2) status = usage_error(cmd, "expected two plans or specs, A and B");
       else status = diff_run(argv[1 + optind], argv[2 + optind], a.sets, a.nsets, a.all);
     } else if (nargs != 1) {
-      status = usage_error(cmd, nargs ? "expected one SPEC file" : "missing SPEC file");
+      bool dir = strcmp(cmd, "build") == 0;
+      status = usage_error(cmd, nargs ? (dir ? "expected one DIR" : "expected one SPEC file")
+                                      : (dir ? "missing DIR (the directory mtc compile wrote)" : "missing SPEC file"));
     } else if (strcmp(cmd, "build") == 0) {
       status = a.nsets ? usage_error(cmd, "takes no --set: compile again instead")
                        : build_run(argv[1 + optind], a.backend ? a.backend : "cpu", a.real ? a.real : "float");

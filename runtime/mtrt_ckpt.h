@@ -6,7 +6,7 @@
  *                    version 1, step, fsdp rank, fsdp, ep, dp_replicate, bytes per master value,
  *                    number of groups), then per group in table order: the fp32 (or double)
  *                    master shard, the first and the second optimizer moment (fp32)
- *   manifest.json    format, model, step, seed, layout, groups (name, comm, full, shard),
+ *   manifest.json    format, model, optimizer, step, seed, layout, groups (name, comm, full, shard),
  *                    tensors (name, group, offset, count, experts, rows, cols) and per shard
  *                    file its size and FNV-1a 64 checksum
  *
@@ -43,6 +43,7 @@ typedef struct {
 typedef struct {
   char dir[1024];  /* DIR/step-NNNNNNNN */
   char model[128];
+  char optimizer[16]; /* "adamw" or "muon": what the moments are */
   int64_t step;
   uint64_t seed;
   int fsdp, ep, dp_replicate, experts_per_rank, real_bytes;

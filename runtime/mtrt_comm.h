@@ -28,11 +28,12 @@ typedef struct {
 } RtComm;
 
 /* Initializes MPI (a world of 1 runs without mpirun) and splits the groups of a plan with
- * world = fsdp × dp_replicate. If the launch has another world size, prints both numbers and
- * what to do (relaunch, or `recompile` — the mtc compile command that fits) and returns -1;
- * returns 0 on success. */
-int rt_comm_init(RtComm *c, int *argc, char ***argv, int fsdp, int ep, int dp_replicate,
-                 const char *recompile);
+ * world = fsdp × dp_replicate. If the launch has another world size, rank 0 prints both numbers
+ * and what to do: relaunch, or recompile spec for the launched size (cluster.nodes when it is
+ * a multiple of gpus_per_node, else one node of that many ranks); returns -1. Returns 0 on
+ * success. */
+int rt_comm_init(RtComm *c, int *argc, char ***argv, int fsdp, int ep, int dp_replicate, const char *spec,
+                 int gpus_per_node);
 void rt_comm_finalize(RtComm *c);
 
 /* out (g × count values, rank order) = every rank's in (count values) in group comm. */

@@ -90,13 +90,14 @@ void rt_router_bias_update(real *shard, int64_t lo, int64_t n, int64_t off, cons
  * manifest, last. kill_halfway (tests only): rank 0 kills itself with SIGKILL after the shards
  * are written and before the manifest. Returns 0, or -1 on every rank (err says why). */
 int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, const real *arena, const RtGroup *g,
-                 int ng, const RtTensor *t, int nt, int El, const char *model, bool kill_halfway, char *err,
-                 size_t errlen);
+                 int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer, bool kill_halfway,
+                 char *err, size_t errlen);
 /* Loads checkpoint directory path (saved under any layout) into this rank's master shards and
- * optimizer moments; sets *step and *seed. Collective; -1 on every rank if any failed (a
- * corrupt or truncated shard is named in err). */
+ * optimizer moments; sets *step and *seed. Refuses a checkpoint of another optimizer, or one
+ * whose tensors differ from the program's in name or shape. Collective; -1 on every rank if
+ * any failed (a corrupt or truncated shard is named in err). */
 int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *arena, const RtGroup *g,
-                 int ng, const RtTensor *t, int nt, char *err, size_t errlen);
+                 int ng, const RtTensor *t, int nt, const char *optimizer, char *err, size_t errlen);
 
 /* Seconds from a monotonic clock. */
 double rt_now(void);

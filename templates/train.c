@@ -15,11 +15,14 @@
  * shard, then per optimizer step ACCUM micro-batches of forward and backward (step.c), the
  * gradients' global norm and clipping, AdamW on this rank's shards, and one line of metrics
  * (rank 0 prints it and appends it to the metrics file as JSON). */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "mtrt_ckpt.h"
 #include "mtrt_data.h"
@@ -30,13 +33,29 @@ typedef struct {
   const char *data, *metrics, *ckpt_dir;
   long steps, ckpt_every, max_skips;
   unsigned long long seed;
-  int grad_check;
+  int seed_given, grad_check;
   long nan_first, nan_count, kill_at_save; /* fault injection for tests: --inject-nan, --inject-kill-at-save */
 } Args;
 
+static const char usage_text[] =
+    "usage: train --data PATH [--steps N] [--metrics PATH] [--seed S] [--checkpoint-dir DIR]\n"
+    "             [--checkpoint-every K] [--max-skips K] [--grad-check]\n"
+    "  --data PATH            raw text (one token per byte), an llm.c token shard, or a Megatron\n"
+    "                         indexed dataset (PREFIX, PREFIX.idx or PREFIX.bin)\n"
+    "  --steps N              stop after optimizer step N (default: the spec's training.steps,\n"
+    "                         which the learning-rate schedule always spans)\n"
+    "  --metrics PATH         JSON lines appended per step (default metrics.jsonl)\n"
+    "  --seed S               initialization and data order (default 1; a resume keeps the\n"
+    "                         checkpoint's)\n"
+    "  --checkpoint-dir DIR   resume from the newest complete checkpoint there; save at the end\n"
+    "  --checkpoint-every K   and every K steps\n"
+    "  --max-skips K          stop after K consecutive non-finite steps (default 5)\n"
+    "  --grad-check           gradients against finite differences (double build, one rank)\n";
+
+static int quiet; /* not rank 0 */
+
 static int usage(const char *msg) {
-  fprintf(stderr, "error: %s\nusage: train --data PATH [--steps N] [--metrics PATH] [--seed S] [--checkpoint-dir DIR]\n"
-                  "             [--checkpoint-every K] [--max-skips K] [--grad-check]\n", msg);
+  if (!quiet) fprintf(stderr, "error: %s\n%s", msg, usage_text);
   return 2;
 }
 
@@ -53,8 +72,14 @@ static int parse_args(Args *a, int argc, char **argv) {
   *a = (Args){.metrics = "metrics.jsonl", .steps = TRAIN_STEPS, .seed = 1, .max_skips = 5};
   int o;
   char *end;
+  char msg[300];
   opterr = 0;
-  while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      if (!quiet) fputs(usage_text, stdout);
+      return -1;
+    }
+  while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     switch (o) {
     case 'd': a->data = optarg; break;
     case 'm': a->metrics = optarg; break;
@@ -65,14 +90,17 @@ static int parse_args(Args *a, int argc, char **argv) {
       break;
     case 'r':
       a->seed = strtoull(optarg, &end, 10);
-      if (*end || !*optarg) return usage("--seed expects a non-negative integer");
+      if (*end || !*optarg || *optarg == '-') return usage("--seed expects a non-negative integer");
+      a->seed_given = 1;
       break;
     case 'c': a->ckpt_dir = optarg; break;
     case 'e':
     case 'k':
     case 'K': {
       long v = strtol(optarg, &end, 10);
-      if (*end || v < 1) return usage("--checkpoint-every, --max-skips and --inject-kill-at-save expect a positive integer");
+      const char *name = o == 'e' ? "--checkpoint-every" : o == 'k' ? "--max-skips" : "--inject-kill-at-save";
+      snprintf(msg, sizeof msg, "%s expects a positive integer, not '%s'", name, optarg);
+      if (*end || v < 1) return usage(msg);
       *(o == 'e' ? &a->ckpt_every : o == 'k' ? &a->max_skips : &a->kill_at_save) = v;
       break;
     }
@@ -80,10 +108,18 @@ static int parse_args(Args *a, int argc, char **argv) {
       if (sscanf(optarg, "%ld:%ld", &a->nan_first, &a->nan_count) != 2 || a->nan_first < 1 || a->nan_count < 1)
         return usage("--inject-nan expects FIRST:COUNT (steps whose gradients become NaN, for tests)");
       break;
-    default: return usage(optind > 0 && optind <= argc ? "unknown option" : "bad arguments");
+    case ':':
+      snprintf(msg, sizeof msg, "option '%s' needs a value", argv[optind - 1]);
+      return usage(msg);
+    default:
+      snprintf(msg, sizeof msg, "unknown option '%s'", argv[optind - 1]);
+      return usage(msg);
     }
   }
-  if (optind < argc) return usage("unexpected argument");
+  if (optind < argc) {
+    snprintf(msg, sizeof msg, "unexpected argument '%s'", argv[optind]);
+    return usage(msg);
+  }
   if (!a->data) return usage("--data PATH is required (raw text bytes or an llm.c token shard)");
   if (a->ckpt_every && !a->ckpt_dir) return usage("--checkpoint-every needs --checkpoint-dir DIR");
   return 0;
@@ -222,11 +258,32 @@ int main(int argc, char **argv) {
   Args a;
   RtCtx c;
   memset(&c, 0, sizeof c);
-  if (rt_comm_init(&c.comm, &argc, &argv, PLAN_FSDP, PLAN_EP, PLAN_DP_REPLICATE, RECOMPILE) != 0) {
-    rt_comm_finalize(&c.comm);
-    return 2;
+  MPI_Init(&argc, &argv); /* arguments first: a usage error is reported even on a wrong launch */
+  int world_rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  quiet = world_rank != 0; /* usage errors: one report, from rank 0 */
+  int status = parse_args(&a, argc, argv);
+  if (status || rt_comm_init(&c.comm, &argc, &argv, PLAN_FSDP, PLAN_EP, PLAN_DP_REPLICATE, SPEC_FILE,
+                             SPEC_GPUS_PER_NODE) != 0) {
+    MPI_Finalize();
+    return status < 0 ? 0 : 2; /* --help: 0 */
   }
-  int rank0 = c.comm.rank == 0, status = parse_args(&a, argc, argv);
+  int rank0 = c.comm.rank == 0;
+  if (!status && a.ckpt_dir) { /* a checkpoint directory that cannot be written fails now, not at the first save */
+    int bad = 0;
+    if (rank0) {
+      struct stat st;
+      mkdir(a.ckpt_dir, 0777);
+      if (stat(a.ckpt_dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(a.ckpt_dir, W_OK | X_OK) != 0) {
+        fprintf(stderr, "error: --checkpoint-dir %s: %s; expected a writable directory (it is created if missing)\n",
+                a.ckpt_dir, stat(a.ckpt_dir, &st) != 0 ? strerror(errno) : !S_ISDIR(st.st_mode) ? "not a directory"
+                                                                                                   : "not writable");
+        bad = 1;
+      }
+    }
+    MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (bad) status = 2;
+  }
   RtData data;
   char err[512];
   if (!status && rt_data_open(&data, a.data, VOCAB, SEQ_LEN, err, sizeof err) != 0) {
@@ -259,24 +316,39 @@ int main(int argc, char **argv) {
     MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
     int64_t at = 0;
     uint64_t seed = a.seed;
-    if (saved && rt_ckpt_load(path, &at, &seed, &c.comm, c.arena, step_groups, N_GROUPS, step_tensors, N_TENSORS, err,
-                              sizeof err) != 0) {
+    if (saved && rt_ckpt_load(path, &at, &seed, &c.comm, c.arena, step_groups, N_GROUPS, step_tensors, N_TENSORS,
+                              OPTIMIZER, err, sizeof err) != 0) {
       if (rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
       status = 2;
       goto done;
     }
-    if (saved && rank0) printf("resumed from %s (step %lld, seed %llu)\n", path, (long long)at, (unsigned long long)seed);
-    start = (long)at, a.seed = seed;
+    if (saved && rank0) {
+      printf("resumed from %s (step %lld, seed %llu)\n", path, (long long)at, (unsigned long long)seed);
+      if (a.seed_given && seed != a.seed)
+        printf("note: --seed %llu ignored: a resumed run keeps the checkpoint's seed %llu\n", a.seed,
+               (unsigned long long)seed);
+    }
+    if (saved) start = (long)at, a.seed = seed;
+    if (start >= a.steps) {
+      if (rank0) printf("nothing to train: the checkpoint is at step %ld, --steps is %ld\n", start, a.steps);
+      goto done;
+    }
   }
   uint64_t data_seed = a.seed + 1;
   if (rank0)
-    printf("%s: %d ranks = %d x fsdp %d, ep %d, %s checkpointing; %d micro-batch(es) of %d x %d tokens per rank; "
+    printf("%s: %d rank(s) = %d x fsdp %d, ep %d, activation checkpointing %s; %d micro-batch(es) of %d x %d tokens per rank; "
            "%s, gradients reduced in %s; arena %.1f MiB per rank; data %s (%lld tokens)\n",
            MODEL_NAME, c.comm.world, PLAN_DP_REPLICATE, PLAN_FSDP, PLAN_EP, CHECKPOINT_POLICY, ACCUM, MICRO_BATCH,
            SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE,
            (double)ARENA_ELEMS * sizeof(real) / 1048576.0, a.data, (long long)data.ntokens);
   FILE *mf = rank0 ? fopen(a.metrics, "a") : NULL;
-  if (rank0 && !mf) fprintf(stderr, "warning: cannot append to %s; metrics go to stdout only\n", a.metrics);
+  int no_metrics = rank0 && !mf;
+  if (no_metrics) fprintf(stderr, "error: --metrics %s: %s; expected a writable file path\n", a.metrics, strerror(errno));
+  MPI_Bcast(&no_metrics, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (no_metrics) {
+    status = 2;
+    goto done;
+  }
   RtAdamW adam = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = (float)WEIGHT_DECAY};
   long skips = 0, skipped = 0;
   for (long step = start; step < a.steps; step++) {
@@ -332,12 +404,13 @@ int main(int argc, char **argv) {
     int stop = skip && skips >= a.max_skips;
     int save = a.ckpt_dir && (stop || (!skip && (step + 1 == a.steps || (a.ckpt_every && (step + 1) % a.ckpt_every == 0))));
     if (save && rt_ckpt_save(a.ckpt_dir, done_steps, a.seed, &c.comm, c.arena, step_groups, N_GROUPS, step_tensors,
-                             N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, a.kill_at_save == done_steps, err,
+                             N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, OPTIMIZER, a.kill_at_save == done_steps, err,
                              sizeof err) != 0) {
       if (rank0) fprintf(stderr, "error: saving the checkpoint of step %ld: %s\n", done_steps, err);
       status = 1;
       break;
     }
+    if (save && rank0) printf("saved checkpoint %s/step-%08ld\n", a.ckpt_dir, done_steps);
     if (stop) {
       if (rank0)
         fprintf(stderr, "error: %ld consecutive steps had a non-finite loss or gradient norm (steps %ld-%ld); "

@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
   int fsdp = atoi(argv[1]), ep = atoi(argv[2]), dp = atoi(argv[3]);
   bool mismatch = argc > 4 && strcmp(argv[4], "--mismatch") == 0;
   RtComm c = {0};
-  int rc = rt_comm_init(&c, &argc, &argv, fsdp, ep, dp, "mtc compile spec.yaml --set cluster.nodes=1");
+  int rc = rt_comm_init(&c, &argc, &argv, fsdp, ep, dp, "spec.yaml", 4);
   if (mismatch) {
     CHECK_EQ(rc, -1);
     rt_comm_finalize(&c);

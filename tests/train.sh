@@ -19,6 +19,7 @@
 #   errors     a launch with the wrong world size, a missing data file, bad arguments
 #   text       tiny-moe on real English text (fortunes' cookie file) for its 300 steps on 2
 #              ranks: the loss starts near ln 256 = 5.55 and ends below 2.5
+#   text-muon  the same with training.optimizer=muon
 # With "sanitize", the programs are built with AddressSanitizer and UBSan.
 set -u
 mtc=$(realpath "$1"); src=$(realpath "$2"); check=$3; san=${4:-}
@@ -135,6 +136,13 @@ checkpoints)
     { n++; d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > worst) worst = r }
     END { printf "saved on 4 ranks (ep 2), resumed on 2 (ep 1): worst relative difference %.2e over %d steps\n", worst, n
           exit (worst > 1e-5 || n != 10) }' || die "resharded run differs by more than 1e-5"
+  # a checkpoint of another model or optimizer is refused
+  build c2h64 "$tiny" float "${ck[@]}" --set model.hidden=64 --set cluster.gpus_per_node=2 --set plan.fsdp=2 || exit 1
+  out=$(cd "$work" && "${mpirun[@]}" -np 2 ./c2h64/build/train --data "$text" --metrics y.jsonl --checkpoint-dir ckA 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "expected a checkpoint of the same model" || die "other model resumed: exit $rc, $out"
+  build c2mu "$tiny" float "${ck[@]}" --set training.optimizer=muon --set cluster.gpus_per_node=2 --set plan.fsdp=2 || exit 1
+  out=$(cd "$work" && "${mpirun[@]}" -np 2 ./c2mu/build/train --data "$text" --metrics y.jsonl --checkpoint-dir ckA 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "trained with adamw, but this program uses muon" || die "other optimizer resumed: exit $rc, $out"
   # a corrupt shard is refused with its name
   f=$work/ckA/step-00000010/rank-00001.bin
   printf '\x42' | dd of="$f" bs=1 seek=300 conv=notrunc status=none
@@ -156,12 +164,15 @@ export)
     die "training run"
   "$mtc" export "$work/ckX" "$work/model.safetensors" || die "mtc export"
   python3 "$src/tests/safetensors_check.py" "$work/ckX/step-00000003" "$work/model.safetensors" || die "exported tensors"
+  out=$("$mtc" export "$work/ckX" "$work/ckX/step-00000003/rank-00000.bin" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "inside the checkpoint" || die "export into the checkpoint: $out"
   out=$("$mtc" export "$work/no-such-dir" "$work/y.safetensors" 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q "no complete checkpoint here" || die "export of a missing checkpoint: $out"
   printf '\x42' | dd of="$work/ckX/step-00000003/rank-00000.bin" bs=1 seek=400 conv=notrunc status=none
+  echo precious >"$work/y.safetensors"
   out=$("$mtc" export "$work/ckX" "$work/y.safetensors" 2>&1); rc=$?
-  [ $rc -eq 2 ] && echo "$out" | grep -q "rank-00000.bin: checksum mismatch" && [ ! -e "$work/y.safetensors" ] ||
-    die "export of a corrupt checkpoint: exit $rc, $out" ;;
+  [ $rc -eq 2 ] && echo "$out" | grep -q "rank-00000.bin: checksum mismatch" && grep -qx precious "$work/y.safetensors" &&
+    [ ! -e "$work/y.safetensors.tmp" ] || die "export of a corrupt checkpoint: exit $rc, $out" ;;
 errors)
   build e4 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 || exit 1
   out=$(cd "$work" && "${mpirun[@]}" -np 2 ./e4/build/train --data "$text" 2>&1); rc=$?
@@ -178,14 +189,21 @@ errors)
   out=$("$work/e1/build/train" --data "$text" --grad-check 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q "needs the double build" || die "--grad-check in float: exit $rc, $out"
   out=$("$mtc" build "$work/no-such-dir" 2>&1); rc=$?
-  [ $rc -eq 2 ] && echo "$out" | grep -q "no generated program here" || die "mtc build of a missing dir: $out"
+  [ $rc -eq 2 ] && echo "$out" | grep -q "expected the directory .mtc compile. wrote" || die "mtc build of a missing dir: $out"
+  out=$("$work/e1/build/train" --data "$text" --checkpoint-dir "$text/x" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "expected a writable directory" || die "bad --checkpoint-dir at start: $out"
+  out=$("$work/e1/build/train" --data "$text" --metrics "$work/no/such/dir/m.jsonl" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "expected a writable file path" || die "bad --metrics: $out"
+  out=$("$work/e1/build/train" --bogus 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "unknown option '--bogus'" || die "unknown option: $out"
   [ $fail -eq 0 ] && echo "ok: world-size, data and argument errors are refused with their reasons" ;;
-text)
-  build tiny "$tiny" float || exit 1
+text | text-muon)
+  opt=adamw; [ "$check" = text-muon ] && opt=muon
+  build tiny "$tiny" float --set training.optimizer=$opt || exit 1
   (cd "$work" && "${mpirun[@]}" -np 2 ./tiny/build/train --data "$text" --metrics tiny.jsonl | tail -3) || die "training run"
   first=$(losses "$work/tiny.jsonl" | head -1); last=$(losses "$work/tiny.jsonl" | tail -1)
   n=$(losses "$work/tiny.jsonl" | wc -l)
-  echo "tiny-moe on $text: $n steps, loss $first -> $last"
+  echo "tiny-moe ($opt) on $text: $n steps, loss $first -> $last"
   awk -v a="$first" -v b="$last" -v n="$n" 'BEGIN { exit !(n == 300 && a > 5.0 && a < 6.0 && b < 2.5) }' ||
     die "expected 300 steps with the loss from ~5.55 to below 2.5" ;;
 *) echo "unknown check $check"; exit 2 ;;

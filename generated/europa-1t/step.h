@@ -31,7 +31,7 @@
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 3.648982e+11 /* training FLOPs per token (plan.json model.flops_per_token) */
 #define PREDICTED_TOKENS_PER_S_PER_GPU 753.448 /* the plan's prediction for the spec's cluster */
-#define RECOMPILE "mtc compile europa-1t.yaml --set cluster.nodes=1 --set cluster.gpus_per_node=RANKS"
+#define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
 
 /* the arena: 159689907136 elements of real */
 #define ARENA_ELEMS 159689907136

@@ -31,7 +31,7 @@
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 1.022550e+11 /* training FLOPs per token (plan.json model.flops_per_token) */
 #define PREDICTED_TOKENS_PER_S_PER_GPU 3147.83 /* the plan's prediction for the spec's cluster */
-#define RECOMPILE "mtc compile mixtral-8x7b.yaml --set cluster.nodes=1 --set cluster.gpus_per_node=RANKS"
+#define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
 
 /* the arena: 53070897728 elements of real */
 #define ARENA_ELEMS 53070897728

@@ -31,7 +31,7 @@
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 9.240576e+06 /* training FLOPs per token (plan.json model.flops_per_token) */
 #define PREDICTED_TOKENS_PER_S_PER_GPU 2565.08 /* the plan's prediction for the spec's cluster */
-#define RECOMPILE "mtc compile tiny-moe.yaml --set cluster.nodes=1 --set cluster.gpus_per_node=RANKS"
+#define SPEC_GPUS_PER_NODE 2 /* to say which mtc compile --set fits another launch */
 
 /* the arena: 20541280 elements of real */
 #define ARENA_ELEMS 20541280

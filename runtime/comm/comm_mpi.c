@@ -34,8 +34,8 @@ static int count_int(size_t n, const char *what) {
   return (int)n;
 }
 
-int rt_comm_init(RtComm *c, int *argc, char ***argv, int fsdp, int ep, int dp_replicate,
-                 const char *recompile) {
+int rt_comm_init(RtComm *c, int *argc, char ***argv, int fsdp, int ep, int dp_replicate, const char *spec,
+                 int gpus_per_node) {
   int inited = 0;
   MPI_CHECK(MPI_Initialized(&inited));
   if (!inited) MPI_CHECK(MPI_Init(argc, argv));
@@ -44,11 +44,16 @@ int rt_comm_init(RtComm *c, int *argc, char ***argv, int fsdp, int ep, int dp_re
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
   int planned = fsdp * dp_replicate;
   if (c->world != planned || ep < 1 || fsdp % ep != 0) {
+    char fit[160];
+    if (gpus_per_node > 0 && c->world % gpus_per_node == 0)
+      snprintf(fit, sizeof fit, "--set cluster.nodes=%d", c->world / gpus_per_node);
+    else
+      snprintf(fit, sizeof fit, "--set cluster.nodes=1 --set cluster.gpus_per_node=%d", c->world);
     if (c->rank == 0)
-      fprintf(stderr, "error: this program was planned for %d ranks (fsdp %d x dp_replicate %d, "
-                      "ep %d) but was launched with %d; expected mpirun -np %d, or a plan for %d "
-                      "ranks: %s\n", planned, fsdp, dp_replicate, ep, c->world, planned, c->world,
-              recompile ? recompile : "mtc compile SPEC --set cluster.nodes=...");
+      fprintf(stderr, "error: this program was planned for %d ranks (fsdp %d x dp_replicate %d, ep %d) but was "
+                      "launched with %d; expected mpirun -np %d, or a plan for %d ranks: mtc compile %s %s (with the "
+                      "--set options it was compiled with)\n", planned, fsdp, dp_replicate, ep, c->world, planned,
+              c->world, spec, fit);
     return -1;
   }
   c->fsdp = fsdp, c->ep = ep, c->dp_replicate = dp_replicate;

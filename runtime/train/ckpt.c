@@ -76,12 +76,12 @@ static int write_shard(const char *stepdir, const RtComm *c, const real *arena, 
 }
 
 static int write_manifest(const char *stepdir, int64_t step, uint64_t seed, const RtComm *c, const RtGroup *g, int ng,
-                          const RtTensor *t, int nt, int El, const char *model, const int64_t *bytes,
+                          const RtTensor *t, int nt, int El, const char *model, const char *optimizer, const int64_t *bytes,
                           const uint64_t *sums, char *err, size_t errlen) {
   char s[32];
   snprintf(s, sizeof s, "%016llx", (unsigned long long)seed);
-  json_t *root = json_pack("{s:s, s:s, s:I, s:s, s:{s:i, s:i, s:i, s:i, s:i}, s:i}", "format", "mtc-checkpoint-1",
-                           "model", model, "step", (json_int_t)step, "seed", s, "layout", "world", c->world, "fsdp",
+  json_t *root = json_pack("{s:s, s:s, s:s, s:I, s:s, s:{s:i, s:i, s:i, s:i, s:i}, s:i}", "format",
+                           "mtc-checkpoint-1", "model", model, "optimizer", optimizer, "step", (json_int_t)step, "seed", s, "layout", "world", c->world, "fsdp",
                            c->fsdp, "ep", c->ep, "dp_replicate", c->dp_replicate, "experts_per_rank", El,
                            "real_bytes", (int)sizeof(real));
   json_t *groups = json_array(), *tensors = json_array(), *shards = json_array();
@@ -116,8 +116,8 @@ static int write_manifest(const char *stepdir, int64_t step, uint64_t seed, cons
 }
 
 int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, const real *arena, const RtGroup *g,
-                 int ng, const RtTensor *t, int nt, int El, const char *model, bool kill_halfway, char *err,
-                 size_t errlen) {
+                 int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer, bool kill_halfway,
+                 char *err, size_t errlen) {
   char stepdir[1100];
   snprintf(stepdir, sizeof stepdir, "%s/step-%08lld", dir, (long long)step);
   int bad = 0;
@@ -138,17 +138,39 @@ int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, 
     int64_t *b = malloc(sizeof(int64_t) * (size_t)c->fsdp);
     uint64_t *s = malloc(sizeof(uint64_t) * (size_t)c->fsdp);
     for (int r = 0; r < c->fsdp; r++) b[r] = (int64_t)all[2 * r], s[r] = all[2 * r + 1]; /* replica 0 = ranks 0..fsdp-1 */
-    bad = write_manifest(stepdir, step, seed, c, g, ng, t, nt, El, model, b, s, err, errlen) != 0;
+    bad = write_manifest(stepdir, step, seed, c, g, ng, t, nt, El, model, optimizer, b, s, err, errlen) != 0;
     free(b), free(s), free(all);
   }
   return agree(bad, err, errlen);
 }
 
+/* The checkpoint holds every tensor of this program with the same shape, and moments of the
+ * same optimizer. */
+static int compatible(const RtCkpt *k, const RtTensor *t, int nt, int ep, const char *optimizer, char *err,
+                      size_t errlen) {
+  if (strcmp(k->optimizer, optimizer) != 0)
+    return snprintf(err, errlen, "%s: trained with %s, but this program uses %s; expected a checkpoint of the same "
+                    "optimizer (its state would be misread)", k->dir, k->optimizer, optimizer), -1;
+  for (int i = 0; i < nt; i++) {
+    const RtCkptTensor *c = NULL;
+    for (int j = 0; j < k->ntensors && !c; j++)
+      if (strcmp(k->tensors[j].name, t[i].name) == 0) c = &k->tensors[j];
+    int mine = t[i].experts * ep, theirs = c ? c->experts * k->ep : 0;
+    if (!c || c->rows != t[i].rows || c->cols != t[i].cols || mine != theirs)
+      return snprintf(err, errlen, "%s: tensor %s is %s%lldx%lld (%d experts) there, %lldx%lld (%d experts) in this "
+                      "program; expected a checkpoint of the same model", k->dir, t[i].name, c ? "" : "missing, not ",
+                      c ? (long long)c->rows : 0LL, c ? (long long)c->cols : 0LL, theirs, (long long)t[i].rows,
+                      (long long)t[i].cols, mine), -1;
+  }
+  return 0;
+}
+
 int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *arena, const RtGroup *g,
-                 int ng, const RtTensor *t, int nt, char *err, size_t errlen) {
+                 int ng, const RtTensor *t, int nt, const char *optimizer, char *err, size_t errlen) {
   RtCkpt k;
   (void)ng; /* the tensors name their groups */
   int bad = rt_ckpt_open(&k, path, err, errlen) != 0;
+  if (!bad) bad = compatible(&k, t, nt, c->ep, optimizer, err, errlen) != 0;
   double *buf = NULL;
   size_t cap = 0;
   for (int ti = 0; !bad && ti < nt; ti++) {

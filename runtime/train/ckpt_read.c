@@ -56,20 +56,22 @@ int rt_ckpt_open(RtCkpt *k, const char *path, char *err, size_t errlen) {
   json_error_t je;
   json_t *root = json_load_file(man, 0, &je);
   if (!root) return fail(err, errlen, "%s: %s; expected a checkpoint's manifest.json", man, je.text);
-  const char *model = NULL, *format = NULL;
+  const char *model = NULL, *format = NULL, *opt = NULL;
   json_t *groups = NULL, *tensors = NULL, *shards = NULL;
-  json_int_t step = 0, fsdp = 0, ep = 0, dpr = 0, epr = 0, rb = 0;
+  json_int_t step = 0, world = 0, fsdp = 0, ep = 0, dpr = 0, epr = 0, rb = 0;
   const char *seed = NULL;
-  if (json_unpack_ex(root, &je, 0, "{s:s, s:s, s:I, s:s, s:{s:I, s:I, s:I, s:I}, s:I, s:o, s:o, s:o}", "format",
-                     &format, "model", &model, "step", &step, "seed", &seed, "layout", "fsdp", &fsdp, "ep", &ep,
-                     "dp_replicate", &dpr, "experts_per_rank", &epr, "real_bytes", &rb, "groups", &groups,
-                     "tensors", &tensors, "shards", &shards) != 0 ||
+  if (json_unpack_ex(root, &je, 0, "{s:s, s:s, s:s, s:I, s:s, s:{s:I, s:I, s:I, s:I, s:I}, s:I, s:o, s:o, s:o}",
+                     "format", &format, "model", &model, "optimizer", &opt, "step", &step, "seed", &seed, "layout",
+                     "world", &world, "fsdp", &fsdp, "ep", &ep, "dp_replicate", &dpr, "experts_per_rank", &epr,
+                     "real_bytes", &rb, "groups", &groups, "tensors", &tensors, "shards", &shards) != 0 ||
       strcmp(format, "mtc-checkpoint-1") != 0 || !json_is_array(groups) || !json_is_array(tensors) ||
-      !json_is_array(shards) || (rb != 4 && rb != 8) || fsdp < 1 || ep < 1) {
+      !json_is_array(shards) || (rb != 4 && rb != 8) || fsdp < 1 || ep < 1 || dpr < 1 || fsdp % ep != 0 ||
+      world != fsdp * dpr || step < 0 || epr < 0) {
     json_decref(root);
     return fail(err, errlen, "%s: malformed manifest (%s); expected one written by an mtc training program", man, je.text);
   }
   snprintf(k->model, sizeof k->model, "%s", model);
+  snprintf(k->optimizer, sizeof k->optimizer, "%s", opt);
   k->step = step, k->seed = strtoull(seed, NULL, 16), k->fsdp = (int)fsdp, k->ep = (int)ep, k->dp_replicate = (int)dpr;
   k->experts_per_rank = (int)epr, k->real_bytes = (int)rb;
   k->ngroups = (int)json_array_size(groups), k->ntensors = (int)json_array_size(tensors);
