@@ -234,14 +234,15 @@ static int check_kernels(int argc, char **argv) {
   size_t bytes = 0;
   int kernels = 0, cached = 0;
   static char log[1 << 16];
-  if (rt_cuda_compile(kernels_cu, kernels_cu_len, "kernels.cu", arch, MTRT_CUDA_INCLUDE, NULL, &bytes, &kernels,
-                      &cached, log, sizeof log) != 0) {
+  if (rt_cuda_compile(kernels_cu, kernels_cu_len, "kernels.cu", arch, MTRT_CUDA_INCLUDE, NULL, NULL, &bytes,
+                      &kernels, &cached, log, sizeof log) != 0) {
     fprintf(stderr, "%s\nerror: kernels.cu of %s does not compile for %s (NVRTC's log above)\n", log, MODEL_NAME, arch);
     return 1;
   }
   char versions[512];
   rt_cuda_versions(versions, sizeof versions);
-  printf("%s: %d kernels compiled by NVRTC for %s: %zu bytes of CUBIN%s\n%s\n", MODEL_NAME, kernels, arch, bytes,
+  printf("%s: kernels.cu (%d kernel definitions) compiled by NVRTC for %s: %zu bytes of CUBIN%s\n%s\n", MODEL_NAME,
+         kernels, arch, bytes,
          cached ? " (from the cache)" : "", versions);
   return 0;
 }

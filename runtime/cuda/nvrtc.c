@@ -36,8 +36,28 @@ static int count_kernels(const char *src, size_t n) {
   return k;
 }
 
+/* The cached CUBIN at path, read whole (malloc'ed), or NULL. */
+static void *read_cache(const char *path, size_t bytes) {
+  FILE *f = fopen(path, "rb");
+  void *b = f ? malloc(bytes) : NULL;
+  if (b && fread(b, 1, bytes, f) != bytes) free(b), b = NULL;
+  if (f) fclose(f);
+  return b;
+}
+
+int rt_cuda_arch(char *arch, size_t n) {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return -1;
+  snprintf(arch, n, "sm_%d%d%s", major, minor, major == 9 && minor == 0 ? "a" : "");
+  return 0;
+}
+
 int rt_cuda_compile(const char *src, size_t n, const char *name, const char *arch, const char *include_dir,
-                    const char *cache_dir, size_t *cubin_bytes, int *kernels, int *cached, char *log, size_t loglen) {
+                    const char *cache_dir, void **cubin_out, size_t *cubin_bytes, int *kernels, int *cached, char *log,
+                    size_t loglen) {
   char archopt[64], incopt[1100];
   snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
   snprintf(incopt, sizeof incopt, "-I%s", include_dir);
@@ -54,8 +74,12 @@ int rt_cuda_compile(const char *src, size_t n, const char *name, const char *arc
   *kernels = count_kernels(src, n), *cached = 0;
   struct stat st;
   if (stat(path, &st) == 0 && st.st_size > 0) {
-    *cubin_bytes = (size_t)st.st_size, *cached = 1;
-    return 0;
+    void *b = cubin_out ? read_cache(path, (size_t)st.st_size) : NULL;
+    if (!cubin_out || b) {
+      if (cubin_out) *cubin_out = b;
+      *cubin_bytes = (size_t)st.st_size, *cached = 1;
+      return 0;
+    } /* unreadable: compile again */
   }
   nvrtcProgram prog;
   char *text = malloc(n + 1);
@@ -94,7 +118,8 @@ int rt_cuda_compile(const char *src, size_t n, const char *name, const char *arc
     if (ok) rename(tmp, path);
     else remove(tmp);
   }
-  free(cubin);
+  if (cubin_out) *cubin_out = cubin;
+  else free(cubin);
   return 0;
 }
 

@@ -1,0 +1,213 @@
+/* test_kernels.c — the cuda backend's kernels (templates/kernels.cu) against the cpu backend's
+ * ops, on a GPU: compiled by NVRTC for the device, loaded with cudaLibraryLoadData, run on
+ * random bf16 inputs, compared within bf16 rounding.
+ *   usage: test_kernels TEMPLATES/kernels.cu
+ * Without a GPU it prints why and exits 77 (ctest: skipped), so CI builds and links it and a
+ * GPU session (tools/device-check.sh) runs it. */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "mtrt_comm.h"
+#include "mtrt_cuda.h"
+#include "mtrt_ops.h"
+
+enum { B = 2, T = 32, N = B * T, C = 64, NH = 4, NKV = 2, HD = 16, V = 256, E = 8, K = 2 };
+static const char prelude[] = "#define TOKENS 64\n#define SEQ_LEN 32\n#define HIDDEN 64\n#define HEADS 4\n"
+                              "#define KV_HEADS 2\n#define HEAD_DIM 16\n#define ROPE_THETA 10000.0f\n"
+                              "#define RMS_EPS 1e-5f\n#define VOCAB 256\n#define VOCAB_CHUNK 256\n"
+                              "#define EXPERTS 8\n#define TOP_K 2\n";
+static cudaLibrary_t lib;
+
+#define CU(call)                                                                                  \
+  do {                                                                                            \
+    cudaError_t e_ = (call);                                                                      \
+    if (e_ != cudaSuccess) {                                                                      \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
+      exit(1);                                                                                    \
+    }                                                                                             \
+  } while (0)
+
+static dim3 dim3_of(int x) {
+  dim3 d = {(unsigned)x, 1, 1};
+  return d;
+}
+
+static void launch(const char *name, int grid, int block, void **args) {
+  cudaKernel_t k;
+  CU(cudaLibraryGetKernel(&k, lib, name));
+  CU(cudaLaunchKernel((const void *)k, dim3_of(grid), dim3_of(block), args, 0, 0));
+  CU(cudaDeviceSynchronize());
+}
+
+static float rnd(unsigned *s) { return (float)((*s = *s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f; }
+/* n random values, rounded to bf16 (what the GPU stores) */
+static void fill(float *x, int n, unsigned seed, float scale) {
+  for (int i = 0; i < n; i++) x[i] = rt_float_from_bf16(rt_bf16_from_float(scale * rnd(&seed)));
+}
+static void *to_dev_bf16(const float *x, int n) {
+  uint16_t *h = malloc(2 * (size_t)n);
+  for (int i = 0; i < n; i++) h[i] = rt_bf16_from_float(x[i]);
+  void *d;
+  CU(cudaMalloc(&d, 2 * (size_t)n));
+  CU(cudaMemcpy(d, h, 2 * (size_t)n, cudaMemcpyHostToDevice));
+  free(h);
+  return d;
+}
+static void *to_dev(const void *x, size_t bytes) {
+  void *d;
+  CU(cudaMalloc(&d, bytes));
+  CU(cudaMemcpy(d, x, bytes, cudaMemcpyHostToDevice));
+  return d;
+}
+static void from_dev_bf16(float *x, const void *d, int n) {
+  uint16_t *h = malloc(2 * (size_t)n);
+  CU(cudaMemcpy(h, d, 2 * (size_t)n, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < n; i++) x[i] = rt_float_from_bf16(h[i]);
+  free(h);
+}
+/* max |a - b| / (|b| + floor) over n values; bf16 keeps 8 significant bits (2^-8 relative) */
+static double rel_err(const float *a, const float *b, int n, double floor) {
+  double m = 0;
+  for (int i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]) / (fabs((double)b[i]) + floor));
+  return m;
+}
+
+int main(int argc, char **argv) {
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
+    printf("test_kernels: skipped: no GPU (%s)\n", gpus ? "" : cudaGetErrorString(cudaGetDeviceCount(&gpus)));
+    return 77;
+  }
+  if (argc != 2) return fprintf(stderr, "usage: test_kernels TEMPLATES/kernels.cu\n"), 2;
+  FILE *f = fopen(argv[1], "rb");
+  if (!f) return fprintf(stderr, "cannot open %s\n", argv[1]), 2;
+  static char src[1 << 17];
+  size_t pl = strlen(prelude), n = fread(src + pl, 1, sizeof src - pl - 1, f);
+  fclose(f);
+  memcpy(src, prelude, pl);
+  char arch[16];
+  static char nvlog[1 << 15];
+  CHECK_EQ(rt_cuda_arch(arch, sizeof arch), 0);
+  void *cubin = NULL;
+  size_t bytes;
+  int nk, cached;
+  if (rt_cuda_compile(src, pl + n, "kernels.cu", arch, MTRT_CUDA_INCLUDE, NULL, &cubin, &bytes, &nk, &cached, nvlog,
+                      sizeof nvlog) != 0)
+    return fprintf(stderr, "%s\nNVRTC failed\n", nvlog), 1;
+  CU(cudaLibraryLoadData(&lib, cubin, NULL, NULL, 0, NULL, NULL, 0));
+  printf("test_kernels: %d kernels for %s loaded\n", nk, arch);
+
+  /* RMSNorm forward */
+  static float x[N * C], w[C], out[N * C], ref[N * C], rstd[N], rstd_ref[N];
+  fill(x, N * C, 1, 4), fill(w, C, 2, 2);
+  rt_rmsnorm_forward(ref, rstd_ref, x, w, N, C, 1e-5f);
+  void *dx = to_dev_bf16(x, N * C), *dw = to_dev_bf16(w, C), *dout = to_dev_bf16(out, N * C), *drstd;
+  CU(cudaMalloc(&drstd, sizeof rstd));
+  launch("rmsnorm_forward", N, 128, (void *[]){&dout, &drstd, &dx, &dw});
+  from_dev_bf16(out, dout, N * C);
+  CU(cudaMemcpy(rstd, drstd, sizeof rstd, cudaMemcpyDeviceToHost));
+  double e1 = rel_err(out, ref, N * C, 1e-2), e2 = rel_err(rstd, rstd_ref, N, 0);
+  printf("  rmsnorm_forward: out %.2e, rstd %.2e relative\n", e1, e2);
+  CHECK(e1 < 0x1p-7 && e2 < 1e-4);
+
+  /* RoPE on queries (B, T, NH, HD) */
+  static float q[N * NH * HD], qr[N * NH * HD];
+  fill(q, N * NH * HD, 3, 2);
+  memcpy(qr, q, sizeof q);
+  rt_rope_forward(qr, B, T, NH, HD, 10000.0f);
+  void *dq = to_dev_bf16(q, N * NH * HD);
+  int heads = NH;
+  float sign = 1;
+  launch("rope", N, NH * HD / 2, (void *[]){&dq, &heads, &sign});
+  from_dev_bf16(q, dq, N * NH * HD);
+  e1 = rel_err(q, qr, N * NH * HD, 1e-1);
+  printf("  rope: %.2e\n", e1);
+  CHECK(e1 < 0x1p-6);
+
+  /* SwiGLU forward and backward, residual add */
+  static float g[N * C], u[N * C], h[N * C], dh[N * C], dg[N * C], du[N * C], hr[N * C], dgr[N * C], dur[N * C];
+  fill(g, N * C, 4, 6), fill(u, N * C, 5, 2), fill(dh, N * C, 6, 1);
+  rt_swiglu_forward(hr, g, u, N * C);
+  memset(dgr, 0, sizeof dgr), memset(dur, 0, sizeof dur);
+  rt_swiglu_backward(dgr, dur, dh, g, u, N * C);
+  void *dg_ = to_dev_bf16(g, N * C), *du_ = to_dev_bf16(u, N * C), *dh_ = to_dev_bf16(dh, N * C);
+  void *ho = to_dev_bf16(h, N * C), *go = to_dev_bf16(dg, N * C), *uo = to_dev_bf16(du, N * C);
+  long cnt = N * C;
+  launch("swiglu_forward", (int)(cnt / 8 + 127) / 128, 128, (void *[]){&ho, &dg_, &du_, &cnt});
+  launch("swiglu_backward", (int)(cnt / 8 + 127) / 128, 128, (void *[]){&go, &uo, &dh_, &dg_, &du_, &cnt});
+  from_dev_bf16(h, ho, N * C), from_dev_bf16(dg, go, N * C), from_dev_bf16(du, uo, N * C);
+  double eh = rel_err(h, hr, N * C, 1e-2), eg = rel_err(dg, dgr, N * C, 1e-2), eu = rel_err(du, dur, N * C, 1e-2);
+  printf("  swiglu: forward %.2e, backward %.2e / %.2e\n", eh, eg, eu);
+  CHECK(eh < 0x1p-6 && eg < 0x1p-6 && eu < 0x1p-6);
+  launch("residual_add", (int)(cnt / 8 + 127) / 128, 128, (void *[]){&ho, &dg_, &du_, &cnt});
+  from_dev_bf16(h, ho, N * C);
+  for (int i = 0; i < N * C; i++) hr[i] = g[i] + u[i];
+  e1 = rel_err(h, hr, N * C, 1e-2);
+  printf("  residual_add: %.2e\n", e1);
+  CHECK(e1 < 0x1p-7);
+
+  /* router top-k (softmax) and the MoE permute / gather / combine path */
+  static float logits[N * E], wts[N * K], wref[N * K];
+  static int32_t idx[N * K], iref[N * K];
+  fill(logits, N * E, 7, 8);
+  rt_router_forward(iref, wref, logits, NULL, N, E, K, false);
+  void *dl = to_dev(logits, sizeof logits), *di, *dwt, *dnull = NULL;
+  CU(cudaMalloc(&di, sizeof idx));
+  CU(cudaMalloc(&dwt, sizeof wts));
+  int sig = 0;
+  launch("router_topk", 1, 128, (void *[]){&di, &dwt, &dl, &dnull, &sig});
+  CU(cudaMemcpy(idx, di, sizeof idx, cudaMemcpyDeviceToHost));
+  CU(cudaMemcpy(wts, dwt, sizeof wts, cudaMemcpyDeviceToHost));
+  CHECK(memcmp(idx, iref, sizeof idx) == 0);
+  e1 = rel_err(wts, wref, N * K, 0);
+  printf("  router_topk: same experts, weights %.2e\n", e1);
+  CHECK(e1 < 1e-5);
+  static int counts[E], offsets[E + 1], zero[E];
+  void *dcnt = to_dev(zero, sizeof zero), *dcur = to_dev(zero, sizeof zero), *dpos, *doff;
+  CU(cudaMalloc(&dpos, sizeof idx));
+  launch("moe_count", 1, 128, (void *[]){&dcnt, &di});
+  CU(cudaMemcpy(counts, dcnt, sizeof counts, cudaMemcpyDeviceToHost));
+  for (int e = 0; e < E; e++) offsets[e + 1] = offsets[e] + counts[e];
+  CHECK_EQ(offsets[E], N * K);
+  doff = to_dev(offsets, sizeof offsets);
+  launch("moe_permute", 1, 128, (void *[]){&dpos, &dcur, &di, &doff});
+  void *dxp, *dy = to_dev_bf16(hr, N * C); /* y starts at some values: combine adds */
+  CU(cudaMalloc(&dxp, 2 * (size_t)N * K * C));
+  launch("moe_gather", N * K, 64, (void *[]){&dxp, &dx, &dpos});
+  launch("moe_combine", N, 64, (void *[]){&dy, &dxp, &dwt, &dpos}); /* experts = identity */
+  from_dev_bf16(out, dy, N * C);
+  for (int t = 0; t < N; t++)
+    for (int c = 0; c < C; c++) ref[t * C + c] = hr[t * C + c] + (wts[t * K] + wts[t * K + 1]) * x[t * C + c];
+  e1 = rel_err(out, ref, N * C, 1e-1);
+  printf("  moe permute/gather/combine: %.2e\n", e1);
+  CHECK(e1 < 0x1p-6);
+
+  /* cross-entropy over one chunk of the vocabulary: log-sum-exp and the target's logit */
+  static float lg[N * V], mx[N], sm[N], tl[N];
+  static int32_t tgt[N];
+  fill(lg, N * V, 9, 10);
+  for (int t = 0; t < N; t++) tgt[t] = (t * 37) % V, mx[t] = -INFINITY, sm[t] = 0;
+  void *dlg = to_dev(lg, sizeof lg), *dmx = to_dev(mx, sizeof mx), *dsm = to_dev(sm, sizeof sm), *dtl, *dtg = to_dev(tgt, sizeof tgt);
+  CU(cudaMalloc(&dtl, sizeof tl));
+  int first = 0;
+  launch("cross_entropy_chunk", N, 128, (void *[]){&dmx, &dsm, &dtl, &dlg, &dtg, &first});
+  CU(cudaMemcpy(mx, dmx, sizeof mx, cudaMemcpyDeviceToHost));
+  CU(cudaMemcpy(sm, dsm, sizeof sm, cudaMemcpyDeviceToHost));
+  CU(cudaMemcpy(tl, dtl, sizeof tl, cudaMemcpyDeviceToHost));
+  double worst = 0;
+  for (int t = 0; t < N; t++) {
+    double m = -INFINITY, s = 0;
+    for (int v = 0; v < V; v++) m = fmax(m, lg[t * V + v]);
+    for (int v = 0; v < V; v++) s += exp(lg[t * V + v] - m);
+    worst = fmax(worst, fabs((mx[t] + log(sm[t])) - (m + log(s))));
+    CHECK(tl[t] == lg[t * V + tgt[t]]);
+  }
+  printf("  cross_entropy_chunk: log-sum-exp within %.2e\n", worst);
+  CHECK(worst < 1e-4);
+  free(cubin);
+  return CHECK_DONE("test_kernels");
+}
