@@ -29,6 +29,35 @@ typedef __nv_bfloat16 bf16;
 #define NEG_INF (-__int_as_float(0x7f800000)) // -inf without <math.h>
 #if HIDDEN % 8 != 0
 #error "the cuda kernels need hidden to be a multiple of 8"
+// dyp (set) = w · dy at each copy's row; dwts (set) = dy · yp. grid TOKENS.
+extern "C" __global__ void moe_combine_backward(bf16 *dyp, float *dwts, const bf16 *dy, const bf16 *yp, const float *wts,
+                                                const int *pos) {
+  __shared__ float shared[32];
+  size_t n = blockIdx.x;
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) {
+    size_t r = (size_t)pos[n * TOP_K + k] * HIDDEN;
+    float w = wts[n * TOP_K + k], d = 0;
+    for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
+      float g = __bfloat162float(dy[n * HIDDEN + i]);
+      dyp[r + i] = __float2bfloat16(w * g);
+      d += g * __bfloat162float(yp[r + i]);
+    }
+    d = block_sum(d, shared);
+    if (threadIdx.x == 0) dwts[n * TOP_K + k] = d;
+  }
+}
+
+// dx[n] += Σ_k dxp[pos[n, k]]. grid TOKENS.
+extern "C" __global__ void moe_gather_backward(bf16 *dx, const bf16 *dxp, const int *pos) {
+  size_t n = blockIdx.x;
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
+    float acc = __bfloat162float(dx[n * HIDDEN + i]);
+#pragma unroll
+    for (int k = 0; k < TOP_K; k++) acc += __bfloat162float(dxp[(size_t)pos[n * TOP_K + k] * HIDDEN + i]);
+    dx[n * HIDDEN + i] = __float2bfloat16(acc);
+  }
+}
 #endif
 
 #define ROW_THREADS 128
@@ -158,6 +187,144 @@ extern "C" __global__ void residual_add(bf16 *out, const bf16 *a, const bf16 *b,
   ((Vec *)out)[i] = o;
 }
 
+// ---- causal GQA attention, O(SEQ_LEN) memory: one warp per (token, query head), scores
+// recomputed in backward from the saved log-sum-exp (the structure of FlashAttention, Dao et
+// al. 2022, without its tiling: correct first, fast later). q, out (TOKENS, HEADS, HEAD_DIM);
+// k, v (TOKENS, KV_HEADS, HEAD_DIM); lse (TOKENS, HEADS). Block 128 threads = 4 warps.
+#define DPL ((HEAD_DIM + 31) / 32) // head dimensions per lane
+#define GROUP (HEADS / KV_HEADS)
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ void load_row(float *r, const bf16 *p, int lane) {
+#pragma unroll
+  for (int i = 0; i < DPL; i++) r[i] = lane + 32 * i < HEAD_DIM ? __bfloat162float(p[lane + 32 * i]) : 0.f;
+}
+
+__device__ __forceinline__ float row_dot(const float *a, const bf16 *p, int lane) {
+  float s = 0;
+#pragma unroll
+  for (int i = 0; i < DPL; i++)
+    if (lane + 32 * i < HEAD_DIM) s += a[i] * __bfloat162float(p[lane + 32 * i]);
+  return warp_sum(s);
+}
+
+extern "C" __global__ void attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v) {
+  int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+  if (w >= TOKENS * HEADS) return;
+  int n = w / HEADS, h = w % HEADS, t = n % SEQ_LEN, first = n - t, kvh = h / GROUP;
+  const float scale = rsqrtf((float)HEAD_DIM);
+  float qr[DPL], acc[DPL], m = NEG_INF, l = 0;
+  load_row(qr, q + ((size_t)n * HEADS + h) * HEAD_DIM, lane);
+#pragma unroll
+  for (int i = 0; i < DPL; i++) acc[i] = 0;
+  for (int j = 0; j <= t; j++) {
+    size_t kv = ((size_t)(first + j) * KV_HEADS + kvh) * HEAD_DIM;
+    float s = scale * row_dot(qr, k + kv, lane), mn = fmaxf(m, s), corr = __expf(m - mn), p = __expf(s - mn);
+    l = l * corr + p;
+#pragma unroll
+    for (int i = 0; i < DPL; i++)
+      acc[i] = acc[i] * corr + (lane + 32 * i < HEAD_DIM ? p * __bfloat162float(v[kv + lane + 32 * i]) : 0.f);
+    m = mn;
+  }
+  bf16 *o = out + ((size_t)n * HEADS + h) * HEAD_DIM;
+#pragma unroll
+  for (int i = 0; i < DPL; i++)
+    if (lane + 32 * i < HEAD_DIM) o[lane + 32 * i] = __float2bfloat16(acc[i] / l);
+  if (lane == 0) lse[(size_t)n * HEADS + h] = m + __logf(l);
+}
+
+// dq (set) and delta = dout · out per (token, head), saved for attention_backward_dkv.
+extern "C" __global__ void attention_backward_dq(bf16 *dq, float *delta, const bf16 *dout, const bf16 *q,
+                                                 const bf16 *k, const bf16 *v, const bf16 *out, const float *lse) {
+  int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+  if (w >= TOKENS * HEADS) return;
+  int n = w / HEADS, h = w % HEADS, t = n % SEQ_LEN, first = n - t, kvh = h / GROUP;
+  const float scale = rsqrtf((float)HEAD_DIM);
+  size_t row = ((size_t)n * HEADS + h) * HEAD_DIM;
+  float qr[DPL], dor[DPL], acc[DPL];
+  load_row(qr, q + row, lane), load_row(dor, dout + row, lane);
+  float D = row_dot(dor, out + row, lane), L = lse[(size_t)n * HEADS + h];
+#pragma unroll
+  for (int i = 0; i < DPL; i++) acc[i] = 0;
+  for (int j = 0; j <= t; j++) {
+    size_t kv = ((size_t)(first + j) * KV_HEADS + kvh) * HEAD_DIM;
+    float p = __expf(scale * row_dot(qr, k + kv, lane) - L), ds = p * (row_dot(dor, v + kv, lane) - D);
+#pragma unroll
+    for (int i = 0; i < DPL; i++)
+      if (lane + 32 * i < HEAD_DIM) acc[i] += scale * ds * __bfloat162float(k[kv + lane + 32 * i]);
+  }
+#pragma unroll
+  for (int i = 0; i < DPL; i++)
+    if (lane + 32 * i < HEAD_DIM) dq[row + lane + 32 * i] = __float2bfloat16(acc[i]);
+  if (lane == 0) delta[(size_t)n * HEADS + h] = D;
+}
+
+// dk, dv (set): one warp per (token j, KV head), summing over the GROUP query heads and the
+// queries t >= j that attend to it.
+extern "C" __global__ void attention_backward_dkv(bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k,
+                                                  const bf16 *v, const float *lse, const float *delta) {
+  int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+  if (w >= TOKENS * KV_HEADS) return;
+  int n = w / KV_HEADS, kvh = w % KV_HEADS, j = n % SEQ_LEN, first = n - j;
+  const float scale = rsqrtf((float)HEAD_DIM);
+  size_t kv = ((size_t)n * KV_HEADS + kvh) * HEAD_DIM;
+  float kr[DPL], vr[DPL], dkacc[DPL], dvacc[DPL];
+  load_row(kr, k + kv, lane), load_row(vr, v + kv, lane);
+#pragma unroll
+  for (int i = 0; i < DPL; i++) dkacc[i] = 0, dvacc[i] = 0;
+  for (int g = 0; g < GROUP; g++) {
+    int h = kvh * GROUP + g;
+    for (int t = j; t < SEQ_LEN; t++) {
+      size_t row = ((size_t)(first + t) * HEADS + h) * HEAD_DIM;
+      float p = __expf(scale * row_dot(kr, q + row, lane) - lse[(size_t)(first + t) * HEADS + h]);
+      float ds = p * (row_dot(vr, dout + row, lane) - delta[(size_t)(first + t) * HEADS + h]);
+#pragma unroll
+      for (int i = 0; i < DPL; i++)
+        if (lane + 32 * i < HEAD_DIM) {
+          dvacc[i] += p * __bfloat162float(dout[row + lane + 32 * i]);
+          dkacc[i] += scale * ds * __bfloat162float(q[row + lane + 32 * i]);
+        }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < DPL; i++)
+    if (lane + 32 * i < HEAD_DIM) {
+      dk[kv + lane + 32 * i] = __float2bfloat16(dkacc[i]);
+      dv[kv + lane + 32 * i] = __float2bfloat16(dvacc[i]);
+    }
+}
+
+// ---- optimizer and casts (fp32 master weights, bf16 copies for compute) ----
+
+// AdamW (Loshchilov & Hutter 2019) on n values: c1, c2 the bias corrections 1 − beta^step.
+extern "C" __global__ void adamw(float *param, float *m, float *v, const float *grad, long n, float lr, float beta1,
+                                 float beta2, float eps, float wd, float c1, float c2, float grad_scale) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float g = grad[i] * grad_scale;
+  m[i] = beta1 * m[i] + (1 - beta1) * g;
+  v[i] = beta2 * v[i] + (1 - beta2) * g * g;
+  param[i] -= lr * ((m[i] / c1) / (sqrtf(v[i] / c2) + eps) + wd * param[i]);
+}
+
+extern "C" __global__ void cast_bf16(bf16 *out, const float *in, long n) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __float2bfloat16(in[i]);
+}
+
+// *out += Σ g² over n values (the global gradient norm's part of one shard).
+extern "C" __global__ void sum_squares(float *out, const float *g, long n) {
+  __shared__ float shared[32];
+  float s = 0;
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) s += g[i] * g[i];
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) atomicAdd(out, s);
+}
+
 // Cross-entropy over one vocabulary chunk of VOCAB_CHUNK logits (fp32, from cuBLAS) starting at
 // column `first`: an online log-sum-exp per row merged into (mx, sum) across chunks, and the
 // target's logit picked when it falls in the chunk. grid TOKENS.
@@ -183,6 +350,17 @@ extern "C" __global__ void cross_entropy_chunk(float *mx, float *sum, float *tar
     int t = targets[blockIdx.x] - first;
     if (t >= 0 && t < VOCAB_CHUNK) target_logit[blockIdx.x] = l[t];
   }
+}
+
+// dlogits (TOKENS, VOCAB_CHUNK) = scale × (softmax − one-hot(target)) for the chunk at column
+// `first`, from the final (mx, sum) of every chunk; scale = dloss / TOKENS. grid TOKENS.
+extern "C" __global__ void cross_entropy_backward(bf16 *dlogits, const float *logits, const float *mx, const float *sum,
+                                                  const int *targets, int first, float scale) {
+  size_t row = (size_t)blockIdx.x * VOCAB_CHUNK;
+  float lse = mx[blockIdx.x] + __logf(sum[blockIdx.x]);
+  int t = targets[blockIdx.x] - first;
+  for (int i = threadIdx.x; i < VOCAB_CHUNK; i += blockDim.x)
+    dlogits[row + i] = __float2bfloat16(scale * (__expf(logits[row + i] - lse) - (i == t ? 1.f : 0.f)));
 }
 
 #if EXPERTS > 0
@@ -219,6 +397,50 @@ extern "C" __global__ void router_topk(int *idx, float *wts, const float *logits
   for (int k = 0; k < TOP_K; k++) idx[n * TOP_K + k] = pick[k], wts[n * TOP_K + k] = w[k] / total;
 }
 
+// dlogits += the gradient through the routing weights w_j = a_j / Σ a (a = exp(l − m) for
+// softmax, σ(l) for sigmoid): a_j dA_j = w_j (dw_j − Σ_i w_i dw_i), times (1 − σ) for sigmoid.
+extern "C" __global__ void router_backward(float *dlogits, const float *dwts, const float *logits, const int *idx,
+                                           const float *wts, int sigmoid) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= TOKENS) return;
+  float wdw = 0;
+#pragma unroll
+  for (int j = 0; j < TOP_K; j++) wdw += wts[n * TOP_K + j] * dwts[n * TOP_K + j];
+#pragma unroll
+  for (int j = 0; j < TOP_K; j++) {
+    int e = idx[n * TOP_K + j];
+    float g = wts[n * TOP_K + j] * (dwts[n * TOP_K + j] - wdw);
+    if (sigmoid) g *= 1.f - 1.f / (1.f + __expf(-logits[(size_t)n * EXPERTS + e]));
+    dlogits[(size_t)n * EXPERTS + e] += g;
+  }
+}
+
+// Switch-Transformer balancing loss (Fedus et al. 2021), α·E·Σ f_e P_e: stats (2 × EXPERTS,
+// zeroed before) += P (mean softmax over tokens) and f (fraction of assignments).
+extern "C" __global__ void aux_loss_stats(float *stats, const float *logits, const int *idx) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= TOKENS) return;
+  const float *l = logits + (size_t)n * EXPERTS;
+  float m = NEG_INF, s = 0;
+  for (int e = 0; e < EXPERTS; e++) m = fmaxf(m, l[e]);
+  for (int e = 0; e < EXPERTS; e++) s += __expf(l[e] - m);
+  for (int e = 0; e < EXPERTS; e++) atomicAdd(&stats[e], __expf(l[e] - m) / s / TOKENS);
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) atomicAdd(&stats[EXPERTS + idx[n * TOP_K + k]], 1.f / (TOKENS * TOP_K));
+}
+
+// dlogits += coef · p ⊙ (f − Σ p f) per token, coef = dloss · α · E / TOKENS.
+extern "C" __global__ void aux_loss_backward(float *dlogits, const float *logits, const float *stats, float coef) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= TOKENS) return;
+  const float *l = logits + (size_t)n * EXPERTS, *f = stats + EXPERTS;
+  float m = NEG_INF, s = 0, pf = 0;
+  for (int e = 0; e < EXPERTS; e++) m = fmaxf(m, l[e]);
+  for (int e = 0; e < EXPERTS; e++) s += __expf(l[e] - m);
+  for (int e = 0; e < EXPERTS; e++) pf += __expf(l[e] - m) / s * f[e];
+  for (int e = 0; e < EXPERTS; e++) dlogits[(size_t)n * EXPERTS + e] += coef * __expf(l[e] - m) / s * (f[e] - pf);
+}
+
 // Tokens per expert: counts (EXPERTS) += histogram of idx (TOKENS × TOP_K).
 extern "C" __global__ void moe_count(int *counts, const int *idx) {
   int a = blockIdx.x * blockDim.x + threadIdx.x;
@@ -249,6 +471,35 @@ extern "C" __global__ void moe_combine(bf16 *y, const bf16 *yp, const float *wts
     for (int k = 0; k < TOP_K; k++)
       acc += wts[n * TOP_K + k] * __bfloat162float(yp[(size_t)pos[n * TOP_K + k] * HIDDEN + i]);
     y[n * HIDDEN + i] = __float2bfloat16(acc);
+  }
+}
+// dyp (set) = w · dy at each copy's row; dwts (set) = dy · yp. grid TOKENS.
+extern "C" __global__ void moe_combine_backward(bf16 *dyp, float *dwts, const bf16 *dy, const bf16 *yp, const float *wts,
+                                                const int *pos) {
+  __shared__ float shared[32];
+  size_t n = blockIdx.x;
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) {
+    size_t r = (size_t)pos[n * TOP_K + k] * HIDDEN;
+    float w = wts[n * TOP_K + k], d = 0;
+    for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
+      float g = __bfloat162float(dy[n * HIDDEN + i]);
+      dyp[r + i] = __float2bfloat16(w * g);
+      d += g * __bfloat162float(yp[r + i]);
+    }
+    d = block_sum(d, shared);
+    if (threadIdx.x == 0) dwts[n * TOP_K + k] = d;
+  }
+}
+
+// dx[n] += Σ_k dxp[pos[n, k]]. grid TOKENS.
+extern "C" __global__ void moe_gather_backward(bf16 *dx, const bf16 *dxp, const int *pos) {
+  size_t n = blockIdx.x;
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
+    float acc = __bfloat162float(dx[n * HIDDEN + i]);
+#pragma unroll
+    for (int k = 0; k < TOP_K; k++) acc += __bfloat162float(dxp[(size_t)pos[n * TOP_K + k] * HIDDEN + i]);
+    dx[n * HIDDEN + i] = __float2bfloat16(acc);
   }
 }
 #endif

@@ -14,6 +14,7 @@
 #include "mtrt_comm.h"
 #include "mtrt_cuda.h"
 #include "mtrt_ops.h"
+#include "mtrt_optim.h"
 
 enum { B = 2, T = 32, N = B * T, C = 64, NH = 4, NKV = 2, HD = 16, V = 256, E = 8, K = 2 };
 static const char prelude[] = "#define TOKENS 64\n#define SEQ_LEN 32\n#define HIDDEN 64\n#define HEADS 4\n"
@@ -208,6 +209,126 @@ int main(int argc, char **argv) {
   }
   printf("  cross_entropy_chunk: log-sum-exp within %.2e\n", worst);
   CHECK(worst < 1e-4);
+  /* cross-entropy backward: (softmax - one-hot) x scale */
+  static float hdl[N * V], hdlr[N * V];
+  void *ddl;
+  CU(cudaMalloc(&ddl, 2 * (size_t)N * V));
+  float scale = 0.5f / N;
+  launch("cross_entropy_backward", N, 128, (void *[]){&ddl, &dlg, &dmx, &dsm, &dtg, &first, &scale});
+  from_dev_bf16(hdl, ddl, N * V);
+  for (int t = 0; t < N; t++) {
+    double m = -INFINITY, sum = 0;
+    for (int v = 0; v < V; v++) m = fmax(m, lg[t * V + v]);
+    for (int v = 0; v < V; v++) sum += exp(lg[t * V + v] - m);
+    for (int v = 0; v < V; v++) hdlr[t * V + v] = (float)(scale * (exp(lg[t * V + v] - m) / sum - (v == tgt[t])));
+  }
+  e1 = rel_err(hdl, hdlr, N * V, 1e-4);
+  printf("  cross_entropy_backward: %.2e\n", e1);
+  CHECK(e1 < 0x1p-6);
+
+  /* router backward, balancing loss, combine and gather backward */
+  static float dwts[N * K], dlog[N * E], dlogr[N * E], stats[2 * E], aux_scratch[3 * E];
+  fill(dwts, N * K, 10, 1);
+  memset(dlogr, 0, sizeof dlogr);
+  rt_router_backward(dlogr, dwts, logits, iref, wref, N, E, K, false);
+  float auxr = rt_aux_loss_forward(logits, iref, N, E, K, 0.01f, aux_scratch);
+  rt_aux_loss_backward(dlogr, logits, iref, N, E, K, 0.01f, 0.5f, aux_scratch);
+  void *ddw = to_dev(dwts, sizeof dwts), *ddlog = to_dev(dlog, sizeof dlog), *dstats = to_dev(stats, sizeof stats);
+  launch("router_backward", 1, 128, (void *[]){&ddlog, &ddw, &dl, &di, &dwt, &sig});
+  launch("aux_loss_stats", 1, 128, (void *[]){&dstats, &dl, &di});
+  float coef = 0.5f * 0.01f * E / N;
+  launch("aux_loss_backward", 1, 128, (void *[]){&ddlog, &dl, &dstats, &coef});
+  CU(cudaMemcpy(dlog, ddlog, sizeof dlog, cudaMemcpyDeviceToHost));
+  CU(cudaMemcpy(stats, dstats, sizeof stats, cudaMemcpyDeviceToHost));
+  float aux = 0;
+  for (int e = 0; e < E; e++) aux += 0.01f * E * stats[e] * stats[E + e];
+  double ed = 0;
+  for (int i = 0; i < N * E; i++) ed = fmax(ed, fabs(dlog[i] - dlogr[i]));
+  printf("  router_backward + aux loss: loss %.6f vs %.6f, gradient within %.2e\n", aux, auxr, ed);
+  CHECK(fabs(aux - auxr) < 1e-5 && ed < 1e-5);
+  static float dyv[N * C], ypv[N * K * C], dyp[N * K * C], dwc[N * K], dypr[N * K * C], dwcr[N * K];
+  static int32_t posr[N * K];
+  static int offr[E + 1];
+  fill(dyv, N * C, 11, 1), fill(ypv, N * K * C, 12, 1);
+  rt_moe_permute(posr, offr, iref, N, E, K);
+  memset(dwcr, 0, sizeof dwcr);
+  rt_moe_combine_backward(dypr, dwcr, dyv, ypv, wref, posr, N, K, C);
+  void *dpr = to_dev(posr, sizeof posr), *ddy = to_dev_bf16(dyv, N * C), *dyp_ = to_dev_bf16(ypv, N * K * C), *ddyp, *ddwc;
+  CU(cudaMalloc(&ddyp, 2 * (size_t)N * K * C));
+  CU(cudaMalloc(&ddwc, sizeof dwc));
+  void *dwref = to_dev(wref, sizeof wref);
+  launch("moe_combine_backward", N, 64, (void *[]){&ddyp, &ddwc, &ddy, &dyp_, &dwref, &dpr});
+  from_dev_bf16(dyp, ddyp, N * K * C);
+  CU(cudaMemcpy(dwc, ddwc, sizeof dwc, cudaMemcpyDeviceToHost));
+  e1 = rel_err(dyp, dypr, N * K * C, 1e-2), e2 = rel_err(dwc, dwcr, N * K, 1e-1);
+  printf("  moe_combine_backward: dyp %.2e, dwts %.2e\n", e1, e2);
+  CHECK(e1 < 0x1p-7 && e2 < 0x1p-6);
+  static float dxg[N * C], dxgr[N * C];
+  memset(dxgr, 0, sizeof dxgr);
+  rt_moe_gather_backward(dxgr, dypr, posr, N, K, C);
+  void *ddx = to_dev_bf16(dxg, N * C); /* zeros */
+  launch("moe_gather_backward", N, 64, (void *[]){&ddx, &ddyp, &dpr});
+  from_dev_bf16(dxg, ddx, N * C);
+  e1 = rel_err(dxg, dxgr, N * C, 1e-2);
+  printf("  moe_gather_backward: %.2e\n", e1);
+  CHECK(e1 < 0x1p-6);
+
+  /* attention forward and backward (B, T, NH / NKV heads of HD) */
+  static float aq[N * NH * HD], ak[N * NKV * HD], av[N * NKV * HD], ao[N * NH * HD], aor[N * NH * HD];
+  static float alse[N * NH], alser[B * NH * T], ado[N * NH * HD];
+  static float adq[N * NH * HD], adk[N * NKV * HD], adv[N * NKV * HD], adqr[N * NH * HD], adkr[N * NKV * HD],
+      advr[N * NKV * HD];
+  fill(aq, N * NH * HD, 13, 2), fill(ak, N * NKV * HD, 14, 2), fill(av, N * NKV * HD, 15, 2), fill(ado, N * NH * HD, 16, 1);
+  rt_attention_forward(aor, alser, aq, ak, av, B, T, NH, NKV, HD);
+  memset(adqr, 0, sizeof adqr), memset(adkr, 0, sizeof adkr), memset(advr, 0, sizeof advr);
+  /* the cpu backward from the GPU's (bf16) output, as the GPU does */
+  void *daq = to_dev_bf16(aq, N * NH * HD), *dak = to_dev_bf16(ak, N * NKV * HD), *dav = to_dev_bf16(av, N * NKV * HD);
+  void *dao, *dlse, *ddo = to_dev_bf16(ado, N * NH * HD), *ddq, *ddk, *ddv, *ddelta;
+  CU(cudaMalloc(&dao, sizeof ao / 2));
+  CU(cudaMalloc(&dlse, sizeof alse));
+  CU(cudaMalloc(&ddelta, sizeof alse));
+  CU(cudaMalloc(&ddq, sizeof adq / 2));
+  CU(cudaMalloc(&ddk, sizeof adk / 2));
+  CU(cudaMalloc(&ddv, sizeof adv / 2));
+  launch("attention_forward", N * NH * 32 / 128, 128, (void *[]){&dao, &dlse, &daq, &dak, &dav});
+  from_dev_bf16(ao, dao, N * NH * HD);
+  CU(cudaMemcpy(alse, dlse, sizeof alse, cudaMemcpyDeviceToHost));
+  e1 = rel_err(ao, aor, N * NH * HD, 1e-1);
+  double el = 0;
+  for (int b = 0; b < B; b++)
+    for (int hh = 0; hh < NH; hh++)
+      for (int t = 0; t < T; t++) el = fmax(el, fabs(alse[(b * T + t) * NH + hh] - alser[(b * NH + hh) * T + t]));
+  printf("  attention_forward: out %.2e, log-sum-exp within %.2e\n", e1, el);
+  CHECK(e1 < 0x1p-6 && el < 1e-4);
+  rt_attention_backward(adqr, adkr, advr, ado, aq, ak, av, ao, alser, B, T, NH, NKV, HD);
+  launch("attention_backward_dq", N * NH * 32 / 128, 128, (void *[]){&ddq, &ddelta, &ddo, &daq, &dak, &dav, &dao, &dlse});
+  launch("attention_backward_dkv", N * NKV * 32 / 128, 128, (void *[]){&ddk, &ddv, &ddo, &daq, &dak, &dav, &dlse, &ddelta});
+  from_dev_bf16(adq, ddq, N * NH * HD), from_dev_bf16(adk, ddk, N * NKV * HD), from_dev_bf16(adv, ddv, N * NKV * HD);
+  double eq = rel_err(adq, adqr, N * NH * HD, 1e-1), ek = rel_err(adk, adkr, N * NKV * HD, 1e-1),
+         ev = rel_err(adv, advr, N * NKV * HD, 1e-1);
+  printf("  attention_backward: dq %.2e, dk %.2e, dv %.2e\n", eq, ek, ev);
+  CHECK(eq < 0x1p-5 && ek < 0x1p-5 && ev < 0x1p-5);
+
+  /* AdamW and the squared gradient norm */
+  enum { P = 1000 };
+  static float par[P], mom[P], vel[P], grd[P], parr[P], momr[P], velr[P];
+  fill(par, P, 17, 1), fill(grd, P, 18, 1);
+  memcpy(parr, par, sizeof par);
+  RtAdamW hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 1};
+  rt_adamw_update(parr, momr, velr, grd, P, 0.5f, &hp);
+  void *dp = to_dev(par, sizeof par), *dm = to_dev(mom, sizeof mom), *dv2 = to_dev(vel, sizeof vel), *dgd = to_dev(grd, sizeof grd);
+  long np = P;
+  float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, c1 = 1 - 0.9f, c2 = 1 - 0.95f, gs = 0.5f;
+  launch("adamw", (P + 127) / 128, 128, (void *[]){&dp, &dm, &dv2, &dgd, &np, &lr, &b1, &b2, &eps, &wd, &c1, &c2, &gs});
+  CU(cudaMemcpy(par, dp, sizeof par, cudaMemcpyDeviceToHost));
+  e1 = rel_err(par, parr, P, 1e-3);
+  float ss = 0, zero1 = 0;
+  void *dss = to_dev(&zero1, sizeof zero1);
+  launch("sum_squares", 4, 128, (void *[]){&dss, &dgd, &np});
+  CU(cudaMemcpy(&ss, dss, sizeof ss, cudaMemcpyDeviceToHost));
+  double ssr = rt_sum_squares(grd, P);
+  printf("  adamw: %.2e; sum_squares %.6f vs %.6f\n", e1, ss, ssr);
+  CHECK(e1 < 1e-5 && fabs(ss - ssr) < 1e-4 * ssr);
   free(cubin);
   return CHECK_DONE("test_kernels");
 }
