@@ -144,7 +144,8 @@ static void layer_forward(Em *e, int l) {
   else
     P(e, "\n/* layer %d (%s), forward: X%d -> X%d. With recompute, the backward re-runs it from the\n"
          " * saved boundary X%d (%s checkpointing). */\n", l, moe ? "MoE" : "dense", l, l + 1, l, plan_ac_name(e->ac));
-  P(e, "static void layer%d_forward(RtCtx *c, bool recompute) {\n  (void)recompute;\n", l);
+  P(e, "static void layer%d_forward(RtCtx *c, bool recompute) {\n", l);
+  if (!moe && e->ac != AC_SELECTIVE) P(e, "  (void)recompute; /* a dense layer recomputes everything or nothing */\n");
   attention_forward(e, l);
   if (moe) moe_forward(e, l);
   else mlp_forward(e, l);

@@ -1884,7 +1884,6 @@ const RtTensor step_tensors[N_TENSORS] = {
 /* layer 0 (MoE), forward: X0 -> X1. With recompute, the backward re-runs it from the
  * saved boundary X0 (full checkpointing). */
 static void layer0_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X0), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -1916,7 +1915,6 @@ static void layer0_forward(RtCtx *c, bool recompute) {
 /* layer 1 (MoE), forward: X1 -> X2. With recompute, the backward re-runs it from the
  * saved boundary X1 (full checkpointing). */
 static void layer1_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X1), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -1948,7 +1946,6 @@ static void layer1_forward(RtCtx *c, bool recompute) {
 /* layer 2 (MoE), forward: X2 -> X3. With recompute, the backward re-runs it from the
  * saved boundary X2 (full checkpointing). */
 static void layer2_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X2), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -1980,7 +1977,6 @@ static void layer2_forward(RtCtx *c, bool recompute) {
 /* layer 3 (MoE), forward: X3 -> X4. With recompute, the backward re-runs it from the
  * saved boundary X3 (full checkpointing). */
 static void layer3_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X3), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2012,7 +2008,6 @@ static void layer3_forward(RtCtx *c, bool recompute) {
 /* layer 4 (MoE), forward: X4 -> X5. With recompute, the backward re-runs it from the
  * saved boundary X4 (full checkpointing). */
 static void layer4_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X4), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2044,7 +2039,6 @@ static void layer4_forward(RtCtx *c, bool recompute) {
 /* layer 5 (MoE), forward: X5 -> X6. With recompute, the backward re-runs it from the
  * saved boundary X5 (full checkpointing). */
 static void layer5_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X5), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2076,7 +2070,6 @@ static void layer5_forward(RtCtx *c, bool recompute) {
 /* layer 6 (MoE), forward: X6 -> X7. With recompute, the backward re-runs it from the
  * saved boundary X6 (full checkpointing). */
 static void layer6_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X6), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2108,7 +2101,6 @@ static void layer6_forward(RtCtx *c, bool recompute) {
 /* layer 7 (MoE), forward: X7 -> X8. With recompute, the backward re-runs it from the
  * saved boundary X7 (full checkpointing). */
 static void layer7_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X7), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2140,7 +2132,6 @@ static void layer7_forward(RtCtx *c, bool recompute) {
 /* layer 8 (MoE), forward: X8 -> X9. With recompute, the backward re-runs it from the
  * saved boundary X8 (full checkpointing). */
 static void layer8_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X8), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2172,7 +2163,6 @@ static void layer8_forward(RtCtx *c, bool recompute) {
 /* layer 9 (MoE), forward: X9 -> X10. With recompute, the backward re-runs it from the
  * saved boundary X9 (full checkpointing). */
 static void layer9_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X9), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2204,7 +2194,6 @@ static void layer9_forward(RtCtx *c, bool recompute) {
 /* layer 10 (MoE), forward: X10 -> X11. With recompute, the backward re-runs it from the
  * saved boundary X10 (full checkpointing). */
 static void layer10_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X10), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2236,7 +2225,6 @@ static void layer10_forward(RtCtx *c, bool recompute) {
 /* layer 11 (MoE), forward: X11 -> X12. With recompute, the backward re-runs it from the
  * saved boundary X11 (full checkpointing). */
 static void layer11_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X11), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2268,7 +2256,6 @@ static void layer11_forward(RtCtx *c, bool recompute) {
 /* layer 12 (MoE), forward: X12 -> X13. With recompute, the backward re-runs it from the
  * saved boundary X12 (full checkpointing). */
 static void layer12_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X12), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2300,7 +2287,6 @@ static void layer12_forward(RtCtx *c, bool recompute) {
 /* layer 13 (MoE), forward: X13 -> X14. With recompute, the backward re-runs it from the
  * saved boundary X13 (full checkpointing). */
 static void layer13_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X13), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2332,7 +2318,6 @@ static void layer13_forward(RtCtx *c, bool recompute) {
 /* layer 14 (MoE), forward: X14 -> X15. With recompute, the backward re-runs it from the
  * saved boundary X14 (full checkpointing). */
 static void layer14_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X14), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2364,7 +2349,6 @@ static void layer14_forward(RtCtx *c, bool recompute) {
 /* layer 15 (MoE), forward: X15 -> X16. With recompute, the backward re-runs it from the
  * saved boundary X15 (full checkpointing). */
 static void layer15_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X15), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2396,7 +2380,6 @@ static void layer15_forward(RtCtx *c, bool recompute) {
 /* layer 16 (MoE), forward: X16 -> X17. With recompute, the backward re-runs it from the
  * saved boundary X16 (full checkpointing). */
 static void layer16_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X16), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2428,7 +2411,6 @@ static void layer16_forward(RtCtx *c, bool recompute) {
 /* layer 17 (MoE), forward: X17 -> X18. With recompute, the backward re-runs it from the
  * saved boundary X17 (full checkpointing). */
 static void layer17_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X17), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2460,7 +2442,6 @@ static void layer17_forward(RtCtx *c, bool recompute) {
 /* layer 18 (MoE), forward: X18 -> X19. With recompute, the backward re-runs it from the
  * saved boundary X18 (full checkpointing). */
 static void layer18_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X18), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2492,7 +2473,6 @@ static void layer18_forward(RtCtx *c, bool recompute) {
 /* layer 19 (MoE), forward: X19 -> X20. With recompute, the backward re-runs it from the
  * saved boundary X19 (full checkpointing). */
 static void layer19_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X19), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2524,7 +2504,6 @@ static void layer19_forward(RtCtx *c, bool recompute) {
 /* layer 20 (MoE), forward: X20 -> X21. With recompute, the backward re-runs it from the
  * saved boundary X20 (full checkpointing). */
 static void layer20_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X20), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2556,7 +2535,6 @@ static void layer20_forward(RtCtx *c, bool recompute) {
 /* layer 21 (MoE), forward: X21 -> X22. With recompute, the backward re-runs it from the
  * saved boundary X21 (full checkpointing). */
 static void layer21_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X21), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2588,7 +2566,6 @@ static void layer21_forward(RtCtx *c, bool recompute) {
 /* layer 22 (MoE), forward: X22 -> X23. With recompute, the backward re-runs it from the
  * saved boundary X22 (full checkpointing). */
 static void layer22_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X22), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2620,7 +2597,6 @@ static void layer22_forward(RtCtx *c, bool recompute) {
 /* layer 23 (MoE), forward: X23 -> X24. With recompute, the backward re-runs it from the
  * saved boundary X23 (full checkpointing). */
 static void layer23_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X23), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2652,7 +2628,6 @@ static void layer23_forward(RtCtx *c, bool recompute) {
 /* layer 24 (MoE), forward: X24 -> X25. With recompute, the backward re-runs it from the
  * saved boundary X24 (full checkpointing). */
 static void layer24_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X24), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2684,7 +2659,6 @@ static void layer24_forward(RtCtx *c, bool recompute) {
 /* layer 25 (MoE), forward: X25 -> X26. With recompute, the backward re-runs it from the
  * saved boundary X25 (full checkpointing). */
 static void layer25_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X25), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2716,7 +2690,6 @@ static void layer25_forward(RtCtx *c, bool recompute) {
 /* layer 26 (MoE), forward: X26 -> X27. With recompute, the backward re-runs it from the
  * saved boundary X26 (full checkpointing). */
 static void layer26_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X26), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2748,7 +2721,6 @@ static void layer26_forward(RtCtx *c, bool recompute) {
 /* layer 27 (MoE), forward: X27 -> X28. With recompute, the backward re-runs it from the
  * saved boundary X27 (full checkpointing). */
 static void layer27_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X27), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2780,7 +2752,6 @@ static void layer27_forward(RtCtx *c, bool recompute) {
 /* layer 28 (MoE), forward: X28 -> X29. With recompute, the backward re-runs it from the
  * saved boundary X28 (full checkpointing). */
 static void layer28_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X28), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2812,7 +2783,6 @@ static void layer28_forward(RtCtx *c, bool recompute) {
 /* layer 29 (MoE), forward: X29 -> X30. With recompute, the backward re-runs it from the
  * saved boundary X29 (full checkpointing). */
 static void layer29_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X29), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2844,7 +2814,6 @@ static void layer29_forward(RtCtx *c, bool recompute) {
 /* layer 30 (MoE), forward: X30 -> X31. With recompute, the backward re-runs it from the
  * saved boundary X30 (full checkpointing). */
 static void layer30_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X30), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2876,7 +2845,6 @@ static void layer30_forward(RtCtx *c, bool recompute) {
 /* layer 31 (MoE), forward: X31 -> X32. With recompute, the backward re-runs it from the
  * saved boundary X31 (full checkpointing). */
 static void layer31_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X31), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2908,7 +2876,6 @@ static void layer31_forward(RtCtx *c, bool recompute) {
 /* layer 32 (MoE), forward: X32 -> X33. With recompute, the backward re-runs it from the
  * saved boundary X32 (full checkpointing). */
 static void layer32_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X32), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2940,7 +2907,6 @@ static void layer32_forward(RtCtx *c, bool recompute) {
 /* layer 33 (MoE), forward: X33 -> X34. With recompute, the backward re-runs it from the
  * saved boundary X33 (full checkpointing). */
 static void layer33_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X33), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -2972,7 +2938,6 @@ static void layer33_forward(RtCtx *c, bool recompute) {
 /* layer 34 (MoE), forward: X34 -> X35. With recompute, the backward re-runs it from the
  * saved boundary X34 (full checkpointing). */
 static void layer34_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X34), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3004,7 +2969,6 @@ static void layer34_forward(RtCtx *c, bool recompute) {
 /* layer 35 (MoE), forward: X35 -> X36. With recompute, the backward re-runs it from the
  * saved boundary X35 (full checkpointing). */
 static void layer35_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X35), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3036,7 +3000,6 @@ static void layer35_forward(RtCtx *c, bool recompute) {
 /* layer 36 (MoE), forward: X36 -> X37. With recompute, the backward re-runs it from the
  * saved boundary X36 (full checkpointing). */
 static void layer36_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X36), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3068,7 +3031,6 @@ static void layer36_forward(RtCtx *c, bool recompute) {
 /* layer 37 (MoE), forward: X37 -> X38. With recompute, the backward re-runs it from the
  * saved boundary X37 (full checkpointing). */
 static void layer37_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X37), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3100,7 +3062,6 @@ static void layer37_forward(RtCtx *c, bool recompute) {
 /* layer 38 (MoE), forward: X38 -> X39. With recompute, the backward re-runs it from the
  * saved boundary X38 (full checkpointing). */
 static void layer38_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X38), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3132,7 +3093,6 @@ static void layer38_forward(RtCtx *c, bool recompute) {
 /* layer 39 (MoE), forward: X39 -> X40. With recompute, the backward re-runs it from the
  * saved boundary X39 (full checkpointing). */
 static void layer39_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X39), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3164,7 +3124,6 @@ static void layer39_forward(RtCtx *c, bool recompute) {
 /* layer 40 (MoE), forward: X40 -> X41. With recompute, the backward re-runs it from the
  * saved boundary X40 (full checkpointing). */
 static void layer40_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X40), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3196,7 +3155,6 @@ static void layer40_forward(RtCtx *c, bool recompute) {
 /* layer 41 (MoE), forward: X41 -> X42. With recompute, the backward re-runs it from the
  * saved boundary X41 (full checkpointing). */
 static void layer41_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X41), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3228,7 +3186,6 @@ static void layer41_forward(RtCtx *c, bool recompute) {
 /* layer 42 (MoE), forward: X42 -> X43. With recompute, the backward re-runs it from the
  * saved boundary X42 (full checkpointing). */
 static void layer42_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X42), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3260,7 +3217,6 @@ static void layer42_forward(RtCtx *c, bool recompute) {
 /* layer 43 (MoE), forward: X43 -> X44. With recompute, the backward re-runs it from the
  * saved boundary X43 (full checkpointing). */
 static void layer43_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X43), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3292,7 +3248,6 @@ static void layer43_forward(RtCtx *c, bool recompute) {
 /* layer 44 (MoE), forward: X44 -> X45. With recompute, the backward re-runs it from the
  * saved boundary X44 (full checkpointing). */
 static void layer44_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X44), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3324,7 +3279,6 @@ static void layer44_forward(RtCtx *c, bool recompute) {
 /* layer 45 (MoE), forward: X45 -> X46. With recompute, the backward re-runs it from the
  * saved boundary X45 (full checkpointing). */
 static void layer45_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X45), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3356,7 +3310,6 @@ static void layer45_forward(RtCtx *c, bool recompute) {
 /* layer 46 (MoE), forward: X46 -> X47. With recompute, the backward re-runs it from the
  * saved boundary X46 (full checkpointing). */
 static void layer46_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X46), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3388,7 +3341,6 @@ static void layer46_forward(RtCtx *c, bool recompute) {
 /* layer 47 (MoE), forward: X47 -> X48. With recompute, the backward re-runs it from the
  * saved boundary X47 (full checkpointing). */
 static void layer47_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X47), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3420,7 +3372,6 @@ static void layer47_forward(RtCtx *c, bool recompute) {
 /* layer 48 (MoE), forward: X48 -> X49. With recompute, the backward re-runs it from the
  * saved boundary X48 (full checkpointing). */
 static void layer48_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X48), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3452,7 +3403,6 @@ static void layer48_forward(RtCtx *c, bool recompute) {
 /* layer 49 (MoE), forward: X49 -> X50. With recompute, the backward re-runs it from the
  * saved boundary X49 (full checkpointing). */
 static void layer49_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X49), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3484,7 +3434,6 @@ static void layer49_forward(RtCtx *c, bool recompute) {
 /* layer 50 (MoE), forward: X50 -> X51. With recompute, the backward re-runs it from the
  * saved boundary X50 (full checkpointing). */
 static void layer50_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X50), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3516,7 +3465,6 @@ static void layer50_forward(RtCtx *c, bool recompute) {
 /* layer 51 (MoE), forward: X51 -> X52. With recompute, the backward re-runs it from the
  * saved boundary X51 (full checkpointing). */
 static void layer51_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X51), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3548,7 +3496,6 @@ static void layer51_forward(RtCtx *c, bool recompute) {
 /* layer 52 (MoE), forward: X52 -> X53. With recompute, the backward re-runs it from the
  * saved boundary X52 (full checkpointing). */
 static void layer52_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X52), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3580,7 +3527,6 @@ static void layer52_forward(RtCtx *c, bool recompute) {
 /* layer 53 (MoE), forward: X53 -> X54. With recompute, the backward re-runs it from the
  * saved boundary X53 (full checkpointing). */
 static void layer53_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X53), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3612,7 +3558,6 @@ static void layer53_forward(RtCtx *c, bool recompute) {
 /* layer 54 (MoE), forward: X54 -> X55. With recompute, the backward re-runs it from the
  * saved boundary X54 (full checkpointing). */
 static void layer54_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X54), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3644,7 +3589,6 @@ static void layer54_forward(RtCtx *c, bool recompute) {
 /* layer 55 (MoE), forward: X55 -> X56. With recompute, the backward re-runs it from the
  * saved boundary X55 (full checkpointing). */
 static void layer55_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X55), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3676,7 +3620,6 @@ static void layer55_forward(RtCtx *c, bool recompute) {
 /* layer 56 (MoE), forward: X56 -> X57. With recompute, the backward re-runs it from the
  * saved boundary X56 (full checkpointing). */
 static void layer56_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X56), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3708,7 +3651,6 @@ static void layer56_forward(RtCtx *c, bool recompute) {
 /* layer 57 (MoE), forward: X57 -> X58. With recompute, the backward re-runs it from the
  * saved boundary X57 (full checkpointing). */
 static void layer57_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X57), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3740,7 +3682,6 @@ static void layer57_forward(RtCtx *c, bool recompute) {
 /* layer 58 (MoE), forward: X58 -> X59. With recompute, the backward re-runs it from the
  * saved boundary X58 (full checkpointing). */
 static void layer58_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X58), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3772,7 +3713,6 @@ static void layer58_forward(RtCtx *c, bool recompute) {
 /* layer 59 (MoE), forward: X59 -> X60. With recompute, the backward re-runs it from the
  * saved boundary X59 (full checkpointing). */
 static void layer59_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X59), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3804,7 +3744,6 @@ static void layer59_forward(RtCtx *c, bool recompute) {
 /* layer 60 (MoE), forward: X60 -> X61. With recompute, the backward re-runs it from the
  * saved boundary X60 (full checkpointing). */
 static void layer60_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X60), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3836,7 +3775,6 @@ static void layer60_forward(RtCtx *c, bool recompute) {
 /* layer 61 (MoE), forward: X61 -> X62. With recompute, the backward re-runs it from the
  * saved boundary X61 (full checkpointing). */
 static void layer61_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X61), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3868,7 +3806,6 @@ static void layer61_forward(RtCtx *c, bool recompute) {
 /* layer 62 (MoE), forward: X62 -> X63. With recompute, the backward re-runs it from the
  * saved boundary X62 (full checkpointing). */
 static void layer62_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X62), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3900,7 +3837,6 @@ static void layer62_forward(RtCtx *c, bool recompute) {
 /* layer 63 (MoE), forward: X63 -> X64. With recompute, the backward re-runs it from the
  * saved boundary X63 (full checkpointing). */
 static void layer63_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X63), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3932,7 +3868,6 @@ static void layer63_forward(RtCtx *c, bool recompute) {
 /* layer 64 (MoE), forward: X64 -> X65. With recompute, the backward re-runs it from the
  * saved boundary X64 (full checkpointing). */
 static void layer64_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X64), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3964,7 +3899,6 @@ static void layer64_forward(RtCtx *c, bool recompute) {
 /* layer 65 (MoE), forward: X65 -> X66. With recompute, the backward re-runs it from the
  * saved boundary X65 (full checkpointing). */
 static void layer65_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X65), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -3996,7 +3930,6 @@ static void layer65_forward(RtCtx *c, bool recompute) {
 /* layer 66 (MoE), forward: X66 -> X67. With recompute, the backward re-runs it from the
  * saved boundary X66 (full checkpointing). */
 static void layer66_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X66), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -4028,7 +3961,6 @@ static void layer66_forward(RtCtx *c, bool recompute) {
 /* layer 67 (MoE), forward: X67 -> X68. With recompute, the backward re-runs it from the
  * saved boundary X67 (full checkpointing). */
 static void layer67_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X67), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -4060,7 +3992,6 @@ static void layer67_forward(RtCtx *c, bool recompute) {
 /* layer 68 (MoE), forward: X68 -> X69. With recompute, the backward re-runs it from the
  * saved boundary X68 (full checkpointing). */
 static void layer68_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X68), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -4092,7 +4023,6 @@ static void layer68_forward(RtCtx *c, bool recompute) {
 /* layer 69 (MoE), forward: X69 -> X70. With recompute, the backward re-runs it from the
  * saved boundary X69 (full checkpointing). */
 static void layer69_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X69), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -4124,7 +4054,6 @@ static void layer69_forward(RtCtx *c, bool recompute) {
 /* layer 70 (MoE), forward: X70 -> X71. With recompute, the backward re-runs it from the
  * saved boundary X70 (full checkpointing). */
 static void layer70_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X70), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -4156,7 +4085,6 @@ static void layer70_forward(RtCtx *c, bool recompute) {
 /* layer 71 (MoE), forward: X71 -> X72. With recompute, the backward re-runs it from the
  * saved boundary X71 (full checkpointing). */
 static void layer71_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X71), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -4188,7 +4116,6 @@ static void layer71_forward(RtCtx *c, bool recompute) {
 /* layer 72 (MoE), forward: X72 -> X73. With recompute, the backward re-runs it from the
  * saved boundary X72 (full checkpointing). */
 static void layer72_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X72), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
@@ -4220,7 +4147,6 @@ static void layer72_forward(RtCtx *c, bool recompute) {
 /* layer 73 (MoE), forward: X73 -> X74. With recompute, the backward re-runs it from the
  * saved boundary X73 (full checkpointing). */
 static void layer73_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X73), W(0), 65536, 6144, EPS); /* input_layernorm */
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */

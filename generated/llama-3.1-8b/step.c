@@ -965,7 +965,7 @@ const RtTensor step_tensors[N_TENSORS] = {
 /* layer 0 (dense), forward: X0 -> X1; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer0_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L0_LN1), R(L0_RSTD1), R(X0), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L0_Q), R(L0_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L0_K), R(L0_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -986,7 +986,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
 /* layer 1 (dense), forward: X1 -> X2; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer1_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L1_LN1), R(L1_RSTD1), R(X1), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L1_Q), R(L1_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L1_K), R(L1_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1007,7 +1007,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
 /* layer 2 (dense), forward: X2 -> X3; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer2_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L2_LN1), R(L2_RSTD1), R(X2), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L2_Q), R(L2_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L2_K), R(L2_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1028,7 +1028,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
 /* layer 3 (dense), forward: X3 -> X4; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer3_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L3_LN1), R(L3_RSTD1), R(X3), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L3_Q), R(L3_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L3_K), R(L3_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1049,7 +1049,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
 /* layer 4 (dense), forward: X4 -> X5; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer4_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L4_LN1), R(L4_RSTD1), R(X4), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L4_Q), R(L4_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L4_K), R(L4_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1070,7 +1070,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
 /* layer 5 (dense), forward: X5 -> X6; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer5_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L5_LN1), R(L5_RSTD1), R(X5), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L5_Q), R(L5_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L5_K), R(L5_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1091,7 +1091,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
 /* layer 6 (dense), forward: X6 -> X7; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer6_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L6_LN1), R(L6_RSTD1), R(X6), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L6_Q), R(L6_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L6_K), R(L6_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1112,7 +1112,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
 /* layer 7 (dense), forward: X7 -> X8; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer7_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L7_LN1), R(L7_RSTD1), R(X7), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L7_Q), R(L7_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L7_K), R(L7_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1133,7 +1133,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
 /* layer 8 (dense), forward: X8 -> X9; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer8_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L8_LN1), R(L8_RSTD1), R(X8), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L8_Q), R(L8_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L8_K), R(L8_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1154,7 +1154,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
 /* layer 9 (dense), forward: X9 -> X10; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer9_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L9_LN1), R(L9_RSTD1), R(X9), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L9_Q), R(L9_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L9_K), R(L9_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1175,7 +1175,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
 /* layer 10 (dense), forward: X10 -> X11; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer10_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L10_LN1), R(L10_RSTD1), R(X10), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L10_Q), R(L10_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L10_K), R(L10_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1196,7 +1196,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
 /* layer 11 (dense), forward: X11 -> X12; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer11_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L11_LN1), R(L11_RSTD1), R(X11), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L11_Q), R(L11_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L11_K), R(L11_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1217,7 +1217,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
 /* layer 12 (dense), forward: X12 -> X13; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer12_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L12_LN1), R(L12_RSTD1), R(X12), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L12_Q), R(L12_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L12_K), R(L12_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1238,7 +1238,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
 /* layer 13 (dense), forward: X13 -> X14; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer13_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L13_LN1), R(L13_RSTD1), R(X13), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L13_Q), R(L13_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L13_K), R(L13_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1259,7 +1259,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
 /* layer 14 (dense), forward: X14 -> X15; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer14_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L14_LN1), R(L14_RSTD1), R(X14), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L14_Q), R(L14_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L14_K), R(L14_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1280,7 +1280,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
 /* layer 15 (dense), forward: X15 -> X16; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer15_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L15_LN1), R(L15_RSTD1), R(X15), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L15_Q), R(L15_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L15_K), R(L15_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1301,7 +1301,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
 /* layer 16 (dense), forward: X16 -> X17; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer16_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L16_LN1), R(L16_RSTD1), R(X16), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L16_Q), R(L16_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L16_K), R(L16_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1322,7 +1322,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
 /* layer 17 (dense), forward: X17 -> X18; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer17_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L17_LN1), R(L17_RSTD1), R(X17), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L17_Q), R(L17_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L17_K), R(L17_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1343,7 +1343,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
 /* layer 18 (dense), forward: X18 -> X19; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer18_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L18_LN1), R(L18_RSTD1), R(X18), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L18_Q), R(L18_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L18_K), R(L18_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1364,7 +1364,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
 /* layer 19 (dense), forward: X19 -> X20; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer19_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L19_LN1), R(L19_RSTD1), R(X19), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L19_Q), R(L19_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L19_K), R(L19_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1385,7 +1385,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
 /* layer 20 (dense), forward: X20 -> X21; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer20_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L20_LN1), R(L20_RSTD1), R(X20), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L20_Q), R(L20_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L20_K), R(L20_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1406,7 +1406,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
 /* layer 21 (dense), forward: X21 -> X22; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer21_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L21_LN1), R(L21_RSTD1), R(X21), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L21_Q), R(L21_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L21_K), R(L21_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1427,7 +1427,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
 /* layer 22 (dense), forward: X22 -> X23; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer22_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L22_LN1), R(L22_RSTD1), R(X22), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L22_Q), R(L22_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L22_K), R(L22_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1448,7 +1448,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
 /* layer 23 (dense), forward: X23 -> X24; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer23_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L23_LN1), R(L23_RSTD1), R(X23), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L23_Q), R(L23_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L23_K), R(L23_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1469,7 +1469,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
 /* layer 24 (dense), forward: X24 -> X25; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer24_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L24_LN1), R(L24_RSTD1), R(X24), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L24_Q), R(L24_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L24_K), R(L24_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1490,7 +1490,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
 /* layer 25 (dense), forward: X25 -> X26; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer25_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L25_LN1), R(L25_RSTD1), R(X25), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L25_Q), R(L25_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L25_K), R(L25_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1511,7 +1511,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
 /* layer 26 (dense), forward: X26 -> X27; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer26_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L26_LN1), R(L26_RSTD1), R(X26), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L26_Q), R(L26_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L26_K), R(L26_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1532,7 +1532,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
 /* layer 27 (dense), forward: X27 -> X28; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer27_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L27_LN1), R(L27_RSTD1), R(X27), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L27_Q), R(L27_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L27_K), R(L27_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1553,7 +1553,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
 /* layer 28 (dense), forward: X28 -> X29; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer28_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L28_LN1), R(L28_RSTD1), R(X28), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L28_Q), R(L28_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L28_K), R(L28_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1574,7 +1574,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
 /* layer 29 (dense), forward: X29 -> X30; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer29_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L29_LN1), R(L29_RSTD1), R(X29), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L29_Q), R(L29_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L29_K), R(L29_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1595,7 +1595,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
 /* layer 30 (dense), forward: X30 -> X31; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer30_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L30_LN1), R(L30_RSTD1), R(X30), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L30_Q), R(L30_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L30_K), R(L30_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
@@ -1616,7 +1616,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
 /* layer 31 (dense), forward: X31 -> X32; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer31_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
+  (void)recompute; /* a dense layer recomputes everything or nothing */
   rt_rmsnorm_forward(R(L31_LN1), R(L31_RSTD1), R(X31), W(0), 8192, 4096, EPS); /* input_layernorm */
   rt_matmul_forward(R(L31_Q), R(L31_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L31_K), R(L31_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */

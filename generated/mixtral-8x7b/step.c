@@ -929,7 +929,6 @@ const RtTensor step_tensors[N_TENSORS] = {
 /* layer 0 (MoE), forward: X0 -> X1. With recompute, the backward re-runs it from the
  * saved boundary X0 (selective checkpointing). */
 static void layer0_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X0), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L0_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -958,7 +957,6 @@ static void layer0_forward(RtCtx *c, bool recompute) {
 /* layer 1 (MoE), forward: X1 -> X2. With recompute, the backward re-runs it from the
  * saved boundary X1 (selective checkpointing). */
 static void layer1_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X1), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L1_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -987,7 +985,6 @@ static void layer1_forward(RtCtx *c, bool recompute) {
 /* layer 2 (MoE), forward: X2 -> X3. With recompute, the backward re-runs it from the
  * saved boundary X2 (selective checkpointing). */
 static void layer2_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X2), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L2_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1016,7 +1013,6 @@ static void layer2_forward(RtCtx *c, bool recompute) {
 /* layer 3 (MoE), forward: X3 -> X4. With recompute, the backward re-runs it from the
  * saved boundary X3 (selective checkpointing). */
 static void layer3_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X3), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L3_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1045,7 +1041,6 @@ static void layer3_forward(RtCtx *c, bool recompute) {
 /* layer 4 (MoE), forward: X4 -> X5. With recompute, the backward re-runs it from the
  * saved boundary X4 (selective checkpointing). */
 static void layer4_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X4), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L4_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1074,7 +1069,6 @@ static void layer4_forward(RtCtx *c, bool recompute) {
 /* layer 5 (MoE), forward: X5 -> X6. With recompute, the backward re-runs it from the
  * saved boundary X5 (selective checkpointing). */
 static void layer5_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X5), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L5_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1103,7 +1097,6 @@ static void layer5_forward(RtCtx *c, bool recompute) {
 /* layer 6 (MoE), forward: X6 -> X7. With recompute, the backward re-runs it from the
  * saved boundary X6 (selective checkpointing). */
 static void layer6_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X6), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L6_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1132,7 +1125,6 @@ static void layer6_forward(RtCtx *c, bool recompute) {
 /* layer 7 (MoE), forward: X7 -> X8. With recompute, the backward re-runs it from the
  * saved boundary X7 (selective checkpointing). */
 static void layer7_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X7), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L7_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1161,7 +1153,6 @@ static void layer7_forward(RtCtx *c, bool recompute) {
 /* layer 8 (MoE), forward: X8 -> X9. With recompute, the backward re-runs it from the
  * saved boundary X8 (selective checkpointing). */
 static void layer8_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X8), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L8_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1190,7 +1181,6 @@ static void layer8_forward(RtCtx *c, bool recompute) {
 /* layer 9 (MoE), forward: X9 -> X10. With recompute, the backward re-runs it from the
  * saved boundary X9 (selective checkpointing). */
 static void layer9_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X9), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L9_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1219,7 +1209,6 @@ static void layer9_forward(RtCtx *c, bool recompute) {
 /* layer 10 (MoE), forward: X10 -> X11. With recompute, the backward re-runs it from the
  * saved boundary X10 (selective checkpointing). */
 static void layer10_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X10), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L10_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1248,7 +1237,6 @@ static void layer10_forward(RtCtx *c, bool recompute) {
 /* layer 11 (MoE), forward: X11 -> X12. With recompute, the backward re-runs it from the
  * saved boundary X11 (selective checkpointing). */
 static void layer11_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X11), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L11_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1277,7 +1265,6 @@ static void layer11_forward(RtCtx *c, bool recompute) {
 /* layer 12 (MoE), forward: X12 -> X13. With recompute, the backward re-runs it from the
  * saved boundary X12 (selective checkpointing). */
 static void layer12_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X12), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L12_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1306,7 +1293,6 @@ static void layer12_forward(RtCtx *c, bool recompute) {
 /* layer 13 (MoE), forward: X13 -> X14. With recompute, the backward re-runs it from the
  * saved boundary X13 (selective checkpointing). */
 static void layer13_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X13), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L13_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1335,7 +1321,6 @@ static void layer13_forward(RtCtx *c, bool recompute) {
 /* layer 14 (MoE), forward: X14 -> X15. With recompute, the backward re-runs it from the
  * saved boundary X14 (selective checkpointing). */
 static void layer14_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X14), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L14_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1364,7 +1349,6 @@ static void layer14_forward(RtCtx *c, bool recompute) {
 /* layer 15 (MoE), forward: X15 -> X16. With recompute, the backward re-runs it from the
  * saved boundary X15 (selective checkpointing). */
 static void layer15_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X15), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L15_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1393,7 +1377,6 @@ static void layer15_forward(RtCtx *c, bool recompute) {
 /* layer 16 (MoE), forward: X16 -> X17. With recompute, the backward re-runs it from the
  * saved boundary X16 (selective checkpointing). */
 static void layer16_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X16), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L16_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1422,7 +1405,6 @@ static void layer16_forward(RtCtx *c, bool recompute) {
 /* layer 17 (MoE), forward: X17 -> X18. With recompute, the backward re-runs it from the
  * saved boundary X17 (selective checkpointing). */
 static void layer17_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X17), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L17_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1451,7 +1433,6 @@ static void layer17_forward(RtCtx *c, bool recompute) {
 /* layer 18 (MoE), forward: X18 -> X19. With recompute, the backward re-runs it from the
  * saved boundary X18 (selective checkpointing). */
 static void layer18_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X18), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L18_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1480,7 +1461,6 @@ static void layer18_forward(RtCtx *c, bool recompute) {
 /* layer 19 (MoE), forward: X19 -> X20. With recompute, the backward re-runs it from the
  * saved boundary X19 (selective checkpointing). */
 static void layer19_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X19), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L19_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1509,7 +1489,6 @@ static void layer19_forward(RtCtx *c, bool recompute) {
 /* layer 20 (MoE), forward: X20 -> X21. With recompute, the backward re-runs it from the
  * saved boundary X20 (selective checkpointing). */
 static void layer20_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X20), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L20_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1538,7 +1517,6 @@ static void layer20_forward(RtCtx *c, bool recompute) {
 /* layer 21 (MoE), forward: X21 -> X22. With recompute, the backward re-runs it from the
  * saved boundary X21 (selective checkpointing). */
 static void layer21_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X21), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L21_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1567,7 +1545,6 @@ static void layer21_forward(RtCtx *c, bool recompute) {
 /* layer 22 (MoE), forward: X22 -> X23. With recompute, the backward re-runs it from the
  * saved boundary X22 (selective checkpointing). */
 static void layer22_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X22), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L22_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1596,7 +1573,6 @@ static void layer22_forward(RtCtx *c, bool recompute) {
 /* layer 23 (MoE), forward: X23 -> X24. With recompute, the backward re-runs it from the
  * saved boundary X23 (selective checkpointing). */
 static void layer23_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X23), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L23_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1625,7 +1601,6 @@ static void layer23_forward(RtCtx *c, bool recompute) {
 /* layer 24 (MoE), forward: X24 -> X25. With recompute, the backward re-runs it from the
  * saved boundary X24 (selective checkpointing). */
 static void layer24_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X24), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L24_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1654,7 +1629,6 @@ static void layer24_forward(RtCtx *c, bool recompute) {
 /* layer 25 (MoE), forward: X25 -> X26. With recompute, the backward re-runs it from the
  * saved boundary X25 (selective checkpointing). */
 static void layer25_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X25), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L25_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1683,7 +1657,6 @@ static void layer25_forward(RtCtx *c, bool recompute) {
 /* layer 26 (MoE), forward: X26 -> X27. With recompute, the backward re-runs it from the
  * saved boundary X26 (selective checkpointing). */
 static void layer26_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X26), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L26_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1712,7 +1685,6 @@ static void layer26_forward(RtCtx *c, bool recompute) {
 /* layer 27 (MoE), forward: X27 -> X28. With recompute, the backward re-runs it from the
  * saved boundary X27 (selective checkpointing). */
 static void layer27_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X27), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L27_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1741,7 +1713,6 @@ static void layer27_forward(RtCtx *c, bool recompute) {
 /* layer 28 (MoE), forward: X28 -> X29. With recompute, the backward re-runs it from the
  * saved boundary X28 (selective checkpointing). */
 static void layer28_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X28), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L28_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1770,7 +1741,6 @@ static void layer28_forward(RtCtx *c, bool recompute) {
 /* layer 29 (MoE), forward: X29 -> X30. With recompute, the backward re-runs it from the
  * saved boundary X29 (selective checkpointing). */
 static void layer29_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X29), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L29_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1799,7 +1769,6 @@ static void layer29_forward(RtCtx *c, bool recompute) {
 /* layer 30 (MoE), forward: X30 -> X31. With recompute, the backward re-runs it from the
  * saved boundary X30 (selective checkpointing). */
 static void layer30_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X30), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L30_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
@@ -1828,7 +1797,6 @@ static void layer30_forward(RtCtx *c, bool recompute) {
 /* layer 31 (MoE), forward: X31 -> X32. With recompute, the backward re-runs it from the
  * saved boundary X31 (selective checkpointing). */
 static void layer31_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X31), W(0), 32768, 4096, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
     rt_matmul_forward(R(L31_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */

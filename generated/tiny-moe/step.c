@@ -267,7 +267,6 @@ const RtTensor step_tensors[N_TENSORS] = {
 /* layer 0 (MoE), forward: X0 -> X1; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer0_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(L0_LN1), R(L0_RSTD1), R(X0), W(0), 512, 128, EPS); /* input_layernorm */
   rt_matmul_forward(R(L0_Q), R(L0_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
   rt_matmul_forward(R(L0_K), R(L0_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
@@ -297,7 +296,6 @@ static void layer0_forward(RtCtx *c, bool recompute) {
 /* layer 1 (MoE), forward: X1 -> X2; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer1_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(L1_LN1), R(L1_RSTD1), R(X1), W(0), 512, 128, EPS); /* input_layernorm */
   rt_matmul_forward(R(L1_Q), R(L1_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
   rt_matmul_forward(R(L1_K), R(L1_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
@@ -327,7 +325,6 @@ static void layer1_forward(RtCtx *c, bool recompute) {
 /* layer 2 (MoE), forward: X2 -> X3; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer2_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(L2_LN1), R(L2_RSTD1), R(X2), W(0), 512, 128, EPS); /* input_layernorm */
   rt_matmul_forward(R(L2_Q), R(L2_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
   rt_matmul_forward(R(L2_K), R(L2_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
@@ -357,7 +354,6 @@ static void layer2_forward(RtCtx *c, bool recompute) {
 /* layer 3 (MoE), forward: X3 -> X4; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer3_forward(RtCtx *c, bool recompute) {
-  (void)recompute;
   rt_rmsnorm_forward(R(L3_LN1), R(L3_RSTD1), R(X3), W(0), 512, 128, EPS); /* input_layernorm */
   rt_matmul_forward(R(L3_Q), R(L3_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
   rt_matmul_forward(R(L3_K), R(L3_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
