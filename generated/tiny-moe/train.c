@@ -351,7 +351,8 @@ int main(int argc, char **argv) {
     goto done;
   }
   RtAdamW adam = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = (float)WEIGHT_DECAY};
-  long skips = 0, skipped = 0;
+  long skips = 0, skipped = 0, timed = 0;
+  double seconds = 0; /* steps after the first (which includes warm-up effects) */
   for (long step = start; step < a.steps; step++) {
     double t0 = rt_now(), aux;
     double loss = run_micro_batches(&c, &data, step, data_seed, &aux);
@@ -394,6 +395,7 @@ int main(int argc, char **argv) {
     step_end(&c, !skip);
     skips = skip ? skips + 1 : 0, skipped += skip;
     double dt = rt_now() - t0, tps = (double)GLOBAL_BATCH * SEQ_LEN / dt;
+    if (step > start) seconds += dt, timed++;
     if (rank0) {
       printf("step %5ld/%ld | loss %.4f | aux %.4f | lr %.3e | grad norm %.4f | %.0f tokens/s (%.0f per rank)%s\n",
              step + 1, a.steps, mean, aux_mean, lr, norm, tps, tps / c.comm.world,
@@ -423,6 +425,10 @@ int main(int argc, char **argv) {
     }
   }
   if (rank0 && skipped) printf("%ld step(s) skipped for non-finite values\n", skipped);
+  if (rank0 && timed)
+    printf("throughput: %.0f tokens/s per rank over %ld steps (%.3f s per step); the plan predicted %.0f per GPU "
+           "of its cluster\n", (double)GLOBAL_BATCH * SEQ_LEN * timed / seconds / c.comm.world, timed, seconds / timed,
+           PREDICTED_TOKENS_PER_S_PER_GPU);
   if (mf && fclose(mf) != 0) fprintf(stderr, "warning: error writing %s\n", a.metrics);
 done:
   rt_data_close(&data);
