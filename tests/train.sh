@@ -25,6 +25,12 @@ set -u
 mtc=$(realpath "$1"); src=$(realpath "$2"); check=$3; san=${4:-}
 mpirun=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1)
 export OPENBLAS_NUM_THREADS=1 # one thread per rank: ranks share the cores
+# OpenBLAS falls back to its generic (Prescott) kernels on CPUs it cannot name, as on virtual
+# machines; name the newest kernel set this CPU's flags allow (a third less time on CI's VM)
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then export OPENBLAS_CORETYPE=SkylakeX
+  elif grep -qw avx2 /proc/cpuinfo 2>/dev/null; then export OPENBLAS_CORETYPE=Haswell; fi
+fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/mtc-train.XXXXXX"); trap 'rm -rf "$work"' EXIT
 if [ "$san" = sanitize ]; then
   export CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"

@@ -90,16 +90,32 @@ static void rope(real *x, int B, int T, int H, int hd, real theta, real sign) {
 void rt_rope_forward(real *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, hd, theta, 1); }
 void rt_rope_backward(real *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, hd, theta, -1); }
 
+/* Eight partial sums, so that the compiler can vectorize without reassociating on its own. */
 static real dot(const real *a, const real *b, int n) {
-  real s = 0;
-  for (int i = 0; i < n; i++) s += a[i] * b[i];
+  real p[8] = {0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; j++) p[j] += a[i + j] * b[i + j];
+  real s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+  for (; i < n; i++) s += a[i] * b[i];
   return s;
 }
 
+/* y += a x over n values (y and x do not overlap). */
+static void axpy(real *restrict y, real a, const real *restrict x, int n) {
+  for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+/* One pass over the keys in blocks of ATT_BLOCK scores kept on the stack: each score is
+ * computed once, and the running max, sum and output are rescaled when the max grows (the
+ * online softmax of Milakov & Gimelshein 2018, as in FlashAttention). */
+enum { ATT_BLOCK = 64 };
+
 void rt_attention_forward(real *out, real *lse, const real *q, const real *k, const real *v,
                           int B, int T, int nh, int nkv, int hd) {
-  real scale = 1 / SQRT((real)hd);
+  real scale = 1 / SQRT((real)hd), sc[ATT_BLOCK];
   int group = nh / nkv;
+  size_t stride = (size_t)nkv * hd;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < nh; h++)
       for (int t = 0; t < T; t++) {
@@ -107,17 +123,28 @@ void rt_attention_forward(real *out, real *lse, const real *q, const real *k, co
         real *o = out + (((size_t)b * T + t) * nh + h) * hd;
         const real *kb = k + ((size_t)b * T * nkv + h / group) * hd;
         const real *vb = v + ((size_t)b * T * nkv + h / group) * hd;
-        size_t stride = (size_t)nkv * hd;
         real m = -INFINITY, s = 0;
-        for (int j = 0; j <= t; j++) m = fmax(m, scale * dot(qt, kb + j * stride, hd));
-        for (int j = 0; j <= t; j++) s += EXP(scale * dot(qt, kb + j * stride, hd) - m);
-        real l = m + LOG(s);
-        lse[((size_t)b * nh + h) * T + t] = l;
         memset(o, 0, sizeof(real) * (size_t)hd);
-        for (int j = 0; j <= t; j++) {
-          real p = EXP(scale * dot(qt, kb + j * stride, hd) - l);
-          for (int d = 0; d < hd; d++) o[d] += p * vb[j * stride + d];
+        for (int j0 = 0; j0 <= t; j0 += ATT_BLOCK) {
+          int n = t + 1 - j0 < ATT_BLOCK ? t + 1 - j0 : ATT_BLOCK;
+          real bm = m;
+          for (int j = 0; j < n; j++) {
+            sc[j] = scale * dot(qt, kb + (size_t)(j0 + j) * stride, hd);
+            if (sc[j] > bm) bm = sc[j];
+          }
+          real corr = EXP(m - bm); /* 0 on the first block (m = -inf) */
+          s *= corr;
+          for (int d = 0; d < hd; d++) o[d] *= corr;
+          for (int j = 0; j < n; j++) {
+            real p = EXP(sc[j] - bm);
+            const real *vj = vb + (size_t)(j0 + j) * stride;
+            s += p;
+            for (int d = 0; d < hd; d++) o[d] += p * vj[d];
+          }
+          m = bm;
         }
+        for (int d = 0; d < hd; d++) o[d] /= s;
+        lse[((size_t)b * nh + h) * T + t] = m + LOG(s);
       }
 }
 
@@ -140,11 +167,10 @@ void rt_attention_backward(real *dq, real *dk, real *dv, const real *dout, const
           const real *kj = k + kv0 + j * stride, *vj = v + kv0 + j * stride;
           real p = EXP(scale * dot(qt, kj, hd) - l);
           real ds = p * (dot(dot_, vj, hd) - D);
-          for (int d = 0; d < hd; d++) {
-            if (dq) dq[row + d] += scale * ds * kj[d];
-            if (dk) dk[kv0 + j * stride + d] += scale * ds * qt[d];
-            if (dv) dv[kv0 + j * stride + d] += p * dot_[d];
-          }
+          /* three separate loops over distinct rows: each vectorizes */
+          if (dq) axpy(dq + row, scale * ds, kj, hd);
+          if (dk) axpy(dk + kv0 + j * stride, scale * ds, qt, hd);
+          if (dv) axpy(dv + kv0 + j * stride, p, dot_, hd);
         }
       }
 }
