@@ -52,11 +52,12 @@ static void attention_forward(Em *e, int l) {
   P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* v_proj */\n", ind, v, ln1,
     (long long)off(e, g, "attn.v_proj.weight"), (long long)e->N, (long long)e->C, (long long)e->KV);
   double theta = e->s->model.attention.rope_theta;
-  P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g);\n", ind, q, (long long)e->B, (long long)e->T,
+  P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g); /* B, T, heads, head_dim, theta */\n", ind, q, (long long)e->B, (long long)e->T,
     (long long)e->nh, (long long)e->hd, theta);
   P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g);\n", ind, k, (long long)e->B, (long long)e->T,
     (long long)e->nkv, (long long)e->hd, theta);
-  P(e, "%srt_attention_forward(R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, %lld, %lld);\n", ind, att,
+  P(e, "%srt_attention_forward(R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, %lld, %lld); /* B, T, heads, kv_heads, "
+       "head_dim */\n", ind, att,
     lse, q, k, v, (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd);
   if (e->ac == AC_SELECTIVE) P(e, "  }\n");
   P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* o_proj */\n", att,
@@ -114,7 +115,8 @@ static void moe_forward(Em *e, int l) {
   }
   long long wg = off(e, ge, "moe.experts.gate_proj.weight"), wu = off(e, ge, "moe.experts.up_proj.weight"),
             wd = off(e, ge, "moe.experts.down_proj.weight");
-  P(e, "  rt_experts_forward(R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld);\n",
+  P(e, "  rt_experts_forward(R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld); "
+       "/* experts here, hidden, expert width */\n",
     ye, A(e, l, "EG", EXP), A(e, l, "EU", EXP), A(e, l, "EH", EXP), xe, wg, wu, wd, eo, (long long)e->El, C,
     (long long)e->Fe);
   if (e->ep > 1)
@@ -235,6 +237,7 @@ static void layer_backward(Em *e, int l, const char *dy, const char *dx) {
        " * into GRAD_DENSE%s. */\n",
     l, moe ? "MoE" : "dense", dy, l + 1, dx, l, moe ? " and GRAD_EXPERTS" : "");
   P(e, "static void layer%d_backward(RtCtx *c) {\n", l);
+  P(e, "  /* backward ops add into the gradients they are given: each is zeroed first */\n");
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
   if (moe) moe_backward(e, l, dy);
   else mlp_backward(e, l, dy);

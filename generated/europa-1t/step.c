@@ -1888,9 +1888,9 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X0), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -1900,7 +1900,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -1919,9 +1919,9 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X1), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -1931,7 +1931,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -1950,9 +1950,9 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X2), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -1962,7 +1962,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -1981,9 +1981,9 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X3), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -1993,7 +1993,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2012,9 +2012,9 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X4), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2024,7 +2024,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2043,9 +2043,9 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X5), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2055,7 +2055,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2074,9 +2074,9 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X6), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2086,7 +2086,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2105,9 +2105,9 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X7), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2117,7 +2117,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2136,9 +2136,9 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X8), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2148,7 +2148,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2167,9 +2167,9 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X9), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2179,7 +2179,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2198,9 +2198,9 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X10), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2210,7 +2210,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2229,9 +2229,9 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X11), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2241,7 +2241,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2260,9 +2260,9 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X12), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2272,7 +2272,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2291,9 +2291,9 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X13), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2303,7 +2303,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2322,9 +2322,9 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X14), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2334,7 +2334,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2353,9 +2353,9 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X15), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2365,7 +2365,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2384,9 +2384,9 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X16), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2396,7 +2396,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2415,9 +2415,9 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X17), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2427,7 +2427,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2446,9 +2446,9 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X18), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2458,7 +2458,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2477,9 +2477,9 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X19), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2489,7 +2489,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2508,9 +2508,9 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X20), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2520,7 +2520,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2539,9 +2539,9 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X21), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2551,7 +2551,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2570,9 +2570,9 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X22), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2582,7 +2582,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2601,9 +2601,9 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X23), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2613,7 +2613,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2632,9 +2632,9 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X24), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2644,7 +2644,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2663,9 +2663,9 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X25), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2675,7 +2675,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2694,9 +2694,9 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X26), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2706,7 +2706,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2725,9 +2725,9 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X27), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2737,7 +2737,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2756,9 +2756,9 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X28), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2768,7 +2768,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2787,9 +2787,9 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X29), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2799,7 +2799,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2818,9 +2818,9 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X30), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2830,7 +2830,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2849,9 +2849,9 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X31), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2861,7 +2861,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2880,9 +2880,9 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X32), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2892,7 +2892,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2911,9 +2911,9 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X33), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2923,7 +2923,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2942,9 +2942,9 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X34), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2954,7 +2954,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -2973,9 +2973,9 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X35), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2985,7 +2985,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3004,9 +3004,9 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X36), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3016,7 +3016,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3035,9 +3035,9 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X37), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3047,7 +3047,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3066,9 +3066,9 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X38), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3078,7 +3078,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3097,9 +3097,9 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X39), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3109,7 +3109,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3128,9 +3128,9 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X40), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3140,7 +3140,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3159,9 +3159,9 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X41), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3171,7 +3171,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3190,9 +3190,9 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X42), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3202,7 +3202,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3221,9 +3221,9 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X43), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3233,7 +3233,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3252,9 +3252,9 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X44), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3264,7 +3264,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3283,9 +3283,9 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X45), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3295,7 +3295,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3314,9 +3314,9 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X46), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3326,7 +3326,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3345,9 +3345,9 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X47), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3357,7 +3357,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3376,9 +3376,9 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X48), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3388,7 +3388,7 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3407,9 +3407,9 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X49), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3419,7 +3419,7 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3438,9 +3438,9 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X50), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3450,7 +3450,7 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3469,9 +3469,9 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X51), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3481,7 +3481,7 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3500,9 +3500,9 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X52), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3512,7 +3512,7 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3531,9 +3531,9 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X53), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3543,7 +3543,7 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3562,9 +3562,9 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X54), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3574,7 +3574,7 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3593,9 +3593,9 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X55), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3605,7 +3605,7 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3624,9 +3624,9 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X56), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3636,7 +3636,7 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3655,9 +3655,9 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X57), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3667,7 +3667,7 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3686,9 +3686,9 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X58), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3698,7 +3698,7 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3717,9 +3717,9 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X59), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3729,7 +3729,7 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3748,9 +3748,9 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X60), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3760,7 +3760,7 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3779,9 +3779,9 @@ static void layer61_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X61), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3791,7 +3791,7 @@ static void layer61_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3810,9 +3810,9 @@ static void layer62_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X62), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3822,7 +3822,7 @@ static void layer62_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3841,9 +3841,9 @@ static void layer63_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X63), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3853,7 +3853,7 @@ static void layer63_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3872,9 +3872,9 @@ static void layer64_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X64), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3884,7 +3884,7 @@ static void layer64_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3903,9 +3903,9 @@ static void layer65_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X65), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3915,7 +3915,7 @@ static void layer65_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3934,9 +3934,9 @@ static void layer66_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X66), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3946,7 +3946,7 @@ static void layer66_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3965,9 +3965,9 @@ static void layer67_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X67), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3977,7 +3977,7 @@ static void layer67_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -3996,9 +3996,9 @@ static void layer68_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X68), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4008,7 +4008,7 @@ static void layer68_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -4027,9 +4027,9 @@ static void layer69_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X69), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4039,7 +4039,7 @@ static void layer69_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -4058,9 +4058,9 @@ static void layer70_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X70), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4070,7 +4070,7 @@ static void layer70_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -4089,9 +4089,9 @@ static void layer71_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X71), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4101,7 +4101,7 @@ static void layer71_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -4120,9 +4120,9 @@ static void layer72_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X72), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4132,7 +4132,7 @@ static void layer72_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -4151,9 +4151,9 @@ static void layer73_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(WS_Q), R(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
   rt_matmul_forward(R(WS_K), R(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
   rt_matmul_forward(R(WS_V), R(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000);
+  rt_rope_forward(R(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128);
+  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(R(WS_RES), R(X73), R(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4163,7 +4163,7 @@ static void layer73_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -4178,6 +4178,7 @@ static void layer73_forward(RtCtx *c, bool recompute) {
 /* layer 73 (MoE), backward: DX_A (gradient of X74) -> DX_B (gradient of X73); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer73_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4217,6 +4218,7 @@ static void layer73_backward(RtCtx *c) {
 /* layer 72 (MoE), backward: DX_B (gradient of X73) -> DX_A (gradient of X72); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer72_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4256,6 +4258,7 @@ static void layer72_backward(RtCtx *c) {
 /* layer 71 (MoE), backward: DX_A (gradient of X72) -> DX_B (gradient of X71); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer71_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4295,6 +4298,7 @@ static void layer71_backward(RtCtx *c) {
 /* layer 70 (MoE), backward: DX_B (gradient of X71) -> DX_A (gradient of X70); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer70_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4334,6 +4338,7 @@ static void layer70_backward(RtCtx *c) {
 /* layer 69 (MoE), backward: DX_A (gradient of X70) -> DX_B (gradient of X69); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer69_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4373,6 +4378,7 @@ static void layer69_backward(RtCtx *c) {
 /* layer 68 (MoE), backward: DX_B (gradient of X69) -> DX_A (gradient of X68); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer68_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4412,6 +4418,7 @@ static void layer68_backward(RtCtx *c) {
 /* layer 67 (MoE), backward: DX_A (gradient of X68) -> DX_B (gradient of X67); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer67_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4451,6 +4458,7 @@ static void layer67_backward(RtCtx *c) {
 /* layer 66 (MoE), backward: DX_B (gradient of X67) -> DX_A (gradient of X66); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer66_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4490,6 +4498,7 @@ static void layer66_backward(RtCtx *c) {
 /* layer 65 (MoE), backward: DX_A (gradient of X66) -> DX_B (gradient of X65); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer65_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4529,6 +4538,7 @@ static void layer65_backward(RtCtx *c) {
 /* layer 64 (MoE), backward: DX_B (gradient of X65) -> DX_A (gradient of X64); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer64_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4568,6 +4578,7 @@ static void layer64_backward(RtCtx *c) {
 /* layer 63 (MoE), backward: DX_A (gradient of X64) -> DX_B (gradient of X63); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer63_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4607,6 +4618,7 @@ static void layer63_backward(RtCtx *c) {
 /* layer 62 (MoE), backward: DX_B (gradient of X63) -> DX_A (gradient of X62); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer62_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4646,6 +4658,7 @@ static void layer62_backward(RtCtx *c) {
 /* layer 61 (MoE), backward: DX_A (gradient of X62) -> DX_B (gradient of X61); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer61_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4685,6 +4698,7 @@ static void layer61_backward(RtCtx *c) {
 /* layer 60 (MoE), backward: DX_B (gradient of X61) -> DX_A (gradient of X60); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer60_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4724,6 +4738,7 @@ static void layer60_backward(RtCtx *c) {
 /* layer 59 (MoE), backward: DX_A (gradient of X60) -> DX_B (gradient of X59); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer59_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4763,6 +4778,7 @@ static void layer59_backward(RtCtx *c) {
 /* layer 58 (MoE), backward: DX_B (gradient of X59) -> DX_A (gradient of X58); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer58_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4802,6 +4818,7 @@ static void layer58_backward(RtCtx *c) {
 /* layer 57 (MoE), backward: DX_A (gradient of X58) -> DX_B (gradient of X57); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer57_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4841,6 +4858,7 @@ static void layer57_backward(RtCtx *c) {
 /* layer 56 (MoE), backward: DX_B (gradient of X57) -> DX_A (gradient of X56); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer56_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4880,6 +4898,7 @@ static void layer56_backward(RtCtx *c) {
 /* layer 55 (MoE), backward: DX_A (gradient of X56) -> DX_B (gradient of X55); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer55_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4919,6 +4938,7 @@ static void layer55_backward(RtCtx *c) {
 /* layer 54 (MoE), backward: DX_B (gradient of X55) -> DX_A (gradient of X54); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer54_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4958,6 +4978,7 @@ static void layer54_backward(RtCtx *c) {
 /* layer 53 (MoE), backward: DX_A (gradient of X54) -> DX_B (gradient of X53); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer53_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -4997,6 +5018,7 @@ static void layer53_backward(RtCtx *c) {
 /* layer 52 (MoE), backward: DX_B (gradient of X53) -> DX_A (gradient of X52); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer52_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5036,6 +5058,7 @@ static void layer52_backward(RtCtx *c) {
 /* layer 51 (MoE), backward: DX_A (gradient of X52) -> DX_B (gradient of X51); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer51_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5075,6 +5098,7 @@ static void layer51_backward(RtCtx *c) {
 /* layer 50 (MoE), backward: DX_B (gradient of X51) -> DX_A (gradient of X50); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer50_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5114,6 +5138,7 @@ static void layer50_backward(RtCtx *c) {
 /* layer 49 (MoE), backward: DX_A (gradient of X50) -> DX_B (gradient of X49); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer49_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5153,6 +5178,7 @@ static void layer49_backward(RtCtx *c) {
 /* layer 48 (MoE), backward: DX_B (gradient of X49) -> DX_A (gradient of X48); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer48_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5192,6 +5218,7 @@ static void layer48_backward(RtCtx *c) {
 /* layer 47 (MoE), backward: DX_A (gradient of X48) -> DX_B (gradient of X47); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer47_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5231,6 +5258,7 @@ static void layer47_backward(RtCtx *c) {
 /* layer 46 (MoE), backward: DX_B (gradient of X47) -> DX_A (gradient of X46); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer46_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5270,6 +5298,7 @@ static void layer46_backward(RtCtx *c) {
 /* layer 45 (MoE), backward: DX_A (gradient of X46) -> DX_B (gradient of X45); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer45_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5309,6 +5338,7 @@ static void layer45_backward(RtCtx *c) {
 /* layer 44 (MoE), backward: DX_B (gradient of X45) -> DX_A (gradient of X44); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer44_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5348,6 +5378,7 @@ static void layer44_backward(RtCtx *c) {
 /* layer 43 (MoE), backward: DX_A (gradient of X44) -> DX_B (gradient of X43); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer43_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5387,6 +5418,7 @@ static void layer43_backward(RtCtx *c) {
 /* layer 42 (MoE), backward: DX_B (gradient of X43) -> DX_A (gradient of X42); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer42_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5426,6 +5458,7 @@ static void layer42_backward(RtCtx *c) {
 /* layer 41 (MoE), backward: DX_A (gradient of X42) -> DX_B (gradient of X41); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer41_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5465,6 +5498,7 @@ static void layer41_backward(RtCtx *c) {
 /* layer 40 (MoE), backward: DX_B (gradient of X41) -> DX_A (gradient of X40); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer40_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5504,6 +5538,7 @@ static void layer40_backward(RtCtx *c) {
 /* layer 39 (MoE), backward: DX_A (gradient of X40) -> DX_B (gradient of X39); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer39_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5543,6 +5578,7 @@ static void layer39_backward(RtCtx *c) {
 /* layer 38 (MoE), backward: DX_B (gradient of X39) -> DX_A (gradient of X38); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer38_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5582,6 +5618,7 @@ static void layer38_backward(RtCtx *c) {
 /* layer 37 (MoE), backward: DX_A (gradient of X38) -> DX_B (gradient of X37); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer37_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5621,6 +5658,7 @@ static void layer37_backward(RtCtx *c) {
 /* layer 36 (MoE), backward: DX_B (gradient of X37) -> DX_A (gradient of X36); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer36_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5660,6 +5698,7 @@ static void layer36_backward(RtCtx *c) {
 /* layer 35 (MoE), backward: DX_A (gradient of X36) -> DX_B (gradient of X35); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer35_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5699,6 +5738,7 @@ static void layer35_backward(RtCtx *c) {
 /* layer 34 (MoE), backward: DX_B (gradient of X35) -> DX_A (gradient of X34); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer34_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5738,6 +5778,7 @@ static void layer34_backward(RtCtx *c) {
 /* layer 33 (MoE), backward: DX_A (gradient of X34) -> DX_B (gradient of X33); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer33_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5777,6 +5818,7 @@ static void layer33_backward(RtCtx *c) {
 /* layer 32 (MoE), backward: DX_B (gradient of X33) -> DX_A (gradient of X32); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer32_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5816,6 +5858,7 @@ static void layer32_backward(RtCtx *c) {
 /* layer 31 (MoE), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer31_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5855,6 +5898,7 @@ static void layer31_backward(RtCtx *c) {
 /* layer 30 (MoE), backward: DX_B (gradient of X31) -> DX_A (gradient of X30); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer30_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5894,6 +5938,7 @@ static void layer30_backward(RtCtx *c) {
 /* layer 29 (MoE), backward: DX_A (gradient of X30) -> DX_B (gradient of X29); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer29_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5933,6 +5978,7 @@ static void layer29_backward(RtCtx *c) {
 /* layer 28 (MoE), backward: DX_B (gradient of X29) -> DX_A (gradient of X28); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer28_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -5972,6 +6018,7 @@ static void layer28_backward(RtCtx *c) {
 /* layer 27 (MoE), backward: DX_A (gradient of X28) -> DX_B (gradient of X27); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer27_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6011,6 +6058,7 @@ static void layer27_backward(RtCtx *c) {
 /* layer 26 (MoE), backward: DX_B (gradient of X27) -> DX_A (gradient of X26); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer26_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6050,6 +6098,7 @@ static void layer26_backward(RtCtx *c) {
 /* layer 25 (MoE), backward: DX_A (gradient of X26) -> DX_B (gradient of X25); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer25_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6089,6 +6138,7 @@ static void layer25_backward(RtCtx *c) {
 /* layer 24 (MoE), backward: DX_B (gradient of X25) -> DX_A (gradient of X24); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer24_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6128,6 +6178,7 @@ static void layer24_backward(RtCtx *c) {
 /* layer 23 (MoE), backward: DX_A (gradient of X24) -> DX_B (gradient of X23); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer23_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6167,6 +6218,7 @@ static void layer23_backward(RtCtx *c) {
 /* layer 22 (MoE), backward: DX_B (gradient of X23) -> DX_A (gradient of X22); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer22_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6206,6 +6258,7 @@ static void layer22_backward(RtCtx *c) {
 /* layer 21 (MoE), backward: DX_A (gradient of X22) -> DX_B (gradient of X21); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer21_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6245,6 +6298,7 @@ static void layer21_backward(RtCtx *c) {
 /* layer 20 (MoE), backward: DX_B (gradient of X21) -> DX_A (gradient of X20); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer20_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6284,6 +6338,7 @@ static void layer20_backward(RtCtx *c) {
 /* layer 19 (MoE), backward: DX_A (gradient of X20) -> DX_B (gradient of X19); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer19_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6323,6 +6378,7 @@ static void layer19_backward(RtCtx *c) {
 /* layer 18 (MoE), backward: DX_B (gradient of X19) -> DX_A (gradient of X18); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer18_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6362,6 +6418,7 @@ static void layer18_backward(RtCtx *c) {
 /* layer 17 (MoE), backward: DX_A (gradient of X18) -> DX_B (gradient of X17); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer17_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6401,6 +6458,7 @@ static void layer17_backward(RtCtx *c) {
 /* layer 16 (MoE), backward: DX_B (gradient of X17) -> DX_A (gradient of X16); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer16_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6440,6 +6498,7 @@ static void layer16_backward(RtCtx *c) {
 /* layer 15 (MoE), backward: DX_A (gradient of X16) -> DX_B (gradient of X15); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer15_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6479,6 +6538,7 @@ static void layer15_backward(RtCtx *c) {
 /* layer 14 (MoE), backward: DX_B (gradient of X15) -> DX_A (gradient of X14); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer14_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6518,6 +6578,7 @@ static void layer14_backward(RtCtx *c) {
 /* layer 13 (MoE), backward: DX_A (gradient of X14) -> DX_B (gradient of X13); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer13_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6557,6 +6618,7 @@ static void layer13_backward(RtCtx *c) {
 /* layer 12 (MoE), backward: DX_B (gradient of X13) -> DX_A (gradient of X12); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer12_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6596,6 +6658,7 @@ static void layer12_backward(RtCtx *c) {
 /* layer 11 (MoE), backward: DX_A (gradient of X12) -> DX_B (gradient of X11); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer11_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6635,6 +6698,7 @@ static void layer11_backward(RtCtx *c) {
 /* layer 10 (MoE), backward: DX_B (gradient of X11) -> DX_A (gradient of X10); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer10_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6674,6 +6738,7 @@ static void layer10_backward(RtCtx *c) {
 /* layer 9 (MoE), backward: DX_A (gradient of X10) -> DX_B (gradient of X9); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer9_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6713,6 +6778,7 @@ static void layer9_backward(RtCtx *c) {
 /* layer 8 (MoE), backward: DX_B (gradient of X9) -> DX_A (gradient of X8); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer8_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6752,6 +6818,7 @@ static void layer8_backward(RtCtx *c) {
 /* layer 7 (MoE), backward: DX_A (gradient of X8) -> DX_B (gradient of X7); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer7_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6791,6 +6858,7 @@ static void layer7_backward(RtCtx *c) {
 /* layer 6 (MoE), backward: DX_B (gradient of X7) -> DX_A (gradient of X6); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer6_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6830,6 +6898,7 @@ static void layer6_backward(RtCtx *c) {
 /* layer 5 (MoE), backward: DX_A (gradient of X6) -> DX_B (gradient of X5); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer5_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6869,6 +6938,7 @@ static void layer5_backward(RtCtx *c) {
 /* layer 4 (MoE), backward: DX_B (gradient of X5) -> DX_A (gradient of X4); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer4_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6908,6 +6978,7 @@ static void layer4_backward(RtCtx *c) {
 /* layer 3 (MoE), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer3_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6947,6 +7018,7 @@ static void layer3_backward(RtCtx *c) {
 /* layer 2 (MoE), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer2_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -6986,6 +7058,7 @@ static void layer2_backward(RtCtx *c) {
 /* layer 1 (MoE), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer1_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_A), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
@@ -7025,6 +7098,7 @@ static void layer1_backward(RtCtx *c) {
 /* layer 0 (MoE), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer0_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
   rt_zero(R(DSH), 117440512);
   rt_matmul_backward(R(DSH), DW(125054976), NULL, R(DX_B), R(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */

@@ -970,9 +970,9 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L0_Q), R(L0_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L0_K), R(L0_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L0_V), R(L0_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L0_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L0_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L0_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L0_ATT), R(L0_LSE), R(L0_Q), R(L0_K), R(L0_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L0_ATT), R(L0_LSE), R(L0_Q), R(L0_K), R(L0_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L0_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L0_RES), R(X0), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L0_LN2), R(L0_RSTD2), R(L0_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -991,9 +991,9 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L1_Q), R(L1_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L1_K), R(L1_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L1_V), R(L1_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L1_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L1_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L1_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L1_ATT), R(L1_LSE), R(L1_Q), R(L1_K), R(L1_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L1_ATT), R(L1_LSE), R(L1_Q), R(L1_K), R(L1_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L1_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L1_RES), R(X1), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L1_LN2), R(L1_RSTD2), R(L1_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1012,9 +1012,9 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L2_Q), R(L2_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L2_K), R(L2_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L2_V), R(L2_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L2_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L2_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L2_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L2_ATT), R(L2_LSE), R(L2_Q), R(L2_K), R(L2_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L2_ATT), R(L2_LSE), R(L2_Q), R(L2_K), R(L2_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L2_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L2_RES), R(X2), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L2_LN2), R(L2_RSTD2), R(L2_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1033,9 +1033,9 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L3_Q), R(L3_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L3_K), R(L3_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L3_V), R(L3_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L3_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L3_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L3_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L3_ATT), R(L3_LSE), R(L3_Q), R(L3_K), R(L3_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L3_ATT), R(L3_LSE), R(L3_Q), R(L3_K), R(L3_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L3_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L3_RES), R(X3), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L3_LN2), R(L3_RSTD2), R(L3_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1054,9 +1054,9 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L4_Q), R(L4_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L4_K), R(L4_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L4_V), R(L4_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L4_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L4_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L4_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L4_ATT), R(L4_LSE), R(L4_Q), R(L4_K), R(L4_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L4_ATT), R(L4_LSE), R(L4_Q), R(L4_K), R(L4_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L4_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L4_RES), R(X4), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L4_LN2), R(L4_RSTD2), R(L4_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1075,9 +1075,9 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L5_Q), R(L5_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L5_K), R(L5_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L5_V), R(L5_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L5_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L5_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L5_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L5_ATT), R(L5_LSE), R(L5_Q), R(L5_K), R(L5_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L5_ATT), R(L5_LSE), R(L5_Q), R(L5_K), R(L5_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L5_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L5_RES), R(X5), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L5_LN2), R(L5_RSTD2), R(L5_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1096,9 +1096,9 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L6_Q), R(L6_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L6_K), R(L6_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L6_V), R(L6_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L6_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L6_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L6_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L6_ATT), R(L6_LSE), R(L6_Q), R(L6_K), R(L6_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L6_ATT), R(L6_LSE), R(L6_Q), R(L6_K), R(L6_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L6_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L6_RES), R(X6), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L6_LN2), R(L6_RSTD2), R(L6_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1117,9 +1117,9 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L7_Q), R(L7_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L7_K), R(L7_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L7_V), R(L7_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L7_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L7_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L7_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L7_ATT), R(L7_LSE), R(L7_Q), R(L7_K), R(L7_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L7_ATT), R(L7_LSE), R(L7_Q), R(L7_K), R(L7_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L7_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L7_RES), R(X7), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L7_LN2), R(L7_RSTD2), R(L7_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1138,9 +1138,9 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L8_Q), R(L8_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L8_K), R(L8_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L8_V), R(L8_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L8_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L8_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L8_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L8_ATT), R(L8_LSE), R(L8_Q), R(L8_K), R(L8_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L8_ATT), R(L8_LSE), R(L8_Q), R(L8_K), R(L8_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L8_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L8_RES), R(X8), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L8_LN2), R(L8_RSTD2), R(L8_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1159,9 +1159,9 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L9_Q), R(L9_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L9_K), R(L9_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L9_V), R(L9_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L9_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L9_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L9_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L9_ATT), R(L9_LSE), R(L9_Q), R(L9_K), R(L9_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L9_ATT), R(L9_LSE), R(L9_Q), R(L9_K), R(L9_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L9_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L9_RES), R(X9), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L9_LN2), R(L9_RSTD2), R(L9_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1180,9 +1180,9 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L10_Q), R(L10_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L10_K), R(L10_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L10_V), R(L10_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L10_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L10_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L10_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L10_ATT), R(L10_LSE), R(L10_Q), R(L10_K), R(L10_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L10_ATT), R(L10_LSE), R(L10_Q), R(L10_K), R(L10_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L10_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L10_RES), R(X10), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L10_LN2), R(L10_RSTD2), R(L10_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1201,9 +1201,9 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L11_Q), R(L11_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L11_K), R(L11_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L11_V), R(L11_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L11_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L11_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L11_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L11_ATT), R(L11_LSE), R(L11_Q), R(L11_K), R(L11_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L11_ATT), R(L11_LSE), R(L11_Q), R(L11_K), R(L11_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L11_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L11_RES), R(X11), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L11_LN2), R(L11_RSTD2), R(L11_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1222,9 +1222,9 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L12_Q), R(L12_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L12_K), R(L12_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L12_V), R(L12_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L12_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L12_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L12_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L12_ATT), R(L12_LSE), R(L12_Q), R(L12_K), R(L12_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L12_ATT), R(L12_LSE), R(L12_Q), R(L12_K), R(L12_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L12_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L12_RES), R(X12), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L12_LN2), R(L12_RSTD2), R(L12_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1243,9 +1243,9 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L13_Q), R(L13_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L13_K), R(L13_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L13_V), R(L13_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L13_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L13_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L13_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L13_ATT), R(L13_LSE), R(L13_Q), R(L13_K), R(L13_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L13_ATT), R(L13_LSE), R(L13_Q), R(L13_K), R(L13_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L13_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L13_RES), R(X13), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L13_LN2), R(L13_RSTD2), R(L13_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1264,9 +1264,9 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L14_Q), R(L14_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L14_K), R(L14_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L14_V), R(L14_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L14_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L14_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L14_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L14_ATT), R(L14_LSE), R(L14_Q), R(L14_K), R(L14_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L14_ATT), R(L14_LSE), R(L14_Q), R(L14_K), R(L14_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L14_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L14_RES), R(X14), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L14_LN2), R(L14_RSTD2), R(L14_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1285,9 +1285,9 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L15_Q), R(L15_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L15_K), R(L15_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L15_V), R(L15_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L15_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L15_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L15_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L15_ATT), R(L15_LSE), R(L15_Q), R(L15_K), R(L15_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L15_ATT), R(L15_LSE), R(L15_Q), R(L15_K), R(L15_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L15_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L15_RES), R(X15), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L15_LN2), R(L15_RSTD2), R(L15_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1306,9 +1306,9 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L16_Q), R(L16_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L16_K), R(L16_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L16_V), R(L16_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L16_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L16_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L16_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L16_ATT), R(L16_LSE), R(L16_Q), R(L16_K), R(L16_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L16_ATT), R(L16_LSE), R(L16_Q), R(L16_K), R(L16_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L16_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L16_RES), R(X16), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L16_LN2), R(L16_RSTD2), R(L16_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1327,9 +1327,9 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L17_Q), R(L17_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L17_K), R(L17_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L17_V), R(L17_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L17_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L17_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L17_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L17_ATT), R(L17_LSE), R(L17_Q), R(L17_K), R(L17_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L17_ATT), R(L17_LSE), R(L17_Q), R(L17_K), R(L17_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L17_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L17_RES), R(X17), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L17_LN2), R(L17_RSTD2), R(L17_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1348,9 +1348,9 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L18_Q), R(L18_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L18_K), R(L18_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L18_V), R(L18_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L18_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L18_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L18_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L18_ATT), R(L18_LSE), R(L18_Q), R(L18_K), R(L18_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L18_ATT), R(L18_LSE), R(L18_Q), R(L18_K), R(L18_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L18_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L18_RES), R(X18), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L18_LN2), R(L18_RSTD2), R(L18_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1369,9 +1369,9 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L19_Q), R(L19_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L19_K), R(L19_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L19_V), R(L19_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L19_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L19_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L19_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L19_ATT), R(L19_LSE), R(L19_Q), R(L19_K), R(L19_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L19_ATT), R(L19_LSE), R(L19_Q), R(L19_K), R(L19_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L19_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L19_RES), R(X19), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L19_LN2), R(L19_RSTD2), R(L19_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1390,9 +1390,9 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L20_Q), R(L20_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L20_K), R(L20_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L20_V), R(L20_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L20_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L20_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L20_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L20_ATT), R(L20_LSE), R(L20_Q), R(L20_K), R(L20_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L20_ATT), R(L20_LSE), R(L20_Q), R(L20_K), R(L20_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L20_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L20_RES), R(X20), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L20_LN2), R(L20_RSTD2), R(L20_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1411,9 +1411,9 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L21_Q), R(L21_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L21_K), R(L21_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L21_V), R(L21_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L21_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L21_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L21_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L21_ATT), R(L21_LSE), R(L21_Q), R(L21_K), R(L21_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L21_ATT), R(L21_LSE), R(L21_Q), R(L21_K), R(L21_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L21_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L21_RES), R(X21), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L21_LN2), R(L21_RSTD2), R(L21_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1432,9 +1432,9 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L22_Q), R(L22_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L22_K), R(L22_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L22_V), R(L22_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L22_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L22_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L22_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L22_ATT), R(L22_LSE), R(L22_Q), R(L22_K), R(L22_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L22_ATT), R(L22_LSE), R(L22_Q), R(L22_K), R(L22_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L22_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L22_RES), R(X22), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L22_LN2), R(L22_RSTD2), R(L22_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1453,9 +1453,9 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L23_Q), R(L23_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L23_K), R(L23_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L23_V), R(L23_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L23_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L23_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L23_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L23_ATT), R(L23_LSE), R(L23_Q), R(L23_K), R(L23_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L23_ATT), R(L23_LSE), R(L23_Q), R(L23_K), R(L23_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L23_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L23_RES), R(X23), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L23_LN2), R(L23_RSTD2), R(L23_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1474,9 +1474,9 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L24_Q), R(L24_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L24_K), R(L24_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L24_V), R(L24_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L24_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L24_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L24_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L24_ATT), R(L24_LSE), R(L24_Q), R(L24_K), R(L24_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L24_ATT), R(L24_LSE), R(L24_Q), R(L24_K), R(L24_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L24_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L24_RES), R(X24), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L24_LN2), R(L24_RSTD2), R(L24_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1495,9 +1495,9 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L25_Q), R(L25_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L25_K), R(L25_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L25_V), R(L25_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L25_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L25_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L25_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L25_ATT), R(L25_LSE), R(L25_Q), R(L25_K), R(L25_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L25_ATT), R(L25_LSE), R(L25_Q), R(L25_K), R(L25_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L25_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L25_RES), R(X25), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L25_LN2), R(L25_RSTD2), R(L25_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1516,9 +1516,9 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L26_Q), R(L26_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L26_K), R(L26_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L26_V), R(L26_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L26_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L26_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L26_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L26_ATT), R(L26_LSE), R(L26_Q), R(L26_K), R(L26_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L26_ATT), R(L26_LSE), R(L26_Q), R(L26_K), R(L26_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L26_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L26_RES), R(X26), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L26_LN2), R(L26_RSTD2), R(L26_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1537,9 +1537,9 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L27_Q), R(L27_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L27_K), R(L27_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L27_V), R(L27_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L27_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L27_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L27_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L27_ATT), R(L27_LSE), R(L27_Q), R(L27_K), R(L27_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L27_ATT), R(L27_LSE), R(L27_Q), R(L27_K), R(L27_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L27_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L27_RES), R(X27), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L27_LN2), R(L27_RSTD2), R(L27_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1558,9 +1558,9 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L28_Q), R(L28_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L28_K), R(L28_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L28_V), R(L28_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L28_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L28_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L28_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L28_ATT), R(L28_LSE), R(L28_Q), R(L28_K), R(L28_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L28_ATT), R(L28_LSE), R(L28_Q), R(L28_K), R(L28_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L28_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L28_RES), R(X28), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L28_LN2), R(L28_RSTD2), R(L28_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1579,9 +1579,9 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L29_Q), R(L29_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L29_K), R(L29_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L29_V), R(L29_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L29_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L29_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L29_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L29_ATT), R(L29_LSE), R(L29_Q), R(L29_K), R(L29_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L29_ATT), R(L29_LSE), R(L29_Q), R(L29_K), R(L29_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L29_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L29_RES), R(X29), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L29_LN2), R(L29_RSTD2), R(L29_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1600,9 +1600,9 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L30_Q), R(L30_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L30_K), R(L30_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L30_V), R(L30_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L30_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L30_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L30_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L30_ATT), R(L30_LSE), R(L30_Q), R(L30_K), R(L30_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L30_ATT), R(L30_LSE), R(L30_Q), R(L30_K), R(L30_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L30_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L30_RES), R(X30), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L30_LN2), R(L30_RSTD2), R(L30_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1621,9 +1621,9 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L31_Q), R(L31_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L31_K), R(L31_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L31_V), R(L31_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L31_Q), 1, 8192, 32, 128, 500000);
+  rt_rope_forward(R(L31_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L31_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L31_ATT), R(L31_LSE), R(L31_Q), R(L31_K), R(L31_V), 1, 8192, 32, 8, 128);
+  rt_attention_forward(R(L31_ATT), R(L31_LSE), R(L31_Q), R(L31_K), R(L31_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L31_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L31_RES), R(X31), R(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(R(L31_LN2), R(L31_RSTD2), R(L31_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1637,6 +1637,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
 /* layer 31 (dense), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients
  * into GRAD_DENSE. */
 static void layer31_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L31_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -1665,6 +1666,7 @@ static void layer31_backward(RtCtx *c) {
 /* layer 30 (dense), backward: DX_B (gradient of X31) -> DX_A (gradient of X30); weight gradients
  * into GRAD_DENSE. */
 static void layer30_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L30_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -1693,6 +1695,7 @@ static void layer30_backward(RtCtx *c) {
 /* layer 29 (dense), backward: DX_A (gradient of X30) -> DX_B (gradient of X29); weight gradients
  * into GRAD_DENSE. */
 static void layer29_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L29_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -1721,6 +1724,7 @@ static void layer29_backward(RtCtx *c) {
 /* layer 28 (dense), backward: DX_B (gradient of X29) -> DX_A (gradient of X28); weight gradients
  * into GRAD_DENSE. */
 static void layer28_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L28_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -1749,6 +1753,7 @@ static void layer28_backward(RtCtx *c) {
 /* layer 27 (dense), backward: DX_A (gradient of X28) -> DX_B (gradient of X27); weight gradients
  * into GRAD_DENSE. */
 static void layer27_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L27_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -1777,6 +1782,7 @@ static void layer27_backward(RtCtx *c) {
 /* layer 26 (dense), backward: DX_B (gradient of X27) -> DX_A (gradient of X26); weight gradients
  * into GRAD_DENSE. */
 static void layer26_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L26_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -1805,6 +1811,7 @@ static void layer26_backward(RtCtx *c) {
 /* layer 25 (dense), backward: DX_A (gradient of X26) -> DX_B (gradient of X25); weight gradients
  * into GRAD_DENSE. */
 static void layer25_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L25_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -1833,6 +1840,7 @@ static void layer25_backward(RtCtx *c) {
 /* layer 24 (dense), backward: DX_B (gradient of X25) -> DX_A (gradient of X24); weight gradients
  * into GRAD_DENSE. */
 static void layer24_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L24_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -1861,6 +1869,7 @@ static void layer24_backward(RtCtx *c) {
 /* layer 23 (dense), backward: DX_A (gradient of X24) -> DX_B (gradient of X23); weight gradients
  * into GRAD_DENSE. */
 static void layer23_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L23_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -1889,6 +1898,7 @@ static void layer23_backward(RtCtx *c) {
 /* layer 22 (dense), backward: DX_B (gradient of X23) -> DX_A (gradient of X22); weight gradients
  * into GRAD_DENSE. */
 static void layer22_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L22_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -1917,6 +1927,7 @@ static void layer22_backward(RtCtx *c) {
 /* layer 21 (dense), backward: DX_A (gradient of X22) -> DX_B (gradient of X21); weight gradients
  * into GRAD_DENSE. */
 static void layer21_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L21_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -1945,6 +1956,7 @@ static void layer21_backward(RtCtx *c) {
 /* layer 20 (dense), backward: DX_B (gradient of X21) -> DX_A (gradient of X20); weight gradients
  * into GRAD_DENSE. */
 static void layer20_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L20_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -1973,6 +1985,7 @@ static void layer20_backward(RtCtx *c) {
 /* layer 19 (dense), backward: DX_A (gradient of X20) -> DX_B (gradient of X19); weight gradients
  * into GRAD_DENSE. */
 static void layer19_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L19_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2001,6 +2014,7 @@ static void layer19_backward(RtCtx *c) {
 /* layer 18 (dense), backward: DX_B (gradient of X19) -> DX_A (gradient of X18); weight gradients
  * into GRAD_DENSE. */
 static void layer18_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L18_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2029,6 +2043,7 @@ static void layer18_backward(RtCtx *c) {
 /* layer 17 (dense), backward: DX_A (gradient of X18) -> DX_B (gradient of X17); weight gradients
  * into GRAD_DENSE. */
 static void layer17_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L17_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2057,6 +2072,7 @@ static void layer17_backward(RtCtx *c) {
 /* layer 16 (dense), backward: DX_B (gradient of X17) -> DX_A (gradient of X16); weight gradients
  * into GRAD_DENSE. */
 static void layer16_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L16_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2085,6 +2101,7 @@ static void layer16_backward(RtCtx *c) {
 /* layer 15 (dense), backward: DX_A (gradient of X16) -> DX_B (gradient of X15); weight gradients
  * into GRAD_DENSE. */
 static void layer15_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L15_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2113,6 +2130,7 @@ static void layer15_backward(RtCtx *c) {
 /* layer 14 (dense), backward: DX_B (gradient of X15) -> DX_A (gradient of X14); weight gradients
  * into GRAD_DENSE. */
 static void layer14_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L14_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2141,6 +2159,7 @@ static void layer14_backward(RtCtx *c) {
 /* layer 13 (dense), backward: DX_A (gradient of X14) -> DX_B (gradient of X13); weight gradients
  * into GRAD_DENSE. */
 static void layer13_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L13_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2169,6 +2188,7 @@ static void layer13_backward(RtCtx *c) {
 /* layer 12 (dense), backward: DX_B (gradient of X13) -> DX_A (gradient of X12); weight gradients
  * into GRAD_DENSE. */
 static void layer12_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L12_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2197,6 +2217,7 @@ static void layer12_backward(RtCtx *c) {
 /* layer 11 (dense), backward: DX_A (gradient of X12) -> DX_B (gradient of X11); weight gradients
  * into GRAD_DENSE. */
 static void layer11_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L11_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2225,6 +2246,7 @@ static void layer11_backward(RtCtx *c) {
 /* layer 10 (dense), backward: DX_B (gradient of X11) -> DX_A (gradient of X10); weight gradients
  * into GRAD_DENSE. */
 static void layer10_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L10_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2253,6 +2275,7 @@ static void layer10_backward(RtCtx *c) {
 /* layer 9 (dense), backward: DX_A (gradient of X10) -> DX_B (gradient of X9); weight gradients
  * into GRAD_DENSE. */
 static void layer9_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L9_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2281,6 +2304,7 @@ static void layer9_backward(RtCtx *c) {
 /* layer 8 (dense), backward: DX_B (gradient of X9) -> DX_A (gradient of X8); weight gradients
  * into GRAD_DENSE. */
 static void layer8_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L8_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2309,6 +2333,7 @@ static void layer8_backward(RtCtx *c) {
 /* layer 7 (dense), backward: DX_A (gradient of X8) -> DX_B (gradient of X7); weight gradients
  * into GRAD_DENSE. */
 static void layer7_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L7_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2337,6 +2362,7 @@ static void layer7_backward(RtCtx *c) {
 /* layer 6 (dense), backward: DX_B (gradient of X7) -> DX_A (gradient of X6); weight gradients
  * into GRAD_DENSE. */
 static void layer6_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L6_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2365,6 +2391,7 @@ static void layer6_backward(RtCtx *c) {
 /* layer 5 (dense), backward: DX_A (gradient of X6) -> DX_B (gradient of X5); weight gradients
  * into GRAD_DENSE. */
 static void layer5_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L5_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2393,6 +2420,7 @@ static void layer5_backward(RtCtx *c) {
 /* layer 4 (dense), backward: DX_B (gradient of X5) -> DX_A (gradient of X4); weight gradients
  * into GRAD_DENSE. */
 static void layer4_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L4_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2421,6 +2449,7 @@ static void layer4_backward(RtCtx *c) {
 /* layer 3 (dense), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into GRAD_DENSE. */
 static void layer3_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L3_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2449,6 +2478,7 @@ static void layer3_backward(RtCtx *c) {
 /* layer 2 (dense), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into GRAD_DENSE. */
 static void layer2_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L2_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2477,6 +2507,7 @@ static void layer2_backward(RtCtx *c) {
 /* layer 1 (dense), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into GRAD_DENSE. */
 static void layer1_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L1_H), W(159391744), 8192, 14336, 4096); /* down_proj */
@@ -2505,6 +2536,7 @@ static void layer1_backward(RtCtx *c) {
 /* layer 0 (dense), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into GRAD_DENSE. */
 static void layer0_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
   rt_zero(R(DH), 117440512);
   rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L0_H), W(159391744), 8192, 14336, 4096); /* down_proj */

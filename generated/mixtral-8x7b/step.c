@@ -934,9 +934,9 @@ static void layer0_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L0_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L0_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L0_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L0_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L0_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L0_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L0_ATT), R(L0_LSE), R(L0_Q), R(L0_K), R(L0_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L0_ATT), R(L0_LSE), R(L0_Q), R(L0_K), R(L0_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L0_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X0), R(WS_Y), 134217728); /* residual */
@@ -947,7 +947,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -962,9 +962,9 @@ static void layer1_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L1_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L1_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L1_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L1_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L1_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L1_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L1_ATT), R(L1_LSE), R(L1_Q), R(L1_K), R(L1_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L1_ATT), R(L1_LSE), R(L1_Q), R(L1_K), R(L1_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L1_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X1), R(WS_Y), 134217728); /* residual */
@@ -975,7 +975,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -990,9 +990,9 @@ static void layer2_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L2_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L2_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L2_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L2_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L2_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L2_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L2_ATT), R(L2_LSE), R(L2_Q), R(L2_K), R(L2_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L2_ATT), R(L2_LSE), R(L2_Q), R(L2_K), R(L2_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L2_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X2), R(WS_Y), 134217728); /* residual */
@@ -1003,7 +1003,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1018,9 +1018,9 @@ static void layer3_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L3_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L3_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L3_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L3_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L3_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L3_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L3_ATT), R(L3_LSE), R(L3_Q), R(L3_K), R(L3_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L3_ATT), R(L3_LSE), R(L3_Q), R(L3_K), R(L3_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L3_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X3), R(WS_Y), 134217728); /* residual */
@@ -1031,7 +1031,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1046,9 +1046,9 @@ static void layer4_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L4_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L4_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L4_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L4_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L4_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L4_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L4_ATT), R(L4_LSE), R(L4_Q), R(L4_K), R(L4_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L4_ATT), R(L4_LSE), R(L4_Q), R(L4_K), R(L4_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L4_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X4), R(WS_Y), 134217728); /* residual */
@@ -1059,7 +1059,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1074,9 +1074,9 @@ static void layer5_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L5_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L5_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L5_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L5_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L5_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L5_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L5_ATT), R(L5_LSE), R(L5_Q), R(L5_K), R(L5_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L5_ATT), R(L5_LSE), R(L5_Q), R(L5_K), R(L5_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L5_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X5), R(WS_Y), 134217728); /* residual */
@@ -1087,7 +1087,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1102,9 +1102,9 @@ static void layer6_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L6_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L6_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L6_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L6_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L6_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L6_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L6_ATT), R(L6_LSE), R(L6_Q), R(L6_K), R(L6_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L6_ATT), R(L6_LSE), R(L6_Q), R(L6_K), R(L6_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L6_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X6), R(WS_Y), 134217728); /* residual */
@@ -1115,7 +1115,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1130,9 +1130,9 @@ static void layer7_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L7_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L7_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L7_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L7_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L7_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L7_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L7_ATT), R(L7_LSE), R(L7_Q), R(L7_K), R(L7_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L7_ATT), R(L7_LSE), R(L7_Q), R(L7_K), R(L7_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L7_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X7), R(WS_Y), 134217728); /* residual */
@@ -1143,7 +1143,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1158,9 +1158,9 @@ static void layer8_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L8_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L8_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L8_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L8_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L8_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L8_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L8_ATT), R(L8_LSE), R(L8_Q), R(L8_K), R(L8_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L8_ATT), R(L8_LSE), R(L8_Q), R(L8_K), R(L8_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L8_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X8), R(WS_Y), 134217728); /* residual */
@@ -1171,7 +1171,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1186,9 +1186,9 @@ static void layer9_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L9_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L9_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L9_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L9_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L9_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L9_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L9_ATT), R(L9_LSE), R(L9_Q), R(L9_K), R(L9_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L9_ATT), R(L9_LSE), R(L9_Q), R(L9_K), R(L9_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L9_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X9), R(WS_Y), 134217728); /* residual */
@@ -1199,7 +1199,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1214,9 +1214,9 @@ static void layer10_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L10_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L10_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L10_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L10_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L10_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L10_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L10_ATT), R(L10_LSE), R(L10_Q), R(L10_K), R(L10_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L10_ATT), R(L10_LSE), R(L10_Q), R(L10_K), R(L10_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L10_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X10), R(WS_Y), 134217728); /* residual */
@@ -1227,7 +1227,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1242,9 +1242,9 @@ static void layer11_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L11_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L11_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L11_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L11_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L11_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L11_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L11_ATT), R(L11_LSE), R(L11_Q), R(L11_K), R(L11_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L11_ATT), R(L11_LSE), R(L11_Q), R(L11_K), R(L11_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L11_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X11), R(WS_Y), 134217728); /* residual */
@@ -1255,7 +1255,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1270,9 +1270,9 @@ static void layer12_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L12_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L12_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L12_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L12_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L12_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L12_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L12_ATT), R(L12_LSE), R(L12_Q), R(L12_K), R(L12_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L12_ATT), R(L12_LSE), R(L12_Q), R(L12_K), R(L12_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L12_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X12), R(WS_Y), 134217728); /* residual */
@@ -1283,7 +1283,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1298,9 +1298,9 @@ static void layer13_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L13_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L13_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L13_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L13_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L13_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L13_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L13_ATT), R(L13_LSE), R(L13_Q), R(L13_K), R(L13_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L13_ATT), R(L13_LSE), R(L13_Q), R(L13_K), R(L13_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L13_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X13), R(WS_Y), 134217728); /* residual */
@@ -1311,7 +1311,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1326,9 +1326,9 @@ static void layer14_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L14_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L14_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L14_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L14_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L14_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L14_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L14_ATT), R(L14_LSE), R(L14_Q), R(L14_K), R(L14_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L14_ATT), R(L14_LSE), R(L14_Q), R(L14_K), R(L14_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L14_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X14), R(WS_Y), 134217728); /* residual */
@@ -1339,7 +1339,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1354,9 +1354,9 @@ static void layer15_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L15_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L15_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L15_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L15_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L15_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L15_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L15_ATT), R(L15_LSE), R(L15_Q), R(L15_K), R(L15_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L15_ATT), R(L15_LSE), R(L15_Q), R(L15_K), R(L15_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L15_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X15), R(WS_Y), 134217728); /* residual */
@@ -1367,7 +1367,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1382,9 +1382,9 @@ static void layer16_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L16_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L16_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L16_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L16_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L16_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L16_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L16_ATT), R(L16_LSE), R(L16_Q), R(L16_K), R(L16_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L16_ATT), R(L16_LSE), R(L16_Q), R(L16_K), R(L16_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L16_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X16), R(WS_Y), 134217728); /* residual */
@@ -1395,7 +1395,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1410,9 +1410,9 @@ static void layer17_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L17_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L17_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L17_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L17_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L17_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L17_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L17_ATT), R(L17_LSE), R(L17_Q), R(L17_K), R(L17_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L17_ATT), R(L17_LSE), R(L17_Q), R(L17_K), R(L17_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L17_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X17), R(WS_Y), 134217728); /* residual */
@@ -1423,7 +1423,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1438,9 +1438,9 @@ static void layer18_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L18_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L18_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L18_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L18_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L18_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L18_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L18_ATT), R(L18_LSE), R(L18_Q), R(L18_K), R(L18_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L18_ATT), R(L18_LSE), R(L18_Q), R(L18_K), R(L18_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L18_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X18), R(WS_Y), 134217728); /* residual */
@@ -1451,7 +1451,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1466,9 +1466,9 @@ static void layer19_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L19_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L19_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L19_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L19_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L19_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L19_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L19_ATT), R(L19_LSE), R(L19_Q), R(L19_K), R(L19_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L19_ATT), R(L19_LSE), R(L19_Q), R(L19_K), R(L19_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L19_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X19), R(WS_Y), 134217728); /* residual */
@@ -1479,7 +1479,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1494,9 +1494,9 @@ static void layer20_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L20_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L20_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L20_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L20_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L20_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L20_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L20_ATT), R(L20_LSE), R(L20_Q), R(L20_K), R(L20_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L20_ATT), R(L20_LSE), R(L20_Q), R(L20_K), R(L20_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L20_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X20), R(WS_Y), 134217728); /* residual */
@@ -1507,7 +1507,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1522,9 +1522,9 @@ static void layer21_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L21_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L21_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L21_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L21_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L21_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L21_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L21_ATT), R(L21_LSE), R(L21_Q), R(L21_K), R(L21_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L21_ATT), R(L21_LSE), R(L21_Q), R(L21_K), R(L21_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L21_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X21), R(WS_Y), 134217728); /* residual */
@@ -1535,7 +1535,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1550,9 +1550,9 @@ static void layer22_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L22_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L22_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L22_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L22_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L22_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L22_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L22_ATT), R(L22_LSE), R(L22_Q), R(L22_K), R(L22_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L22_ATT), R(L22_LSE), R(L22_Q), R(L22_K), R(L22_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L22_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X22), R(WS_Y), 134217728); /* residual */
@@ -1563,7 +1563,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1578,9 +1578,9 @@ static void layer23_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L23_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L23_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L23_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L23_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L23_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L23_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L23_ATT), R(L23_LSE), R(L23_Q), R(L23_K), R(L23_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L23_ATT), R(L23_LSE), R(L23_Q), R(L23_K), R(L23_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L23_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X23), R(WS_Y), 134217728); /* residual */
@@ -1591,7 +1591,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1606,9 +1606,9 @@ static void layer24_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L24_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L24_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L24_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L24_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L24_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L24_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L24_ATT), R(L24_LSE), R(L24_Q), R(L24_K), R(L24_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L24_ATT), R(L24_LSE), R(L24_Q), R(L24_K), R(L24_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L24_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X24), R(WS_Y), 134217728); /* residual */
@@ -1619,7 +1619,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1634,9 +1634,9 @@ static void layer25_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L25_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L25_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L25_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L25_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L25_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L25_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L25_ATT), R(L25_LSE), R(L25_Q), R(L25_K), R(L25_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L25_ATT), R(L25_LSE), R(L25_Q), R(L25_K), R(L25_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L25_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X25), R(WS_Y), 134217728); /* residual */
@@ -1647,7 +1647,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1662,9 +1662,9 @@ static void layer26_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L26_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L26_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L26_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L26_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L26_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L26_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L26_ATT), R(L26_LSE), R(L26_Q), R(L26_K), R(L26_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L26_ATT), R(L26_LSE), R(L26_Q), R(L26_K), R(L26_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L26_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X26), R(WS_Y), 134217728); /* residual */
@@ -1675,7 +1675,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1690,9 +1690,9 @@ static void layer27_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L27_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L27_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L27_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L27_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L27_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L27_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L27_ATT), R(L27_LSE), R(L27_Q), R(L27_K), R(L27_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L27_ATT), R(L27_LSE), R(L27_Q), R(L27_K), R(L27_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L27_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X27), R(WS_Y), 134217728); /* residual */
@@ -1703,7 +1703,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1718,9 +1718,9 @@ static void layer28_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L28_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L28_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L28_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L28_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L28_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L28_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L28_ATT), R(L28_LSE), R(L28_Q), R(L28_K), R(L28_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L28_ATT), R(L28_LSE), R(L28_Q), R(L28_K), R(L28_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L28_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X28), R(WS_Y), 134217728); /* residual */
@@ -1731,7 +1731,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1746,9 +1746,9 @@ static void layer29_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L29_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L29_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L29_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L29_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L29_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L29_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L29_ATT), R(L29_LSE), R(L29_Q), R(L29_K), R(L29_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L29_ATT), R(L29_LSE), R(L29_Q), R(L29_K), R(L29_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L29_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X29), R(WS_Y), 134217728); /* residual */
@@ -1759,7 +1759,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1774,9 +1774,9 @@ static void layer30_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L30_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L30_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L30_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L30_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L30_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L30_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L30_ATT), R(L30_LSE), R(L30_Q), R(L30_K), R(L30_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L30_ATT), R(L30_LSE), R(L30_Q), R(L30_K), R(L30_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L30_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X30), R(WS_Y), 134217728); /* residual */
@@ -1787,7 +1787,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1802,9 +1802,9 @@ static void layer31_forward(RtCtx *c, bool recompute) {
     rt_matmul_forward(R(L31_Q), R(WS_LN1), W(4096), NULL, 32768, 4096, 4096); /* q_proj */
     rt_matmul_forward(R(L31_K), R(WS_LN1), W(16781312), NULL, 32768, 4096, 1024); /* k_proj */
     rt_matmul_forward(R(L31_V), R(WS_LN1), W(20975616), NULL, 32768, 4096, 1024); /* v_proj */
-    rt_rope_forward(R(L31_Q), 1, 32768, 32, 128, 1000000);
+    rt_rope_forward(R(L31_Q), 1, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(R(L31_K), 1, 32768, 8, 128, 1000000);
-    rt_attention_forward(R(L31_ATT), R(L31_LSE), R(L31_Q), R(L31_K), R(L31_V), 1, 32768, 32, 8, 128);
+    rt_attention_forward(R(L31_ATT), R(L31_LSE), R(L31_Q), R(L31_K), R(L31_V), 1, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   }
   rt_matmul_forward(R(WS_Y), R(L31_ATT), W(25169920), NULL, 32768, 4096, 4096); /* o_proj */
   rt_add(R(WS_RES), R(X31), R(WS_Y), 134217728); /* residual */
@@ -1815,7 +1815,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1825,6 +1825,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
 /* layer 31 (MoE), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer31_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1857,6 +1858,7 @@ static void layer31_backward(RtCtx *c) {
 /* layer 30 (MoE), backward: DX_B (gradient of X31) -> DX_A (gradient of X30); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer30_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1889,6 +1891,7 @@ static void layer30_backward(RtCtx *c) {
 /* layer 29 (MoE), backward: DX_A (gradient of X30) -> DX_B (gradient of X29); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer29_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1921,6 +1924,7 @@ static void layer29_backward(RtCtx *c) {
 /* layer 28 (MoE), backward: DX_B (gradient of X29) -> DX_A (gradient of X28); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer28_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1953,6 +1957,7 @@ static void layer28_backward(RtCtx *c) {
 /* layer 27 (MoE), backward: DX_A (gradient of X28) -> DX_B (gradient of X27); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer27_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -1985,6 +1990,7 @@ static void layer27_backward(RtCtx *c) {
 /* layer 26 (MoE), backward: DX_B (gradient of X27) -> DX_A (gradient of X26); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer26_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2017,6 +2023,7 @@ static void layer26_backward(RtCtx *c) {
 /* layer 25 (MoE), backward: DX_A (gradient of X26) -> DX_B (gradient of X25); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer25_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2049,6 +2056,7 @@ static void layer25_backward(RtCtx *c) {
 /* layer 24 (MoE), backward: DX_B (gradient of X25) -> DX_A (gradient of X24); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer24_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2081,6 +2089,7 @@ static void layer24_backward(RtCtx *c) {
 /* layer 23 (MoE), backward: DX_A (gradient of X24) -> DX_B (gradient of X23); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer23_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2113,6 +2122,7 @@ static void layer23_backward(RtCtx *c) {
 /* layer 22 (MoE), backward: DX_B (gradient of X23) -> DX_A (gradient of X22); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer22_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2145,6 +2155,7 @@ static void layer22_backward(RtCtx *c) {
 /* layer 21 (MoE), backward: DX_A (gradient of X22) -> DX_B (gradient of X21); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer21_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2177,6 +2188,7 @@ static void layer21_backward(RtCtx *c) {
 /* layer 20 (MoE), backward: DX_B (gradient of X21) -> DX_A (gradient of X20); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer20_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2209,6 +2221,7 @@ static void layer20_backward(RtCtx *c) {
 /* layer 19 (MoE), backward: DX_A (gradient of X20) -> DX_B (gradient of X19); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer19_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2241,6 +2254,7 @@ static void layer19_backward(RtCtx *c) {
 /* layer 18 (MoE), backward: DX_B (gradient of X19) -> DX_A (gradient of X18); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer18_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2273,6 +2287,7 @@ static void layer18_backward(RtCtx *c) {
 /* layer 17 (MoE), backward: DX_A (gradient of X18) -> DX_B (gradient of X17); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer17_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2305,6 +2320,7 @@ static void layer17_backward(RtCtx *c) {
 /* layer 16 (MoE), backward: DX_B (gradient of X17) -> DX_A (gradient of X16); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer16_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2337,6 +2353,7 @@ static void layer16_backward(RtCtx *c) {
 /* layer 15 (MoE), backward: DX_A (gradient of X16) -> DX_B (gradient of X15); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer15_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2369,6 +2386,7 @@ static void layer15_backward(RtCtx *c) {
 /* layer 14 (MoE), backward: DX_B (gradient of X15) -> DX_A (gradient of X14); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer14_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2401,6 +2419,7 @@ static void layer14_backward(RtCtx *c) {
 /* layer 13 (MoE), backward: DX_A (gradient of X14) -> DX_B (gradient of X13); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer13_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2433,6 +2452,7 @@ static void layer13_backward(RtCtx *c) {
 /* layer 12 (MoE), backward: DX_B (gradient of X13) -> DX_A (gradient of X12); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer12_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2465,6 +2485,7 @@ static void layer12_backward(RtCtx *c) {
 /* layer 11 (MoE), backward: DX_A (gradient of X12) -> DX_B (gradient of X11); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer11_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2497,6 +2518,7 @@ static void layer11_backward(RtCtx *c) {
 /* layer 10 (MoE), backward: DX_B (gradient of X11) -> DX_A (gradient of X10); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer10_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2529,6 +2551,7 @@ static void layer10_backward(RtCtx *c) {
 /* layer 9 (MoE), backward: DX_A (gradient of X10) -> DX_B (gradient of X9); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer9_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2561,6 +2584,7 @@ static void layer9_backward(RtCtx *c) {
 /* layer 8 (MoE), backward: DX_B (gradient of X9) -> DX_A (gradient of X8); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer8_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2593,6 +2617,7 @@ static void layer8_backward(RtCtx *c) {
 /* layer 7 (MoE), backward: DX_A (gradient of X8) -> DX_B (gradient of X7); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer7_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2625,6 +2650,7 @@ static void layer7_backward(RtCtx *c) {
 /* layer 6 (MoE), backward: DX_B (gradient of X7) -> DX_A (gradient of X6); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer6_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2657,6 +2683,7 @@ static void layer6_backward(RtCtx *c) {
 /* layer 5 (MoE), backward: DX_A (gradient of X6) -> DX_B (gradient of X5); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer5_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2689,6 +2716,7 @@ static void layer5_backward(RtCtx *c) {
 /* layer 4 (MoE), backward: DX_B (gradient of X5) -> DX_A (gradient of X4); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer4_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2721,6 +2749,7 @@ static void layer4_backward(RtCtx *c) {
 /* layer 3 (MoE), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer3_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2753,6 +2782,7 @@ static void layer3_backward(RtCtx *c) {
 /* layer 2 (MoE), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer2_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2785,6 +2815,7 @@ static void layer2_backward(RtCtx *c) {
 /* layer 1 (MoE), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer1_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
@@ -2817,6 +2848,7 @@ static void layer1_backward(RtCtx *c) {
 /* layer 0 (MoE), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer0_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);

@@ -271,9 +271,9 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L0_Q), R(L0_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
   rt_matmul_forward(R(L0_K), R(L0_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
   rt_matmul_forward(R(L0_V), R(L0_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
-  rt_rope_forward(R(L0_Q), 2, 256, 4, 32, 10000);
+  rt_rope_forward(R(L0_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L0_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(R(L0_ATT), R(L0_LSE), R(L0_Q), R(L0_K), R(L0_V), 2, 256, 4, 2, 32);
+  rt_attention_forward(R(L0_ATT), R(L0_LSE), R(L0_Q), R(L0_K), R(L0_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L0_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
   rt_add(R(L0_RES), R(X0), R(WS_Y), 65536); /* residual */
   rt_rmsnorm_forward(R(L0_LN2), R(L0_RSTD2), R(L0_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
@@ -282,7 +282,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L0_POS), I(L0_OFFSETS), I(L0_IDX), 512, 8, 2);
   rt_moe_gather(R(L0_XP), R(L0_LN2), I(L0_POS), 512, 2, 128);
-  rt_experts_forward(R(L0_YP), R(L0_EG), R(L0_EU), R(L0_EH), R(L0_XP), WE(0), WE(262144), WE(524288), I(L0_OFFSETS), 8, 128, 256);
+  rt_experts_forward(R(L0_YP), R(L0_EG), R(L0_EU), R(L0_EH), R(L0_XP), WE(0), WE(262144), WE(524288), I(L0_OFFSETS), 8, 128, 256); /* experts here, hidden, expert width */
   rt_zero(R(WS_Y), 65536);
   rt_moe_combine(R(WS_Y), R(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
   rt_matmul_forward(R(L0_SG), R(L0_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -300,9 +300,9 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L1_Q), R(L1_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
   rt_matmul_forward(R(L1_K), R(L1_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
   rt_matmul_forward(R(L1_V), R(L1_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
-  rt_rope_forward(R(L1_Q), 2, 256, 4, 32, 10000);
+  rt_rope_forward(R(L1_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L1_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(R(L1_ATT), R(L1_LSE), R(L1_Q), R(L1_K), R(L1_V), 2, 256, 4, 2, 32);
+  rt_attention_forward(R(L1_ATT), R(L1_LSE), R(L1_Q), R(L1_K), R(L1_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L1_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
   rt_add(R(L1_RES), R(X1), R(WS_Y), 65536); /* residual */
   rt_rmsnorm_forward(R(L1_LN2), R(L1_RSTD2), R(L1_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
@@ -311,7 +311,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L1_POS), I(L1_OFFSETS), I(L1_IDX), 512, 8, 2);
   rt_moe_gather(R(L1_XP), R(L1_LN2), I(L1_POS), 512, 2, 128);
-  rt_experts_forward(R(L1_YP), R(L1_EG), R(L1_EU), R(L1_EH), R(L1_XP), WE(0), WE(262144), WE(524288), I(L1_OFFSETS), 8, 128, 256);
+  rt_experts_forward(R(L1_YP), R(L1_EG), R(L1_EU), R(L1_EH), R(L1_XP), WE(0), WE(262144), WE(524288), I(L1_OFFSETS), 8, 128, 256); /* experts here, hidden, expert width */
   rt_zero(R(WS_Y), 65536);
   rt_moe_combine(R(WS_Y), R(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
   rt_matmul_forward(R(L1_SG), R(L1_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -329,9 +329,9 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L2_Q), R(L2_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
   rt_matmul_forward(R(L2_K), R(L2_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
   rt_matmul_forward(R(L2_V), R(L2_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
-  rt_rope_forward(R(L2_Q), 2, 256, 4, 32, 10000);
+  rt_rope_forward(R(L2_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L2_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(R(L2_ATT), R(L2_LSE), R(L2_Q), R(L2_K), R(L2_V), 2, 256, 4, 2, 32);
+  rt_attention_forward(R(L2_ATT), R(L2_LSE), R(L2_Q), R(L2_K), R(L2_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L2_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
   rt_add(R(L2_RES), R(X2), R(WS_Y), 65536); /* residual */
   rt_rmsnorm_forward(R(L2_LN2), R(L2_RSTD2), R(L2_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
@@ -340,7 +340,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L2_POS), I(L2_OFFSETS), I(L2_IDX), 512, 8, 2);
   rt_moe_gather(R(L2_XP), R(L2_LN2), I(L2_POS), 512, 2, 128);
-  rt_experts_forward(R(L2_YP), R(L2_EG), R(L2_EU), R(L2_EH), R(L2_XP), WE(0), WE(262144), WE(524288), I(L2_OFFSETS), 8, 128, 256);
+  rt_experts_forward(R(L2_YP), R(L2_EG), R(L2_EU), R(L2_EH), R(L2_XP), WE(0), WE(262144), WE(524288), I(L2_OFFSETS), 8, 128, 256); /* experts here, hidden, expert width */
   rt_zero(R(WS_Y), 65536);
   rt_moe_combine(R(WS_Y), R(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
   rt_matmul_forward(R(L2_SG), R(L2_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -358,9 +358,9 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L3_Q), R(L3_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
   rt_matmul_forward(R(L3_K), R(L3_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
   rt_matmul_forward(R(L3_V), R(L3_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
-  rt_rope_forward(R(L3_Q), 2, 256, 4, 32, 10000);
+  rt_rope_forward(R(L3_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(R(L3_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(R(L3_ATT), R(L3_LSE), R(L3_Q), R(L3_K), R(L3_V), 2, 256, 4, 2, 32);
+  rt_attention_forward(R(L3_ATT), R(L3_LSE), R(L3_Q), R(L3_K), R(L3_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L3_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
   rt_add(R(L3_RES), R(X3), R(WS_Y), 65536); /* residual */
   rt_rmsnorm_forward(R(L3_LN2), R(L3_RSTD2), R(L3_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
@@ -369,7 +369,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L3_POS), I(L3_OFFSETS), I(L3_IDX), 512, 8, 2);
   rt_moe_gather(R(L3_XP), R(L3_LN2), I(L3_POS), 512, 2, 128);
-  rt_experts_forward(R(L3_YP), R(L3_EG), R(L3_EU), R(L3_EH), R(L3_XP), WE(0), WE(262144), WE(524288), I(L3_OFFSETS), 8, 128, 256);
+  rt_experts_forward(R(L3_YP), R(L3_EG), R(L3_EU), R(L3_EH), R(L3_XP), WE(0), WE(262144), WE(524288), I(L3_OFFSETS), 8, 128, 256); /* experts here, hidden, expert width */
   rt_zero(R(WS_Y), 65536);
   rt_moe_combine(R(WS_Y), R(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
   rt_matmul_forward(R(L3_SG), R(L3_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -383,6 +383,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
 /* layer 3 (MoE), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer3_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 65536);
   rt_zero(R(DSH), 131072);
   rt_matmul_backward(R(DSH), DW(115968), NULL, R(DX_A), R(L3_SH), W(115968), 512, 256, 128); /* shared down_proj */
@@ -420,6 +421,7 @@ static void layer3_backward(RtCtx *c) {
 /* layer 2 (MoE), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer2_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 65536);
   rt_zero(R(DSH), 131072);
   rt_matmul_backward(R(DSH), DW(115968), NULL, R(DX_B), R(L2_SH), W(115968), 512, 256, 128); /* shared down_proj */
@@ -457,6 +459,7 @@ static void layer2_backward(RtCtx *c) {
 /* layer 1 (MoE), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer1_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 65536);
   rt_zero(R(DSH), 131072);
   rt_matmul_backward(R(DSH), DW(115968), NULL, R(DX_A), R(L1_SH), W(115968), 512, 256, 128); /* shared down_proj */
@@ -494,6 +497,7 @@ static void layer1_backward(RtCtx *c) {
 /* layer 0 (MoE), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into GRAD_DENSE and GRAD_EXPERTS. */
 static void layer0_backward(RtCtx *c) {
+  /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 65536);
   rt_zero(R(DSH), 131072);
   rt_matmul_backward(R(DSH), DW(115968), NULL, R(DX_B), R(L0_SH), W(115968), 512, 256, 128); /* shared down_proj */
