@@ -30,7 +30,7 @@
 #define WEIGHT_DECAY 0.1
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 9.240576e+06 /* training FLOPs per token (plan.json model.flops_per_token) */
-#define PREDICTED_TOKENS_PER_S_PER_GPU 1551.78 /* the plan's prediction for the spec's cluster */
+#define PREDICTED_TOKENS_PER_S_PER_GPU 2047.84 /* the plan's prediction for the spec's cluster */
 #define SPEC_GPUS_PER_NODE 2 /* to say which mtc compile --set fits another launch */
 
 /* the arena: 20541280 elements of real */
