@@ -29,35 +29,6 @@ typedef __nv_bfloat16 bf16;
 #define NEG_INF (-__int_as_float(0x7f800000)) // -inf without <math.h>
 #if HIDDEN % 8 != 0
 #error "the cuda kernels need hidden to be a multiple of 8"
-// dyp (set) = w · dy at each copy's row; dwts (set) = dy · yp. grid TOKENS.
-extern "C" __global__ void moe_combine_backward(bf16 *dyp, float *dwts, const bf16 *dy, const bf16 *yp, const float *wts,
-                                                const int *pos) {
-  __shared__ float shared[32];
-  size_t n = blockIdx.x;
-#pragma unroll
-  for (int k = 0; k < TOP_K; k++) {
-    size_t r = (size_t)pos[n * TOP_K + k] * HIDDEN;
-    float w = wts[n * TOP_K + k], d = 0;
-    for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
-      float g = __bfloat162float(dy[n * HIDDEN + i]);
-      dyp[r + i] = __float2bfloat16(w * g);
-      d += g * __bfloat162float(yp[r + i]);
-    }
-    d = block_sum(d, shared);
-    if (threadIdx.x == 0) dwts[n * TOP_K + k] = d;
-  }
-}
-
-// dx[n] += Σ_k dxp[pos[n, k]]. grid TOKENS.
-extern "C" __global__ void moe_gather_backward(bf16 *dx, const bf16 *dxp, const int *pos) {
-  size_t n = blockIdx.x;
-  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
-    float acc = __bfloat162float(dx[n * HIDDEN + i]);
-#pragma unroll
-    for (int k = 0; k < TOP_K; k++) acc += __bfloat162float(dxp[(size_t)pos[n * TOP_K + k] * HIDDEN + i]);
-    dx[n * HIDDEN + i] = __float2bfloat16(acc);
-  }
-}
 #endif
 
 #define ROW_THREADS 128

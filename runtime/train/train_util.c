@@ -1,8 +1,10 @@
 /* train_util.c — initialization, the sharded AdamW step and metrics of generated programs. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
+#include "mtrt_ckpt.h"
 #include "mtrt_train.h"
 
 /* splitmix64 (Steele, Lea & Flood 2014): a counter-based generator, so element i of a tensor
@@ -14,18 +16,12 @@ static uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-static uint64_t fnv1a(const char *s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
-  return h;
-}
-
 /* A uniform in (0, 1) from 53 bits of a hash. */
 static double unit(uint64_t h) { return ((double)(h >> 11) + 0.5) / 9007199254740992.0; }
 
 real rt_init_value(const char *name, int expert, int64_t i, float std, bool one, uint64_t seed) {
   if (one) return 1;
-  uint64_t key = mix64(seed ^ fnv1a(name)) ^ mix64((uint64_t)(int64_t)expert + 0x51ull);
+  uint64_t key = mix64(seed ^ rt_fnv1a(RT_FNV_SEED, name, strlen(name))) ^ mix64((uint64_t)(int64_t)expert + 0x51ull);
   uint64_t h = mix64(key + 2 * (uint64_t)i), h2 = mix64(key + 2 * (uint64_t)i + 1);
   /* Box-Muller: one normal from two uniforms */
   double z = sqrt(-2.0 * log(unit(h))) * cos(6.283185307179586 * unit(h2));
