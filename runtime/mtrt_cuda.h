@@ -24,6 +24,28 @@ int rt_cuda_compile(const char *src, size_t n, const char *name, const char *arc
  * needs the a-suffix for wgmma; "sm_XY" otherwise); -1 when there is no usable GPU. */
 int rt_cuda_arch(char *arch, size_t n);
 
+/* ---- GEMMs through cuBLAS (gemm.c): bf16 operands, fp32 accumulation, row-major as the
+ * cpu ops (mtrt_ops.h). Return 0 or a cublasStatus_t / -1. Not yet run on a GPU. ---- */
+typedef struct cublasContext *cublasHandle_t;
+typedef struct {
+  cublasHandle_t handle;
+  void **ptrs;    /* device: 3 × max_groups pointers for grouped GEMMs */
+  int max_groups; /* experts one grouped GEMM may cover */
+} RtCublas;
+
+int rt_cublas_init(RtCublas *b, int max_groups);
+void rt_cublas_free(RtCublas *b);
+/* out (N, OC) = x (N, IC) · wᵀ, w (OC, IC); all bf16 on the device. */
+int rt_cu_matmul_forward(RtCublas *b, void *out, const void *x, const void *w, int N, int IC, int OC);
+/* dx (N, IC, bf16) += dout · w and dw (OC, IC, fp32) += doutᵀ · x; either may be NULL. */
+int rt_cu_matmul_backward(RtCublas *b, void *dx, float *dw, const void *dout, const void *x, const void *w, int N, int IC,
+                          int OC);
+/* The routed experts' GEMM: rows [offsets[e], offsets[e+1]) of x (rows, IC) times expert e's
+ * wᵀ (w: E × (OC, IC)) into the same rows of out (rows, OC), for every expert with rows, in one
+ * cublasGemmGroupedBatchedEx. offsets (E + 1) on the host. */
+int rt_cu_grouped_forward(RtCublas *b, void *out, const void *x, const void *w, const int *offsets, int E, int IC,
+                          int OC);
+
 /* The CUDA runtime, cuBLAS, NVRTC and NCCL versions this program runs with, and the GPUs the
  * runtime sees (none, with the reason, on a machine without a driver), as one line in buf. */
 void rt_cuda_versions(char *buf, size_t n);

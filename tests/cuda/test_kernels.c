@@ -329,6 +329,42 @@ int main(int argc, char **argv) {
   double ssr = rt_sum_squares(grd, P);
   printf("  adamw: %.2e; sum_squares %.6f vs %.6f\n", e1, ss, ssr);
   CHECK(e1 < 1e-5 && fabs(ss - ssr) < 1e-4 * ssr);
+  /* cuBLAS: a linear layer forward and backward, and the experts' grouped GEMM */
+  enum { IC = 64, OC = 48 };
+  RtCublas cb;
+  CHECK_EQ(rt_cublas_init(&cb, E), 0);
+  static float mx_[N * IC], mw[OC * IC], mo[N * OC], mor[N * OC], mdo[N * OC], mdx[N * IC], mdxr[N * IC], mdw[OC * IC],
+      mdwr[OC * IC];
+  fill(mx_, N * IC, 19, 1), fill(mw, OC * IC, 20, 1), fill(mdo, N * OC, 21, 1);
+  rt_matmul_forward(mor, mx_, mw, NULL, N, IC, OC);
+  memset(mdxr, 0, sizeof mdxr), memset(mdwr, 0, sizeof mdwr);
+  rt_matmul_backward(mdxr, mdwr, NULL, mdo, mx_, mw, N, IC, OC);
+  void *gx = to_dev_bf16(mx_, N * IC), *gw = to_dev_bf16(mw, OC * IC), *go_ = to_dev_bf16(mo, N * OC);
+  void *gdo = to_dev_bf16(mdo, N * OC), *gdx = to_dev_bf16(mdx, N * IC), *gdw = to_dev(mdw, sizeof mdw); /* zeros */
+  CHECK_EQ(rt_cu_matmul_forward(&cb, go_, gx, gw, N, IC, OC), 0);
+  CHECK_EQ(rt_cu_matmul_backward(&cb, gdx, (float *)gdw, gdo, gx, gw, N, IC, OC), 0);
+  CU(cudaDeviceSynchronize());
+  from_dev_bf16(mo, go_, N * OC), from_dev_bf16(mdx, gdx, N * IC);
+  CU(cudaMemcpy(mdw, gdw, sizeof mdw, cudaMemcpyDeviceToHost));
+  double m1 = rel_err(mo, mor, N * OC, 1e-1), m2 = rel_err(mdx, mdxr, N * IC, 1e-1), m3 = rel_err(mdw, mdwr, OC * IC, 1e-1);
+  printf("  cuBLAS linear: forward %.2e, dx %.2e, dw %.2e\n", m1, m2, m3);
+  CHECK(m1 < 0x1p-6 && m2 < 0x1p-6 && m3 < 1e-3);
+  /* grouped: 8 experts, uneven rows (one empty), against one cpu GEMM per expert */
+  static int goff[E + 1] = {0, 10, 10, 25, 40, 41, 60, 62, 64};
+  static float gew[E * OC * IC], gout[N * OC], goutr[N * OC];
+  fill(gew, E * OC * IC, 22, 1);
+  for (int e = 0; e < E; e++)
+    if (goff[e + 1] > goff[e])
+      rt_matmul_forward(goutr + (size_t)goff[e] * OC, mx_ + (size_t)goff[e] * IC, gew + (size_t)e * OC * IC, NULL,
+                        goff[e + 1] - goff[e], IC, OC);
+  void *gge = to_dev_bf16(gew, E * OC * IC), *ggo = to_dev_bf16(gout, N * OC);
+  CHECK_EQ(rt_cu_grouped_forward(&cb, ggo, gx, gge, goff, E, IC, OC), 0);
+  CU(cudaDeviceSynchronize());
+  from_dev_bf16(gout, ggo, N * OC);
+  m1 = rel_err(gout, goutr, N * OC, 1e-1);
+  printf("  cuBLAS grouped experts GEMM: %.2e\n", m1);
+  CHECK(m1 < 0x1p-6);
+  rt_cublas_free(&cb);
   free(cubin);
   return CHECK_DONE("test_kernels");
 }
