@@ -53,8 +53,9 @@ static const char *const usage_cmd[][2] = {
                 "Writes DIR/plan.json, plan.txt, memory.svg, timeline.json (a Chrome trace of the\n"
                 "predicted step) and report.html (one page), and the training program: step.h and\n"
                 "step.c (every layer's forward and backward as the plan schedules them), train.c,\n"
-                "CMakeLists.txt and launch.sbatch. DIR defaults to generated/NAME/. Build the\n"
-                "program with `mtc build DIR`, run it with `DIR/build/train --data FILE`.\n"},
+                "kernels.cu (the cuda backend's kernels), CMakeLists.txt and launch.sbatch. DIR\n"
+                "defaults to generated/NAME/. Build the program with `mtc build DIR`, run it with\n"
+                "`DIR/build/train --data FILE`.\n"},
     {"build", "usage: mtc build DIR [--backend cpu] [--real float|double]\n\n"
               "Configures and builds the program `mtc compile` wrote in DIR: DIR/build/train\n"
               "(DIR/build-double/train with --real double, for gradient checks), against the\n"
@@ -201,7 +202,8 @@ static int run(Args *a) {
     if (ok && p->feasible) {
       const char *base = strrchr(a->spec, '/') ? strrchr(a->spec, '/') + 1 : a->spec;
       ok = emit_step(&mem, &d, p, dir, base) && emit_program(&mem, &d, p, dir, base);
-      if (ok) printf("wrote %s/step.h, step.c, train.c, CMakeLists.txt and launch.sbatch; build with: mtc build %s\n",
+      if (ok) printf("wrote %s/step.h, step.c, train.c, kernels.cu, CMakeLists.txt and launch.sbatch; build with: "
+                     "mtc build %s\n",
                      dir, dir);
     }
     if (!ok) status = EXIT_BAD_INPUT;
