@@ -418,6 +418,9 @@ static void header(Em *e, const char *spec_base) {
        "#define VOCAB %lld\n#define TOKENS %lld /* per micro-batch and rank */\n",
     (long long)s->training.global_batch, (long long)e->B, (long long)e->accum, (long long)e->T, (long long)e->V,
     (long long)e->N);
+  P(e, "/* model shapes the cuda runtime sizes its scratch by (kernels.cu has them all) */\n"
+       "#define HIDDEN %lld\n#define HEADS %lld\n#define EXPERTS %lld\n#define TOP_K %lld\n#define AUX_FREE %d\n",
+    (long long)e->C, (long long)e->nh, (long long)e->E, (long long)e->K, e->aux_free ? 1 : 0);
   P(e, "#define TRAIN_STEPS %lld\n#define LR %.9g\n#define WARMUP_STEPS %lld\n#define MIN_LR_RATIO %.9g\n"
        "#define WEIGHT_DECAY %.9g\n#define GRAD_CLIP %.9g\n",
     (long long)s->training.steps, s->training.lr, (long long)s->training.warmup_steps, s->training.min_lr_ratio,
@@ -428,6 +431,9 @@ static void header(Em *e, const char *spec_base) {
     b->cost.tokens_per_s_per_gpu);
   P(e, "#define SPEC_GPUS_PER_NODE %lld /* to say which mtc compile --set fits another launch */\n",
     (long long)s->cluster.gpus_per_node);
+  P(e, "#define PLAN_HBM_BYTES %lld /* the plan's packed HBM arena per GPU (plan.json memory) */\n"
+       "#define PLAN_HOST_BYTES %lld /* its host (Grace) arena per GPU */\n",
+    (long long)b->arena[TIER_HBM], (long long)b->arena[TIER_HOST]);
   P(e, "\n/* the arena: %lld elements of real */\n#define ARENA_ELEMS %lld\n#define INPUTS %lld\n#define TARGETS %lld\n",
     (long long)e->top, (long long)e->top, (long long)e->bufs[0].offset, (long long)e->bufs[1].offset);
   for (int i = 0; i < e->nbufs; i++)

@@ -16,6 +16,16 @@
 
 #include "mtrt_real.h"
 
+/* A failed MPI call: prints host, rank, file, line, the call and MPI's message; aborts the job. */
+void rt_mpi_fail(int rc, const char *call, const char *file, int line);
+#define RT_MPI_CHECK(call)                                                                \
+  do {                                                                                    \
+    int rc_ = (call);                                                                     \
+    if (rc_ != MPI_SUCCESS) rt_mpi_fail(rc_, #call, __FILE__, __LINE__);                  \
+  } while (0)
+/* n as an MPI int count; aborts the job naming `what` past INT_MAX (callers' plans split). */
+int rt_mpi_count(size_t n, const char *what);
+
 /* One process's place in the layout and a communicator per group. */
 typedef struct {
   int world, rank;

@@ -2,12 +2,21 @@
  * mtrt_cuda.h — the cuda backend's kernel loader: the plan's kernels.cu compiled at start-up by
  * NVRTC for the device's architecture, cached on disk by a hash of source and options. It needs
  * no GPU and no driver (NVRTC is a library), so `train --check-kernels` runs on CI.
- * The training step on the GPU (cuBLAS GEMMs, attention, NCCL collectives) is not written yet.
+ *
+ * The training step on the GPU (ops.c, comm_nccl.c, train_cuda.c) implements the same API as the
+ * cpu backend (mtrt_ops.h, the collectives of mtrt_comm.h) over device pointers, so one
+ * generated step.c drives either backend: its arena is one cudaMalloc, its `real` is float,
+ * elementwise kernels come from the plan's kernels.cu (compiled with -DACT_FLOAT: fp32 storage),
+ * GEMMs from cuBLAS with bf16 tensor-core math and fp32 accumulation
+ * (CUBLAS_COMPUTE_32F_FAST_16BF), the routed experts from grouped GEMMs, collectives from NCCL.
+ * Everything runs in order on one stream. Not yet run on a GPU.
  */
 #ifndef MTRT_CUDA_H
 #define MTRT_CUDA_H
 
 #include <stddef.h>
+
+#include "mtrt_train.h"
 
 /* Compiles src (n bytes, named name in messages) for arch ("sm_90a") with the CUDA headers in
  * include_dir. A cached CUBIN under cache_dir (NULL: $MTC_KERNEL_CACHE, else
@@ -49,5 +58,58 @@ int rt_cu_grouped_forward(RtCublas *b, void *out, const void *x, const void *w, 
 /* The CUDA runtime, cuBLAS, NVRTC and NCCL versions this program runs with, and the GPUs the
  * runtime sees (none, with the reason, on a machine without a driver), as one line in buf. */
 void rt_cuda_versions(char *buf, size_t n);
+
+/* ---- the training step's device runtime (ops.c) ---- */
+
+/* What rt_cuda_setup needs: the plan's kernels.cu and the shapes that size the runtime's own
+ * scratch (attention's delta, cross-entropy's sums, the grouped GEMMs' pointer arrays). */
+typedef struct {
+  const char *kernels_src;
+  size_t kernels_len;
+  const char *include_dir; /* the CUDA headers NVRTC compiles against */
+  int tokens;              /* rows per micro-batch and rank (B × T) */
+  int heads;               /* query heads */
+  int experts;             /* experts in one grouped GEMM at most (0: dense) */
+  int top_k;
+} RtCudaConfig;
+
+/* Picks this rank's GPU (local rank modulo the visible devices), creates the stream and the
+ * cuBLAS handle, compiles kernels.cu for the GPU's architecture (disk cache as rt_cuda_compile)
+ * and loads it with cudaLibraryLoadData, and allocates the runtime's scratch. The GEMM math is
+ * bf16 (CUBLAS_COMPUTE_32F_FAST_16BF), or as $MTC_GEMM says: fp32, tf32 or bf16.
+ * $MTC_CUDA_SYNC=1 synchronizes after every op, so an error names the op that caused it.
+ * Returns 0, or -1 with the reason in err (no GPU, no driver, a compile error). */
+int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t errlen);
+void rt_cuda_teardown(void);
+/* One line: device, architecture, GEMM math, kernel cache, versions. */
+void rt_cuda_describe(char *buf, size_t n);
+/* Waits for the stream; an asynchronous error aborts the job naming `where`. */
+void rt_cuda_sync(const char *where);
+/* Prints "error: rank R: cuda: WHAT: MSG" and aborts the job (MPI_Abort when MPI is up). */
+void rt_cuda_fail(const char *what, const char *msg);
+
+/* Device memory: one allocation at start-up (NULL with err set when it does not fit), and
+ * copies in stream order; bytes. */
+void *rt_cuda_alloc(size_t bytes, char *err, size_t errlen);
+void rt_cuda_free(void *p);
+void rt_cuda_upload(void *dst, const void *src, size_t bytes);
+void rt_cuda_download(void *dst, const void *src, size_t bytes);
+/* Free and total device memory now (cudaMemGetInfo), bytes. */
+void rt_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
+
+/* The optimizer on the device (train_cuda.c): AdamW on the shard [lo, hi) of group g for every
+ * tensor (decay where the tensor has it), as rt_adamw_shard; and Σ g² of n fp32 values. */
+void rt_cu_adamw_shard(float *param, float *m, float *v, const float *grad, const RtTensor *t, int nt, int g, int64_t lo,
+                       int64_t hi, float grad_scale, const RtAdamW *h);
+double rt_cu_sum_squares(const float *g, size_t n);
+/* buf (count fp32 values on the device) = Σ over the group's ranks, in place (NCCL). */
+void rt_cu_all_reduce(MPI_Comm comm, float *buf, size_t count);
+
+/* NCCL communicators for the plan's groups (comm_nccl.c): a world communicator bootstrapped
+ * over MPI (ncclUniqueId broadcast), then ncclCommSplit per group. After rt_cuda_setup.
+ * Collectives wait with ncclCommGetAsyncError polled; past $MTC_NCCL_TIMEOUT seconds (default
+ * 600) the job aborts naming the rank, the collective and the group. Returns 0 or -1 (err). */
+int rt_comm_nccl_init(const RtComm *c, char *err, size_t errlen);
+void rt_comm_nccl_free(void);
 
 #endif

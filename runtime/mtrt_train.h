@@ -50,6 +50,24 @@ typedef struct {
   int64_t master, grad, adam_m, adam_v;
 } RtGroup;
 
+/* Runs BODY for every piece of a tensor of group g inside the gathered range [lo, hi), with T
+ * the tensor, k its expert (0 when not routed), first the index in the tensor (expert) of the
+ * piece's first element, at where the piece starts in the shard and len its length. */
+#define RT_FOR_PIECES(t, nt, g, lo, hi, BODY)                                                   \
+  for (int ti = 0; ti < (nt); ti++) {                                                        \
+    const RtTensor *T = &(t)[ti];                                                            \
+    if (T->group != (g)) continue;                                                           \
+    int ne = T->experts ? T->experts : 1;                                                    \
+    for (int k = 0; k < ne; k++) {                                                           \
+      int64_t a = T->offset + (int64_t)k * T->count, b = a + T->count;                       \
+      if (a < (lo)) a = (lo);                                                                \
+      if (b > (hi)) b = (hi);                                                                \
+      if (a >= b) continue;                                                                  \
+      int64_t first = a - (T->offset + (int64_t)k * T->count), at = a - (lo), len = b - a;   \
+      BODY                                                                                   \
+    }                                                                                        \
+  }
+
 /* One Muon step (see rt_muon_matrix) of every Muon tensor of group g, in table order: the
  * same order on every rank of the group's communicator comm (ranks of them). */
 void rt_muon_group(MPI_Comm comm, int ranks, real *param, float *mom, const real *grad, const RtTensor *t,

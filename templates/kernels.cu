@@ -4,24 +4,36 @@
 // compile-time constant; the program compiles it at start-up with NVRTC for the device's
 // architecture (sm_90a on Hopper), and `train --check-kernels` compiles it without a GPU.
 //
-// Storage is bf16, arithmetic fp32. Row kernels use one block per token row and 16-byte
-// accesses (8 bf16 per thread and load); HIDDEN must be a multiple of 8 (mtc checks).
+// Storage type `act`: bf16 by default, fp32 with ACT_FLOAT (the generated program's arena keeps
+// fp32 today: one step.c for the cpu and cuda backends); arithmetic is always fp32. Row kernels
+// use one block per token row and 16-byte accesses (VEC values per load); HIDDEN must be a
+// multiple of 8 (mtc checks). Backward kernels ADD into the gradients they are given, as the cpu
+// ops do (mtrt_ops.h); forward kernels overwrite their outputs.
 // Expected from the prelude: TOKENS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, SEQ_LEN, ROPE_THETA,
 // VOCAB, VOCAB_CHUNK, EXPERTS (0: dense), TOP_K, RMS_EPS.
 #include <cuda_bf16.h>
 
 typedef __nv_bfloat16 bf16;
+#ifdef ACT_FLOAT
+typedef float act;
+__device__ __forceinline__ act to_act(float x) { return x; }
+#else
+typedef bf16 act;
+__device__ __forceinline__ act to_act(float x) { return __float2bfloat16(x); }
+#endif
+__device__ __forceinline__ float f32(float x) { return x; }
+__device__ __forceinline__ float f32(bf16 x) { return __bfloat162float(x); }
 #define NEG_INF (-__int_as_float(0x7f800000)) // -inf without <math.h>
 #if HIDDEN % 8 != 0
 #error "the cuda kernels need hidden to be a multiple of 8"
 #endif
 
 #define ROW_THREADS 128
-#define VEC 8 // bf16 per 16-byte access
+#define VEC (16 / (int)sizeof(act)) // values per 16-byte access
 
 union Vec {
   uint4 u;
-  bf16 h[VEC];
+  act h[VEC];
 };
 
 __device__ __forceinline__ float block_sum(float v, float *shared) {
@@ -40,28 +52,28 @@ __device__ __forceinline__ float block_sum(float v, float *shared) {
 }
 
 // out (TOKENS, HIDDEN) = wte[tok]; grid TOKENS, block ROW_THREADS.
-extern "C" __global__ void embedding_forward(bf16 *out, const int *tok, const bf16 *wte) {
+extern "C" __global__ void embedding_forward(act *out, const int *tok, const act *wte) {
   const uint4 *src = (const uint4 *)(wte + (size_t)tok[blockIdx.x] * HIDDEN);
   uint4 *dst = (uint4 *)(out + (size_t)blockIdx.x * HIDDEN);
   for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) dst[i] = src[i];
 }
 
 // dwte (VOCAB, HIDDEN, fp32) += dout rows at their tokens.
-extern "C" __global__ void embedding_backward(float *dwte, const bf16 *dout, const int *tok) {
+extern "C" __global__ void embedding_backward(float *dwte, const act *dout, const int *tok) {
   float *d = dwte + (size_t)tok[blockIdx.x] * HIDDEN;
-  const bf16 *g = dout + (size_t)blockIdx.x * HIDDEN;
-  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) atomicAdd(&d[i], __bfloat162float(g[i]));
+  const act *g = dout + (size_t)blockIdx.x * HIDDEN;
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) atomicAdd(&d[i], f32(g[i]));
 }
 
 // RMSNorm (Zhang & Sennrich 2019): out = x / sqrt(mean x² + eps) ⊙ w; rstd (TOKENS) saved.
-extern "C" __global__ void rmsnorm_forward(bf16 *out, float *rstd, const bf16 *x, const bf16 *w) {
+extern "C" __global__ void rmsnorm_forward(act *out, float *rstd, const act *x, const act *w) {
   __shared__ float shared[32];
   const Vec *xv = (const Vec *)(x + (size_t)blockIdx.x * HIDDEN), *wv = (const Vec *)w;
   float ss = 0;
   for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) {
     Vec a = xv[i];
 #pragma unroll
-    for (int j = 0; j < VEC; j++) ss += __bfloat162float(a.h[j]) * __bfloat162float(a.h[j]);
+    for (int j = 0; j < VEC; j++) ss += f32(a.h[j]) * f32(a.h[j]);
   }
   float r = rsqrtf(block_sum(ss, shared) / HIDDEN + RMS_EPS);
   if (threadIdx.x == 0) rstd[blockIdx.x] = r;
@@ -69,77 +81,111 @@ extern "C" __global__ void rmsnorm_forward(bf16 *out, float *rstd, const bf16 *x
   for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) {
     Vec a = xv[i], b = wv[i], o;
 #pragma unroll
-    for (int j = 0; j < VEC; j++) o.h[j] = __float2bfloat16(__bfloat162float(a.h[j]) * r * __bfloat162float(b.h[j]));
+    for (int j = 0; j < VEC; j++) o.h[j] = to_act(f32(a.h[j]) * r * f32(b.h[j]));
     ov[i] = o;
   }
 }
 
 // dx += r (dy w) − x r³ / C · Σ (dy w x); dw (fp32) += dy x r.
-extern "C" __global__ void rmsnorm_backward(bf16 *dx, float *dw, const bf16 *dout, const bf16 *x, const bf16 *w,
+extern "C" __global__ void rmsnorm_backward(act *dx, float *dw, const act *dout, const act *x, const act *w,
                                             const float *rstd) {
   __shared__ float shared[32];
   size_t row = (size_t)blockIdx.x * HIDDEN;
   float r = rstd[blockIdx.x], dot = 0;
   for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
-    float dy = __bfloat162float(dout[row + i]), xi = __bfloat162float(x[row + i]);
-    dot += dy * __bfloat162float(w[i]) * xi;
+    float dy = f32(dout[row + i]), xi = f32(x[row + i]);
+    dot += dy * f32(w[i]) * xi;
     atomicAdd(&dw[i], dy * xi * r);
   }
   dot = block_sum(dot, shared);
   for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
-    float dy = __bfloat162float(dout[row + i]), xi = __bfloat162float(x[row + i]);
-    float g = r * dy * __bfloat162float(w[i]) - xi * r * r * r / HIDDEN * dot;
-    dx[row + i] = __float2bfloat16(__bfloat162float(dx[row + i]) + g);
+    float dy = f32(dout[row + i]), xi = f32(x[row + i]);
+    float g = r * dy * f32(w[i]) - xi * r * r * r / HIDDEN * dot;
+    dx[row + i] = to_act(f32(dx[row + i]) + g);
   }
 }
 
 // RoPE (Su et al. 2021), half-split pairs (i, i + HEAD_DIM/2), in place on x (TOKENS, heads,
 // HEAD_DIM); sign -1 rotates back (the backward). grid TOKENS, block heads × HEAD_DIM/2.
-extern "C" __global__ void rope(bf16 *x, int heads, float sign) {
+extern "C" __global__ void rope(act *x, int heads, float sign) {
   int t = blockIdx.x, pos = t % SEQ_LEN;
   for (int k = threadIdx.x; k < heads * (HEAD_DIM / 2); k += blockDim.x) {
     int h = k / (HEAD_DIM / 2), i = k % (HEAD_DIM / 2);
     float angle = pos * powf(ROPE_THETA, -2.f * i / HEAD_DIM), c = cosf(angle), s = sign * sinf(angle);
-    bf16 *p = x + ((size_t)t * heads + h) * HEAD_DIM;
-    float a = __bfloat162float(p[i]), b = __bfloat162float(p[i + HEAD_DIM / 2]);
-    p[i] = __float2bfloat16(a * c - b * s);
-    p[i + HEAD_DIM / 2] = __float2bfloat16(a * s + b * c);
+    act *p = x + ((size_t)t * heads + h) * HEAD_DIM;
+    float a = f32(p[i]), b = f32(p[i + HEAD_DIM / 2]);
+    p[i] = to_act(a * c - b * s);
+    p[i + HEAD_DIM / 2] = to_act(a * s + b * c);
   }
 }
 
 __device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
 
 // SwiGLU (Shazeer 2020): h = silu(g) ⊙ u over n elements (n a multiple of 8).
-extern "C" __global__ void swiglu_forward(bf16 *h, const bf16 *g, const bf16 *u, long n) {
+extern "C" __global__ void swiglu_forward(act *h, const act *g, const act *u, long n) {
   long i = ((long)blockIdx.x * blockDim.x + threadIdx.x);
   if (i >= n / VEC) return;
   Vec a = ((const Vec *)g)[i], b = ((const Vec *)u)[i], o;
 #pragma unroll
-  for (int j = 0; j < VEC; j++) o.h[j] = __float2bfloat16(silu(__bfloat162float(a.h[j])) * __bfloat162float(b.h[j]));
+  for (int j = 0; j < VEC; j++) o.h[j] = to_act(silu(f32(a.h[j])) * f32(b.h[j]));
   ((Vec *)h)[i] = o;
 }
 
-extern "C" __global__ void swiglu_backward(bf16 *dg, bf16 *du, const bf16 *dh, const bf16 *g, const bf16 *u, long n) {
+extern "C" __global__ void swiglu_backward(act *dg, act *du, const act *dh, const act *g, const act *u, long n) {
   long i = ((long)blockIdx.x * blockDim.x + threadIdx.x);
   if (i >= n / VEC) return;
-  Vec a = ((const Vec *)g)[i], b = ((const Vec *)u)[i], d = ((const Vec *)dh)[i], og, ou;
+  Vec a = ((const Vec *)g)[i], b = ((const Vec *)u)[i], d = ((const Vec *)dh)[i];
+  Vec og = ((const Vec *)dg)[i], ou = ((const Vec *)du)[i];
 #pragma unroll
   for (int j = 0; j < VEC; j++) {
-    float x = __bfloat162float(a.h[j]), s = 1.f / (1.f + __expf(-x)), up = __bfloat162float(b.h[j]);
-    float dy = __bfloat162float(d.h[j]);
-    og.h[j] = __float2bfloat16(dy * up * s * (1.f + x * (1.f - s)));
-    ou.h[j] = __float2bfloat16(dy * x * s);
+    float x = f32(a.h[j]), s = 1.f / (1.f + __expf(-x)), up = f32(b.h[j]);
+    float dy = f32(d.h[j]);
+    og.h[j] = to_act(f32(og.h[j]) + dy * up * s * (1.f + x * (1.f - s)));
+    ou.h[j] = to_act(f32(ou.h[j]) + dy * x * s);
   }
   ((Vec *)dg)[i] = og, ((Vec *)du)[i] = ou;
 }
 
+// GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); backward dx += dh gelu'(x).
+#define GELU_K 0.7978845608f // sqrt(2 / pi)
+extern "C" __global__ void gelu_forward(act *h, const act *x, long n) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float a = f32(x[i]);
+  h[i] = to_act(0.5f * a * (1.f + tanhf(GELU_K * (a + 0.044715f * a * a * a))));
+}
+
+extern "C" __global__ void gelu_backward(act *dx, const act *dh, const act *x, long n) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float a = f32(x[i]), th = tanhf(GELU_K * (a + 0.044715f * a * a * a));
+  float d = 0.5f * (1.f + th) + 0.5f * a * (1.f - th * th) * GELU_K * (1.f + 3.f * 0.044715f * a * a);
+  dx[i] = to_act(f32(dx[i]) + f32(dh[i]) * d);
+}
+
+// acc += x over n elements (a multiple of 8): a second branch's gradient or output.
+extern "C" __global__ void accumulate(act *acc, const act *x, long n) {
+  long i = ((long)blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n / VEC) return;
+  Vec y = ((const Vec *)acc)[i], b = ((const Vec *)x)[i];
+#pragma unroll
+  for (int j = 0; j < VEC; j++) y.h[j] = to_act(f32(y.h[j]) + f32(b.h[j]));
+  ((Vec *)acc)[i] = y;
+}
+
+// x[i] = v for n fp32 values (a running maximum's -inf start).
+extern "C" __global__ void fill(float *x, float v, long n) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = v;
+}
+
 // out = a + b (the residual connection), n elements, a multiple of 8.
-extern "C" __global__ void residual_add(bf16 *out, const bf16 *a, const bf16 *b, long n) {
+extern "C" __global__ void residual_add(act *out, const act *a, const act *b, long n) {
   long i = ((long)blockIdx.x * blockDim.x + threadIdx.x);
   if (i >= n / VEC) return;
   Vec x = ((const Vec *)a)[i], y = ((const Vec *)b)[i], o;
 #pragma unroll
-  for (int j = 0; j < VEC; j++) o.h[j] = __float2bfloat16(__bfloat162float(x.h[j]) + __bfloat162float(y.h[j]));
+  for (int j = 0; j < VEC; j++) o.h[j] = to_act(f32(x.h[j]) + f32(y.h[j]));
   ((Vec *)out)[i] = o;
 }
 
@@ -155,20 +201,20 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-__device__ __forceinline__ void load_row(float *r, const bf16 *p, int lane) {
+__device__ __forceinline__ void load_row(float *r, const act *p, int lane) {
 #pragma unroll
-  for (int i = 0; i < DPL; i++) r[i] = lane + 32 * i < HEAD_DIM ? __bfloat162float(p[lane + 32 * i]) : 0.f;
+  for (int i = 0; i < DPL; i++) r[i] = lane + 32 * i < HEAD_DIM ? f32(p[lane + 32 * i]) : 0.f;
 }
 
-__device__ __forceinline__ float row_dot(const float *a, const bf16 *p, int lane) {
+__device__ __forceinline__ float row_dot(const float *a, const act *p, int lane) {
   float s = 0;
 #pragma unroll
   for (int i = 0; i < DPL; i++)
-    if (lane + 32 * i < HEAD_DIM) s += a[i] * __bfloat162float(p[lane + 32 * i]);
+    if (lane + 32 * i < HEAD_DIM) s += a[i] * f32(p[lane + 32 * i]);
   return warp_sum(s);
 }
 
-extern "C" __global__ void attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v) {
+extern "C" __global__ void attention_forward(act *out, float *lse, const act *q, const act *k, const act *v) {
   int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
   if (w >= TOKENS * HEADS) return;
   int n = w / HEADS, h = w % HEADS, t = n % SEQ_LEN, first = n - t, kvh = h / GROUP;
@@ -183,19 +229,19 @@ extern "C" __global__ void attention_forward(bf16 *out, float *lse, const bf16 *
     l = l * corr + p;
 #pragma unroll
     for (int i = 0; i < DPL; i++)
-      acc[i] = acc[i] * corr + (lane + 32 * i < HEAD_DIM ? p * __bfloat162float(v[kv + lane + 32 * i]) : 0.f);
+      acc[i] = acc[i] * corr + (lane + 32 * i < HEAD_DIM ? p * f32(v[kv + lane + 32 * i]) : 0.f);
     m = mn;
   }
-  bf16 *o = out + ((size_t)n * HEADS + h) * HEAD_DIM;
+  act *o = out + ((size_t)n * HEADS + h) * HEAD_DIM;
 #pragma unroll
   for (int i = 0; i < DPL; i++)
-    if (lane + 32 * i < HEAD_DIM) o[lane + 32 * i] = __float2bfloat16(acc[i] / l);
+    if (lane + 32 * i < HEAD_DIM) o[lane + 32 * i] = to_act(acc[i] / l);
   if (lane == 0) lse[(size_t)n * HEADS + h] = m + __logf(l);
 }
 
-// dq (set) and delta = dout · out per (token, head), saved for attention_backward_dkv.
-extern "C" __global__ void attention_backward_dq(bf16 *dq, float *delta, const bf16 *dout, const bf16 *q,
-                                                 const bf16 *k, const bf16 *v, const bf16 *out, const float *lse) {
+// dq (added to) and delta = dout · out per (token, head), saved for attention_backward_dkv.
+extern "C" __global__ void attention_backward_dq(act *dq, float *delta, const act *dout, const act *q,
+                                                 const act *k, const act *v, const act *out, const float *lse) {
   int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
   if (w >= TOKENS * HEADS) return;
   int n = w / HEADS, h = w % HEADS, t = n % SEQ_LEN, first = n - t, kvh = h / GROUP;
@@ -211,18 +257,18 @@ extern "C" __global__ void attention_backward_dq(bf16 *dq, float *delta, const b
     float p = __expf(scale * row_dot(qr, k + kv, lane) - L), ds = p * (row_dot(dor, v + kv, lane) - D);
 #pragma unroll
     for (int i = 0; i < DPL; i++)
-      if (lane + 32 * i < HEAD_DIM) acc[i] += scale * ds * __bfloat162float(k[kv + lane + 32 * i]);
+      if (lane + 32 * i < HEAD_DIM) acc[i] += scale * ds * f32(k[kv + lane + 32 * i]);
   }
 #pragma unroll
   for (int i = 0; i < DPL; i++)
-    if (lane + 32 * i < HEAD_DIM) dq[row + lane + 32 * i] = __float2bfloat16(acc[i]);
+    if (lane + 32 * i < HEAD_DIM) dq[row + lane + 32 * i] = to_act(f32(dq[row + lane + 32 * i]) + acc[i]);
   if (lane == 0) delta[(size_t)n * HEADS + h] = D;
 }
 
-// dk, dv (set): one warp per (token j, KV head), summing over the GROUP query heads and the
+// dk, dv (added to): one warp per (token j, KV head), summing over the GROUP query heads and the
 // queries t >= j that attend to it.
-extern "C" __global__ void attention_backward_dkv(bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k,
-                                                  const bf16 *v, const float *lse, const float *delta) {
+extern "C" __global__ void attention_backward_dkv(act *dk, act *dv, const act *dout, const act *q, const act *k,
+                                                  const act *v, const float *lse, const float *delta) {
   int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
   if (w >= TOKENS * KV_HEADS) return;
   int n = w / KV_HEADS, kvh = w % KV_HEADS, j = n % SEQ_LEN, first = n - j;
@@ -241,16 +287,16 @@ extern "C" __global__ void attention_backward_dkv(bf16 *dk, bf16 *dv, const bf16
 #pragma unroll
       for (int i = 0; i < DPL; i++)
         if (lane + 32 * i < HEAD_DIM) {
-          dvacc[i] += p * __bfloat162float(dout[row + lane + 32 * i]);
-          dkacc[i] += scale * ds * __bfloat162float(q[row + lane + 32 * i]);
+          dvacc[i] += p * f32(dout[row + lane + 32 * i]);
+          dkacc[i] += scale * ds * f32(q[row + lane + 32 * i]);
         }
     }
   }
 #pragma unroll
   for (int i = 0; i < DPL; i++)
     if (lane + 32 * i < HEAD_DIM) {
-      dk[kv + lane + 32 * i] = __float2bfloat16(dkacc[i]);
-      dv[kv + lane + 32 * i] = __float2bfloat16(dvacc[i]);
+      dk[kv + lane + 32 * i] = to_act(f32(dk[kv + lane + 32 * i]) + dkacc[i]);
+      dv[kv + lane + 32 * i] = to_act(f32(dv[kv + lane + 32 * i]) + dvacc[i]);
     }
 }
 
@@ -272,6 +318,16 @@ extern "C" __global__ void cast_bf16(bf16 *out, const float *in, long n) {
   if (i < n) out[i] = __float2bfloat16(in[i]);
 }
 
+// out (count, fp32) = Σ over g pieces of count bf16 values each, in piece (rank) order: the
+// receive side of a reduce-scatter with bf16 on the wire and fp32 accumulation.
+extern "C" __global__ void sum_bf16_pieces(float *out, const bf16 *pieces, int g, long count) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  float acc = 0;
+  for (int r = 0; r < g; r++) acc += __bfloat162float(pieces[(size_t)r * count + i]);
+  out[i] = acc;
+}
+
 // *out += Σ g² over n values (the global gradient norm's part of one shard).
 extern "C" __global__ void sum_squares(float *out, const float *g, long n) {
   __shared__ float shared[32];
@@ -281,15 +337,16 @@ extern "C" __global__ void sum_squares(float *out, const float *g, long n) {
   if (threadIdx.x == 0) atomicAdd(out, s);
 }
 
-// Cross-entropy over one vocabulary chunk of VOCAB_CHUNK logits (fp32, from cuBLAS) starting at
-// column `first`: an online log-sum-exp per row merged into (mx, sum) across chunks, and the
-// target's logit picked when it falls in the chunk. grid TOKENS.
+// Cross-entropy over one vocabulary chunk of `cols` logits (fp32, from cuBLAS; cols <=
+// VOCAB_CHUNK, less for a last partial chunk) starting at column `first`: an online log-sum-exp
+// per row merged into (mx, sum) across chunks (mx starts at -inf, sum at 0), and the target's
+// logit picked when it falls in the chunk. grid TOKENS.
 extern "C" __global__ void cross_entropy_chunk(float *mx, float *sum, float *target_logit, const float *logits,
-                                               const int *targets, int first) {
+                                               const int *targets, int first, int cols) {
   __shared__ float shared[32];
-  const float *l = logits + (size_t)blockIdx.x * VOCAB_CHUNK;
+  const float *l = logits + (size_t)blockIdx.x * cols;
   float m = NEG_INF;
-  for (int i = threadIdx.x; i < VOCAB_CHUNK; i += blockDim.x) m = fmaxf(m, l[i]);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) m = fmaxf(m, l[i]);
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = m;
   __syncthreads();
@@ -297,26 +354,37 @@ extern "C" __global__ void cross_entropy_chunk(float *mx, float *sum, float *tar
   for (int w = 0; w < (int)blockDim.x / 32; w++) m = fmaxf(m, shared[w]);
   __syncthreads();
   float s = 0;
-  for (int i = threadIdx.x; i < VOCAB_CHUNK; i += blockDim.x) s += __expf(l[i] - m);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) s += __expf(l[i] - m);
   s = block_sum(s, shared);
   if (threadIdx.x == 0) {
     float M = fmaxf(mx[blockIdx.x], m);
     sum[blockIdx.x] = sum[blockIdx.x] * __expf(mx[blockIdx.x] - M) + s * __expf(m - M);
     mx[blockIdx.x] = M;
     int t = targets[blockIdx.x] - first;
-    if (t >= 0 && t < VOCAB_CHUNK) target_logit[blockIdx.x] = l[t];
+    if (t >= 0 && t < cols) target_logit[blockIdx.x] = l[t];
   }
 }
 
-// dlogits (TOKENS, VOCAB_CHUNK) = scale × (softmax − one-hot(target)) for the chunk at column
-// `first`, from the final (mx, sum) of every chunk; scale = dloss / TOKENS. grid TOKENS.
-extern "C" __global__ void cross_entropy_backward(bf16 *dlogits, const float *logits, const float *mx, const float *sum,
-                                                  const int *targets, int first, float scale) {
-  size_t row = (size_t)blockIdx.x * VOCAB_CHUNK;
-  float lse = mx[blockIdx.x] + __logf(sum[blockIdx.x]);
+// After the last chunk: lse = mx + log(sum) per token (in place of mx) and *loss += Σ (lse −
+// target logit), the summed cross-entropy (the host divides by TOKENS). One thread per token.
+extern "C" __global__ void cross_entropy_finish(float *lse, float *loss, const float *sum, const float *target_logit) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= TOKENS) return;
+  float l = lse[n] + __logf(sum[n]);
+  lse[n] = l;
+  atomicAdd(loss, l - target_logit[n]);
+}
+
+// dlogits (TOKENS, cols) = scale × (softmax − one-hot(target)) for the chunk at column `first`,
+// from each token's log-sum-exp over the whole vocabulary; scale = dloss / TOKENS. dlogits may
+// be logits itself (in place). grid TOKENS.
+extern "C" __global__ void cross_entropy_backward(act *dlogits, const float *logits, const float *lse_,
+                                                  const int *targets, int first, int cols, float scale) {
+  size_t row = (size_t)blockIdx.x * cols;
+  float lse = lse_[blockIdx.x];
   int t = targets[blockIdx.x] - first;
-  for (int i = threadIdx.x; i < VOCAB_CHUNK; i += blockDim.x)
-    dlogits[row + i] = __float2bfloat16(scale * (__expf(logits[row + i] - lse) - (i == t ? 1.f : 0.f)));
+  for (int i = threadIdx.x; i < cols; i += blockDim.x)
+    dlogits[row + i] = to_act(scale * (__expf(logits[row + i] - lse) - (i == t ? 1.f : 0.f)));
 }
 
 #if EXPERTS > 0
@@ -412,25 +480,25 @@ extern "C" __global__ void moe_permute(int *pos, int *cursor, const int *idx, co
 }
 
 // xp[pos[n, k]] = x[n]: grid TOKENS × TOP_K rows of HIDDEN.
-extern "C" __global__ void moe_gather(bf16 *xp, const bf16 *x, const int *pos) {
+extern "C" __global__ void moe_gather(act *xp, const act *x, const int *pos) {
   const uint4 *src = (const uint4 *)(x + (size_t)(blockIdx.x / TOP_K) * HIDDEN);
   uint4 *dst = (uint4 *)(xp + (size_t)pos[blockIdx.x] * HIDDEN);
   for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) dst[i] = src[i];
 }
 
 // y[n] += Σ_k wts[n, k] · yp[pos[n, k]]: grid TOKENS.
-extern "C" __global__ void moe_combine(bf16 *y, const bf16 *yp, const float *wts, const int *pos) {
+extern "C" __global__ void moe_combine(act *y, const act *yp, const float *wts, const int *pos) {
   size_t n = blockIdx.x;
   for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
-    float acc = __bfloat162float(y[n * HIDDEN + i]);
+    float acc = f32(y[n * HIDDEN + i]);
 #pragma unroll
     for (int k = 0; k < TOP_K; k++)
-      acc += wts[n * TOP_K + k] * __bfloat162float(yp[(size_t)pos[n * TOP_K + k] * HIDDEN + i]);
-    y[n * HIDDEN + i] = __float2bfloat16(acc);
+      acc += wts[n * TOP_K + k] * f32(yp[(size_t)pos[n * TOP_K + k] * HIDDEN + i]);
+    y[n * HIDDEN + i] = to_act(acc);
   }
 }
-// dyp (set) = w · dy at each copy's row; dwts (set) = dy · yp. grid TOKENS.
-extern "C" __global__ void moe_combine_backward(bf16 *dyp, float *dwts, const bf16 *dy, const bf16 *yp, const float *wts,
+// dyp (set) = w · dy at each copy's row; dwts (added to) += dy · yp. grid TOKENS.
+extern "C" __global__ void moe_combine_backward(act *dyp, float *dwts, const act *dy, const act *yp, const float *wts,
                                                 const int *pos) {
   __shared__ float shared[32];
   size_t n = blockIdx.x;
@@ -439,23 +507,23 @@ extern "C" __global__ void moe_combine_backward(bf16 *dyp, float *dwts, const bf
     size_t r = (size_t)pos[n * TOP_K + k] * HIDDEN;
     float w = wts[n * TOP_K + k], d = 0;
     for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
-      float g = __bfloat162float(dy[n * HIDDEN + i]);
-      dyp[r + i] = __float2bfloat16(w * g);
-      d += g * __bfloat162float(yp[r + i]);
+      float g = f32(dy[n * HIDDEN + i]);
+      dyp[r + i] = to_act(w * g);
+      d += g * f32(yp[r + i]);
     }
     d = block_sum(d, shared);
-    if (threadIdx.x == 0) dwts[n * TOP_K + k] = d;
+    if (threadIdx.x == 0) dwts[n * TOP_K + k] += d;
   }
 }
 
 // dx[n] += Σ_k dxp[pos[n, k]]. grid TOKENS.
-extern "C" __global__ void moe_gather_backward(bf16 *dx, const bf16 *dxp, const int *pos) {
+extern "C" __global__ void moe_gather_backward(act *dx, const act *dxp, const int *pos) {
   size_t n = blockIdx.x;
   for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
-    float acc = __bfloat162float(dx[n * HIDDEN + i]);
+    float acc = f32(dx[n * HIDDEN + i]);
 #pragma unroll
-    for (int k = 0; k < TOP_K; k++) acc += __bfloat162float(dxp[(size_t)pos[n * TOP_K + k] * HIDDEN + i]);
-    dx[n * HIDDEN + i] = __float2bfloat16(acc);
+    for (int k = 0; k < TOP_K; k++) acc += f32(dxp[(size_t)pos[n * TOP_K + k] * HIDDEN + i]);
+    dx[n * HIDDEN + i] = to_act(acc);
   }
 }
 #endif

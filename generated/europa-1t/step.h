@@ -23,6 +23,12 @@
 #define SEQ_LEN 65536
 #define VOCAB 256000
 #define TOKENS 65536 /* per micro-batch and rank */
+/* model shapes the cuda runtime sizes its scratch by (kernels.cu has them all) */
+#define HIDDEN 6144
+#define HEADS 48
+#define EXPERTS 384
+#define TOP_K 8
+#define AUX_FREE 0
 #define TRAIN_STEPS 1000
 #define LR 0.0003
 #define WARMUP_STEPS 0
@@ -32,6 +38,8 @@
 #define FLOPS_PER_TOKEN 3.648982e+11 /* training FLOPs per token (plan.json model.flops_per_token) */
 #define PREDICTED_TOKENS_PER_S_PER_GPU 753.448 /* the plan's prediction for the spec's cluster */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
+#define PLAN_HBM_BYTES 86895735552 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HOST_BYTES 93665957504 /* its host (Grace) arena per GPU */
 
 /* the arena: 159689907136 elements of real */
 #define ARENA_ELEMS 159689907136

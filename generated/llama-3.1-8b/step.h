@@ -23,6 +23,12 @@
 #define SEQ_LEN 8192
 #define VOCAB 128256
 #define TOKENS 8192 /* per micro-batch and rank */
+/* model shapes the cuda runtime sizes its scratch by (kernels.cu has them all) */
+#define HIDDEN 4096
+#define HEADS 32
+#define EXPERTS 0
+#define TOP_K 0
+#define AUX_FREE 0
 #define TRAIN_STEPS 1000
 #define LR 0.0003
 #define WARMUP_STEPS 0
@@ -32,6 +38,8 @@
 #define FLOPS_PER_TOKEN 5.147040e+10 /* training FLOPs per token (plan.json model.flops_per_token) */
 #define PREDICTED_TOKENS_PER_S_PER_GPU 10311.6 /* the plan's prediction for the spec's cluster */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
+#define PLAN_HBM_BYTES 77592084480 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HOST_BYTES 4294967296 /* its host (Grace) arena per GPU */
 
 /* the arena: 28704818176 elements of real */
 #define ARENA_ELEMS 28704818176

@@ -6,6 +6,9 @@
  *         [--checkpoint-dir DIR [--checkpoint-every K]] [--max-skips K]
  *   train --data PATH --grad-check          (one rank, built with -DMTC_REAL=double)
  *   train --check-kernels [--arch sm_90a]   (cuda build: compile kernels.cu with NVRTC, exit)
+ * The cuda build runs the same step.c with its arena on the GPU (one cudaMalloc at start-up);
+ * the host keeps a mirror of the arena's state part (tokens, master shards, gradients, moments)
+ * for initialization, the data loader and checkpoints, and the optimizer runs on the GPU.
  * With --checkpoint-dir, a run resumes from the newest complete checkpoint there and saves
  * every K steps and at the end; --steps counts from the start of training. A step whose loss
  * or gradient norm is not finite is skipped (no update); K consecutive skips (default 5) save
@@ -28,6 +31,45 @@
 #include "mtrt_data.h"
 #include "mtrt_ops.h"
 #include "step.h"
+
+/* Where the host reads and writes the training state (HOST), and the copies between it and the
+ * arena: the arena itself on the cpu backend (the copies do nothing), a host mirror of the
+ * arena's first STATE elements on the cuda backend. The optimizer and the gradient norm run
+ * where the arena is. */
+#ifdef MTC_BACKEND_CUDA
+#include "mtrt_cuda.h"
+static real *host_mirror;
+#define HOST(c) host_mirror
+static void to_device(RtCtx *c, int64_t off, int64_t n) {
+  rt_cuda_upload(c->arena + off, host_mirror + off, (size_t)n * sizeof(real));
+}
+static void to_host(RtCtx *c, int64_t off, int64_t n) {
+  rt_cuda_download(host_mirror + off, c->arena + off, (size_t)n * sizeof(real));
+}
+#define ADAMW_SHARD rt_cu_adamw_shard
+#define SUM_SQUARES rt_cu_sum_squares
+#define GRAD_ALL_REDUCE rt_cu_all_reduce
+#else
+#define HOST(c) ((c)->arena)
+static void to_device(RtCtx *c, int64_t off, int64_t n) { (void)c, (void)off, (void)n; }
+static void to_host(RtCtx *c, int64_t off, int64_t n) { (void)c, (void)off, (void)n; }
+#define ADAMW_SHARD rt_adamw_shard
+#define SUM_SQUARES rt_sum_squares
+#define GRAD_ALL_REDUCE rt_comm_all_reduce
+#endif
+
+/* Elements [0, state_elems()) of the arena hold the tokens and every group's master shard,
+ * gradient and moments. */
+static int64_t state_elems(void) {
+  int64_t top = TARGETS + TOKENS;
+  for (int g = 0; g < N_GROUPS; g++) {
+    const RtGroup *G = &step_groups[g];
+    int64_t a = G->master > G->grad ? G->master : G->grad, b = G->adam_m > G->adam_v ? G->adam_m : G->adam_v;
+    a = (a > b ? a : b) + G->shard;
+    if (a > top) top = a;
+  }
+  return top;
+}
 
 typedef struct {
   const char *data, *metrics, *ckpt_dir;
@@ -137,8 +179,9 @@ static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t s
   *aux = 0;
   for (int g = 0; g < N_GROUPS; g++) rt_zero(c->arena + step_groups[g].grad, (size_t)step_groups[g].shard);
   for (int micro = 0; micro < ACCUM; micro++) {
-    rt_data_batch(d, (int32_t *)(c->arena + INPUTS), (int32_t *)(c->arena + TARGETS), MICRO_BATCH, SEQ_LEN, step,
+    rt_data_batch(d, (int32_t *)(HOST(c) + INPUTS), (int32_t *)(HOST(c) + TARGETS), MICRO_BATCH, SEQ_LEN, step,
                   ACCUM, micro, c->comm.rank, c->comm.world, seed);
+    to_device(c, INPUTS, TOKENS), to_device(c, TARGETS, TOKENS);
     c->dloss = (real)(1.0 / ((double)ACCUM * c->comm.world));
     c->aux_loss = 0;
     loss += (double)step_forward(c);
@@ -218,7 +261,6 @@ static int grad_check(RtCtx *c, const RtData *d, uint64_t seed) {
 }
 
 #ifdef MTC_BACKEND_CUDA
-#include "mtrt_cuda.h"
 extern const char kernels_cu[];
 extern const unsigned long kernels_cu_len;
 
@@ -248,13 +290,46 @@ static int check_kernels(int argc, char **argv) {
 }
 #endif
 
+#ifdef MTC_BACKEND_CUDA
+/* The GPU of this rank (local rank modulo the visible GPUs), the plan's kernels, NCCL. Features
+ * the cuda runtime does not have yet are refused here, by name. Returns 0 or 2. */
+static int cuda_start(RtCtx *c, const Args *a) {
+  const char *missing = strcmp(OPTIMIZER, "muon") == 0 ? "training.optimizer: muon (Muon runs on the cpu backend)"
+                        : AUX_FREE ? "auxiliary-loss-free balancing (model.moe.aux_free)"
+                        : a->grad_check ? "--grad-check (the double build of the cpu backend)" : NULL;
+  if (missing) {
+    if (c->comm.rank == 0)
+      fprintf(stderr, "error: the cuda backend does not run %s yet; expected a cpu build for it (mtc build DIR "
+                      "--backend cpu)\n", missing);
+    return 2;
+  }
+  MPI_Comm local;
+  int local_rank = 0;
+  RT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->comm.rank, MPI_INFO_NULL, &local));
+  RT_MPI_CHECK(MPI_Comm_rank(local, &local_rank));
+  MPI_Comm_free(&local);
+  RtCudaConfig cfg = {kernels_cu, kernels_cu_len, MTRT_CUDA_INCLUDE, TOKENS, HEADS, EXPERTS, TOP_K};
+  char err[1 << 12];
+  int bad = rt_cuda_setup(&cfg, local_rank, err, sizeof err) != 0;
+  if (bad) fprintf(stderr, "error: rank %d: %s\n", c->comm.rank, err);
+  int any = bad;
+  MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (!any && rt_comm_nccl_init(&c->comm, err, sizeof err) != 0) {
+    fprintf(stderr, "error: rank %d: NCCL: %s\n", c->comm.rank, err);
+    any = 1; /* NCCL's init is collective: a failure stops every rank there */
+  }
+  if (any) return 2;
+  char line[1024];
+  rt_cuda_describe(line, sizeof line);
+  if (c->comm.rank == 0) printf("cuda: %s\n", line);
+  return 0;
+}
+#endif
+
 int main(int argc, char **argv) {
 #ifdef MTC_BACKEND_CUDA
   for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "--check-kernels") == 0) return check_kernels(argc, argv);
-  fprintf(stderr, "error: this is the cuda build of %s: it can --check-kernels, but the training step on the GPU "
-                  "is not written yet; expected a cpu build to train (mtc build DIR --backend cpu)\n", MODEL_NAME);
-  return 2;
 #endif
   Args a;
   RtCtx c;
@@ -291,19 +366,34 @@ int main(int argc, char **argv) {
     if (rank0) fprintf(stderr, "error: %s\n", err);
     status = 2;
   }
+#ifdef MTC_BACKEND_CUDA
+  if (!status) status = cuda_start(&c, &a);
+  if (!status) {
+    c.arena = rt_cuda_alloc((size_t)ARENA_ELEMS * sizeof(real), err, sizeof err);
+    host_mirror = calloc((size_t)state_elems(), sizeof(real));
+    if (!c.arena || !host_mirror) {
+      fprintf(stderr, "error: rank %d: %s; expected a plan that fits this GPU (mtc compile ... --set ...)\n", c.comm.rank,
+              c.arena ? "no host memory for the state's mirror" : err);
+      status = 2;
+    }
+  }
+  if (!status && PLAN_EP > 1 && rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK) != 0) status = 2;
+#else
   c.arena = status ? NULL : calloc((size_t)ARENA_ELEMS, sizeof(real));
   if (!status && (!c.arena || (PLAN_EP > 1 && rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK) != 0))) {
     fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB arena; expected that much free memory\n",
             c.comm.rank, (double)ARENA_ELEMS * sizeof(real) / 1048576.0);
     status = 2;
   }
+#endif
   if (status) {
     rt_comm_finalize(&c.comm);
     return status;
   }
   for (int g = 0; g < N_GROUPS; g++)
-    rt_init_shard(c.arena + step_groups[g].master, step_tensors, N_TENSORS, g, shard_lo(&c, g),
+    rt_init_shard(HOST(&c) + step_groups[g].master, step_tensors, N_TENSORS, g, shard_lo(&c, g),
                   shard_lo(&c, g) + step_groups[g].shard, c.comm.ep_rank, a.seed);
+  to_device(&c, 0, state_elems());
   int *muon_counts = calloc(2 * PLAN_FSDP, sizeof(int)); /* Muon's gather/scatter counts, displacements */
   if (a.grad_check) {
     status = grad_check(&c, &data, a.seed + 1);
@@ -317,7 +407,7 @@ int main(int argc, char **argv) {
     MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
     int64_t at = 0;
     uint64_t seed = a.seed;
-    if (saved && rt_ckpt_load(path, &at, &seed, &c.comm, c.arena, step_groups, N_GROUPS, step_tensors, N_TENSORS,
+    if (saved && rt_ckpt_load(path, &at, &seed, &c.comm, HOST(&c), step_groups, N_GROUPS, step_tensors, N_TENSORS,
                               OPTIMIZER, err, sizeof err) != 0) {
       if (rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
       status = 2;
@@ -329,7 +419,7 @@ int main(int argc, char **argv) {
         printf("note: --seed %llu ignored: a resumed run keeps the checkpoint's seed %llu\n", a.seed,
                (unsigned long long)seed);
     }
-    if (saved) start = (long)at, a.seed = seed;
+    if (saved) start = (long)at, a.seed = seed, to_device(&c, 0, state_elems());
     if (start >= a.steps) {
       if (rank0) printf("nothing to train: the checkpoint is at step %ld, --steps is %ld\n", start, a.steps);
       goto done;
@@ -342,6 +432,15 @@ int main(int argc, char **argv) {
            MODEL_NAME, c.comm.world, PLAN_DP_REPLICATE, PLAN_FSDP, PLAN_EP, CHECKPOINT_POLICY, ACCUM, MICRO_BATCH,
            SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE,
            (double)ARENA_ELEMS * sizeof(real) / 1048576.0, a.data, (long long)data.ntokens);
+#ifdef MTC_BACKEND_CUDA
+  size_t free_b = 0, total_b = 0;
+  rt_cuda_mem_info(&free_b, &total_b);
+  if (rank0) /* the plan models bf16 copies and its own packing; this program keeps everything in fp32 */
+    printf("memory: arena %.2f GiB on the GPU (the plan's HBM arena: %.2f GiB; its host arena: %.2f GiB), "
+           "%.2f GiB of the GPU's %.2f GiB in use after allocation\n",
+           (double)ARENA_ELEMS * sizeof(real) / 1073741824.0, PLAN_HBM_BYTES / 1073741824.0, PLAN_HOST_BYTES / 1073741824.0,
+           (double)(total_b - free_b) / 1073741824.0, (double)total_b / 1073741824.0);
+#endif
   FILE *mf = rank0 ? fopen(a.metrics, "a") : NULL;
   int no_metrics = rank0 && !mf;
   if (no_metrics) fprintf(stderr, "error: --metrics %s: %s; expected a writable file path\n", a.metrics, strerror(errno));
@@ -356,15 +455,17 @@ int main(int argc, char **argv) {
   for (long step = start; step < a.steps; step++) {
     double t0 = rt_now(), aux;
     double loss = run_micro_batches(&c, &data, step, data_seed, &aux);
-    if (rank0 && step + 1 >= a.nan_first && step + 1 < a.nan_first + a.nan_count)
-      c.arena[step_groups[0].grad] = NAN; /* --inject-nan */
+    if (rank0 && step + 1 >= a.nan_first && step + 1 < a.nan_first + a.nan_count) {
+      HOST(&c)[step_groups[0].grad] = NAN; /* --inject-nan */
+      to_device(&c, step_groups[0].grad, 1);
+    }
     if (PLAN_DP_REPLICATE > 1)
       for (int g = 0; g < N_GROUPS; g++)
-        rt_comm_all_reduce(c.comm.replicate_comm, c.arena + step_groups[g].grad, (size_t)step_groups[g].shard);
+        GRAD_ALL_REDUCE(c.comm.replicate_comm, c.arena + step_groups[g].grad, (size_t)step_groups[g].shard);
     /* global gradient norm: the shards of one replica partition every parameter */
     real sq = 0;
     for (int g = 0; g < N_GROUPS; g++)
-      sq += (real)rt_sum_squares(c.arena + step_groups[g].grad, (size_t)step_groups[g].shard);
+      sq += (real)SUM_SQUARES(c.arena + step_groups[g].grad, (size_t)step_groups[g].shard);
     rt_comm_all_reduce(c.comm.fsdp_comm, &sq, 1);
     rt_comm_all_reduce(c.comm.replicate_comm, &sq, 1); /* a NaN on any replica reaches every rank */
     double norm = sqrt((double)sq / PLAN_DP_REPLICATE);
@@ -380,7 +481,7 @@ int main(int argc, char **argv) {
     float scale = rt_clip_scale(norm, (float)GRAD_CLIP);
     for (int g = 0; g < N_GROUPS && !skip; g++) {
       const RtGroup *G = &step_groups[g];
-      rt_adamw_shard(c.arena + G->master, (float *)(c.arena + G->adam_m), (float *)(c.arena + G->adam_v),
+      ADAMW_SHARD(c.arena + G->master, (float *)(c.arena + G->adam_m), (float *)(c.arena + G->adam_v),
                      c.arena + G->grad, step_tensors, N_TENSORS, g, shard_lo(&c, g), shard_lo(&c, g) + G->shard, scale,
                      &adam);
 #ifdef MUON_WORK
@@ -406,7 +507,8 @@ int main(int argc, char **argv) {
     long done_steps = step + 1 - skips; /* the state holds the updates of this many steps */
     int stop = skip && skips >= a.max_skips;
     int save = a.ckpt_dir && (stop || (!skip && (step + 1 == a.steps || (a.ckpt_every && (step + 1) % a.ckpt_every == 0))));
-    if (save && rt_ckpt_save(a.ckpt_dir, done_steps, a.seed, &c.comm, c.arena, step_groups, N_GROUPS, step_tensors,
+    if (save) to_host(&c, 0, state_elems());
+    if (save && rt_ckpt_save(a.ckpt_dir, done_steps, a.seed, &c.comm, HOST(&c), step_groups, N_GROUPS, step_tensors,
                              N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, OPTIMIZER, a.kill_at_save == done_steps, err,
                              sizeof err) != 0) {
       if (rank0) fprintf(stderr, "error: saving the checkpoint of step %ld: %s\n", done_steps, err);
@@ -434,7 +536,14 @@ done:
   rt_data_close(&data);
   if (PLAN_EP > 1) rt_a2a_free(&c.a2a);
   free(muon_counts);
+#ifdef MTC_BACKEND_CUDA
+  rt_cuda_free(c.arena);
+  free(host_mirror);
+  rt_comm_nccl_free();
+  rt_cuda_teardown();
+#else
   free(c.arena);
+#endif
   rt_comm_finalize(&c.comm);
   return status;
 }

@@ -23,6 +23,12 @@
 #define SEQ_LEN 256
 #define VOCAB 256
 #define TOKENS 512 /* per micro-batch and rank */
+/* model shapes the cuda runtime sizes its scratch by (kernels.cu has them all) */
+#define HIDDEN 128
+#define HEADS 4
+#define EXPERTS 8
+#define TOP_K 2
+#define AUX_FREE 0
 #define TRAIN_STEPS 300
 #define LR 0.003
 #define WARMUP_STEPS 20
@@ -32,6 +38,8 @@
 #define FLOPS_PER_TOKEN 9.240576e+06 /* training FLOPs per token (plan.json model.flops_per_token) */
 #define PREDICTED_TOKENS_PER_S_PER_GPU 2047.84 /* the plan's prediction for the spec's cluster */
 #define SPEC_GPUS_PER_NODE 2 /* to say which mtc compile --set fits another launch */
+#define PLAN_HBM_BYTES 125784320 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HOST_BYTES 67108864 /* its host (Grace) arena per GPU */
 
 /* the arena: 20541280 elements of real */
 #define ARENA_ELEMS 20541280

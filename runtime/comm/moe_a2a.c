@@ -4,27 +4,6 @@
 
 #include "mtrt_comm.h"
 
-int rt_a2a_init(RtA2A *a, int ep, int El) {
-  memset(a, 0, sizeof *a);
-  a->ep = ep, a->El = El;
-  a->cnt_send = calloc((size_t)ep * (size_t)El, sizeof(int));
-  a->cnt_recv = calloc((size_t)ep * (size_t)El, sizeof(int));
-  a->sc = calloc((size_t)ep * 4, sizeof(int));
-  if (!a->cnt_send || !a->cnt_recv || !a->sc) {
-    rt_a2a_free(a);
-    return -1;
-  }
-  a->sd = a->sc + ep, a->rc = a->sc + 2 * ep, a->rd = a->sc + 3 * ep;
-  return 0;
-}
-
-void rt_a2a_free(RtA2A *a) {
-  free(a->cnt_send);
-  free(a->cnt_recv);
-  free(a->sc);
-  memset(a, 0, sizeof *a);
-}
-
 /* Copies rows between the source-major layout of the all-to-all buffer (peer s's rows for
  * local experts 0..El-1 in turn) and the expert-major layout the FFN runs on. */
 static void regroup(const RtA2A *a, real *expert_major, real *src_major, int C, int to_expert) {

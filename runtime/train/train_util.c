@@ -28,27 +28,10 @@ real rt_init_value(const char *name, int expert, int64_t i, float std, bool one,
   return (real)(std * z);
 }
 
-/* Calls fn on every piece of a tensor of group g inside [lo, hi): its expert (or -1), the
- * index in the tensor of the piece's first element, and where it starts in the shard. */
-#define FOR_PIECES(t, nt, g, lo, hi, BODY)                                                   \
-  for (int ti = 0; ti < (nt); ti++) {                                                        \
-    const RtTensor *T = &(t)[ti];                                                            \
-    if (T->group != (g)) continue;                                                           \
-    int ne = T->experts ? T->experts : 1;                                                    \
-    for (int k = 0; k < ne; k++) {                                                           \
-      int64_t a = T->offset + (int64_t)k * T->count, b = a + T->count;                       \
-      if (a < (lo)) a = (lo);                                                                \
-      if (b > (hi)) b = (hi);                                                                \
-      if (a >= b) continue;                                                                  \
-      int64_t first = a - (T->offset + (int64_t)k * T->count), at = a - (lo), len = b - a;   \
-      BODY                                                                                   \
-    }                                                                                        \
-  }
-
 void rt_init_shard(real *shard, const RtTensor *t, int nt, int g, int64_t lo, int64_t hi,
                    int ep_rank, uint64_t seed) {
   for (int64_t i = 0; i < hi - lo; i++) shard[i] = 0;
-  FOR_PIECES(t, nt, g, lo, hi, {
+  RT_FOR_PIECES(t, nt, g, lo, hi, {
     int e = T->experts ? ep_rank * T->experts + k : -1;
     char name[256];
     if (T->experts) snprintf(name, sizeof name, T->name, e);
@@ -62,7 +45,7 @@ void rt_adamw_shard(real *param, float *m, float *v, const real *grad, const RtT
                     int g, int64_t lo, int64_t hi, float grad_scale, const RtAdamW *h) {
   RtAdamW nodecay = *h;
   nodecay.weight_decay = 0;
-  FOR_PIECES(t, nt, g, lo, hi, {
+  RT_FOR_PIECES(t, nt, g, lo, hi, {
     (void)first;
     if (T->muon) continue;
     rt_adamw_update(param + at, m + at, v + at, grad + at, (size_t)len, grad_scale,

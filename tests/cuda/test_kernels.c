@@ -194,8 +194,8 @@ int main(int argc, char **argv) {
   for (int t = 0; t < N; t++) tgt[t] = (t * 37) % V, mx[t] = -INFINITY, sm[t] = 0;
   void *dlg = to_dev(lg, sizeof lg), *dmx = to_dev(mx, sizeof mx), *dsm = to_dev(sm, sizeof sm), *dtl, *dtg = to_dev(tgt, sizeof tgt);
   CU(cudaMalloc(&dtl, sizeof tl));
-  int first = 0;
-  launch("cross_entropy_chunk", N, 128, (void *[]){&dmx, &dsm, &dtl, &dlg, &dtg, &first});
+  int first = 0, cols = V;
+  launch("cross_entropy_chunk", N, 128, (void *[]){&dmx, &dsm, &dtl, &dlg, &dtg, &first, &cols});
   CU(cudaMemcpy(mx, dmx, sizeof mx, cudaMemcpyDeviceToHost));
   CU(cudaMemcpy(sm, dsm, sizeof sm, cudaMemcpyDeviceToHost));
   CU(cudaMemcpy(tl, dtl, sizeof tl, cudaMemcpyDeviceToHost));
@@ -214,7 +214,10 @@ int main(int argc, char **argv) {
   void *ddl;
   CU(cudaMalloc(&ddl, 2 * (size_t)N * V));
   float scale = 0.5f / N;
-  launch("cross_entropy_backward", N, 128, (void *[]){&ddl, &dlg, &dmx, &dsm, &dtg, &first, &scale});
+  static float lse_ce[N];
+  for (int t = 0; t < N; t++) lse_ce[t] = mx[t] + logf(sm[t]);
+  void *dlse_ce = to_dev(lse_ce, sizeof lse_ce);
+  launch("cross_entropy_backward", N, 128, (void *[]){&ddl, &dlg, &dlse_ce, &dtg, &first, &cols, &scale});
   from_dev_bf16(hdl, ddl, N * V);
   for (int t = 0; t < N; t++) {
     double m = -INFINITY, sum = 0;
@@ -256,6 +259,7 @@ int main(int argc, char **argv) {
   void *dpr = to_dev(posr, sizeof posr), *ddy = to_dev_bf16(dyv, N * C), *dyp_ = to_dev_bf16(ypv, N * K * C), *ddyp, *ddwc;
   CU(cudaMalloc(&ddyp, 2 * (size_t)N * K * C));
   CU(cudaMalloc(&ddwc, sizeof dwc));
+  CU(cudaMemset(ddwc, 0, sizeof dwc)); /* dwts is added to */
   void *dwref = to_dev(wref, sizeof wref);
   launch("moe_combine_backward", N, 64, (void *[]){&ddyp, &ddwc, &ddy, &dyp_, &dwref, &dpr});
   from_dev_bf16(dyp, ddyp, N * K * C);
@@ -290,6 +294,7 @@ int main(int argc, char **argv) {
   CU(cudaMalloc(&ddq, sizeof adq / 2));
   CU(cudaMalloc(&ddk, sizeof adk / 2));
   CU(cudaMalloc(&ddv, sizeof adv / 2));
+  CU(cudaMemset(ddq, 0, sizeof adq / 2)); CU(cudaMemset(ddk, 0, sizeof adk / 2)); CU(cudaMemset(ddv, 0, sizeof adv / 2));
   launch("attention_forward", N * NH * 32 / 128, 128, (void *[]){&dao, &dlse, &daq, &dak, &dav});
   from_dev_bf16(ao, dao, N * NH * HD);
   CU(cudaMemcpy(alse, dlse, sizeof alse, cudaMemcpyDeviceToHost));

@@ -1,0 +1,117 @@
+/* comm_init.c — bootstrap over MPI, shared by both backends: the plan's groups, the host-side
+ * all-reduce of scalars, bf16 conversion and the MoE exchange's count arrays. Every MPI call is
+ * checked: a failure prints the host, rank, file, line and MPI's message, then aborts the job
+ * (a collective that fails on one rank would hang the others). */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mtrt_comm.h"
+
+#define MPI_CHECK(call) RT_MPI_CHECK(call)
+
+void rt_mpi_fail(int rc, const char *call, const char *file, int line) {
+  char msg[MPI_MAX_ERROR_STRING], host[MPI_MAX_PROCESSOR_NAME];
+  int len = 0, hl = 0, rank = -1;
+  MPI_Error_string(rc, msg, &len);
+  MPI_Get_processor_name(host, &hl);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  fprintf(stderr, "%s rank %d: %s:%d: %s failed: %s\n", host, rank, file, line, call, msg);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+int rt_mpi_count(size_t n, const char *what) {
+  if (n > INT_MAX) {
+    fprintf(stderr, "mtrt: %s of %zu values exceeds MPI's int count\n", what, n);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return (int)n;
+}
+
+int rt_comm_init(RtComm *c, int *argc, char ***argv, int fsdp, int ep, int dp_replicate, const char *spec,
+                 int gpus_per_node) {
+  int inited = 0;
+  MPI_CHECK(MPI_Initialized(&inited));
+  if (!inited) MPI_CHECK(MPI_Init(argc, argv));
+  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->world));
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
+  int planned = fsdp * dp_replicate;
+  if (c->world != planned || ep < 1 || fsdp % ep != 0) {
+    char fit[160];
+    if (gpus_per_node > 0 && c->world % gpus_per_node == 0)
+      snprintf(fit, sizeof fit, "--set cluster.nodes=%d", c->world / gpus_per_node);
+    else
+      snprintf(fit, sizeof fit, "--set cluster.nodes=1 --set cluster.gpus_per_node=%d", c->world);
+    if (c->rank == 0)
+      fprintf(stderr, "error: this program was planned for %d ranks (fsdp %d x dp_replicate %d, ep %d) but was "
+                      "launched with %d; expected mpirun -np %d, or a plan for %d ranks: mtc compile %s %s (with the "
+                      "--set options it was compiled with)\n", planned, fsdp, dp_replicate, ep, c->world, planned,
+              c->world, spec, fit);
+    return -1;
+  }
+  c->fsdp = fsdp, c->ep = ep, c->dp_replicate = dp_replicate;
+  c->replica = c->rank / fsdp;
+  c->fsdp_rank = c->rank % fsdp;
+  c->ep_rank = c->fsdp_rank % ep;
+  c->shard_rank = c->fsdp_rank / ep;
+  int groups_per_replica = fsdp / ep;
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->replica, c->fsdp_rank, &c->fsdp_comm));
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->replica * groups_per_replica + c->shard_rank, c->ep_rank,
+                           &c->ep_comm));
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->replica * ep + c->ep_rank, c->shard_rank, &c->shard_comm));
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->fsdp_rank, c->replica, &c->replicate_comm));
+  return 0;
+}
+
+void rt_comm_finalize(RtComm *c) {
+  if (c->fsdp_comm) {
+    MPI_Comm_free(&c->fsdp_comm);
+    MPI_Comm_free(&c->ep_comm);
+    MPI_Comm_free(&c->shard_comm);
+    MPI_Comm_free(&c->replicate_comm);
+  }
+  MPI_Finalize();
+}
+
+uint16_t rt_bf16_from_float(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+float rt_float_from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+void rt_comm_all_reduce(MPI_Comm comm, real *buf, size_t count) {
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, rt_mpi_count(count, "all-reduce"), MTRT_MPI_REAL, MPI_SUM, comm));
+}
+
+int rt_a2a_init(RtA2A *a, int ep, int El) {
+  memset(a, 0, sizeof *a);
+  a->ep = ep, a->El = El;
+  a->cnt_send = calloc((size_t)ep * (size_t)El, sizeof(int));
+  a->cnt_recv = calloc((size_t)ep * (size_t)El, sizeof(int));
+  a->sc = calloc((size_t)ep * 4, sizeof(int));
+  if (!a->cnt_send || !a->cnt_recv || !a->sc) {
+    rt_a2a_free(a);
+    return -1;
+  }
+  a->sd = a->sc + ep, a->rc = a->sc + 2 * ep, a->rd = a->sc + 3 * ep;
+  return 0;
+}
+
+void rt_a2a_free(RtA2A *a) {
+  free(a->cnt_send);
+  free(a->cnt_recv);
+  free(a->sc);
+  memset(a, 0, sizeof *a);
+}
+

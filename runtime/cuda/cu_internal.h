@@ -1,0 +1,57 @@
+/*
+ * cu_internal.h — what the cuda runtime's files share (not for generated programs): the one
+ * stream, the cuBLAS handle, the loaded kernels of the plan's kernels.cu, the scratch, and the
+ * launch and check helpers. Every failure aborts the job through rt_cuda_fail, naming the op.
+ */
+#ifndef CU_INTERNAL_H
+#define CU_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "mtrt_cuda.h"
+
+/* The kernels of templates/kernels.cu, by index; names in ops.c's table. */
+enum {
+  K_EMBEDDING_FORWARD, K_EMBEDDING_BACKWARD, K_RMSNORM_FORWARD, K_RMSNORM_BACKWARD, K_ROPE,
+  K_SWIGLU_FORWARD, K_SWIGLU_BACKWARD, K_GELU_FORWARD, K_GELU_BACKWARD, K_ACCUMULATE, K_FILL,
+  K_RESIDUAL_ADD, K_ATTENTION_FORWARD, K_ATTENTION_BACKWARD_DQ, K_ATTENTION_BACKWARD_DKV, K_ADAMW,
+  K_CAST_BF16, K_SUM_BF16_PIECES, K_SUM_SQUARES, K_CROSS_ENTROPY_CHUNK, K_CROSS_ENTROPY_FINISH,
+  K_CROSS_ENTROPY_BACKWARD, K_ROUTER_TOPK, K_ROUTER_BACKWARD, K_AUX_LOSS_STATS, K_AUX_LOSS_BACKWARD,
+  K_MOE_GATHER, K_MOE_COMBINE, K_MOE_COMBINE_BACKWARD, K_MOE_GATHER_BACKWARD, K_COUNT
+};
+
+enum { CU_GROUPED_SLOTS = 8 }; /* pointer-array slots: one per grouped GEMM of one experts call */
+
+typedef struct {
+  int ready, device, sync_each; /* sync_each: $MTC_CUDA_SYNC=1 */
+  char arch[16], gemm_name[8];
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  cublasComputeType_t compute, grouped_compute;
+  cudaLibrary_t lib;
+  cudaKernel_t k[K_COUNT];
+  RtCudaConfig cfg;
+  float *delta;   /* attention: dout · out per (token, head) */
+  float *ce;      /* cross-entropy: sum (tokens), target logit (tokens), loss (1) */
+  float *red;     /* one reduction result */
+  void **gptr;    /* device: CU_GROUPED_SLOTS × 3 × experts pointers */
+  int *idx_host, *pos_host, *off_host; /* host copies for the permutation and grouped GEMMs */
+  float *stats_host;                   /* 2 × experts */
+} CuState;
+
+extern CuState cu;
+
+/* Launches kernel k with grid × block threads (1-D) on the stream; a launch error (or, with
+ * MTC_CUDA_SYNC, an execution error) aborts naming the kernel. A grid of 0 launches nothing. */
+void cu_launch(int k, unsigned grid, unsigned block, void **args);
+/* Checks a CUDA runtime or cuBLAS status of op. */
+void cu_check(cudaError_t e, const char *op);
+void cu_blas_check(cublasStatus_t s, const char *op);
+/* Blocks of `block` threads covering n. */
+static inline unsigned cu_blocks(long long n, unsigned block) { return (unsigned)((n + block - 1) / block); }
+/* C (column-major m × n) = A·B (+ beta C) in fp32 storage with the chosen GEMM math. */
+void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *A, int lda,
+             const float *B, int ldb, float beta, float *C, int ldc);
+
+#endif

@@ -1,0 +1,282 @@
+/* ops.c — the cuda backend's device runtime: set-up (GPU, stream, cuBLAS, the plan's kernels
+ * through NVRTC), and the dense ops of mtrt_ops.h over device pointers (fp32 storage). The MoE
+ * ops are in ops_moe.c. Semantics are the cpu ops': forward overwrites, backward adds. */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cu_internal.h"
+#include "mtrt_ops.h"
+
+CuState cu;
+
+static const char *const kernel_names[K_COUNT] = {
+    "embedding_forward", "embedding_backward", "rmsnorm_forward", "rmsnorm_backward", "rope",
+    "swiglu_forward", "swiglu_backward", "gelu_forward", "gelu_backward", "accumulate", "fill",
+    "residual_add", "attention_forward", "attention_backward_dq", "attention_backward_dkv", "adamw",
+    "cast_bf16", "sum_bf16_pieces", "sum_squares", "cross_entropy_chunk", "cross_entropy_finish",
+    "cross_entropy_backward", "router_topk", "router_backward", "aux_loss_stats", "aux_loss_backward",
+    "moe_gather", "moe_combine", "moe_combine_backward", "moe_gather_backward"};
+
+void rt_cuda_fail(const char *what, const char *msg) {
+  int inited = 0, rank = 0;
+  MPI_Initialized(&inited);
+  if (inited) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  fprintf(stderr, "error: rank %d: cuda: %s: %s\n", rank, what, msg);
+  fflush(stderr);
+  if (inited) MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
+}
+
+void cu_check(cudaError_t e, const char *op) {
+  if (e != cudaSuccess) rt_cuda_fail(op, cudaGetErrorString(e));
+}
+
+void cu_blas_check(cublasStatus_t s, const char *op) {
+  if (s != CUBLAS_STATUS_SUCCESS) rt_cuda_fail(op, cublasGetStatusString(s));
+}
+
+void cu_launch(int k, unsigned grid, unsigned block, void **args) {
+  if (!grid) return;
+  if (!cu.k[k]) { /* looked up on first use: a dense model's kernels.cu has no MoE kernels */
+    char msg[160];
+    snprintf(msg, sizeof msg, "kernel %s is not in the plan's kernels.cu (%s)", kernel_names[k],
+             cudaGetErrorString(cudaLibraryGetKernel(&cu.k[k], cu.lib, kernel_names[k])));
+    if (!cu.k[k]) rt_cuda_fail(kernel_names[k], msg);
+  }
+  dim3 g = {grid, 1, 1}, b = {block, 1, 1};
+  cu_check(cudaLaunchKernel((const void *)cu.k[k], g, b, args, 0, cu.stream), kernel_names[k]);
+  if (cu.sync_each) cu_check(cudaStreamSynchronize(cu.stream), kernel_names[k]);
+}
+
+void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *A, int lda,
+             const float *B, int ldb, float beta, float *C, int ldc) {
+  const float one = 1;
+  if (!m || !n) return;
+  cu_blas_check(cublasGemmEx(cu.blas, ta, tb, m, n, k, &one, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
+                             CUDA_R_32F, ldc, cu.compute, CUBLAS_GEMM_DEFAULT),
+                op);
+  if (cu.sync_each) cu_check(cudaStreamSynchronize(cu.stream), op);
+}
+
+int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t errlen) {
+  memset(&cu, 0, sizeof cu);
+  cu.cfg = *cfg;
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0)
+    return snprintf(err, errlen, "no usable GPU (%s); expected a machine with an NVIDIA GPU and its driver",
+                    e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found none"), -1;
+  cu.device = local_rank % n;
+  if ((e = cudaSetDevice(cu.device)) != cudaSuccess || (e = cudaStreamCreate(&cu.stream)) != cudaSuccess)
+    return snprintf(err, errlen, "GPU %d: %s", cu.device, cudaGetErrorString(e)), -1;
+  const char *gemm = getenv("MTC_GEMM") ? getenv("MTC_GEMM") : "bf16";
+  if (strcmp(gemm, "bf16") == 0) cu.compute = CUBLAS_COMPUTE_32F_FAST_16BF;
+  else if (strcmp(gemm, "tf32") == 0) cu.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  else if (strcmp(gemm, "fp32") == 0) cu.compute = CUBLAS_COMPUTE_32F;
+  else return snprintf(err, errlen, "MTC_GEMM=%s; expected bf16, tf32 or fp32", gemm), -1;
+  snprintf(cu.gemm_name, sizeof cu.gemm_name, "%s", gemm);
+  cu.grouped_compute = cu.compute;
+  cu.sync_each = getenv("MTC_CUDA_SYNC") && strcmp(getenv("MTC_CUDA_SYNC"), "1") == 0;
+  if (cublasCreate(&cu.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(cu.blas, cu.stream) != CUBLAS_STATUS_SUCCESS)
+    return snprintf(err, errlen, "cublasCreate failed on GPU %d", cu.device), -1;
+  if (rt_cuda_arch(cu.arch, sizeof cu.arch) != 0) return snprintf(err, errlen, "cannot read GPU %d's architecture", cu.device), -1;
+  void *cubin = NULL;
+  size_t bytes = 0;
+  int kernels = 0, cached = 0;
+  static char log[1 << 16];
+  if (rt_cuda_compile(cfg->kernels_src, cfg->kernels_len, "kernels.cu", cu.arch, cfg->include_dir, NULL, &cubin, &bytes,
+                      &kernels, &cached, log, sizeof log) != 0)
+    return snprintf(err, errlen, "kernels.cu does not compile for %s:\n%s", cu.arch, log), -1;
+  e = cudaLibraryLoadData(&cu.lib, cubin, NULL, NULL, 0, NULL, NULL, 0);
+  free(cubin);
+  if (e != cudaSuccess) return snprintf(err, errlen, "loading kernels.cu's CUBIN: %s", cudaGetErrorString(e)), -1;
+  size_t T = (size_t)cfg->tokens, E = (size_t)(cfg->experts > 0 ? cfg->experts : 1);
+  size_t NK = T * (size_t)(cfg->top_k > 0 ? cfg->top_k : 1);
+  if (cudaMalloc((void **)&cu.delta, sizeof(float) * T * (size_t)cfg->heads) != cudaSuccess ||
+      cudaMalloc((void **)&cu.ce, sizeof(float) * (2 * T + 1)) != cudaSuccess ||
+      cudaMalloc((void **)&cu.red, sizeof(double)) != cudaSuccess ||
+      cudaMalloc((void **)&cu.gptr, sizeof(void *) * CU_GROUPED_SLOTS * 3 * E) != cudaSuccess)
+    return snprintf(err, errlen, "cannot allocate the runtime's scratch on GPU %d", cu.device), -1;
+  cu.idx_host = malloc(sizeof(int) * NK), cu.pos_host = malloc(sizeof(int) * NK);
+  cu.off_host = malloc(sizeof(int) * (E + 1)), cu.stats_host = malloc(sizeof(float) * 2 * E);
+  if (!cu.idx_host || !cu.pos_host || !cu.off_host || !cu.stats_host) return snprintf(err, errlen, "out of host memory"), -1;
+  cu.ready = 1;
+  return 0;
+}
+
+void rt_cuda_teardown(void) {
+  if (!cu.ready) return;
+  cudaStreamSynchronize(cu.stream);
+  cudaFree(cu.delta), cudaFree(cu.ce), cudaFree(cu.red), cudaFree(cu.gptr);
+  free(cu.idx_host), free(cu.pos_host), free(cu.off_host), free(cu.stats_host);
+  cudaLibraryUnload(cu.lib);
+  cublasDestroy(cu.blas);
+  cudaStreamDestroy(cu.stream);
+  memset(&cu, 0, sizeof cu);
+}
+
+void rt_cuda_describe(char *buf, size_t n) {
+  struct cudaDeviceProp p;
+  char v[400];
+  rt_cuda_versions(v, sizeof v);
+  if (cudaGetDeviceProperties(&p, cu.device) != cudaSuccess) snprintf(p.name, sizeof p.name, "?");
+  snprintf(buf, n, "GPU %d: %s (%s, %.0f GiB), GEMM math %s with fp32 accumulation, fp32 storage%s; %s", cu.device,
+           p.name, cu.arch, (double)p.totalGlobalMem / (1u << 30), cu.gemm_name, cu.sync_each ? ", MTC_CUDA_SYNC" : "", v);
+}
+
+void rt_cuda_sync(const char *where) { cu_check(cudaStreamSynchronize(cu.stream), where); }
+
+void *rt_cuda_alloc(size_t bytes, char *err, size_t errlen) {
+  void *p = NULL;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    snprintf(err, errlen, "cannot allocate %.2f GiB on GPU %d (%.2f GiB free of %.2f): %s", (double)bytes / (1u << 30),
+             cu.device, (double)fr / (1u << 30), (double)tot / (1u << 30), cudaGetErrorString(e));
+    return NULL;
+  }
+  cu_check(cudaMemsetAsync(p, 0, bytes, cu.stream), "zeroing the arena");
+  return p;
+}
+
+void rt_cuda_free(void *p) { cudaFree(p); }
+void rt_cuda_upload(void *dst, const void *src, size_t bytes) {
+  cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu.stream), "upload");
+  rt_cuda_sync("upload"); /* the host buffer may be reused at once */
+}
+void rt_cuda_download(void *dst, const void *src, size_t bytes) {
+  cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cu.stream), "download");
+  rt_cuda_sync("download");
+}
+void rt_cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
+  cu_check(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
+}
+
+/* ---- dense ops (mtrt_ops.h) ---- */
+
+static void need(int ok, const char *op, const char *what) {
+  if (!ok) rt_cuda_fail(op, what);
+}
+
+void rt_add(real *out, const real *a, const real *b, size_t n) {
+  need(n % 4 == 0, "rt_add", "n must be a multiple of 4 (16-byte accesses)");
+  long ln = (long)n;
+  cu_launch(K_RESIDUAL_ADD, cu_blocks(ln / 4, 256), 256, (void *[]){&out, &a, &b, &ln});
+}
+
+void rt_accumulate(real *acc, const real *x, size_t n) {
+  need(n % 4 == 0, "rt_accumulate", "n must be a multiple of 4 (16-byte accesses)");
+  long ln = (long)n;
+  cu_launch(K_ACCUMULATE, cu_blocks(ln / 4, 256), 256, (void *[]){&acc, &x, &ln});
+}
+
+void rt_zero(real *x, size_t n) { cu_check(cudaMemsetAsync(x, 0, n * sizeof(real), cu.stream), "rt_zero"); }
+
+void rt_embedding_forward(real *out, const int32_t *tok, const real *wte, int N, int C) {
+  cu_launch(K_EMBEDDING_FORWARD, (unsigned)N, 128, (void *[]){&out, &tok, &wte});
+}
+
+void rt_embedding_backward(real *dwte, const real *dout, const int32_t *tok, int N, int C) {
+  cu_launch(K_EMBEDDING_BACKWARD, (unsigned)N, 128, (void *[]){&dwte, &dout, &tok});
+}
+
+/* eps: kernels.cu's RMS_EPS (1e-5, as step.c's EPS) */
+void rt_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int N, int C, real eps) {
+  cu_launch(K_RMSNORM_FORWARD, (unsigned)N, 128, (void *[]){&out, &rstd, &x, &w});
+}
+
+void rt_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w, const real *rstd, int N,
+                         int C) {
+  need(dx && dw, "rt_rmsnorm_backward", "dx and dw are required on the cuda backend");
+  cu_launch(K_RMSNORM_BACKWARD, (unsigned)N, 128, (void *[]){&dx, &dw, &dout, &x, &w, &rstd});
+}
+
+/* Row-major out (N, OC) = x (N, IC) · wᵀ is column-major outᵀ = w · xᵀ, w read transposed. */
+void rt_matmul_forward(real *out, const real *x, const real *w, const real *bias, int N, int IC, int OC) {
+  need(!bias, "rt_matmul_forward", "biases are not supported on the cuda backend");
+  cu_gemm("matmul forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, IC, x, IC, 0, out, OC);
+}
+
+void rt_matmul_backward(real *dx, real *dw, real *dbias, const real *dout, const real *x, const real *w, int N, int IC,
+                        int OC) {
+  need(!dbias, "rt_matmul_backward", "biases are not supported on the cuda backend");
+  if (dx) cu_gemm("matmul backward dx", CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, IC, dout, OC, 1, dx, IC);
+  if (dw) cu_gemm("matmul backward dw", CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, x, IC, dout, OC, 1, dw, IC);
+}
+
+static void rope(real *x, int B, int T, int H, float sign) {
+  cu_launch(K_ROPE, (unsigned)(B * T), 128, (void *[]){&x, &H, &sign});
+}
+void rt_rope_forward(real *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, 1.f); }
+void rt_rope_backward(real *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, -1.f); }
+
+void rt_attention_forward(real *out, real *lse, const real *q, const real *k, const real *v, int B, int T, int nh,
+                          int nkv, int hd) {
+  cu_launch(K_ATTENTION_FORWARD, cu_blocks((long long)B * T * nh * 32, 128), 128, (void *[]){&out, &lse, &q, &k, &v});
+}
+
+void rt_attention_backward(real *dq, real *dk, real *dv, const real *dout, const real *q, const real *k, const real *v,
+                           const real *out, const real *lse, int B, int T, int nh, int nkv, int hd) {
+  need(dq && dk && dv, "rt_attention_backward", "dq, dk and dv are required on the cuda backend");
+  float *delta = cu.delta;
+  cu_launch(K_ATTENTION_BACKWARD_DQ, cu_blocks((long long)B * T * nh * 32, 128), 128,
+            (void *[]){&dq, &delta, &dout, &q, &k, &v, &out, &lse});
+  cu_launch(K_ATTENTION_BACKWARD_DKV, cu_blocks((long long)B * T * nkv * 32, 128), 128,
+            (void *[]){&dk, &dv, &dout, &q, &k, &v, &lse, &delta});
+}
+
+void rt_swiglu_forward(real *h, const real *g, const real *u, int n) {
+  need(n % 4 == 0, "rt_swiglu_forward", "n must be a multiple of 4");
+  long ln = n;
+  cu_launch(K_SWIGLU_FORWARD, cu_blocks(ln / 4, 256), 256, (void *[]){&h, &g, &u, &ln});
+}
+
+void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const real *u, int n) {
+  need(dg && du && n % 4 == 0, "rt_swiglu_backward", "dg and du are required, n a multiple of 4");
+  long ln = n;
+  cu_launch(K_SWIGLU_BACKWARD, cu_blocks(ln / 4, 256), 256, (void *[]){&dg, &du, &dh, &g, &u, &ln});
+}
+
+void rt_gelu_forward(real *h, const real *x, int n) {
+  long ln = n;
+  cu_launch(K_GELU_FORWARD, cu_blocks(ln, 256), 256, (void *[]){&h, &x, &ln});
+}
+
+void rt_gelu_backward(real *dx, const real *dh, const real *x, int n) {
+  long ln = n;
+  cu_launch(K_GELU_BACKWARD, cu_blocks(ln, 256), 256, (void *[]){&dx, &dh, &x, &ln});
+}
+
+/* Per chunk: cuBLAS logits, then the online log-sum-exp kernel; the loss is summed on the GPU
+ * and read once (one synchronization per micro-batch). */
+real rt_lm_head_ce_forward(real *lse, const real *x, const real *w, const int32_t *targets, int N, int C, int V,
+                           int chunk, real *scratch) {
+  float *sum = cu.ce, *tl = cu.ce + N, *loss = cu.ce + 2 * N, ninf = -INFINITY;
+  long ln = N;
+  cu_launch(K_FILL, cu_blocks(N, 256), 256, (void *[]){&lse, &ninf, &ln});
+  cu_check(cudaMemsetAsync(cu.ce, 0, sizeof(float) * (2 * (size_t)N + 1), cu.stream), "cross-entropy");
+  for (int v0 = 0; v0 < V; v0 += chunk) {
+    int cv = V - v0 < chunk ? V - v0 : chunk;
+    rt_matmul_forward(scratch, x, w + (size_t)v0 * C, NULL, N, C, cv);
+    cu_launch(K_CROSS_ENTROPY_CHUNK, (unsigned)N, 256, (void *[]){&lse, &sum, &tl, &scratch, &targets, &v0, &cv});
+  }
+  cu_launch(K_CROSS_ENTROPY_FINISH, cu_blocks(N, 256), 256, (void *[]){&lse, &loss, &sum, &tl});
+  float total = 0;
+  rt_cuda_download(&total, loss, sizeof total);
+  return total / (real)N;
+}
+
+void rt_lm_head_ce_backward(real *dx, real *dw, const real *x, const real *w, const int32_t *targets, const real *lse,
+                            int N, int C, int V, int chunk, real *scratch, real dloss) {
+  float scale = dloss / (float)N;
+  for (int v0 = 0; v0 < V; v0 += chunk) {
+    int cv = V - v0 < chunk ? V - v0 : chunk;
+    rt_matmul_forward(scratch, x, w + (size_t)v0 * C, NULL, N, C, cv);
+    cu_launch(K_CROSS_ENTROPY_BACKWARD, (unsigned)N, 256, (void *[]){&scratch, &scratch, &lse, &targets, &v0, &cv, &scale});
+    rt_matmul_backward(dx, dw ? dw + (size_t)v0 * C : NULL, NULL, scratch, x, w + (size_t)v0 * C, N, C, cv);
+  }
+}

@@ -1,0 +1,178 @@
+/* ops_moe.c — the cuda backend's MoE ops (mtrt_ops.h over device pointers): router, balancing
+ * loss, permutation, gather/combine, and the routed experts as grouped GEMMs
+ * (cublasGemmGroupedBatchedEx: one call per projection for all experts, never a loop of
+ * per-expert launches).
+ *
+ * Dropless routing needs the tokens per expert on the host (the grouped GEMMs' shapes, the
+ * all-to-all's counts): the permutation copies the top-k choices to the host, orders them there
+ * exactly as the cpu backend does (by expert, then token: deterministic), and copies the rows
+ * and offsets back. One synchronization per MoE layer and pass, as in Megatron's dropless MoE. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cu_internal.h"
+#include "mtrt_ops.h"
+
+void rt_router_forward(int32_t *idx, real *wts, const real *logits, const real *bias, int N, int E, int K, bool sigmoid) {
+  int sg = sigmoid;
+  cu_launch(K_ROUTER_TOPK, cu_blocks(N, 128), 128, (void *[]){&idx, &wts, &logits, &bias, &sg});
+}
+
+void rt_router_backward(real *dlogits, const real *dwts, const real *logits, const int32_t *idx, const real *wts, int N,
+                        int E, int K, bool sigmoid) {
+  int sg = sigmoid;
+  cu_launch(K_ROUTER_BACKWARD, cu_blocks(N, 128), 128, (void *[]){&dlogits, &dwts, &logits, &idx, &wts, &sg});
+}
+
+/* stats (2E: mean softmax P, then assignment fraction f) into scratch, zeroed first */
+static void aux_stats(real *stats, const real *logits, const int32_t *idx, int N, int E) {
+  cu_check(cudaMemsetAsync(stats, 0, sizeof(float) * 2 * (size_t)E, cu.stream), "balancing loss");
+  cu_launch(K_AUX_LOSS_STATS, cu_blocks(N, 128), 128, (void *[]){&stats, &logits, &idx});
+}
+
+real rt_aux_loss_forward(const real *logits, const int32_t *idx, int N, int E, int K, real alpha, real *scratch) {
+  aux_stats(scratch, logits, idx, N, E);
+  rt_cuda_download(cu.stats_host, scratch, sizeof(float) * 2 * (size_t)E);
+  double s = 0;
+  for (int e = 0; e < E; e++) s += (double)cu.stats_host[e] * cu.stats_host[E + e];
+  return (real)(alpha * E * s);
+}
+
+void rt_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx, int N, int E, int K, real alpha,
+                          real dloss, real *scratch) {
+  aux_stats(scratch, logits, idx, N, E);
+  float coef = dloss * alpha * (float)E / (float)N;
+  cu_launch(K_AUX_LOSS_BACKWARD, cu_blocks(N, 128), 128, (void *[]){&dlogits, &logits, &scratch, &coef});
+}
+
+void rt_moe_count(real *load, const int32_t *idx, int n) {
+  rt_cuda_fail("rt_moe_count", "auxiliary-loss-free balancing is not on the cuda backend yet");
+}
+
+void rt_moe_permute(int32_t *pos, int *offsets, const int32_t *idx, int N, int E, int K) {
+  int *o = cu.off_host, *p = cu.pos_host, *ix = cu.idx_host, n = N * K;
+  rt_cuda_download(ix, idx, sizeof(int) * (size_t)n);
+  for (int e = 0; e <= E; e++) o[e] = 0;
+  for (int a = 0; a < n; a++) {
+    if (ix[a] < 0 || ix[a] >= E) rt_cuda_fail("moe permute", "the router chose an expert out of range");
+    o[ix[a] + 1]++;
+  }
+  for (int e = 0; e < E; e++) o[e + 1] += o[e];
+  for (int a = 0; a < n; a++) p[a] = o[ix[a]]++; /* stable: token order within an expert */
+  for (int e = E; e > 0; e--) o[e] = o[e - 1];
+  o[0] = 0;
+  rt_cuda_upload(pos, p, sizeof(int) * (size_t)n);
+  rt_cuda_upload(offsets, o, sizeof(int) * (size_t)(E + 1));
+}
+
+void rt_moe_gather(real *xp, const real *x, const int32_t *pos, int N, int K, int C) {
+  cu_launch(K_MOE_GATHER, (unsigned)(N * K), 128, (void *[]){&xp, &x, &pos});
+}
+
+void rt_moe_gather_backward(real *dx, const real *dxp, const int32_t *pos, int N, int K, int C) {
+  cu_launch(K_MOE_GATHER_BACKWARD, (unsigned)N, 128, (void *[]){&dx, &dxp, &pos});
+}
+
+void rt_moe_combine(real *y, const real *yp, const real *wts, const int32_t *pos, int N, int K, int C) {
+  cu_launch(K_MOE_COMBINE, (unsigned)N, 128, (void *[]){&y, &yp, &wts, &pos});
+}
+
+void rt_moe_combine_backward(real *dyp, real *dwts, const real *dy, const real *yp, const real *wts, const int32_t *pos,
+                             int N, int K, int C) {
+  if (!dyp || !dwts) rt_cuda_fail("rt_moe_combine_backward", "dyp and dwts are required on the cuda backend");
+  cu_launch(K_MOE_COMBINE_BACKWARD, (unsigned)N, 128, (void *[]){&dyp, &dwts, &dy, &yp, &wts, &pos});
+}
+
+/* ---- grouped GEMMs over the experts: rows [off[e], off[e+1]) belong to expert e ----
+ *   FWD: out rows (r, OC) = x rows (r, IC) · w_eᵀ         (w: E × (OC, IC))
+ *   DX:  out rows (r, IC) += x rows (r, OC) · w_e         (x is the output gradient)
+ *   DW:  out_e (OC, IC)   += yᵀ rows (r, OC) · x rows (r, IC)
+ * Column-major as cuBLAS sees row-major data, as in ops.c's rt_matmul_*. */
+enum { G_FWD, G_DX, G_DW };
+
+static const char *compute_name(cublasComputeType_t c) {
+  return c == CUBLAS_COMPUTE_32F_FAST_16BF ? "bf16" : c == CUBLAS_COMPUTE_32F_FAST_TF32 ? "tf32" : "fp32";
+}
+
+static void grouped(const char *op, int kind, int slot, float *out, const float *x, const float *y, const float *w,
+                    const int *off, int E, int IC, int OC) {
+  enum { MAXG = 1024 };
+  static cublasOperation_t ta[MAXG], tb[MAXG];
+  static int m[MAXG], n[MAXG], k[MAXG], lda[MAXG], ldb[MAXG], ldc[MAXG], size[MAXG];
+  static float alpha[MAXG], beta[MAXG];
+  static const void *host[3 * MAXG];
+  if (E > MAXG || E > cu.cfg.experts) rt_cuda_fail(op, "more experts than the grouped GEMM was sized for");
+  int g = 0;
+  for (int e = 0; e < E; e++) {
+    int rows = off[e + 1] - off[e];
+    if (!rows) continue;
+    size_t we = (size_t)e * OC * IC;
+    const float *A, *B;
+    float *C;
+    alpha[g] = 1, size[g] = 1;
+    if (kind == G_FWD) {
+      ta[g] = CUBLAS_OP_T, tb[g] = CUBLAS_OP_N, m[g] = OC, n[g] = rows, k[g] = IC, beta[g] = 0;
+      A = w + we, lda[g] = IC, B = x + (size_t)off[e] * IC, ldb[g] = IC, C = out + (size_t)off[e] * OC, ldc[g] = OC;
+    } else if (kind == G_DX) {
+      ta[g] = CUBLAS_OP_N, tb[g] = CUBLAS_OP_N, m[g] = IC, n[g] = rows, k[g] = OC, beta[g] = 1;
+      A = w + we, lda[g] = IC, B = x + (size_t)off[e] * OC, ldb[g] = OC, C = out + (size_t)off[e] * IC, ldc[g] = IC;
+    } else {
+      ta[g] = CUBLAS_OP_N, tb[g] = CUBLAS_OP_T, m[g] = IC, n[g] = OC, k[g] = rows, beta[g] = 1;
+      A = x + (size_t)off[e] * IC, lda[g] = IC, B = y + (size_t)off[e] * OC, ldb[g] = OC, C = out + we, ldc[g] = IC;
+    }
+    host[g] = A, host[MAXG + g] = B, host[2 * MAXG + g] = C;
+    g++;
+  }
+  if (!g) return;
+  size_t E3 = (size_t)cu.cfg.experts;
+  void **d = cu.gptr + (size_t)slot * 3 * E3; /* this call's slot: A, B, C pointer arrays */
+  for (int i = 0; i < 3; i++)
+    cu_check(cudaMemcpyAsync(d + i * E3, host + i * MAXG, sizeof(void *) * (size_t)g, cudaMemcpyHostToDevice, cu.stream),
+             op);
+  for (;;) {
+    cublasStatus_t s = cublasGemmGroupedBatchedEx(
+        cu.blas, ta, tb, m, n, k, alpha, (const void *const *)d, CUDA_R_32F, lda, (const void *const *)(d + E3), CUDA_R_32F,
+        ldb, beta, d + 2 * E3, CUDA_R_32F, ldc, g, size, cu.grouped_compute);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED && cu.grouped_compute != CUBLAS_COMPUTE_32F) {
+      cublasComputeType_t next = cu.grouped_compute == CUBLAS_COMPUTE_32F_FAST_16BF ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                                    : CUBLAS_COMPUTE_32F;
+      fprintf(stderr, "note: cuBLAS grouped GEMM does not take %s math on fp32 storage; the experts use %s\n",
+              compute_name(cu.grouped_compute), compute_name(next));
+      cu.grouped_compute = next;
+      continue;
+    }
+    cu_blas_check(s, op);
+    break;
+  }
+  /* the shape arrays are read by cuBLAS during the call, and a pageable host-to-device copy has
+   * taken its source when it returns, so the static host arrays may be rewritten now */
+  if (cu.sync_each) cu_check(cudaStreamSynchronize(cu.stream), op);
+}
+
+void rt_experts_forward(real *yp, real *g, real *u, real *h, const real *xp, const real *wg, const real *wu,
+                        const real *wd, const int *offsets, int E, int C, int F) {
+  int *off = cu.off_host;
+  rt_cuda_download(off, offsets, sizeof(int) * (size_t)(E + 1));
+  grouped("experts gate_proj", G_FWD, 0, g, xp, NULL, wg, off, E, C, F);
+  grouped("experts up_proj", G_FWD, 1, u, xp, NULL, wu, off, E, C, F);
+  rt_swiglu_forward(h, g, u, off[E] * F);
+  grouped("experts down_proj", G_FWD, 2, yp, h, NULL, wd, off, E, F, C);
+}
+
+void rt_experts_backward(real *dxp, real *dwg, real *dwu, real *dwd, const real *dyp, const real *xp, const real *g,
+                         const real *u, const real *h, const real *wg, const real *wu, const real *wd,
+                         const int *offsets, int E, int C, int F, real *dh, real *dg, real *du) {
+  int *off = cu.off_host;
+  rt_cuda_download(off, offsets, sizeof(int) * (size_t)(E + 1));
+  size_t n = (size_t)off[E] * F;
+  rt_zero(dh, n), rt_zero(dg, n), rt_zero(du, n);
+  grouped("experts down_proj dx", G_DX, 0, dh, dyp, NULL, wd, off, E, F, C);
+  if (dwd) grouped("experts down_proj dw", G_DW, 1, dwd, h, dyp, NULL, off, E, F, C);
+  rt_swiglu_backward(dg, du, dh, g, u, (int)n);
+  if (dxp) {
+    grouped("experts gate_proj dx", G_DX, 2, dxp, dg, NULL, wg, off, E, C, F);
+    grouped("experts up_proj dx", G_DX, 3, dxp, du, NULL, wu, off, E, C, F);
+  }
+  if (dwg) grouped("experts gate_proj dw", G_DW, 4, dwg, xp, dg, NULL, off, E, C, F);
+  if (dwu) grouped("experts up_proj dw", G_DW, 5, dwu, xp, du, NULL, off, E, C, F);
+}
