@@ -52,6 +52,11 @@ typedef struct {
   int64_t fsdp, ep, efsdp, dpr, accum, world;
   CheckpointPolicy ac;
   bool aux_free, sigmoid;
+  /* activation offload (full checkpointing with boundaries on host or NVMe): boundary l lives
+   * in device slot l % 3 (XSLOT0-2), and boundaries 0..L-3 wait for the backward in the host
+   * arena (HX0..): host_elems elements of it */
+  bool offload;
+  int64_t host_elems;
   EmBuf *bufs;
   int nbufs, capbufs;
   int64_t top; /* arena elements */

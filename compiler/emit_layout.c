@@ -157,9 +157,14 @@ void em_layout(Em *e) {
   if (e->s->training.grad_reduce_dtype == WIRE_BF16 && e->fsdp > 1)
     buf(e, "RS_WIRE", max_dense > max_expert ? max_dense : max_expert,
         "bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value)");
-  for (int l = 0; l <= e->L; l++)
-    buf(e, mem_printf(e->m, "X%d", l), N * C,
-        l < e->L ? mem_printf(e->m, "boundary: input of layer %d (residual stream)", l) : "output of the last layer");
+  if (e->offload) /* X0..XL are aliases of these (step.c's map) */
+    for (int i = 0; i < 3; i++)
+      buf(e, mem_printf(e->m, "XSLOT%d", i), N * C, mem_printf(e->m, "boundaries l with l %% 3 = %d (residual stream)", i));
+  else
+    for (int l = 0; l <= e->L; l++)
+      buf(e, mem_printf(e->m, "X%d", l), N * C,
+          l < e->L ? mem_printf(e->m, "boundary: input of layer %d (residual stream)", l) : "output of the last layer");
+  e->host_elems = e->offload && e->L >= 3 ? (e->L - 2) * N * C : 0;
   for (int l = 0; l < e->L; l++) {
     const Layer *ly = &md->layers[l];
     act(e, l, "LN1", SAVE_OTHER, N * C, "attention norm output");

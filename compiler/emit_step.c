@@ -151,7 +151,7 @@ static void layer_forward(Em *e, int l) {
   attention_forward(e, l);
   if (moe) moe_forward(e, l);
   else mlp_forward(e, l);
-  P(e, "  rt_add(R(X%d), R(%s), R(WS_Y), %lld); /* residual */\n}\n", l + 1, A(e, l, "RES", OTH),
+  P(e, "  %srt_add(R(X%d), R(%s), R(WS_Y), %lld); /* residual */\n}\n", e->ac == AC_NONE ? "" : "if (!recompute) ", l + 1, A(e, l, "RES", OTH),
     (long long)(e->N * e->C));
 }
 
@@ -315,7 +315,11 @@ static void schedule(Em *e) {
   for (int l = 0; l < L; l++) {
     gather(e, e->layer_dense[l]);
     if (e->layer_experts[l] >= 0) gather(e, e->layer_experts[l]);
+    if (e->host_elems && l >= 2 && l - 2 <= L - 3)
+      P(e, "  rt_offload_wait(c, %d); /* X%d is on the host: its slot takes X%d */\n", l - 2, l - 2, l + 1);
     P(e, "  layer%d_forward(c, false);\n", l);
+    if (e->host_elems && l <= L - 3)
+      P(e, "  rt_offload_store(c, %d, H(HX%d), R(X%d), %lld); /* to the host while the next layers run */\n", l, l, l, N * C);
   }
   gather(e, gh);
   P(e, "  rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X%d), W(%lld), %lld, %lld, EPS); /* model.norm */\n", L,
@@ -343,7 +347,11 @@ static void schedule(Em *e) {
     P(e, "  /* layer %d */\n", l);
     gather(e, e->layer_dense[l]);
     if (e->layer_experts[l] >= 0) gather(e, e->layer_experts[l]);
+    if (e->host_elems && l <= L - 3) P(e, "  rt_offload_wait(c, %d); /* X%d is back */\n", l, l);
     if (e->ac != AC_NONE) P(e, "  layer%d_forward(c, true); /* recompute from X%d (%s checkpointing) */\n", l, l, plan_ac_name(e->ac));
+    if (e->host_elems && l >= 2 && l - 2 <= L - 3)
+      P(e, "  rt_offload_load(c, %d, R(X%d), H(HX%d), %lld); /* prefetch: X%d's slot is free */\n", l - 2, l - 2, l - 2, N * C,
+        l + 1);
     zero_grads(e, e->layer_dense[l]);
     if (e->layer_experts[l] >= 0) zero_grads(e, e->layer_experts[l]);
     P(e, "  layer%d_backward(c);\n", l);
@@ -439,6 +447,10 @@ static void header(Em *e, const char *spec_base) {
   for (int i = 0; i < e->nbufs; i++)
     if (strcmp(e->bufs[i].name, "MUON_WORK") == 0)
       P(e, "#define MUON_WORK %lld /* Muon's scratch */\n", (long long)e->bufs[i].offset);
+  P(e, "#define HOST_ELEMS %lld /* the host arena (activation offload): boundaries waiting for the backward */\n",
+    (long long)e->host_elems);
+  P(e, "#define OFFLOAD_IDS %lld /* boundaries that go to the host and back */\n",
+    (long long)(e->host_elems ? e->L - 2 : 0));
   P(e, "#define N_GROUPS %d\n#define N_TENSORS %d\n", e->ngroups, e->ntensors);
   P(e, "extern const RtGroup step_groups[N_GROUPS];\nextern const RtTensor step_tensors[N_TENSORS];\n\n");
   P(e, "/* One micro-batch (inputs and targets in the arena): forward returns the mean cross-entropy\n"
@@ -467,12 +479,23 @@ static void body(Em *e, const char *spec_base) {
   P(e, "#define DW(o) (c->arena + GRAD_DENSE + (o))      /* its gradient */\n");
   P(e, "#define WE(o) (c->arena + GATHERED_EXPERTS + (o)) /* a gathered expert parameter */\n");
   P(e, "#define DWE(o) (c->arena + GRAD_EXPERTS + (o))   /* its gradient */\n");
-  P(e, "#define EPS ((real)1e-5)                          /* RMSNorm epsilon */\n\n");
+  P(e, "#define EPS ((real)1e-5)                          /* RMSNorm epsilon */\n");
+  if (e->offload) P(e, "#define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */\n");
+  P(e, "\n");
   P(e, "/* ---- the arena map (elements) ---- */\n");
   for (int i = 2; i < e->nbufs; i++) {
     const EmBuf *bf = &e->bufs[i];
     if (strcmp(bf->name, "MUON_WORK") == 0) continue; /* in step.h */
     P(e, "#define %-22s %12lld /* %10lld: %s */\n", bf->name, (long long)bf->offset, (long long)bf->elems, bf->what);
+  }
+  if (e->offload) {
+    P(e, "\n/* Activation offload (%s): boundary l lives in device slot l %% 3; boundaries 0-%lld go to the\n"
+         " * host arena after their layer's forward and come back two layers before their backward. */\n",
+      e->p->best.ch.offload == OFF_NVME ? "the plan says NVMe; this program keeps them in host memory" : "host",
+      (long long)e->L - 3);
+    for (int l = 0; l <= e->L; l++) P(e, "#define X%-3d XSLOT%d\n", l, l % 3);
+    for (int l = 0; l + 3 <= e->L; l++)
+      P(e, "#define HX%-3d %12lld /* host: boundary %d */\n", l, (long long)(l * e->N * e->C), l);
   }
   tables(e);
   if (e->aux_free)
@@ -518,6 +541,7 @@ bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec
   e.Q = e.nh * e.hd, e.KV = e.nkv * e.hd;
   e.fsdp = ch->fsdp, e.ep = ch->ep, e.efsdp = ch->efsdp, e.dpr = ch->dp_replicate, e.accum = ch->accum;
   e.world = p->world, e.ac = ch->ac;
+  e.offload = (ch->offload == OFF_HOST || ch->offload == OFF_NVME) && ch->ac == AC_FULL;
   if (s->model.moe.present) {
     e.E = s->model.moe.experts, e.K = s->model.moe.top_k, e.El = e.E / e.ep, e.Fe = s->model.moe.expert_intermediate;
     e.Fs = s->model.moe.shared_experts * s->model.moe.shared_intermediate;

@@ -92,6 +92,9 @@ void rt_cuda_fail(const char *what, const char *msg);
  * copies in stream order; bytes. */
 void *rt_cuda_alloc(size_t bytes, char *err, size_t errlen);
 void rt_cuda_free(void *p);
+/* The host arena of activation offload: pinned (cudaMallocHost), once at start-up. */
+void *rt_cuda_alloc_host(size_t bytes, char *err, size_t errlen);
+void rt_cuda_free_host(void *p);
 void rt_cuda_upload(void *dst, const void *src, size_t bytes);
 void rt_cuda_download(void *dst, const void *src, size_t bytes);
 /* Free and total device memory now (cudaMemGetInfo), bytes. */

@@ -92,10 +92,21 @@ real rt_init_value(const char *name, int expert, int64_t i, float std, bool one,
 typedef struct {
   RtComm comm;
   real *arena;
+  real *host;     /* the host arena (activation offload; HOST_ELEMS), or NULL */
   RtA2A a2a;      /* MoE all-to-all counts (ep > 1) */
   real dloss;     /* weight of this micro-batch's loss in the step's objective: 1 / (accum × world) */
   double aux_loss;/* load-balancing loss added by the forward (summed over MoE layers) */
 } RtCtx;
+
+/* Activation offload (the plan's checkpoint.offload: host): boundary id's n values go from
+ * the arena (dev) to the host arena and back. The cpu backend copies at once; the cuda backend
+ * copies on a device-to-host and a host-to-device stream, after the compute stream reaches the
+ * call, and rt_offload_wait makes the compute stream wait for the last copy of id (the host
+ * does not block). ids < OFFLOAD_IDS; rt_offload_init sizes them (0 on success, -1). */
+int rt_offload_init(int ids);
+void rt_offload_store(RtCtx *c, int id, real *host, const real *dev, size_t n);
+void rt_offload_load(RtCtx *c, int id, real *dev, const real *host, size_t n);
+void rt_offload_wait(RtCtx *c, int id);
 
 /* Auxiliary-loss-free balancing (DeepSeek-V3, sec. 2.1.2): bias_e += rate × sign(mean load −
  * load_e) for the E bias values at gathered offset off of a group whose shard [lo, lo + n) this

@@ -8,7 +8,8 @@
 #   sharding   10 steps of one model and global batch on 1 rank and on 4 MPI ranks (fsdp 4 with
 #              ep 2, and with ep 4), gradients reduced in fp32: the same loss at every step
 #              within 1e-4 relative; with bf16 on the wire (the default), within 1e-2
-#   policies   none, selective and full activation checkpointing: bitwise identical losses
+#   policies   none, selective and full activation checkpointing, and full with the boundaries
+#              offloaded to host memory: bitwise identical losses
 #   checkpoints  10 steps straight = 5 steps, checkpoint, resume for 5 (bitwise); a save killed
 #              by SIGKILL before its manifest resumes from the checkpoint before (bitwise); a
 #              checkpoint saved on 4 ranks (fsdp 4, ep 2) resumes on 2 (fsdp 2, ep 1) within
@@ -99,19 +100,22 @@ sharding)
     END { printf "1 rank fp32 vs 4 ranks bf16 wire: worst relative difference %.2e\n", worst
           exit (worst > 1e-2 || !rounded || n != 10) }' || die "bf16 wire: losses too far from fp32, or identical" ;;
 policies)
-  for ac in none selective full; do
+  for ac in none selective full full-host; do
+    off=none; [ $ac = full-host ] && off=host
     build "ac-$ac" "$tiny" float "${small[@]}" --set training.steps=4 --set cluster.gpus_per_node=4 --set plan.fsdp=4 \
-      --set plan.ep=2 --set plan.activation_checkpoint=$ac || continue
-    grep -q "^#define CHECKPOINT_POLICY \"$ac\"" "$work/ac-$ac/step.h" || die "ac-$ac: policy not in step.h"
+      --set plan.ep=2 --set plan.activation_checkpoint=${ac%-host} --set plan.offload_activations=$off || continue
+    grep -q "^#define CHECKPOINT_POLICY \"${ac%-host}\"" "$work/ac-$ac/step.h" || die "ac-$ac: policy not in step.h"
     (cd "$work" && "${mpirun[@]}" -np 4 "./ac-$ac/build/train" --data "$text" --metrics "ac-$ac.jsonl" >/dev/null) ||
       die "run with $ac checkpointing"
   done
   [ "$(losses "$work/ac-none.jsonl" | wc -l)" -eq 4 ] || die "expected 4 steps of losses"
   cmp -s <(losses "$work/ac-none.jsonl") <(losses "$work/ac-selective.jsonl") || die "selective differs from none"
   cmp -s <(losses "$work/ac-none.jsonl") <(losses "$work/ac-full.jsonl") || die "full differs from none"
+  cmp -s <(losses "$work/ac-none.jsonl") <(losses "$work/ac-full-host.jsonl") || die "full with host offload differs from none"
+  grep -q "rt_offload_load" "$work/ac-full-host/step.c" || die "full-host: no offload in step.c"
   grep -c "layer[0-9]*_forward(c, true)" "$work/ac-full/step.c" | grep -qx 4 || die "full: expected 4 recomputed layers"
   grep -q "layer[0-9]*_forward(c, true)" "$work/ac-none/step.c" && die "none: recomputes"
-  echo "none, selective and full checkpointing: $(losses "$work/ac-none.jsonl" | tr '\n' ' ')identical" ;;
+  echo "none, selective, full checkpointing and full with host offload: $(losses "$work/ac-none.jsonl" | tr '\n' ' ')identical" ;;
 checkpoints)
   ck=(--set training.steps=10 --set training.warmup_steps=2 --set training.seq_len=64 --set training.grad_reduce_dtype=fp32)
   build c2 "$tiny" float "${ck[@]}" --set cluster.gpus_per_node=2 --set plan.fsdp=2 || exit 1

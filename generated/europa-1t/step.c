@@ -19,6 +19,7 @@
 #define WE(o) (c->arena + GATHERED_EXPERTS + (o)) /* a gathered expert parameter */
 #define DWE(o) (c->arena + GRAD_EXPERTS + (o))   /* its gradient */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
+#define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
 /* ---- the arena map (elements) ---- */
 #define EMBED_MASTER                 131072 /*    4096000: embedding: this rank's fp32 master shard */
@@ -627,134 +628,212 @@
 #define GRAD_EXPERTS            16231339328 /* 3170893824: their gradient before the reduce-scatter */
 #define RS_OUT                  19628725568 /*   33030144: a reduce-scatter's result, before it is added to the shard's gradient */
 #define RS_WIRE                 19661755712 /* 3170893824: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
-#define X0                      22832649536 /*  402653184: boundary: input of layer 0 (residual stream) */
-#define X1                      23235302720 /*  402653184: boundary: input of layer 1 (residual stream) */
-#define X2                      23637955904 /*  402653184: boundary: input of layer 2 (residual stream) */
-#define X3                      24040609088 /*  402653184: boundary: input of layer 3 (residual stream) */
-#define X4                      24443262272 /*  402653184: boundary: input of layer 4 (residual stream) */
-#define X5                      24845915456 /*  402653184: boundary: input of layer 5 (residual stream) */
-#define X6                      25248568640 /*  402653184: boundary: input of layer 6 (residual stream) */
-#define X7                      25651221824 /*  402653184: boundary: input of layer 7 (residual stream) */
-#define X8                      26053875008 /*  402653184: boundary: input of layer 8 (residual stream) */
-#define X9                      26456528192 /*  402653184: boundary: input of layer 9 (residual stream) */
-#define X10                     26859181376 /*  402653184: boundary: input of layer 10 (residual stream) */
-#define X11                     27261834560 /*  402653184: boundary: input of layer 11 (residual stream) */
-#define X12                     27664487744 /*  402653184: boundary: input of layer 12 (residual stream) */
-#define X13                     28067140928 /*  402653184: boundary: input of layer 13 (residual stream) */
-#define X14                     28469794112 /*  402653184: boundary: input of layer 14 (residual stream) */
-#define X15                     28872447296 /*  402653184: boundary: input of layer 15 (residual stream) */
-#define X16                     29275100480 /*  402653184: boundary: input of layer 16 (residual stream) */
-#define X17                     29677753664 /*  402653184: boundary: input of layer 17 (residual stream) */
-#define X18                     30080406848 /*  402653184: boundary: input of layer 18 (residual stream) */
-#define X19                     30483060032 /*  402653184: boundary: input of layer 19 (residual stream) */
-#define X20                     30885713216 /*  402653184: boundary: input of layer 20 (residual stream) */
-#define X21                     31288366400 /*  402653184: boundary: input of layer 21 (residual stream) */
-#define X22                     31691019584 /*  402653184: boundary: input of layer 22 (residual stream) */
-#define X23                     32093672768 /*  402653184: boundary: input of layer 23 (residual stream) */
-#define X24                     32496325952 /*  402653184: boundary: input of layer 24 (residual stream) */
-#define X25                     32898979136 /*  402653184: boundary: input of layer 25 (residual stream) */
-#define X26                     33301632320 /*  402653184: boundary: input of layer 26 (residual stream) */
-#define X27                     33704285504 /*  402653184: boundary: input of layer 27 (residual stream) */
-#define X28                     34106938688 /*  402653184: boundary: input of layer 28 (residual stream) */
-#define X29                     34509591872 /*  402653184: boundary: input of layer 29 (residual stream) */
-#define X30                     34912245056 /*  402653184: boundary: input of layer 30 (residual stream) */
-#define X31                     35314898240 /*  402653184: boundary: input of layer 31 (residual stream) */
-#define X32                     35717551424 /*  402653184: boundary: input of layer 32 (residual stream) */
-#define X33                     36120204608 /*  402653184: boundary: input of layer 33 (residual stream) */
-#define X34                     36522857792 /*  402653184: boundary: input of layer 34 (residual stream) */
-#define X35                     36925510976 /*  402653184: boundary: input of layer 35 (residual stream) */
-#define X36                     37328164160 /*  402653184: boundary: input of layer 36 (residual stream) */
-#define X37                     37730817344 /*  402653184: boundary: input of layer 37 (residual stream) */
-#define X38                     38133470528 /*  402653184: boundary: input of layer 38 (residual stream) */
-#define X39                     38536123712 /*  402653184: boundary: input of layer 39 (residual stream) */
-#define X40                     38938776896 /*  402653184: boundary: input of layer 40 (residual stream) */
-#define X41                     39341430080 /*  402653184: boundary: input of layer 41 (residual stream) */
-#define X42                     39744083264 /*  402653184: boundary: input of layer 42 (residual stream) */
-#define X43                     40146736448 /*  402653184: boundary: input of layer 43 (residual stream) */
-#define X44                     40549389632 /*  402653184: boundary: input of layer 44 (residual stream) */
-#define X45                     40952042816 /*  402653184: boundary: input of layer 45 (residual stream) */
-#define X46                     41354696000 /*  402653184: boundary: input of layer 46 (residual stream) */
-#define X47                     41757349184 /*  402653184: boundary: input of layer 47 (residual stream) */
-#define X48                     42160002368 /*  402653184: boundary: input of layer 48 (residual stream) */
-#define X49                     42562655552 /*  402653184: boundary: input of layer 49 (residual stream) */
-#define X50                     42965308736 /*  402653184: boundary: input of layer 50 (residual stream) */
-#define X51                     43367961920 /*  402653184: boundary: input of layer 51 (residual stream) */
-#define X52                     43770615104 /*  402653184: boundary: input of layer 52 (residual stream) */
-#define X53                     44173268288 /*  402653184: boundary: input of layer 53 (residual stream) */
-#define X54                     44575921472 /*  402653184: boundary: input of layer 54 (residual stream) */
-#define X55                     44978574656 /*  402653184: boundary: input of layer 55 (residual stream) */
-#define X56                     45381227840 /*  402653184: boundary: input of layer 56 (residual stream) */
-#define X57                     45783881024 /*  402653184: boundary: input of layer 57 (residual stream) */
-#define X58                     46186534208 /*  402653184: boundary: input of layer 58 (residual stream) */
-#define X59                     46589187392 /*  402653184: boundary: input of layer 59 (residual stream) */
-#define X60                     46991840576 /*  402653184: boundary: input of layer 60 (residual stream) */
-#define X61                     47394493760 /*  402653184: boundary: input of layer 61 (residual stream) */
-#define X62                     47797146944 /*  402653184: boundary: input of layer 62 (residual stream) */
-#define X63                     48199800128 /*  402653184: boundary: input of layer 63 (residual stream) */
-#define X64                     48602453312 /*  402653184: boundary: input of layer 64 (residual stream) */
-#define X65                     49005106496 /*  402653184: boundary: input of layer 65 (residual stream) */
-#define X66                     49407759680 /*  402653184: boundary: input of layer 66 (residual stream) */
-#define X67                     49810412864 /*  402653184: boundary: input of layer 67 (residual stream) */
-#define X68                     50213066048 /*  402653184: boundary: input of layer 68 (residual stream) */
-#define X69                     50615719232 /*  402653184: boundary: input of layer 69 (residual stream) */
-#define X70                     51018372416 /*  402653184: boundary: input of layer 70 (residual stream) */
-#define X71                     51421025600 /*  402653184: boundary: input of layer 71 (residual stream) */
-#define X72                     51823678784 /*  402653184: boundary: input of layer 72 (residual stream) */
-#define X73                     52226331968 /*  402653184: boundary: input of layer 73 (residual stream) */
-#define X74                     52628985152 /*  402653184: output of the last layer */
-#define WS_LN1                  53031638336 /*  402653184: attention norm output */
-#define WS_RSTD1                53434291520 /*      65536: its 1/rms per token */
-#define WS_Q                    53434357056 /*  402653184: queries (rotated) */
-#define WS_K                    53837010240 /*  134217728: keys (rotated) */
-#define WS_V                    53971227968 /*  134217728: values */
-#define WS_ATT                  54105445696 /*  402653184: attention output */
-#define WS_LSE                  54508098880 /*    3145728: attention log-sum-exp per head and query */
-#define WS_RES                  54511244608 /*  402653184: residual stream after attention */
-#define WS_LN2                  54913897792 /*  402653184: mlp norm output */
-#define WS_RSTD2                55316550976 /*      65536: its 1/rms per token */
-#define WS_LOGITS               55316616512 /*   25165824: router logits */
-#define WS_IDX                  55341782336 /*     524288: selected experts (int32) */
-#define WS_WTS                  55342306624 /*     524288: their weights */
-#define WS_POS                  55342830912 /*     524288: row of each assignment in expert order (int32) */
-#define WS_OFFSETS              55343355200 /*        385: first row of each expert (int32) */
-#define WS_XP                   55343355600 /* 3221225472: token copies in expert order */
-#define WS_YP                   58564581072 /* 3221225472: expert outputs in that order */
-#define WS_XE                   61785806544 /* 12884901888: rows this rank's experts received (dropless: up to ep x tokens x top_k) */
-#define WS_YE                   74670708432 /* 12884901888: their outputs, before going back */
-#define WS_EOFF                 87555610320 /*         97: first received row of each local expert (int32) */
-#define WS_EG                   87555610432 /* 3758096384: routed experts' gate */
-#define WS_EU                   91313706816 /* 3758096384: routed experts' up */
-#define WS_EH                   95071803200 /* 3758096384: routed experts' activation */
-#define WS_SG                   98829899584 /*  117440512: shared experts' gate */
-#define WS_SU                   98947340096 /*  117440512: shared experts' up */
-#define WS_SH                   99064780608 /*  117440512: shared experts' activation */
-#define WS_Y                    99182221120 /*  402653184: a block's output before the residual add */
-#define WS_Y2                   99584874304 /*  402653184: shared experts' output */
-#define DX_A                    99987527488 /*  402653184: gradient of the residual stream (even layers' output) */
-#define DX_B                   100390180672 /*  402653184: gradient of the residual stream (odd layers' output) */
-#define DLN                    100792833856 /*  402653184: gradient of a norm's output */
-#define DATT                   101195487040 /*  402653184: gradient of the attention output */
-#define DQ                     101598140224 /*  402653184: gradient of the queries */
-#define DK                     102000793408 /*  134217728: gradient of the keys */
-#define DV                     102135011136 /*  134217728: gradient of the values */
-#define DLOGITS                102269228864 /*   25165824: gradient of the router logits */
-#define DWTS                   102294394688 /*     524288: gradient of the routing weights */
-#define DYP                    102294918976 /* 3221225472: gradient of the expert outputs */
-#define DXP                    105516144448 /* 3221225472: gradient of the token copies */
-#define DYE                    108737369920 /* 12884901888: gradient of the received rows' outputs */
-#define DXE                    121622271808 /* 12884901888: gradient of the received rows */
-#define A2A                    134507173696 /* 12884901888: all-to-all staging (source-rank order) */
-#define EDG                    147392075584 /* 3758096384: routed experts' gate gradient */
-#define EDU                    151150171968 /* 3758096384: routed experts' up gradient */
-#define EDH                    154908268352 /* 3758096384: routed experts' activation gradient */
-#define DSG                    158666364736 /*  117440512: shared experts' gate gradient */
-#define DSU                    158783805248 /*  117440512: shared experts' up gradient */
-#define DSH                    158901245760 /*  117440512: shared experts' activation gradient */
-#define AUX                    159018686272 /*       1152: load-balancing loss scratch */
-#define LNF                    159018687424 /*  402653184: final norm output */
-#define RSTDF                  159421340608 /*      65536: its 1/rms per token */
-#define LSEF                   159421406144 /*      65536: log-sum-exp of each token's logits */
-#define CE                     159421471680 /*  268435456: logits of one vocabulary chunk */
+#define XSLOT0                  22832649536 /*  402653184: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                  23235302720 /*  402653184: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                  23637955904 /*  402653184: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                  24040609088 /*  402653184: attention norm output */
+#define WS_RSTD1                24443262272 /*      65536: its 1/rms per token */
+#define WS_Q                    24443327808 /*  402653184: queries (rotated) */
+#define WS_K                    24845980992 /*  134217728: keys (rotated) */
+#define WS_V                    24980198720 /*  134217728: values */
+#define WS_ATT                  25114416448 /*  402653184: attention output */
+#define WS_LSE                  25517069632 /*    3145728: attention log-sum-exp per head and query */
+#define WS_RES                  25520215360 /*  402653184: residual stream after attention */
+#define WS_LN2                  25922868544 /*  402653184: mlp norm output */
+#define WS_RSTD2                26325521728 /*      65536: its 1/rms per token */
+#define WS_LOGITS               26325587264 /*   25165824: router logits */
+#define WS_IDX                  26350753088 /*     524288: selected experts (int32) */
+#define WS_WTS                  26351277376 /*     524288: their weights */
+#define WS_POS                  26351801664 /*     524288: row of each assignment in expert order (int32) */
+#define WS_OFFSETS              26352325952 /*        385: first row of each expert (int32) */
+#define WS_XP                   26352326352 /* 3221225472: token copies in expert order */
+#define WS_YP                   29573551824 /* 3221225472: expert outputs in that order */
+#define WS_XE                   32794777296 /* 12884901888: rows this rank's experts received (dropless: up to ep x tokens x top_k) */
+#define WS_YE                   45679679184 /* 12884901888: their outputs, before going back */
+#define WS_EOFF                 58564581072 /*         97: first received row of each local expert (int32) */
+#define WS_EG                   58564581184 /* 3758096384: routed experts' gate */
+#define WS_EU                   62322677568 /* 3758096384: routed experts' up */
+#define WS_EH                   66080773952 /* 3758096384: routed experts' activation */
+#define WS_SG                   69838870336 /*  117440512: shared experts' gate */
+#define WS_SU                   69956310848 /*  117440512: shared experts' up */
+#define WS_SH                   70073751360 /*  117440512: shared experts' activation */
+#define WS_Y                    70191191872 /*  402653184: a block's output before the residual add */
+#define WS_Y2                   70593845056 /*  402653184: shared experts' output */
+#define DX_A                    70996498240 /*  402653184: gradient of the residual stream (even layers' output) */
+#define DX_B                    71399151424 /*  402653184: gradient of the residual stream (odd layers' output) */
+#define DLN                     71801804608 /*  402653184: gradient of a norm's output */
+#define DATT                    72204457792 /*  402653184: gradient of the attention output */
+#define DQ                      72607110976 /*  402653184: gradient of the queries */
+#define DK                      73009764160 /*  134217728: gradient of the keys */
+#define DV                      73143981888 /*  134217728: gradient of the values */
+#define DLOGITS                 73278199616 /*   25165824: gradient of the router logits */
+#define DWTS                    73303365440 /*     524288: gradient of the routing weights */
+#define DYP                     73303889728 /* 3221225472: gradient of the expert outputs */
+#define DXP                     76525115200 /* 3221225472: gradient of the token copies */
+#define DYE                     79746340672 /* 12884901888: gradient of the received rows' outputs */
+#define DXE                     92631242560 /* 12884901888: gradient of the received rows */
+#define A2A                    105516144448 /* 12884901888: all-to-all staging (source-rank order) */
+#define EDG                    118401046336 /* 3758096384: routed experts' gate gradient */
+#define EDU                    122159142720 /* 3758096384: routed experts' up gradient */
+#define EDH                    125917239104 /* 3758096384: routed experts' activation gradient */
+#define DSG                    129675335488 /*  117440512: shared experts' gate gradient */
+#define DSU                    129792776000 /*  117440512: shared experts' up gradient */
+#define DSH                    129910216512 /*  117440512: shared experts' activation gradient */
+#define AUX                    130027657024 /*       1152: load-balancing loss scratch */
+#define LNF                    130027658176 /*  402653184: final norm output */
+#define RSTDF                  130430311360 /*      65536: its 1/rms per token */
+#define LSEF                   130430376896 /*      65536: log-sum-exp of each token's logits */
+#define CE                     130430442432 /*  268435456: logits of one vocabulary chunk */
+
+/* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-71 go to the
+ * host arena after their layer's forward and come back two layers before their backward. */
+#define X0   XSLOT0
+#define X1   XSLOT1
+#define X2   XSLOT2
+#define X3   XSLOT0
+#define X4   XSLOT1
+#define X5   XSLOT2
+#define X6   XSLOT0
+#define X7   XSLOT1
+#define X8   XSLOT2
+#define X9   XSLOT0
+#define X10  XSLOT1
+#define X11  XSLOT2
+#define X12  XSLOT0
+#define X13  XSLOT1
+#define X14  XSLOT2
+#define X15  XSLOT0
+#define X16  XSLOT1
+#define X17  XSLOT2
+#define X18  XSLOT0
+#define X19  XSLOT1
+#define X20  XSLOT2
+#define X21  XSLOT0
+#define X22  XSLOT1
+#define X23  XSLOT2
+#define X24  XSLOT0
+#define X25  XSLOT1
+#define X26  XSLOT2
+#define X27  XSLOT0
+#define X28  XSLOT1
+#define X29  XSLOT2
+#define X30  XSLOT0
+#define X31  XSLOT1
+#define X32  XSLOT2
+#define X33  XSLOT0
+#define X34  XSLOT1
+#define X35  XSLOT2
+#define X36  XSLOT0
+#define X37  XSLOT1
+#define X38  XSLOT2
+#define X39  XSLOT0
+#define X40  XSLOT1
+#define X41  XSLOT2
+#define X42  XSLOT0
+#define X43  XSLOT1
+#define X44  XSLOT2
+#define X45  XSLOT0
+#define X46  XSLOT1
+#define X47  XSLOT2
+#define X48  XSLOT0
+#define X49  XSLOT1
+#define X50  XSLOT2
+#define X51  XSLOT0
+#define X52  XSLOT1
+#define X53  XSLOT2
+#define X54  XSLOT0
+#define X55  XSLOT1
+#define X56  XSLOT2
+#define X57  XSLOT0
+#define X58  XSLOT1
+#define X59  XSLOT2
+#define X60  XSLOT0
+#define X61  XSLOT1
+#define X62  XSLOT2
+#define X63  XSLOT0
+#define X64  XSLOT1
+#define X65  XSLOT2
+#define X66  XSLOT0
+#define X67  XSLOT1
+#define X68  XSLOT2
+#define X69  XSLOT0
+#define X70  XSLOT1
+#define X71  XSLOT2
+#define X72  XSLOT0
+#define X73  XSLOT1
+#define X74  XSLOT2
+#define HX0              0 /* host: boundary 0 */
+#define HX1      402653184 /* host: boundary 1 */
+#define HX2      805306368 /* host: boundary 2 */
+#define HX3     1207959552 /* host: boundary 3 */
+#define HX4     1610612736 /* host: boundary 4 */
+#define HX5     2013265920 /* host: boundary 5 */
+#define HX6     2415919104 /* host: boundary 6 */
+#define HX7     2818572288 /* host: boundary 7 */
+#define HX8     3221225472 /* host: boundary 8 */
+#define HX9     3623878656 /* host: boundary 9 */
+#define HX10    4026531840 /* host: boundary 10 */
+#define HX11    4429185024 /* host: boundary 11 */
+#define HX12    4831838208 /* host: boundary 12 */
+#define HX13    5234491392 /* host: boundary 13 */
+#define HX14    5637144576 /* host: boundary 14 */
+#define HX15    6039797760 /* host: boundary 15 */
+#define HX16    6442450944 /* host: boundary 16 */
+#define HX17    6845104128 /* host: boundary 17 */
+#define HX18    7247757312 /* host: boundary 18 */
+#define HX19    7650410496 /* host: boundary 19 */
+#define HX20    8053063680 /* host: boundary 20 */
+#define HX21    8455716864 /* host: boundary 21 */
+#define HX22    8858370048 /* host: boundary 22 */
+#define HX23    9261023232 /* host: boundary 23 */
+#define HX24    9663676416 /* host: boundary 24 */
+#define HX25   10066329600 /* host: boundary 25 */
+#define HX26   10468982784 /* host: boundary 26 */
+#define HX27   10871635968 /* host: boundary 27 */
+#define HX28   11274289152 /* host: boundary 28 */
+#define HX29   11676942336 /* host: boundary 29 */
+#define HX30   12079595520 /* host: boundary 30 */
+#define HX31   12482248704 /* host: boundary 31 */
+#define HX32   12884901888 /* host: boundary 32 */
+#define HX33   13287555072 /* host: boundary 33 */
+#define HX34   13690208256 /* host: boundary 34 */
+#define HX35   14092861440 /* host: boundary 35 */
+#define HX36   14495514624 /* host: boundary 36 */
+#define HX37   14898167808 /* host: boundary 37 */
+#define HX38   15300820992 /* host: boundary 38 */
+#define HX39   15703474176 /* host: boundary 39 */
+#define HX40   16106127360 /* host: boundary 40 */
+#define HX41   16508780544 /* host: boundary 41 */
+#define HX42   16911433728 /* host: boundary 42 */
+#define HX43   17314086912 /* host: boundary 43 */
+#define HX44   17716740096 /* host: boundary 44 */
+#define HX45   18119393280 /* host: boundary 45 */
+#define HX46   18522046464 /* host: boundary 46 */
+#define HX47   18924699648 /* host: boundary 47 */
+#define HX48   19327352832 /* host: boundary 48 */
+#define HX49   19730006016 /* host: boundary 49 */
+#define HX50   20132659200 /* host: boundary 50 */
+#define HX51   20535312384 /* host: boundary 51 */
+#define HX52   20937965568 /* host: boundary 52 */
+#define HX53   21340618752 /* host: boundary 53 */
+#define HX54   21743271936 /* host: boundary 54 */
+#define HX55   22145925120 /* host: boundary 55 */
+#define HX56   22548578304 /* host: boundary 56 */
+#define HX57   22951231488 /* host: boundary 57 */
+#define HX58   23353884672 /* host: boundary 58 */
+#define HX59   23756537856 /* host: boundary 59 */
+#define HX60   24159191040 /* host: boundary 60 */
+#define HX61   24561844224 /* host: boundary 61 */
+#define HX62   24964497408 /* host: boundary 62 */
+#define HX63   25367150592 /* host: boundary 63 */
+#define HX64   25769803776 /* host: boundary 64 */
+#define HX65   26172456960 /* host: boundary 65 */
+#define HX66   26575110144 /* host: boundary 66 */
+#define HX67   26977763328 /* host: boundary 67 */
+#define HX68   27380416512 /* host: boundary 68 */
+#define HX69   27783069696 /* host: boundary 69 */
+#define HX70   28185722880 /* host: boundary 70 */
+#define HX71   28588376064 /* host: boundary 71 */
 
 /* Parameter groups: sharded over the FSDP group (384 ranks) or, for experts, over the
  * 96 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */
@@ -1909,7 +1988,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X1), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X1), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 1 (MoE), forward: X1 -> X2. With recompute, the backward re-runs it from the
@@ -1940,7 +2019,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X2), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X2), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 2 (MoE), forward: X2 -> X3. With recompute, the backward re-runs it from the
@@ -1971,7 +2050,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X3), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X3), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 3 (MoE), forward: X3 -> X4. With recompute, the backward re-runs it from the
@@ -2002,7 +2081,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X4), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X4), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 4 (MoE), forward: X4 -> X5. With recompute, the backward re-runs it from the
@@ -2033,7 +2112,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X5), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X5), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 5 (MoE), forward: X5 -> X6. With recompute, the backward re-runs it from the
@@ -2064,7 +2143,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X6), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X6), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 6 (MoE), forward: X6 -> X7. With recompute, the backward re-runs it from the
@@ -2095,7 +2174,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X7), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X7), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 7 (MoE), forward: X7 -> X8. With recompute, the backward re-runs it from the
@@ -2126,7 +2205,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X8), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X8), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 8 (MoE), forward: X8 -> X9. With recompute, the backward re-runs it from the
@@ -2157,7 +2236,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X9), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X9), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 9 (MoE), forward: X9 -> X10. With recompute, the backward re-runs it from the
@@ -2188,7 +2267,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X10), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X10), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 10 (MoE), forward: X10 -> X11. With recompute, the backward re-runs it from the
@@ -2219,7 +2298,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X11), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X11), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 11 (MoE), forward: X11 -> X12. With recompute, the backward re-runs it from the
@@ -2250,7 +2329,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X12), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X12), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 12 (MoE), forward: X12 -> X13. With recompute, the backward re-runs it from the
@@ -2281,7 +2360,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X13), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X13), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 13 (MoE), forward: X13 -> X14. With recompute, the backward re-runs it from the
@@ -2312,7 +2391,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X14), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X14), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 14 (MoE), forward: X14 -> X15. With recompute, the backward re-runs it from the
@@ -2343,7 +2422,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X15), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X15), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 15 (MoE), forward: X15 -> X16. With recompute, the backward re-runs it from the
@@ -2374,7 +2453,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X16), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X16), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 16 (MoE), forward: X16 -> X17. With recompute, the backward re-runs it from the
@@ -2405,7 +2484,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X17), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X17), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 17 (MoE), forward: X17 -> X18. With recompute, the backward re-runs it from the
@@ -2436,7 +2515,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X18), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X18), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 18 (MoE), forward: X18 -> X19. With recompute, the backward re-runs it from the
@@ -2467,7 +2546,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X19), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X19), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 19 (MoE), forward: X19 -> X20. With recompute, the backward re-runs it from the
@@ -2498,7 +2577,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X20), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X20), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 20 (MoE), forward: X20 -> X21. With recompute, the backward re-runs it from the
@@ -2529,7 +2608,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X21), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X21), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 21 (MoE), forward: X21 -> X22. With recompute, the backward re-runs it from the
@@ -2560,7 +2639,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X22), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X22), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 22 (MoE), forward: X22 -> X23. With recompute, the backward re-runs it from the
@@ -2591,7 +2670,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X23), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X23), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 23 (MoE), forward: X23 -> X24. With recompute, the backward re-runs it from the
@@ -2622,7 +2701,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X24), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X24), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 24 (MoE), forward: X24 -> X25. With recompute, the backward re-runs it from the
@@ -2653,7 +2732,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X25), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X25), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 25 (MoE), forward: X25 -> X26. With recompute, the backward re-runs it from the
@@ -2684,7 +2763,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X26), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X26), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 26 (MoE), forward: X26 -> X27. With recompute, the backward re-runs it from the
@@ -2715,7 +2794,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X27), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X27), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 27 (MoE), forward: X27 -> X28. With recompute, the backward re-runs it from the
@@ -2746,7 +2825,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X28), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X28), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 28 (MoE), forward: X28 -> X29. With recompute, the backward re-runs it from the
@@ -2777,7 +2856,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X29), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X29), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 29 (MoE), forward: X29 -> X30. With recompute, the backward re-runs it from the
@@ -2808,7 +2887,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X30), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X30), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 30 (MoE), forward: X30 -> X31. With recompute, the backward re-runs it from the
@@ -2839,7 +2918,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X31), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X31), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 31 (MoE), forward: X31 -> X32. With recompute, the backward re-runs it from the
@@ -2870,7 +2949,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X32), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X32), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 32 (MoE), forward: X32 -> X33. With recompute, the backward re-runs it from the
@@ -2901,7 +2980,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X33), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X33), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 33 (MoE), forward: X33 -> X34. With recompute, the backward re-runs it from the
@@ -2932,7 +3011,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X34), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X34), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 34 (MoE), forward: X34 -> X35. With recompute, the backward re-runs it from the
@@ -2963,7 +3042,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X35), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X35), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 35 (MoE), forward: X35 -> X36. With recompute, the backward re-runs it from the
@@ -2994,7 +3073,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X36), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X36), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 36 (MoE), forward: X36 -> X37. With recompute, the backward re-runs it from the
@@ -3025,7 +3104,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X37), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X37), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 37 (MoE), forward: X37 -> X38. With recompute, the backward re-runs it from the
@@ -3056,7 +3135,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X38), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X38), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 38 (MoE), forward: X38 -> X39. With recompute, the backward re-runs it from the
@@ -3087,7 +3166,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X39), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X39), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 39 (MoE), forward: X39 -> X40. With recompute, the backward re-runs it from the
@@ -3118,7 +3197,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X40), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X40), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 40 (MoE), forward: X40 -> X41. With recompute, the backward re-runs it from the
@@ -3149,7 +3228,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X41), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X41), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 41 (MoE), forward: X41 -> X42. With recompute, the backward re-runs it from the
@@ -3180,7 +3259,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X42), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X42), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 42 (MoE), forward: X42 -> X43. With recompute, the backward re-runs it from the
@@ -3211,7 +3290,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X43), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X43), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 43 (MoE), forward: X43 -> X44. With recompute, the backward re-runs it from the
@@ -3242,7 +3321,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X44), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X44), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 44 (MoE), forward: X44 -> X45. With recompute, the backward re-runs it from the
@@ -3273,7 +3352,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X45), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X45), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 45 (MoE), forward: X45 -> X46. With recompute, the backward re-runs it from the
@@ -3304,7 +3383,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X46), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X46), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 46 (MoE), forward: X46 -> X47. With recompute, the backward re-runs it from the
@@ -3335,7 +3414,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X47), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X47), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 47 (MoE), forward: X47 -> X48. With recompute, the backward re-runs it from the
@@ -3366,7 +3445,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X48), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X48), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 48 (MoE), forward: X48 -> X49. With recompute, the backward re-runs it from the
@@ -3397,7 +3476,7 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X49), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X49), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 49 (MoE), forward: X49 -> X50. With recompute, the backward re-runs it from the
@@ -3428,7 +3507,7 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X50), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X50), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 50 (MoE), forward: X50 -> X51. With recompute, the backward re-runs it from the
@@ -3459,7 +3538,7 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X51), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X51), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 51 (MoE), forward: X51 -> X52. With recompute, the backward re-runs it from the
@@ -3490,7 +3569,7 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X52), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X52), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 52 (MoE), forward: X52 -> X53. With recompute, the backward re-runs it from the
@@ -3521,7 +3600,7 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X53), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X53), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 53 (MoE), forward: X53 -> X54. With recompute, the backward re-runs it from the
@@ -3552,7 +3631,7 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X54), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X54), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 54 (MoE), forward: X54 -> X55. With recompute, the backward re-runs it from the
@@ -3583,7 +3662,7 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X55), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X55), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 55 (MoE), forward: X55 -> X56. With recompute, the backward re-runs it from the
@@ -3614,7 +3693,7 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X56), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X56), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 56 (MoE), forward: X56 -> X57. With recompute, the backward re-runs it from the
@@ -3645,7 +3724,7 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X57), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X57), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 57 (MoE), forward: X57 -> X58. With recompute, the backward re-runs it from the
@@ -3676,7 +3755,7 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X58), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X58), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 58 (MoE), forward: X58 -> X59. With recompute, the backward re-runs it from the
@@ -3707,7 +3786,7 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X59), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X59), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 59 (MoE), forward: X59 -> X60. With recompute, the backward re-runs it from the
@@ -3738,7 +3817,7 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X60), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X60), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 60 (MoE), forward: X60 -> X61. With recompute, the backward re-runs it from the
@@ -3769,7 +3848,7 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X61), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X61), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 61 (MoE), forward: X61 -> X62. With recompute, the backward re-runs it from the
@@ -3800,7 +3879,7 @@ static void layer61_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X62), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X62), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 62 (MoE), forward: X62 -> X63. With recompute, the backward re-runs it from the
@@ -3831,7 +3910,7 @@ static void layer62_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X63), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X63), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 63 (MoE), forward: X63 -> X64. With recompute, the backward re-runs it from the
@@ -3862,7 +3941,7 @@ static void layer63_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X64), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X64), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 64 (MoE), forward: X64 -> X65. With recompute, the backward re-runs it from the
@@ -3893,7 +3972,7 @@ static void layer64_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X65), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X65), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 65 (MoE), forward: X65 -> X66. With recompute, the backward re-runs it from the
@@ -3924,7 +4003,7 @@ static void layer65_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X66), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X66), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 66 (MoE), forward: X66 -> X67. With recompute, the backward re-runs it from the
@@ -3955,7 +4034,7 @@ static void layer66_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X67), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X67), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 67 (MoE), forward: X67 -> X68. With recompute, the backward re-runs it from the
@@ -3986,7 +4065,7 @@ static void layer67_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X68), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X68), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 68 (MoE), forward: X68 -> X69. With recompute, the backward re-runs it from the
@@ -4017,7 +4096,7 @@ static void layer68_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X69), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X69), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 69 (MoE), forward: X69 -> X70. With recompute, the backward re-runs it from the
@@ -4048,7 +4127,7 @@ static void layer69_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X70), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X70), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 70 (MoE), forward: X70 -> X71. With recompute, the backward re-runs it from the
@@ -4079,7 +4158,7 @@ static void layer70_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X71), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X71), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 71 (MoE), forward: X71 -> X72. With recompute, the backward re-runs it from the
@@ -4110,7 +4189,7 @@ static void layer71_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X72), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X72), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 72 (MoE), forward: X72 -> X73. With recompute, the backward re-runs it from the
@@ -4141,7 +4220,7 @@ static void layer72_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X73), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X73), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 73 (MoE), forward: X73 -> X74. With recompute, the backward re-runs it from the
@@ -4172,7 +4251,7 @@ static void layer73_forward(RtCtx *c, bool recompute) {
   rt_swiglu_forward(R(WS_SH), R(WS_SG), R(WS_SU), 117440512);
   rt_matmul_forward(R(WS_Y2), R(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_accumulate(R(WS_Y), R(WS_Y2), 402653184);
-  rt_add(R(X74), R(WS_RES), R(WS_Y), 402653184); /* residual */
+  if (!recompute) rt_add(R(X74), R(WS_RES), R(WS_Y), 402653184); /* residual */
 }
 
 /* layer 73 (MoE), backward: DX_A (gradient of X74) -> DX_B (gradient of X73); weight gradients
@@ -7146,224 +7225,368 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L0_DENSE_MASTER), 354336); /* layer 0 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L0_EXPERTS_MASTER), 33030144); /* layer 0 experts: 96 ranks x 33030144 */
   layer0_forward(c, false);
+  rt_offload_store(c, 0, H(HX0), R(X0), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L1_DENSE_MASTER), 354336); /* layer 1 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L1_EXPERTS_MASTER), 33030144); /* layer 1 experts: 96 ranks x 33030144 */
   layer1_forward(c, false);
+  rt_offload_store(c, 1, H(HX1), R(X1), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L2_DENSE_MASTER), 354336); /* layer 2 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L2_EXPERTS_MASTER), 33030144); /* layer 2 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 0); /* X0 is on the host: its slot takes X3 */
   layer2_forward(c, false);
+  rt_offload_store(c, 2, H(HX2), R(X2), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L3_DENSE_MASTER), 354336); /* layer 3 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L3_EXPERTS_MASTER), 33030144); /* layer 3 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 1); /* X1 is on the host: its slot takes X4 */
   layer3_forward(c, false);
+  rt_offload_store(c, 3, H(HX3), R(X3), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L4_DENSE_MASTER), 354336); /* layer 4 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L4_EXPERTS_MASTER), 33030144); /* layer 4 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 2); /* X2 is on the host: its slot takes X5 */
   layer4_forward(c, false);
+  rt_offload_store(c, 4, H(HX4), R(X4), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L5_DENSE_MASTER), 354336); /* layer 5 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L5_EXPERTS_MASTER), 33030144); /* layer 5 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 3); /* X3 is on the host: its slot takes X6 */
   layer5_forward(c, false);
+  rt_offload_store(c, 5, H(HX5), R(X5), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L6_DENSE_MASTER), 354336); /* layer 6 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L6_EXPERTS_MASTER), 33030144); /* layer 6 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 4); /* X4 is on the host: its slot takes X7 */
   layer6_forward(c, false);
+  rt_offload_store(c, 6, H(HX6), R(X6), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L7_DENSE_MASTER), 354336); /* layer 7 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L7_EXPERTS_MASTER), 33030144); /* layer 7 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 5); /* X5 is on the host: its slot takes X8 */
   layer7_forward(c, false);
+  rt_offload_store(c, 7, H(HX7), R(X7), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L8_DENSE_MASTER), 354336); /* layer 8 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L8_EXPERTS_MASTER), 33030144); /* layer 8 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 6); /* X6 is on the host: its slot takes X9 */
   layer8_forward(c, false);
+  rt_offload_store(c, 8, H(HX8), R(X8), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L9_DENSE_MASTER), 354336); /* layer 9 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L9_EXPERTS_MASTER), 33030144); /* layer 9 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 7); /* X7 is on the host: its slot takes X10 */
   layer9_forward(c, false);
+  rt_offload_store(c, 9, H(HX9), R(X9), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L10_DENSE_MASTER), 354336); /* layer 10 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L10_EXPERTS_MASTER), 33030144); /* layer 10 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 8); /* X8 is on the host: its slot takes X11 */
   layer10_forward(c, false);
+  rt_offload_store(c, 10, H(HX10), R(X10), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L11_DENSE_MASTER), 354336); /* layer 11 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L11_EXPERTS_MASTER), 33030144); /* layer 11 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 9); /* X9 is on the host: its slot takes X12 */
   layer11_forward(c, false);
+  rt_offload_store(c, 11, H(HX11), R(X11), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L12_DENSE_MASTER), 354336); /* layer 12 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L12_EXPERTS_MASTER), 33030144); /* layer 12 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 10); /* X10 is on the host: its slot takes X13 */
   layer12_forward(c, false);
+  rt_offload_store(c, 12, H(HX12), R(X12), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L13_DENSE_MASTER), 354336); /* layer 13 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L13_EXPERTS_MASTER), 33030144); /* layer 13 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 11); /* X11 is on the host: its slot takes X14 */
   layer13_forward(c, false);
+  rt_offload_store(c, 13, H(HX13), R(X13), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L14_DENSE_MASTER), 354336); /* layer 14 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L14_EXPERTS_MASTER), 33030144); /* layer 14 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 12); /* X12 is on the host: its slot takes X15 */
   layer14_forward(c, false);
+  rt_offload_store(c, 14, H(HX14), R(X14), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L15_DENSE_MASTER), 354336); /* layer 15 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L15_EXPERTS_MASTER), 33030144); /* layer 15 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 13); /* X13 is on the host: its slot takes X16 */
   layer15_forward(c, false);
+  rt_offload_store(c, 15, H(HX15), R(X15), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L16_DENSE_MASTER), 354336); /* layer 16 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L16_EXPERTS_MASTER), 33030144); /* layer 16 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 14); /* X14 is on the host: its slot takes X17 */
   layer16_forward(c, false);
+  rt_offload_store(c, 16, H(HX16), R(X16), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L17_DENSE_MASTER), 354336); /* layer 17 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L17_EXPERTS_MASTER), 33030144); /* layer 17 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 15); /* X15 is on the host: its slot takes X18 */
   layer17_forward(c, false);
+  rt_offload_store(c, 17, H(HX17), R(X17), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L18_DENSE_MASTER), 354336); /* layer 18 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L18_EXPERTS_MASTER), 33030144); /* layer 18 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 16); /* X16 is on the host: its slot takes X19 */
   layer18_forward(c, false);
+  rt_offload_store(c, 18, H(HX18), R(X18), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L19_DENSE_MASTER), 354336); /* layer 19 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L19_EXPERTS_MASTER), 33030144); /* layer 19 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 17); /* X17 is on the host: its slot takes X20 */
   layer19_forward(c, false);
+  rt_offload_store(c, 19, H(HX19), R(X19), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L20_DENSE_MASTER), 354336); /* layer 20 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L20_EXPERTS_MASTER), 33030144); /* layer 20 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 18); /* X18 is on the host: its slot takes X21 */
   layer20_forward(c, false);
+  rt_offload_store(c, 20, H(HX20), R(X20), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L21_DENSE_MASTER), 354336); /* layer 21 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L21_EXPERTS_MASTER), 33030144); /* layer 21 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 19); /* X19 is on the host: its slot takes X22 */
   layer21_forward(c, false);
+  rt_offload_store(c, 21, H(HX21), R(X21), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L22_DENSE_MASTER), 354336); /* layer 22 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L22_EXPERTS_MASTER), 33030144); /* layer 22 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 20); /* X20 is on the host: its slot takes X23 */
   layer22_forward(c, false);
+  rt_offload_store(c, 22, H(HX22), R(X22), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L23_DENSE_MASTER), 354336); /* layer 23 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L23_EXPERTS_MASTER), 33030144); /* layer 23 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 21); /* X21 is on the host: its slot takes X24 */
   layer23_forward(c, false);
+  rt_offload_store(c, 23, H(HX23), R(X23), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L24_DENSE_MASTER), 354336); /* layer 24 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L24_EXPERTS_MASTER), 33030144); /* layer 24 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 22); /* X22 is on the host: its slot takes X25 */
   layer24_forward(c, false);
+  rt_offload_store(c, 24, H(HX24), R(X24), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L25_DENSE_MASTER), 354336); /* layer 25 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L25_EXPERTS_MASTER), 33030144); /* layer 25 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 23); /* X23 is on the host: its slot takes X26 */
   layer25_forward(c, false);
+  rt_offload_store(c, 25, H(HX25), R(X25), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L26_DENSE_MASTER), 354336); /* layer 26 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L26_EXPERTS_MASTER), 33030144); /* layer 26 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 24); /* X24 is on the host: its slot takes X27 */
   layer26_forward(c, false);
+  rt_offload_store(c, 26, H(HX26), R(X26), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L27_DENSE_MASTER), 354336); /* layer 27 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L27_EXPERTS_MASTER), 33030144); /* layer 27 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 25); /* X25 is on the host: its slot takes X28 */
   layer27_forward(c, false);
+  rt_offload_store(c, 27, H(HX27), R(X27), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L28_DENSE_MASTER), 354336); /* layer 28 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L28_EXPERTS_MASTER), 33030144); /* layer 28 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 26); /* X26 is on the host: its slot takes X29 */
   layer28_forward(c, false);
+  rt_offload_store(c, 28, H(HX28), R(X28), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L29_DENSE_MASTER), 354336); /* layer 29 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L29_EXPERTS_MASTER), 33030144); /* layer 29 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 27); /* X27 is on the host: its slot takes X30 */
   layer29_forward(c, false);
+  rt_offload_store(c, 29, H(HX29), R(X29), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L30_DENSE_MASTER), 354336); /* layer 30 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L30_EXPERTS_MASTER), 33030144); /* layer 30 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 28); /* X28 is on the host: its slot takes X31 */
   layer30_forward(c, false);
+  rt_offload_store(c, 30, H(HX30), R(X30), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L31_DENSE_MASTER), 354336); /* layer 31 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L31_EXPERTS_MASTER), 33030144); /* layer 31 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 29); /* X29 is on the host: its slot takes X32 */
   layer31_forward(c, false);
+  rt_offload_store(c, 31, H(HX31), R(X31), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L32_DENSE_MASTER), 354336); /* layer 32 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L32_EXPERTS_MASTER), 33030144); /* layer 32 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 30); /* X30 is on the host: its slot takes X33 */
   layer32_forward(c, false);
+  rt_offload_store(c, 32, H(HX32), R(X32), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L33_DENSE_MASTER), 354336); /* layer 33 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L33_EXPERTS_MASTER), 33030144); /* layer 33 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 31); /* X31 is on the host: its slot takes X34 */
   layer33_forward(c, false);
+  rt_offload_store(c, 33, H(HX33), R(X33), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L34_DENSE_MASTER), 354336); /* layer 34 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L34_EXPERTS_MASTER), 33030144); /* layer 34 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 32); /* X32 is on the host: its slot takes X35 */
   layer34_forward(c, false);
+  rt_offload_store(c, 34, H(HX34), R(X34), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L35_DENSE_MASTER), 354336); /* layer 35 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L35_EXPERTS_MASTER), 33030144); /* layer 35 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 33); /* X33 is on the host: its slot takes X36 */
   layer35_forward(c, false);
+  rt_offload_store(c, 35, H(HX35), R(X35), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L36_DENSE_MASTER), 354336); /* layer 36 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L36_EXPERTS_MASTER), 33030144); /* layer 36 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 34); /* X34 is on the host: its slot takes X37 */
   layer36_forward(c, false);
+  rt_offload_store(c, 36, H(HX36), R(X36), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L37_DENSE_MASTER), 354336); /* layer 37 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L37_EXPERTS_MASTER), 33030144); /* layer 37 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 35); /* X35 is on the host: its slot takes X38 */
   layer37_forward(c, false);
+  rt_offload_store(c, 37, H(HX37), R(X37), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L38_DENSE_MASTER), 354336); /* layer 38 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L38_EXPERTS_MASTER), 33030144); /* layer 38 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 36); /* X36 is on the host: its slot takes X39 */
   layer38_forward(c, false);
+  rt_offload_store(c, 38, H(HX38), R(X38), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L39_DENSE_MASTER), 354336); /* layer 39 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L39_EXPERTS_MASTER), 33030144); /* layer 39 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 37); /* X37 is on the host: its slot takes X40 */
   layer39_forward(c, false);
+  rt_offload_store(c, 39, H(HX39), R(X39), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L40_DENSE_MASTER), 354336); /* layer 40 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L40_EXPERTS_MASTER), 33030144); /* layer 40 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 38); /* X38 is on the host: its slot takes X41 */
   layer40_forward(c, false);
+  rt_offload_store(c, 40, H(HX40), R(X40), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L41_DENSE_MASTER), 354336); /* layer 41 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L41_EXPERTS_MASTER), 33030144); /* layer 41 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 39); /* X39 is on the host: its slot takes X42 */
   layer41_forward(c, false);
+  rt_offload_store(c, 41, H(HX41), R(X41), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L42_DENSE_MASTER), 354336); /* layer 42 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L42_EXPERTS_MASTER), 33030144); /* layer 42 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 40); /* X40 is on the host: its slot takes X43 */
   layer42_forward(c, false);
+  rt_offload_store(c, 42, H(HX42), R(X42), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L43_DENSE_MASTER), 354336); /* layer 43 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L43_EXPERTS_MASTER), 33030144); /* layer 43 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 41); /* X41 is on the host: its slot takes X44 */
   layer43_forward(c, false);
+  rt_offload_store(c, 43, H(HX43), R(X43), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L44_DENSE_MASTER), 354336); /* layer 44 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L44_EXPERTS_MASTER), 33030144); /* layer 44 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 42); /* X42 is on the host: its slot takes X45 */
   layer44_forward(c, false);
+  rt_offload_store(c, 44, H(HX44), R(X44), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L45_DENSE_MASTER), 354336); /* layer 45 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L45_EXPERTS_MASTER), 33030144); /* layer 45 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 43); /* X43 is on the host: its slot takes X46 */
   layer45_forward(c, false);
+  rt_offload_store(c, 45, H(HX45), R(X45), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L46_DENSE_MASTER), 354336); /* layer 46 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L46_EXPERTS_MASTER), 33030144); /* layer 46 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 44); /* X44 is on the host: its slot takes X47 */
   layer46_forward(c, false);
+  rt_offload_store(c, 46, H(HX46), R(X46), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L47_DENSE_MASTER), 354336); /* layer 47 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L47_EXPERTS_MASTER), 33030144); /* layer 47 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 45); /* X45 is on the host: its slot takes X48 */
   layer47_forward(c, false);
+  rt_offload_store(c, 47, H(HX47), R(X47), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L48_DENSE_MASTER), 354336); /* layer 48 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L48_EXPERTS_MASTER), 33030144); /* layer 48 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 46); /* X46 is on the host: its slot takes X49 */
   layer48_forward(c, false);
+  rt_offload_store(c, 48, H(HX48), R(X48), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L49_DENSE_MASTER), 354336); /* layer 49 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L49_EXPERTS_MASTER), 33030144); /* layer 49 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 47); /* X47 is on the host: its slot takes X50 */
   layer49_forward(c, false);
+  rt_offload_store(c, 49, H(HX49), R(X49), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L50_DENSE_MASTER), 354336); /* layer 50 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L50_EXPERTS_MASTER), 33030144); /* layer 50 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 48); /* X48 is on the host: its slot takes X51 */
   layer50_forward(c, false);
+  rt_offload_store(c, 50, H(HX50), R(X50), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L51_DENSE_MASTER), 354336); /* layer 51 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L51_EXPERTS_MASTER), 33030144); /* layer 51 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 49); /* X49 is on the host: its slot takes X52 */
   layer51_forward(c, false);
+  rt_offload_store(c, 51, H(HX51), R(X51), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L52_DENSE_MASTER), 354336); /* layer 52 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L52_EXPERTS_MASTER), 33030144); /* layer 52 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 50); /* X50 is on the host: its slot takes X53 */
   layer52_forward(c, false);
+  rt_offload_store(c, 52, H(HX52), R(X52), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L53_DENSE_MASTER), 354336); /* layer 53 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L53_EXPERTS_MASTER), 33030144); /* layer 53 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 51); /* X51 is on the host: its slot takes X54 */
   layer53_forward(c, false);
+  rt_offload_store(c, 53, H(HX53), R(X53), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L54_DENSE_MASTER), 354336); /* layer 54 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L54_EXPERTS_MASTER), 33030144); /* layer 54 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 52); /* X52 is on the host: its slot takes X55 */
   layer54_forward(c, false);
+  rt_offload_store(c, 54, H(HX54), R(X54), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L55_DENSE_MASTER), 354336); /* layer 55 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L55_EXPERTS_MASTER), 33030144); /* layer 55 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 53); /* X53 is on the host: its slot takes X56 */
   layer55_forward(c, false);
+  rt_offload_store(c, 55, H(HX55), R(X55), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L56_DENSE_MASTER), 354336); /* layer 56 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L56_EXPERTS_MASTER), 33030144); /* layer 56 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 54); /* X54 is on the host: its slot takes X57 */
   layer56_forward(c, false);
+  rt_offload_store(c, 56, H(HX56), R(X56), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L57_DENSE_MASTER), 354336); /* layer 57 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L57_EXPERTS_MASTER), 33030144); /* layer 57 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 55); /* X55 is on the host: its slot takes X58 */
   layer57_forward(c, false);
+  rt_offload_store(c, 57, H(HX57), R(X57), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L58_DENSE_MASTER), 354336); /* layer 58 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L58_EXPERTS_MASTER), 33030144); /* layer 58 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 56); /* X56 is on the host: its slot takes X59 */
   layer58_forward(c, false);
+  rt_offload_store(c, 58, H(HX58), R(X58), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L59_DENSE_MASTER), 354336); /* layer 59 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L59_EXPERTS_MASTER), 33030144); /* layer 59 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 57); /* X57 is on the host: its slot takes X60 */
   layer59_forward(c, false);
+  rt_offload_store(c, 59, H(HX59), R(X59), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L60_DENSE_MASTER), 354336); /* layer 60 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L60_EXPERTS_MASTER), 33030144); /* layer 60 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 58); /* X58 is on the host: its slot takes X61 */
   layer60_forward(c, false);
+  rt_offload_store(c, 60, H(HX60), R(X60), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L61_DENSE_MASTER), 354336); /* layer 61 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L61_EXPERTS_MASTER), 33030144); /* layer 61 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 59); /* X59 is on the host: its slot takes X62 */
   layer61_forward(c, false);
+  rt_offload_store(c, 61, H(HX61), R(X61), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L62_DENSE_MASTER), 354336); /* layer 62 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L62_EXPERTS_MASTER), 33030144); /* layer 62 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 60); /* X60 is on the host: its slot takes X63 */
   layer62_forward(c, false);
+  rt_offload_store(c, 62, H(HX62), R(X62), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L63_DENSE_MASTER), 354336); /* layer 63 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L63_EXPERTS_MASTER), 33030144); /* layer 63 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 61); /* X61 is on the host: its slot takes X64 */
   layer63_forward(c, false);
+  rt_offload_store(c, 63, H(HX63), R(X63), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L64_DENSE_MASTER), 354336); /* layer 64 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L64_EXPERTS_MASTER), 33030144); /* layer 64 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 62); /* X62 is on the host: its slot takes X65 */
   layer64_forward(c, false);
+  rt_offload_store(c, 64, H(HX64), R(X64), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L65_DENSE_MASTER), 354336); /* layer 65 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L65_EXPERTS_MASTER), 33030144); /* layer 65 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 63); /* X63 is on the host: its slot takes X66 */
   layer65_forward(c, false);
+  rt_offload_store(c, 65, H(HX65), R(X65), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L66_DENSE_MASTER), 354336); /* layer 66 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L66_EXPERTS_MASTER), 33030144); /* layer 66 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 64); /* X64 is on the host: its slot takes X67 */
   layer66_forward(c, false);
+  rt_offload_store(c, 66, H(HX66), R(X66), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L67_DENSE_MASTER), 354336); /* layer 67 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L67_EXPERTS_MASTER), 33030144); /* layer 67 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 65); /* X65 is on the host: its slot takes X68 */
   layer67_forward(c, false);
+  rt_offload_store(c, 67, H(HX67), R(X67), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L68_DENSE_MASTER), 354336); /* layer 68 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L68_EXPERTS_MASTER), 33030144); /* layer 68 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 66); /* X66 is on the host: its slot takes X69 */
   layer68_forward(c, false);
+  rt_offload_store(c, 68, H(HX68), R(X68), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L69_DENSE_MASTER), 354336); /* layer 69 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L69_EXPERTS_MASTER), 33030144); /* layer 69 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 67); /* X67 is on the host: its slot takes X70 */
   layer69_forward(c, false);
+  rt_offload_store(c, 69, H(HX69), R(X69), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L70_DENSE_MASTER), 354336); /* layer 70 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L70_EXPERTS_MASTER), 33030144); /* layer 70 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 68); /* X68 is on the host: its slot takes X71 */
   layer70_forward(c, false);
+  rt_offload_store(c, 70, H(HX70), R(X70), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L71_DENSE_MASTER), 354336); /* layer 71 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L71_EXPERTS_MASTER), 33030144); /* layer 71 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 69); /* X69 is on the host: its slot takes X72 */
   layer71_forward(c, false);
+  rt_offload_store(c, 71, H(HX71), R(X71), 402653184); /* to the host while the next layers run */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L72_DENSE_MASTER), 354336); /* layer 72 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L72_EXPERTS_MASTER), 33030144); /* layer 72 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 70); /* X70 is on the host: its slot takes X73 */
   layer72_forward(c, false);
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L73_DENSE_MASTER), 354336); /* layer 73 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L73_EXPERTS_MASTER), 33030144); /* layer 73 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 71); /* X71 is on the host: its slot takes X74 */
   layer73_forward(c, false);
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(HEAD_MASTER), 4096016); /* head: 384 ranks x 4096016 */
   rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X74), W(0), 65536, 6144, EPS); /* model.norm */
@@ -7385,6 +7608,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L73_DENSE_MASTER), 354336); /* layer 73 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L73_EXPERTS_MASTER), 33030144); /* layer 73 experts: 96 ranks x 33030144 */
   layer73_forward(c, true); /* recompute from X73 (full checkpointing) */
+  rt_offload_load(c, 71, R(X71), H(HX71), 402653184); /* prefetch: X74's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer73_backward(c);
@@ -7396,6 +7620,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L72_DENSE_MASTER), 354336); /* layer 72 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L72_EXPERTS_MASTER), 33030144); /* layer 72 experts: 96 ranks x 33030144 */
   layer72_forward(c, true); /* recompute from X72 (full checkpointing) */
+  rt_offload_load(c, 70, R(X70), H(HX70), 402653184); /* prefetch: X73's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer72_backward(c);
@@ -7406,7 +7631,9 @@ void step_backward(RtCtx *c) {
   /* layer 71 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L71_DENSE_MASTER), 354336); /* layer 71 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L71_EXPERTS_MASTER), 33030144); /* layer 71 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 71); /* X71 is back */
   layer71_forward(c, true); /* recompute from X71 (full checkpointing) */
+  rt_offload_load(c, 69, R(X69), H(HX69), 402653184); /* prefetch: X72's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer71_backward(c);
@@ -7417,7 +7644,9 @@ void step_backward(RtCtx *c) {
   /* layer 70 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L70_DENSE_MASTER), 354336); /* layer 70 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L70_EXPERTS_MASTER), 33030144); /* layer 70 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 70); /* X70 is back */
   layer70_forward(c, true); /* recompute from X70 (full checkpointing) */
+  rt_offload_load(c, 68, R(X68), H(HX68), 402653184); /* prefetch: X71's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer70_backward(c);
@@ -7428,7 +7657,9 @@ void step_backward(RtCtx *c) {
   /* layer 69 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L69_DENSE_MASTER), 354336); /* layer 69 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L69_EXPERTS_MASTER), 33030144); /* layer 69 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 69); /* X69 is back */
   layer69_forward(c, true); /* recompute from X69 (full checkpointing) */
+  rt_offload_load(c, 67, R(X67), H(HX67), 402653184); /* prefetch: X70's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer69_backward(c);
@@ -7439,7 +7670,9 @@ void step_backward(RtCtx *c) {
   /* layer 68 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L68_DENSE_MASTER), 354336); /* layer 68 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L68_EXPERTS_MASTER), 33030144); /* layer 68 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 68); /* X68 is back */
   layer68_forward(c, true); /* recompute from X68 (full checkpointing) */
+  rt_offload_load(c, 66, R(X66), H(HX66), 402653184); /* prefetch: X69's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer68_backward(c);
@@ -7450,7 +7683,9 @@ void step_backward(RtCtx *c) {
   /* layer 67 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L67_DENSE_MASTER), 354336); /* layer 67 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L67_EXPERTS_MASTER), 33030144); /* layer 67 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 67); /* X67 is back */
   layer67_forward(c, true); /* recompute from X67 (full checkpointing) */
+  rt_offload_load(c, 65, R(X65), H(HX65), 402653184); /* prefetch: X68's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer67_backward(c);
@@ -7461,7 +7696,9 @@ void step_backward(RtCtx *c) {
   /* layer 66 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L66_DENSE_MASTER), 354336); /* layer 66 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L66_EXPERTS_MASTER), 33030144); /* layer 66 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 66); /* X66 is back */
   layer66_forward(c, true); /* recompute from X66 (full checkpointing) */
+  rt_offload_load(c, 64, R(X64), H(HX64), 402653184); /* prefetch: X67's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer66_backward(c);
@@ -7472,7 +7709,9 @@ void step_backward(RtCtx *c) {
   /* layer 65 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L65_DENSE_MASTER), 354336); /* layer 65 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L65_EXPERTS_MASTER), 33030144); /* layer 65 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 65); /* X65 is back */
   layer65_forward(c, true); /* recompute from X65 (full checkpointing) */
+  rt_offload_load(c, 63, R(X63), H(HX63), 402653184); /* prefetch: X66's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer65_backward(c);
@@ -7483,7 +7722,9 @@ void step_backward(RtCtx *c) {
   /* layer 64 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L64_DENSE_MASTER), 354336); /* layer 64 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L64_EXPERTS_MASTER), 33030144); /* layer 64 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 64); /* X64 is back */
   layer64_forward(c, true); /* recompute from X64 (full checkpointing) */
+  rt_offload_load(c, 62, R(X62), H(HX62), 402653184); /* prefetch: X65's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer64_backward(c);
@@ -7494,7 +7735,9 @@ void step_backward(RtCtx *c) {
   /* layer 63 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L63_DENSE_MASTER), 354336); /* layer 63 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L63_EXPERTS_MASTER), 33030144); /* layer 63 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 63); /* X63 is back */
   layer63_forward(c, true); /* recompute from X63 (full checkpointing) */
+  rt_offload_load(c, 61, R(X61), H(HX61), 402653184); /* prefetch: X64's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer63_backward(c);
@@ -7505,7 +7748,9 @@ void step_backward(RtCtx *c) {
   /* layer 62 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L62_DENSE_MASTER), 354336); /* layer 62 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L62_EXPERTS_MASTER), 33030144); /* layer 62 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 62); /* X62 is back */
   layer62_forward(c, true); /* recompute from X62 (full checkpointing) */
+  rt_offload_load(c, 60, R(X60), H(HX60), 402653184); /* prefetch: X63's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer62_backward(c);
@@ -7516,7 +7761,9 @@ void step_backward(RtCtx *c) {
   /* layer 61 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L61_DENSE_MASTER), 354336); /* layer 61 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L61_EXPERTS_MASTER), 33030144); /* layer 61 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 61); /* X61 is back */
   layer61_forward(c, true); /* recompute from X61 (full checkpointing) */
+  rt_offload_load(c, 59, R(X59), H(HX59), 402653184); /* prefetch: X62's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer61_backward(c);
@@ -7527,7 +7774,9 @@ void step_backward(RtCtx *c) {
   /* layer 60 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L60_DENSE_MASTER), 354336); /* layer 60 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L60_EXPERTS_MASTER), 33030144); /* layer 60 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 60); /* X60 is back */
   layer60_forward(c, true); /* recompute from X60 (full checkpointing) */
+  rt_offload_load(c, 58, R(X58), H(HX58), 402653184); /* prefetch: X61's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer60_backward(c);
@@ -7538,7 +7787,9 @@ void step_backward(RtCtx *c) {
   /* layer 59 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L59_DENSE_MASTER), 354336); /* layer 59 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L59_EXPERTS_MASTER), 33030144); /* layer 59 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 59); /* X59 is back */
   layer59_forward(c, true); /* recompute from X59 (full checkpointing) */
+  rt_offload_load(c, 57, R(X57), H(HX57), 402653184); /* prefetch: X60's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer59_backward(c);
@@ -7549,7 +7800,9 @@ void step_backward(RtCtx *c) {
   /* layer 58 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L58_DENSE_MASTER), 354336); /* layer 58 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L58_EXPERTS_MASTER), 33030144); /* layer 58 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 58); /* X58 is back */
   layer58_forward(c, true); /* recompute from X58 (full checkpointing) */
+  rt_offload_load(c, 56, R(X56), H(HX56), 402653184); /* prefetch: X59's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer58_backward(c);
@@ -7560,7 +7813,9 @@ void step_backward(RtCtx *c) {
   /* layer 57 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L57_DENSE_MASTER), 354336); /* layer 57 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L57_EXPERTS_MASTER), 33030144); /* layer 57 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 57); /* X57 is back */
   layer57_forward(c, true); /* recompute from X57 (full checkpointing) */
+  rt_offload_load(c, 55, R(X55), H(HX55), 402653184); /* prefetch: X58's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer57_backward(c);
@@ -7571,7 +7826,9 @@ void step_backward(RtCtx *c) {
   /* layer 56 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L56_DENSE_MASTER), 354336); /* layer 56 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L56_EXPERTS_MASTER), 33030144); /* layer 56 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 56); /* X56 is back */
   layer56_forward(c, true); /* recompute from X56 (full checkpointing) */
+  rt_offload_load(c, 54, R(X54), H(HX54), 402653184); /* prefetch: X57's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer56_backward(c);
@@ -7582,7 +7839,9 @@ void step_backward(RtCtx *c) {
   /* layer 55 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L55_DENSE_MASTER), 354336); /* layer 55 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L55_EXPERTS_MASTER), 33030144); /* layer 55 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 55); /* X55 is back */
   layer55_forward(c, true); /* recompute from X55 (full checkpointing) */
+  rt_offload_load(c, 53, R(X53), H(HX53), 402653184); /* prefetch: X56's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer55_backward(c);
@@ -7593,7 +7852,9 @@ void step_backward(RtCtx *c) {
   /* layer 54 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L54_DENSE_MASTER), 354336); /* layer 54 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L54_EXPERTS_MASTER), 33030144); /* layer 54 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 54); /* X54 is back */
   layer54_forward(c, true); /* recompute from X54 (full checkpointing) */
+  rt_offload_load(c, 52, R(X52), H(HX52), 402653184); /* prefetch: X55's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer54_backward(c);
@@ -7604,7 +7865,9 @@ void step_backward(RtCtx *c) {
   /* layer 53 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L53_DENSE_MASTER), 354336); /* layer 53 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L53_EXPERTS_MASTER), 33030144); /* layer 53 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 53); /* X53 is back */
   layer53_forward(c, true); /* recompute from X53 (full checkpointing) */
+  rt_offload_load(c, 51, R(X51), H(HX51), 402653184); /* prefetch: X54's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer53_backward(c);
@@ -7615,7 +7878,9 @@ void step_backward(RtCtx *c) {
   /* layer 52 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L52_DENSE_MASTER), 354336); /* layer 52 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L52_EXPERTS_MASTER), 33030144); /* layer 52 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 52); /* X52 is back */
   layer52_forward(c, true); /* recompute from X52 (full checkpointing) */
+  rt_offload_load(c, 50, R(X50), H(HX50), 402653184); /* prefetch: X53's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer52_backward(c);
@@ -7626,7 +7891,9 @@ void step_backward(RtCtx *c) {
   /* layer 51 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L51_DENSE_MASTER), 354336); /* layer 51 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L51_EXPERTS_MASTER), 33030144); /* layer 51 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 51); /* X51 is back */
   layer51_forward(c, true); /* recompute from X51 (full checkpointing) */
+  rt_offload_load(c, 49, R(X49), H(HX49), 402653184); /* prefetch: X52's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer51_backward(c);
@@ -7637,7 +7904,9 @@ void step_backward(RtCtx *c) {
   /* layer 50 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L50_DENSE_MASTER), 354336); /* layer 50 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L50_EXPERTS_MASTER), 33030144); /* layer 50 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 50); /* X50 is back */
   layer50_forward(c, true); /* recompute from X50 (full checkpointing) */
+  rt_offload_load(c, 48, R(X48), H(HX48), 402653184); /* prefetch: X51's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer50_backward(c);
@@ -7648,7 +7917,9 @@ void step_backward(RtCtx *c) {
   /* layer 49 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L49_DENSE_MASTER), 354336); /* layer 49 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L49_EXPERTS_MASTER), 33030144); /* layer 49 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 49); /* X49 is back */
   layer49_forward(c, true); /* recompute from X49 (full checkpointing) */
+  rt_offload_load(c, 47, R(X47), H(HX47), 402653184); /* prefetch: X50's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer49_backward(c);
@@ -7659,7 +7930,9 @@ void step_backward(RtCtx *c) {
   /* layer 48 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L48_DENSE_MASTER), 354336); /* layer 48 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L48_EXPERTS_MASTER), 33030144); /* layer 48 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 48); /* X48 is back */
   layer48_forward(c, true); /* recompute from X48 (full checkpointing) */
+  rt_offload_load(c, 46, R(X46), H(HX46), 402653184); /* prefetch: X49's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer48_backward(c);
@@ -7670,7 +7943,9 @@ void step_backward(RtCtx *c) {
   /* layer 47 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L47_DENSE_MASTER), 354336); /* layer 47 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L47_EXPERTS_MASTER), 33030144); /* layer 47 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 47); /* X47 is back */
   layer47_forward(c, true); /* recompute from X47 (full checkpointing) */
+  rt_offload_load(c, 45, R(X45), H(HX45), 402653184); /* prefetch: X48's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer47_backward(c);
@@ -7681,7 +7956,9 @@ void step_backward(RtCtx *c) {
   /* layer 46 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L46_DENSE_MASTER), 354336); /* layer 46 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L46_EXPERTS_MASTER), 33030144); /* layer 46 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 46); /* X46 is back */
   layer46_forward(c, true); /* recompute from X46 (full checkpointing) */
+  rt_offload_load(c, 44, R(X44), H(HX44), 402653184); /* prefetch: X47's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer46_backward(c);
@@ -7692,7 +7969,9 @@ void step_backward(RtCtx *c) {
   /* layer 45 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L45_DENSE_MASTER), 354336); /* layer 45 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L45_EXPERTS_MASTER), 33030144); /* layer 45 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 45); /* X45 is back */
   layer45_forward(c, true); /* recompute from X45 (full checkpointing) */
+  rt_offload_load(c, 43, R(X43), H(HX43), 402653184); /* prefetch: X46's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer45_backward(c);
@@ -7703,7 +7982,9 @@ void step_backward(RtCtx *c) {
   /* layer 44 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L44_DENSE_MASTER), 354336); /* layer 44 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L44_EXPERTS_MASTER), 33030144); /* layer 44 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 44); /* X44 is back */
   layer44_forward(c, true); /* recompute from X44 (full checkpointing) */
+  rt_offload_load(c, 42, R(X42), H(HX42), 402653184); /* prefetch: X45's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer44_backward(c);
@@ -7714,7 +7995,9 @@ void step_backward(RtCtx *c) {
   /* layer 43 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L43_DENSE_MASTER), 354336); /* layer 43 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L43_EXPERTS_MASTER), 33030144); /* layer 43 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 43); /* X43 is back */
   layer43_forward(c, true); /* recompute from X43 (full checkpointing) */
+  rt_offload_load(c, 41, R(X41), H(HX41), 402653184); /* prefetch: X44's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer43_backward(c);
@@ -7725,7 +8008,9 @@ void step_backward(RtCtx *c) {
   /* layer 42 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L42_DENSE_MASTER), 354336); /* layer 42 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L42_EXPERTS_MASTER), 33030144); /* layer 42 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 42); /* X42 is back */
   layer42_forward(c, true); /* recompute from X42 (full checkpointing) */
+  rt_offload_load(c, 40, R(X40), H(HX40), 402653184); /* prefetch: X43's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer42_backward(c);
@@ -7736,7 +8021,9 @@ void step_backward(RtCtx *c) {
   /* layer 41 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L41_DENSE_MASTER), 354336); /* layer 41 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L41_EXPERTS_MASTER), 33030144); /* layer 41 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 41); /* X41 is back */
   layer41_forward(c, true); /* recompute from X41 (full checkpointing) */
+  rt_offload_load(c, 39, R(X39), H(HX39), 402653184); /* prefetch: X42's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer41_backward(c);
@@ -7747,7 +8034,9 @@ void step_backward(RtCtx *c) {
   /* layer 40 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L40_DENSE_MASTER), 354336); /* layer 40 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L40_EXPERTS_MASTER), 33030144); /* layer 40 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 40); /* X40 is back */
   layer40_forward(c, true); /* recompute from X40 (full checkpointing) */
+  rt_offload_load(c, 38, R(X38), H(HX38), 402653184); /* prefetch: X41's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer40_backward(c);
@@ -7758,7 +8047,9 @@ void step_backward(RtCtx *c) {
   /* layer 39 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L39_DENSE_MASTER), 354336); /* layer 39 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L39_EXPERTS_MASTER), 33030144); /* layer 39 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 39); /* X39 is back */
   layer39_forward(c, true); /* recompute from X39 (full checkpointing) */
+  rt_offload_load(c, 37, R(X37), H(HX37), 402653184); /* prefetch: X40's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer39_backward(c);
@@ -7769,7 +8060,9 @@ void step_backward(RtCtx *c) {
   /* layer 38 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L38_DENSE_MASTER), 354336); /* layer 38 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L38_EXPERTS_MASTER), 33030144); /* layer 38 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 38); /* X38 is back */
   layer38_forward(c, true); /* recompute from X38 (full checkpointing) */
+  rt_offload_load(c, 36, R(X36), H(HX36), 402653184); /* prefetch: X39's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer38_backward(c);
@@ -7780,7 +8073,9 @@ void step_backward(RtCtx *c) {
   /* layer 37 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L37_DENSE_MASTER), 354336); /* layer 37 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L37_EXPERTS_MASTER), 33030144); /* layer 37 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 37); /* X37 is back */
   layer37_forward(c, true); /* recompute from X37 (full checkpointing) */
+  rt_offload_load(c, 35, R(X35), H(HX35), 402653184); /* prefetch: X38's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer37_backward(c);
@@ -7791,7 +8086,9 @@ void step_backward(RtCtx *c) {
   /* layer 36 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L36_DENSE_MASTER), 354336); /* layer 36 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L36_EXPERTS_MASTER), 33030144); /* layer 36 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 36); /* X36 is back */
   layer36_forward(c, true); /* recompute from X36 (full checkpointing) */
+  rt_offload_load(c, 34, R(X34), H(HX34), 402653184); /* prefetch: X37's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer36_backward(c);
@@ -7802,7 +8099,9 @@ void step_backward(RtCtx *c) {
   /* layer 35 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L35_DENSE_MASTER), 354336); /* layer 35 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L35_EXPERTS_MASTER), 33030144); /* layer 35 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 35); /* X35 is back */
   layer35_forward(c, true); /* recompute from X35 (full checkpointing) */
+  rt_offload_load(c, 33, R(X33), H(HX33), 402653184); /* prefetch: X36's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer35_backward(c);
@@ -7813,7 +8112,9 @@ void step_backward(RtCtx *c) {
   /* layer 34 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L34_DENSE_MASTER), 354336); /* layer 34 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L34_EXPERTS_MASTER), 33030144); /* layer 34 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 34); /* X34 is back */
   layer34_forward(c, true); /* recompute from X34 (full checkpointing) */
+  rt_offload_load(c, 32, R(X32), H(HX32), 402653184); /* prefetch: X35's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer34_backward(c);
@@ -7824,7 +8125,9 @@ void step_backward(RtCtx *c) {
   /* layer 33 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L33_DENSE_MASTER), 354336); /* layer 33 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L33_EXPERTS_MASTER), 33030144); /* layer 33 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 33); /* X33 is back */
   layer33_forward(c, true); /* recompute from X33 (full checkpointing) */
+  rt_offload_load(c, 31, R(X31), H(HX31), 402653184); /* prefetch: X34's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer33_backward(c);
@@ -7835,7 +8138,9 @@ void step_backward(RtCtx *c) {
   /* layer 32 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L32_DENSE_MASTER), 354336); /* layer 32 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L32_EXPERTS_MASTER), 33030144); /* layer 32 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 32); /* X32 is back */
   layer32_forward(c, true); /* recompute from X32 (full checkpointing) */
+  rt_offload_load(c, 30, R(X30), H(HX30), 402653184); /* prefetch: X33's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer32_backward(c);
@@ -7846,7 +8151,9 @@ void step_backward(RtCtx *c) {
   /* layer 31 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L31_DENSE_MASTER), 354336); /* layer 31 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L31_EXPERTS_MASTER), 33030144); /* layer 31 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 31); /* X31 is back */
   layer31_forward(c, true); /* recompute from X31 (full checkpointing) */
+  rt_offload_load(c, 29, R(X29), H(HX29), 402653184); /* prefetch: X32's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer31_backward(c);
@@ -7857,7 +8164,9 @@ void step_backward(RtCtx *c) {
   /* layer 30 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L30_DENSE_MASTER), 354336); /* layer 30 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L30_EXPERTS_MASTER), 33030144); /* layer 30 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 30); /* X30 is back */
   layer30_forward(c, true); /* recompute from X30 (full checkpointing) */
+  rt_offload_load(c, 28, R(X28), H(HX28), 402653184); /* prefetch: X31's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer30_backward(c);
@@ -7868,7 +8177,9 @@ void step_backward(RtCtx *c) {
   /* layer 29 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L29_DENSE_MASTER), 354336); /* layer 29 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L29_EXPERTS_MASTER), 33030144); /* layer 29 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 29); /* X29 is back */
   layer29_forward(c, true); /* recompute from X29 (full checkpointing) */
+  rt_offload_load(c, 27, R(X27), H(HX27), 402653184); /* prefetch: X30's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer29_backward(c);
@@ -7879,7 +8190,9 @@ void step_backward(RtCtx *c) {
   /* layer 28 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L28_DENSE_MASTER), 354336); /* layer 28 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L28_EXPERTS_MASTER), 33030144); /* layer 28 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 28); /* X28 is back */
   layer28_forward(c, true); /* recompute from X28 (full checkpointing) */
+  rt_offload_load(c, 26, R(X26), H(HX26), 402653184); /* prefetch: X29's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer28_backward(c);
@@ -7890,7 +8203,9 @@ void step_backward(RtCtx *c) {
   /* layer 27 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L27_DENSE_MASTER), 354336); /* layer 27 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L27_EXPERTS_MASTER), 33030144); /* layer 27 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 27); /* X27 is back */
   layer27_forward(c, true); /* recompute from X27 (full checkpointing) */
+  rt_offload_load(c, 25, R(X25), H(HX25), 402653184); /* prefetch: X28's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer27_backward(c);
@@ -7901,7 +8216,9 @@ void step_backward(RtCtx *c) {
   /* layer 26 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L26_DENSE_MASTER), 354336); /* layer 26 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L26_EXPERTS_MASTER), 33030144); /* layer 26 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 26); /* X26 is back */
   layer26_forward(c, true); /* recompute from X26 (full checkpointing) */
+  rt_offload_load(c, 24, R(X24), H(HX24), 402653184); /* prefetch: X27's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer26_backward(c);
@@ -7912,7 +8229,9 @@ void step_backward(RtCtx *c) {
   /* layer 25 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L25_DENSE_MASTER), 354336); /* layer 25 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L25_EXPERTS_MASTER), 33030144); /* layer 25 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 25); /* X25 is back */
   layer25_forward(c, true); /* recompute from X25 (full checkpointing) */
+  rt_offload_load(c, 23, R(X23), H(HX23), 402653184); /* prefetch: X26's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer25_backward(c);
@@ -7923,7 +8242,9 @@ void step_backward(RtCtx *c) {
   /* layer 24 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L24_DENSE_MASTER), 354336); /* layer 24 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L24_EXPERTS_MASTER), 33030144); /* layer 24 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 24); /* X24 is back */
   layer24_forward(c, true); /* recompute from X24 (full checkpointing) */
+  rt_offload_load(c, 22, R(X22), H(HX22), 402653184); /* prefetch: X25's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer24_backward(c);
@@ -7934,7 +8255,9 @@ void step_backward(RtCtx *c) {
   /* layer 23 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L23_DENSE_MASTER), 354336); /* layer 23 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L23_EXPERTS_MASTER), 33030144); /* layer 23 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 23); /* X23 is back */
   layer23_forward(c, true); /* recompute from X23 (full checkpointing) */
+  rt_offload_load(c, 21, R(X21), H(HX21), 402653184); /* prefetch: X24's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer23_backward(c);
@@ -7945,7 +8268,9 @@ void step_backward(RtCtx *c) {
   /* layer 22 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L22_DENSE_MASTER), 354336); /* layer 22 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L22_EXPERTS_MASTER), 33030144); /* layer 22 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 22); /* X22 is back */
   layer22_forward(c, true); /* recompute from X22 (full checkpointing) */
+  rt_offload_load(c, 20, R(X20), H(HX20), 402653184); /* prefetch: X23's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer22_backward(c);
@@ -7956,7 +8281,9 @@ void step_backward(RtCtx *c) {
   /* layer 21 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L21_DENSE_MASTER), 354336); /* layer 21 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L21_EXPERTS_MASTER), 33030144); /* layer 21 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 21); /* X21 is back */
   layer21_forward(c, true); /* recompute from X21 (full checkpointing) */
+  rt_offload_load(c, 19, R(X19), H(HX19), 402653184); /* prefetch: X22's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer21_backward(c);
@@ -7967,7 +8294,9 @@ void step_backward(RtCtx *c) {
   /* layer 20 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L20_DENSE_MASTER), 354336); /* layer 20 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L20_EXPERTS_MASTER), 33030144); /* layer 20 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 20); /* X20 is back */
   layer20_forward(c, true); /* recompute from X20 (full checkpointing) */
+  rt_offload_load(c, 18, R(X18), H(HX18), 402653184); /* prefetch: X21's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer20_backward(c);
@@ -7978,7 +8307,9 @@ void step_backward(RtCtx *c) {
   /* layer 19 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L19_DENSE_MASTER), 354336); /* layer 19 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L19_EXPERTS_MASTER), 33030144); /* layer 19 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 19); /* X19 is back */
   layer19_forward(c, true); /* recompute from X19 (full checkpointing) */
+  rt_offload_load(c, 17, R(X17), H(HX17), 402653184); /* prefetch: X20's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer19_backward(c);
@@ -7989,7 +8320,9 @@ void step_backward(RtCtx *c) {
   /* layer 18 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L18_DENSE_MASTER), 354336); /* layer 18 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L18_EXPERTS_MASTER), 33030144); /* layer 18 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 18); /* X18 is back */
   layer18_forward(c, true); /* recompute from X18 (full checkpointing) */
+  rt_offload_load(c, 16, R(X16), H(HX16), 402653184); /* prefetch: X19's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer18_backward(c);
@@ -8000,7 +8333,9 @@ void step_backward(RtCtx *c) {
   /* layer 17 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L17_DENSE_MASTER), 354336); /* layer 17 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L17_EXPERTS_MASTER), 33030144); /* layer 17 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 17); /* X17 is back */
   layer17_forward(c, true); /* recompute from X17 (full checkpointing) */
+  rt_offload_load(c, 15, R(X15), H(HX15), 402653184); /* prefetch: X18's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer17_backward(c);
@@ -8011,7 +8346,9 @@ void step_backward(RtCtx *c) {
   /* layer 16 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L16_DENSE_MASTER), 354336); /* layer 16 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L16_EXPERTS_MASTER), 33030144); /* layer 16 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 16); /* X16 is back */
   layer16_forward(c, true); /* recompute from X16 (full checkpointing) */
+  rt_offload_load(c, 14, R(X14), H(HX14), 402653184); /* prefetch: X17's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer16_backward(c);
@@ -8022,7 +8359,9 @@ void step_backward(RtCtx *c) {
   /* layer 15 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L15_DENSE_MASTER), 354336); /* layer 15 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L15_EXPERTS_MASTER), 33030144); /* layer 15 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 15); /* X15 is back */
   layer15_forward(c, true); /* recompute from X15 (full checkpointing) */
+  rt_offload_load(c, 13, R(X13), H(HX13), 402653184); /* prefetch: X16's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer15_backward(c);
@@ -8033,7 +8372,9 @@ void step_backward(RtCtx *c) {
   /* layer 14 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L14_DENSE_MASTER), 354336); /* layer 14 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L14_EXPERTS_MASTER), 33030144); /* layer 14 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 14); /* X14 is back */
   layer14_forward(c, true); /* recompute from X14 (full checkpointing) */
+  rt_offload_load(c, 12, R(X12), H(HX12), 402653184); /* prefetch: X15's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer14_backward(c);
@@ -8044,7 +8385,9 @@ void step_backward(RtCtx *c) {
   /* layer 13 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L13_DENSE_MASTER), 354336); /* layer 13 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L13_EXPERTS_MASTER), 33030144); /* layer 13 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 13); /* X13 is back */
   layer13_forward(c, true); /* recompute from X13 (full checkpointing) */
+  rt_offload_load(c, 11, R(X11), H(HX11), 402653184); /* prefetch: X14's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer13_backward(c);
@@ -8055,7 +8398,9 @@ void step_backward(RtCtx *c) {
   /* layer 12 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L12_DENSE_MASTER), 354336); /* layer 12 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L12_EXPERTS_MASTER), 33030144); /* layer 12 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 12); /* X12 is back */
   layer12_forward(c, true); /* recompute from X12 (full checkpointing) */
+  rt_offload_load(c, 10, R(X10), H(HX10), 402653184); /* prefetch: X13's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer12_backward(c);
@@ -8066,7 +8411,9 @@ void step_backward(RtCtx *c) {
   /* layer 11 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L11_DENSE_MASTER), 354336); /* layer 11 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L11_EXPERTS_MASTER), 33030144); /* layer 11 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 11); /* X11 is back */
   layer11_forward(c, true); /* recompute from X11 (full checkpointing) */
+  rt_offload_load(c, 9, R(X9), H(HX9), 402653184); /* prefetch: X12's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer11_backward(c);
@@ -8077,7 +8424,9 @@ void step_backward(RtCtx *c) {
   /* layer 10 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L10_DENSE_MASTER), 354336); /* layer 10 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L10_EXPERTS_MASTER), 33030144); /* layer 10 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 10); /* X10 is back */
   layer10_forward(c, true); /* recompute from X10 (full checkpointing) */
+  rt_offload_load(c, 8, R(X8), H(HX8), 402653184); /* prefetch: X11's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer10_backward(c);
@@ -8088,7 +8437,9 @@ void step_backward(RtCtx *c) {
   /* layer 9 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L9_DENSE_MASTER), 354336); /* layer 9 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L9_EXPERTS_MASTER), 33030144); /* layer 9 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 9); /* X9 is back */
   layer9_forward(c, true); /* recompute from X9 (full checkpointing) */
+  rt_offload_load(c, 7, R(X7), H(HX7), 402653184); /* prefetch: X10's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer9_backward(c);
@@ -8099,7 +8450,9 @@ void step_backward(RtCtx *c) {
   /* layer 8 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L8_DENSE_MASTER), 354336); /* layer 8 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L8_EXPERTS_MASTER), 33030144); /* layer 8 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 8); /* X8 is back */
   layer8_forward(c, true); /* recompute from X8 (full checkpointing) */
+  rt_offload_load(c, 6, R(X6), H(HX6), 402653184); /* prefetch: X9's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer8_backward(c);
@@ -8110,7 +8463,9 @@ void step_backward(RtCtx *c) {
   /* layer 7 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L7_DENSE_MASTER), 354336); /* layer 7 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L7_EXPERTS_MASTER), 33030144); /* layer 7 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 7); /* X7 is back */
   layer7_forward(c, true); /* recompute from X7 (full checkpointing) */
+  rt_offload_load(c, 5, R(X5), H(HX5), 402653184); /* prefetch: X8's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer7_backward(c);
@@ -8121,7 +8476,9 @@ void step_backward(RtCtx *c) {
   /* layer 6 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L6_DENSE_MASTER), 354336); /* layer 6 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L6_EXPERTS_MASTER), 33030144); /* layer 6 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 6); /* X6 is back */
   layer6_forward(c, true); /* recompute from X6 (full checkpointing) */
+  rt_offload_load(c, 4, R(X4), H(HX4), 402653184); /* prefetch: X7's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer6_backward(c);
@@ -8132,7 +8489,9 @@ void step_backward(RtCtx *c) {
   /* layer 5 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L5_DENSE_MASTER), 354336); /* layer 5 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L5_EXPERTS_MASTER), 33030144); /* layer 5 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 5); /* X5 is back */
   layer5_forward(c, true); /* recompute from X5 (full checkpointing) */
+  rt_offload_load(c, 3, R(X3), H(HX3), 402653184); /* prefetch: X6's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer5_backward(c);
@@ -8143,7 +8502,9 @@ void step_backward(RtCtx *c) {
   /* layer 4 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L4_DENSE_MASTER), 354336); /* layer 4 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L4_EXPERTS_MASTER), 33030144); /* layer 4 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 4); /* X4 is back */
   layer4_forward(c, true); /* recompute from X4 (full checkpointing) */
+  rt_offload_load(c, 2, R(X2), H(HX2), 402653184); /* prefetch: X5's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer4_backward(c);
@@ -8154,7 +8515,9 @@ void step_backward(RtCtx *c) {
   /* layer 3 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L3_DENSE_MASTER), 354336); /* layer 3 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L3_EXPERTS_MASTER), 33030144); /* layer 3 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 3); /* X3 is back */
   layer3_forward(c, true); /* recompute from X3 (full checkpointing) */
+  rt_offload_load(c, 1, R(X1), H(HX1), 402653184); /* prefetch: X4's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer3_backward(c);
@@ -8165,7 +8528,9 @@ void step_backward(RtCtx *c) {
   /* layer 2 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L2_DENSE_MASTER), 354336); /* layer 2 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L2_EXPERTS_MASTER), 33030144); /* layer 2 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 2); /* X2 is back */
   layer2_forward(c, true); /* recompute from X2 (full checkpointing) */
+  rt_offload_load(c, 0, R(X0), H(HX0), 402653184); /* prefetch: X3's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
   layer2_backward(c);
@@ -8176,6 +8541,7 @@ void step_backward(RtCtx *c) {
   /* layer 1 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L1_DENSE_MASTER), 354336); /* layer 1 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L1_EXPERTS_MASTER), 33030144); /* layer 1 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 1); /* X1 is back */
   layer1_forward(c, true); /* recompute from X1 (full checkpointing) */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);
@@ -8187,6 +8553,7 @@ void step_backward(RtCtx *c) {
   /* layer 0 */
   rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L0_DENSE_MASTER), 354336); /* layer 0 dense: 384 ranks x 354336 */
   rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L0_EXPERTS_MASTER), 33030144); /* layer 0 experts: 96 ranks x 33030144 */
+  rt_offload_wait(c, 0); /* X0 is back */
   layer0_forward(c, true); /* recompute from X0 (full checkpointing) */
   rt_zero(R(GRAD_DENSE), 136065024);
   rt_zero(R(GRAD_EXPERTS), 3170893824);

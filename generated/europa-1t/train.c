@@ -378,7 +378,16 @@ int main(int argc, char **argv) {
     }
   }
   if (!status && PLAN_EP > 1 && rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK) != 0) status = 2;
+  if (!status && HOST_ELEMS > 0 && !(c.host = rt_cuda_alloc_host((size_t)HOST_ELEMS * sizeof(real), err, sizeof err))) {
+    fprintf(stderr, "error: rank %d: activation offload: %s\n", c.comm.rank, err);
+    status = 2;
+  }
 #else
+  if (!status && HOST_ELEMS > 0 && !(c.host = calloc((size_t)HOST_ELEMS, sizeof(real)))) {
+    fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB host arena of activation offload\n", c.comm.rank,
+            (double)HOST_ELEMS * sizeof(real) / 1048576.0);
+    status = 2;
+  }
   c.arena = status ? NULL : calloc((size_t)ARENA_ELEMS, sizeof(real));
   if (!status && (!c.arena || (PLAN_EP > 1 && rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK) != 0))) {
     fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB arena; expected that much free memory\n",
@@ -386,6 +395,10 @@ int main(int argc, char **argv) {
     status = 2;
   }
 #endif
+  if (!status && rt_offload_init(OFFLOAD_IDS) != 0) {
+    fprintf(stderr, "error: rank %d: cannot create the streams and events of activation offload\n", c.comm.rank);
+    status = 2;
+  }
   if (status) {
     rt_comm_finalize(&c.comm);
     return status;
@@ -432,6 +445,10 @@ int main(int argc, char **argv) {
            MODEL_NAME, c.comm.world, PLAN_DP_REPLICATE, PLAN_FSDP, PLAN_EP, CHECKPOINT_POLICY, ACCUM, MICRO_BATCH,
            SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE,
            (double)ARENA_ELEMS * sizeof(real) / 1048576.0, a.data, (long long)data.ntokens);
+  if (rank0 && HOST_ELEMS > 0)
+    printf("activation offload: %d layer boundaries wait for the backward in a %.1f MiB host arena per rank (the plan's "
+           "host arena: %.1f MiB)\n", OFFLOAD_IDS, (double)HOST_ELEMS * sizeof(real) / 1048576.0,
+           PLAN_HOST_BYTES / 1048576.0);
 #ifdef MTC_BACKEND_CUDA
   size_t free_b = 0, total_b = 0;
   rt_cuda_mem_info(&free_b, &total_b);
@@ -530,7 +547,14 @@ int main(int argc, char **argv) {
   if (rank0 && timed)
     printf("throughput: %.0f tokens/s per rank over %ld steps (%.3f s per step); the plan predicted %.0f per GPU "
            "of its cluster\n", (double)GLOBAL_BATCH * SEQ_LEN * timed / seconds / c.comm.world, timed, seconds / timed,
-           PREDICTED_TOKENS_PER_S_PER_GPU);
+           (double)PREDICTED_TOKENS_PER_S_PER_GPU);
+#ifdef MTC_BACKEND_CUDA
+  rt_cuda_sync("the last step");
+  rt_cuda_mem_info(&free_b, &total_b);
+  if (rank0)
+    printf("memory: %.2f GiB of the GPU's %.2f GiB in use after the last step (arena, runtime scratch, cuBLAS and "
+           "NCCL buffers)\n", (double)(total_b - free_b) / 1073741824.0, (double)total_b / 1073741824.0);
+#endif
   if (mf && fclose(mf) != 0) fprintf(stderr, "warning: error writing %s\n", a.metrics);
 done:
   rt_data_close(&data);
@@ -538,11 +562,13 @@ done:
   free(muon_counts);
 #ifdef MTC_BACKEND_CUDA
   rt_cuda_free(c.arena);
+  rt_cuda_free_host(c.host);
   free(host_mirror);
   rt_comm_nccl_free();
   rt_cuda_teardown();
 #else
   free(c.arena);
+  free(c.host);
 #endif
   rt_comm_finalize(&c.comm);
   return status;

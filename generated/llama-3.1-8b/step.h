@@ -45,6 +45,8 @@
 #define ARENA_ELEMS 28704818176
 #define INPUTS 0
 #define TARGETS 8192
+#define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */
+#define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
 #define N_GROUPS 34
 #define N_TENSORS 291
 extern const RtGroup step_groups[N_GROUPS];

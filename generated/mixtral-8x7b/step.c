@@ -951,7 +951,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X1), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X1), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 1 (MoE), forward: X1 -> X2. With recompute, the backward re-runs it from the
@@ -979,7 +979,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X2), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X2), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 2 (MoE), forward: X2 -> X3. With recompute, the backward re-runs it from the
@@ -1007,7 +1007,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X3), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X3), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 3 (MoE), forward: X3 -> X4. With recompute, the backward re-runs it from the
@@ -1035,7 +1035,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X4), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X4), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 4 (MoE), forward: X4 -> X5. With recompute, the backward re-runs it from the
@@ -1063,7 +1063,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X5), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X5), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 5 (MoE), forward: X5 -> X6. With recompute, the backward re-runs it from the
@@ -1091,7 +1091,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X6), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X6), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 6 (MoE), forward: X6 -> X7. With recompute, the backward re-runs it from the
@@ -1119,7 +1119,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X7), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X7), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 7 (MoE), forward: X7 -> X8. With recompute, the backward re-runs it from the
@@ -1147,7 +1147,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X8), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X8), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 8 (MoE), forward: X8 -> X9. With recompute, the backward re-runs it from the
@@ -1175,7 +1175,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X9), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X9), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 9 (MoE), forward: X9 -> X10. With recompute, the backward re-runs it from the
@@ -1203,7 +1203,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X10), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X10), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 10 (MoE), forward: X10 -> X11. With recompute, the backward re-runs it from the
@@ -1231,7 +1231,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X11), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X11), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 11 (MoE), forward: X11 -> X12. With recompute, the backward re-runs it from the
@@ -1259,7 +1259,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X12), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X12), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 12 (MoE), forward: X12 -> X13. With recompute, the backward re-runs it from the
@@ -1287,7 +1287,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X13), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X13), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 13 (MoE), forward: X13 -> X14. With recompute, the backward re-runs it from the
@@ -1315,7 +1315,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X14), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X14), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 14 (MoE), forward: X14 -> X15. With recompute, the backward re-runs it from the
@@ -1343,7 +1343,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X15), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X15), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 15 (MoE), forward: X15 -> X16. With recompute, the backward re-runs it from the
@@ -1371,7 +1371,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X16), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X16), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 16 (MoE), forward: X16 -> X17. With recompute, the backward re-runs it from the
@@ -1399,7 +1399,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X17), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X17), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 17 (MoE), forward: X17 -> X18. With recompute, the backward re-runs it from the
@@ -1427,7 +1427,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X18), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X18), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 18 (MoE), forward: X18 -> X19. With recompute, the backward re-runs it from the
@@ -1455,7 +1455,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X19), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X19), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 19 (MoE), forward: X19 -> X20. With recompute, the backward re-runs it from the
@@ -1483,7 +1483,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X20), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X20), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 20 (MoE), forward: X20 -> X21. With recompute, the backward re-runs it from the
@@ -1511,7 +1511,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X21), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X21), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 21 (MoE), forward: X21 -> X22. With recompute, the backward re-runs it from the
@@ -1539,7 +1539,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X22), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X22), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 22 (MoE), forward: X22 -> X23. With recompute, the backward re-runs it from the
@@ -1567,7 +1567,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X23), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X23), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 23 (MoE), forward: X23 -> X24. With recompute, the backward re-runs it from the
@@ -1595,7 +1595,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X24), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X24), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 24 (MoE), forward: X24 -> X25. With recompute, the backward re-runs it from the
@@ -1623,7 +1623,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X25), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X25), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 25 (MoE), forward: X25 -> X26. With recompute, the backward re-runs it from the
@@ -1651,7 +1651,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X26), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X26), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 26 (MoE), forward: X26 -> X27. With recompute, the backward re-runs it from the
@@ -1679,7 +1679,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X27), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X27), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 27 (MoE), forward: X27 -> X28. With recompute, the backward re-runs it from the
@@ -1707,7 +1707,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X28), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X28), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 28 (MoE), forward: X28 -> X29. With recompute, the backward re-runs it from the
@@ -1735,7 +1735,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X29), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X29), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 29 (MoE), forward: X29 -> X30. With recompute, the backward re-runs it from the
@@ -1763,7 +1763,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X30), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X30), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 30 (MoE), forward: X30 -> X31. With recompute, the backward re-runs it from the
@@ -1791,7 +1791,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X31), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X31), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 31 (MoE), forward: X31 -> X32. With recompute, the backward re-runs it from the
@@ -1819,7 +1819,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_add(R(X32), R(WS_RES), R(WS_Y), 134217728); /* residual */
+  if (!recompute) rt_add(R(X32), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 31 (MoE), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients

@@ -45,6 +45,8 @@
 #define ARENA_ELEMS 20541280
 #define INPUTS 0
 #define TARGETS 512
+#define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */
+#define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
 #define N_GROUPS 10
 #define N_TENSORS 55
 extern const RtGroup step_groups[N_GROUPS];
