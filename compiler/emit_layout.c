@@ -130,7 +130,7 @@ void em_layout(Em *e) {
   for (int g = 0; g < e->ngroups; g++) {
     EmGroup *G = &e->groups[g];
     int64_t ranks = G->comm ? e->efsdp : e->fsdp;
-    G->full = round_up(G->elems, ranks);
+    G->full = round_up(G->elems, ranks * 4); /* shards of whole 16-byte vectors (cuda kernels) */
     G->shard = G->full / ranks;
     if (G->comm) max_expert = G->full > max_expert ? G->full : max_expert;
     else max_dense = G->full > max_dense ? G->full : max_dense;
@@ -148,9 +148,11 @@ void em_layout(Em *e) {
     buf(e, mem_printf(e->m, "%s_ADAM_M", n), G->shard, "AdamW first moment (fp32)");
     buf(e, mem_printf(e->m, "%s_ADAM_V", n), G->shard, "AdamW second moment (fp32)");
   }
-  buf(e, "GATHERED_DENSE", max_dense, "one dense group all-gathered (the largest)");
+  buf(e, "GATHERED_DENSE0", max_dense, "a dense group all-gathered (even units: embedding, odd layers)");
+  buf(e, "GATHERED_DENSE1", max_dense, "the next one, prefetched (odd units: even layers; the head if L is even)");
   buf(e, "GRAD_DENSE", max_dense, "its gradient before the reduce-scatter");
-  buf(e, "GATHERED_EXPERTS", max_expert, "this EP rank's experts of one layer, all-gathered");
+  buf(e, "GATHERED_EXPERTS0", max_expert, "this EP rank's experts of one layer, all-gathered (odd layers)");
+  buf(e, "GATHERED_EXPERTS1", max_expert, "the next layer's, prefetched (even layers)");
   buf(e, "GRAD_EXPERTS", max_expert, "their gradient before the reduce-scatter");
   buf(e, "MUON_WORK", e->muon_work, "Muon: a matrix's gathered gradient, its update and Newton-Schulz scratch");
   buf(e, "RS_OUT", max_shard, "a reduce-scatter's result, before it is added to the shard's gradient");

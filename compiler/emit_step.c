@@ -242,7 +242,7 @@ static void layer_backward(Em *e, int l, const char *dy, const char *dx) {
   if (moe) moe_backward(e, l, dy);
   else mlp_backward(e, l, dy);
   int64_t o = off(e, g, "post_attention_layernorm.weight");
-  P(e, "  memcpy(R(%s), R(%s), sizeof(real) * %lld); /* the residual passes the gradient through */\n", dx, dy, N * C);
+  P(e, "  rt_copy(R(%s), R(%s), %lld); /* the residual passes the gradient through */\n", dx, dy, N * C);
   P(e, "  rt_rmsnorm_backward(R(%s), DW(%lld), R(DLN), R(%s), W(%lld), R(%s), %lld, %lld);\n", dx, (long long)o,
     A(e, l, "RES", OTH), (long long)o, A(e, l, "RSTD2", OTH), N, C);
   o = off(e, g, "attn.o_proj.weight");
@@ -275,12 +275,37 @@ static void layer_backward(Em *e, int l, const char *dy, const char *dx) {
 
 /* ---- the schedule --------------------------------------------------------------------------- */
 
-static void gather(Em *e, int g) {
-  const EmGroup *G = &e->groups[g];
-  int64_t ranks = G->comm ? e->efsdp : e->fsdp;
-  P(e, "  rt_comm_all_gather(c->comm.%s, R(%s), R(%s_MASTER), %lld); /* %s: %lld ranks x %lld */\n",
-    G->comm ? "shard_comm" : "fsdp_comm", G->comm ? "GATHERED_EXPERTS" : "GATHERED_DENSE", G->cname,
-    (long long)G->shard, G->name, (long long)ranks, (long long)G->shard);
+/* Units of the schedule: 0 the embedding, 1..L the layers, L+1 the head. Unit u's groups are
+ * gathered into GATHERED_DENSE<u % 2> and GATHERED_EXPERTS<u % 2> (prefetch slots 2(u % 2) and
+ * 2(u % 2) + 1), so unit u+1's gather overlaps unit u's compute. */
+static void unit_groups(const Em *e, int u, int *gd, int *ge) {
+  *gd = u == 0 ? e->g_embed : u == e->L + 1 ? e->g_head : e->layer_dense[u - 1];
+  *ge = u >= 1 && u <= e->L ? e->layer_experts[u - 1] : -1;
+}
+
+/* Starts the all-gathers of unit u's groups (a prefetch: waited for in use_unit). */
+static void start_unit(Em *e, int u, const char *why) {
+  int gd, ge;
+  unit_groups(e, u, &gd, &ge);
+  for (int k = 0; k < 2; k++) {
+    int g = k ? ge : gd;
+    if (g < 0) continue;
+    const EmGroup *G = &e->groups[g];
+    int64_t ranks = G->comm ? e->efsdp : e->fsdp;
+    P(e, "  rt_comm_all_gather_start(c->comm.%s, R(%s%d), R(%s_MASTER), %lld, %d); /* %s: %lld ranks x %lld%s */\n",
+      G->comm ? "shard_comm" : "fsdp_comm", G->comm ? "GATHERED_EXPERTS" : "GATHERED_DENSE", u % 2, G->cname,
+      (long long)G->shard, 2 * (u % 2) + k, G->name, (long long)ranks, (long long)G->shard, why);
+  }
+}
+
+/* Waits for unit u's gathers and points W and WE at them. */
+static void use_unit(Em *e, int u) {
+  int gd, ge;
+  unit_groups(e, u, &gd, &ge);
+  P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * (u % 2));
+  if (ge >= 0) P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * (u % 2) + 1);
+  P(e, "  c->wd = R(GATHERED_DENSE%d)%s;\n", u % 2,
+    ge >= 0 ? mem_printf(e->m, ", c->we = R(GATHERED_EXPERTS%d)", u % 2) : "");
 }
 
 static void reduce_scatter(Em *e, int g) {
@@ -305,23 +330,26 @@ static void schedule(Em *e) {
   int L = (int)e->L;
   int gh = e->g_head;
   P(e, "\n/* ---- one micro-batch ---------------------------------------------------------------- */\n\n");
-  P(e, "/* Forward: embedding, layers 0-%d, final norm and loss. Each group of parameters is\n"
-       " * all-gathered right before use (MPI collectives block, so the plan's prefetch depth of\n"
-       " * %d has no effect on the cpu backend). Returns the mean cross-entropy of the micro-batch. */\n",
+  P(e, "/* Forward: embedding, layers 0-%d, final norm and loss. The next unit's parameters are\n"
+       " * all-gathered while this one computes (prefetch depth 1; the plan's is %d. The cpu\n"
+       " * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean\n"
+       " * cross-entropy of the micro-batch. */\n",
     L - 1, e->p->best.ch.prefetch);
   P(e, "real step_forward(RtCtx *c) {\n");
-  gather(e, e->g_embed);
+  start_unit(e, 0, "");
+  use_unit(e, 0);
+  start_unit(e, 1, ", prefetch");
   P(e, "  rt_embedding_forward(R(X0), I(INPUTS), W(0), %lld, %lld);\n", N, C);
   for (int l = 0; l < L; l++) {
-    gather(e, e->layer_dense[l]);
-    if (e->layer_experts[l] >= 0) gather(e, e->layer_experts[l]);
+    use_unit(e, l + 1);
+    start_unit(e, l + 2, ", prefetch");
     if (e->host_elems && l >= 2 && l - 2 <= L - 3)
       P(e, "  rt_offload_wait(c, %d); /* X%d is on the host: its slot takes X%d */\n", l - 2, l - 2, l + 1);
     P(e, "  layer%d_forward(c, false);\n", l);
     if (e->host_elems && l <= L - 3)
       P(e, "  rt_offload_store(c, %d, H(HX%d), R(X%d), %lld); /* to the host while the next layers run */\n", l, l, l, N * C);
   }
-  gather(e, gh);
+  use_unit(e, L + 1);
   P(e, "  rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X%d), W(%lld), %lld, %lld, EPS); /* model.norm */\n", L,
     (long long)off(e, gh, "norm.weight"), N, C);
   P(e, "  return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(%lld), I(TARGETS), %lld, %lld, %lld, %lld, R(CE));\n}\n",
@@ -331,6 +359,7 @@ static void schedule(Em *e) {
        " * as its layer is done, and added to this rank's shard (accumulation over micro-batches). */\n");
   P(e, "void step_backward(RtCtx *c) {\n");
   P(e, "  /* head (its parameters are still gathered from the forward) */\n");
+  start_unit(e, L, ", prefetch");
   zero_grads(e, gh);
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
   int64_t o = off(e, gh, "lm_head.weight");
@@ -345,8 +374,8 @@ static void schedule(Em *e) {
   const char *dy = "DX_A", *dx = "DX_B";
   for (int l = L - 1; l >= 0; l--) {
     P(e, "  /* layer %d */\n", l);
-    gather(e, e->layer_dense[l]);
-    if (e->layer_experts[l] >= 0) gather(e, e->layer_experts[l]);
+    use_unit(e, l + 1);
+    if (l > 0) start_unit(e, l, ", prefetch");
     if (e->host_elems && l <= L - 3) P(e, "  rt_offload_wait(c, %d); /* X%d is back */\n", l, l);
     if (e->ac != AC_NONE) P(e, "  layer%d_forward(c, true); /* recompute from X%d (%s checkpointing) */\n", l, l, plan_ac_name(e->ac));
     if (e->host_elems && l >= 2 && l - 2 <= L - 3)
@@ -475,9 +504,9 @@ static void body(Em *e, const char *spec_base) {
   P(e, "#include <stdbool.h>\n#include <string.h>\n\n#include \"mtrt_comm.h\"\n#include \"mtrt_ops.h\"\n#include \"step.h\"\n\n");
   P(e, "#define R(o) (c->arena + (o))                    /* real buffer at arena offset o */\n");
   P(e, "#define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */\n");
-  P(e, "#define W(o) (c->arena + GATHERED_DENSE + (o))   /* a gathered dense parameter */\n");
+  P(e, "#define W(o) (c->wd + (o))                      /* a gathered dense parameter */\n");
   P(e, "#define DW(o) (c->arena + GRAD_DENSE + (o))      /* its gradient */\n");
-  P(e, "#define WE(o) (c->arena + GATHERED_EXPERTS + (o)) /* a gathered expert parameter */\n");
+  P(e, "#define WE(o) (c->we + (o))                     /* a gathered expert parameter */\n");
   P(e, "#define DWE(o) (c->arena + GRAD_EXPERTS + (o))   /* its gradient */\n");
   P(e, "#define EPS ((real)1e-5)                          /* RMSNorm epsilon */\n");
   if (e->offload) P(e, "#define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */\n");

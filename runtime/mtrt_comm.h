@@ -48,6 +48,12 @@ void rt_comm_finalize(RtComm *c);
 
 /* out (g × count values, rank order) = every rank's in (count values) in group comm. */
 void rt_comm_all_gather(MPI_Comm comm, real *out, const real *in, size_t count);
+/* Prefetch: the same all-gather, started now and waited for later, so that it overlaps the
+ * compute in between (the next layer's parameters while this layer runs). slot (0-3) names it
+ * in rt_comm_all_gather_wait, after which out may be read. The cpu backend's MPI all-gather
+ * blocks, so there start does all the work and wait nothing. */
+void rt_comm_all_gather_start(MPI_Comm comm, real *out, const real *in, size_t count, int slot);
+void rt_comm_all_gather_wait(int slot);
 /* out (count) = Σ over ranks of in[rank × count .. +count) (in: g × count values). */
 void rt_comm_reduce_scatter(MPI_Comm comm, real *out, const real *in, size_t count);
 /* The same with bf16 on the wire and fp32 accumulation, as the reference run reduces gradients:

@@ -25,6 +25,8 @@
 void rt_add(real *out, const real *a, const real *b, size_t n);
 void rt_accumulate(real *acc, const real *x, size_t n);
 void rt_zero(real *x, size_t n);
+/* dst = src, n values (not overlapping). */
+void rt_copy(real *dst, const real *src, size_t n);
 
 /* out (N,C) = wte[tok[n]] with wte (V,C). Token ids must be in [0, V) (the data loader checks). */
 void rt_embedding_forward(real *out, const int32_t *tok, const real *wte, int N, int C);

@@ -93,6 +93,8 @@ typedef struct {
   RtComm comm;
   real *arena;
   real *host;     /* the host arena (activation offload; HOST_ELEMS), or NULL */
+  real *wd, *we;  /* the gathered dense and expert parameters of the layer computing now (one of
+                     two buffers each: the other receives the next layer's, prefetched) */
   RtA2A a2a;      /* MoE all-to-all counts (ep > 1) */
   real dloss;     /* weight of this micro-batch's loss in the step's objective: 1 / (accum × world) */
   double aux_loss;/* load-balancing loss added by the forward (summed over MoE layers) */

@@ -399,6 +399,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "error: rank %d: cannot create the streams and events of activation offload\n", c.comm.rank);
     status = 2;
   }
+  MPI_Allreduce(MPI_IN_PLACE, &status, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD); /* one rank's failure stops all */
   if (status) {
     rt_comm_finalize(&c.comm);
     return status;

@@ -14,9 +14,9 @@
 
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
-#define W(o) (c->arena + GATHERED_DENSE + (o))   /* a gathered dense parameter */
+#define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->arena + GRAD_DENSE + (o))      /* its gradient */
-#define WE(o) (c->arena + GATHERED_EXPERTS + (o)) /* a gathered expert parameter */
+#define WE(o) (c->we + (o))                     /* a gathered expert parameter */
 #define DWE(o) (c->arena + GRAD_EXPERTS + (o))   /* its gradient */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 #define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
@@ -622,68 +622,70 @@
 #define HEAD_GRAD                9902417168 /*    4096016: its gradient, accumulated over micro-batches */
 #define HEAD_ADAM_M              9906513184 /*    4096016: AdamW first moment (fp32) */
 #define HEAD_ADAM_V              9910609200 /*    4096016: AdamW second moment (fp32) */
-#define GATHERED_DENSE           9914705216 /* 1572870144: one dense group all-gathered (the largest) */
-#define GRAD_DENSE              11487575360 /* 1572870144: its gradient before the reduce-scatter */
-#define GATHERED_EXPERTS        13060445504 /* 3170893824: this EP rank's experts of one layer, all-gathered */
-#define GRAD_EXPERTS            16231339328 /* 3170893824: their gradient before the reduce-scatter */
-#define RS_OUT                  19628725568 /*   33030144: a reduce-scatter's result, before it is added to the shard's gradient */
-#define RS_WIRE                 19661755712 /* 3170893824: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
-#define XSLOT0                  22832649536 /*  402653184: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                  23235302720 /*  402653184: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                  23637955904 /*  402653184: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  24040609088 /*  402653184: attention norm output */
-#define WS_RSTD1                24443262272 /*      65536: its 1/rms per token */
-#define WS_Q                    24443327808 /*  402653184: queries (rotated) */
-#define WS_K                    24845980992 /*  134217728: keys (rotated) */
-#define WS_V                    24980198720 /*  134217728: values */
-#define WS_ATT                  25114416448 /*  402653184: attention output */
-#define WS_LSE                  25517069632 /*    3145728: attention log-sum-exp per head and query */
-#define WS_RES                  25520215360 /*  402653184: residual stream after attention */
-#define WS_LN2                  25922868544 /*  402653184: mlp norm output */
-#define WS_RSTD2                26325521728 /*      65536: its 1/rms per token */
-#define WS_LOGITS               26325587264 /*   25165824: router logits */
-#define WS_IDX                  26350753088 /*     524288: selected experts (int32) */
-#define WS_WTS                  26351277376 /*     524288: their weights */
-#define WS_POS                  26351801664 /*     524288: row of each assignment in expert order (int32) */
-#define WS_OFFSETS              26352325952 /*        385: first row of each expert (int32) */
-#define WS_XP                   26352326352 /* 3221225472: token copies in expert order */
-#define WS_YP                   29573551824 /* 3221225472: expert outputs in that order */
-#define WS_XE                   32794777296 /* 12884901888: rows this rank's experts received (dropless: up to ep x tokens x top_k) */
-#define WS_YE                   45679679184 /* 12884901888: their outputs, before going back */
-#define WS_EOFF                 58564581072 /*         97: first received row of each local expert (int32) */
-#define WS_EG                   58564581184 /* 3758096384: routed experts' gate */
-#define WS_EU                   62322677568 /* 3758096384: routed experts' up */
-#define WS_EH                   66080773952 /* 3758096384: routed experts' activation */
-#define WS_SG                   69838870336 /*  117440512: shared experts' gate */
-#define WS_SU                   69956310848 /*  117440512: shared experts' up */
-#define WS_SH                   70073751360 /*  117440512: shared experts' activation */
-#define WS_Y                    70191191872 /*  402653184: a block's output before the residual add */
-#define WS_Y2                   70593845056 /*  402653184: shared experts' output */
-#define DX_A                    70996498240 /*  402653184: gradient of the residual stream (even layers' output) */
-#define DX_B                    71399151424 /*  402653184: gradient of the residual stream (odd layers' output) */
-#define DLN                     71801804608 /*  402653184: gradient of a norm's output */
-#define DATT                    72204457792 /*  402653184: gradient of the attention output */
-#define DQ                      72607110976 /*  402653184: gradient of the queries */
-#define DK                      73009764160 /*  134217728: gradient of the keys */
-#define DV                      73143981888 /*  134217728: gradient of the values */
-#define DLOGITS                 73278199616 /*   25165824: gradient of the router logits */
-#define DWTS                    73303365440 /*     524288: gradient of the routing weights */
-#define DYP                     73303889728 /* 3221225472: gradient of the expert outputs */
-#define DXP                     76525115200 /* 3221225472: gradient of the token copies */
-#define DYE                     79746340672 /* 12884901888: gradient of the received rows' outputs */
-#define DXE                     92631242560 /* 12884901888: gradient of the received rows */
-#define A2A                    105516144448 /* 12884901888: all-to-all staging (source-rank order) */
-#define EDG                    118401046336 /* 3758096384: routed experts' gate gradient */
-#define EDU                    122159142720 /* 3758096384: routed experts' up gradient */
-#define EDH                    125917239104 /* 3758096384: routed experts' activation gradient */
-#define DSG                    129675335488 /*  117440512: shared experts' gate gradient */
-#define DSU                    129792776000 /*  117440512: shared experts' up gradient */
-#define DSH                    129910216512 /*  117440512: shared experts' activation gradient */
-#define AUX                    130027657024 /*       1152: load-balancing loss scratch */
-#define LNF                    130027658176 /*  402653184: final norm output */
-#define RSTDF                  130430311360 /*      65536: its 1/rms per token */
-#define LSEF                   130430376896 /*      65536: log-sum-exp of each token's logits */
-#define CE                     130430442432 /*  268435456: logits of one vocabulary chunk */
+#define GATHERED_DENSE0          9914705216 /* 1572870144: a dense group all-gathered (even units: embedding, odd layers) */
+#define GATHERED_DENSE1         11487575360 /* 1572870144: the next one, prefetched (odd units: even layers; the head if L is even) */
+#define GRAD_DENSE              13060445504 /* 1572870144: its gradient before the reduce-scatter */
+#define GATHERED_EXPERTS0       14633315648 /* 3170893824: this EP rank's experts of one layer, all-gathered (odd layers) */
+#define GATHERED_EXPERTS1       17804209472 /* 3170893824: the next layer's, prefetched (even layers) */
+#define GRAD_EXPERTS            20975103296 /* 3170893824: their gradient before the reduce-scatter */
+#define RS_OUT                  24372489536 /*   33030144: a reduce-scatter's result, before it is added to the shard's gradient */
+#define RS_WIRE                 24405519680 /* 3170893824: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
+#define XSLOT0                  27576413504 /*  402653184: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                  27979066688 /*  402653184: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                  28381719872 /*  402653184: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                  28784373056 /*  402653184: attention norm output */
+#define WS_RSTD1                29187026240 /*      65536: its 1/rms per token */
+#define WS_Q                    29187091776 /*  402653184: queries (rotated) */
+#define WS_K                    29589744960 /*  134217728: keys (rotated) */
+#define WS_V                    29723962688 /*  134217728: values */
+#define WS_ATT                  29858180416 /*  402653184: attention output */
+#define WS_LSE                  30260833600 /*    3145728: attention log-sum-exp per head and query */
+#define WS_RES                  30263979328 /*  402653184: residual stream after attention */
+#define WS_LN2                  30666632512 /*  402653184: mlp norm output */
+#define WS_RSTD2                31069285696 /*      65536: its 1/rms per token */
+#define WS_LOGITS               31069351232 /*   25165824: router logits */
+#define WS_IDX                  31094517056 /*     524288: selected experts (int32) */
+#define WS_WTS                  31095041344 /*     524288: their weights */
+#define WS_POS                  31095565632 /*     524288: row of each assignment in expert order (int32) */
+#define WS_OFFSETS              31096089920 /*        385: first row of each expert (int32) */
+#define WS_XP                   31096090320 /* 3221225472: token copies in expert order */
+#define WS_YP                   34317315792 /* 3221225472: expert outputs in that order */
+#define WS_XE                   37538541264 /* 12884901888: rows this rank's experts received (dropless: up to ep x tokens x top_k) */
+#define WS_YE                   50423443152 /* 12884901888: their outputs, before going back */
+#define WS_EOFF                 63308345040 /*         97: first received row of each local expert (int32) */
+#define WS_EG                   63308345152 /* 3758096384: routed experts' gate */
+#define WS_EU                   67066441536 /* 3758096384: routed experts' up */
+#define WS_EH                   70824537920 /* 3758096384: routed experts' activation */
+#define WS_SG                   74582634304 /*  117440512: shared experts' gate */
+#define WS_SU                   74700074816 /*  117440512: shared experts' up */
+#define WS_SH                   74817515328 /*  117440512: shared experts' activation */
+#define WS_Y                    74934955840 /*  402653184: a block's output before the residual add */
+#define WS_Y2                   75337609024 /*  402653184: shared experts' output */
+#define DX_A                    75740262208 /*  402653184: gradient of the residual stream (even layers' output) */
+#define DX_B                    76142915392 /*  402653184: gradient of the residual stream (odd layers' output) */
+#define DLN                     76545568576 /*  402653184: gradient of a norm's output */
+#define DATT                    76948221760 /*  402653184: gradient of the attention output */
+#define DQ                      77350874944 /*  402653184: gradient of the queries */
+#define DK                      77753528128 /*  134217728: gradient of the keys */
+#define DV                      77887745856 /*  134217728: gradient of the values */
+#define DLOGITS                 78021963584 /*   25165824: gradient of the router logits */
+#define DWTS                    78047129408 /*     524288: gradient of the routing weights */
+#define DYP                     78047653696 /* 3221225472: gradient of the expert outputs */
+#define DXP                     81268879168 /* 3221225472: gradient of the token copies */
+#define DYE                     84490104640 /* 12884901888: gradient of the received rows' outputs */
+#define DXE                     97375006528 /* 12884901888: gradient of the received rows */
+#define A2A                    110259908416 /* 12884901888: all-to-all staging (source-rank order) */
+#define EDG                    123144810304 /* 3758096384: routed experts' gate gradient */
+#define EDU                    126902906688 /* 3758096384: routed experts' up gradient */
+#define EDH                    130661003072 /* 3758096384: routed experts' activation gradient */
+#define DSG                    134419099456 /*  117440512: shared experts' gate gradient */
+#define DSU                    134536539968 /*  117440512: shared experts' up gradient */
+#define DSH                    134653980480 /*  117440512: shared experts' activation gradient */
+#define AUX                    134771420992 /*       1152: load-balancing loss scratch */
+#define LNF                    134771422144 /*  402653184: final norm output */
+#define RSTDF                  135174075328 /*      65536: its 1/rms per token */
+#define LSEF                   135174140864 /*      65536: log-sum-exp of each token's logits */
+#define CE                     135174206400 /*  268435456: logits of one vocabulary chunk */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-71 go to the
  * host arena after their layer's forward and come back two layers before their backward. */
@@ -4277,7 +4279,7 @@ static void layer73_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4317,7 +4319,7 @@ static void layer72_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4357,7 +4359,7 @@ static void layer71_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4397,7 +4399,7 @@ static void layer70_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4437,7 +4439,7 @@ static void layer69_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4477,7 +4479,7 @@ static void layer68_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4517,7 +4519,7 @@ static void layer67_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4557,7 +4559,7 @@ static void layer66_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4597,7 +4599,7 @@ static void layer65_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4637,7 +4639,7 @@ static void layer64_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4677,7 +4679,7 @@ static void layer63_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4717,7 +4719,7 @@ static void layer62_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4757,7 +4759,7 @@ static void layer61_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4797,7 +4799,7 @@ static void layer60_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4837,7 +4839,7 @@ static void layer59_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4877,7 +4879,7 @@ static void layer58_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4917,7 +4919,7 @@ static void layer57_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4957,7 +4959,7 @@ static void layer56_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -4997,7 +4999,7 @@ static void layer55_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5037,7 +5039,7 @@ static void layer54_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5077,7 +5079,7 @@ static void layer53_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5117,7 +5119,7 @@ static void layer52_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5157,7 +5159,7 @@ static void layer51_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5197,7 +5199,7 @@ static void layer50_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5237,7 +5239,7 @@ static void layer49_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5277,7 +5279,7 @@ static void layer48_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5317,7 +5319,7 @@ static void layer47_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5357,7 +5359,7 @@ static void layer46_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5397,7 +5399,7 @@ static void layer45_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5437,7 +5439,7 @@ static void layer44_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5477,7 +5479,7 @@ static void layer43_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5517,7 +5519,7 @@ static void layer42_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5557,7 +5559,7 @@ static void layer41_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5597,7 +5599,7 @@ static void layer40_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5637,7 +5639,7 @@ static void layer39_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5677,7 +5679,7 @@ static void layer38_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5717,7 +5719,7 @@ static void layer37_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5757,7 +5759,7 @@ static void layer36_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5797,7 +5799,7 @@ static void layer35_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5837,7 +5839,7 @@ static void layer34_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5877,7 +5879,7 @@ static void layer33_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5917,7 +5919,7 @@ static void layer32_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5957,7 +5959,7 @@ static void layer31_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -5997,7 +5999,7 @@ static void layer30_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6037,7 +6039,7 @@ static void layer29_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6077,7 +6079,7 @@ static void layer28_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6117,7 +6119,7 @@ static void layer27_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6157,7 +6159,7 @@ static void layer26_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6197,7 +6199,7 @@ static void layer25_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6237,7 +6239,7 @@ static void layer24_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6277,7 +6279,7 @@ static void layer23_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6317,7 +6319,7 @@ static void layer22_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6357,7 +6359,7 @@ static void layer21_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6397,7 +6399,7 @@ static void layer20_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6437,7 +6439,7 @@ static void layer19_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6477,7 +6479,7 @@ static void layer18_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6517,7 +6519,7 @@ static void layer17_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6557,7 +6559,7 @@ static void layer16_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6597,7 +6599,7 @@ static void layer15_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6637,7 +6639,7 @@ static void layer14_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6677,7 +6679,7 @@ static void layer13_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6717,7 +6719,7 @@ static void layer12_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6757,7 +6759,7 @@ static void layer11_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6797,7 +6799,7 @@ static void layer10_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6837,7 +6839,7 @@ static void layer9_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6877,7 +6879,7 @@ static void layer8_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6917,7 +6919,7 @@ static void layer7_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6957,7 +6959,7 @@ static void layer6_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -6997,7 +6999,7 @@ static void layer5_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -7037,7 +7039,7 @@ static void layer4_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -7077,7 +7079,7 @@ static void layer3_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -7117,7 +7119,7 @@ static void layer2_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -7157,7 +7159,7 @@ static void layer1_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_B), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -7197,7 +7199,7 @@ static void layer0_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(100675584), NULL, R(DLOGITS), R(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 402653184); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(100669440), R(DLN), R(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(R(DATT), 402653184);
   rt_matmul_backward(R(DATT), DW(62920704), NULL, R(DX_A), R(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
@@ -7216,379 +7218,606 @@ static void layer0_backward(RtCtx *c) {
 
 /* ---- one micro-batch ---------------------------------------------------------------- */
 
-/* Forward: embedding, layers 0-73, final norm and loss. Each group of parameters is
- * all-gathered right before use (MPI collectives block, so the plan's prefetch depth of
- * 1 has no effect on the cpu backend). Returns the mean cross-entropy of the micro-batch. */
+/* Forward: embedding, layers 0-73, final norm and loss. The next unit's parameters are
+ * all-gathered while this one computes (prefetch depth 1; the plan's is 1. The cpu
+ * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean
+ * cross-entropy of the micro-batch. */
 real step_forward(RtCtx *c) {
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(EMBED_MASTER), 4096000); /* embedding: 384 ranks x 4096000 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(EMBED_MASTER), 4096000, 0); /* embedding: 384 ranks x 4096000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 354336, 2); /* layer 0 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 33030144, 3); /* layer 0 experts: 96 ranks x 33030144, prefetch */
   rt_embedding_forward(R(X0), I(INPUTS), W(0), 65536, 6144);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L0_DENSE_MASTER), 354336); /* layer 0 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L0_EXPERTS_MASTER), 33030144); /* layer 0 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 354336, 0); /* layer 1 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 33030144, 1); /* layer 1 experts: 96 ranks x 33030144, prefetch */
   layer0_forward(c, false);
   rt_offload_store(c, 0, H(HX0), R(X0), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L1_DENSE_MASTER), 354336); /* layer 1 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L1_EXPERTS_MASTER), 33030144); /* layer 1 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 354336, 2); /* layer 2 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 33030144, 3); /* layer 2 experts: 96 ranks x 33030144, prefetch */
   layer1_forward(c, false);
   rt_offload_store(c, 1, H(HX1), R(X1), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L2_DENSE_MASTER), 354336); /* layer 2 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L2_EXPERTS_MASTER), 33030144); /* layer 2 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 354336, 0); /* layer 3 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 33030144, 1); /* layer 3 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 0); /* X0 is on the host: its slot takes X3 */
   layer2_forward(c, false);
   rt_offload_store(c, 2, H(HX2), R(X2), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L3_DENSE_MASTER), 354336); /* layer 3 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L3_EXPERTS_MASTER), 33030144); /* layer 3 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 354336, 2); /* layer 4 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_MASTER), 33030144, 3); /* layer 4 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 1); /* X1 is on the host: its slot takes X4 */
   layer3_forward(c, false);
   rt_offload_store(c, 3, H(HX3), R(X3), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L4_DENSE_MASTER), 354336); /* layer 4 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L4_EXPERTS_MASTER), 33030144); /* layer 4 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 354336, 0); /* layer 5 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_MASTER), 33030144, 1); /* layer 5 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 2); /* X2 is on the host: its slot takes X5 */
   layer4_forward(c, false);
   rt_offload_store(c, 4, H(HX4), R(X4), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L5_DENSE_MASTER), 354336); /* layer 5 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L5_EXPERTS_MASTER), 33030144); /* layer 5 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 354336, 2); /* layer 6 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_MASTER), 33030144, 3); /* layer 6 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 3); /* X3 is on the host: its slot takes X6 */
   layer5_forward(c, false);
   rt_offload_store(c, 5, H(HX5), R(X5), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L6_DENSE_MASTER), 354336); /* layer 6 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L6_EXPERTS_MASTER), 33030144); /* layer 6 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 354336, 0); /* layer 7 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_MASTER), 33030144, 1); /* layer 7 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 4); /* X4 is on the host: its slot takes X7 */
   layer6_forward(c, false);
   rt_offload_store(c, 6, H(HX6), R(X6), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L7_DENSE_MASTER), 354336); /* layer 7 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L7_EXPERTS_MASTER), 33030144); /* layer 7 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 354336, 2); /* layer 8 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_MASTER), 33030144, 3); /* layer 8 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 5); /* X5 is on the host: its slot takes X8 */
   layer7_forward(c, false);
   rt_offload_store(c, 7, H(HX7), R(X7), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L8_DENSE_MASTER), 354336); /* layer 8 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L8_EXPERTS_MASTER), 33030144); /* layer 8 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 354336, 0); /* layer 9 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_MASTER), 33030144, 1); /* layer 9 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 6); /* X6 is on the host: its slot takes X9 */
   layer8_forward(c, false);
   rt_offload_store(c, 8, H(HX8), R(X8), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L9_DENSE_MASTER), 354336); /* layer 9 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L9_EXPERTS_MASTER), 33030144); /* layer 9 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 354336, 2); /* layer 10 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_MASTER), 33030144, 3); /* layer 10 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 7); /* X7 is on the host: its slot takes X10 */
   layer9_forward(c, false);
   rt_offload_store(c, 9, H(HX9), R(X9), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L10_DENSE_MASTER), 354336); /* layer 10 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L10_EXPERTS_MASTER), 33030144); /* layer 10 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 354336, 0); /* layer 11 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_MASTER), 33030144, 1); /* layer 11 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 8); /* X8 is on the host: its slot takes X11 */
   layer10_forward(c, false);
   rt_offload_store(c, 10, H(HX10), R(X10), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L11_DENSE_MASTER), 354336); /* layer 11 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L11_EXPERTS_MASTER), 33030144); /* layer 11 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 354336, 2); /* layer 12 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_MASTER), 33030144, 3); /* layer 12 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 9); /* X9 is on the host: its slot takes X12 */
   layer11_forward(c, false);
   rt_offload_store(c, 11, H(HX11), R(X11), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L12_DENSE_MASTER), 354336); /* layer 12 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L12_EXPERTS_MASTER), 33030144); /* layer 12 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 354336, 0); /* layer 13 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_MASTER), 33030144, 1); /* layer 13 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 10); /* X10 is on the host: its slot takes X13 */
   layer12_forward(c, false);
   rt_offload_store(c, 12, H(HX12), R(X12), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L13_DENSE_MASTER), 354336); /* layer 13 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L13_EXPERTS_MASTER), 33030144); /* layer 13 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 354336, 2); /* layer 14 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_MASTER), 33030144, 3); /* layer 14 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 11); /* X11 is on the host: its slot takes X14 */
   layer13_forward(c, false);
   rt_offload_store(c, 13, H(HX13), R(X13), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L14_DENSE_MASTER), 354336); /* layer 14 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L14_EXPERTS_MASTER), 33030144); /* layer 14 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 354336, 0); /* layer 15 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_MASTER), 33030144, 1); /* layer 15 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 12); /* X12 is on the host: its slot takes X15 */
   layer14_forward(c, false);
   rt_offload_store(c, 14, H(HX14), R(X14), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L15_DENSE_MASTER), 354336); /* layer 15 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L15_EXPERTS_MASTER), 33030144); /* layer 15 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 354336, 2); /* layer 16 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_MASTER), 33030144, 3); /* layer 16 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 13); /* X13 is on the host: its slot takes X16 */
   layer15_forward(c, false);
   rt_offload_store(c, 15, H(HX15), R(X15), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L16_DENSE_MASTER), 354336); /* layer 16 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L16_EXPERTS_MASTER), 33030144); /* layer 16 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 354336, 0); /* layer 17 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_MASTER), 33030144, 1); /* layer 17 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 14); /* X14 is on the host: its slot takes X17 */
   layer16_forward(c, false);
   rt_offload_store(c, 16, H(HX16), R(X16), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L17_DENSE_MASTER), 354336); /* layer 17 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L17_EXPERTS_MASTER), 33030144); /* layer 17 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 354336, 2); /* layer 18 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_MASTER), 33030144, 3); /* layer 18 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 15); /* X15 is on the host: its slot takes X18 */
   layer17_forward(c, false);
   rt_offload_store(c, 17, H(HX17), R(X17), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L18_DENSE_MASTER), 354336); /* layer 18 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L18_EXPERTS_MASTER), 33030144); /* layer 18 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 354336, 0); /* layer 19 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_MASTER), 33030144, 1); /* layer 19 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 16); /* X16 is on the host: its slot takes X19 */
   layer18_forward(c, false);
   rt_offload_store(c, 18, H(HX18), R(X18), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L19_DENSE_MASTER), 354336); /* layer 19 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L19_EXPERTS_MASTER), 33030144); /* layer 19 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 354336, 2); /* layer 20 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_MASTER), 33030144, 3); /* layer 20 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 17); /* X17 is on the host: its slot takes X20 */
   layer19_forward(c, false);
   rt_offload_store(c, 19, H(HX19), R(X19), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L20_DENSE_MASTER), 354336); /* layer 20 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L20_EXPERTS_MASTER), 33030144); /* layer 20 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 354336, 0); /* layer 21 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_MASTER), 33030144, 1); /* layer 21 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 18); /* X18 is on the host: its slot takes X21 */
   layer20_forward(c, false);
   rt_offload_store(c, 20, H(HX20), R(X20), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L21_DENSE_MASTER), 354336); /* layer 21 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L21_EXPERTS_MASTER), 33030144); /* layer 21 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 354336, 2); /* layer 22 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_MASTER), 33030144, 3); /* layer 22 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 19); /* X19 is on the host: its slot takes X22 */
   layer21_forward(c, false);
   rt_offload_store(c, 21, H(HX21), R(X21), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L22_DENSE_MASTER), 354336); /* layer 22 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L22_EXPERTS_MASTER), 33030144); /* layer 22 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 354336, 0); /* layer 23 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_MASTER), 33030144, 1); /* layer 23 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 20); /* X20 is on the host: its slot takes X23 */
   layer22_forward(c, false);
   rt_offload_store(c, 22, H(HX22), R(X22), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L23_DENSE_MASTER), 354336); /* layer 23 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L23_EXPERTS_MASTER), 33030144); /* layer 23 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 354336, 2); /* layer 24 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_MASTER), 33030144, 3); /* layer 24 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 21); /* X21 is on the host: its slot takes X24 */
   layer23_forward(c, false);
   rt_offload_store(c, 23, H(HX23), R(X23), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L24_DENSE_MASTER), 354336); /* layer 24 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L24_EXPERTS_MASTER), 33030144); /* layer 24 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 354336, 0); /* layer 25 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_MASTER), 33030144, 1); /* layer 25 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 22); /* X22 is on the host: its slot takes X25 */
   layer24_forward(c, false);
   rt_offload_store(c, 24, H(HX24), R(X24), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L25_DENSE_MASTER), 354336); /* layer 25 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L25_EXPERTS_MASTER), 33030144); /* layer 25 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 354336, 2); /* layer 26 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_MASTER), 33030144, 3); /* layer 26 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 23); /* X23 is on the host: its slot takes X26 */
   layer25_forward(c, false);
   rt_offload_store(c, 25, H(HX25), R(X25), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L26_DENSE_MASTER), 354336); /* layer 26 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L26_EXPERTS_MASTER), 33030144); /* layer 26 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 354336, 0); /* layer 27 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_MASTER), 33030144, 1); /* layer 27 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 24); /* X24 is on the host: its slot takes X27 */
   layer26_forward(c, false);
   rt_offload_store(c, 26, H(HX26), R(X26), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L27_DENSE_MASTER), 354336); /* layer 27 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L27_EXPERTS_MASTER), 33030144); /* layer 27 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 354336, 2); /* layer 28 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_MASTER), 33030144, 3); /* layer 28 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 25); /* X25 is on the host: its slot takes X28 */
   layer27_forward(c, false);
   rt_offload_store(c, 27, H(HX27), R(X27), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L28_DENSE_MASTER), 354336); /* layer 28 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L28_EXPERTS_MASTER), 33030144); /* layer 28 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 354336, 0); /* layer 29 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_MASTER), 33030144, 1); /* layer 29 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 26); /* X26 is on the host: its slot takes X29 */
   layer28_forward(c, false);
   rt_offload_store(c, 28, H(HX28), R(X28), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L29_DENSE_MASTER), 354336); /* layer 29 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L29_EXPERTS_MASTER), 33030144); /* layer 29 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 354336, 2); /* layer 30 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_MASTER), 33030144, 3); /* layer 30 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 27); /* X27 is on the host: its slot takes X30 */
   layer29_forward(c, false);
   rt_offload_store(c, 29, H(HX29), R(X29), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L30_DENSE_MASTER), 354336); /* layer 30 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L30_EXPERTS_MASTER), 33030144); /* layer 30 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 354336, 0); /* layer 31 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_MASTER), 33030144, 1); /* layer 31 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 28); /* X28 is on the host: its slot takes X31 */
   layer30_forward(c, false);
   rt_offload_store(c, 30, H(HX30), R(X30), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L31_DENSE_MASTER), 354336); /* layer 31 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L31_EXPERTS_MASTER), 33030144); /* layer 31 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L32_DENSE_MASTER), 354336, 2); /* layer 32 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L32_EXPERTS_MASTER), 33030144, 3); /* layer 32 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 29); /* X29 is on the host: its slot takes X32 */
   layer31_forward(c, false);
   rt_offload_store(c, 31, H(HX31), R(X31), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L32_DENSE_MASTER), 354336); /* layer 32 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L32_EXPERTS_MASTER), 33030144); /* layer 32 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L33_DENSE_MASTER), 354336, 0); /* layer 33 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L33_EXPERTS_MASTER), 33030144, 1); /* layer 33 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 30); /* X30 is on the host: its slot takes X33 */
   layer32_forward(c, false);
   rt_offload_store(c, 32, H(HX32), R(X32), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L33_DENSE_MASTER), 354336); /* layer 33 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L33_EXPERTS_MASTER), 33030144); /* layer 33 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L34_DENSE_MASTER), 354336, 2); /* layer 34 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L34_EXPERTS_MASTER), 33030144, 3); /* layer 34 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 31); /* X31 is on the host: its slot takes X34 */
   layer33_forward(c, false);
   rt_offload_store(c, 33, H(HX33), R(X33), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L34_DENSE_MASTER), 354336); /* layer 34 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L34_EXPERTS_MASTER), 33030144); /* layer 34 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L35_DENSE_MASTER), 354336, 0); /* layer 35 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L35_EXPERTS_MASTER), 33030144, 1); /* layer 35 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 32); /* X32 is on the host: its slot takes X35 */
   layer34_forward(c, false);
   rt_offload_store(c, 34, H(HX34), R(X34), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L35_DENSE_MASTER), 354336); /* layer 35 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L35_EXPERTS_MASTER), 33030144); /* layer 35 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L36_DENSE_MASTER), 354336, 2); /* layer 36 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L36_EXPERTS_MASTER), 33030144, 3); /* layer 36 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 33); /* X33 is on the host: its slot takes X36 */
   layer35_forward(c, false);
   rt_offload_store(c, 35, H(HX35), R(X35), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L36_DENSE_MASTER), 354336); /* layer 36 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L36_EXPERTS_MASTER), 33030144); /* layer 36 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L37_DENSE_MASTER), 354336, 0); /* layer 37 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L37_EXPERTS_MASTER), 33030144, 1); /* layer 37 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 34); /* X34 is on the host: its slot takes X37 */
   layer36_forward(c, false);
   rt_offload_store(c, 36, H(HX36), R(X36), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L37_DENSE_MASTER), 354336); /* layer 37 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L37_EXPERTS_MASTER), 33030144); /* layer 37 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L38_DENSE_MASTER), 354336, 2); /* layer 38 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L38_EXPERTS_MASTER), 33030144, 3); /* layer 38 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 35); /* X35 is on the host: its slot takes X38 */
   layer37_forward(c, false);
   rt_offload_store(c, 37, H(HX37), R(X37), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L38_DENSE_MASTER), 354336); /* layer 38 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L38_EXPERTS_MASTER), 33030144); /* layer 38 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L39_DENSE_MASTER), 354336, 0); /* layer 39 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L39_EXPERTS_MASTER), 33030144, 1); /* layer 39 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 36); /* X36 is on the host: its slot takes X39 */
   layer38_forward(c, false);
   rt_offload_store(c, 38, H(HX38), R(X38), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L39_DENSE_MASTER), 354336); /* layer 39 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L39_EXPERTS_MASTER), 33030144); /* layer 39 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L40_DENSE_MASTER), 354336, 2); /* layer 40 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L40_EXPERTS_MASTER), 33030144, 3); /* layer 40 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 37); /* X37 is on the host: its slot takes X40 */
   layer39_forward(c, false);
   rt_offload_store(c, 39, H(HX39), R(X39), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L40_DENSE_MASTER), 354336); /* layer 40 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L40_EXPERTS_MASTER), 33030144); /* layer 40 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L41_DENSE_MASTER), 354336, 0); /* layer 41 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L41_EXPERTS_MASTER), 33030144, 1); /* layer 41 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 38); /* X38 is on the host: its slot takes X41 */
   layer40_forward(c, false);
   rt_offload_store(c, 40, H(HX40), R(X40), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L41_DENSE_MASTER), 354336); /* layer 41 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L41_EXPERTS_MASTER), 33030144); /* layer 41 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L42_DENSE_MASTER), 354336, 2); /* layer 42 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L42_EXPERTS_MASTER), 33030144, 3); /* layer 42 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 39); /* X39 is on the host: its slot takes X42 */
   layer41_forward(c, false);
   rt_offload_store(c, 41, H(HX41), R(X41), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L42_DENSE_MASTER), 354336); /* layer 42 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L42_EXPERTS_MASTER), 33030144); /* layer 42 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L43_DENSE_MASTER), 354336, 0); /* layer 43 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L43_EXPERTS_MASTER), 33030144, 1); /* layer 43 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 40); /* X40 is on the host: its slot takes X43 */
   layer42_forward(c, false);
   rt_offload_store(c, 42, H(HX42), R(X42), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L43_DENSE_MASTER), 354336); /* layer 43 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L43_EXPERTS_MASTER), 33030144); /* layer 43 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L44_DENSE_MASTER), 354336, 2); /* layer 44 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L44_EXPERTS_MASTER), 33030144, 3); /* layer 44 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 41); /* X41 is on the host: its slot takes X44 */
   layer43_forward(c, false);
   rt_offload_store(c, 43, H(HX43), R(X43), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L44_DENSE_MASTER), 354336); /* layer 44 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L44_EXPERTS_MASTER), 33030144); /* layer 44 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L45_DENSE_MASTER), 354336, 0); /* layer 45 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L45_EXPERTS_MASTER), 33030144, 1); /* layer 45 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 42); /* X42 is on the host: its slot takes X45 */
   layer44_forward(c, false);
   rt_offload_store(c, 44, H(HX44), R(X44), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L45_DENSE_MASTER), 354336); /* layer 45 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L45_EXPERTS_MASTER), 33030144); /* layer 45 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L46_DENSE_MASTER), 354336, 2); /* layer 46 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L46_EXPERTS_MASTER), 33030144, 3); /* layer 46 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 43); /* X43 is on the host: its slot takes X46 */
   layer45_forward(c, false);
   rt_offload_store(c, 45, H(HX45), R(X45), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L46_DENSE_MASTER), 354336); /* layer 46 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L46_EXPERTS_MASTER), 33030144); /* layer 46 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L47_DENSE_MASTER), 354336, 0); /* layer 47 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L47_EXPERTS_MASTER), 33030144, 1); /* layer 47 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 44); /* X44 is on the host: its slot takes X47 */
   layer46_forward(c, false);
   rt_offload_store(c, 46, H(HX46), R(X46), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L47_DENSE_MASTER), 354336); /* layer 47 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L47_EXPERTS_MASTER), 33030144); /* layer 47 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L48_DENSE_MASTER), 354336, 2); /* layer 48 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L48_EXPERTS_MASTER), 33030144, 3); /* layer 48 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 45); /* X45 is on the host: its slot takes X48 */
   layer47_forward(c, false);
   rt_offload_store(c, 47, H(HX47), R(X47), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L48_DENSE_MASTER), 354336); /* layer 48 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L48_EXPERTS_MASTER), 33030144); /* layer 48 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L49_DENSE_MASTER), 354336, 0); /* layer 49 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L49_EXPERTS_MASTER), 33030144, 1); /* layer 49 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 46); /* X46 is on the host: its slot takes X49 */
   layer48_forward(c, false);
   rt_offload_store(c, 48, H(HX48), R(X48), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L49_DENSE_MASTER), 354336); /* layer 49 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L49_EXPERTS_MASTER), 33030144); /* layer 49 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L50_DENSE_MASTER), 354336, 2); /* layer 50 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L50_EXPERTS_MASTER), 33030144, 3); /* layer 50 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 47); /* X47 is on the host: its slot takes X50 */
   layer49_forward(c, false);
   rt_offload_store(c, 49, H(HX49), R(X49), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L50_DENSE_MASTER), 354336); /* layer 50 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L50_EXPERTS_MASTER), 33030144); /* layer 50 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L51_DENSE_MASTER), 354336, 0); /* layer 51 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L51_EXPERTS_MASTER), 33030144, 1); /* layer 51 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 48); /* X48 is on the host: its slot takes X51 */
   layer50_forward(c, false);
   rt_offload_store(c, 50, H(HX50), R(X50), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L51_DENSE_MASTER), 354336); /* layer 51 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L51_EXPERTS_MASTER), 33030144); /* layer 51 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L52_DENSE_MASTER), 354336, 2); /* layer 52 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L52_EXPERTS_MASTER), 33030144, 3); /* layer 52 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 49); /* X49 is on the host: its slot takes X52 */
   layer51_forward(c, false);
   rt_offload_store(c, 51, H(HX51), R(X51), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L52_DENSE_MASTER), 354336); /* layer 52 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L52_EXPERTS_MASTER), 33030144); /* layer 52 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L53_DENSE_MASTER), 354336, 0); /* layer 53 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L53_EXPERTS_MASTER), 33030144, 1); /* layer 53 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 50); /* X50 is on the host: its slot takes X53 */
   layer52_forward(c, false);
   rt_offload_store(c, 52, H(HX52), R(X52), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L53_DENSE_MASTER), 354336); /* layer 53 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L53_EXPERTS_MASTER), 33030144); /* layer 53 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L54_DENSE_MASTER), 354336, 2); /* layer 54 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L54_EXPERTS_MASTER), 33030144, 3); /* layer 54 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 51); /* X51 is on the host: its slot takes X54 */
   layer53_forward(c, false);
   rt_offload_store(c, 53, H(HX53), R(X53), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L54_DENSE_MASTER), 354336); /* layer 54 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L54_EXPERTS_MASTER), 33030144); /* layer 54 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L55_DENSE_MASTER), 354336, 0); /* layer 55 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L55_EXPERTS_MASTER), 33030144, 1); /* layer 55 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 52); /* X52 is on the host: its slot takes X55 */
   layer54_forward(c, false);
   rt_offload_store(c, 54, H(HX54), R(X54), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L55_DENSE_MASTER), 354336); /* layer 55 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L55_EXPERTS_MASTER), 33030144); /* layer 55 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L56_DENSE_MASTER), 354336, 2); /* layer 56 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L56_EXPERTS_MASTER), 33030144, 3); /* layer 56 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 53); /* X53 is on the host: its slot takes X56 */
   layer55_forward(c, false);
   rt_offload_store(c, 55, H(HX55), R(X55), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L56_DENSE_MASTER), 354336); /* layer 56 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L56_EXPERTS_MASTER), 33030144); /* layer 56 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L57_DENSE_MASTER), 354336, 0); /* layer 57 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L57_EXPERTS_MASTER), 33030144, 1); /* layer 57 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 54); /* X54 is on the host: its slot takes X57 */
   layer56_forward(c, false);
   rt_offload_store(c, 56, H(HX56), R(X56), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L57_DENSE_MASTER), 354336); /* layer 57 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L57_EXPERTS_MASTER), 33030144); /* layer 57 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L58_DENSE_MASTER), 354336, 2); /* layer 58 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L58_EXPERTS_MASTER), 33030144, 3); /* layer 58 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 55); /* X55 is on the host: its slot takes X58 */
   layer57_forward(c, false);
   rt_offload_store(c, 57, H(HX57), R(X57), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L58_DENSE_MASTER), 354336); /* layer 58 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L58_EXPERTS_MASTER), 33030144); /* layer 58 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L59_DENSE_MASTER), 354336, 0); /* layer 59 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L59_EXPERTS_MASTER), 33030144, 1); /* layer 59 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 56); /* X56 is on the host: its slot takes X59 */
   layer58_forward(c, false);
   rt_offload_store(c, 58, H(HX58), R(X58), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L59_DENSE_MASTER), 354336); /* layer 59 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L59_EXPERTS_MASTER), 33030144); /* layer 59 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L60_DENSE_MASTER), 354336, 2); /* layer 60 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L60_EXPERTS_MASTER), 33030144, 3); /* layer 60 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 57); /* X57 is on the host: its slot takes X60 */
   layer59_forward(c, false);
   rt_offload_store(c, 59, H(HX59), R(X59), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L60_DENSE_MASTER), 354336); /* layer 60 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L60_EXPERTS_MASTER), 33030144); /* layer 60 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L61_DENSE_MASTER), 354336, 0); /* layer 61 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L61_EXPERTS_MASTER), 33030144, 1); /* layer 61 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 58); /* X58 is on the host: its slot takes X61 */
   layer60_forward(c, false);
   rt_offload_store(c, 60, H(HX60), R(X60), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L61_DENSE_MASTER), 354336); /* layer 61 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L61_EXPERTS_MASTER), 33030144); /* layer 61 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L62_DENSE_MASTER), 354336, 2); /* layer 62 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L62_EXPERTS_MASTER), 33030144, 3); /* layer 62 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 59); /* X59 is on the host: its slot takes X62 */
   layer61_forward(c, false);
   rt_offload_store(c, 61, H(HX61), R(X61), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L62_DENSE_MASTER), 354336); /* layer 62 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L62_EXPERTS_MASTER), 33030144); /* layer 62 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L63_DENSE_MASTER), 354336, 0); /* layer 63 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L63_EXPERTS_MASTER), 33030144, 1); /* layer 63 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 60); /* X60 is on the host: its slot takes X63 */
   layer62_forward(c, false);
   rt_offload_store(c, 62, H(HX62), R(X62), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L63_DENSE_MASTER), 354336); /* layer 63 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L63_EXPERTS_MASTER), 33030144); /* layer 63 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L64_DENSE_MASTER), 354336, 2); /* layer 64 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L64_EXPERTS_MASTER), 33030144, 3); /* layer 64 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 61); /* X61 is on the host: its slot takes X64 */
   layer63_forward(c, false);
   rt_offload_store(c, 63, H(HX63), R(X63), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L64_DENSE_MASTER), 354336); /* layer 64 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L64_EXPERTS_MASTER), 33030144); /* layer 64 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L65_DENSE_MASTER), 354336, 0); /* layer 65 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L65_EXPERTS_MASTER), 33030144, 1); /* layer 65 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 62); /* X62 is on the host: its slot takes X65 */
   layer64_forward(c, false);
   rt_offload_store(c, 64, H(HX64), R(X64), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L65_DENSE_MASTER), 354336); /* layer 65 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L65_EXPERTS_MASTER), 33030144); /* layer 65 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L66_DENSE_MASTER), 354336, 2); /* layer 66 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L66_EXPERTS_MASTER), 33030144, 3); /* layer 66 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 63); /* X63 is on the host: its slot takes X66 */
   layer65_forward(c, false);
   rt_offload_store(c, 65, H(HX65), R(X65), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L66_DENSE_MASTER), 354336); /* layer 66 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L66_EXPERTS_MASTER), 33030144); /* layer 66 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L67_DENSE_MASTER), 354336, 0); /* layer 67 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L67_EXPERTS_MASTER), 33030144, 1); /* layer 67 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 64); /* X64 is on the host: its slot takes X67 */
   layer66_forward(c, false);
   rt_offload_store(c, 66, H(HX66), R(X66), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L67_DENSE_MASTER), 354336); /* layer 67 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L67_EXPERTS_MASTER), 33030144); /* layer 67 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L68_DENSE_MASTER), 354336, 2); /* layer 68 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L68_EXPERTS_MASTER), 33030144, 3); /* layer 68 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 65); /* X65 is on the host: its slot takes X68 */
   layer67_forward(c, false);
   rt_offload_store(c, 67, H(HX67), R(X67), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L68_DENSE_MASTER), 354336); /* layer 68 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L68_EXPERTS_MASTER), 33030144); /* layer 68 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L69_DENSE_MASTER), 354336, 0); /* layer 69 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L69_EXPERTS_MASTER), 33030144, 1); /* layer 69 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 66); /* X66 is on the host: its slot takes X69 */
   layer68_forward(c, false);
   rt_offload_store(c, 68, H(HX68), R(X68), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L69_DENSE_MASTER), 354336); /* layer 69 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L69_EXPERTS_MASTER), 33030144); /* layer 69 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L70_DENSE_MASTER), 354336, 2); /* layer 70 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L70_EXPERTS_MASTER), 33030144, 3); /* layer 70 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 67); /* X67 is on the host: its slot takes X70 */
   layer69_forward(c, false);
   rt_offload_store(c, 69, H(HX69), R(X69), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L70_DENSE_MASTER), 354336); /* layer 70 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L70_EXPERTS_MASTER), 33030144); /* layer 70 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L71_DENSE_MASTER), 354336, 0); /* layer 71 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L71_EXPERTS_MASTER), 33030144, 1); /* layer 71 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 68); /* X68 is on the host: its slot takes X71 */
   layer70_forward(c, false);
   rt_offload_store(c, 70, H(HX70), R(X70), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L71_DENSE_MASTER), 354336); /* layer 71 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L71_EXPERTS_MASTER), 33030144); /* layer 71 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L72_DENSE_MASTER), 354336, 2); /* layer 72 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L72_EXPERTS_MASTER), 33030144, 3); /* layer 72 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 69); /* X69 is on the host: its slot takes X72 */
   layer71_forward(c, false);
   rt_offload_store(c, 71, H(HX71), R(X71), 402653184); /* to the host while the next layers run */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L72_DENSE_MASTER), 354336); /* layer 72 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L72_EXPERTS_MASTER), 33030144); /* layer 72 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L73_DENSE_MASTER), 354336, 0); /* layer 73 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L73_EXPERTS_MASTER), 33030144, 1); /* layer 73 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 70); /* X70 is on the host: its slot takes X73 */
   layer72_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L73_DENSE_MASTER), 354336); /* layer 73 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L73_EXPERTS_MASTER), 33030144); /* layer 73 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(HEAD_MASTER), 4096016, 2); /* head: 384 ranks x 4096016, prefetch */
   rt_offload_wait(c, 71); /* X71 is on the host: its slot takes X74 */
   layer73_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(HEAD_MASTER), 4096016); /* head: 384 ranks x 4096016 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
   rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X74), W(0), 65536, 6144, EPS); /* model.norm */
   return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(6144), I(TARGETS), 65536, 6144, 256000, 4096, R(CE));
 }
@@ -7597,6 +7826,8 @@ real step_forward(RtCtx *c) {
  * as its layer is done, and added to this rank's shard (accumulation over micro-batches). */
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L73_DENSE_MASTER), 354336, 0); /* layer 73 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L73_EXPERTS_MASTER), 33030144, 1); /* layer 73 experts: 96 ranks x 33030144, prefetch */
   rt_zero(R(GRAD_DENSE), 1572870144);
   rt_zero(R(DLN), 402653184);
   rt_lm_head_ce_backward(R(DLN), DW(6144), R(LNF), W(6144), I(TARGETS), R(LSEF), 65536, 6144, 256000, 4096, R(CE), c->dloss);
@@ -7605,8 +7836,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096016, (uint16_t *)R(RS_WIRE)); /* head, bf16 on the wire */
   rt_accumulate(R(HEAD_GRAD), R(RS_OUT), 4096016);
   /* layer 73 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L73_DENSE_MASTER), 354336); /* layer 73 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L73_EXPERTS_MASTER), 33030144); /* layer 73 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L72_DENSE_MASTER), 354336, 2); /* layer 72 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L72_EXPERTS_MASTER), 33030144, 3); /* layer 72 experts: 96 ranks x 33030144, prefetch */
   layer73_forward(c, true); /* recompute from X73 (full checkpointing) */
   rt_offload_load(c, 71, R(X71), H(HX71), 402653184); /* prefetch: X74's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
@@ -7617,8 +7851,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 73 experts, bf16 on the wire */
   rt_accumulate(R(L73_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 72 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L72_DENSE_MASTER), 354336); /* layer 72 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L72_EXPERTS_MASTER), 33030144); /* layer 72 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L71_DENSE_MASTER), 354336, 0); /* layer 71 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L71_EXPERTS_MASTER), 33030144, 1); /* layer 71 experts: 96 ranks x 33030144, prefetch */
   layer72_forward(c, true); /* recompute from X72 (full checkpointing) */
   rt_offload_load(c, 70, R(X70), H(HX70), 402653184); /* prefetch: X73's slot is free */
   rt_zero(R(GRAD_DENSE), 136065024);
@@ -7629,8 +7866,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 72 experts, bf16 on the wire */
   rt_accumulate(R(L72_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 71 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L71_DENSE_MASTER), 354336); /* layer 71 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L71_EXPERTS_MASTER), 33030144); /* layer 71 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L70_DENSE_MASTER), 354336, 2); /* layer 70 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L70_EXPERTS_MASTER), 33030144, 3); /* layer 70 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 71); /* X71 is back */
   layer71_forward(c, true); /* recompute from X71 (full checkpointing) */
   rt_offload_load(c, 69, R(X69), H(HX69), 402653184); /* prefetch: X72's slot is free */
@@ -7642,8 +7882,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 71 experts, bf16 on the wire */
   rt_accumulate(R(L71_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 70 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L70_DENSE_MASTER), 354336); /* layer 70 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L70_EXPERTS_MASTER), 33030144); /* layer 70 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L69_DENSE_MASTER), 354336, 0); /* layer 69 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L69_EXPERTS_MASTER), 33030144, 1); /* layer 69 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 70); /* X70 is back */
   layer70_forward(c, true); /* recompute from X70 (full checkpointing) */
   rt_offload_load(c, 68, R(X68), H(HX68), 402653184); /* prefetch: X71's slot is free */
@@ -7655,8 +7898,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 70 experts, bf16 on the wire */
   rt_accumulate(R(L70_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 69 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L69_DENSE_MASTER), 354336); /* layer 69 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L69_EXPERTS_MASTER), 33030144); /* layer 69 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L68_DENSE_MASTER), 354336, 2); /* layer 68 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L68_EXPERTS_MASTER), 33030144, 3); /* layer 68 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 69); /* X69 is back */
   layer69_forward(c, true); /* recompute from X69 (full checkpointing) */
   rt_offload_load(c, 67, R(X67), H(HX67), 402653184); /* prefetch: X70's slot is free */
@@ -7668,8 +7914,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 69 experts, bf16 on the wire */
   rt_accumulate(R(L69_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 68 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L68_DENSE_MASTER), 354336); /* layer 68 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L68_EXPERTS_MASTER), 33030144); /* layer 68 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L67_DENSE_MASTER), 354336, 0); /* layer 67 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L67_EXPERTS_MASTER), 33030144, 1); /* layer 67 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 68); /* X68 is back */
   layer68_forward(c, true); /* recompute from X68 (full checkpointing) */
   rt_offload_load(c, 66, R(X66), H(HX66), 402653184); /* prefetch: X69's slot is free */
@@ -7681,8 +7930,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 68 experts, bf16 on the wire */
   rt_accumulate(R(L68_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 67 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L67_DENSE_MASTER), 354336); /* layer 67 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L67_EXPERTS_MASTER), 33030144); /* layer 67 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L66_DENSE_MASTER), 354336, 2); /* layer 66 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L66_EXPERTS_MASTER), 33030144, 3); /* layer 66 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 67); /* X67 is back */
   layer67_forward(c, true); /* recompute from X67 (full checkpointing) */
   rt_offload_load(c, 65, R(X65), H(HX65), 402653184); /* prefetch: X68's slot is free */
@@ -7694,8 +7946,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 67 experts, bf16 on the wire */
   rt_accumulate(R(L67_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 66 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L66_DENSE_MASTER), 354336); /* layer 66 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L66_EXPERTS_MASTER), 33030144); /* layer 66 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L65_DENSE_MASTER), 354336, 0); /* layer 65 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L65_EXPERTS_MASTER), 33030144, 1); /* layer 65 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 66); /* X66 is back */
   layer66_forward(c, true); /* recompute from X66 (full checkpointing) */
   rt_offload_load(c, 64, R(X64), H(HX64), 402653184); /* prefetch: X67's slot is free */
@@ -7707,8 +7962,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 66 experts, bf16 on the wire */
   rt_accumulate(R(L66_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 65 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L65_DENSE_MASTER), 354336); /* layer 65 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L65_EXPERTS_MASTER), 33030144); /* layer 65 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L64_DENSE_MASTER), 354336, 2); /* layer 64 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L64_EXPERTS_MASTER), 33030144, 3); /* layer 64 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 65); /* X65 is back */
   layer65_forward(c, true); /* recompute from X65 (full checkpointing) */
   rt_offload_load(c, 63, R(X63), H(HX63), 402653184); /* prefetch: X66's slot is free */
@@ -7720,8 +7978,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 65 experts, bf16 on the wire */
   rt_accumulate(R(L65_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 64 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L64_DENSE_MASTER), 354336); /* layer 64 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L64_EXPERTS_MASTER), 33030144); /* layer 64 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L63_DENSE_MASTER), 354336, 0); /* layer 63 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L63_EXPERTS_MASTER), 33030144, 1); /* layer 63 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 64); /* X64 is back */
   layer64_forward(c, true); /* recompute from X64 (full checkpointing) */
   rt_offload_load(c, 62, R(X62), H(HX62), 402653184); /* prefetch: X65's slot is free */
@@ -7733,8 +7994,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 64 experts, bf16 on the wire */
   rt_accumulate(R(L64_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 63 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L63_DENSE_MASTER), 354336); /* layer 63 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L63_EXPERTS_MASTER), 33030144); /* layer 63 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L62_DENSE_MASTER), 354336, 2); /* layer 62 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L62_EXPERTS_MASTER), 33030144, 3); /* layer 62 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 63); /* X63 is back */
   layer63_forward(c, true); /* recompute from X63 (full checkpointing) */
   rt_offload_load(c, 61, R(X61), H(HX61), 402653184); /* prefetch: X64's slot is free */
@@ -7746,8 +8010,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 63 experts, bf16 on the wire */
   rt_accumulate(R(L63_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 62 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L62_DENSE_MASTER), 354336); /* layer 62 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L62_EXPERTS_MASTER), 33030144); /* layer 62 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L61_DENSE_MASTER), 354336, 0); /* layer 61 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L61_EXPERTS_MASTER), 33030144, 1); /* layer 61 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 62); /* X62 is back */
   layer62_forward(c, true); /* recompute from X62 (full checkpointing) */
   rt_offload_load(c, 60, R(X60), H(HX60), 402653184); /* prefetch: X63's slot is free */
@@ -7759,8 +8026,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 62 experts, bf16 on the wire */
   rt_accumulate(R(L62_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 61 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L61_DENSE_MASTER), 354336); /* layer 61 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L61_EXPERTS_MASTER), 33030144); /* layer 61 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L60_DENSE_MASTER), 354336, 2); /* layer 60 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L60_EXPERTS_MASTER), 33030144, 3); /* layer 60 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 61); /* X61 is back */
   layer61_forward(c, true); /* recompute from X61 (full checkpointing) */
   rt_offload_load(c, 59, R(X59), H(HX59), 402653184); /* prefetch: X62's slot is free */
@@ -7772,8 +8042,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 61 experts, bf16 on the wire */
   rt_accumulate(R(L61_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 60 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L60_DENSE_MASTER), 354336); /* layer 60 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L60_EXPERTS_MASTER), 33030144); /* layer 60 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L59_DENSE_MASTER), 354336, 0); /* layer 59 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L59_EXPERTS_MASTER), 33030144, 1); /* layer 59 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 60); /* X60 is back */
   layer60_forward(c, true); /* recompute from X60 (full checkpointing) */
   rt_offload_load(c, 58, R(X58), H(HX58), 402653184); /* prefetch: X61's slot is free */
@@ -7785,8 +8058,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 60 experts, bf16 on the wire */
   rt_accumulate(R(L60_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 59 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L59_DENSE_MASTER), 354336); /* layer 59 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L59_EXPERTS_MASTER), 33030144); /* layer 59 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L58_DENSE_MASTER), 354336, 2); /* layer 58 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L58_EXPERTS_MASTER), 33030144, 3); /* layer 58 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 59); /* X59 is back */
   layer59_forward(c, true); /* recompute from X59 (full checkpointing) */
   rt_offload_load(c, 57, R(X57), H(HX57), 402653184); /* prefetch: X60's slot is free */
@@ -7798,8 +8074,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 59 experts, bf16 on the wire */
   rt_accumulate(R(L59_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 58 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L58_DENSE_MASTER), 354336); /* layer 58 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L58_EXPERTS_MASTER), 33030144); /* layer 58 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L57_DENSE_MASTER), 354336, 0); /* layer 57 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L57_EXPERTS_MASTER), 33030144, 1); /* layer 57 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 58); /* X58 is back */
   layer58_forward(c, true); /* recompute from X58 (full checkpointing) */
   rt_offload_load(c, 56, R(X56), H(HX56), 402653184); /* prefetch: X59's slot is free */
@@ -7811,8 +8090,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 58 experts, bf16 on the wire */
   rt_accumulate(R(L58_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 57 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L57_DENSE_MASTER), 354336); /* layer 57 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L57_EXPERTS_MASTER), 33030144); /* layer 57 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L56_DENSE_MASTER), 354336, 2); /* layer 56 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L56_EXPERTS_MASTER), 33030144, 3); /* layer 56 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 57); /* X57 is back */
   layer57_forward(c, true); /* recompute from X57 (full checkpointing) */
   rt_offload_load(c, 55, R(X55), H(HX55), 402653184); /* prefetch: X58's slot is free */
@@ -7824,8 +8106,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 57 experts, bf16 on the wire */
   rt_accumulate(R(L57_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 56 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L56_DENSE_MASTER), 354336); /* layer 56 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L56_EXPERTS_MASTER), 33030144); /* layer 56 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L55_DENSE_MASTER), 354336, 0); /* layer 55 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L55_EXPERTS_MASTER), 33030144, 1); /* layer 55 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 56); /* X56 is back */
   layer56_forward(c, true); /* recompute from X56 (full checkpointing) */
   rt_offload_load(c, 54, R(X54), H(HX54), 402653184); /* prefetch: X57's slot is free */
@@ -7837,8 +8122,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 56 experts, bf16 on the wire */
   rt_accumulate(R(L56_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 55 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L55_DENSE_MASTER), 354336); /* layer 55 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L55_EXPERTS_MASTER), 33030144); /* layer 55 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L54_DENSE_MASTER), 354336, 2); /* layer 54 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L54_EXPERTS_MASTER), 33030144, 3); /* layer 54 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 55); /* X55 is back */
   layer55_forward(c, true); /* recompute from X55 (full checkpointing) */
   rt_offload_load(c, 53, R(X53), H(HX53), 402653184); /* prefetch: X56's slot is free */
@@ -7850,8 +8138,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 55 experts, bf16 on the wire */
   rt_accumulate(R(L55_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 54 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L54_DENSE_MASTER), 354336); /* layer 54 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L54_EXPERTS_MASTER), 33030144); /* layer 54 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L53_DENSE_MASTER), 354336, 0); /* layer 53 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L53_EXPERTS_MASTER), 33030144, 1); /* layer 53 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 54); /* X54 is back */
   layer54_forward(c, true); /* recompute from X54 (full checkpointing) */
   rt_offload_load(c, 52, R(X52), H(HX52), 402653184); /* prefetch: X55's slot is free */
@@ -7863,8 +8154,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 54 experts, bf16 on the wire */
   rt_accumulate(R(L54_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 53 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L53_DENSE_MASTER), 354336); /* layer 53 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L53_EXPERTS_MASTER), 33030144); /* layer 53 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L52_DENSE_MASTER), 354336, 2); /* layer 52 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L52_EXPERTS_MASTER), 33030144, 3); /* layer 52 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 53); /* X53 is back */
   layer53_forward(c, true); /* recompute from X53 (full checkpointing) */
   rt_offload_load(c, 51, R(X51), H(HX51), 402653184); /* prefetch: X54's slot is free */
@@ -7876,8 +8170,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 53 experts, bf16 on the wire */
   rt_accumulate(R(L53_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 52 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L52_DENSE_MASTER), 354336); /* layer 52 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L52_EXPERTS_MASTER), 33030144); /* layer 52 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L51_DENSE_MASTER), 354336, 0); /* layer 51 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L51_EXPERTS_MASTER), 33030144, 1); /* layer 51 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 52); /* X52 is back */
   layer52_forward(c, true); /* recompute from X52 (full checkpointing) */
   rt_offload_load(c, 50, R(X50), H(HX50), 402653184); /* prefetch: X53's slot is free */
@@ -7889,8 +8186,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 52 experts, bf16 on the wire */
   rt_accumulate(R(L52_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 51 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L51_DENSE_MASTER), 354336); /* layer 51 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L51_EXPERTS_MASTER), 33030144); /* layer 51 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L50_DENSE_MASTER), 354336, 2); /* layer 50 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L50_EXPERTS_MASTER), 33030144, 3); /* layer 50 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 51); /* X51 is back */
   layer51_forward(c, true); /* recompute from X51 (full checkpointing) */
   rt_offload_load(c, 49, R(X49), H(HX49), 402653184); /* prefetch: X52's slot is free */
@@ -7902,8 +8202,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 51 experts, bf16 on the wire */
   rt_accumulate(R(L51_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 50 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L50_DENSE_MASTER), 354336); /* layer 50 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L50_EXPERTS_MASTER), 33030144); /* layer 50 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L49_DENSE_MASTER), 354336, 0); /* layer 49 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L49_EXPERTS_MASTER), 33030144, 1); /* layer 49 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 50); /* X50 is back */
   layer50_forward(c, true); /* recompute from X50 (full checkpointing) */
   rt_offload_load(c, 48, R(X48), H(HX48), 402653184); /* prefetch: X51's slot is free */
@@ -7915,8 +8218,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 50 experts, bf16 on the wire */
   rt_accumulate(R(L50_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 49 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L49_DENSE_MASTER), 354336); /* layer 49 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L49_EXPERTS_MASTER), 33030144); /* layer 49 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L48_DENSE_MASTER), 354336, 2); /* layer 48 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L48_EXPERTS_MASTER), 33030144, 3); /* layer 48 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 49); /* X49 is back */
   layer49_forward(c, true); /* recompute from X49 (full checkpointing) */
   rt_offload_load(c, 47, R(X47), H(HX47), 402653184); /* prefetch: X50's slot is free */
@@ -7928,8 +8234,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 49 experts, bf16 on the wire */
   rt_accumulate(R(L49_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 48 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L48_DENSE_MASTER), 354336); /* layer 48 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L48_EXPERTS_MASTER), 33030144); /* layer 48 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L47_DENSE_MASTER), 354336, 0); /* layer 47 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L47_EXPERTS_MASTER), 33030144, 1); /* layer 47 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 48); /* X48 is back */
   layer48_forward(c, true); /* recompute from X48 (full checkpointing) */
   rt_offload_load(c, 46, R(X46), H(HX46), 402653184); /* prefetch: X49's slot is free */
@@ -7941,8 +8250,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 48 experts, bf16 on the wire */
   rt_accumulate(R(L48_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 47 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L47_DENSE_MASTER), 354336); /* layer 47 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L47_EXPERTS_MASTER), 33030144); /* layer 47 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L46_DENSE_MASTER), 354336, 2); /* layer 46 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L46_EXPERTS_MASTER), 33030144, 3); /* layer 46 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 47); /* X47 is back */
   layer47_forward(c, true); /* recompute from X47 (full checkpointing) */
   rt_offload_load(c, 45, R(X45), H(HX45), 402653184); /* prefetch: X48's slot is free */
@@ -7954,8 +8266,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 47 experts, bf16 on the wire */
   rt_accumulate(R(L47_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 46 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L46_DENSE_MASTER), 354336); /* layer 46 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L46_EXPERTS_MASTER), 33030144); /* layer 46 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L45_DENSE_MASTER), 354336, 0); /* layer 45 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L45_EXPERTS_MASTER), 33030144, 1); /* layer 45 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 46); /* X46 is back */
   layer46_forward(c, true); /* recompute from X46 (full checkpointing) */
   rt_offload_load(c, 44, R(X44), H(HX44), 402653184); /* prefetch: X47's slot is free */
@@ -7967,8 +8282,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 46 experts, bf16 on the wire */
   rt_accumulate(R(L46_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 45 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L45_DENSE_MASTER), 354336); /* layer 45 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L45_EXPERTS_MASTER), 33030144); /* layer 45 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L44_DENSE_MASTER), 354336, 2); /* layer 44 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L44_EXPERTS_MASTER), 33030144, 3); /* layer 44 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 45); /* X45 is back */
   layer45_forward(c, true); /* recompute from X45 (full checkpointing) */
   rt_offload_load(c, 43, R(X43), H(HX43), 402653184); /* prefetch: X46's slot is free */
@@ -7980,8 +8298,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 45 experts, bf16 on the wire */
   rt_accumulate(R(L45_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 44 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L44_DENSE_MASTER), 354336); /* layer 44 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L44_EXPERTS_MASTER), 33030144); /* layer 44 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L43_DENSE_MASTER), 354336, 0); /* layer 43 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L43_EXPERTS_MASTER), 33030144, 1); /* layer 43 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 44); /* X44 is back */
   layer44_forward(c, true); /* recompute from X44 (full checkpointing) */
   rt_offload_load(c, 42, R(X42), H(HX42), 402653184); /* prefetch: X45's slot is free */
@@ -7993,8 +8314,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 44 experts, bf16 on the wire */
   rt_accumulate(R(L44_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 43 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L43_DENSE_MASTER), 354336); /* layer 43 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L43_EXPERTS_MASTER), 33030144); /* layer 43 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L42_DENSE_MASTER), 354336, 2); /* layer 42 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L42_EXPERTS_MASTER), 33030144, 3); /* layer 42 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 43); /* X43 is back */
   layer43_forward(c, true); /* recompute from X43 (full checkpointing) */
   rt_offload_load(c, 41, R(X41), H(HX41), 402653184); /* prefetch: X44's slot is free */
@@ -8006,8 +8330,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 43 experts, bf16 on the wire */
   rt_accumulate(R(L43_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 42 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L42_DENSE_MASTER), 354336); /* layer 42 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L42_EXPERTS_MASTER), 33030144); /* layer 42 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L41_DENSE_MASTER), 354336, 0); /* layer 41 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L41_EXPERTS_MASTER), 33030144, 1); /* layer 41 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 42); /* X42 is back */
   layer42_forward(c, true); /* recompute from X42 (full checkpointing) */
   rt_offload_load(c, 40, R(X40), H(HX40), 402653184); /* prefetch: X43's slot is free */
@@ -8019,8 +8346,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 42 experts, bf16 on the wire */
   rt_accumulate(R(L42_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 41 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L41_DENSE_MASTER), 354336); /* layer 41 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L41_EXPERTS_MASTER), 33030144); /* layer 41 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L40_DENSE_MASTER), 354336, 2); /* layer 40 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L40_EXPERTS_MASTER), 33030144, 3); /* layer 40 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 41); /* X41 is back */
   layer41_forward(c, true); /* recompute from X41 (full checkpointing) */
   rt_offload_load(c, 39, R(X39), H(HX39), 402653184); /* prefetch: X42's slot is free */
@@ -8032,8 +8362,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 41 experts, bf16 on the wire */
   rt_accumulate(R(L41_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 40 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L40_DENSE_MASTER), 354336); /* layer 40 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L40_EXPERTS_MASTER), 33030144); /* layer 40 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L39_DENSE_MASTER), 354336, 0); /* layer 39 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L39_EXPERTS_MASTER), 33030144, 1); /* layer 39 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 40); /* X40 is back */
   layer40_forward(c, true); /* recompute from X40 (full checkpointing) */
   rt_offload_load(c, 38, R(X38), H(HX38), 402653184); /* prefetch: X41's slot is free */
@@ -8045,8 +8378,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 40 experts, bf16 on the wire */
   rt_accumulate(R(L40_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 39 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L39_DENSE_MASTER), 354336); /* layer 39 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L39_EXPERTS_MASTER), 33030144); /* layer 39 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L38_DENSE_MASTER), 354336, 2); /* layer 38 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L38_EXPERTS_MASTER), 33030144, 3); /* layer 38 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 39); /* X39 is back */
   layer39_forward(c, true); /* recompute from X39 (full checkpointing) */
   rt_offload_load(c, 37, R(X37), H(HX37), 402653184); /* prefetch: X40's slot is free */
@@ -8058,8 +8394,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 39 experts, bf16 on the wire */
   rt_accumulate(R(L39_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 38 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L38_DENSE_MASTER), 354336); /* layer 38 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L38_EXPERTS_MASTER), 33030144); /* layer 38 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L37_DENSE_MASTER), 354336, 0); /* layer 37 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L37_EXPERTS_MASTER), 33030144, 1); /* layer 37 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 38); /* X38 is back */
   layer38_forward(c, true); /* recompute from X38 (full checkpointing) */
   rt_offload_load(c, 36, R(X36), H(HX36), 402653184); /* prefetch: X39's slot is free */
@@ -8071,8 +8410,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 38 experts, bf16 on the wire */
   rt_accumulate(R(L38_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 37 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L37_DENSE_MASTER), 354336); /* layer 37 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L37_EXPERTS_MASTER), 33030144); /* layer 37 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L36_DENSE_MASTER), 354336, 2); /* layer 36 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L36_EXPERTS_MASTER), 33030144, 3); /* layer 36 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 37); /* X37 is back */
   layer37_forward(c, true); /* recompute from X37 (full checkpointing) */
   rt_offload_load(c, 35, R(X35), H(HX35), 402653184); /* prefetch: X38's slot is free */
@@ -8084,8 +8426,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 37 experts, bf16 on the wire */
   rt_accumulate(R(L37_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 36 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L36_DENSE_MASTER), 354336); /* layer 36 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L36_EXPERTS_MASTER), 33030144); /* layer 36 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L35_DENSE_MASTER), 354336, 0); /* layer 35 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L35_EXPERTS_MASTER), 33030144, 1); /* layer 35 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 36); /* X36 is back */
   layer36_forward(c, true); /* recompute from X36 (full checkpointing) */
   rt_offload_load(c, 34, R(X34), H(HX34), 402653184); /* prefetch: X37's slot is free */
@@ -8097,8 +8442,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 36 experts, bf16 on the wire */
   rt_accumulate(R(L36_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 35 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L35_DENSE_MASTER), 354336); /* layer 35 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L35_EXPERTS_MASTER), 33030144); /* layer 35 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L34_DENSE_MASTER), 354336, 2); /* layer 34 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L34_EXPERTS_MASTER), 33030144, 3); /* layer 34 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 35); /* X35 is back */
   layer35_forward(c, true); /* recompute from X35 (full checkpointing) */
   rt_offload_load(c, 33, R(X33), H(HX33), 402653184); /* prefetch: X36's slot is free */
@@ -8110,8 +8458,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 35 experts, bf16 on the wire */
   rt_accumulate(R(L35_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 34 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L34_DENSE_MASTER), 354336); /* layer 34 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L34_EXPERTS_MASTER), 33030144); /* layer 34 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L33_DENSE_MASTER), 354336, 0); /* layer 33 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L33_EXPERTS_MASTER), 33030144, 1); /* layer 33 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 34); /* X34 is back */
   layer34_forward(c, true); /* recompute from X34 (full checkpointing) */
   rt_offload_load(c, 32, R(X32), H(HX32), 402653184); /* prefetch: X35's slot is free */
@@ -8123,8 +8474,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 34 experts, bf16 on the wire */
   rt_accumulate(R(L34_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 33 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L33_DENSE_MASTER), 354336); /* layer 33 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L33_EXPERTS_MASTER), 33030144); /* layer 33 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L32_DENSE_MASTER), 354336, 2); /* layer 32 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L32_EXPERTS_MASTER), 33030144, 3); /* layer 32 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 33); /* X33 is back */
   layer33_forward(c, true); /* recompute from X33 (full checkpointing) */
   rt_offload_load(c, 31, R(X31), H(HX31), 402653184); /* prefetch: X34's slot is free */
@@ -8136,8 +8490,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 33 experts, bf16 on the wire */
   rt_accumulate(R(L33_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 32 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L32_DENSE_MASTER), 354336); /* layer 32 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L32_EXPERTS_MASTER), 33030144); /* layer 32 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 354336, 0); /* layer 31 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_MASTER), 33030144, 1); /* layer 31 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 32); /* X32 is back */
   layer32_forward(c, true); /* recompute from X32 (full checkpointing) */
   rt_offload_load(c, 30, R(X30), H(HX30), 402653184); /* prefetch: X33's slot is free */
@@ -8149,8 +8506,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 32 experts, bf16 on the wire */
   rt_accumulate(R(L32_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 31 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L31_DENSE_MASTER), 354336); /* layer 31 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L31_EXPERTS_MASTER), 33030144); /* layer 31 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 354336, 2); /* layer 30 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_MASTER), 33030144, 3); /* layer 30 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 31); /* X31 is back */
   layer31_forward(c, true); /* recompute from X31 (full checkpointing) */
   rt_offload_load(c, 29, R(X29), H(HX29), 402653184); /* prefetch: X32's slot is free */
@@ -8162,8 +8522,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 31 experts, bf16 on the wire */
   rt_accumulate(R(L31_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 30 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L30_DENSE_MASTER), 354336); /* layer 30 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L30_EXPERTS_MASTER), 33030144); /* layer 30 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 354336, 0); /* layer 29 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_MASTER), 33030144, 1); /* layer 29 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 30); /* X30 is back */
   layer30_forward(c, true); /* recompute from X30 (full checkpointing) */
   rt_offload_load(c, 28, R(X28), H(HX28), 402653184); /* prefetch: X31's slot is free */
@@ -8175,8 +8538,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 30 experts, bf16 on the wire */
   rt_accumulate(R(L30_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 29 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L29_DENSE_MASTER), 354336); /* layer 29 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L29_EXPERTS_MASTER), 33030144); /* layer 29 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 354336, 2); /* layer 28 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_MASTER), 33030144, 3); /* layer 28 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 29); /* X29 is back */
   layer29_forward(c, true); /* recompute from X29 (full checkpointing) */
   rt_offload_load(c, 27, R(X27), H(HX27), 402653184); /* prefetch: X30's slot is free */
@@ -8188,8 +8554,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 29 experts, bf16 on the wire */
   rt_accumulate(R(L29_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 28 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L28_DENSE_MASTER), 354336); /* layer 28 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L28_EXPERTS_MASTER), 33030144); /* layer 28 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 354336, 0); /* layer 27 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_MASTER), 33030144, 1); /* layer 27 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 28); /* X28 is back */
   layer28_forward(c, true); /* recompute from X28 (full checkpointing) */
   rt_offload_load(c, 26, R(X26), H(HX26), 402653184); /* prefetch: X29's slot is free */
@@ -8201,8 +8570,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 28 experts, bf16 on the wire */
   rt_accumulate(R(L28_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 27 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L27_DENSE_MASTER), 354336); /* layer 27 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L27_EXPERTS_MASTER), 33030144); /* layer 27 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 354336, 2); /* layer 26 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_MASTER), 33030144, 3); /* layer 26 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 27); /* X27 is back */
   layer27_forward(c, true); /* recompute from X27 (full checkpointing) */
   rt_offload_load(c, 25, R(X25), H(HX25), 402653184); /* prefetch: X28's slot is free */
@@ -8214,8 +8586,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 27 experts, bf16 on the wire */
   rt_accumulate(R(L27_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 26 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L26_DENSE_MASTER), 354336); /* layer 26 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L26_EXPERTS_MASTER), 33030144); /* layer 26 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 354336, 0); /* layer 25 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_MASTER), 33030144, 1); /* layer 25 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 26); /* X26 is back */
   layer26_forward(c, true); /* recompute from X26 (full checkpointing) */
   rt_offload_load(c, 24, R(X24), H(HX24), 402653184); /* prefetch: X27's slot is free */
@@ -8227,8 +8602,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 26 experts, bf16 on the wire */
   rt_accumulate(R(L26_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 25 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L25_DENSE_MASTER), 354336); /* layer 25 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L25_EXPERTS_MASTER), 33030144); /* layer 25 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 354336, 2); /* layer 24 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_MASTER), 33030144, 3); /* layer 24 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 25); /* X25 is back */
   layer25_forward(c, true); /* recompute from X25 (full checkpointing) */
   rt_offload_load(c, 23, R(X23), H(HX23), 402653184); /* prefetch: X26's slot is free */
@@ -8240,8 +8618,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 25 experts, bf16 on the wire */
   rt_accumulate(R(L25_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 24 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L24_DENSE_MASTER), 354336); /* layer 24 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L24_EXPERTS_MASTER), 33030144); /* layer 24 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 354336, 0); /* layer 23 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_MASTER), 33030144, 1); /* layer 23 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 24); /* X24 is back */
   layer24_forward(c, true); /* recompute from X24 (full checkpointing) */
   rt_offload_load(c, 22, R(X22), H(HX22), 402653184); /* prefetch: X25's slot is free */
@@ -8253,8 +8634,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 24 experts, bf16 on the wire */
   rt_accumulate(R(L24_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 23 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L23_DENSE_MASTER), 354336); /* layer 23 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L23_EXPERTS_MASTER), 33030144); /* layer 23 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 354336, 2); /* layer 22 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_MASTER), 33030144, 3); /* layer 22 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 23); /* X23 is back */
   layer23_forward(c, true); /* recompute from X23 (full checkpointing) */
   rt_offload_load(c, 21, R(X21), H(HX21), 402653184); /* prefetch: X24's slot is free */
@@ -8266,8 +8650,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 23 experts, bf16 on the wire */
   rt_accumulate(R(L23_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 22 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L22_DENSE_MASTER), 354336); /* layer 22 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L22_EXPERTS_MASTER), 33030144); /* layer 22 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 354336, 0); /* layer 21 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_MASTER), 33030144, 1); /* layer 21 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 22); /* X22 is back */
   layer22_forward(c, true); /* recompute from X22 (full checkpointing) */
   rt_offload_load(c, 20, R(X20), H(HX20), 402653184); /* prefetch: X23's slot is free */
@@ -8279,8 +8666,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 22 experts, bf16 on the wire */
   rt_accumulate(R(L22_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 21 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L21_DENSE_MASTER), 354336); /* layer 21 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L21_EXPERTS_MASTER), 33030144); /* layer 21 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 354336, 2); /* layer 20 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_MASTER), 33030144, 3); /* layer 20 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 21); /* X21 is back */
   layer21_forward(c, true); /* recompute from X21 (full checkpointing) */
   rt_offload_load(c, 19, R(X19), H(HX19), 402653184); /* prefetch: X22's slot is free */
@@ -8292,8 +8682,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 21 experts, bf16 on the wire */
   rt_accumulate(R(L21_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 20 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L20_DENSE_MASTER), 354336); /* layer 20 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L20_EXPERTS_MASTER), 33030144); /* layer 20 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 354336, 0); /* layer 19 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_MASTER), 33030144, 1); /* layer 19 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 20); /* X20 is back */
   layer20_forward(c, true); /* recompute from X20 (full checkpointing) */
   rt_offload_load(c, 18, R(X18), H(HX18), 402653184); /* prefetch: X21's slot is free */
@@ -8305,8 +8698,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 20 experts, bf16 on the wire */
   rt_accumulate(R(L20_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 19 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L19_DENSE_MASTER), 354336); /* layer 19 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L19_EXPERTS_MASTER), 33030144); /* layer 19 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 354336, 2); /* layer 18 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_MASTER), 33030144, 3); /* layer 18 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 19); /* X19 is back */
   layer19_forward(c, true); /* recompute from X19 (full checkpointing) */
   rt_offload_load(c, 17, R(X17), H(HX17), 402653184); /* prefetch: X20's slot is free */
@@ -8318,8 +8714,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 19 experts, bf16 on the wire */
   rt_accumulate(R(L19_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 18 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L18_DENSE_MASTER), 354336); /* layer 18 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L18_EXPERTS_MASTER), 33030144); /* layer 18 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 354336, 0); /* layer 17 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_MASTER), 33030144, 1); /* layer 17 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 18); /* X18 is back */
   layer18_forward(c, true); /* recompute from X18 (full checkpointing) */
   rt_offload_load(c, 16, R(X16), H(HX16), 402653184); /* prefetch: X19's slot is free */
@@ -8331,8 +8730,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 18 experts, bf16 on the wire */
   rt_accumulate(R(L18_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 17 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L17_DENSE_MASTER), 354336); /* layer 17 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L17_EXPERTS_MASTER), 33030144); /* layer 17 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 354336, 2); /* layer 16 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_MASTER), 33030144, 3); /* layer 16 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 17); /* X17 is back */
   layer17_forward(c, true); /* recompute from X17 (full checkpointing) */
   rt_offload_load(c, 15, R(X15), H(HX15), 402653184); /* prefetch: X18's slot is free */
@@ -8344,8 +8746,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 17 experts, bf16 on the wire */
   rt_accumulate(R(L17_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 16 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L16_DENSE_MASTER), 354336); /* layer 16 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L16_EXPERTS_MASTER), 33030144); /* layer 16 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 354336, 0); /* layer 15 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_MASTER), 33030144, 1); /* layer 15 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 16); /* X16 is back */
   layer16_forward(c, true); /* recompute from X16 (full checkpointing) */
   rt_offload_load(c, 14, R(X14), H(HX14), 402653184); /* prefetch: X17's slot is free */
@@ -8357,8 +8762,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 16 experts, bf16 on the wire */
   rt_accumulate(R(L16_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 15 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L15_DENSE_MASTER), 354336); /* layer 15 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L15_EXPERTS_MASTER), 33030144); /* layer 15 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 354336, 2); /* layer 14 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_MASTER), 33030144, 3); /* layer 14 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 15); /* X15 is back */
   layer15_forward(c, true); /* recompute from X15 (full checkpointing) */
   rt_offload_load(c, 13, R(X13), H(HX13), 402653184); /* prefetch: X16's slot is free */
@@ -8370,8 +8778,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 15 experts, bf16 on the wire */
   rt_accumulate(R(L15_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 14 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L14_DENSE_MASTER), 354336); /* layer 14 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L14_EXPERTS_MASTER), 33030144); /* layer 14 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 354336, 0); /* layer 13 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_MASTER), 33030144, 1); /* layer 13 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 14); /* X14 is back */
   layer14_forward(c, true); /* recompute from X14 (full checkpointing) */
   rt_offload_load(c, 12, R(X12), H(HX12), 402653184); /* prefetch: X15's slot is free */
@@ -8383,8 +8794,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 14 experts, bf16 on the wire */
   rt_accumulate(R(L14_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 13 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L13_DENSE_MASTER), 354336); /* layer 13 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L13_EXPERTS_MASTER), 33030144); /* layer 13 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 354336, 2); /* layer 12 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_MASTER), 33030144, 3); /* layer 12 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 13); /* X13 is back */
   layer13_forward(c, true); /* recompute from X13 (full checkpointing) */
   rt_offload_load(c, 11, R(X11), H(HX11), 402653184); /* prefetch: X14's slot is free */
@@ -8396,8 +8810,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 13 experts, bf16 on the wire */
   rt_accumulate(R(L13_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 12 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L12_DENSE_MASTER), 354336); /* layer 12 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L12_EXPERTS_MASTER), 33030144); /* layer 12 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 354336, 0); /* layer 11 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_MASTER), 33030144, 1); /* layer 11 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 12); /* X12 is back */
   layer12_forward(c, true); /* recompute from X12 (full checkpointing) */
   rt_offload_load(c, 10, R(X10), H(HX10), 402653184); /* prefetch: X13's slot is free */
@@ -8409,8 +8826,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 12 experts, bf16 on the wire */
   rt_accumulate(R(L12_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 11 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L11_DENSE_MASTER), 354336); /* layer 11 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L11_EXPERTS_MASTER), 33030144); /* layer 11 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 354336, 2); /* layer 10 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_MASTER), 33030144, 3); /* layer 10 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 11); /* X11 is back */
   layer11_forward(c, true); /* recompute from X11 (full checkpointing) */
   rt_offload_load(c, 9, R(X9), H(HX9), 402653184); /* prefetch: X12's slot is free */
@@ -8422,8 +8842,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 11 experts, bf16 on the wire */
   rt_accumulate(R(L11_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 10 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L10_DENSE_MASTER), 354336); /* layer 10 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L10_EXPERTS_MASTER), 33030144); /* layer 10 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 354336, 0); /* layer 9 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_MASTER), 33030144, 1); /* layer 9 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 10); /* X10 is back */
   layer10_forward(c, true); /* recompute from X10 (full checkpointing) */
   rt_offload_load(c, 8, R(X8), H(HX8), 402653184); /* prefetch: X11's slot is free */
@@ -8435,8 +8858,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 10 experts, bf16 on the wire */
   rt_accumulate(R(L10_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 9 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L9_DENSE_MASTER), 354336); /* layer 9 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L9_EXPERTS_MASTER), 33030144); /* layer 9 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 354336, 2); /* layer 8 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_MASTER), 33030144, 3); /* layer 8 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 9); /* X9 is back */
   layer9_forward(c, true); /* recompute from X9 (full checkpointing) */
   rt_offload_load(c, 7, R(X7), H(HX7), 402653184); /* prefetch: X10's slot is free */
@@ -8448,8 +8874,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 9 experts, bf16 on the wire */
   rt_accumulate(R(L9_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 8 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L8_DENSE_MASTER), 354336); /* layer 8 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L8_EXPERTS_MASTER), 33030144); /* layer 8 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 354336, 0); /* layer 7 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_MASTER), 33030144, 1); /* layer 7 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 8); /* X8 is back */
   layer8_forward(c, true); /* recompute from X8 (full checkpointing) */
   rt_offload_load(c, 6, R(X6), H(HX6), 402653184); /* prefetch: X9's slot is free */
@@ -8461,8 +8890,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 8 experts, bf16 on the wire */
   rt_accumulate(R(L8_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 7 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L7_DENSE_MASTER), 354336); /* layer 7 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L7_EXPERTS_MASTER), 33030144); /* layer 7 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 354336, 2); /* layer 6 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_MASTER), 33030144, 3); /* layer 6 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 7); /* X7 is back */
   layer7_forward(c, true); /* recompute from X7 (full checkpointing) */
   rt_offload_load(c, 5, R(X5), H(HX5), 402653184); /* prefetch: X8's slot is free */
@@ -8474,8 +8906,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 7 experts, bf16 on the wire */
   rt_accumulate(R(L7_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 6 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L6_DENSE_MASTER), 354336); /* layer 6 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L6_EXPERTS_MASTER), 33030144); /* layer 6 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 354336, 0); /* layer 5 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_MASTER), 33030144, 1); /* layer 5 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 6); /* X6 is back */
   layer6_forward(c, true); /* recompute from X6 (full checkpointing) */
   rt_offload_load(c, 4, R(X4), H(HX4), 402653184); /* prefetch: X7's slot is free */
@@ -8487,8 +8922,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 6 experts, bf16 on the wire */
   rt_accumulate(R(L6_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 5 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L5_DENSE_MASTER), 354336); /* layer 5 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L5_EXPERTS_MASTER), 33030144); /* layer 5 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 354336, 2); /* layer 4 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_MASTER), 33030144, 3); /* layer 4 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 5); /* X5 is back */
   layer5_forward(c, true); /* recompute from X5 (full checkpointing) */
   rt_offload_load(c, 3, R(X3), H(HX3), 402653184); /* prefetch: X6's slot is free */
@@ -8500,8 +8938,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 5 experts, bf16 on the wire */
   rt_accumulate(R(L5_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 4 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L4_DENSE_MASTER), 354336); /* layer 4 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L4_EXPERTS_MASTER), 33030144); /* layer 4 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 354336, 0); /* layer 3 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 33030144, 1); /* layer 3 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 4); /* X4 is back */
   layer4_forward(c, true); /* recompute from X4 (full checkpointing) */
   rt_offload_load(c, 2, R(X2), H(HX2), 402653184); /* prefetch: X5's slot is free */
@@ -8513,8 +8954,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 4 experts, bf16 on the wire */
   rt_accumulate(R(L4_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 3 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L3_DENSE_MASTER), 354336); /* layer 3 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L3_EXPERTS_MASTER), 33030144); /* layer 3 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 354336, 2); /* layer 2 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 33030144, 3); /* layer 2 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 3); /* X3 is back */
   layer3_forward(c, true); /* recompute from X3 (full checkpointing) */
   rt_offload_load(c, 1, R(X1), H(HX1), 402653184); /* prefetch: X4's slot is free */
@@ -8526,8 +8970,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 3 experts, bf16 on the wire */
   rt_accumulate(R(L3_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 2 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L2_DENSE_MASTER), 354336); /* layer 2 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L2_EXPERTS_MASTER), 33030144); /* layer 2 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 354336, 0); /* layer 1 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 33030144, 1); /* layer 1 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 2); /* X2 is back */
   layer2_forward(c, true); /* recompute from X2 (full checkpointing) */
   rt_offload_load(c, 0, R(X0), H(HX0), 402653184); /* prefetch: X3's slot is free */
@@ -8539,8 +8986,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 2 experts, bf16 on the wire */
   rt_accumulate(R(L2_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 1 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L1_DENSE_MASTER), 354336); /* layer 1 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L1_EXPERTS_MASTER), 33030144); /* layer 1 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 354336, 2); /* layer 0 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 33030144, 3); /* layer 0 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 1); /* X1 is back */
   layer1_forward(c, true); /* recompute from X1 (full checkpointing) */
   rt_zero(R(GRAD_DENSE), 136065024);
@@ -8551,8 +9001,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 1 experts, bf16 on the wire */
   rt_accumulate(R(L1_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 0 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L0_DENSE_MASTER), 354336); /* layer 0 dense: 384 ranks x 354336 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L0_EXPERTS_MASTER), 33030144); /* layer 0 experts: 96 ranks x 33030144 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_offload_wait(c, 0); /* X0 is back */
   layer0_forward(c, true); /* recompute from X0 (full checkpointing) */
   rt_zero(R(GRAD_DENSE), 136065024);

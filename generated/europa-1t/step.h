@@ -41,11 +41,11 @@
 #define PLAN_HBM_BYTES 86895735552 /* the plan's packed HBM arena per GPU (plan.json memory) */
 #define PLAN_HOST_BYTES 93665957504 /* its host (Grace) arena per GPU */
 
-/* the arena: 130698877888 elements of real */
-#define ARENA_ELEMS 130698877888
+/* the arena: 135442641856 elements of real */
+#define ARENA_ELEMS 135442641856
 #define INPUTS 0
 #define TARGETS 65536
-#define MUON_WORK 19402233152 /* Muon's scratch */
+#define MUON_WORK 24145997120 /* Muon's scratch */
 #define HOST_ELEMS 28991029248 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 72 /* boundaries that go to the host and back */
 #define N_GROUPS 150

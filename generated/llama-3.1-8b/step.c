@@ -14,9 +14,9 @@
 
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
-#define W(o) (c->arena + GATHERED_DENSE + (o))   /* a gathered dense parameter */
+#define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->arena + GRAD_DENSE + (o))      /* its gradient */
-#define WE(o) (c->arena + GATHERED_EXPERTS + (o)) /* a gathered expert parameter */
+#define WE(o) (c->we + (o))                     /* a gathered expert parameter */
 #define DWE(o) (c->arena + GRAD_EXPERTS + (o))   /* its gradient */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 
@@ -157,475 +157,476 @@
 #define HEAD_GRAD                7636272128 /*  131335168: its gradient, accumulated over micro-batches */
 #define HEAD_ADAM_M              7767607296 /*  131335168: AdamW first moment (fp32) */
 #define HEAD_ADAM_V              7898942464 /*  131335168: AdamW second moment (fp32) */
-#define GATHERED_DENSE           8030277632 /*  525340672: one dense group all-gathered (the largest) */
-#define GRAD_DENSE               8555618304 /*  525340672: its gradient before the reduce-scatter */
-#define RS_OUT                   9080958976 /*  131335168: a reduce-scatter's result, before it is added to the shard's gradient */
-#define RS_WIRE                  9212294144 /*  525340672: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
-#define X0                       9737634816 /*   33554432: boundary: input of layer 0 (residual stream) */
-#define X1                       9771189248 /*   33554432: boundary: input of layer 1 (residual stream) */
-#define X2                       9804743680 /*   33554432: boundary: input of layer 2 (residual stream) */
-#define X3                       9838298112 /*   33554432: boundary: input of layer 3 (residual stream) */
-#define X4                       9871852544 /*   33554432: boundary: input of layer 4 (residual stream) */
-#define X5                       9905406976 /*   33554432: boundary: input of layer 5 (residual stream) */
-#define X6                       9938961408 /*   33554432: boundary: input of layer 6 (residual stream) */
-#define X7                       9972515840 /*   33554432: boundary: input of layer 7 (residual stream) */
-#define X8                      10006070272 /*   33554432: boundary: input of layer 8 (residual stream) */
-#define X9                      10039624704 /*   33554432: boundary: input of layer 9 (residual stream) */
-#define X10                     10073179136 /*   33554432: boundary: input of layer 10 (residual stream) */
-#define X11                     10106733568 /*   33554432: boundary: input of layer 11 (residual stream) */
-#define X12                     10140288000 /*   33554432: boundary: input of layer 12 (residual stream) */
-#define X13                     10173842432 /*   33554432: boundary: input of layer 13 (residual stream) */
-#define X14                     10207396864 /*   33554432: boundary: input of layer 14 (residual stream) */
-#define X15                     10240951296 /*   33554432: boundary: input of layer 15 (residual stream) */
-#define X16                     10274505728 /*   33554432: boundary: input of layer 16 (residual stream) */
-#define X17                     10308060160 /*   33554432: boundary: input of layer 17 (residual stream) */
-#define X18                     10341614592 /*   33554432: boundary: input of layer 18 (residual stream) */
-#define X19                     10375169024 /*   33554432: boundary: input of layer 19 (residual stream) */
-#define X20                     10408723456 /*   33554432: boundary: input of layer 20 (residual stream) */
-#define X21                     10442277888 /*   33554432: boundary: input of layer 21 (residual stream) */
-#define X22                     10475832320 /*   33554432: boundary: input of layer 22 (residual stream) */
-#define X23                     10509386752 /*   33554432: boundary: input of layer 23 (residual stream) */
-#define X24                     10542941184 /*   33554432: boundary: input of layer 24 (residual stream) */
-#define X25                     10576495616 /*   33554432: boundary: input of layer 25 (residual stream) */
-#define X26                     10610050048 /*   33554432: boundary: input of layer 26 (residual stream) */
-#define X27                     10643604480 /*   33554432: boundary: input of layer 27 (residual stream) */
-#define X28                     10677158912 /*   33554432: boundary: input of layer 28 (residual stream) */
-#define X29                     10710713344 /*   33554432: boundary: input of layer 29 (residual stream) */
-#define X30                     10744267776 /*   33554432: boundary: input of layer 30 (residual stream) */
-#define X31                     10777822208 /*   33554432: boundary: input of layer 31 (residual stream) */
-#define X32                     10811376640 /*   33554432: output of the last layer */
-#define L0_LN1                  10844931072 /*   33554432: attention norm output */
-#define L0_RSTD1                10878485504 /*       8192: its 1/rms per token */
-#define L0_Q                    10878493696 /*   33554432: queries (rotated) */
-#define L0_K                    10912048128 /*    8388608: keys (rotated) */
-#define L0_V                    10920436736 /*    8388608: values */
-#define L0_ATT                  10928825344 /*   33554432: attention output */
-#define L0_LSE                  10962379776 /*     262144: attention log-sum-exp per head and query */
-#define L0_RES                  10962641920 /*   33554432: residual stream after attention */
-#define L0_LN2                  10996196352 /*   33554432: mlp norm output */
-#define L0_RSTD2                11029750784 /*       8192: its 1/rms per token */
-#define L0_G                    11029758976 /*  117440512: mlp gate */
-#define L0_U                    11147199488 /*  117440512: mlp up */
-#define L0_H                    11264640000 /*  117440512: mlp activation */
-#define L1_LN1                  11382080512 /*   33554432: attention norm output */
-#define L1_RSTD1                11415634944 /*       8192: its 1/rms per token */
-#define L1_Q                    11415643136 /*   33554432: queries (rotated) */
-#define L1_K                    11449197568 /*    8388608: keys (rotated) */
-#define L1_V                    11457586176 /*    8388608: values */
-#define L1_ATT                  11465974784 /*   33554432: attention output */
-#define L1_LSE                  11499529216 /*     262144: attention log-sum-exp per head and query */
-#define L1_RES                  11499791360 /*   33554432: residual stream after attention */
-#define L1_LN2                  11533345792 /*   33554432: mlp norm output */
-#define L1_RSTD2                11566900224 /*       8192: its 1/rms per token */
-#define L1_G                    11566908416 /*  117440512: mlp gate */
-#define L1_U                    11684348928 /*  117440512: mlp up */
-#define L1_H                    11801789440 /*  117440512: mlp activation */
-#define L2_LN1                  11919229952 /*   33554432: attention norm output */
-#define L2_RSTD1                11952784384 /*       8192: its 1/rms per token */
-#define L2_Q                    11952792576 /*   33554432: queries (rotated) */
-#define L2_K                    11986347008 /*    8388608: keys (rotated) */
-#define L2_V                    11994735616 /*    8388608: values */
-#define L2_ATT                  12003124224 /*   33554432: attention output */
-#define L2_LSE                  12036678656 /*     262144: attention log-sum-exp per head and query */
-#define L2_RES                  12036940800 /*   33554432: residual stream after attention */
-#define L2_LN2                  12070495232 /*   33554432: mlp norm output */
-#define L2_RSTD2                12104049664 /*       8192: its 1/rms per token */
-#define L2_G                    12104057856 /*  117440512: mlp gate */
-#define L2_U                    12221498368 /*  117440512: mlp up */
-#define L2_H                    12338938880 /*  117440512: mlp activation */
-#define L3_LN1                  12456379392 /*   33554432: attention norm output */
-#define L3_RSTD1                12489933824 /*       8192: its 1/rms per token */
-#define L3_Q                    12489942016 /*   33554432: queries (rotated) */
-#define L3_K                    12523496448 /*    8388608: keys (rotated) */
-#define L3_V                    12531885056 /*    8388608: values */
-#define L3_ATT                  12540273664 /*   33554432: attention output */
-#define L3_LSE                  12573828096 /*     262144: attention log-sum-exp per head and query */
-#define L3_RES                  12574090240 /*   33554432: residual stream after attention */
-#define L3_LN2                  12607644672 /*   33554432: mlp norm output */
-#define L3_RSTD2                12641199104 /*       8192: its 1/rms per token */
-#define L3_G                    12641207296 /*  117440512: mlp gate */
-#define L3_U                    12758647808 /*  117440512: mlp up */
-#define L3_H                    12876088320 /*  117440512: mlp activation */
-#define L4_LN1                  12993528832 /*   33554432: attention norm output */
-#define L4_RSTD1                13027083264 /*       8192: its 1/rms per token */
-#define L4_Q                    13027091456 /*   33554432: queries (rotated) */
-#define L4_K                    13060645888 /*    8388608: keys (rotated) */
-#define L4_V                    13069034496 /*    8388608: values */
-#define L4_ATT                  13077423104 /*   33554432: attention output */
-#define L4_LSE                  13110977536 /*     262144: attention log-sum-exp per head and query */
-#define L4_RES                  13111239680 /*   33554432: residual stream after attention */
-#define L4_LN2                  13144794112 /*   33554432: mlp norm output */
-#define L4_RSTD2                13178348544 /*       8192: its 1/rms per token */
-#define L4_G                    13178356736 /*  117440512: mlp gate */
-#define L4_U                    13295797248 /*  117440512: mlp up */
-#define L4_H                    13413237760 /*  117440512: mlp activation */
-#define L5_LN1                  13530678272 /*   33554432: attention norm output */
-#define L5_RSTD1                13564232704 /*       8192: its 1/rms per token */
-#define L5_Q                    13564240896 /*   33554432: queries (rotated) */
-#define L5_K                    13597795328 /*    8388608: keys (rotated) */
-#define L5_V                    13606183936 /*    8388608: values */
-#define L5_ATT                  13614572544 /*   33554432: attention output */
-#define L5_LSE                  13648126976 /*     262144: attention log-sum-exp per head and query */
-#define L5_RES                  13648389120 /*   33554432: residual stream after attention */
-#define L5_LN2                  13681943552 /*   33554432: mlp norm output */
-#define L5_RSTD2                13715497984 /*       8192: its 1/rms per token */
-#define L5_G                    13715506176 /*  117440512: mlp gate */
-#define L5_U                    13832946688 /*  117440512: mlp up */
-#define L5_H                    13950387200 /*  117440512: mlp activation */
-#define L6_LN1                  14067827712 /*   33554432: attention norm output */
-#define L6_RSTD1                14101382144 /*       8192: its 1/rms per token */
-#define L6_Q                    14101390336 /*   33554432: queries (rotated) */
-#define L6_K                    14134944768 /*    8388608: keys (rotated) */
-#define L6_V                    14143333376 /*    8388608: values */
-#define L6_ATT                  14151721984 /*   33554432: attention output */
-#define L6_LSE                  14185276416 /*     262144: attention log-sum-exp per head and query */
-#define L6_RES                  14185538560 /*   33554432: residual stream after attention */
-#define L6_LN2                  14219092992 /*   33554432: mlp norm output */
-#define L6_RSTD2                14252647424 /*       8192: its 1/rms per token */
-#define L6_G                    14252655616 /*  117440512: mlp gate */
-#define L6_U                    14370096128 /*  117440512: mlp up */
-#define L6_H                    14487536640 /*  117440512: mlp activation */
-#define L7_LN1                  14604977152 /*   33554432: attention norm output */
-#define L7_RSTD1                14638531584 /*       8192: its 1/rms per token */
-#define L7_Q                    14638539776 /*   33554432: queries (rotated) */
-#define L7_K                    14672094208 /*    8388608: keys (rotated) */
-#define L7_V                    14680482816 /*    8388608: values */
-#define L7_ATT                  14688871424 /*   33554432: attention output */
-#define L7_LSE                  14722425856 /*     262144: attention log-sum-exp per head and query */
-#define L7_RES                  14722688000 /*   33554432: residual stream after attention */
-#define L7_LN2                  14756242432 /*   33554432: mlp norm output */
-#define L7_RSTD2                14789796864 /*       8192: its 1/rms per token */
-#define L7_G                    14789805056 /*  117440512: mlp gate */
-#define L7_U                    14907245568 /*  117440512: mlp up */
-#define L7_H                    15024686080 /*  117440512: mlp activation */
-#define L8_LN1                  15142126592 /*   33554432: attention norm output */
-#define L8_RSTD1                15175681024 /*       8192: its 1/rms per token */
-#define L8_Q                    15175689216 /*   33554432: queries (rotated) */
-#define L8_K                    15209243648 /*    8388608: keys (rotated) */
-#define L8_V                    15217632256 /*    8388608: values */
-#define L8_ATT                  15226020864 /*   33554432: attention output */
-#define L8_LSE                  15259575296 /*     262144: attention log-sum-exp per head and query */
-#define L8_RES                  15259837440 /*   33554432: residual stream after attention */
-#define L8_LN2                  15293391872 /*   33554432: mlp norm output */
-#define L8_RSTD2                15326946304 /*       8192: its 1/rms per token */
-#define L8_G                    15326954496 /*  117440512: mlp gate */
-#define L8_U                    15444395008 /*  117440512: mlp up */
-#define L8_H                    15561835520 /*  117440512: mlp activation */
-#define L9_LN1                  15679276032 /*   33554432: attention norm output */
-#define L9_RSTD1                15712830464 /*       8192: its 1/rms per token */
-#define L9_Q                    15712838656 /*   33554432: queries (rotated) */
-#define L9_K                    15746393088 /*    8388608: keys (rotated) */
-#define L9_V                    15754781696 /*    8388608: values */
-#define L9_ATT                  15763170304 /*   33554432: attention output */
-#define L9_LSE                  15796724736 /*     262144: attention log-sum-exp per head and query */
-#define L9_RES                  15796986880 /*   33554432: residual stream after attention */
-#define L9_LN2                  15830541312 /*   33554432: mlp norm output */
-#define L9_RSTD2                15864095744 /*       8192: its 1/rms per token */
-#define L9_G                    15864103936 /*  117440512: mlp gate */
-#define L9_U                    15981544448 /*  117440512: mlp up */
-#define L9_H                    16098984960 /*  117440512: mlp activation */
-#define L10_LN1                 16216425472 /*   33554432: attention norm output */
-#define L10_RSTD1               16249979904 /*       8192: its 1/rms per token */
-#define L10_Q                   16249988096 /*   33554432: queries (rotated) */
-#define L10_K                   16283542528 /*    8388608: keys (rotated) */
-#define L10_V                   16291931136 /*    8388608: values */
-#define L10_ATT                 16300319744 /*   33554432: attention output */
-#define L10_LSE                 16333874176 /*     262144: attention log-sum-exp per head and query */
-#define L10_RES                 16334136320 /*   33554432: residual stream after attention */
-#define L10_LN2                 16367690752 /*   33554432: mlp norm output */
-#define L10_RSTD2               16401245184 /*       8192: its 1/rms per token */
-#define L10_G                   16401253376 /*  117440512: mlp gate */
-#define L10_U                   16518693888 /*  117440512: mlp up */
-#define L10_H                   16636134400 /*  117440512: mlp activation */
-#define L11_LN1                 16753574912 /*   33554432: attention norm output */
-#define L11_RSTD1               16787129344 /*       8192: its 1/rms per token */
-#define L11_Q                   16787137536 /*   33554432: queries (rotated) */
-#define L11_K                   16820691968 /*    8388608: keys (rotated) */
-#define L11_V                   16829080576 /*    8388608: values */
-#define L11_ATT                 16837469184 /*   33554432: attention output */
-#define L11_LSE                 16871023616 /*     262144: attention log-sum-exp per head and query */
-#define L11_RES                 16871285760 /*   33554432: residual stream after attention */
-#define L11_LN2                 16904840192 /*   33554432: mlp norm output */
-#define L11_RSTD2               16938394624 /*       8192: its 1/rms per token */
-#define L11_G                   16938402816 /*  117440512: mlp gate */
-#define L11_U                   17055843328 /*  117440512: mlp up */
-#define L11_H                   17173283840 /*  117440512: mlp activation */
-#define L12_LN1                 17290724352 /*   33554432: attention norm output */
-#define L12_RSTD1               17324278784 /*       8192: its 1/rms per token */
-#define L12_Q                   17324286976 /*   33554432: queries (rotated) */
-#define L12_K                   17357841408 /*    8388608: keys (rotated) */
-#define L12_V                   17366230016 /*    8388608: values */
-#define L12_ATT                 17374618624 /*   33554432: attention output */
-#define L12_LSE                 17408173056 /*     262144: attention log-sum-exp per head and query */
-#define L12_RES                 17408435200 /*   33554432: residual stream after attention */
-#define L12_LN2                 17441989632 /*   33554432: mlp norm output */
-#define L12_RSTD2               17475544064 /*       8192: its 1/rms per token */
-#define L12_G                   17475552256 /*  117440512: mlp gate */
-#define L12_U                   17592992768 /*  117440512: mlp up */
-#define L12_H                   17710433280 /*  117440512: mlp activation */
-#define L13_LN1                 17827873792 /*   33554432: attention norm output */
-#define L13_RSTD1               17861428224 /*       8192: its 1/rms per token */
-#define L13_Q                   17861436416 /*   33554432: queries (rotated) */
-#define L13_K                   17894990848 /*    8388608: keys (rotated) */
-#define L13_V                   17903379456 /*    8388608: values */
-#define L13_ATT                 17911768064 /*   33554432: attention output */
-#define L13_LSE                 17945322496 /*     262144: attention log-sum-exp per head and query */
-#define L13_RES                 17945584640 /*   33554432: residual stream after attention */
-#define L13_LN2                 17979139072 /*   33554432: mlp norm output */
-#define L13_RSTD2               18012693504 /*       8192: its 1/rms per token */
-#define L13_G                   18012701696 /*  117440512: mlp gate */
-#define L13_U                   18130142208 /*  117440512: mlp up */
-#define L13_H                   18247582720 /*  117440512: mlp activation */
-#define L14_LN1                 18365023232 /*   33554432: attention norm output */
-#define L14_RSTD1               18398577664 /*       8192: its 1/rms per token */
-#define L14_Q                   18398585856 /*   33554432: queries (rotated) */
-#define L14_K                   18432140288 /*    8388608: keys (rotated) */
-#define L14_V                   18440528896 /*    8388608: values */
-#define L14_ATT                 18448917504 /*   33554432: attention output */
-#define L14_LSE                 18482471936 /*     262144: attention log-sum-exp per head and query */
-#define L14_RES                 18482734080 /*   33554432: residual stream after attention */
-#define L14_LN2                 18516288512 /*   33554432: mlp norm output */
-#define L14_RSTD2               18549842944 /*       8192: its 1/rms per token */
-#define L14_G                   18549851136 /*  117440512: mlp gate */
-#define L14_U                   18667291648 /*  117440512: mlp up */
-#define L14_H                   18784732160 /*  117440512: mlp activation */
-#define L15_LN1                 18902172672 /*   33554432: attention norm output */
-#define L15_RSTD1               18935727104 /*       8192: its 1/rms per token */
-#define L15_Q                   18935735296 /*   33554432: queries (rotated) */
-#define L15_K                   18969289728 /*    8388608: keys (rotated) */
-#define L15_V                   18977678336 /*    8388608: values */
-#define L15_ATT                 18986066944 /*   33554432: attention output */
-#define L15_LSE                 19019621376 /*     262144: attention log-sum-exp per head and query */
-#define L15_RES                 19019883520 /*   33554432: residual stream after attention */
-#define L15_LN2                 19053437952 /*   33554432: mlp norm output */
-#define L15_RSTD2               19086992384 /*       8192: its 1/rms per token */
-#define L15_G                   19087000576 /*  117440512: mlp gate */
-#define L15_U                   19204441088 /*  117440512: mlp up */
-#define L15_H                   19321881600 /*  117440512: mlp activation */
-#define L16_LN1                 19439322112 /*   33554432: attention norm output */
-#define L16_RSTD1               19472876544 /*       8192: its 1/rms per token */
-#define L16_Q                   19472884736 /*   33554432: queries (rotated) */
-#define L16_K                   19506439168 /*    8388608: keys (rotated) */
-#define L16_V                   19514827776 /*    8388608: values */
-#define L16_ATT                 19523216384 /*   33554432: attention output */
-#define L16_LSE                 19556770816 /*     262144: attention log-sum-exp per head and query */
-#define L16_RES                 19557032960 /*   33554432: residual stream after attention */
-#define L16_LN2                 19590587392 /*   33554432: mlp norm output */
-#define L16_RSTD2               19624141824 /*       8192: its 1/rms per token */
-#define L16_G                   19624150016 /*  117440512: mlp gate */
-#define L16_U                   19741590528 /*  117440512: mlp up */
-#define L16_H                   19859031040 /*  117440512: mlp activation */
-#define L17_LN1                 19976471552 /*   33554432: attention norm output */
-#define L17_RSTD1               20010025984 /*       8192: its 1/rms per token */
-#define L17_Q                   20010034176 /*   33554432: queries (rotated) */
-#define L17_K                   20043588608 /*    8388608: keys (rotated) */
-#define L17_V                   20051977216 /*    8388608: values */
-#define L17_ATT                 20060365824 /*   33554432: attention output */
-#define L17_LSE                 20093920256 /*     262144: attention log-sum-exp per head and query */
-#define L17_RES                 20094182400 /*   33554432: residual stream after attention */
-#define L17_LN2                 20127736832 /*   33554432: mlp norm output */
-#define L17_RSTD2               20161291264 /*       8192: its 1/rms per token */
-#define L17_G                   20161299456 /*  117440512: mlp gate */
-#define L17_U                   20278739968 /*  117440512: mlp up */
-#define L17_H                   20396180480 /*  117440512: mlp activation */
-#define L18_LN1                 20513620992 /*   33554432: attention norm output */
-#define L18_RSTD1               20547175424 /*       8192: its 1/rms per token */
-#define L18_Q                   20547183616 /*   33554432: queries (rotated) */
-#define L18_K                   20580738048 /*    8388608: keys (rotated) */
-#define L18_V                   20589126656 /*    8388608: values */
-#define L18_ATT                 20597515264 /*   33554432: attention output */
-#define L18_LSE                 20631069696 /*     262144: attention log-sum-exp per head and query */
-#define L18_RES                 20631331840 /*   33554432: residual stream after attention */
-#define L18_LN2                 20664886272 /*   33554432: mlp norm output */
-#define L18_RSTD2               20698440704 /*       8192: its 1/rms per token */
-#define L18_G                   20698448896 /*  117440512: mlp gate */
-#define L18_U                   20815889408 /*  117440512: mlp up */
-#define L18_H                   20933329920 /*  117440512: mlp activation */
-#define L19_LN1                 21050770432 /*   33554432: attention norm output */
-#define L19_RSTD1               21084324864 /*       8192: its 1/rms per token */
-#define L19_Q                   21084333056 /*   33554432: queries (rotated) */
-#define L19_K                   21117887488 /*    8388608: keys (rotated) */
-#define L19_V                   21126276096 /*    8388608: values */
-#define L19_ATT                 21134664704 /*   33554432: attention output */
-#define L19_LSE                 21168219136 /*     262144: attention log-sum-exp per head and query */
-#define L19_RES                 21168481280 /*   33554432: residual stream after attention */
-#define L19_LN2                 21202035712 /*   33554432: mlp norm output */
-#define L19_RSTD2               21235590144 /*       8192: its 1/rms per token */
-#define L19_G                   21235598336 /*  117440512: mlp gate */
-#define L19_U                   21353038848 /*  117440512: mlp up */
-#define L19_H                   21470479360 /*  117440512: mlp activation */
-#define L20_LN1                 21587919872 /*   33554432: attention norm output */
-#define L20_RSTD1               21621474304 /*       8192: its 1/rms per token */
-#define L20_Q                   21621482496 /*   33554432: queries (rotated) */
-#define L20_K                   21655036928 /*    8388608: keys (rotated) */
-#define L20_V                   21663425536 /*    8388608: values */
-#define L20_ATT                 21671814144 /*   33554432: attention output */
-#define L20_LSE                 21705368576 /*     262144: attention log-sum-exp per head and query */
-#define L20_RES                 21705630720 /*   33554432: residual stream after attention */
-#define L20_LN2                 21739185152 /*   33554432: mlp norm output */
-#define L20_RSTD2               21772739584 /*       8192: its 1/rms per token */
-#define L20_G                   21772747776 /*  117440512: mlp gate */
-#define L20_U                   21890188288 /*  117440512: mlp up */
-#define L20_H                   22007628800 /*  117440512: mlp activation */
-#define L21_LN1                 22125069312 /*   33554432: attention norm output */
-#define L21_RSTD1               22158623744 /*       8192: its 1/rms per token */
-#define L21_Q                   22158631936 /*   33554432: queries (rotated) */
-#define L21_K                   22192186368 /*    8388608: keys (rotated) */
-#define L21_V                   22200574976 /*    8388608: values */
-#define L21_ATT                 22208963584 /*   33554432: attention output */
-#define L21_LSE                 22242518016 /*     262144: attention log-sum-exp per head and query */
-#define L21_RES                 22242780160 /*   33554432: residual stream after attention */
-#define L21_LN2                 22276334592 /*   33554432: mlp norm output */
-#define L21_RSTD2               22309889024 /*       8192: its 1/rms per token */
-#define L21_G                   22309897216 /*  117440512: mlp gate */
-#define L21_U                   22427337728 /*  117440512: mlp up */
-#define L21_H                   22544778240 /*  117440512: mlp activation */
-#define L22_LN1                 22662218752 /*   33554432: attention norm output */
-#define L22_RSTD1               22695773184 /*       8192: its 1/rms per token */
-#define L22_Q                   22695781376 /*   33554432: queries (rotated) */
-#define L22_K                   22729335808 /*    8388608: keys (rotated) */
-#define L22_V                   22737724416 /*    8388608: values */
-#define L22_ATT                 22746113024 /*   33554432: attention output */
-#define L22_LSE                 22779667456 /*     262144: attention log-sum-exp per head and query */
-#define L22_RES                 22779929600 /*   33554432: residual stream after attention */
-#define L22_LN2                 22813484032 /*   33554432: mlp norm output */
-#define L22_RSTD2               22847038464 /*       8192: its 1/rms per token */
-#define L22_G                   22847046656 /*  117440512: mlp gate */
-#define L22_U                   22964487168 /*  117440512: mlp up */
-#define L22_H                   23081927680 /*  117440512: mlp activation */
-#define L23_LN1                 23199368192 /*   33554432: attention norm output */
-#define L23_RSTD1               23232922624 /*       8192: its 1/rms per token */
-#define L23_Q                   23232930816 /*   33554432: queries (rotated) */
-#define L23_K                   23266485248 /*    8388608: keys (rotated) */
-#define L23_V                   23274873856 /*    8388608: values */
-#define L23_ATT                 23283262464 /*   33554432: attention output */
-#define L23_LSE                 23316816896 /*     262144: attention log-sum-exp per head and query */
-#define L23_RES                 23317079040 /*   33554432: residual stream after attention */
-#define L23_LN2                 23350633472 /*   33554432: mlp norm output */
-#define L23_RSTD2               23384187904 /*       8192: its 1/rms per token */
-#define L23_G                   23384196096 /*  117440512: mlp gate */
-#define L23_U                   23501636608 /*  117440512: mlp up */
-#define L23_H                   23619077120 /*  117440512: mlp activation */
-#define L24_LN1                 23736517632 /*   33554432: attention norm output */
-#define L24_RSTD1               23770072064 /*       8192: its 1/rms per token */
-#define L24_Q                   23770080256 /*   33554432: queries (rotated) */
-#define L24_K                   23803634688 /*    8388608: keys (rotated) */
-#define L24_V                   23812023296 /*    8388608: values */
-#define L24_ATT                 23820411904 /*   33554432: attention output */
-#define L24_LSE                 23853966336 /*     262144: attention log-sum-exp per head and query */
-#define L24_RES                 23854228480 /*   33554432: residual stream after attention */
-#define L24_LN2                 23887782912 /*   33554432: mlp norm output */
-#define L24_RSTD2               23921337344 /*       8192: its 1/rms per token */
-#define L24_G                   23921345536 /*  117440512: mlp gate */
-#define L24_U                   24038786048 /*  117440512: mlp up */
-#define L24_H                   24156226560 /*  117440512: mlp activation */
-#define L25_LN1                 24273667072 /*   33554432: attention norm output */
-#define L25_RSTD1               24307221504 /*       8192: its 1/rms per token */
-#define L25_Q                   24307229696 /*   33554432: queries (rotated) */
-#define L25_K                   24340784128 /*    8388608: keys (rotated) */
-#define L25_V                   24349172736 /*    8388608: values */
-#define L25_ATT                 24357561344 /*   33554432: attention output */
-#define L25_LSE                 24391115776 /*     262144: attention log-sum-exp per head and query */
-#define L25_RES                 24391377920 /*   33554432: residual stream after attention */
-#define L25_LN2                 24424932352 /*   33554432: mlp norm output */
-#define L25_RSTD2               24458486784 /*       8192: its 1/rms per token */
-#define L25_G                   24458494976 /*  117440512: mlp gate */
-#define L25_U                   24575935488 /*  117440512: mlp up */
-#define L25_H                   24693376000 /*  117440512: mlp activation */
-#define L26_LN1                 24810816512 /*   33554432: attention norm output */
-#define L26_RSTD1               24844370944 /*       8192: its 1/rms per token */
-#define L26_Q                   24844379136 /*   33554432: queries (rotated) */
-#define L26_K                   24877933568 /*    8388608: keys (rotated) */
-#define L26_V                   24886322176 /*    8388608: values */
-#define L26_ATT                 24894710784 /*   33554432: attention output */
-#define L26_LSE                 24928265216 /*     262144: attention log-sum-exp per head and query */
-#define L26_RES                 24928527360 /*   33554432: residual stream after attention */
-#define L26_LN2                 24962081792 /*   33554432: mlp norm output */
-#define L26_RSTD2               24995636224 /*       8192: its 1/rms per token */
-#define L26_G                   24995644416 /*  117440512: mlp gate */
-#define L26_U                   25113084928 /*  117440512: mlp up */
-#define L26_H                   25230525440 /*  117440512: mlp activation */
-#define L27_LN1                 25347965952 /*   33554432: attention norm output */
-#define L27_RSTD1               25381520384 /*       8192: its 1/rms per token */
-#define L27_Q                   25381528576 /*   33554432: queries (rotated) */
-#define L27_K                   25415083008 /*    8388608: keys (rotated) */
-#define L27_V                   25423471616 /*    8388608: values */
-#define L27_ATT                 25431860224 /*   33554432: attention output */
-#define L27_LSE                 25465414656 /*     262144: attention log-sum-exp per head and query */
-#define L27_RES                 25465676800 /*   33554432: residual stream after attention */
-#define L27_LN2                 25499231232 /*   33554432: mlp norm output */
-#define L27_RSTD2               25532785664 /*       8192: its 1/rms per token */
-#define L27_G                   25532793856 /*  117440512: mlp gate */
-#define L27_U                   25650234368 /*  117440512: mlp up */
-#define L27_H                   25767674880 /*  117440512: mlp activation */
-#define L28_LN1                 25885115392 /*   33554432: attention norm output */
-#define L28_RSTD1               25918669824 /*       8192: its 1/rms per token */
-#define L28_Q                   25918678016 /*   33554432: queries (rotated) */
-#define L28_K                   25952232448 /*    8388608: keys (rotated) */
-#define L28_V                   25960621056 /*    8388608: values */
-#define L28_ATT                 25969009664 /*   33554432: attention output */
-#define L28_LSE                 26002564096 /*     262144: attention log-sum-exp per head and query */
-#define L28_RES                 26002826240 /*   33554432: residual stream after attention */
-#define L28_LN2                 26036380672 /*   33554432: mlp norm output */
-#define L28_RSTD2               26069935104 /*       8192: its 1/rms per token */
-#define L28_G                   26069943296 /*  117440512: mlp gate */
-#define L28_U                   26187383808 /*  117440512: mlp up */
-#define L28_H                   26304824320 /*  117440512: mlp activation */
-#define L29_LN1                 26422264832 /*   33554432: attention norm output */
-#define L29_RSTD1               26455819264 /*       8192: its 1/rms per token */
-#define L29_Q                   26455827456 /*   33554432: queries (rotated) */
-#define L29_K                   26489381888 /*    8388608: keys (rotated) */
-#define L29_V                   26497770496 /*    8388608: values */
-#define L29_ATT                 26506159104 /*   33554432: attention output */
-#define L29_LSE                 26539713536 /*     262144: attention log-sum-exp per head and query */
-#define L29_RES                 26539975680 /*   33554432: residual stream after attention */
-#define L29_LN2                 26573530112 /*   33554432: mlp norm output */
-#define L29_RSTD2               26607084544 /*       8192: its 1/rms per token */
-#define L29_G                   26607092736 /*  117440512: mlp gate */
-#define L29_U                   26724533248 /*  117440512: mlp up */
-#define L29_H                   26841973760 /*  117440512: mlp activation */
-#define L30_LN1                 26959414272 /*   33554432: attention norm output */
-#define L30_RSTD1               26992968704 /*       8192: its 1/rms per token */
-#define L30_Q                   26992976896 /*   33554432: queries (rotated) */
-#define L30_K                   27026531328 /*    8388608: keys (rotated) */
-#define L30_V                   27034919936 /*    8388608: values */
-#define L30_ATT                 27043308544 /*   33554432: attention output */
-#define L30_LSE                 27076862976 /*     262144: attention log-sum-exp per head and query */
-#define L30_RES                 27077125120 /*   33554432: residual stream after attention */
-#define L30_LN2                 27110679552 /*   33554432: mlp norm output */
-#define L30_RSTD2               27144233984 /*       8192: its 1/rms per token */
-#define L30_G                   27144242176 /*  117440512: mlp gate */
-#define L30_U                   27261682688 /*  117440512: mlp up */
-#define L30_H                   27379123200 /*  117440512: mlp activation */
-#define L31_LN1                 27496563712 /*   33554432: attention norm output */
-#define L31_RSTD1               27530118144 /*       8192: its 1/rms per token */
-#define L31_Q                   27530126336 /*   33554432: queries (rotated) */
-#define L31_K                   27563680768 /*    8388608: keys (rotated) */
-#define L31_V                   27572069376 /*    8388608: values */
-#define L31_ATT                 27580457984 /*   33554432: attention output */
-#define L31_LSE                 27614012416 /*     262144: attention log-sum-exp per head and query */
-#define L31_RES                 27614274560 /*   33554432: residual stream after attention */
-#define L31_LN2                 27647828992 /*   33554432: mlp norm output */
-#define L31_RSTD2               27681383424 /*       8192: its 1/rms per token */
-#define L31_G                   27681391616 /*  117440512: mlp gate */
-#define L31_U                   27798832128 /*  117440512: mlp up */
-#define L31_H                   27916272640 /*  117440512: mlp activation */
-#define WS_Y                    28033713152 /*   33554432: a block's output before the residual add */
-#define WS_Y2                   28067267584 /*   33554432: shared experts' output */
-#define DX_A                    28100822016 /*   33554432: gradient of the residual stream (even layers' output) */
-#define DX_B                    28134376448 /*   33554432: gradient of the residual stream (odd layers' output) */
-#define DLN                     28167930880 /*   33554432: gradient of a norm's output */
-#define DATT                    28201485312 /*   33554432: gradient of the attention output */
-#define DQ                      28235039744 /*   33554432: gradient of the queries */
-#define DK                      28268594176 /*    8388608: gradient of the keys */
-#define DV                      28276982784 /*    8388608: gradient of the values */
-#define DG                      28285371392 /*  117440512: gradient of the mlp gate */
-#define DU                      28402811904 /*  117440512: gradient of the mlp up */
-#define DH                      28520252416 /*  117440512: gradient of the mlp activation */
-#define LNF                     28637692928 /*   33554432: final norm output */
-#define RSTDF                   28671247360 /*       8192: its 1/rms per token */
-#define LSEF                    28671255552 /*       8192: log-sum-exp of each token's logits */
-#define CE                      28671263744 /*   33554432: logits of one vocabulary chunk */
+#define GATHERED_DENSE0          8030277632 /*  525340672: a dense group all-gathered (even units: embedding, odd layers) */
+#define GATHERED_DENSE1          8555618304 /*  525340672: the next one, prefetched (odd units: even layers; the head if L is even) */
+#define GRAD_DENSE               9080958976 /*  525340672: its gradient before the reduce-scatter */
+#define RS_OUT                   9606299648 /*  131335168: a reduce-scatter's result, before it is added to the shard's gradient */
+#define RS_WIRE                  9737634816 /*  525340672: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
+#define X0                      10262975488 /*   33554432: boundary: input of layer 0 (residual stream) */
+#define X1                      10296529920 /*   33554432: boundary: input of layer 1 (residual stream) */
+#define X2                      10330084352 /*   33554432: boundary: input of layer 2 (residual stream) */
+#define X3                      10363638784 /*   33554432: boundary: input of layer 3 (residual stream) */
+#define X4                      10397193216 /*   33554432: boundary: input of layer 4 (residual stream) */
+#define X5                      10430747648 /*   33554432: boundary: input of layer 5 (residual stream) */
+#define X6                      10464302080 /*   33554432: boundary: input of layer 6 (residual stream) */
+#define X7                      10497856512 /*   33554432: boundary: input of layer 7 (residual stream) */
+#define X8                      10531410944 /*   33554432: boundary: input of layer 8 (residual stream) */
+#define X9                      10564965376 /*   33554432: boundary: input of layer 9 (residual stream) */
+#define X10                     10598519808 /*   33554432: boundary: input of layer 10 (residual stream) */
+#define X11                     10632074240 /*   33554432: boundary: input of layer 11 (residual stream) */
+#define X12                     10665628672 /*   33554432: boundary: input of layer 12 (residual stream) */
+#define X13                     10699183104 /*   33554432: boundary: input of layer 13 (residual stream) */
+#define X14                     10732737536 /*   33554432: boundary: input of layer 14 (residual stream) */
+#define X15                     10766291968 /*   33554432: boundary: input of layer 15 (residual stream) */
+#define X16                     10799846400 /*   33554432: boundary: input of layer 16 (residual stream) */
+#define X17                     10833400832 /*   33554432: boundary: input of layer 17 (residual stream) */
+#define X18                     10866955264 /*   33554432: boundary: input of layer 18 (residual stream) */
+#define X19                     10900509696 /*   33554432: boundary: input of layer 19 (residual stream) */
+#define X20                     10934064128 /*   33554432: boundary: input of layer 20 (residual stream) */
+#define X21                     10967618560 /*   33554432: boundary: input of layer 21 (residual stream) */
+#define X22                     11001172992 /*   33554432: boundary: input of layer 22 (residual stream) */
+#define X23                     11034727424 /*   33554432: boundary: input of layer 23 (residual stream) */
+#define X24                     11068281856 /*   33554432: boundary: input of layer 24 (residual stream) */
+#define X25                     11101836288 /*   33554432: boundary: input of layer 25 (residual stream) */
+#define X26                     11135390720 /*   33554432: boundary: input of layer 26 (residual stream) */
+#define X27                     11168945152 /*   33554432: boundary: input of layer 27 (residual stream) */
+#define X28                     11202499584 /*   33554432: boundary: input of layer 28 (residual stream) */
+#define X29                     11236054016 /*   33554432: boundary: input of layer 29 (residual stream) */
+#define X30                     11269608448 /*   33554432: boundary: input of layer 30 (residual stream) */
+#define X31                     11303162880 /*   33554432: boundary: input of layer 31 (residual stream) */
+#define X32                     11336717312 /*   33554432: output of the last layer */
+#define L0_LN1                  11370271744 /*   33554432: attention norm output */
+#define L0_RSTD1                11403826176 /*       8192: its 1/rms per token */
+#define L0_Q                    11403834368 /*   33554432: queries (rotated) */
+#define L0_K                    11437388800 /*    8388608: keys (rotated) */
+#define L0_V                    11445777408 /*    8388608: values */
+#define L0_ATT                  11454166016 /*   33554432: attention output */
+#define L0_LSE                  11487720448 /*     262144: attention log-sum-exp per head and query */
+#define L0_RES                  11487982592 /*   33554432: residual stream after attention */
+#define L0_LN2                  11521537024 /*   33554432: mlp norm output */
+#define L0_RSTD2                11555091456 /*       8192: its 1/rms per token */
+#define L0_G                    11555099648 /*  117440512: mlp gate */
+#define L0_U                    11672540160 /*  117440512: mlp up */
+#define L0_H                    11789980672 /*  117440512: mlp activation */
+#define L1_LN1                  11907421184 /*   33554432: attention norm output */
+#define L1_RSTD1                11940975616 /*       8192: its 1/rms per token */
+#define L1_Q                    11940983808 /*   33554432: queries (rotated) */
+#define L1_K                    11974538240 /*    8388608: keys (rotated) */
+#define L1_V                    11982926848 /*    8388608: values */
+#define L1_ATT                  11991315456 /*   33554432: attention output */
+#define L1_LSE                  12024869888 /*     262144: attention log-sum-exp per head and query */
+#define L1_RES                  12025132032 /*   33554432: residual stream after attention */
+#define L1_LN2                  12058686464 /*   33554432: mlp norm output */
+#define L1_RSTD2                12092240896 /*       8192: its 1/rms per token */
+#define L1_G                    12092249088 /*  117440512: mlp gate */
+#define L1_U                    12209689600 /*  117440512: mlp up */
+#define L1_H                    12327130112 /*  117440512: mlp activation */
+#define L2_LN1                  12444570624 /*   33554432: attention norm output */
+#define L2_RSTD1                12478125056 /*       8192: its 1/rms per token */
+#define L2_Q                    12478133248 /*   33554432: queries (rotated) */
+#define L2_K                    12511687680 /*    8388608: keys (rotated) */
+#define L2_V                    12520076288 /*    8388608: values */
+#define L2_ATT                  12528464896 /*   33554432: attention output */
+#define L2_LSE                  12562019328 /*     262144: attention log-sum-exp per head and query */
+#define L2_RES                  12562281472 /*   33554432: residual stream after attention */
+#define L2_LN2                  12595835904 /*   33554432: mlp norm output */
+#define L2_RSTD2                12629390336 /*       8192: its 1/rms per token */
+#define L2_G                    12629398528 /*  117440512: mlp gate */
+#define L2_U                    12746839040 /*  117440512: mlp up */
+#define L2_H                    12864279552 /*  117440512: mlp activation */
+#define L3_LN1                  12981720064 /*   33554432: attention norm output */
+#define L3_RSTD1                13015274496 /*       8192: its 1/rms per token */
+#define L3_Q                    13015282688 /*   33554432: queries (rotated) */
+#define L3_K                    13048837120 /*    8388608: keys (rotated) */
+#define L3_V                    13057225728 /*    8388608: values */
+#define L3_ATT                  13065614336 /*   33554432: attention output */
+#define L3_LSE                  13099168768 /*     262144: attention log-sum-exp per head and query */
+#define L3_RES                  13099430912 /*   33554432: residual stream after attention */
+#define L3_LN2                  13132985344 /*   33554432: mlp norm output */
+#define L3_RSTD2                13166539776 /*       8192: its 1/rms per token */
+#define L3_G                    13166547968 /*  117440512: mlp gate */
+#define L3_U                    13283988480 /*  117440512: mlp up */
+#define L3_H                    13401428992 /*  117440512: mlp activation */
+#define L4_LN1                  13518869504 /*   33554432: attention norm output */
+#define L4_RSTD1                13552423936 /*       8192: its 1/rms per token */
+#define L4_Q                    13552432128 /*   33554432: queries (rotated) */
+#define L4_K                    13585986560 /*    8388608: keys (rotated) */
+#define L4_V                    13594375168 /*    8388608: values */
+#define L4_ATT                  13602763776 /*   33554432: attention output */
+#define L4_LSE                  13636318208 /*     262144: attention log-sum-exp per head and query */
+#define L4_RES                  13636580352 /*   33554432: residual stream after attention */
+#define L4_LN2                  13670134784 /*   33554432: mlp norm output */
+#define L4_RSTD2                13703689216 /*       8192: its 1/rms per token */
+#define L4_G                    13703697408 /*  117440512: mlp gate */
+#define L4_U                    13821137920 /*  117440512: mlp up */
+#define L4_H                    13938578432 /*  117440512: mlp activation */
+#define L5_LN1                  14056018944 /*   33554432: attention norm output */
+#define L5_RSTD1                14089573376 /*       8192: its 1/rms per token */
+#define L5_Q                    14089581568 /*   33554432: queries (rotated) */
+#define L5_K                    14123136000 /*    8388608: keys (rotated) */
+#define L5_V                    14131524608 /*    8388608: values */
+#define L5_ATT                  14139913216 /*   33554432: attention output */
+#define L5_LSE                  14173467648 /*     262144: attention log-sum-exp per head and query */
+#define L5_RES                  14173729792 /*   33554432: residual stream after attention */
+#define L5_LN2                  14207284224 /*   33554432: mlp norm output */
+#define L5_RSTD2                14240838656 /*       8192: its 1/rms per token */
+#define L5_G                    14240846848 /*  117440512: mlp gate */
+#define L5_U                    14358287360 /*  117440512: mlp up */
+#define L5_H                    14475727872 /*  117440512: mlp activation */
+#define L6_LN1                  14593168384 /*   33554432: attention norm output */
+#define L6_RSTD1                14626722816 /*       8192: its 1/rms per token */
+#define L6_Q                    14626731008 /*   33554432: queries (rotated) */
+#define L6_K                    14660285440 /*    8388608: keys (rotated) */
+#define L6_V                    14668674048 /*    8388608: values */
+#define L6_ATT                  14677062656 /*   33554432: attention output */
+#define L6_LSE                  14710617088 /*     262144: attention log-sum-exp per head and query */
+#define L6_RES                  14710879232 /*   33554432: residual stream after attention */
+#define L6_LN2                  14744433664 /*   33554432: mlp norm output */
+#define L6_RSTD2                14777988096 /*       8192: its 1/rms per token */
+#define L6_G                    14777996288 /*  117440512: mlp gate */
+#define L6_U                    14895436800 /*  117440512: mlp up */
+#define L6_H                    15012877312 /*  117440512: mlp activation */
+#define L7_LN1                  15130317824 /*   33554432: attention norm output */
+#define L7_RSTD1                15163872256 /*       8192: its 1/rms per token */
+#define L7_Q                    15163880448 /*   33554432: queries (rotated) */
+#define L7_K                    15197434880 /*    8388608: keys (rotated) */
+#define L7_V                    15205823488 /*    8388608: values */
+#define L7_ATT                  15214212096 /*   33554432: attention output */
+#define L7_LSE                  15247766528 /*     262144: attention log-sum-exp per head and query */
+#define L7_RES                  15248028672 /*   33554432: residual stream after attention */
+#define L7_LN2                  15281583104 /*   33554432: mlp norm output */
+#define L7_RSTD2                15315137536 /*       8192: its 1/rms per token */
+#define L7_G                    15315145728 /*  117440512: mlp gate */
+#define L7_U                    15432586240 /*  117440512: mlp up */
+#define L7_H                    15550026752 /*  117440512: mlp activation */
+#define L8_LN1                  15667467264 /*   33554432: attention norm output */
+#define L8_RSTD1                15701021696 /*       8192: its 1/rms per token */
+#define L8_Q                    15701029888 /*   33554432: queries (rotated) */
+#define L8_K                    15734584320 /*    8388608: keys (rotated) */
+#define L8_V                    15742972928 /*    8388608: values */
+#define L8_ATT                  15751361536 /*   33554432: attention output */
+#define L8_LSE                  15784915968 /*     262144: attention log-sum-exp per head and query */
+#define L8_RES                  15785178112 /*   33554432: residual stream after attention */
+#define L8_LN2                  15818732544 /*   33554432: mlp norm output */
+#define L8_RSTD2                15852286976 /*       8192: its 1/rms per token */
+#define L8_G                    15852295168 /*  117440512: mlp gate */
+#define L8_U                    15969735680 /*  117440512: mlp up */
+#define L8_H                    16087176192 /*  117440512: mlp activation */
+#define L9_LN1                  16204616704 /*   33554432: attention norm output */
+#define L9_RSTD1                16238171136 /*       8192: its 1/rms per token */
+#define L9_Q                    16238179328 /*   33554432: queries (rotated) */
+#define L9_K                    16271733760 /*    8388608: keys (rotated) */
+#define L9_V                    16280122368 /*    8388608: values */
+#define L9_ATT                  16288510976 /*   33554432: attention output */
+#define L9_LSE                  16322065408 /*     262144: attention log-sum-exp per head and query */
+#define L9_RES                  16322327552 /*   33554432: residual stream after attention */
+#define L9_LN2                  16355881984 /*   33554432: mlp norm output */
+#define L9_RSTD2                16389436416 /*       8192: its 1/rms per token */
+#define L9_G                    16389444608 /*  117440512: mlp gate */
+#define L9_U                    16506885120 /*  117440512: mlp up */
+#define L9_H                    16624325632 /*  117440512: mlp activation */
+#define L10_LN1                 16741766144 /*   33554432: attention norm output */
+#define L10_RSTD1               16775320576 /*       8192: its 1/rms per token */
+#define L10_Q                   16775328768 /*   33554432: queries (rotated) */
+#define L10_K                   16808883200 /*    8388608: keys (rotated) */
+#define L10_V                   16817271808 /*    8388608: values */
+#define L10_ATT                 16825660416 /*   33554432: attention output */
+#define L10_LSE                 16859214848 /*     262144: attention log-sum-exp per head and query */
+#define L10_RES                 16859476992 /*   33554432: residual stream after attention */
+#define L10_LN2                 16893031424 /*   33554432: mlp norm output */
+#define L10_RSTD2               16926585856 /*       8192: its 1/rms per token */
+#define L10_G                   16926594048 /*  117440512: mlp gate */
+#define L10_U                   17044034560 /*  117440512: mlp up */
+#define L10_H                   17161475072 /*  117440512: mlp activation */
+#define L11_LN1                 17278915584 /*   33554432: attention norm output */
+#define L11_RSTD1               17312470016 /*       8192: its 1/rms per token */
+#define L11_Q                   17312478208 /*   33554432: queries (rotated) */
+#define L11_K                   17346032640 /*    8388608: keys (rotated) */
+#define L11_V                   17354421248 /*    8388608: values */
+#define L11_ATT                 17362809856 /*   33554432: attention output */
+#define L11_LSE                 17396364288 /*     262144: attention log-sum-exp per head and query */
+#define L11_RES                 17396626432 /*   33554432: residual stream after attention */
+#define L11_LN2                 17430180864 /*   33554432: mlp norm output */
+#define L11_RSTD2               17463735296 /*       8192: its 1/rms per token */
+#define L11_G                   17463743488 /*  117440512: mlp gate */
+#define L11_U                   17581184000 /*  117440512: mlp up */
+#define L11_H                   17698624512 /*  117440512: mlp activation */
+#define L12_LN1                 17816065024 /*   33554432: attention norm output */
+#define L12_RSTD1               17849619456 /*       8192: its 1/rms per token */
+#define L12_Q                   17849627648 /*   33554432: queries (rotated) */
+#define L12_K                   17883182080 /*    8388608: keys (rotated) */
+#define L12_V                   17891570688 /*    8388608: values */
+#define L12_ATT                 17899959296 /*   33554432: attention output */
+#define L12_LSE                 17933513728 /*     262144: attention log-sum-exp per head and query */
+#define L12_RES                 17933775872 /*   33554432: residual stream after attention */
+#define L12_LN2                 17967330304 /*   33554432: mlp norm output */
+#define L12_RSTD2               18000884736 /*       8192: its 1/rms per token */
+#define L12_G                   18000892928 /*  117440512: mlp gate */
+#define L12_U                   18118333440 /*  117440512: mlp up */
+#define L12_H                   18235773952 /*  117440512: mlp activation */
+#define L13_LN1                 18353214464 /*   33554432: attention norm output */
+#define L13_RSTD1               18386768896 /*       8192: its 1/rms per token */
+#define L13_Q                   18386777088 /*   33554432: queries (rotated) */
+#define L13_K                   18420331520 /*    8388608: keys (rotated) */
+#define L13_V                   18428720128 /*    8388608: values */
+#define L13_ATT                 18437108736 /*   33554432: attention output */
+#define L13_LSE                 18470663168 /*     262144: attention log-sum-exp per head and query */
+#define L13_RES                 18470925312 /*   33554432: residual stream after attention */
+#define L13_LN2                 18504479744 /*   33554432: mlp norm output */
+#define L13_RSTD2               18538034176 /*       8192: its 1/rms per token */
+#define L13_G                   18538042368 /*  117440512: mlp gate */
+#define L13_U                   18655482880 /*  117440512: mlp up */
+#define L13_H                   18772923392 /*  117440512: mlp activation */
+#define L14_LN1                 18890363904 /*   33554432: attention norm output */
+#define L14_RSTD1               18923918336 /*       8192: its 1/rms per token */
+#define L14_Q                   18923926528 /*   33554432: queries (rotated) */
+#define L14_K                   18957480960 /*    8388608: keys (rotated) */
+#define L14_V                   18965869568 /*    8388608: values */
+#define L14_ATT                 18974258176 /*   33554432: attention output */
+#define L14_LSE                 19007812608 /*     262144: attention log-sum-exp per head and query */
+#define L14_RES                 19008074752 /*   33554432: residual stream after attention */
+#define L14_LN2                 19041629184 /*   33554432: mlp norm output */
+#define L14_RSTD2               19075183616 /*       8192: its 1/rms per token */
+#define L14_G                   19075191808 /*  117440512: mlp gate */
+#define L14_U                   19192632320 /*  117440512: mlp up */
+#define L14_H                   19310072832 /*  117440512: mlp activation */
+#define L15_LN1                 19427513344 /*   33554432: attention norm output */
+#define L15_RSTD1               19461067776 /*       8192: its 1/rms per token */
+#define L15_Q                   19461075968 /*   33554432: queries (rotated) */
+#define L15_K                   19494630400 /*    8388608: keys (rotated) */
+#define L15_V                   19503019008 /*    8388608: values */
+#define L15_ATT                 19511407616 /*   33554432: attention output */
+#define L15_LSE                 19544962048 /*     262144: attention log-sum-exp per head and query */
+#define L15_RES                 19545224192 /*   33554432: residual stream after attention */
+#define L15_LN2                 19578778624 /*   33554432: mlp norm output */
+#define L15_RSTD2               19612333056 /*       8192: its 1/rms per token */
+#define L15_G                   19612341248 /*  117440512: mlp gate */
+#define L15_U                   19729781760 /*  117440512: mlp up */
+#define L15_H                   19847222272 /*  117440512: mlp activation */
+#define L16_LN1                 19964662784 /*   33554432: attention norm output */
+#define L16_RSTD1               19998217216 /*       8192: its 1/rms per token */
+#define L16_Q                   19998225408 /*   33554432: queries (rotated) */
+#define L16_K                   20031779840 /*    8388608: keys (rotated) */
+#define L16_V                   20040168448 /*    8388608: values */
+#define L16_ATT                 20048557056 /*   33554432: attention output */
+#define L16_LSE                 20082111488 /*     262144: attention log-sum-exp per head and query */
+#define L16_RES                 20082373632 /*   33554432: residual stream after attention */
+#define L16_LN2                 20115928064 /*   33554432: mlp norm output */
+#define L16_RSTD2               20149482496 /*       8192: its 1/rms per token */
+#define L16_G                   20149490688 /*  117440512: mlp gate */
+#define L16_U                   20266931200 /*  117440512: mlp up */
+#define L16_H                   20384371712 /*  117440512: mlp activation */
+#define L17_LN1                 20501812224 /*   33554432: attention norm output */
+#define L17_RSTD1               20535366656 /*       8192: its 1/rms per token */
+#define L17_Q                   20535374848 /*   33554432: queries (rotated) */
+#define L17_K                   20568929280 /*    8388608: keys (rotated) */
+#define L17_V                   20577317888 /*    8388608: values */
+#define L17_ATT                 20585706496 /*   33554432: attention output */
+#define L17_LSE                 20619260928 /*     262144: attention log-sum-exp per head and query */
+#define L17_RES                 20619523072 /*   33554432: residual stream after attention */
+#define L17_LN2                 20653077504 /*   33554432: mlp norm output */
+#define L17_RSTD2               20686631936 /*       8192: its 1/rms per token */
+#define L17_G                   20686640128 /*  117440512: mlp gate */
+#define L17_U                   20804080640 /*  117440512: mlp up */
+#define L17_H                   20921521152 /*  117440512: mlp activation */
+#define L18_LN1                 21038961664 /*   33554432: attention norm output */
+#define L18_RSTD1               21072516096 /*       8192: its 1/rms per token */
+#define L18_Q                   21072524288 /*   33554432: queries (rotated) */
+#define L18_K                   21106078720 /*    8388608: keys (rotated) */
+#define L18_V                   21114467328 /*    8388608: values */
+#define L18_ATT                 21122855936 /*   33554432: attention output */
+#define L18_LSE                 21156410368 /*     262144: attention log-sum-exp per head and query */
+#define L18_RES                 21156672512 /*   33554432: residual stream after attention */
+#define L18_LN2                 21190226944 /*   33554432: mlp norm output */
+#define L18_RSTD2               21223781376 /*       8192: its 1/rms per token */
+#define L18_G                   21223789568 /*  117440512: mlp gate */
+#define L18_U                   21341230080 /*  117440512: mlp up */
+#define L18_H                   21458670592 /*  117440512: mlp activation */
+#define L19_LN1                 21576111104 /*   33554432: attention norm output */
+#define L19_RSTD1               21609665536 /*       8192: its 1/rms per token */
+#define L19_Q                   21609673728 /*   33554432: queries (rotated) */
+#define L19_K                   21643228160 /*    8388608: keys (rotated) */
+#define L19_V                   21651616768 /*    8388608: values */
+#define L19_ATT                 21660005376 /*   33554432: attention output */
+#define L19_LSE                 21693559808 /*     262144: attention log-sum-exp per head and query */
+#define L19_RES                 21693821952 /*   33554432: residual stream after attention */
+#define L19_LN2                 21727376384 /*   33554432: mlp norm output */
+#define L19_RSTD2               21760930816 /*       8192: its 1/rms per token */
+#define L19_G                   21760939008 /*  117440512: mlp gate */
+#define L19_U                   21878379520 /*  117440512: mlp up */
+#define L19_H                   21995820032 /*  117440512: mlp activation */
+#define L20_LN1                 22113260544 /*   33554432: attention norm output */
+#define L20_RSTD1               22146814976 /*       8192: its 1/rms per token */
+#define L20_Q                   22146823168 /*   33554432: queries (rotated) */
+#define L20_K                   22180377600 /*    8388608: keys (rotated) */
+#define L20_V                   22188766208 /*    8388608: values */
+#define L20_ATT                 22197154816 /*   33554432: attention output */
+#define L20_LSE                 22230709248 /*     262144: attention log-sum-exp per head and query */
+#define L20_RES                 22230971392 /*   33554432: residual stream after attention */
+#define L20_LN2                 22264525824 /*   33554432: mlp norm output */
+#define L20_RSTD2               22298080256 /*       8192: its 1/rms per token */
+#define L20_G                   22298088448 /*  117440512: mlp gate */
+#define L20_U                   22415528960 /*  117440512: mlp up */
+#define L20_H                   22532969472 /*  117440512: mlp activation */
+#define L21_LN1                 22650409984 /*   33554432: attention norm output */
+#define L21_RSTD1               22683964416 /*       8192: its 1/rms per token */
+#define L21_Q                   22683972608 /*   33554432: queries (rotated) */
+#define L21_K                   22717527040 /*    8388608: keys (rotated) */
+#define L21_V                   22725915648 /*    8388608: values */
+#define L21_ATT                 22734304256 /*   33554432: attention output */
+#define L21_LSE                 22767858688 /*     262144: attention log-sum-exp per head and query */
+#define L21_RES                 22768120832 /*   33554432: residual stream after attention */
+#define L21_LN2                 22801675264 /*   33554432: mlp norm output */
+#define L21_RSTD2               22835229696 /*       8192: its 1/rms per token */
+#define L21_G                   22835237888 /*  117440512: mlp gate */
+#define L21_U                   22952678400 /*  117440512: mlp up */
+#define L21_H                   23070118912 /*  117440512: mlp activation */
+#define L22_LN1                 23187559424 /*   33554432: attention norm output */
+#define L22_RSTD1               23221113856 /*       8192: its 1/rms per token */
+#define L22_Q                   23221122048 /*   33554432: queries (rotated) */
+#define L22_K                   23254676480 /*    8388608: keys (rotated) */
+#define L22_V                   23263065088 /*    8388608: values */
+#define L22_ATT                 23271453696 /*   33554432: attention output */
+#define L22_LSE                 23305008128 /*     262144: attention log-sum-exp per head and query */
+#define L22_RES                 23305270272 /*   33554432: residual stream after attention */
+#define L22_LN2                 23338824704 /*   33554432: mlp norm output */
+#define L22_RSTD2               23372379136 /*       8192: its 1/rms per token */
+#define L22_G                   23372387328 /*  117440512: mlp gate */
+#define L22_U                   23489827840 /*  117440512: mlp up */
+#define L22_H                   23607268352 /*  117440512: mlp activation */
+#define L23_LN1                 23724708864 /*   33554432: attention norm output */
+#define L23_RSTD1               23758263296 /*       8192: its 1/rms per token */
+#define L23_Q                   23758271488 /*   33554432: queries (rotated) */
+#define L23_K                   23791825920 /*    8388608: keys (rotated) */
+#define L23_V                   23800214528 /*    8388608: values */
+#define L23_ATT                 23808603136 /*   33554432: attention output */
+#define L23_LSE                 23842157568 /*     262144: attention log-sum-exp per head and query */
+#define L23_RES                 23842419712 /*   33554432: residual stream after attention */
+#define L23_LN2                 23875974144 /*   33554432: mlp norm output */
+#define L23_RSTD2               23909528576 /*       8192: its 1/rms per token */
+#define L23_G                   23909536768 /*  117440512: mlp gate */
+#define L23_U                   24026977280 /*  117440512: mlp up */
+#define L23_H                   24144417792 /*  117440512: mlp activation */
+#define L24_LN1                 24261858304 /*   33554432: attention norm output */
+#define L24_RSTD1               24295412736 /*       8192: its 1/rms per token */
+#define L24_Q                   24295420928 /*   33554432: queries (rotated) */
+#define L24_K                   24328975360 /*    8388608: keys (rotated) */
+#define L24_V                   24337363968 /*    8388608: values */
+#define L24_ATT                 24345752576 /*   33554432: attention output */
+#define L24_LSE                 24379307008 /*     262144: attention log-sum-exp per head and query */
+#define L24_RES                 24379569152 /*   33554432: residual stream after attention */
+#define L24_LN2                 24413123584 /*   33554432: mlp norm output */
+#define L24_RSTD2               24446678016 /*       8192: its 1/rms per token */
+#define L24_G                   24446686208 /*  117440512: mlp gate */
+#define L24_U                   24564126720 /*  117440512: mlp up */
+#define L24_H                   24681567232 /*  117440512: mlp activation */
+#define L25_LN1                 24799007744 /*   33554432: attention norm output */
+#define L25_RSTD1               24832562176 /*       8192: its 1/rms per token */
+#define L25_Q                   24832570368 /*   33554432: queries (rotated) */
+#define L25_K                   24866124800 /*    8388608: keys (rotated) */
+#define L25_V                   24874513408 /*    8388608: values */
+#define L25_ATT                 24882902016 /*   33554432: attention output */
+#define L25_LSE                 24916456448 /*     262144: attention log-sum-exp per head and query */
+#define L25_RES                 24916718592 /*   33554432: residual stream after attention */
+#define L25_LN2                 24950273024 /*   33554432: mlp norm output */
+#define L25_RSTD2               24983827456 /*       8192: its 1/rms per token */
+#define L25_G                   24983835648 /*  117440512: mlp gate */
+#define L25_U                   25101276160 /*  117440512: mlp up */
+#define L25_H                   25218716672 /*  117440512: mlp activation */
+#define L26_LN1                 25336157184 /*   33554432: attention norm output */
+#define L26_RSTD1               25369711616 /*       8192: its 1/rms per token */
+#define L26_Q                   25369719808 /*   33554432: queries (rotated) */
+#define L26_K                   25403274240 /*    8388608: keys (rotated) */
+#define L26_V                   25411662848 /*    8388608: values */
+#define L26_ATT                 25420051456 /*   33554432: attention output */
+#define L26_LSE                 25453605888 /*     262144: attention log-sum-exp per head and query */
+#define L26_RES                 25453868032 /*   33554432: residual stream after attention */
+#define L26_LN2                 25487422464 /*   33554432: mlp norm output */
+#define L26_RSTD2               25520976896 /*       8192: its 1/rms per token */
+#define L26_G                   25520985088 /*  117440512: mlp gate */
+#define L26_U                   25638425600 /*  117440512: mlp up */
+#define L26_H                   25755866112 /*  117440512: mlp activation */
+#define L27_LN1                 25873306624 /*   33554432: attention norm output */
+#define L27_RSTD1               25906861056 /*       8192: its 1/rms per token */
+#define L27_Q                   25906869248 /*   33554432: queries (rotated) */
+#define L27_K                   25940423680 /*    8388608: keys (rotated) */
+#define L27_V                   25948812288 /*    8388608: values */
+#define L27_ATT                 25957200896 /*   33554432: attention output */
+#define L27_LSE                 25990755328 /*     262144: attention log-sum-exp per head and query */
+#define L27_RES                 25991017472 /*   33554432: residual stream after attention */
+#define L27_LN2                 26024571904 /*   33554432: mlp norm output */
+#define L27_RSTD2               26058126336 /*       8192: its 1/rms per token */
+#define L27_G                   26058134528 /*  117440512: mlp gate */
+#define L27_U                   26175575040 /*  117440512: mlp up */
+#define L27_H                   26293015552 /*  117440512: mlp activation */
+#define L28_LN1                 26410456064 /*   33554432: attention norm output */
+#define L28_RSTD1               26444010496 /*       8192: its 1/rms per token */
+#define L28_Q                   26444018688 /*   33554432: queries (rotated) */
+#define L28_K                   26477573120 /*    8388608: keys (rotated) */
+#define L28_V                   26485961728 /*    8388608: values */
+#define L28_ATT                 26494350336 /*   33554432: attention output */
+#define L28_LSE                 26527904768 /*     262144: attention log-sum-exp per head and query */
+#define L28_RES                 26528166912 /*   33554432: residual stream after attention */
+#define L28_LN2                 26561721344 /*   33554432: mlp norm output */
+#define L28_RSTD2               26595275776 /*       8192: its 1/rms per token */
+#define L28_G                   26595283968 /*  117440512: mlp gate */
+#define L28_U                   26712724480 /*  117440512: mlp up */
+#define L28_H                   26830164992 /*  117440512: mlp activation */
+#define L29_LN1                 26947605504 /*   33554432: attention norm output */
+#define L29_RSTD1               26981159936 /*       8192: its 1/rms per token */
+#define L29_Q                   26981168128 /*   33554432: queries (rotated) */
+#define L29_K                   27014722560 /*    8388608: keys (rotated) */
+#define L29_V                   27023111168 /*    8388608: values */
+#define L29_ATT                 27031499776 /*   33554432: attention output */
+#define L29_LSE                 27065054208 /*     262144: attention log-sum-exp per head and query */
+#define L29_RES                 27065316352 /*   33554432: residual stream after attention */
+#define L29_LN2                 27098870784 /*   33554432: mlp norm output */
+#define L29_RSTD2               27132425216 /*       8192: its 1/rms per token */
+#define L29_G                   27132433408 /*  117440512: mlp gate */
+#define L29_U                   27249873920 /*  117440512: mlp up */
+#define L29_H                   27367314432 /*  117440512: mlp activation */
+#define L30_LN1                 27484754944 /*   33554432: attention norm output */
+#define L30_RSTD1               27518309376 /*       8192: its 1/rms per token */
+#define L30_Q                   27518317568 /*   33554432: queries (rotated) */
+#define L30_K                   27551872000 /*    8388608: keys (rotated) */
+#define L30_V                   27560260608 /*    8388608: values */
+#define L30_ATT                 27568649216 /*   33554432: attention output */
+#define L30_LSE                 27602203648 /*     262144: attention log-sum-exp per head and query */
+#define L30_RES                 27602465792 /*   33554432: residual stream after attention */
+#define L30_LN2                 27636020224 /*   33554432: mlp norm output */
+#define L30_RSTD2               27669574656 /*       8192: its 1/rms per token */
+#define L30_G                   27669582848 /*  117440512: mlp gate */
+#define L30_U                   27787023360 /*  117440512: mlp up */
+#define L30_H                   27904463872 /*  117440512: mlp activation */
+#define L31_LN1                 28021904384 /*   33554432: attention norm output */
+#define L31_RSTD1               28055458816 /*       8192: its 1/rms per token */
+#define L31_Q                   28055467008 /*   33554432: queries (rotated) */
+#define L31_K                   28089021440 /*    8388608: keys (rotated) */
+#define L31_V                   28097410048 /*    8388608: values */
+#define L31_ATT                 28105798656 /*   33554432: attention output */
+#define L31_LSE                 28139353088 /*     262144: attention log-sum-exp per head and query */
+#define L31_RES                 28139615232 /*   33554432: residual stream after attention */
+#define L31_LN2                 28173169664 /*   33554432: mlp norm output */
+#define L31_RSTD2               28206724096 /*       8192: its 1/rms per token */
+#define L31_G                   28206732288 /*  117440512: mlp gate */
+#define L31_U                   28324172800 /*  117440512: mlp up */
+#define L31_H                   28441613312 /*  117440512: mlp activation */
+#define WS_Y                    28559053824 /*   33554432: a block's output before the residual add */
+#define WS_Y2                   28592608256 /*   33554432: shared experts' output */
+#define DX_A                    28626162688 /*   33554432: gradient of the residual stream (even layers' output) */
+#define DX_B                    28659717120 /*   33554432: gradient of the residual stream (odd layers' output) */
+#define DLN                     28693271552 /*   33554432: gradient of a norm's output */
+#define DATT                    28726825984 /*   33554432: gradient of the attention output */
+#define DQ                      28760380416 /*   33554432: gradient of the queries */
+#define DK                      28793934848 /*    8388608: gradient of the keys */
+#define DV                      28802323456 /*    8388608: gradient of the values */
+#define DG                      28810712064 /*  117440512: gradient of the mlp gate */
+#define DU                      28928152576 /*  117440512: gradient of the mlp up */
+#define DH                      29045593088 /*  117440512: gradient of the mlp activation */
+#define LNF                     29163033600 /*   33554432: final norm output */
+#define RSTDF                   29196588032 /*       8192: its 1/rms per token */
+#define LSEF                    29196596224 /*       8192: log-sum-exp of each token's logits */
+#define CE                      29196604416 /*   33554432: logits of one vocabulary chunk */
 
 /* Parameter groups: sharded over the FSDP group (4 ranks) or, for experts, over the
  * 4 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */
@@ -1646,7 +1647,7 @@ static void layer31_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L31_G), R(L31_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L31_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L31_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L31_RES), W(41947136), R(L31_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L31_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -1675,7 +1676,7 @@ static void layer30_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L30_G), R(L30_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L30_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L30_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L30_RES), W(41947136), R(L30_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L30_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -1704,7 +1705,7 @@ static void layer29_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L29_G), R(L29_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L29_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L29_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L29_RES), W(41947136), R(L29_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L29_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -1733,7 +1734,7 @@ static void layer28_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L28_G), R(L28_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L28_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L28_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L28_RES), W(41947136), R(L28_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L28_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -1762,7 +1763,7 @@ static void layer27_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L27_G), R(L27_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L27_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L27_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L27_RES), W(41947136), R(L27_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L27_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -1791,7 +1792,7 @@ static void layer26_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L26_G), R(L26_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L26_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L26_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L26_RES), W(41947136), R(L26_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L26_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -1820,7 +1821,7 @@ static void layer25_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L25_G), R(L25_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L25_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L25_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L25_RES), W(41947136), R(L25_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L25_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -1849,7 +1850,7 @@ static void layer24_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L24_G), R(L24_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L24_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L24_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L24_RES), W(41947136), R(L24_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L24_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -1878,7 +1879,7 @@ static void layer23_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L23_G), R(L23_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L23_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L23_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L23_RES), W(41947136), R(L23_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L23_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -1907,7 +1908,7 @@ static void layer22_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L22_G), R(L22_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L22_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L22_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L22_RES), W(41947136), R(L22_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L22_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -1936,7 +1937,7 @@ static void layer21_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L21_G), R(L21_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L21_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L21_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L21_RES), W(41947136), R(L21_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L21_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -1965,7 +1966,7 @@ static void layer20_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L20_G), R(L20_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L20_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L20_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L20_RES), W(41947136), R(L20_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L20_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -1994,7 +1995,7 @@ static void layer19_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L19_G), R(L19_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L19_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L19_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L19_RES), W(41947136), R(L19_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L19_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2023,7 +2024,7 @@ static void layer18_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L18_G), R(L18_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L18_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L18_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L18_RES), W(41947136), R(L18_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L18_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2052,7 +2053,7 @@ static void layer17_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L17_G), R(L17_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L17_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L17_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L17_RES), W(41947136), R(L17_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L17_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2081,7 +2082,7 @@ static void layer16_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L16_G), R(L16_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L16_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L16_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L16_RES), W(41947136), R(L16_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L16_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2110,7 +2111,7 @@ static void layer15_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L15_G), R(L15_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L15_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L15_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L15_RES), W(41947136), R(L15_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L15_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2139,7 +2140,7 @@ static void layer14_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L14_G), R(L14_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L14_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L14_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L14_RES), W(41947136), R(L14_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L14_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2168,7 +2169,7 @@ static void layer13_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L13_G), R(L13_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L13_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L13_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L13_RES), W(41947136), R(L13_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L13_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2197,7 +2198,7 @@ static void layer12_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L12_G), R(L12_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L12_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L12_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L12_RES), W(41947136), R(L12_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L12_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2226,7 +2227,7 @@ static void layer11_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L11_G), R(L11_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L11_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L11_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L11_RES), W(41947136), R(L11_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L11_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2255,7 +2256,7 @@ static void layer10_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L10_G), R(L10_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L10_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L10_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L10_RES), W(41947136), R(L10_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L10_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2284,7 +2285,7 @@ static void layer9_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L9_G), R(L9_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L9_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L9_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L9_RES), W(41947136), R(L9_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L9_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2313,7 +2314,7 @@ static void layer8_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L8_G), R(L8_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L8_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L8_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L8_RES), W(41947136), R(L8_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L8_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2342,7 +2343,7 @@ static void layer7_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L7_G), R(L7_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L7_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L7_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L7_RES), W(41947136), R(L7_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L7_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2371,7 +2372,7 @@ static void layer6_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L6_G), R(L6_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L6_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L6_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L6_RES), W(41947136), R(L6_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L6_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2400,7 +2401,7 @@ static void layer5_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L5_G), R(L5_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L5_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L5_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L5_RES), W(41947136), R(L5_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L5_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2429,7 +2430,7 @@ static void layer4_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L4_G), R(L4_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L4_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L4_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L4_RES), W(41947136), R(L4_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L4_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2458,7 +2459,7 @@ static void layer3_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L3_G), R(L3_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L3_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L3_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L3_RES), W(41947136), R(L3_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L3_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2487,7 +2488,7 @@ static void layer2_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L2_G), R(L2_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L2_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L2_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L2_RES), W(41947136), R(L2_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L2_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2516,7 +2517,7 @@ static void layer1_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L1_G), R(L1_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L1_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L1_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L1_RES), W(41947136), R(L1_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L1_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2545,7 +2546,7 @@ static void layer0_backward(RtCtx *c) {
   rt_swiglu_backward(R(DG), R(DU), R(DH), R(L0_G), R(L0_U), 117440512);
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L0_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L0_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 33554432); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L0_RES), W(41947136), R(L0_RSTD2), 8192, 4096);
   rt_zero(R(DATT), 33554432);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L0_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
@@ -2564,77 +2565,146 @@ static void layer0_backward(RtCtx *c) {
 
 /* ---- one micro-batch ---------------------------------------------------------------- */
 
-/* Forward: embedding, layers 0-31, final norm and loss. Each group of parameters is
- * all-gathered right before use (MPI collectives block, so the plan's prefetch depth of
- * 1 has no effect on the cpu backend). Returns the mean cross-entropy of the micro-batch. */
+/* Forward: embedding, layers 0-31, final norm and loss. The next unit's parameters are
+ * all-gathered while this one computes (prefetch depth 1; the plan's is 1. The cpu
+ * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean
+ * cross-entropy of the micro-batch. */
 real step_forward(RtCtx *c) {
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(EMBED_MASTER), 131334144); /* embedding: 4 ranks x 131334144 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(EMBED_MASTER), 131334144, 0); /* embedding: 4 ranks x 131334144 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
   rt_embedding_forward(R(X0), I(INPUTS), W(0), 8192, 4096);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L0_DENSE_MASTER), 54528000); /* layer 0 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
   layer0_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L1_DENSE_MASTER), 54528000); /* layer 1 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
   layer1_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L2_DENSE_MASTER), 54528000); /* layer 2 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
   layer2_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L3_DENSE_MASTER), 54528000); /* layer 3 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
   layer3_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L4_DENSE_MASTER), 54528000); /* layer 4 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
   layer4_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L5_DENSE_MASTER), 54528000); /* layer 5 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
   layer5_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L6_DENSE_MASTER), 54528000); /* layer 6 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
   layer6_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L7_DENSE_MASTER), 54528000); /* layer 7 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
   layer7_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L8_DENSE_MASTER), 54528000); /* layer 8 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
   layer8_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L9_DENSE_MASTER), 54528000); /* layer 9 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
   layer9_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L10_DENSE_MASTER), 54528000); /* layer 10 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
   layer10_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L11_DENSE_MASTER), 54528000); /* layer 11 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
   layer11_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L12_DENSE_MASTER), 54528000); /* layer 12 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
   layer12_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L13_DENSE_MASTER), 54528000); /* layer 13 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
   layer13_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L14_DENSE_MASTER), 54528000); /* layer 14 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
   layer14_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L15_DENSE_MASTER), 54528000); /* layer 15 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
   layer15_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L16_DENSE_MASTER), 54528000); /* layer 16 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
   layer16_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L17_DENSE_MASTER), 54528000); /* layer 17 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
   layer17_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L18_DENSE_MASTER), 54528000); /* layer 18 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
   layer18_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L19_DENSE_MASTER), 54528000); /* layer 19 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
   layer19_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L20_DENSE_MASTER), 54528000); /* layer 20 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
   layer20_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L21_DENSE_MASTER), 54528000); /* layer 21 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
   layer21_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L22_DENSE_MASTER), 54528000); /* layer 22 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
   layer22_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L23_DENSE_MASTER), 54528000); /* layer 23 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
   layer23_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L24_DENSE_MASTER), 54528000); /* layer 24 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
   layer24_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L25_DENSE_MASTER), 54528000); /* layer 25 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
   layer25_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L26_DENSE_MASTER), 54528000); /* layer 26 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
   layer26_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L27_DENSE_MASTER), 54528000); /* layer 27 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
   layer27_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L28_DENSE_MASTER), 54528000); /* layer 28 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
   layer28_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L29_DENSE_MASTER), 54528000); /* layer 29 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
   layer29_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L30_DENSE_MASTER), 54528000); /* layer 30 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
   layer30_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L31_DENSE_MASTER), 54528000); /* layer 31 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(HEAD_MASTER), 131335168, 2); /* head: 4 ranks x 131335168, prefetch */
   layer31_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(HEAD_MASTER), 131335168); /* head: 4 ranks x 131335168 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
   rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X32), W(0), 8192, 4096, EPS); /* model.norm */
   return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(4096), I(TARGETS), 8192, 4096, 128256, 4096, R(CE));
 }
@@ -2643,6 +2713,7 @@ real step_forward(RtCtx *c) {
  * as its layer is done, and added to this rank's shard (accumulation over micro-batches). */
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 525340672);
   rt_zero(R(DLN), 33554432);
   rt_lm_head_ce_backward(R(DLN), DW(4096), R(LNF), W(4096), I(TARGETS), R(LSEF), 8192, 4096, 128256, 4096, R(CE), c->dloss);
@@ -2651,193 +2722,256 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 131335168, (uint16_t *)R(RS_WIRE)); /* head, bf16 on the wire */
   rt_accumulate(R(HEAD_GRAD), R(RS_OUT), 131335168);
   /* layer 31 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L31_DENSE_MASTER), 54528000); /* layer 31 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer31_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 31 dense, bf16 on the wire */
   rt_accumulate(R(L31_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 30 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L30_DENSE_MASTER), 54528000); /* layer 30 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer30_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 30 dense, bf16 on the wire */
   rt_accumulate(R(L30_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 29 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L29_DENSE_MASTER), 54528000); /* layer 29 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer29_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 29 dense, bf16 on the wire */
   rt_accumulate(R(L29_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 28 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L28_DENSE_MASTER), 54528000); /* layer 28 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer28_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 28 dense, bf16 on the wire */
   rt_accumulate(R(L28_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 27 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L27_DENSE_MASTER), 54528000); /* layer 27 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer27_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 27 dense, bf16 on the wire */
   rt_accumulate(R(L27_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 26 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L26_DENSE_MASTER), 54528000); /* layer 26 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer26_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 26 dense, bf16 on the wire */
   rt_accumulate(R(L26_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 25 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L25_DENSE_MASTER), 54528000); /* layer 25 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer25_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 25 dense, bf16 on the wire */
   rt_accumulate(R(L25_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 24 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L24_DENSE_MASTER), 54528000); /* layer 24 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer24_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 24 dense, bf16 on the wire */
   rt_accumulate(R(L24_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 23 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L23_DENSE_MASTER), 54528000); /* layer 23 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer23_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 23 dense, bf16 on the wire */
   rt_accumulate(R(L23_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 22 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L22_DENSE_MASTER), 54528000); /* layer 22 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer22_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 22 dense, bf16 on the wire */
   rt_accumulate(R(L22_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 21 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L21_DENSE_MASTER), 54528000); /* layer 21 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer21_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 21 dense, bf16 on the wire */
   rt_accumulate(R(L21_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 20 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L20_DENSE_MASTER), 54528000); /* layer 20 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer20_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 20 dense, bf16 on the wire */
   rt_accumulate(R(L20_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 19 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L19_DENSE_MASTER), 54528000); /* layer 19 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer19_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 19 dense, bf16 on the wire */
   rt_accumulate(R(L19_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 18 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L18_DENSE_MASTER), 54528000); /* layer 18 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer18_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 18 dense, bf16 on the wire */
   rt_accumulate(R(L18_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 17 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L17_DENSE_MASTER), 54528000); /* layer 17 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer17_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 17 dense, bf16 on the wire */
   rt_accumulate(R(L17_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 16 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L16_DENSE_MASTER), 54528000); /* layer 16 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer16_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 16 dense, bf16 on the wire */
   rt_accumulate(R(L16_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 15 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L15_DENSE_MASTER), 54528000); /* layer 15 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer15_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 15 dense, bf16 on the wire */
   rt_accumulate(R(L15_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 14 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L14_DENSE_MASTER), 54528000); /* layer 14 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer14_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 14 dense, bf16 on the wire */
   rt_accumulate(R(L14_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 13 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L13_DENSE_MASTER), 54528000); /* layer 13 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer13_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 13 dense, bf16 on the wire */
   rt_accumulate(R(L13_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 12 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L12_DENSE_MASTER), 54528000); /* layer 12 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer12_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 12 dense, bf16 on the wire */
   rt_accumulate(R(L12_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 11 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L11_DENSE_MASTER), 54528000); /* layer 11 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer11_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 11 dense, bf16 on the wire */
   rt_accumulate(R(L11_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 10 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L10_DENSE_MASTER), 54528000); /* layer 10 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer10_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 10 dense, bf16 on the wire */
   rt_accumulate(R(L10_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 9 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L9_DENSE_MASTER), 54528000); /* layer 9 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer9_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 9 dense, bf16 on the wire */
   rt_accumulate(R(L9_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 8 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L8_DENSE_MASTER), 54528000); /* layer 8 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer8_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 8 dense, bf16 on the wire */
   rt_accumulate(R(L8_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 7 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L7_DENSE_MASTER), 54528000); /* layer 7 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer7_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 7 dense, bf16 on the wire */
   rt_accumulate(R(L7_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 6 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L6_DENSE_MASTER), 54528000); /* layer 6 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer6_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 6 dense, bf16 on the wire */
   rt_accumulate(R(L6_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 5 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L5_DENSE_MASTER), 54528000); /* layer 5 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer5_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 5 dense, bf16 on the wire */
   rt_accumulate(R(L5_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 4 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L4_DENSE_MASTER), 54528000); /* layer 4 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer4_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 4 dense, bf16 on the wire */
   rt_accumulate(R(L4_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 3 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L3_DENSE_MASTER), 54528000); /* layer 3 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer3_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 3 dense, bf16 on the wire */
   rt_accumulate(R(L3_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 2 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L2_DENSE_MASTER), 54528000); /* layer 2 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer2_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 2 dense, bf16 on the wire */
   rt_accumulate(R(L2_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 1 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L1_DENSE_MASTER), 54528000); /* layer 1 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 218112000);
   layer1_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 1 dense, bf16 on the wire */
   rt_accumulate(R(L1_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 0 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L0_DENSE_MASTER), 54528000); /* layer 0 dense: 4 ranks x 54528000 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
   rt_zero(R(GRAD_DENSE), 218112000);
   layer0_backward(c);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 0 dense, bf16 on the wire */

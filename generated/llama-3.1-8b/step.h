@@ -41,8 +41,8 @@
 #define PLAN_HBM_BYTES 77592084480 /* the plan's packed HBM arena per GPU (plan.json memory) */
 #define PLAN_HOST_BYTES 4294967296 /* its host (Grace) arena per GPU */
 
-/* the arena: 28704818176 elements of real */
-#define ARENA_ELEMS 28704818176
+/* the arena: 29230158848 elements of real */
+#define ARENA_ELEMS 29230158848
 #define INPUTS 0
 #define TARGETS 8192
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */

@@ -14,9 +14,9 @@
 
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
-#define W(o) (c->arena + GATHERED_DENSE + (o))   /* a gathered dense parameter */
+#define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->arena + GRAD_DENSE + (o))      /* its gradient */
-#define WE(o) (c->arena + GATHERED_EXPERTS + (o)) /* a gathered expert parameter */
+#define WE(o) (c->we + (o))                     /* a gathered expert parameter */
 #define DWE(o) (c->arena + GRAD_EXPERTS + (o))   /* its gradient */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 
@@ -285,247 +285,249 @@
 #define HEAD_GRAD                5825626240 /*    4096128: its gradient, accumulated over micro-batches */
 #define HEAD_ADAM_M              5829722368 /*    4096128: AdamW first moment (fp32) */
 #define HEAD_ADAM_V              5833818496 /*    4096128: AdamW second moment (fp32) */
-#define GATHERED_DENSE           5837914624 /*  131076096: one dense group all-gathered (the largest) */
-#define GRAD_DENSE               5968990720 /*  131076096: its gradient before the reduce-scatter */
-#define GATHERED_EXPERTS         6100066816 /*  352321536: this EP rank's experts of one layer, all-gathered */
-#define GRAD_EXPERTS             6452388352 /*  352321536: their gradient before the reduce-scatter */
-#define RS_OUT                   6804709888 /*   44040192: a reduce-scatter's result, before it is added to the shard's gradient */
-#define RS_WIRE                  6848750080 /*  352321536: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
-#define X0                       7201071616 /*  134217728: boundary: input of layer 0 (residual stream) */
-#define X1                       7335289344 /*  134217728: boundary: input of layer 1 (residual stream) */
-#define X2                       7469507072 /*  134217728: boundary: input of layer 2 (residual stream) */
-#define X3                       7603724800 /*  134217728: boundary: input of layer 3 (residual stream) */
-#define X4                       7737942528 /*  134217728: boundary: input of layer 4 (residual stream) */
-#define X5                       7872160256 /*  134217728: boundary: input of layer 5 (residual stream) */
-#define X6                       8006377984 /*  134217728: boundary: input of layer 6 (residual stream) */
-#define X7                       8140595712 /*  134217728: boundary: input of layer 7 (residual stream) */
-#define X8                       8274813440 /*  134217728: boundary: input of layer 8 (residual stream) */
-#define X9                       8409031168 /*  134217728: boundary: input of layer 9 (residual stream) */
-#define X10                      8543248896 /*  134217728: boundary: input of layer 10 (residual stream) */
-#define X11                      8677466624 /*  134217728: boundary: input of layer 11 (residual stream) */
-#define X12                      8811684352 /*  134217728: boundary: input of layer 12 (residual stream) */
-#define X13                      8945902080 /*  134217728: boundary: input of layer 13 (residual stream) */
-#define X14                      9080119808 /*  134217728: boundary: input of layer 14 (residual stream) */
-#define X15                      9214337536 /*  134217728: boundary: input of layer 15 (residual stream) */
-#define X16                      9348555264 /*  134217728: boundary: input of layer 16 (residual stream) */
-#define X17                      9482772992 /*  134217728: boundary: input of layer 17 (residual stream) */
-#define X18                      9616990720 /*  134217728: boundary: input of layer 18 (residual stream) */
-#define X19                      9751208448 /*  134217728: boundary: input of layer 19 (residual stream) */
-#define X20                      9885426176 /*  134217728: boundary: input of layer 20 (residual stream) */
-#define X21                     10019643904 /*  134217728: boundary: input of layer 21 (residual stream) */
-#define X22                     10153861632 /*  134217728: boundary: input of layer 22 (residual stream) */
-#define X23                     10288079360 /*  134217728: boundary: input of layer 23 (residual stream) */
-#define X24                     10422297088 /*  134217728: boundary: input of layer 24 (residual stream) */
-#define X25                     10556514816 /*  134217728: boundary: input of layer 25 (residual stream) */
-#define X26                     10690732544 /*  134217728: boundary: input of layer 26 (residual stream) */
-#define X27                     10824950272 /*  134217728: boundary: input of layer 27 (residual stream) */
-#define X28                     10959168000 /*  134217728: boundary: input of layer 28 (residual stream) */
-#define X29                     11093385728 /*  134217728: boundary: input of layer 29 (residual stream) */
-#define X30                     11227603456 /*  134217728: boundary: input of layer 30 (residual stream) */
-#define X31                     11361821184 /*  134217728: boundary: input of layer 31 (residual stream) */
-#define X32                     11496038912 /*  134217728: output of the last layer */
-#define WS_LN1                  11630256640 /*  134217728: attention norm output */
-#define WS_RSTD1                11764474368 /*      32768: its 1/rms per token */
-#define L0_Q                    11764507136 /*  134217728: queries (rotated) */
-#define L0_K                    11898724864 /*   33554432: keys (rotated) */
-#define L0_V                    11932279296 /*   33554432: values */
-#define L0_ATT                  11965833728 /*  134217728: attention output */
-#define L0_LSE                  12100051456 /*    1048576: attention log-sum-exp per head and query */
-#define WS_RES                  12101100032 /*  134217728: residual stream after attention */
-#define WS_LN2                  12235317760 /*  134217728: mlp norm output */
-#define WS_RSTD2                12369535488 /*      32768: its 1/rms per token */
-#define WS_LOGITS               12369568256 /*     262144: router logits */
-#define WS_IDX                  12369830400 /*      65536: selected experts (int32) */
-#define WS_WTS                  12369895936 /*      65536: their weights */
-#define WS_POS                  12369961472 /*      65536: row of each assignment in expert order (int32) */
-#define WS_OFFSETS              12370027008 /*          9: first row of each expert (int32) */
-#define WS_XP                   12370027024 /*  268435456: token copies in expert order */
-#define WS_YP                   12638462480 /*  268435456: expert outputs in that order */
-#define WS_XE                   12906897936 /* 1073741824: rows this rank's experts received (dropless: up to ep x tokens x top_k) */
-#define WS_YE                   13980639760 /* 1073741824: their outputs, before going back */
-#define WS_EOFF                 15054381584 /*          3: first received row of each local expert (int32) */
-#define WS_EG                   15054381600 /* 3758096384: routed experts' gate */
-#define WS_EU                   18812477984 /* 3758096384: routed experts' up */
-#define WS_EH                   22570574368 /* 3758096384: routed experts' activation */
-#define L1_Q                    26328670752 /*  134217728: queries (rotated) */
-#define L1_K                    26462888480 /*   33554432: keys (rotated) */
-#define L1_V                    26496442912 /*   33554432: values */
-#define L1_ATT                  26529997344 /*  134217728: attention output */
-#define L1_LSE                  26664215072 /*    1048576: attention log-sum-exp per head and query */
-#define L2_Q                    26665263648 /*  134217728: queries (rotated) */
-#define L2_K                    26799481376 /*   33554432: keys (rotated) */
-#define L2_V                    26833035808 /*   33554432: values */
-#define L2_ATT                  26866590240 /*  134217728: attention output */
-#define L2_LSE                  27000807968 /*    1048576: attention log-sum-exp per head and query */
-#define L3_Q                    27001856544 /*  134217728: queries (rotated) */
-#define L3_K                    27136074272 /*   33554432: keys (rotated) */
-#define L3_V                    27169628704 /*   33554432: values */
-#define L3_ATT                  27203183136 /*  134217728: attention output */
-#define L3_LSE                  27337400864 /*    1048576: attention log-sum-exp per head and query */
-#define L4_Q                    27338449440 /*  134217728: queries (rotated) */
-#define L4_K                    27472667168 /*   33554432: keys (rotated) */
-#define L4_V                    27506221600 /*   33554432: values */
-#define L4_ATT                  27539776032 /*  134217728: attention output */
-#define L4_LSE                  27673993760 /*    1048576: attention log-sum-exp per head and query */
-#define L5_Q                    27675042336 /*  134217728: queries (rotated) */
-#define L5_K                    27809260064 /*   33554432: keys (rotated) */
-#define L5_V                    27842814496 /*   33554432: values */
-#define L5_ATT                  27876368928 /*  134217728: attention output */
-#define L5_LSE                  28010586656 /*    1048576: attention log-sum-exp per head and query */
-#define L6_Q                    28011635232 /*  134217728: queries (rotated) */
-#define L6_K                    28145852960 /*   33554432: keys (rotated) */
-#define L6_V                    28179407392 /*   33554432: values */
-#define L6_ATT                  28212961824 /*  134217728: attention output */
-#define L6_LSE                  28347179552 /*    1048576: attention log-sum-exp per head and query */
-#define L7_Q                    28348228128 /*  134217728: queries (rotated) */
-#define L7_K                    28482445856 /*   33554432: keys (rotated) */
-#define L7_V                    28516000288 /*   33554432: values */
-#define L7_ATT                  28549554720 /*  134217728: attention output */
-#define L7_LSE                  28683772448 /*    1048576: attention log-sum-exp per head and query */
-#define L8_Q                    28684821024 /*  134217728: queries (rotated) */
-#define L8_K                    28819038752 /*   33554432: keys (rotated) */
-#define L8_V                    28852593184 /*   33554432: values */
-#define L8_ATT                  28886147616 /*  134217728: attention output */
-#define L8_LSE                  29020365344 /*    1048576: attention log-sum-exp per head and query */
-#define L9_Q                    29021413920 /*  134217728: queries (rotated) */
-#define L9_K                    29155631648 /*   33554432: keys (rotated) */
-#define L9_V                    29189186080 /*   33554432: values */
-#define L9_ATT                  29222740512 /*  134217728: attention output */
-#define L9_LSE                  29356958240 /*    1048576: attention log-sum-exp per head and query */
-#define L10_Q                   29358006816 /*  134217728: queries (rotated) */
-#define L10_K                   29492224544 /*   33554432: keys (rotated) */
-#define L10_V                   29525778976 /*   33554432: values */
-#define L10_ATT                 29559333408 /*  134217728: attention output */
-#define L10_LSE                 29693551136 /*    1048576: attention log-sum-exp per head and query */
-#define L11_Q                   29694599712 /*  134217728: queries (rotated) */
-#define L11_K                   29828817440 /*   33554432: keys (rotated) */
-#define L11_V                   29862371872 /*   33554432: values */
-#define L11_ATT                 29895926304 /*  134217728: attention output */
-#define L11_LSE                 30030144032 /*    1048576: attention log-sum-exp per head and query */
-#define L12_Q                   30031192608 /*  134217728: queries (rotated) */
-#define L12_K                   30165410336 /*   33554432: keys (rotated) */
-#define L12_V                   30198964768 /*   33554432: values */
-#define L12_ATT                 30232519200 /*  134217728: attention output */
-#define L12_LSE                 30366736928 /*    1048576: attention log-sum-exp per head and query */
-#define L13_Q                   30367785504 /*  134217728: queries (rotated) */
-#define L13_K                   30502003232 /*   33554432: keys (rotated) */
-#define L13_V                   30535557664 /*   33554432: values */
-#define L13_ATT                 30569112096 /*  134217728: attention output */
-#define L13_LSE                 30703329824 /*    1048576: attention log-sum-exp per head and query */
-#define L14_Q                   30704378400 /*  134217728: queries (rotated) */
-#define L14_K                   30838596128 /*   33554432: keys (rotated) */
-#define L14_V                   30872150560 /*   33554432: values */
-#define L14_ATT                 30905704992 /*  134217728: attention output */
-#define L14_LSE                 31039922720 /*    1048576: attention log-sum-exp per head and query */
-#define L15_Q                   31040971296 /*  134217728: queries (rotated) */
-#define L15_K                   31175189024 /*   33554432: keys (rotated) */
-#define L15_V                   31208743456 /*   33554432: values */
-#define L15_ATT                 31242297888 /*  134217728: attention output */
-#define L15_LSE                 31376515616 /*    1048576: attention log-sum-exp per head and query */
-#define L16_Q                   31377564192 /*  134217728: queries (rotated) */
-#define L16_K                   31511781920 /*   33554432: keys (rotated) */
-#define L16_V                   31545336352 /*   33554432: values */
-#define L16_ATT                 31578890784 /*  134217728: attention output */
-#define L16_LSE                 31713108512 /*    1048576: attention log-sum-exp per head and query */
-#define L17_Q                   31714157088 /*  134217728: queries (rotated) */
-#define L17_K                   31848374816 /*   33554432: keys (rotated) */
-#define L17_V                   31881929248 /*   33554432: values */
-#define L17_ATT                 31915483680 /*  134217728: attention output */
-#define L17_LSE                 32049701408 /*    1048576: attention log-sum-exp per head and query */
-#define L18_Q                   32050749984 /*  134217728: queries (rotated) */
-#define L18_K                   32184967712 /*   33554432: keys (rotated) */
-#define L18_V                   32218522144 /*   33554432: values */
-#define L18_ATT                 32252076576 /*  134217728: attention output */
-#define L18_LSE                 32386294304 /*    1048576: attention log-sum-exp per head and query */
-#define L19_Q                   32387342880 /*  134217728: queries (rotated) */
-#define L19_K                   32521560608 /*   33554432: keys (rotated) */
-#define L19_V                   32555115040 /*   33554432: values */
-#define L19_ATT                 32588669472 /*  134217728: attention output */
-#define L19_LSE                 32722887200 /*    1048576: attention log-sum-exp per head and query */
-#define L20_Q                   32723935776 /*  134217728: queries (rotated) */
-#define L20_K                   32858153504 /*   33554432: keys (rotated) */
-#define L20_V                   32891707936 /*   33554432: values */
-#define L20_ATT                 32925262368 /*  134217728: attention output */
-#define L20_LSE                 33059480096 /*    1048576: attention log-sum-exp per head and query */
-#define L21_Q                   33060528672 /*  134217728: queries (rotated) */
-#define L21_K                   33194746400 /*   33554432: keys (rotated) */
-#define L21_V                   33228300832 /*   33554432: values */
-#define L21_ATT                 33261855264 /*  134217728: attention output */
-#define L21_LSE                 33396072992 /*    1048576: attention log-sum-exp per head and query */
-#define L22_Q                   33397121568 /*  134217728: queries (rotated) */
-#define L22_K                   33531339296 /*   33554432: keys (rotated) */
-#define L22_V                   33564893728 /*   33554432: values */
-#define L22_ATT                 33598448160 /*  134217728: attention output */
-#define L22_LSE                 33732665888 /*    1048576: attention log-sum-exp per head and query */
-#define L23_Q                   33733714464 /*  134217728: queries (rotated) */
-#define L23_K                   33867932192 /*   33554432: keys (rotated) */
-#define L23_V                   33901486624 /*   33554432: values */
-#define L23_ATT                 33935041056 /*  134217728: attention output */
-#define L23_LSE                 34069258784 /*    1048576: attention log-sum-exp per head and query */
-#define L24_Q                   34070307360 /*  134217728: queries (rotated) */
-#define L24_K                   34204525088 /*   33554432: keys (rotated) */
-#define L24_V                   34238079520 /*   33554432: values */
-#define L24_ATT                 34271633952 /*  134217728: attention output */
-#define L24_LSE                 34405851680 /*    1048576: attention log-sum-exp per head and query */
-#define L25_Q                   34406900256 /*  134217728: queries (rotated) */
-#define L25_K                   34541117984 /*   33554432: keys (rotated) */
-#define L25_V                   34574672416 /*   33554432: values */
-#define L25_ATT                 34608226848 /*  134217728: attention output */
-#define L25_LSE                 34742444576 /*    1048576: attention log-sum-exp per head and query */
-#define L26_Q                   34743493152 /*  134217728: queries (rotated) */
-#define L26_K                   34877710880 /*   33554432: keys (rotated) */
-#define L26_V                   34911265312 /*   33554432: values */
-#define L26_ATT                 34944819744 /*  134217728: attention output */
-#define L26_LSE                 35079037472 /*    1048576: attention log-sum-exp per head and query */
-#define L27_Q                   35080086048 /*  134217728: queries (rotated) */
-#define L27_K                   35214303776 /*   33554432: keys (rotated) */
-#define L27_V                   35247858208 /*   33554432: values */
-#define L27_ATT                 35281412640 /*  134217728: attention output */
-#define L27_LSE                 35415630368 /*    1048576: attention log-sum-exp per head and query */
-#define L28_Q                   35416678944 /*  134217728: queries (rotated) */
-#define L28_K                   35550896672 /*   33554432: keys (rotated) */
-#define L28_V                   35584451104 /*   33554432: values */
-#define L28_ATT                 35618005536 /*  134217728: attention output */
-#define L28_LSE                 35752223264 /*    1048576: attention log-sum-exp per head and query */
-#define L29_Q                   35753271840 /*  134217728: queries (rotated) */
-#define L29_K                   35887489568 /*   33554432: keys (rotated) */
-#define L29_V                   35921044000 /*   33554432: values */
-#define L29_ATT                 35954598432 /*  134217728: attention output */
-#define L29_LSE                 36088816160 /*    1048576: attention log-sum-exp per head and query */
-#define L30_Q                   36089864736 /*  134217728: queries (rotated) */
-#define L30_K                   36224082464 /*   33554432: keys (rotated) */
-#define L30_V                   36257636896 /*   33554432: values */
-#define L30_ATT                 36291191328 /*  134217728: attention output */
-#define L30_LSE                 36425409056 /*    1048576: attention log-sum-exp per head and query */
-#define L31_Q                   36426457632 /*  134217728: queries (rotated) */
-#define L31_K                   36560675360 /*   33554432: keys (rotated) */
-#define L31_V                   36594229792 /*   33554432: values */
-#define L31_ATT                 36627784224 /*  134217728: attention output */
-#define L31_LSE                 36762001952 /*    1048576: attention log-sum-exp per head and query */
-#define WS_Y                    36763050528 /*  134217728: a block's output before the residual add */
-#define WS_Y2                   36897268256 /*  134217728: shared experts' output */
-#define DX_A                    37031485984 /*  134217728: gradient of the residual stream (even layers' output) */
-#define DX_B                    37165703712 /*  134217728: gradient of the residual stream (odd layers' output) */
-#define DLN                     37299921440 /*  134217728: gradient of a norm's output */
-#define DATT                    37434139168 /*  134217728: gradient of the attention output */
-#define DQ                      37568356896 /*  134217728: gradient of the queries */
-#define DK                      37702574624 /*   33554432: gradient of the keys */
-#define DV                      37736129056 /*   33554432: gradient of the values */
-#define DLOGITS                 37769683488 /*     262144: gradient of the router logits */
-#define DWTS                    37769945632 /*      65536: gradient of the routing weights */
-#define DYP                     37770011168 /*  268435456: gradient of the expert outputs */
-#define DXP                     38038446624 /*  268435456: gradient of the token copies */
-#define DYE                     38306882080 /* 1073741824: gradient of the received rows' outputs */
-#define DXE                     39380623904 /* 1073741824: gradient of the received rows */
-#define A2A                     40454365728 /* 1073741824: all-to-all staging (source-rank order) */
-#define EDG                     41528107552 /* 3758096384: routed experts' gate gradient */
-#define EDU                     45286203936 /* 3758096384: routed experts' up gradient */
-#define EDH                     49044300320 /* 3758096384: routed experts' activation gradient */
-#define AUX                     52802396704 /*         24: load-balancing loss scratch */
-#define LNF                     52802396736 /*  134217728: final norm output */
-#define RSTDF                   52936614464 /*      32768: its 1/rms per token */
-#define LSEF                    52936647232 /*      32768: log-sum-exp of each token's logits */
-#define CE                      52936680000 /*  134217728: logits of one vocabulary chunk */
+#define GATHERED_DENSE0          5837914624 /*  131076096: a dense group all-gathered (even units: embedding, odd layers) */
+#define GATHERED_DENSE1          5968990720 /*  131076096: the next one, prefetched (odd units: even layers; the head if L is even) */
+#define GRAD_DENSE               6100066816 /*  131076096: its gradient before the reduce-scatter */
+#define GATHERED_EXPERTS0        6231142912 /*  352321536: this EP rank's experts of one layer, all-gathered (odd layers) */
+#define GATHERED_EXPERTS1        6583464448 /*  352321536: the next layer's, prefetched (even layers) */
+#define GRAD_EXPERTS             6935785984 /*  352321536: their gradient before the reduce-scatter */
+#define RS_OUT                   7288107520 /*   44040192: a reduce-scatter's result, before it is added to the shard's gradient */
+#define RS_WIRE                  7332147712 /*  352321536: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
+#define X0                       7684469248 /*  134217728: boundary: input of layer 0 (residual stream) */
+#define X1                       7818686976 /*  134217728: boundary: input of layer 1 (residual stream) */
+#define X2                       7952904704 /*  134217728: boundary: input of layer 2 (residual stream) */
+#define X3                       8087122432 /*  134217728: boundary: input of layer 3 (residual stream) */
+#define X4                       8221340160 /*  134217728: boundary: input of layer 4 (residual stream) */
+#define X5                       8355557888 /*  134217728: boundary: input of layer 5 (residual stream) */
+#define X6                       8489775616 /*  134217728: boundary: input of layer 6 (residual stream) */
+#define X7                       8623993344 /*  134217728: boundary: input of layer 7 (residual stream) */
+#define X8                       8758211072 /*  134217728: boundary: input of layer 8 (residual stream) */
+#define X9                       8892428800 /*  134217728: boundary: input of layer 9 (residual stream) */
+#define X10                      9026646528 /*  134217728: boundary: input of layer 10 (residual stream) */
+#define X11                      9160864256 /*  134217728: boundary: input of layer 11 (residual stream) */
+#define X12                      9295081984 /*  134217728: boundary: input of layer 12 (residual stream) */
+#define X13                      9429299712 /*  134217728: boundary: input of layer 13 (residual stream) */
+#define X14                      9563517440 /*  134217728: boundary: input of layer 14 (residual stream) */
+#define X15                      9697735168 /*  134217728: boundary: input of layer 15 (residual stream) */
+#define X16                      9831952896 /*  134217728: boundary: input of layer 16 (residual stream) */
+#define X17                      9966170624 /*  134217728: boundary: input of layer 17 (residual stream) */
+#define X18                     10100388352 /*  134217728: boundary: input of layer 18 (residual stream) */
+#define X19                     10234606080 /*  134217728: boundary: input of layer 19 (residual stream) */
+#define X20                     10368823808 /*  134217728: boundary: input of layer 20 (residual stream) */
+#define X21                     10503041536 /*  134217728: boundary: input of layer 21 (residual stream) */
+#define X22                     10637259264 /*  134217728: boundary: input of layer 22 (residual stream) */
+#define X23                     10771476992 /*  134217728: boundary: input of layer 23 (residual stream) */
+#define X24                     10905694720 /*  134217728: boundary: input of layer 24 (residual stream) */
+#define X25                     11039912448 /*  134217728: boundary: input of layer 25 (residual stream) */
+#define X26                     11174130176 /*  134217728: boundary: input of layer 26 (residual stream) */
+#define X27                     11308347904 /*  134217728: boundary: input of layer 27 (residual stream) */
+#define X28                     11442565632 /*  134217728: boundary: input of layer 28 (residual stream) */
+#define X29                     11576783360 /*  134217728: boundary: input of layer 29 (residual stream) */
+#define X30                     11711001088 /*  134217728: boundary: input of layer 30 (residual stream) */
+#define X31                     11845218816 /*  134217728: boundary: input of layer 31 (residual stream) */
+#define X32                     11979436544 /*  134217728: output of the last layer */
+#define WS_LN1                  12113654272 /*  134217728: attention norm output */
+#define WS_RSTD1                12247872000 /*      32768: its 1/rms per token */
+#define L0_Q                    12247904768 /*  134217728: queries (rotated) */
+#define L0_K                    12382122496 /*   33554432: keys (rotated) */
+#define L0_V                    12415676928 /*   33554432: values */
+#define L0_ATT                  12449231360 /*  134217728: attention output */
+#define L0_LSE                  12583449088 /*    1048576: attention log-sum-exp per head and query */
+#define WS_RES                  12584497664 /*  134217728: residual stream after attention */
+#define WS_LN2                  12718715392 /*  134217728: mlp norm output */
+#define WS_RSTD2                12852933120 /*      32768: its 1/rms per token */
+#define WS_LOGITS               12852965888 /*     262144: router logits */
+#define WS_IDX                  12853228032 /*      65536: selected experts (int32) */
+#define WS_WTS                  12853293568 /*      65536: their weights */
+#define WS_POS                  12853359104 /*      65536: row of each assignment in expert order (int32) */
+#define WS_OFFSETS              12853424640 /*          9: first row of each expert (int32) */
+#define WS_XP                   12853424656 /*  268435456: token copies in expert order */
+#define WS_YP                   13121860112 /*  268435456: expert outputs in that order */
+#define WS_XE                   13390295568 /* 1073741824: rows this rank's experts received (dropless: up to ep x tokens x top_k) */
+#define WS_YE                   14464037392 /* 1073741824: their outputs, before going back */
+#define WS_EOFF                 15537779216 /*          3: first received row of each local expert (int32) */
+#define WS_EG                   15537779232 /* 3758096384: routed experts' gate */
+#define WS_EU                   19295875616 /* 3758096384: routed experts' up */
+#define WS_EH                   23053972000 /* 3758096384: routed experts' activation */
+#define L1_Q                    26812068384 /*  134217728: queries (rotated) */
+#define L1_K                    26946286112 /*   33554432: keys (rotated) */
+#define L1_V                    26979840544 /*   33554432: values */
+#define L1_ATT                  27013394976 /*  134217728: attention output */
+#define L1_LSE                  27147612704 /*    1048576: attention log-sum-exp per head and query */
+#define L2_Q                    27148661280 /*  134217728: queries (rotated) */
+#define L2_K                    27282879008 /*   33554432: keys (rotated) */
+#define L2_V                    27316433440 /*   33554432: values */
+#define L2_ATT                  27349987872 /*  134217728: attention output */
+#define L2_LSE                  27484205600 /*    1048576: attention log-sum-exp per head and query */
+#define L3_Q                    27485254176 /*  134217728: queries (rotated) */
+#define L3_K                    27619471904 /*   33554432: keys (rotated) */
+#define L3_V                    27653026336 /*   33554432: values */
+#define L3_ATT                  27686580768 /*  134217728: attention output */
+#define L3_LSE                  27820798496 /*    1048576: attention log-sum-exp per head and query */
+#define L4_Q                    27821847072 /*  134217728: queries (rotated) */
+#define L4_K                    27956064800 /*   33554432: keys (rotated) */
+#define L4_V                    27989619232 /*   33554432: values */
+#define L4_ATT                  28023173664 /*  134217728: attention output */
+#define L4_LSE                  28157391392 /*    1048576: attention log-sum-exp per head and query */
+#define L5_Q                    28158439968 /*  134217728: queries (rotated) */
+#define L5_K                    28292657696 /*   33554432: keys (rotated) */
+#define L5_V                    28326212128 /*   33554432: values */
+#define L5_ATT                  28359766560 /*  134217728: attention output */
+#define L5_LSE                  28493984288 /*    1048576: attention log-sum-exp per head and query */
+#define L6_Q                    28495032864 /*  134217728: queries (rotated) */
+#define L6_K                    28629250592 /*   33554432: keys (rotated) */
+#define L6_V                    28662805024 /*   33554432: values */
+#define L6_ATT                  28696359456 /*  134217728: attention output */
+#define L6_LSE                  28830577184 /*    1048576: attention log-sum-exp per head and query */
+#define L7_Q                    28831625760 /*  134217728: queries (rotated) */
+#define L7_K                    28965843488 /*   33554432: keys (rotated) */
+#define L7_V                    28999397920 /*   33554432: values */
+#define L7_ATT                  29032952352 /*  134217728: attention output */
+#define L7_LSE                  29167170080 /*    1048576: attention log-sum-exp per head and query */
+#define L8_Q                    29168218656 /*  134217728: queries (rotated) */
+#define L8_K                    29302436384 /*   33554432: keys (rotated) */
+#define L8_V                    29335990816 /*   33554432: values */
+#define L8_ATT                  29369545248 /*  134217728: attention output */
+#define L8_LSE                  29503762976 /*    1048576: attention log-sum-exp per head and query */
+#define L9_Q                    29504811552 /*  134217728: queries (rotated) */
+#define L9_K                    29639029280 /*   33554432: keys (rotated) */
+#define L9_V                    29672583712 /*   33554432: values */
+#define L9_ATT                  29706138144 /*  134217728: attention output */
+#define L9_LSE                  29840355872 /*    1048576: attention log-sum-exp per head and query */
+#define L10_Q                   29841404448 /*  134217728: queries (rotated) */
+#define L10_K                   29975622176 /*   33554432: keys (rotated) */
+#define L10_V                   30009176608 /*   33554432: values */
+#define L10_ATT                 30042731040 /*  134217728: attention output */
+#define L10_LSE                 30176948768 /*    1048576: attention log-sum-exp per head and query */
+#define L11_Q                   30177997344 /*  134217728: queries (rotated) */
+#define L11_K                   30312215072 /*   33554432: keys (rotated) */
+#define L11_V                   30345769504 /*   33554432: values */
+#define L11_ATT                 30379323936 /*  134217728: attention output */
+#define L11_LSE                 30513541664 /*    1048576: attention log-sum-exp per head and query */
+#define L12_Q                   30514590240 /*  134217728: queries (rotated) */
+#define L12_K                   30648807968 /*   33554432: keys (rotated) */
+#define L12_V                   30682362400 /*   33554432: values */
+#define L12_ATT                 30715916832 /*  134217728: attention output */
+#define L12_LSE                 30850134560 /*    1048576: attention log-sum-exp per head and query */
+#define L13_Q                   30851183136 /*  134217728: queries (rotated) */
+#define L13_K                   30985400864 /*   33554432: keys (rotated) */
+#define L13_V                   31018955296 /*   33554432: values */
+#define L13_ATT                 31052509728 /*  134217728: attention output */
+#define L13_LSE                 31186727456 /*    1048576: attention log-sum-exp per head and query */
+#define L14_Q                   31187776032 /*  134217728: queries (rotated) */
+#define L14_K                   31321993760 /*   33554432: keys (rotated) */
+#define L14_V                   31355548192 /*   33554432: values */
+#define L14_ATT                 31389102624 /*  134217728: attention output */
+#define L14_LSE                 31523320352 /*    1048576: attention log-sum-exp per head and query */
+#define L15_Q                   31524368928 /*  134217728: queries (rotated) */
+#define L15_K                   31658586656 /*   33554432: keys (rotated) */
+#define L15_V                   31692141088 /*   33554432: values */
+#define L15_ATT                 31725695520 /*  134217728: attention output */
+#define L15_LSE                 31859913248 /*    1048576: attention log-sum-exp per head and query */
+#define L16_Q                   31860961824 /*  134217728: queries (rotated) */
+#define L16_K                   31995179552 /*   33554432: keys (rotated) */
+#define L16_V                   32028733984 /*   33554432: values */
+#define L16_ATT                 32062288416 /*  134217728: attention output */
+#define L16_LSE                 32196506144 /*    1048576: attention log-sum-exp per head and query */
+#define L17_Q                   32197554720 /*  134217728: queries (rotated) */
+#define L17_K                   32331772448 /*   33554432: keys (rotated) */
+#define L17_V                   32365326880 /*   33554432: values */
+#define L17_ATT                 32398881312 /*  134217728: attention output */
+#define L17_LSE                 32533099040 /*    1048576: attention log-sum-exp per head and query */
+#define L18_Q                   32534147616 /*  134217728: queries (rotated) */
+#define L18_K                   32668365344 /*   33554432: keys (rotated) */
+#define L18_V                   32701919776 /*   33554432: values */
+#define L18_ATT                 32735474208 /*  134217728: attention output */
+#define L18_LSE                 32869691936 /*    1048576: attention log-sum-exp per head and query */
+#define L19_Q                   32870740512 /*  134217728: queries (rotated) */
+#define L19_K                   33004958240 /*   33554432: keys (rotated) */
+#define L19_V                   33038512672 /*   33554432: values */
+#define L19_ATT                 33072067104 /*  134217728: attention output */
+#define L19_LSE                 33206284832 /*    1048576: attention log-sum-exp per head and query */
+#define L20_Q                   33207333408 /*  134217728: queries (rotated) */
+#define L20_K                   33341551136 /*   33554432: keys (rotated) */
+#define L20_V                   33375105568 /*   33554432: values */
+#define L20_ATT                 33408660000 /*  134217728: attention output */
+#define L20_LSE                 33542877728 /*    1048576: attention log-sum-exp per head and query */
+#define L21_Q                   33543926304 /*  134217728: queries (rotated) */
+#define L21_K                   33678144032 /*   33554432: keys (rotated) */
+#define L21_V                   33711698464 /*   33554432: values */
+#define L21_ATT                 33745252896 /*  134217728: attention output */
+#define L21_LSE                 33879470624 /*    1048576: attention log-sum-exp per head and query */
+#define L22_Q                   33880519200 /*  134217728: queries (rotated) */
+#define L22_K                   34014736928 /*   33554432: keys (rotated) */
+#define L22_V                   34048291360 /*   33554432: values */
+#define L22_ATT                 34081845792 /*  134217728: attention output */
+#define L22_LSE                 34216063520 /*    1048576: attention log-sum-exp per head and query */
+#define L23_Q                   34217112096 /*  134217728: queries (rotated) */
+#define L23_K                   34351329824 /*   33554432: keys (rotated) */
+#define L23_V                   34384884256 /*   33554432: values */
+#define L23_ATT                 34418438688 /*  134217728: attention output */
+#define L23_LSE                 34552656416 /*    1048576: attention log-sum-exp per head and query */
+#define L24_Q                   34553704992 /*  134217728: queries (rotated) */
+#define L24_K                   34687922720 /*   33554432: keys (rotated) */
+#define L24_V                   34721477152 /*   33554432: values */
+#define L24_ATT                 34755031584 /*  134217728: attention output */
+#define L24_LSE                 34889249312 /*    1048576: attention log-sum-exp per head and query */
+#define L25_Q                   34890297888 /*  134217728: queries (rotated) */
+#define L25_K                   35024515616 /*   33554432: keys (rotated) */
+#define L25_V                   35058070048 /*   33554432: values */
+#define L25_ATT                 35091624480 /*  134217728: attention output */
+#define L25_LSE                 35225842208 /*    1048576: attention log-sum-exp per head and query */
+#define L26_Q                   35226890784 /*  134217728: queries (rotated) */
+#define L26_K                   35361108512 /*   33554432: keys (rotated) */
+#define L26_V                   35394662944 /*   33554432: values */
+#define L26_ATT                 35428217376 /*  134217728: attention output */
+#define L26_LSE                 35562435104 /*    1048576: attention log-sum-exp per head and query */
+#define L27_Q                   35563483680 /*  134217728: queries (rotated) */
+#define L27_K                   35697701408 /*   33554432: keys (rotated) */
+#define L27_V                   35731255840 /*   33554432: values */
+#define L27_ATT                 35764810272 /*  134217728: attention output */
+#define L27_LSE                 35899028000 /*    1048576: attention log-sum-exp per head and query */
+#define L28_Q                   35900076576 /*  134217728: queries (rotated) */
+#define L28_K                   36034294304 /*   33554432: keys (rotated) */
+#define L28_V                   36067848736 /*   33554432: values */
+#define L28_ATT                 36101403168 /*  134217728: attention output */
+#define L28_LSE                 36235620896 /*    1048576: attention log-sum-exp per head and query */
+#define L29_Q                   36236669472 /*  134217728: queries (rotated) */
+#define L29_K                   36370887200 /*   33554432: keys (rotated) */
+#define L29_V                   36404441632 /*   33554432: values */
+#define L29_ATT                 36437996064 /*  134217728: attention output */
+#define L29_LSE                 36572213792 /*    1048576: attention log-sum-exp per head and query */
+#define L30_Q                   36573262368 /*  134217728: queries (rotated) */
+#define L30_K                   36707480096 /*   33554432: keys (rotated) */
+#define L30_V                   36741034528 /*   33554432: values */
+#define L30_ATT                 36774588960 /*  134217728: attention output */
+#define L30_LSE                 36908806688 /*    1048576: attention log-sum-exp per head and query */
+#define L31_Q                   36909855264 /*  134217728: queries (rotated) */
+#define L31_K                   37044072992 /*   33554432: keys (rotated) */
+#define L31_V                   37077627424 /*   33554432: values */
+#define L31_ATT                 37111181856 /*  134217728: attention output */
+#define L31_LSE                 37245399584 /*    1048576: attention log-sum-exp per head and query */
+#define WS_Y                    37246448160 /*  134217728: a block's output before the residual add */
+#define WS_Y2                   37380665888 /*  134217728: shared experts' output */
+#define DX_A                    37514883616 /*  134217728: gradient of the residual stream (even layers' output) */
+#define DX_B                    37649101344 /*  134217728: gradient of the residual stream (odd layers' output) */
+#define DLN                     37783319072 /*  134217728: gradient of a norm's output */
+#define DATT                    37917536800 /*  134217728: gradient of the attention output */
+#define DQ                      38051754528 /*  134217728: gradient of the queries */
+#define DK                      38185972256 /*   33554432: gradient of the keys */
+#define DV                      38219526688 /*   33554432: gradient of the values */
+#define DLOGITS                 38253081120 /*     262144: gradient of the router logits */
+#define DWTS                    38253343264 /*      65536: gradient of the routing weights */
+#define DYP                     38253408800 /*  268435456: gradient of the expert outputs */
+#define DXP                     38521844256 /*  268435456: gradient of the token copies */
+#define DYE                     38790279712 /* 1073741824: gradient of the received rows' outputs */
+#define DXE                     39864021536 /* 1073741824: gradient of the received rows */
+#define A2A                     40937763360 /* 1073741824: all-to-all staging (source-rank order) */
+#define EDG                     42011505184 /* 3758096384: routed experts' gate gradient */
+#define EDU                     45769601568 /* 3758096384: routed experts' up gradient */
+#define EDH                     49527697952 /* 3758096384: routed experts' activation gradient */
+#define AUX                     53285794336 /*         24: load-balancing loss scratch */
+#define LNF                     53285794368 /*  134217728: final norm output */
+#define RSTDF                   53420012096 /*      32768: its 1/rms per token */
+#define LSEF                    53420044864 /*      32768: log-sum-exp of each token's logits */
+#define CE                      53420077632 /*  134217728: logits of one vocabulary chunk */
 
 /* Parameter groups: sharded over the FSDP group (32 ranks) or, for experts, over the
  * 8 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */
@@ -1838,7 +1840,7 @@ static void layer31_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L31_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -1871,7 +1873,7 @@ static void layer30_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L30_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -1904,7 +1906,7 @@ static void layer29_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L29_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -1937,7 +1939,7 @@ static void layer28_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L28_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -1970,7 +1972,7 @@ static void layer27_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L27_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2003,7 +2005,7 @@ static void layer26_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L26_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2036,7 +2038,7 @@ static void layer25_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L25_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2069,7 +2071,7 @@ static void layer24_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L24_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2102,7 +2104,7 @@ static void layer23_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L23_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2135,7 +2137,7 @@ static void layer22_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L22_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2168,7 +2170,7 @@ static void layer21_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L21_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2201,7 +2203,7 @@ static void layer20_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L20_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2234,7 +2236,7 @@ static void layer19_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L19_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2267,7 +2269,7 @@ static void layer18_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L18_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2300,7 +2302,7 @@ static void layer17_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L17_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2333,7 +2335,7 @@ static void layer16_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L16_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2366,7 +2368,7 @@ static void layer15_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L15_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2399,7 +2401,7 @@ static void layer14_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L14_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2432,7 +2434,7 @@ static void layer13_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L13_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2465,7 +2467,7 @@ static void layer12_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L12_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2498,7 +2500,7 @@ static void layer11_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L11_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2531,7 +2533,7 @@ static void layer10_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L10_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2564,7 +2566,7 @@ static void layer9_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L9_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2597,7 +2599,7 @@ static void layer8_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L8_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2630,7 +2632,7 @@ static void layer7_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L7_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2663,7 +2665,7 @@ static void layer6_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L6_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2696,7 +2698,7 @@ static void layer5_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L5_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2729,7 +2731,7 @@ static void layer4_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L4_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2762,7 +2764,7 @@ static void layer3_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L3_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2795,7 +2797,7 @@ static void layer2_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L2_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2828,7 +2830,7 @@ static void layer1_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L1_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2861,7 +2863,7 @@ static void layer0_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 134217728); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 32768, 4096);
   rt_zero(R(DATT), 134217728);
   rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L0_ATT), W(25169920), 32768, 4096, 4096); /* o_proj */
@@ -2880,109 +2882,210 @@ static void layer0_backward(RtCtx *c) {
 
 /* ---- one micro-batch ---------------------------------------------------------------- */
 
-/* Forward: embedding, layers 0-31, final norm and loss. Each group of parameters is
- * all-gathered right before use (MPI collectives block, so the plan's prefetch depth of
- * 1 has no effect on the cpu backend). Returns the mean cross-entropy of the micro-batch. */
+/* Forward: embedding, layers 0-31, final norm and loss. The next unit's parameters are
+ * all-gathered while this one computes (prefetch depth 1; the plan's is 1. The cpu
+ * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean
+ * cross-entropy of the micro-batch. */
 real step_forward(RtCtx *c) {
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(EMBED_MASTER), 4096000); /* embedding: 32 ranks x 4096000 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(EMBED_MASTER), 4096000, 0); /* embedding: 32 ranks x 4096000 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 44040192, 3); /* layer 0 experts: 8 ranks x 44040192, prefetch */
   rt_embedding_forward(R(X0), I(INPUTS), W(0), 32768, 4096);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L0_DENSE_MASTER), 1312000); /* layer 0 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L0_EXPERTS_MASTER), 44040192); /* layer 0 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 44040192, 1); /* layer 1 experts: 8 ranks x 44040192, prefetch */
   layer0_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L1_DENSE_MASTER), 1312000); /* layer 1 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L1_EXPERTS_MASTER), 44040192); /* layer 1 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 44040192, 3); /* layer 2 experts: 8 ranks x 44040192, prefetch */
   layer1_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L2_DENSE_MASTER), 1312000); /* layer 2 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L2_EXPERTS_MASTER), 44040192); /* layer 2 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 44040192, 1); /* layer 3 experts: 8 ranks x 44040192, prefetch */
   layer2_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L3_DENSE_MASTER), 1312000); /* layer 3 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L3_EXPERTS_MASTER), 44040192); /* layer 3 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_MASTER), 44040192, 3); /* layer 4 experts: 8 ranks x 44040192, prefetch */
   layer3_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L4_DENSE_MASTER), 1312000); /* layer 4 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L4_EXPERTS_MASTER), 44040192); /* layer 4 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_MASTER), 44040192, 1); /* layer 5 experts: 8 ranks x 44040192, prefetch */
   layer4_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L5_DENSE_MASTER), 1312000); /* layer 5 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L5_EXPERTS_MASTER), 44040192); /* layer 5 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_MASTER), 44040192, 3); /* layer 6 experts: 8 ranks x 44040192, prefetch */
   layer5_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L6_DENSE_MASTER), 1312000); /* layer 6 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L6_EXPERTS_MASTER), 44040192); /* layer 6 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_MASTER), 44040192, 1); /* layer 7 experts: 8 ranks x 44040192, prefetch */
   layer6_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L7_DENSE_MASTER), 1312000); /* layer 7 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L7_EXPERTS_MASTER), 44040192); /* layer 7 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_MASTER), 44040192, 3); /* layer 8 experts: 8 ranks x 44040192, prefetch */
   layer7_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L8_DENSE_MASTER), 1312000); /* layer 8 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L8_EXPERTS_MASTER), 44040192); /* layer 8 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_MASTER), 44040192, 1); /* layer 9 experts: 8 ranks x 44040192, prefetch */
   layer8_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L9_DENSE_MASTER), 1312000); /* layer 9 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L9_EXPERTS_MASTER), 44040192); /* layer 9 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_MASTER), 44040192, 3); /* layer 10 experts: 8 ranks x 44040192, prefetch */
   layer9_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L10_DENSE_MASTER), 1312000); /* layer 10 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L10_EXPERTS_MASTER), 44040192); /* layer 10 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_MASTER), 44040192, 1); /* layer 11 experts: 8 ranks x 44040192, prefetch */
   layer10_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L11_DENSE_MASTER), 1312000); /* layer 11 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L11_EXPERTS_MASTER), 44040192); /* layer 11 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_MASTER), 44040192, 3); /* layer 12 experts: 8 ranks x 44040192, prefetch */
   layer11_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L12_DENSE_MASTER), 1312000); /* layer 12 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L12_EXPERTS_MASTER), 44040192); /* layer 12 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_MASTER), 44040192, 1); /* layer 13 experts: 8 ranks x 44040192, prefetch */
   layer12_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L13_DENSE_MASTER), 1312000); /* layer 13 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L13_EXPERTS_MASTER), 44040192); /* layer 13 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_MASTER), 44040192, 3); /* layer 14 experts: 8 ranks x 44040192, prefetch */
   layer13_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L14_DENSE_MASTER), 1312000); /* layer 14 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L14_EXPERTS_MASTER), 44040192); /* layer 14 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_MASTER), 44040192, 1); /* layer 15 experts: 8 ranks x 44040192, prefetch */
   layer14_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L15_DENSE_MASTER), 1312000); /* layer 15 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L15_EXPERTS_MASTER), 44040192); /* layer 15 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_MASTER), 44040192, 3); /* layer 16 experts: 8 ranks x 44040192, prefetch */
   layer15_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L16_DENSE_MASTER), 1312000); /* layer 16 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L16_EXPERTS_MASTER), 44040192); /* layer 16 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_MASTER), 44040192, 1); /* layer 17 experts: 8 ranks x 44040192, prefetch */
   layer16_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L17_DENSE_MASTER), 1312000); /* layer 17 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L17_EXPERTS_MASTER), 44040192); /* layer 17 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_MASTER), 44040192, 3); /* layer 18 experts: 8 ranks x 44040192, prefetch */
   layer17_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L18_DENSE_MASTER), 1312000); /* layer 18 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L18_EXPERTS_MASTER), 44040192); /* layer 18 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_MASTER), 44040192, 1); /* layer 19 experts: 8 ranks x 44040192, prefetch */
   layer18_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L19_DENSE_MASTER), 1312000); /* layer 19 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L19_EXPERTS_MASTER), 44040192); /* layer 19 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_MASTER), 44040192, 3); /* layer 20 experts: 8 ranks x 44040192, prefetch */
   layer19_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L20_DENSE_MASTER), 1312000); /* layer 20 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L20_EXPERTS_MASTER), 44040192); /* layer 20 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_MASTER), 44040192, 1); /* layer 21 experts: 8 ranks x 44040192, prefetch */
   layer20_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L21_DENSE_MASTER), 1312000); /* layer 21 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L21_EXPERTS_MASTER), 44040192); /* layer 21 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_MASTER), 44040192, 3); /* layer 22 experts: 8 ranks x 44040192, prefetch */
   layer21_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L22_DENSE_MASTER), 1312000); /* layer 22 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L22_EXPERTS_MASTER), 44040192); /* layer 22 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_MASTER), 44040192, 1); /* layer 23 experts: 8 ranks x 44040192, prefetch */
   layer22_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L23_DENSE_MASTER), 1312000); /* layer 23 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L23_EXPERTS_MASTER), 44040192); /* layer 23 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_MASTER), 44040192, 3); /* layer 24 experts: 8 ranks x 44040192, prefetch */
   layer23_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L24_DENSE_MASTER), 1312000); /* layer 24 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L24_EXPERTS_MASTER), 44040192); /* layer 24 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_MASTER), 44040192, 1); /* layer 25 experts: 8 ranks x 44040192, prefetch */
   layer24_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L25_DENSE_MASTER), 1312000); /* layer 25 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L25_EXPERTS_MASTER), 44040192); /* layer 25 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_MASTER), 44040192, 3); /* layer 26 experts: 8 ranks x 44040192, prefetch */
   layer25_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L26_DENSE_MASTER), 1312000); /* layer 26 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L26_EXPERTS_MASTER), 44040192); /* layer 26 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_MASTER), 44040192, 1); /* layer 27 experts: 8 ranks x 44040192, prefetch */
   layer26_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L27_DENSE_MASTER), 1312000); /* layer 27 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L27_EXPERTS_MASTER), 44040192); /* layer 27 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_MASTER), 44040192, 3); /* layer 28 experts: 8 ranks x 44040192, prefetch */
   layer27_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L28_DENSE_MASTER), 1312000); /* layer 28 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L28_EXPERTS_MASTER), 44040192); /* layer 28 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_MASTER), 44040192, 1); /* layer 29 experts: 8 ranks x 44040192, prefetch */
   layer28_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L29_DENSE_MASTER), 1312000); /* layer 29 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L29_EXPERTS_MASTER), 44040192); /* layer 29 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_MASTER), 44040192, 3); /* layer 30 experts: 8 ranks x 44040192, prefetch */
   layer29_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L30_DENSE_MASTER), 1312000); /* layer 30 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L30_EXPERTS_MASTER), 44040192); /* layer 30 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_MASTER), 44040192, 1); /* layer 31 experts: 8 ranks x 44040192, prefetch */
   layer30_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L31_DENSE_MASTER), 1312000); /* layer 31 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L31_EXPERTS_MASTER), 44040192); /* layer 31 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(HEAD_MASTER), 4096128, 2); /* head: 32 ranks x 4096128, prefetch */
   layer31_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(HEAD_MASTER), 4096128); /* head: 32 ranks x 4096128 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
   rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X32), W(0), 32768, 4096, EPS); /* model.norm */
   return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(4096), I(TARGETS), 32768, 4096, 32000, 4096, R(CE));
 }
@@ -2991,6 +3094,8 @@ real step_forward(RtCtx *c) {
  * as its layer is done, and added to this rank's shard (accumulation over micro-batches). */
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_MASTER), 44040192, 1); /* layer 31 experts: 8 ranks x 44040192, prefetch */
   rt_zero(R(GRAD_DENSE), 131076096);
   rt_zero(R(DLN), 134217728);
   rt_lm_head_ce_backward(R(DLN), DW(4096), R(LNF), W(4096), I(TARGETS), R(LSEF), 32768, 4096, 32000, 4096, R(CE), c->dloss);
@@ -2999,8 +3104,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096128, (uint16_t *)R(RS_WIRE)); /* head, bf16 on the wire */
   rt_accumulate(R(HEAD_GRAD), R(RS_OUT), 4096128);
   /* layer 31 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L31_DENSE_MASTER), 1312000); /* layer 31 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L31_EXPERTS_MASTER), 44040192); /* layer 31 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_MASTER), 44040192, 3); /* layer 30 experts: 8 ranks x 44040192, prefetch */
   layer31_forward(c, true); /* recompute from X31 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3010,8 +3118,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 31 experts, bf16 on the wire */
   rt_accumulate(R(L31_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 30 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L30_DENSE_MASTER), 1312000); /* layer 30 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L30_EXPERTS_MASTER), 44040192); /* layer 30 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_MASTER), 44040192, 1); /* layer 29 experts: 8 ranks x 44040192, prefetch */
   layer30_forward(c, true); /* recompute from X30 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3021,8 +3132,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 30 experts, bf16 on the wire */
   rt_accumulate(R(L30_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 29 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L29_DENSE_MASTER), 1312000); /* layer 29 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L29_EXPERTS_MASTER), 44040192); /* layer 29 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_MASTER), 44040192, 3); /* layer 28 experts: 8 ranks x 44040192, prefetch */
   layer29_forward(c, true); /* recompute from X29 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3032,8 +3146,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 29 experts, bf16 on the wire */
   rt_accumulate(R(L29_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 28 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L28_DENSE_MASTER), 1312000); /* layer 28 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L28_EXPERTS_MASTER), 44040192); /* layer 28 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_MASTER), 44040192, 1); /* layer 27 experts: 8 ranks x 44040192, prefetch */
   layer28_forward(c, true); /* recompute from X28 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3043,8 +3160,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 28 experts, bf16 on the wire */
   rt_accumulate(R(L28_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 27 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L27_DENSE_MASTER), 1312000); /* layer 27 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L27_EXPERTS_MASTER), 44040192); /* layer 27 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_MASTER), 44040192, 3); /* layer 26 experts: 8 ranks x 44040192, prefetch */
   layer27_forward(c, true); /* recompute from X27 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3054,8 +3174,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 27 experts, bf16 on the wire */
   rt_accumulate(R(L27_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 26 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L26_DENSE_MASTER), 1312000); /* layer 26 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L26_EXPERTS_MASTER), 44040192); /* layer 26 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_MASTER), 44040192, 1); /* layer 25 experts: 8 ranks x 44040192, prefetch */
   layer26_forward(c, true); /* recompute from X26 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3065,8 +3188,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 26 experts, bf16 on the wire */
   rt_accumulate(R(L26_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 25 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L25_DENSE_MASTER), 1312000); /* layer 25 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L25_EXPERTS_MASTER), 44040192); /* layer 25 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_MASTER), 44040192, 3); /* layer 24 experts: 8 ranks x 44040192, prefetch */
   layer25_forward(c, true); /* recompute from X25 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3076,8 +3202,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 25 experts, bf16 on the wire */
   rt_accumulate(R(L25_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 24 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L24_DENSE_MASTER), 1312000); /* layer 24 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L24_EXPERTS_MASTER), 44040192); /* layer 24 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_MASTER), 44040192, 1); /* layer 23 experts: 8 ranks x 44040192, prefetch */
   layer24_forward(c, true); /* recompute from X24 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3087,8 +3216,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 24 experts, bf16 on the wire */
   rt_accumulate(R(L24_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 23 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L23_DENSE_MASTER), 1312000); /* layer 23 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L23_EXPERTS_MASTER), 44040192); /* layer 23 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_MASTER), 44040192, 3); /* layer 22 experts: 8 ranks x 44040192, prefetch */
   layer23_forward(c, true); /* recompute from X23 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3098,8 +3230,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 23 experts, bf16 on the wire */
   rt_accumulate(R(L23_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 22 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L22_DENSE_MASTER), 1312000); /* layer 22 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L22_EXPERTS_MASTER), 44040192); /* layer 22 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_MASTER), 44040192, 1); /* layer 21 experts: 8 ranks x 44040192, prefetch */
   layer22_forward(c, true); /* recompute from X22 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3109,8 +3244,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 22 experts, bf16 on the wire */
   rt_accumulate(R(L22_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 21 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L21_DENSE_MASTER), 1312000); /* layer 21 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L21_EXPERTS_MASTER), 44040192); /* layer 21 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_MASTER), 44040192, 3); /* layer 20 experts: 8 ranks x 44040192, prefetch */
   layer21_forward(c, true); /* recompute from X21 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3120,8 +3258,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 21 experts, bf16 on the wire */
   rt_accumulate(R(L21_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 20 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L20_DENSE_MASTER), 1312000); /* layer 20 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L20_EXPERTS_MASTER), 44040192); /* layer 20 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_MASTER), 44040192, 1); /* layer 19 experts: 8 ranks x 44040192, prefetch */
   layer20_forward(c, true); /* recompute from X20 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3131,8 +3272,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 20 experts, bf16 on the wire */
   rt_accumulate(R(L20_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 19 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L19_DENSE_MASTER), 1312000); /* layer 19 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L19_EXPERTS_MASTER), 44040192); /* layer 19 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_MASTER), 44040192, 3); /* layer 18 experts: 8 ranks x 44040192, prefetch */
   layer19_forward(c, true); /* recompute from X19 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3142,8 +3286,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 19 experts, bf16 on the wire */
   rt_accumulate(R(L19_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 18 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L18_DENSE_MASTER), 1312000); /* layer 18 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L18_EXPERTS_MASTER), 44040192); /* layer 18 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_MASTER), 44040192, 1); /* layer 17 experts: 8 ranks x 44040192, prefetch */
   layer18_forward(c, true); /* recompute from X18 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3153,8 +3300,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 18 experts, bf16 on the wire */
   rt_accumulate(R(L18_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 17 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L17_DENSE_MASTER), 1312000); /* layer 17 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L17_EXPERTS_MASTER), 44040192); /* layer 17 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_MASTER), 44040192, 3); /* layer 16 experts: 8 ranks x 44040192, prefetch */
   layer17_forward(c, true); /* recompute from X17 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3164,8 +3314,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 17 experts, bf16 on the wire */
   rt_accumulate(R(L17_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 16 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L16_DENSE_MASTER), 1312000); /* layer 16 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L16_EXPERTS_MASTER), 44040192); /* layer 16 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_MASTER), 44040192, 1); /* layer 15 experts: 8 ranks x 44040192, prefetch */
   layer16_forward(c, true); /* recompute from X16 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3175,8 +3328,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 16 experts, bf16 on the wire */
   rt_accumulate(R(L16_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 15 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L15_DENSE_MASTER), 1312000); /* layer 15 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L15_EXPERTS_MASTER), 44040192); /* layer 15 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_MASTER), 44040192, 3); /* layer 14 experts: 8 ranks x 44040192, prefetch */
   layer15_forward(c, true); /* recompute from X15 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3186,8 +3342,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 15 experts, bf16 on the wire */
   rt_accumulate(R(L15_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 14 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L14_DENSE_MASTER), 1312000); /* layer 14 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L14_EXPERTS_MASTER), 44040192); /* layer 14 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_MASTER), 44040192, 1); /* layer 13 experts: 8 ranks x 44040192, prefetch */
   layer14_forward(c, true); /* recompute from X14 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3197,8 +3356,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 14 experts, bf16 on the wire */
   rt_accumulate(R(L14_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 13 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L13_DENSE_MASTER), 1312000); /* layer 13 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L13_EXPERTS_MASTER), 44040192); /* layer 13 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_MASTER), 44040192, 3); /* layer 12 experts: 8 ranks x 44040192, prefetch */
   layer13_forward(c, true); /* recompute from X13 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3208,8 +3370,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 13 experts, bf16 on the wire */
   rt_accumulate(R(L13_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 12 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L12_DENSE_MASTER), 1312000); /* layer 12 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L12_EXPERTS_MASTER), 44040192); /* layer 12 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_MASTER), 44040192, 1); /* layer 11 experts: 8 ranks x 44040192, prefetch */
   layer12_forward(c, true); /* recompute from X12 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3219,8 +3384,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 12 experts, bf16 on the wire */
   rt_accumulate(R(L12_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 11 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L11_DENSE_MASTER), 1312000); /* layer 11 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L11_EXPERTS_MASTER), 44040192); /* layer 11 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_MASTER), 44040192, 3); /* layer 10 experts: 8 ranks x 44040192, prefetch */
   layer11_forward(c, true); /* recompute from X11 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3230,8 +3398,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 11 experts, bf16 on the wire */
   rt_accumulate(R(L11_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 10 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L10_DENSE_MASTER), 1312000); /* layer 10 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L10_EXPERTS_MASTER), 44040192); /* layer 10 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_MASTER), 44040192, 1); /* layer 9 experts: 8 ranks x 44040192, prefetch */
   layer10_forward(c, true); /* recompute from X10 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3241,8 +3412,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 10 experts, bf16 on the wire */
   rt_accumulate(R(L10_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 9 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L9_DENSE_MASTER), 1312000); /* layer 9 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L9_EXPERTS_MASTER), 44040192); /* layer 9 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_MASTER), 44040192, 3); /* layer 8 experts: 8 ranks x 44040192, prefetch */
   layer9_forward(c, true); /* recompute from X9 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3252,8 +3426,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 9 experts, bf16 on the wire */
   rt_accumulate(R(L9_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 8 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L8_DENSE_MASTER), 1312000); /* layer 8 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L8_EXPERTS_MASTER), 44040192); /* layer 8 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_MASTER), 44040192, 1); /* layer 7 experts: 8 ranks x 44040192, prefetch */
   layer8_forward(c, true); /* recompute from X8 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3263,8 +3440,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 8 experts, bf16 on the wire */
   rt_accumulate(R(L8_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 7 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L7_DENSE_MASTER), 1312000); /* layer 7 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L7_EXPERTS_MASTER), 44040192); /* layer 7 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_MASTER), 44040192, 3); /* layer 6 experts: 8 ranks x 44040192, prefetch */
   layer7_forward(c, true); /* recompute from X7 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3274,8 +3454,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 7 experts, bf16 on the wire */
   rt_accumulate(R(L7_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 6 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L6_DENSE_MASTER), 1312000); /* layer 6 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L6_EXPERTS_MASTER), 44040192); /* layer 6 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_MASTER), 44040192, 1); /* layer 5 experts: 8 ranks x 44040192, prefetch */
   layer6_forward(c, true); /* recompute from X6 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3285,8 +3468,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 6 experts, bf16 on the wire */
   rt_accumulate(R(L6_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 5 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L5_DENSE_MASTER), 1312000); /* layer 5 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L5_EXPERTS_MASTER), 44040192); /* layer 5 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_MASTER), 44040192, 3); /* layer 4 experts: 8 ranks x 44040192, prefetch */
   layer5_forward(c, true); /* recompute from X5 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3296,8 +3482,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 5 experts, bf16 on the wire */
   rt_accumulate(R(L5_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 4 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L4_DENSE_MASTER), 1312000); /* layer 4 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L4_EXPERTS_MASTER), 44040192); /* layer 4 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 44040192, 1); /* layer 3 experts: 8 ranks x 44040192, prefetch */
   layer4_forward(c, true); /* recompute from X4 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3307,8 +3496,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 4 experts, bf16 on the wire */
   rt_accumulate(R(L4_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 3 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L3_DENSE_MASTER), 1312000); /* layer 3 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L3_EXPERTS_MASTER), 44040192); /* layer 3 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 44040192, 3); /* layer 2 experts: 8 ranks x 44040192, prefetch */
   layer3_forward(c, true); /* recompute from X3 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3318,8 +3510,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 3 experts, bf16 on the wire */
   rt_accumulate(R(L3_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 2 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L2_DENSE_MASTER), 1312000); /* layer 2 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L2_EXPERTS_MASTER), 44040192); /* layer 2 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 44040192, 1); /* layer 1 experts: 8 ranks x 44040192, prefetch */
   layer2_forward(c, true); /* recompute from X2 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3329,8 +3524,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 2 experts, bf16 on the wire */
   rt_accumulate(R(L2_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 1 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L1_DENSE_MASTER), 1312000); /* layer 1 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L1_EXPERTS_MASTER), 44040192); /* layer 1 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 44040192, 3); /* layer 0 experts: 8 ranks x 44040192, prefetch */
   layer1_forward(c, true); /* recompute from X1 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);
@@ -3340,8 +3538,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 1 experts, bf16 on the wire */
   rt_accumulate(R(L1_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 0 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L0_DENSE_MASTER), 1312000); /* layer 0 dense: 32 ranks x 1312000 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L0_EXPERTS_MASTER), 44040192); /* layer 0 experts: 8 ranks x 44040192 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   layer0_forward(c, true); /* recompute from X0 (selective checkpointing) */
   rt_zero(R(GRAD_DENSE), 41984000);
   rt_zero(R(GRAD_EXPERTS), 352321536);

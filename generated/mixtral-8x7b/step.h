@@ -41,8 +41,8 @@
 #define PLAN_HBM_BYTES 81387786752 /* the plan's packed HBM arena per GPU (plan.json memory) */
 #define PLAN_HOST_BYTES 4294967296 /* its host (Grace) arena per GPU */
 
-/* the arena: 53070897728 elements of real */
-#define ARENA_ELEMS 53070897728
+/* the arena: 53554295360 elements of real */
+#define ARENA_ELEMS 53554295360
 #define INPUTS 0
 #define TARGETS 32768
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */

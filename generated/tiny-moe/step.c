@@ -14,9 +14,9 @@
 
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
-#define W(o) (c->arena + GATHERED_DENSE + (o))   /* a gathered dense parameter */
+#define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->arena + GRAD_DENSE + (o))      /* its gradient */
-#define WE(o) (c->arena + GATHERED_EXPERTS + (o)) /* a gathered expert parameter */
+#define WE(o) (c->we + (o))                     /* a gathered expert parameter */
 #define DWE(o) (c->arena + GRAD_EXPERTS + (o))   /* its gradient */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 
@@ -61,133 +61,135 @@
 #define HEAD_GRAD                   7564352 /*      16448: its gradient, accumulated over micro-batches */
 #define HEAD_ADAM_M                 7580800 /*      16448: AdamW first moment (fp32) */
 #define HEAD_ADAM_V                 7597248 /*      16448: AdamW second moment (fp32) */
-#define GATHERED_DENSE              7613696 /*     148736: one dense group all-gathered (the largest) */
-#define GRAD_DENSE                  7762432 /*     148736: its gradient before the reduce-scatter */
-#define GATHERED_EXPERTS            7911168 /*     786432: this EP rank's experts of one layer, all-gathered */
-#define GRAD_EXPERTS                8697600 /*     786432: their gradient before the reduce-scatter */
-#define RS_OUT                      9484032 /*     393216: a reduce-scatter's result, before it is added to the shard's gradient */
-#define RS_WIRE                     9877248 /*     786432: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
-#define X0                         10663680 /*      65536: boundary: input of layer 0 (residual stream) */
-#define X1                         10729216 /*      65536: boundary: input of layer 1 (residual stream) */
-#define X2                         10794752 /*      65536: boundary: input of layer 2 (residual stream) */
-#define X3                         10860288 /*      65536: boundary: input of layer 3 (residual stream) */
-#define X4                         10925824 /*      65536: output of the last layer */
-#define L0_LN1                     10991360 /*      65536: attention norm output */
-#define L0_RSTD1                   11056896 /*        512: its 1/rms per token */
-#define L0_Q                       11057408 /*      65536: queries (rotated) */
-#define L0_K                       11122944 /*      32768: keys (rotated) */
-#define L0_V                       11155712 /*      32768: values */
-#define L0_ATT                     11188480 /*      65536: attention output */
-#define L0_LSE                     11254016 /*       2048: attention log-sum-exp per head and query */
-#define L0_RES                     11256064 /*      65536: residual stream after attention */
-#define L0_LN2                     11321600 /*      65536: mlp norm output */
-#define L0_RSTD2                   11387136 /*        512: its 1/rms per token */
-#define L0_LOGITS                  11387648 /*       4096: router logits */
-#define L0_IDX                     11391744 /*       1024: selected experts (int32) */
-#define L0_WTS                     11392768 /*       1024: their weights */
-#define L0_POS                     11393792 /*       1024: row of each assignment in expert order (int32) */
-#define L0_OFFSETS                 11394816 /*          9: first row of each expert (int32) */
-#define L0_XP                      11394832 /*     131072: token copies in expert order */
-#define L0_YP                      11525904 /*     131072: expert outputs in that order */
-#define L0_EG                      11656976 /*     262144: routed experts' gate */
-#define L0_EU                      11919120 /*     262144: routed experts' up */
-#define L0_EH                      12181264 /*     262144: routed experts' activation */
-#define L0_SG                      12443408 /*     131072: shared experts' gate */
-#define L0_SU                      12574480 /*     131072: shared experts' up */
-#define L0_SH                      12705552 /*     131072: shared experts' activation */
-#define L1_LN1                     12836624 /*      65536: attention norm output */
-#define L1_RSTD1                   12902160 /*        512: its 1/rms per token */
-#define L1_Q                       12902672 /*      65536: queries (rotated) */
-#define L1_K                       12968208 /*      32768: keys (rotated) */
-#define L1_V                       13000976 /*      32768: values */
-#define L1_ATT                     13033744 /*      65536: attention output */
-#define L1_LSE                     13099280 /*       2048: attention log-sum-exp per head and query */
-#define L1_RES                     13101328 /*      65536: residual stream after attention */
-#define L1_LN2                     13166864 /*      65536: mlp norm output */
-#define L1_RSTD2                   13232400 /*        512: its 1/rms per token */
-#define L1_LOGITS                  13232912 /*       4096: router logits */
-#define L1_IDX                     13237008 /*       1024: selected experts (int32) */
-#define L1_WTS                     13238032 /*       1024: their weights */
-#define L1_POS                     13239056 /*       1024: row of each assignment in expert order (int32) */
-#define L1_OFFSETS                 13240080 /*          9: first row of each expert (int32) */
-#define L1_XP                      13240096 /*     131072: token copies in expert order */
-#define L1_YP                      13371168 /*     131072: expert outputs in that order */
-#define L1_EG                      13502240 /*     262144: routed experts' gate */
-#define L1_EU                      13764384 /*     262144: routed experts' up */
-#define L1_EH                      14026528 /*     262144: routed experts' activation */
-#define L1_SG                      14288672 /*     131072: shared experts' gate */
-#define L1_SU                      14419744 /*     131072: shared experts' up */
-#define L1_SH                      14550816 /*     131072: shared experts' activation */
-#define L2_LN1                     14681888 /*      65536: attention norm output */
-#define L2_RSTD1                   14747424 /*        512: its 1/rms per token */
-#define L2_Q                       14747936 /*      65536: queries (rotated) */
-#define L2_K                       14813472 /*      32768: keys (rotated) */
-#define L2_V                       14846240 /*      32768: values */
-#define L2_ATT                     14879008 /*      65536: attention output */
-#define L2_LSE                     14944544 /*       2048: attention log-sum-exp per head and query */
-#define L2_RES                     14946592 /*      65536: residual stream after attention */
-#define L2_LN2                     15012128 /*      65536: mlp norm output */
-#define L2_RSTD2                   15077664 /*        512: its 1/rms per token */
-#define L2_LOGITS                  15078176 /*       4096: router logits */
-#define L2_IDX                     15082272 /*       1024: selected experts (int32) */
-#define L2_WTS                     15083296 /*       1024: their weights */
-#define L2_POS                     15084320 /*       1024: row of each assignment in expert order (int32) */
-#define L2_OFFSETS                 15085344 /*          9: first row of each expert (int32) */
-#define L2_XP                      15085360 /*     131072: token copies in expert order */
-#define L2_YP                      15216432 /*     131072: expert outputs in that order */
-#define L2_EG                      15347504 /*     262144: routed experts' gate */
-#define L2_EU                      15609648 /*     262144: routed experts' up */
-#define L2_EH                      15871792 /*     262144: routed experts' activation */
-#define L2_SG                      16133936 /*     131072: shared experts' gate */
-#define L2_SU                      16265008 /*     131072: shared experts' up */
-#define L2_SH                      16396080 /*     131072: shared experts' activation */
-#define L3_LN1                     16527152 /*      65536: attention norm output */
-#define L3_RSTD1                   16592688 /*        512: its 1/rms per token */
-#define L3_Q                       16593200 /*      65536: queries (rotated) */
-#define L3_K                       16658736 /*      32768: keys (rotated) */
-#define L3_V                       16691504 /*      32768: values */
-#define L3_ATT                     16724272 /*      65536: attention output */
-#define L3_LSE                     16789808 /*       2048: attention log-sum-exp per head and query */
-#define L3_RES                     16791856 /*      65536: residual stream after attention */
-#define L3_LN2                     16857392 /*      65536: mlp norm output */
-#define L3_RSTD2                   16922928 /*        512: its 1/rms per token */
-#define L3_LOGITS                  16923440 /*       4096: router logits */
-#define L3_IDX                     16927536 /*       1024: selected experts (int32) */
-#define L3_WTS                     16928560 /*       1024: their weights */
-#define L3_POS                     16929584 /*       1024: row of each assignment in expert order (int32) */
-#define L3_OFFSETS                 16930608 /*          9: first row of each expert (int32) */
-#define L3_XP                      16930624 /*     131072: token copies in expert order */
-#define L3_YP                      17061696 /*     131072: expert outputs in that order */
-#define L3_EG                      17192768 /*     262144: routed experts' gate */
-#define L3_EU                      17454912 /*     262144: routed experts' up */
-#define L3_EH                      17717056 /*     262144: routed experts' activation */
-#define L3_SG                      17979200 /*     131072: shared experts' gate */
-#define L3_SU                      18110272 /*     131072: shared experts' up */
-#define L3_SH                      18241344 /*     131072: shared experts' activation */
-#define WS_Y                       18372416 /*      65536: a block's output before the residual add */
-#define WS_Y2                      18437952 /*      65536: shared experts' output */
-#define DX_A                       18503488 /*      65536: gradient of the residual stream (even layers' output) */
-#define DX_B                       18569024 /*      65536: gradient of the residual stream (odd layers' output) */
-#define DLN                        18634560 /*      65536: gradient of a norm's output */
-#define DATT                       18700096 /*      65536: gradient of the attention output */
-#define DQ                         18765632 /*      65536: gradient of the queries */
-#define DK                         18831168 /*      32768: gradient of the keys */
-#define DV                         18863936 /*      32768: gradient of the values */
-#define DLOGITS                    18896704 /*       4096: gradient of the router logits */
-#define DWTS                       18900800 /*       1024: gradient of the routing weights */
-#define DYP                        18901824 /*     131072: gradient of the expert outputs */
-#define DXP                        19032896 /*     131072: gradient of the token copies */
-#define EDG                        19163968 /*     262144: routed experts' gate gradient */
-#define EDU                        19426112 /*     262144: routed experts' up gradient */
-#define EDH                        19688256 /*     262144: routed experts' activation gradient */
-#define DSG                        19950400 /*     131072: shared experts' gate gradient */
-#define DSU                        20081472 /*     131072: shared experts' up gradient */
-#define DSH                        20212544 /*     131072: shared experts' activation gradient */
-#define AUX                        20343616 /*         24: load-balancing loss scratch */
-#define LNF                        20343648 /*      65536: final norm output */
-#define RSTDF                      20409184 /*        512: its 1/rms per token */
-#define LSEF                       20409696 /*        512: log-sum-exp of each token's logits */
-#define CE                         20410208 /*     131072: logits of one vocabulary chunk */
+#define GATHERED_DENSE0             7613696 /*     148736: a dense group all-gathered (even units: embedding, odd layers) */
+#define GATHERED_DENSE1             7762432 /*     148736: the next one, prefetched (odd units: even layers; the head if L is even) */
+#define GRAD_DENSE                  7911168 /*     148736: its gradient before the reduce-scatter */
+#define GATHERED_EXPERTS0           8059904 /*     786432: this EP rank's experts of one layer, all-gathered (odd layers) */
+#define GATHERED_EXPERTS1           8846336 /*     786432: the next layer's, prefetched (even layers) */
+#define GRAD_EXPERTS                9632768 /*     786432: their gradient before the reduce-scatter */
+#define RS_OUT                     10419200 /*     393216: a reduce-scatter's result, before it is added to the shard's gradient */
+#define RS_WIRE                    10812416 /*     786432: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
+#define X0                         11598848 /*      65536: boundary: input of layer 0 (residual stream) */
+#define X1                         11664384 /*      65536: boundary: input of layer 1 (residual stream) */
+#define X2                         11729920 /*      65536: boundary: input of layer 2 (residual stream) */
+#define X3                         11795456 /*      65536: boundary: input of layer 3 (residual stream) */
+#define X4                         11860992 /*      65536: output of the last layer */
+#define L0_LN1                     11926528 /*      65536: attention norm output */
+#define L0_RSTD1                   11992064 /*        512: its 1/rms per token */
+#define L0_Q                       11992576 /*      65536: queries (rotated) */
+#define L0_K                       12058112 /*      32768: keys (rotated) */
+#define L0_V                       12090880 /*      32768: values */
+#define L0_ATT                     12123648 /*      65536: attention output */
+#define L0_LSE                     12189184 /*       2048: attention log-sum-exp per head and query */
+#define L0_RES                     12191232 /*      65536: residual stream after attention */
+#define L0_LN2                     12256768 /*      65536: mlp norm output */
+#define L0_RSTD2                   12322304 /*        512: its 1/rms per token */
+#define L0_LOGITS                  12322816 /*       4096: router logits */
+#define L0_IDX                     12326912 /*       1024: selected experts (int32) */
+#define L0_WTS                     12327936 /*       1024: their weights */
+#define L0_POS                     12328960 /*       1024: row of each assignment in expert order (int32) */
+#define L0_OFFSETS                 12329984 /*          9: first row of each expert (int32) */
+#define L0_XP                      12330000 /*     131072: token copies in expert order */
+#define L0_YP                      12461072 /*     131072: expert outputs in that order */
+#define L0_EG                      12592144 /*     262144: routed experts' gate */
+#define L0_EU                      12854288 /*     262144: routed experts' up */
+#define L0_EH                      13116432 /*     262144: routed experts' activation */
+#define L0_SG                      13378576 /*     131072: shared experts' gate */
+#define L0_SU                      13509648 /*     131072: shared experts' up */
+#define L0_SH                      13640720 /*     131072: shared experts' activation */
+#define L1_LN1                     13771792 /*      65536: attention norm output */
+#define L1_RSTD1                   13837328 /*        512: its 1/rms per token */
+#define L1_Q                       13837840 /*      65536: queries (rotated) */
+#define L1_K                       13903376 /*      32768: keys (rotated) */
+#define L1_V                       13936144 /*      32768: values */
+#define L1_ATT                     13968912 /*      65536: attention output */
+#define L1_LSE                     14034448 /*       2048: attention log-sum-exp per head and query */
+#define L1_RES                     14036496 /*      65536: residual stream after attention */
+#define L1_LN2                     14102032 /*      65536: mlp norm output */
+#define L1_RSTD2                   14167568 /*        512: its 1/rms per token */
+#define L1_LOGITS                  14168080 /*       4096: router logits */
+#define L1_IDX                     14172176 /*       1024: selected experts (int32) */
+#define L1_WTS                     14173200 /*       1024: their weights */
+#define L1_POS                     14174224 /*       1024: row of each assignment in expert order (int32) */
+#define L1_OFFSETS                 14175248 /*          9: first row of each expert (int32) */
+#define L1_XP                      14175264 /*     131072: token copies in expert order */
+#define L1_YP                      14306336 /*     131072: expert outputs in that order */
+#define L1_EG                      14437408 /*     262144: routed experts' gate */
+#define L1_EU                      14699552 /*     262144: routed experts' up */
+#define L1_EH                      14961696 /*     262144: routed experts' activation */
+#define L1_SG                      15223840 /*     131072: shared experts' gate */
+#define L1_SU                      15354912 /*     131072: shared experts' up */
+#define L1_SH                      15485984 /*     131072: shared experts' activation */
+#define L2_LN1                     15617056 /*      65536: attention norm output */
+#define L2_RSTD1                   15682592 /*        512: its 1/rms per token */
+#define L2_Q                       15683104 /*      65536: queries (rotated) */
+#define L2_K                       15748640 /*      32768: keys (rotated) */
+#define L2_V                       15781408 /*      32768: values */
+#define L2_ATT                     15814176 /*      65536: attention output */
+#define L2_LSE                     15879712 /*       2048: attention log-sum-exp per head and query */
+#define L2_RES                     15881760 /*      65536: residual stream after attention */
+#define L2_LN2                     15947296 /*      65536: mlp norm output */
+#define L2_RSTD2                   16012832 /*        512: its 1/rms per token */
+#define L2_LOGITS                  16013344 /*       4096: router logits */
+#define L2_IDX                     16017440 /*       1024: selected experts (int32) */
+#define L2_WTS                     16018464 /*       1024: their weights */
+#define L2_POS                     16019488 /*       1024: row of each assignment in expert order (int32) */
+#define L2_OFFSETS                 16020512 /*          9: first row of each expert (int32) */
+#define L2_XP                      16020528 /*     131072: token copies in expert order */
+#define L2_YP                      16151600 /*     131072: expert outputs in that order */
+#define L2_EG                      16282672 /*     262144: routed experts' gate */
+#define L2_EU                      16544816 /*     262144: routed experts' up */
+#define L2_EH                      16806960 /*     262144: routed experts' activation */
+#define L2_SG                      17069104 /*     131072: shared experts' gate */
+#define L2_SU                      17200176 /*     131072: shared experts' up */
+#define L2_SH                      17331248 /*     131072: shared experts' activation */
+#define L3_LN1                     17462320 /*      65536: attention norm output */
+#define L3_RSTD1                   17527856 /*        512: its 1/rms per token */
+#define L3_Q                       17528368 /*      65536: queries (rotated) */
+#define L3_K                       17593904 /*      32768: keys (rotated) */
+#define L3_V                       17626672 /*      32768: values */
+#define L3_ATT                     17659440 /*      65536: attention output */
+#define L3_LSE                     17724976 /*       2048: attention log-sum-exp per head and query */
+#define L3_RES                     17727024 /*      65536: residual stream after attention */
+#define L3_LN2                     17792560 /*      65536: mlp norm output */
+#define L3_RSTD2                   17858096 /*        512: its 1/rms per token */
+#define L3_LOGITS                  17858608 /*       4096: router logits */
+#define L3_IDX                     17862704 /*       1024: selected experts (int32) */
+#define L3_WTS                     17863728 /*       1024: their weights */
+#define L3_POS                     17864752 /*       1024: row of each assignment in expert order (int32) */
+#define L3_OFFSETS                 17865776 /*          9: first row of each expert (int32) */
+#define L3_XP                      17865792 /*     131072: token copies in expert order */
+#define L3_YP                      17996864 /*     131072: expert outputs in that order */
+#define L3_EG                      18127936 /*     262144: routed experts' gate */
+#define L3_EU                      18390080 /*     262144: routed experts' up */
+#define L3_EH                      18652224 /*     262144: routed experts' activation */
+#define L3_SG                      18914368 /*     131072: shared experts' gate */
+#define L3_SU                      19045440 /*     131072: shared experts' up */
+#define L3_SH                      19176512 /*     131072: shared experts' activation */
+#define WS_Y                       19307584 /*      65536: a block's output before the residual add */
+#define WS_Y2                      19373120 /*      65536: shared experts' output */
+#define DX_A                       19438656 /*      65536: gradient of the residual stream (even layers' output) */
+#define DX_B                       19504192 /*      65536: gradient of the residual stream (odd layers' output) */
+#define DLN                        19569728 /*      65536: gradient of a norm's output */
+#define DATT                       19635264 /*      65536: gradient of the attention output */
+#define DQ                         19700800 /*      65536: gradient of the queries */
+#define DK                         19766336 /*      32768: gradient of the keys */
+#define DV                         19799104 /*      32768: gradient of the values */
+#define DLOGITS                    19831872 /*       4096: gradient of the router logits */
+#define DWTS                       19835968 /*       1024: gradient of the routing weights */
+#define DYP                        19836992 /*     131072: gradient of the expert outputs */
+#define DXP                        19968064 /*     131072: gradient of the token copies */
+#define EDG                        20099136 /*     262144: routed experts' gate gradient */
+#define EDU                        20361280 /*     262144: routed experts' up gradient */
+#define EDH                        20623424 /*     262144: routed experts' activation gradient */
+#define DSG                        20885568 /*     131072: shared experts' gate gradient */
+#define DSU                        21016640 /*     131072: shared experts' up gradient */
+#define DSH                        21147712 /*     131072: shared experts' activation gradient */
+#define AUX                        21278784 /*         24: load-balancing loss scratch */
+#define LNF                        21278816 /*      65536: final norm output */
+#define RSTDF                      21344352 /*        512: its 1/rms per token */
+#define LSEF                       21344864 /*        512: log-sum-exp of each token's logits */
+#define CE                         21345376 /*     131072: logits of one vocabulary chunk */
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
  * 2 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */
@@ -401,7 +403,7 @@ static void layer3_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(L3_LOGITS), I(L3_IDX), R(L3_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(49408), NULL, R(DLOGITS), R(L3_LN2), W(49408), 512, 128, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 65536); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(49280), R(DLN), R(L3_RES), W(49280), R(L3_RSTD2), 512, 128);
   rt_zero(R(DATT), 65536);
   rt_matmul_backward(R(DATT), DW(32896), NULL, R(DX_B), R(L3_ATT), W(32896), 512, 128, 128); /* o_proj */
@@ -439,7 +441,7 @@ static void layer2_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(L2_LOGITS), I(L2_IDX), R(L2_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(49408), NULL, R(DLOGITS), R(L2_LN2), W(49408), 512, 128, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 65536); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(49280), R(DLN), R(L2_RES), W(49280), R(L2_RSTD2), 512, 128);
   rt_zero(R(DATT), 65536);
   rt_matmul_backward(R(DATT), DW(32896), NULL, R(DX_A), R(L2_ATT), W(32896), 512, 128, 128); /* o_proj */
@@ -477,7 +479,7 @@ static void layer1_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(L1_LOGITS), I(L1_IDX), R(L1_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(49408), NULL, R(DLOGITS), R(L1_LN2), W(49408), 512, 128, 8); /* router */
-  memcpy(R(DX_B), R(DX_A), sizeof(real) * 65536); /* the residual passes the gradient through */
+  rt_copy(R(DX_B), R(DX_A), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_B), DW(49280), R(DLN), R(L1_RES), W(49280), R(L1_RSTD2), 512, 128);
   rt_zero(R(DATT), 65536);
   rt_matmul_backward(R(DATT), DW(32896), NULL, R(DX_B), R(L1_ATT), W(32896), 512, 128, 128); /* o_proj */
@@ -515,7 +517,7 @@ static void layer0_backward(RtCtx *c) {
   rt_router_backward(R(DLOGITS), R(DWTS), R(L0_LOGITS), I(L0_IDX), R(L0_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
   rt_matmul_backward(R(DLN), DW(49408), NULL, R(DLOGITS), R(L0_LN2), W(49408), 512, 128, 8); /* router */
-  memcpy(R(DX_A), R(DX_B), sizeof(real) * 65536); /* the residual passes the gradient through */
+  rt_copy(R(DX_A), R(DX_B), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(R(DX_A), DW(49280), R(DLN), R(L0_RES), W(49280), R(L0_RSTD2), 512, 128);
   rt_zero(R(DATT), 65536);
   rt_matmul_backward(R(DATT), DW(32896), NULL, R(DX_A), R(L0_ATT), W(32896), 512, 128, 128); /* o_proj */
@@ -534,25 +536,42 @@ static void layer0_backward(RtCtx *c) {
 
 /* ---- one micro-batch ---------------------------------------------------------------- */
 
-/* Forward: embedding, layers 0-3, final norm and loss. Each group of parameters is
- * all-gathered right before use (MPI collectives block, so the plan's prefetch depth of
- * 1 has no effect on the cpu backend). Returns the mean cross-entropy of the micro-batch. */
+/* Forward: embedding, layers 0-3, final norm and loss. The next unit's parameters are
+ * all-gathered while this one computes (prefetch depth 1; the plan's is 1. The cpu
+ * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean
+ * cross-entropy of the micro-batch. */
 real step_forward(RtCtx *c) {
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(EMBED_MASTER), 16384); /* embedding: 2 ranks x 16384 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(EMBED_MASTER), 16384, 0); /* embedding: 2 ranks x 16384 */
+  rt_comm_all_gather_wait(0);
+  c->wd = R(GATHERED_DENSE0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
   rt_embedding_forward(R(X0), I(INPUTS), W(0), 512, 128);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L0_DENSE_MASTER), 74368); /* layer 0 dense: 2 ranks x 74368 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L0_EXPERTS_MASTER), 393216); /* layer 0 experts: 2 ranks x 393216 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
   layer0_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L1_DENSE_MASTER), 74368); /* layer 1 dense: 2 ranks x 74368 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L1_EXPERTS_MASTER), 393216); /* layer 1 experts: 2 ranks x 393216 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
   layer1_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L2_DENSE_MASTER), 74368); /* layer 2 dense: 2 ranks x 74368 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L2_EXPERTS_MASTER), 393216); /* layer 2 experts: 2 ranks x 393216 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
   layer2_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L3_DENSE_MASTER), 74368); /* layer 3 dense: 2 ranks x 74368 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L3_EXPERTS_MASTER), 393216); /* layer 3 experts: 2 ranks x 393216 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(HEAD_MASTER), 16448, 2); /* head: 2 ranks x 16448, prefetch */
   layer3_forward(c, false);
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(HEAD_MASTER), 16448); /* head: 2 ranks x 16448 */
+  rt_comm_all_gather_wait(2);
+  c->wd = R(GATHERED_DENSE1);
   rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X4), W(0), 512, 128, EPS); /* model.norm */
   return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(128), I(TARGETS), 512, 128, 256, 256, R(CE));
 }
@@ -561,6 +580,8 @@ real step_forward(RtCtx *c) {
  * as its layer is done, and added to this rank's shard (accumulation over micro-batches). */
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
   rt_zero(R(GRAD_DENSE), 32896);
   rt_zero(R(DLN), 65536);
   rt_lm_head_ce_backward(R(DLN), DW(128), R(LNF), W(128), I(TARGETS), R(LSEF), 512, 128, 256, 256, R(CE), c->dloss);
@@ -569,8 +590,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 16448, (uint16_t *)R(RS_WIRE)); /* head, bf16 on the wire */
   rt_accumulate(R(HEAD_GRAD), R(RS_OUT), 16448);
   /* layer 3 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L3_DENSE_MASTER), 74368); /* layer 3 dense: 2 ranks x 74368 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L3_EXPERTS_MASTER), 393216); /* layer 3 experts: 2 ranks x 393216 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
   rt_zero(R(GRAD_DENSE), 148736);
   rt_zero(R(GRAD_EXPERTS), 786432);
   layer3_backward(c);
@@ -579,8 +603,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216, (uint16_t *)R(RS_WIRE)); /* layer 3 experts, bf16 on the wire */
   rt_accumulate(R(L3_EXPERTS_GRAD), R(RS_OUT), 393216);
   /* layer 2 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L2_DENSE_MASTER), 74368); /* layer 2 dense: 2 ranks x 74368 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L2_EXPERTS_MASTER), 393216); /* layer 2 experts: 2 ranks x 393216 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
   rt_zero(R(GRAD_DENSE), 148736);
   rt_zero(R(GRAD_EXPERTS), 786432);
   layer2_backward(c);
@@ -589,8 +616,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216, (uint16_t *)R(RS_WIRE)); /* layer 2 experts, bf16 on the wire */
   rt_accumulate(R(L2_EXPERTS_GRAD), R(RS_OUT), 393216);
   /* layer 1 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L1_DENSE_MASTER), 74368); /* layer 1 dense: 2 ranks x 74368 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L1_EXPERTS_MASTER), 393216); /* layer 1 experts: 2 ranks x 393216 */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
   rt_zero(R(GRAD_DENSE), 148736);
   rt_zero(R(GRAD_EXPERTS), 786432);
   layer1_backward(c);
@@ -599,8 +629,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216, (uint16_t *)R(RS_WIRE)); /* layer 1 experts, bf16 on the wire */
   rt_accumulate(R(L1_EXPERTS_GRAD), R(RS_OUT), 393216);
   /* layer 0 */
-  rt_comm_all_gather(c->comm.fsdp_comm, R(GATHERED_DENSE), R(L0_DENSE_MASTER), 74368); /* layer 0 dense: 2 ranks x 74368 */
-  rt_comm_all_gather(c->comm.shard_comm, R(GATHERED_EXPERTS), R(L0_EXPERTS_MASTER), 393216); /* layer 0 experts: 2 ranks x 393216 */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_zero(R(GRAD_DENSE), 148736);
   rt_zero(R(GRAD_EXPERTS), 786432);
   layer0_backward(c);

@@ -41,8 +41,8 @@
 #define PLAN_HBM_BYTES 125784320 /* the plan's packed HBM arena per GPU (plan.json memory) */
 #define PLAN_HOST_BYTES 67108864 /* its host (Grace) arena per GPU */
 
-/* the arena: 20541280 elements of real */
-#define ARENA_ELEMS 20541280
+/* the arena: 21476448 elements of real */
+#define ARENA_ELEMS 21476448
 #define INPUTS 0
 #define TARGETS 512
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */

@@ -12,6 +12,13 @@ void rt_comm_all_gather(MPI_Comm comm, real *out, const real *in, size_t count) 
   MPI_CHECK(MPI_Allgather(in, n, MTRT_MPI_REAL, out, n, MTRT_MPI_REAL, comm));
 }
 
+void rt_comm_all_gather_start(MPI_Comm comm, real *out, const real *in, size_t count, int slot) {
+  (void)slot;
+  rt_comm_all_gather(comm, out, in, count);
+}
+
+void rt_comm_all_gather_wait(int slot) { (void)slot; }
+
 void rt_comm_reduce_scatter(MPI_Comm comm, real *out, const real *in, size_t count) {
   int n = rt_mpi_count(count, "reduce-scatter");
   MPI_CHECK(MPI_Reduce_scatter_block(in, out, n, MTRT_MPI_REAL, MPI_SUM, comm));

@@ -6,11 +6,13 @@
  * group by its MPI communicator (RtComm), so the collectives look up the NCCL communicator that
  * belongs to it. A group of one rank needs no NCCL: its collectives are copies.
  *
- * Collectives run on the compute stream, in order, and the host waits for each one polling
+ * Every NCCL call runs on one communication stream, after the compute stream's work so far (an
+ * event). The prefetching all-gathers (rt_comm_all_gather_start) return at once and the compute
+ * stream waits for them only in rt_comm_all_gather_wait, so the next layer's parameters arrive
+ * while this layer computes; the other collectives are waited for at once. Every wait polls
  * ncclCommGetAsyncError: a peer that died or a network error aborts the job naming the rank,
- * the collective, the group and the size, after $MTC_NCCL_TIMEOUT seconds (default 600) at
- * the latest. Prefetching the next layer's all-gather on a second stream needs a second
- * gathered buffer, which step.c's arena does not have yet. */
+ * the collective, the group and the size, after $MTC_NCCL_TIMEOUT seconds (default 600) at the
+ * latest. */
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,12 @@ typedef struct {
 static Group groups[4];
 static ncclComm_t world_nccl;
 static int world_rank;
+static cudaStream_t cs;                       /* the communication stream */
+static cudaEvent_t ev_ready, ev_done, ev_slot[4];
+static struct {
+  const Group *g; /* NULL: nothing in flight (or a copy on the compute stream) */
+  size_t count;
+} slot_info[4];
 
 static void nccl_check(ncclResult_t r, const char *what) {
   if (r != ncclSuccess) rt_cuda_fail(what, ncclGetErrorString(r));
@@ -42,15 +50,22 @@ static Group *group_of(MPI_Comm comm, const char *op) {
   return NULL;
 }
 
-/* Waits for everything enqueued so far, polling NCCL's asynchronous error. */
-static void wait_for(const Group *g, const char *op, size_t count) {
+/* The communication stream waits for the compute stream's work so far. */
+static void begin(const char *op) {
+  cu_check(cudaEventRecord(ev_ready, cu.stream), op);
+  cu_check(cudaStreamWaitEvent(cs, ev_ready, 0), op);
+}
+
+/* Waits on the host for event ev (recorded on the communication stream), polling NCCL's
+ * asynchronous error, then makes the compute stream wait for it too. */
+static void wait_for(cudaEvent_t ev, const Group *g, const char *op, size_t count) {
   static double timeout = -1;
   if (timeout < 0) timeout = getenv("MTC_NCCL_TIMEOUT") ? atof(getenv("MTC_NCCL_TIMEOUT")) : 600;
   struct timespec t0, t, nap = {0, 20000};
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (;;) {
-    cudaError_t e = cudaStreamQuery(cu.stream);
-    if (e == cudaSuccess) return;
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) break;
     char msg[300];
     if (e != cudaErrorNotReady) {
       snprintf(msg, sizeof msg, "%s of %zu values in group %s: %s", op, count, g->name, cudaGetErrorString(e));
@@ -74,6 +89,13 @@ static void wait_for(const Group *g, const char *op, size_t count) {
     }
     nanosleep(&nap, NULL);
   }
+  cu_check(cudaStreamWaitEvent(cu.stream, ev, 0), op);
+}
+
+/* After a collective on the communication stream: wait for it. */
+static void finish(const Group *g, const char *op, size_t count) {
+  cu_check(cudaEventRecord(ev_done, cs), op);
+  wait_for(ev_done, g, op, count);
 }
 
 int rt_comm_nccl_init(const RtComm *c, char *err, size_t errlen) {
@@ -89,6 +111,14 @@ int rt_comm_nccl_init(const RtComm *c, char *err, size_t errlen) {
     if ((r = ncclCommInitRank(&world_nccl, c->world, id, c->rank)) != ncclSuccess)
       return snprintf(err, errlen, "ncclCommInitRank (world of %d): %s", c->world, ncclGetErrorString(r)), -1;
   }
+  cudaError_t ce;
+  if ((ce = cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking)) != cudaSuccess ||
+      (ce = cudaEventCreateWithFlags(&ev_ready, cudaEventDisableTiming)) != cudaSuccess ||
+      (ce = cudaEventCreateWithFlags(&ev_done, cudaEventDisableTiming)) != cudaSuccess)
+    return snprintf(err, errlen, "the communication stream: %s", cudaGetErrorString(ce)), -1;
+  for (int i = 0; i < 4; i++)
+    if ((ce = cudaEventCreateWithFlags(&ev_slot[i], cudaEventDisableTiming)) != cudaSuccess)
+      return snprintf(err, errlen, "the prefetch events: %s", cudaGetErrorString(ce)), -1;
   for (int i = 0; i < 4; i++) {
     Group *g = &groups[i];
     g->mpi = mpis[i], g->name = names[i], g->nccl = NULL;
@@ -109,6 +139,8 @@ void rt_comm_nccl_free(void) {
   for (int i = 0; i < 4; i++)
     if (groups[i].nccl) ncclCommDestroy(groups[i].nccl);
   if (world_nccl) ncclCommDestroy(world_nccl);
+  if (cs) cudaStreamDestroy(cs);
+  cs = NULL;
   memset(groups, 0, sizeof groups);
   world_nccl = NULL;
 }
@@ -119,8 +151,30 @@ void rt_comm_all_gather(MPI_Comm comm, real *out, const real *in, size_t count) 
     if (out != in) cu_check(cudaMemcpyAsync(out, in, count * sizeof(real), cudaMemcpyDeviceToDevice, cu.stream), "all-gather");
     return;
   }
-  nccl_check(ncclAllGather(in, out, count, ncclFloat32, g->nccl, cu.stream), "ncclAllGather");
-  wait_for(g, "all-gather", count);
+  begin("all-gather");
+  nccl_check(ncclAllGather(in, out, count, ncclFloat32, g->nccl, cs), "ncclAllGather");
+  finish(g, "all-gather", count);
+}
+
+void rt_comm_all_gather_start(MPI_Comm comm, real *out, const real *in, size_t count, int slot) {
+  Group *g = group_of(comm, "all-gather (prefetch)");
+  if (slot < 0 || slot >= 4) rt_cuda_fail("all-gather (prefetch)", "slot out of range");
+  slot_info[slot].g = NULL;
+  if (!g->nccl) { /* one rank: a copy, in order on the compute stream */
+    if (out != in)
+      cu_check(cudaMemcpyAsync(out, in, count * sizeof(real), cudaMemcpyDeviceToDevice, cu.stream), "all-gather");
+    return;
+  }
+  begin("all-gather (prefetch)");
+  nccl_check(ncclAllGather(in, out, count, ncclFloat32, g->nccl, cs), "ncclAllGather");
+  cu_check(cudaEventRecord(ev_slot[slot], cs), "all-gather (prefetch)");
+  slot_info[slot].g = g, slot_info[slot].count = count;
+}
+
+void rt_comm_all_gather_wait(int slot) {
+  if (slot < 0 || slot >= 4) rt_cuda_fail("all-gather (prefetch)", "slot out of range");
+  if (slot_info[slot].g) wait_for(ev_slot[slot], slot_info[slot].g, "all-gather (prefetched)", slot_info[slot].count);
+  slot_info[slot].g = NULL;
 }
 
 void rt_comm_reduce_scatter(MPI_Comm comm, real *out, const real *in, size_t count) {
@@ -129,8 +183,9 @@ void rt_comm_reduce_scatter(MPI_Comm comm, real *out, const real *in, size_t cou
     if (out != in) cu_check(cudaMemcpyAsync(out, in, count * sizeof(real), cudaMemcpyDeviceToDevice, cu.stream), "reduce-scatter");
     return;
   }
-  nccl_check(ncclReduceScatter(in, out, count, ncclFloat32, ncclSum, g->nccl, cu.stream), "ncclReduceScatter");
-  wait_for(g, "reduce-scatter", count);
+  begin("reduce-scatter");
+  nccl_check(ncclReduceScatter(in, out, count, ncclFloat32, ncclSum, g->nccl, cs), "ncclReduceScatter");
+  finish(g, "reduce-scatter", count);
 }
 
 /* As the cpu backend: round to bf16, exchange the pieces (grouped send/recv: an all-to-all),
@@ -141,13 +196,14 @@ void rt_comm_reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_
   uint16_t *send = wire, *recv = g->nccl ? wire + total : wire;
   cu_launch(K_CAST_BF16, cu_blocks(total, 256), 256, (void *[]){&send, &in, &total});
   if (g->nccl) {
+    begin("reduce-scatter (bf16)");
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < g->size; r++) {
-      nccl_check(ncclSend(send + (size_t)r * count, count, ncclBfloat16, r, g->nccl, cu.stream), "ncclSend");
-      nccl_check(ncclRecv(recv + (size_t)r * count, count, ncclBfloat16, r, g->nccl, cu.stream), "ncclRecv");
+      nccl_check(ncclSend(send + (size_t)r * count, count, ncclBfloat16, r, g->nccl, cs), "ncclSend");
+      nccl_check(ncclRecv(recv + (size_t)r * count, count, ncclBfloat16, r, g->nccl, cs), "ncclRecv");
     }
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
-    wait_for(g, "reduce-scatter (bf16)", count);
+    finish(g, "reduce-scatter (bf16)", count);
   }
   int gs = g->size;
   cu_launch(K_SUM_BF16_PIECES, cu_blocks(n, 256), 256, (void *[]){&out, &recv, &gs, &n});
@@ -156,8 +212,9 @@ void rt_comm_reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_
 void rt_cu_all_reduce(MPI_Comm comm, float *buf, size_t count) {
   Group *g = group_of(comm, "all-reduce");
   if (!g->nccl) return;
-  nccl_check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, g->nccl, cu.stream), "ncclAllReduce");
-  wait_for(g, "all-reduce", count);
+  begin("all-reduce");
+  nccl_check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, g->nccl, cs), "ncclAllReduce");
+  finish(g, "all-reduce", count);
 }
 
 /* ---- the MoE token exchange (mtrt_comm.h): counts over MPI, rows over NCCL ---- */
@@ -180,13 +237,14 @@ static void regroup(const RtA2A *a, real *expert_major, real *src_major, int C, 
 
 static void exchange(Group *g, const real *send, const int *sc, const int *sd, real *recv, const int *rc, const int *rd,
                      const char *op) {
+  begin(op);
   nccl_check(ncclGroupStart(), "ncclGroupStart");
   for (int p = 0; p < g->size; p++) {
-    if (sc[p]) nccl_check(ncclSend(send + sd[p], (size_t)sc[p], ncclFloat32, p, g->nccl, cu.stream), "ncclSend");
-    if (rc[p]) nccl_check(ncclRecv(recv + rd[p], (size_t)rc[p], ncclFloat32, p, g->nccl, cu.stream), "ncclRecv");
+    if (sc[p]) nccl_check(ncclSend(send + sd[p], (size_t)sc[p], ncclFloat32, p, g->nccl, cs), "ncclSend");
+    if (rc[p]) nccl_check(ncclRecv(recv + rd[p], (size_t)rc[p], ncclFloat32, p, g->nccl, cs), "ncclRecv");
   }
   nccl_check(ncclGroupEnd(), "ncclGroupEnd");
-  wait_for(g, op, 0);
+  finish(g, op, 0);
 }
 
 void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, real *xe, int *eoff, real *tmp, const real *xp, const int *offsets,

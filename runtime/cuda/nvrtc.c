@@ -63,7 +63,9 @@ int rt_cuda_compile(const char *src, size_t n, const char *name, const char *arc
   snprintf(incopt, sizeof incopt, "-I%s", include_dir);
   const char *opts[] = {archopt, incopt, "-std=c++17", "--use_fast_math", "-default-device"};
   int nopts = (int)(sizeof opts / sizeof opts[0]);
-  uint64_t h = fnv(0xcbf29ce484222325ull, src, n);
+  int ver[2] = {0, 0}; /* a new NVRTC may compile differently: it gets its own cache entries */
+  nvrtcVersion(&ver[0], &ver[1]);
+  uint64_t h = fnv(fnv(0xcbf29ce484222325ull, ver, sizeof ver), src, n);
   for (int i = 0; i < nopts; i++) h = fnv(h, opts[i], strlen(opts[i]) + 1);
   char dir[1024], path[1200];
   const char *home = getenv("HOME");
