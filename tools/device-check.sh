@@ -89,6 +89,7 @@ if "$mtc" compile specs/bench/moe-1b.yaml -o "$bench" >"$out/bench-compile.log" 
   flops=$(python3 -c "import json;print(json.load(open('$bench/plan.json'))['model']['flops_per_token'])")
   mfu=$(python3 -c "print(f'{${mt:-0} * $flops / 989e12:.3f}')")
   say "(b) bench $(mem_line bench)"
+  timeout 120 python3 tools/torch_moe_bench.py --selftest >"$out/torch-selftest.log" 2>&1 || { tail -5 "$out/torch-selftest.log"; echo "torch selftest FAILED"; }
   timeout 240 python3 tools/torch_moe_bench.py --plan "$bench/plan.json" --steps 6 --warmup 2 >"$out/torch.log" 2>&1
   echo "torch exit $?"; tail -3 "$out/torch.log"
   tl=$(grep "^TORCH_BENCH" "$out/torch.log" | tail -1)

@@ -18,13 +18,15 @@ enum {
   K_RESIDUAL_ADD, K_ATTENTION_FORWARD, K_ATTENTION_BACKWARD_DQ, K_ATTENTION_BACKWARD_DKV, K_ADAMW,
   K_CAST_BF16, K_SUM_BF16_PIECES, K_SUM_SQUARES, K_CROSS_ENTROPY_CHUNK, K_CROSS_ENTROPY_FINISH,
   K_CROSS_ENTROPY_BACKWARD, K_ROUTER_TOPK, K_ROUTER_BACKWARD, K_AUX_LOSS_STATS, K_AUX_LOSS_BACKWARD,
-  K_MOE_GATHER, K_MOE_COMBINE, K_MOE_COMBINE_BACKWARD, K_MOE_GATHER_BACKWARD, K_COUNT
+  K_MOE_GATHER, K_MOE_COMBINE, K_MOE_COMBINE_BACKWARD, K_MOE_GATHER_BACKWARD, K_FLASH_FORWARD,
+  K_FLASH_BACKWARD_PREP, K_FLASH_BACKWARD_DQ, K_FLASH_BACKWARD_DKV, K_COUNT
 };
 
 enum { CU_GROUPED_SLOTS = 8 }; /* pointer-array slots: one per grouped GEMM of one experts call */
 
 typedef struct {
   int ready, device, sync_each; /* sync_each: $MTC_CUDA_SYNC=1 */
+  int flash;                    /* attention: 1 the flash kernels, -1 the simple ones, 0 not chosen yet */
   char arch[16], gemm_name[8];
   cudaStream_t stream;
   cublasHandle_t blas;
@@ -34,7 +36,7 @@ typedef struct {
   RtCudaConfig cfg;
   float *delta;   /* attention: dout · out per (token, head) */
   float *ce;      /* cross-entropy: sum (tokens), target logit (tokens), loss (1) */
-  float *red;     /* one reduction result */
+  double *red;    /* one reduction result (the gradient norm's sum of squares) */
   void **gptr;    /* device: CU_GROUPED_SLOTS × 3 × experts pointers */
   int *idx_host, *pos_host, *off_host; /* host copies for the permutation and grouped GEMMs */
   float *stats_host;                   /* 2 × experts */
@@ -45,6 +47,10 @@ extern CuState cu;
 /* Launches kernel k with grid × block threads (1-D) on the stream; a launch error (or, with
  * MTC_CUDA_SYNC, an execution error) aborts naming the kernel. A grid of 0 launches nothing. */
 void cu_launch(int k, unsigned grid, unsigned block, void **args);
+/* The same with a 3-D grid (gx, gy, gz). */
+void cu_launch3(int k, unsigned gx, unsigned gy, unsigned gz, unsigned block, void **args);
+/* The attention kernels in use, for the start-up line. */
+const char *cu_attention_name(void);
 /* Checks a CUDA runtime or cuBLAS status of op. */
 void cu_check(cudaError_t e, const char *op);
 void cu_blas_check(cublasStatus_t s, const char *op);

@@ -18,7 +18,8 @@ static const char *const kernel_names[K_COUNT] = {
     "residual_add", "attention_forward", "attention_backward_dq", "attention_backward_dkv", "adamw",
     "cast_bf16", "sum_bf16_pieces", "sum_squares", "cross_entropy_chunk", "cross_entropy_finish",
     "cross_entropy_backward", "router_topk", "router_backward", "aux_loss_stats", "aux_loss_backward",
-    "moe_gather", "moe_combine", "moe_combine_backward", "moe_gather_backward"};
+    "moe_gather", "moe_combine", "moe_combine_backward", "moe_gather_backward", "flash_attention_forward",
+    "flash_attention_backward_prep", "flash_attention_backward_dq", "flash_attention_backward_dkv"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;
@@ -38,15 +39,17 @@ void cu_blas_check(cublasStatus_t s, const char *op) {
   if (s != CUBLAS_STATUS_SUCCESS) rt_cuda_fail(op, cublasGetStatusString(s));
 }
 
-void cu_launch(int k, unsigned grid, unsigned block, void **args) {
-  if (!grid) return;
+void cu_launch(int k, unsigned grid, unsigned block, void **args) { cu_launch3(k, grid, 1, 1, block, args); }
+
+void cu_launch3(int k, unsigned gx, unsigned gy, unsigned gz, unsigned block, void **args) {
+  if (!gx || !gy || !gz) return;
   if (!cu.k[k]) { /* looked up on first use: a dense model's kernels.cu has no MoE kernels */
     char msg[160];
     snprintf(msg, sizeof msg, "kernel %s is not in the plan's kernels.cu (%s)", kernel_names[k],
              cudaGetErrorString(cudaLibraryGetKernel(&cu.k[k], cu.lib, kernel_names[k])));
     if (!cu.k[k]) rt_cuda_fail(kernel_names[k], msg);
   }
-  dim3 g = {grid, 1, 1}, b = {block, 1, 1};
+  dim3 g = {gx, gy, gz}, b = {block, 1, 1};
   cu_check(cudaLaunchKernel((const void *)cu.k[k], g, b, args, 0, cu.stream), kernel_names[k]);
   if (cu.sync_each) cu_check(cudaStreamSynchronize(cu.stream), kernel_names[k]);
 }
@@ -123,8 +126,9 @@ void rt_cuda_describe(char *buf, size_t n) {
   char v[400];
   rt_cuda_versions(v, sizeof v);
   if (cudaGetDeviceProperties(&p, cu.device) != cudaSuccess) snprintf(p.name, sizeof p.name, "?");
-  snprintf(buf, n, "GPU %d: %s (%s, %.0f GiB), GEMM math %s with fp32 accumulation, fp32 storage%s; %s", cu.device,
-           p.name, cu.arch, (double)p.totalGlobalMem / (1u << 30), cu.gemm_name, cu.sync_each ? ", MTC_CUDA_SYNC" : "", v);
+  snprintf(buf, n, "GPU %d: %s (%s, %.0f GiB), GEMM math %s with fp32 accumulation, fp32 storage, attention %s%s; %s",
+           cu.device, p.name, cu.arch, (double)p.totalGlobalMem / (1u << 30), cu.gemm_name, cu_attention_name(),
+           cu.sync_each ? ", MTC_CUDA_SYNC" : "", v);
 }
 
 void rt_cuda_sync(const char *where) { cu_check(cudaStreamSynchronize(cu.stream), where); }
@@ -162,16 +166,17 @@ static void need(int ok, const char *op, const char *what) {
   if (!ok) rt_cuda_fail(op, what);
 }
 
+/* Vector kernels: n / 4 threads of 16 bytes, plus one for a tail of n % 4 values. */
+static unsigned vec_blocks(long n) { return cu_blocks(n / 4 + 1, 256); }
+
 void rt_add(real *out, const real *a, const real *b, size_t n) {
-  need(n % 4 == 0, "rt_add", "n must be a multiple of 4 (16-byte accesses)");
   long ln = (long)n;
-  cu_launch(K_RESIDUAL_ADD, cu_blocks(ln / 4, 256), 256, (void *[]){&out, &a, &b, &ln});
+  if (ln) cu_launch(K_RESIDUAL_ADD, vec_blocks(ln), 256, (void *[]){&out, &a, &b, &ln});
 }
 
 void rt_accumulate(real *acc, const real *x, size_t n) {
-  need(n % 4 == 0, "rt_accumulate", "n must be a multiple of 4 (16-byte accesses)");
   long ln = (long)n;
-  cu_launch(K_ACCUMULATE, cu_blocks(ln / 4, 256), 256, (void *[]){&acc, &x, &ln});
+  if (ln) cu_launch(K_ACCUMULATE, vec_blocks(ln), 256, (void *[]){&acc, &x, &ln});
 }
 
 void rt_zero(real *x, size_t n) { cu_check(cudaMemsetAsync(x, 0, n * sizeof(real), cu.stream), "rt_zero"); }
@@ -218,15 +223,44 @@ static void rope(real *x, int B, int T, int H, float sign) {
 void rt_rope_forward(real *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, 1.f); }
 void rt_rope_backward(real *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, -1.f); }
 
+/* Attention: the tiled tensor-core kernels of kernels.cu (FlashAttention-2's structure: 64
+ * queries or keys per block of 4 warps, wmma bf16 with fp32 accumulation) where the plan's
+ * shapes allow them (head_dim a multiple of 16 up to 128, seq_len a multiple of 64: kernels.cu
+ * then defines them), else one warp per (token, head). $MTC_ATTENTION=simple forces the latter. */
+static int use_flash(void) {
+  if (cu.flash == 0) {
+    const char *env = getenv("MTC_ATTENTION");
+    cudaKernel_t k = NULL;
+    int ok = !(env && strcmp(env, "simple") == 0) &&
+             cudaLibraryGetKernel(&k, cu.lib, "flash_attention_forward") == cudaSuccess && k;
+    cudaGetLastError(); /* a failed lookup is an answer, not an error */
+    cu.flash = ok ? 1 : -1;
+  }
+  return cu.flash > 0;
+}
+
+const char *cu_attention_name(void) { return use_flash() ? "flash (tiled, tensor cores)" : "simple (warp per row)"; }
+
 void rt_attention_forward(real *out, real *lse, const real *q, const real *k, const real *v, int B, int T, int nh,
                           int nkv, int hd) {
-  cu_launch(K_ATTENTION_FORWARD, cu_blocks((long long)B * T * nh * 32, 128), 128, (void *[]){&out, &lse, &q, &k, &v});
+  if (use_flash())
+    cu_launch3(K_FLASH_FORWARD, (unsigned)(T / 64), (unsigned)nh, (unsigned)B, 128, (void *[]){&out, &lse, &q, &k, &v});
+  else
+    cu_launch(K_ATTENTION_FORWARD, cu_blocks((long long)B * T * nh * 32, 128), 128, (void *[]){&out, &lse, &q, &k, &v});
 }
 
 void rt_attention_backward(real *dq, real *dk, real *dv, const real *dout, const real *q, const real *k, const real *v,
                            const real *out, const real *lse, int B, int T, int nh, int nkv, int hd) {
   need(dq && dk && dv, "rt_attention_backward", "dq, dk and dv are required on the cuda backend");
   float *delta = cu.delta;
+  if (use_flash()) {
+    cu_launch(K_FLASH_BACKWARD_PREP, cu_blocks((long long)B * T * nh, 4), 128, (void *[]){&delta, &dout, &out});
+    cu_launch3(K_FLASH_BACKWARD_DQ, (unsigned)(T / 64), (unsigned)nh, (unsigned)B, 128,
+               (void *[]){&dq, &dout, &q, &k, &v, &lse, &delta});
+    cu_launch3(K_FLASH_BACKWARD_DKV, (unsigned)(T / 64), (unsigned)nkv, (unsigned)B, 128,
+               (void *[]){&dk, &dv, &dout, &q, &k, &v, &lse, &delta});
+    return;
+  }
   cu_launch(K_ATTENTION_BACKWARD_DQ, cu_blocks((long long)B * T * nh * 32, 128), 128,
             (void *[]){&dq, &delta, &dout, &q, &k, &v, &out, &lse});
   cu_launch(K_ATTENTION_BACKWARD_DKV, cu_blocks((long long)B * T * nkv * 32, 128), 128,
@@ -234,15 +268,14 @@ void rt_attention_backward(real *dq, real *dk, real *dv, const real *dout, const
 }
 
 void rt_swiglu_forward(real *h, const real *g, const real *u, int n) {
-  need(n % 4 == 0, "rt_swiglu_forward", "n must be a multiple of 4");
   long ln = n;
-  cu_launch(K_SWIGLU_FORWARD, cu_blocks(ln / 4, 256), 256, (void *[]){&h, &g, &u, &ln});
+  if (ln) cu_launch(K_SWIGLU_FORWARD, vec_blocks(ln), 256, (void *[]){&h, &g, &u, &ln});
 }
 
 void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const real *u, int n) {
-  need(dg && du && n % 4 == 0, "rt_swiglu_backward", "dg and du are required, n a multiple of 4");
+  need(dg && du, "rt_swiglu_backward", "dg and du are required on the cuda backend");
   long ln = n;
-  cu_launch(K_SWIGLU_BACKWARD, cu_blocks(ln / 4, 256), 256, (void *[]){&dg, &du, &dh, &g, &u, &ln});
+  if (ln) cu_launch(K_SWIGLU_BACKWARD, vec_blocks(ln), 256, (void *[]){&dg, &du, &dh, &g, &u, &ln});
 }
 
 void rt_gelu_forward(real *h, const real *x, int n) {

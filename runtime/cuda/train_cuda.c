@@ -24,12 +24,12 @@ void rt_cu_adamw_shard(float *param, float *m, float *v, const float *grad, cons
 }
 
 double rt_cu_sum_squares(const float *g, size_t n) {
-  float *out = cu.red, s = 0;
+  double *out = cu.red, s = 0;
   long ln = (long)n;
-  cu_check(cudaMemsetAsync(out, 0, sizeof(float), cu.stream), "sum of squares");
+  cu_check(cudaMemsetAsync(out, 0, sizeof(double), cu.stream), "sum of squares");
   unsigned blocks = cu_blocks(ln, 256);
   if (blocks > 1024) blocks = 1024; /* the kernel strides over the rest */
   cu_launch(K_SUM_SQUARES, blocks, 256, (void *[]){&out, &g, &ln});
   rt_cuda_download(&s, out, sizeof s);
-  return (double)s;
+  return s;
 }

@@ -1,6 +1,8 @@
 /* test_kernels.c — the cuda backend's kernels (templates/kernels.cu) against the cpu backend's
  * ops, on a GPU: compiled by NVRTC for the device, loaded with cudaLibraryLoadData, run on
- * random bf16 inputs, compared within bf16 rounding.
+ * random bf16 inputs, compared within bf16 rounding. The flash attention kernels need other
+ * shapes (head_dim a multiple of 16, seq_len of 64): kernels.cu is compiled twice more for them,
+ * with bf16 and with fp32 (ACT_FLOAT) storage.
  *   usage: test_kernels TEMPLATES/kernels.cu
  * Without a GPU it prints why and exits 77 (ctest: skipped), so CI builds and links it and a
  * GPU session (tools/device-check.sh) runs it. */
@@ -22,6 +24,12 @@ static const char prelude[] = "#define TOKENS 64\n#define SEQ_LEN 32\n#define HI
                               "#define RMS_EPS 1e-5f\n#define VOCAB 256\n#define VOCAB_CHUNK 256\n"
                               "#define EXPERTS 8\n#define TOP_K 2\n";
 static cudaLibrary_t lib;
+/* the flash attention test's shapes: 3 query tiles of 64 per sequence, 2 query heads per KV head */
+enum { FB = 2, FT = 192, FN = FB * FT, FH = 4, FKV = 2, FD = 64 };
+static const char flash_prelude[] = "#define TOKENS 384\n#define SEQ_LEN 192\n#define HIDDEN 256\n#define HEADS 4\n"
+                                    "#define KV_HEADS 2\n#define HEAD_DIM 64\n#define ROPE_THETA 10000.0f\n"
+                                    "#define RMS_EPS 1e-5f\n#define VOCAB 256\n#define VOCAB_CHUNK 256\n"
+                                    "#define EXPERTS 0\n#define TOP_K 2\n";
 
 #define CU(call)                                                                                  \
   do {                                                                                            \
@@ -41,6 +49,34 @@ static void launch(const char *name, int grid, int block, void **args) {
   cudaKernel_t k;
   CU(cudaLibraryGetKernel(&k, lib, name));
   CU(cudaLaunchKernel((const void *)k, dim3_of(grid), dim3_of(block), args, 0, 0));
+  CU(cudaDeviceSynchronize());
+}
+
+/* kernels.cu (path) after the prelude pre, compiled by NVRTC for arch and loaded into *l; 0 or -1 */
+static int load_kernels(cudaLibrary_t *l, const char *pre, const char *path, const char *arch) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return fprintf(stderr, "cannot open %s\n", path), -1;
+  static char src[1 << 17];
+  static char nvlog[1 << 15];
+  size_t pl = strlen(pre), n = fread(src + pl, 1, sizeof src - pl - 1, f);
+  fclose(f);
+  memcpy(src, pre, pl);
+  void *cubin = NULL;
+  size_t bytes;
+  int nk, cached;
+  if (rt_cuda_compile(src, pl + n, "kernels.cu", arch, MTRT_CUDA_INCLUDE, NULL, &cubin, &bytes, &nk, &cached, nvlog,
+                      sizeof nvlog) != 0)
+    return fprintf(stderr, "%s\nNVRTC failed\n", nvlog), -1;
+  CU(cudaLibraryLoadData(l, cubin, NULL, NULL, 0, NULL, NULL, 0));
+  printf("test_kernels: %d kernels for %s loaded\n", nk, arch);
+  free(cubin);
+  return 0;
+}
+
+static void launch3(cudaLibrary_t l, const char *name, dim3 grid, int block, void **args) {
+  cudaKernel_t k;
+  CU(cudaLibraryGetKernel(&k, l, name));
+  CU(cudaLaunchKernel((const void *)k, grid, dim3_of(block), args, 0, 0));
   CU(cudaDeviceSynchronize());
 }
 
@@ -77,6 +113,66 @@ static double rel_err(const float *a, const float *b, int n, double floor) {
   return m;
 }
 
+/* n values of x to the device as `act` (fp32 with ACT_FLOAT, else bf16), and back */
+static void *to_dev_act(const float *x, int n, int act_float) {
+  return act_float ? to_dev(x, sizeof(float) * (size_t)n) : to_dev_bf16(x, n);
+}
+static void from_dev_act(float *x, const void *d, int n, int act_float) {
+  if (act_float) CU(cudaMemcpy(x, d, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost));
+  else from_dev_bf16(x, d, n);
+}
+
+/* The flash attention kernels (FB, FT, FH / FKV heads of FD) against the cpu reference, with the
+ * launch configurations of kernels.cu (FLASH_*_GRID, FLASH_THREADS = 128, static shared memory):
+ * forward (FT / 64, heads, FB); prep one warp per (token, head); dq (FT / 64, FH, FB); dkv
+ * (FT / 64, FKV, FB). Backward adds into dq, dk, dv: they start at zero. */
+static void flash_check(const char *path, const char *arch, int act_float) {
+  static char pre[1024];
+  snprintf(pre, sizeof pre, "%s%s", act_float ? "#define ACT_FLOAT\n" : "", flash_prelude);
+  cudaLibrary_t fl;
+  int loaded = load_kernels(&fl, pre, path, arch) == 0;
+  CHECK(loaded);
+  if (!loaded) return;
+  enum { NQ = FN * FH * FD, NK = FN * FKV * FD };
+  static float q[NQ], k[NK], v[NK], dout[NQ], out[NQ], outr[NQ], lse[FN * FH], lser[FN * FH];
+  static float dq[NQ], dk[NK], dv[NK], dqr[NQ], dkr[NK], dvr[NK];
+  fill(q, NQ, 23, 2), fill(k, NK, 24, 2), fill(v, NK, 25, 2), fill(dout, NQ, 26, 1);
+  rt_attention_forward(outr, lser, q, k, v, FB, FT, FH, FKV, FD); /* lser (FB, FH, FT) */
+  void *gq = to_dev_act(q, NQ, act_float), *gk = to_dev_act(k, NK, act_float), *gv = to_dev_act(v, NK, act_float);
+  void *gdo = to_dev_act(dout, NQ, act_float), *gout, *glse, *gdelta, *gdq, *gdk, *gdv;
+  size_t es = act_float ? 4 : 2;
+  CU(cudaMalloc(&gout, es * NQ));
+  CU(cudaMalloc(&glse, sizeof lse));
+  CU(cudaMalloc(&gdelta, sizeof lse));
+  CU(cudaMalloc(&gdq, es * NQ));
+  CU(cudaMalloc(&gdk, es * NK));
+  CU(cudaMalloc(&gdv, es * NK));
+  CU(cudaMemset(gdq, 0, es * NQ)); CU(cudaMemset(gdk, 0, es * NK)); CU(cudaMemset(gdv, 0, es * NK));
+  dim3 gq3 = {FT / 64, FH, FB}, gkv3 = {FT / 64, FKV, FB};
+  launch3(fl, "flash_attention_forward", gq3, 128, (void *[]){&gout, &glse, &gq, &gk, &gv});
+  from_dev_act(out, gout, NQ, act_float);
+  CU(cudaMemcpy(lse, glse, sizeof lse, cudaMemcpyDeviceToHost));
+  double e1 = rel_err(out, outr, NQ, 1e-1), el = 0;
+  for (int b = 0; b < FB; b++)
+    for (int h = 0; h < FH; h++)
+      for (int t = 0; t < FT; t++) el = fmax(el, fabs(lse[(b * FT + t) * FH + h] - lser[(b * FH + h) * FT + t]));
+  printf("  flash_attention_forward (%s): out %.2e, log-sum-exp within %.2e\n", act_float ? "fp32" : "bf16", e1, el);
+  CHECK(e1 < 0x1p-6 && el < 1e-4);
+  /* the cpu backward from the GPU's output, as the GPU does */
+  memset(dqr, 0, sizeof dqr), memset(dkr, 0, sizeof dkr), memset(dvr, 0, sizeof dvr);
+  rt_attention_backward(dqr, dkr, dvr, dout, q, k, v, out, lser, FB, FT, FH, FKV, FD);
+  launch3(fl, "flash_attention_backward_prep", dim3_of(FN * FH / 4), 128, (void *[]){&gdelta, &gdo, &gout});
+  launch3(fl, "flash_attention_backward_dq", gq3, 128, (void *[]){&gdq, &gdo, &gq, &gk, &gv, &glse, &gdelta});
+  launch3(fl, "flash_attention_backward_dkv", gkv3, 128, (void *[]){&gdk, &gdv, &gdo, &gq, &gk, &gv, &glse, &gdelta});
+  from_dev_act(dq, gdq, NQ, act_float), from_dev_act(dk, gdk, NK, act_float), from_dev_act(dv, gdv, NK, act_float);
+  double eq = rel_err(dq, dqr, NQ, 1e-1), ek = rel_err(dk, dkr, NK, 1e-1), ev = rel_err(dv, dvr, NK, 1e-1);
+  printf("  flash_attention_backward (%s): dq %.2e, dk %.2e, dv %.2e\n", act_float ? "fp32" : "bf16", eq, ek, ev);
+  CHECK(eq < 0x1p-5 && ek < 0x1p-5 && ev < 0x1p-5);
+  void *bufs[] = {gq, gk, gv, gdo, gout, glse, gdelta, gdq, gdk, gdv};
+  for (int i = 0; i < 10; i++) CU(cudaFree(bufs[i]));
+  CU(cudaLibraryUnload(fl));
+}
+
 int main(int argc, char **argv) {
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
@@ -84,23 +180,12 @@ int main(int argc, char **argv) {
     return 77;
   }
   if (argc != 2) return fprintf(stderr, "usage: test_kernels TEMPLATES/kernels.cu\n"), 2;
-  FILE *f = fopen(argv[1], "rb");
-  if (!f) return fprintf(stderr, "cannot open %s\n", argv[1]), 2;
-  static char src[1 << 17];
-  size_t pl = strlen(prelude), n = fread(src + pl, 1, sizeof src - pl - 1, f);
-  fclose(f);
-  memcpy(src, prelude, pl);
   char arch[16];
-  static char nvlog[1 << 15];
   CHECK_EQ(rt_cuda_arch(arch, sizeof arch), 0);
-  void *cubin = NULL;
-  size_t bytes;
-  int nk, cached;
-  if (rt_cuda_compile(src, pl + n, "kernels.cu", arch, MTRT_CUDA_INCLUDE, NULL, &cubin, &bytes, &nk, &cached, nvlog,
-                      sizeof nvlog) != 0)
-    return fprintf(stderr, "%s\nNVRTC failed\n", nvlog), 1;
-  CU(cudaLibraryLoadData(&lib, cubin, NULL, NULL, 0, NULL, NULL, 0));
-  printf("test_kernels: %d kernels for %s loaded\n", nk, arch);
+  if (load_kernels(&lib, prelude, argv[1], arch) != 0) return 1;
+  cudaKernel_t none; /* seq_len 32 is no multiple of 64: no flash kernels (the host falls back) */
+  CHECK(cudaLibraryGetKernel(&none, lib, "flash_attention_forward") != cudaSuccess);
+  (void)cudaGetLastError();
 
   /* RMSNorm forward */
   static float x[N * C], w[C], out[N * C], ref[N * C], rstd[N], rstd_ref[N];
@@ -327,7 +412,7 @@ int main(int argc, char **argv) {
   launch("adamw", (P + 127) / 128, 128, (void *[]){&dp, &dm, &dv2, &dgd, &np, &lr, &b1, &b2, &eps, &wd, &c1, &c2, &gs});
   CU(cudaMemcpy(par, dp, sizeof par, cudaMemcpyDeviceToHost));
   e1 = rel_err(par, parr, P, 1e-3);
-  float ss = 0, zero1 = 0;
+  double ss = 0, zero1 = 0; /* the kernel sums in double across blocks */
   void *dss = to_dev(&zero1, sizeof zero1);
   launch("sum_squares", 4, 128, (void *[]){&dss, &dgd, &np});
   CU(cudaMemcpy(&ss, dss, sizeof ss, cudaMemcpyDeviceToHost));
@@ -370,6 +455,7 @@ int main(int argc, char **argv) {
   printf("  cuBLAS grouped experts GEMM: %.2e\n", m1);
   CHECK(m1 < 0x1p-6);
   rt_cublas_free(&cb);
-  free(cubin);
+  flash_check(argv[1], arch, 0);
+  flash_check(argv[1], arch, 1);
   return CHECK_DONE("test_kernels");
 }
