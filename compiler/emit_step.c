@@ -336,11 +336,13 @@ static void schedule(Em *e) {
        " * cross-entropy of the micro-batch. */\n",
     L - 1, e->p->best.ch.prefetch);
   P(e, "real step_forward(RtCtx *c) {\n");
+  P(e, "  rt_comm_label(\"embedding forward\");\n");
   start_unit(e, 0, "");
   use_unit(e, 0);
   start_unit(e, 1, ", prefetch");
   P(e, "  rt_embedding_forward(R(X0), I(INPUTS), W(0), %lld, %lld);\n", N, C);
   for (int l = 0; l < L; l++) {
+    P(e, "  rt_comm_label(\"layer %d forward\");\n", l);
     use_unit(e, l + 1);
     start_unit(e, l + 2, ", prefetch");
     if (e->host_elems && l >= 2 && l - 2 <= L - 3)
@@ -349,6 +351,7 @@ static void schedule(Em *e) {
     if (e->host_elems && l <= L - 3)
       P(e, "  rt_offload_store(c, %d, H(HX%d), R(X%d), %lld); /* to the host while the next layers run */\n", l, l, l, N * C);
   }
+  P(e, "  rt_comm_label(\"head forward\");\n");
   use_unit(e, L + 1);
   P(e, "  rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X%d), W(%lld), %lld, %lld, EPS); /* model.norm */\n", L,
     (long long)off(e, gh, "norm.weight"), N, C);
@@ -359,6 +362,7 @@ static void schedule(Em *e) {
        " * as its layer is done, and added to this rank's shard (accumulation over micro-batches). */\n");
   P(e, "void step_backward(RtCtx *c) {\n");
   P(e, "  /* head (its parameters are still gathered from the forward) */\n");
+  P(e, "  rt_comm_label(\"head backward\");\n");
   start_unit(e, L, ", prefetch");
   zero_grads(e, gh);
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
@@ -374,6 +378,7 @@ static void schedule(Em *e) {
   const char *dy = "DX_A", *dx = "DX_B";
   for (int l = L - 1; l >= 0; l--) {
     P(e, "  /* layer %d */\n", l);
+    P(e, "  rt_comm_label(\"layer %d backward\");\n", l);
     use_unit(e, l + 1);
     if (l > 0) start_unit(e, l, ", prefetch");
     if (e->host_elems && l <= L - 3) P(e, "  rt_offload_wait(c, %d); /* X%d is back */\n", l, l);
@@ -390,6 +395,7 @@ static void schedule(Em *e) {
     dy = dx, dx = t;
   }
   P(e, "  /* embedding */\n");
+  P(e, "  rt_comm_label(\"embedding backward\");\n");
   zero_grads(e, e->g_embed);
   P(e, "  rt_embedding_backward(DW(0), R(%s), I(INPUTS), %lld, %lld);\n", dy, N, C);
   reduce_scatter(e, e->g_embed);

@@ -23,6 +23,10 @@ void rt_mpi_fail(int rc, const char *call, const char *file, int line);
     int rc_ = (call);                                                                     \
     if (rc_ != MPI_SUCCESS) rt_mpi_fail(rc_, #call, __FILE__, __LINE__);                  \
   } while (0)
+/* Where the step is (a string literal, "layer 3 backward"), set by step.c before each unit, so
+ * that a failed or hung collective names its layer. */
+void rt_comm_label(const char *where);
+const char *rt_comm_where(void);
 /* n as an MPI int count; aborts the job naming `what` past INT_MAX (callers' plans split). */
 int rt_mpi_count(size_t n, const char *what);
 

@@ -7223,12 +7223,14 @@ static void layer0_backward(RtCtx *c) {
  * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean
  * cross-entropy of the micro-batch. */
 real step_forward(RtCtx *c) {
+  rt_comm_label("embedding forward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(EMBED_MASTER), 4096000, 0); /* embedding: 384 ranks x 4096000 */
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 354336, 2); /* layer 0 dense: 384 ranks x 354336, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 33030144, 3); /* layer 0 experts: 96 ranks x 33030144, prefetch */
   rt_embedding_forward(R(X0), I(INPUTS), W(0), 65536, 6144);
+  rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7236,6 +7238,7 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 33030144, 1); /* layer 1 experts: 96 ranks x 33030144, prefetch */
   layer0_forward(c, false);
   rt_offload_store(c, 0, H(HX0), R(X0), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7243,6 +7246,7 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 33030144, 3); /* layer 2 experts: 96 ranks x 33030144, prefetch */
   layer1_forward(c, false);
   rt_offload_store(c, 1, H(HX1), R(X1), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7251,6 +7255,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 0); /* X0 is on the host: its slot takes X3 */
   layer2_forward(c, false);
   rt_offload_store(c, 2, H(HX2), R(X2), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7259,6 +7264,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 1); /* X1 is on the host: its slot takes X4 */
   layer3_forward(c, false);
   rt_offload_store(c, 3, H(HX3), R(X3), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 4 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7267,6 +7273,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 2); /* X2 is on the host: its slot takes X5 */
   layer4_forward(c, false);
   rt_offload_store(c, 4, H(HX4), R(X4), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 5 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7275,6 +7282,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 3); /* X3 is on the host: its slot takes X6 */
   layer5_forward(c, false);
   rt_offload_store(c, 5, H(HX5), R(X5), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 6 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7283,6 +7291,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 4); /* X4 is on the host: its slot takes X7 */
   layer6_forward(c, false);
   rt_offload_store(c, 6, H(HX6), R(X6), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 7 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7291,6 +7300,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 5); /* X5 is on the host: its slot takes X8 */
   layer7_forward(c, false);
   rt_offload_store(c, 7, H(HX7), R(X7), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 8 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7299,6 +7309,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 6); /* X6 is on the host: its slot takes X9 */
   layer8_forward(c, false);
   rt_offload_store(c, 8, H(HX8), R(X8), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 9 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7307,6 +7318,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 7); /* X7 is on the host: its slot takes X10 */
   layer9_forward(c, false);
   rt_offload_store(c, 9, H(HX9), R(X9), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 10 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7315,6 +7327,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 8); /* X8 is on the host: its slot takes X11 */
   layer10_forward(c, false);
   rt_offload_store(c, 10, H(HX10), R(X10), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 11 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7323,6 +7336,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 9); /* X9 is on the host: its slot takes X12 */
   layer11_forward(c, false);
   rt_offload_store(c, 11, H(HX11), R(X11), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 12 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7331,6 +7345,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 10); /* X10 is on the host: its slot takes X13 */
   layer12_forward(c, false);
   rt_offload_store(c, 12, H(HX12), R(X12), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 13 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7339,6 +7354,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 11); /* X11 is on the host: its slot takes X14 */
   layer13_forward(c, false);
   rt_offload_store(c, 13, H(HX13), R(X13), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 14 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7347,6 +7363,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 12); /* X12 is on the host: its slot takes X15 */
   layer14_forward(c, false);
   rt_offload_store(c, 14, H(HX14), R(X14), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 15 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7355,6 +7372,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 13); /* X13 is on the host: its slot takes X16 */
   layer15_forward(c, false);
   rt_offload_store(c, 15, H(HX15), R(X15), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 16 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7363,6 +7381,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 14); /* X14 is on the host: its slot takes X17 */
   layer16_forward(c, false);
   rt_offload_store(c, 16, H(HX16), R(X16), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 17 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7371,6 +7390,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 15); /* X15 is on the host: its slot takes X18 */
   layer17_forward(c, false);
   rt_offload_store(c, 17, H(HX17), R(X17), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 18 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7379,6 +7399,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 16); /* X16 is on the host: its slot takes X19 */
   layer18_forward(c, false);
   rt_offload_store(c, 18, H(HX18), R(X18), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 19 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7387,6 +7408,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 17); /* X17 is on the host: its slot takes X20 */
   layer19_forward(c, false);
   rt_offload_store(c, 19, H(HX19), R(X19), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 20 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7395,6 +7417,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 18); /* X18 is on the host: its slot takes X21 */
   layer20_forward(c, false);
   rt_offload_store(c, 20, H(HX20), R(X20), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 21 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7403,6 +7426,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 19); /* X19 is on the host: its slot takes X22 */
   layer21_forward(c, false);
   rt_offload_store(c, 21, H(HX21), R(X21), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 22 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7411,6 +7435,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 20); /* X20 is on the host: its slot takes X23 */
   layer22_forward(c, false);
   rt_offload_store(c, 22, H(HX22), R(X22), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 23 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7419,6 +7444,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 21); /* X21 is on the host: its slot takes X24 */
   layer23_forward(c, false);
   rt_offload_store(c, 23, H(HX23), R(X23), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 24 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7427,6 +7453,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 22); /* X22 is on the host: its slot takes X25 */
   layer24_forward(c, false);
   rt_offload_store(c, 24, H(HX24), R(X24), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 25 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7435,6 +7462,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 23); /* X23 is on the host: its slot takes X26 */
   layer25_forward(c, false);
   rt_offload_store(c, 25, H(HX25), R(X25), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 26 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7443,6 +7471,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 24); /* X24 is on the host: its slot takes X27 */
   layer26_forward(c, false);
   rt_offload_store(c, 26, H(HX26), R(X26), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 27 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7451,6 +7480,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 25); /* X25 is on the host: its slot takes X28 */
   layer27_forward(c, false);
   rt_offload_store(c, 27, H(HX27), R(X27), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 28 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7459,6 +7489,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 26); /* X26 is on the host: its slot takes X29 */
   layer28_forward(c, false);
   rt_offload_store(c, 28, H(HX28), R(X28), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 29 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7467,6 +7498,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 27); /* X27 is on the host: its slot takes X30 */
   layer29_forward(c, false);
   rt_offload_store(c, 29, H(HX29), R(X29), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 30 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7475,6 +7507,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 28); /* X28 is on the host: its slot takes X31 */
   layer30_forward(c, false);
   rt_offload_store(c, 30, H(HX30), R(X30), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 31 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7483,6 +7516,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 29); /* X29 is on the host: its slot takes X32 */
   layer31_forward(c, false);
   rt_offload_store(c, 31, H(HX31), R(X31), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 32 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7491,6 +7525,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 30); /* X30 is on the host: its slot takes X33 */
   layer32_forward(c, false);
   rt_offload_store(c, 32, H(HX32), R(X32), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 33 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7499,6 +7534,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 31); /* X31 is on the host: its slot takes X34 */
   layer33_forward(c, false);
   rt_offload_store(c, 33, H(HX33), R(X33), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 34 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7507,6 +7543,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 32); /* X32 is on the host: its slot takes X35 */
   layer34_forward(c, false);
   rt_offload_store(c, 34, H(HX34), R(X34), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 35 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7515,6 +7552,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 33); /* X33 is on the host: its slot takes X36 */
   layer35_forward(c, false);
   rt_offload_store(c, 35, H(HX35), R(X35), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 36 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7523,6 +7561,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 34); /* X34 is on the host: its slot takes X37 */
   layer36_forward(c, false);
   rt_offload_store(c, 36, H(HX36), R(X36), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 37 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7531,6 +7570,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 35); /* X35 is on the host: its slot takes X38 */
   layer37_forward(c, false);
   rt_offload_store(c, 37, H(HX37), R(X37), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 38 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7539,6 +7579,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 36); /* X36 is on the host: its slot takes X39 */
   layer38_forward(c, false);
   rt_offload_store(c, 38, H(HX38), R(X38), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 39 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7547,6 +7588,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 37); /* X37 is on the host: its slot takes X40 */
   layer39_forward(c, false);
   rt_offload_store(c, 39, H(HX39), R(X39), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 40 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7555,6 +7597,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 38); /* X38 is on the host: its slot takes X41 */
   layer40_forward(c, false);
   rt_offload_store(c, 40, H(HX40), R(X40), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 41 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7563,6 +7606,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 39); /* X39 is on the host: its slot takes X42 */
   layer41_forward(c, false);
   rt_offload_store(c, 41, H(HX41), R(X41), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 42 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7571,6 +7615,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 40); /* X40 is on the host: its slot takes X43 */
   layer42_forward(c, false);
   rt_offload_store(c, 42, H(HX42), R(X42), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 43 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7579,6 +7624,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 41); /* X41 is on the host: its slot takes X44 */
   layer43_forward(c, false);
   rt_offload_store(c, 43, H(HX43), R(X43), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 44 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7587,6 +7633,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 42); /* X42 is on the host: its slot takes X45 */
   layer44_forward(c, false);
   rt_offload_store(c, 44, H(HX44), R(X44), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 45 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7595,6 +7642,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 43); /* X43 is on the host: its slot takes X46 */
   layer45_forward(c, false);
   rt_offload_store(c, 45, H(HX45), R(X45), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 46 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7603,6 +7651,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 44); /* X44 is on the host: its slot takes X47 */
   layer46_forward(c, false);
   rt_offload_store(c, 46, H(HX46), R(X46), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 47 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7611,6 +7660,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 45); /* X45 is on the host: its slot takes X48 */
   layer47_forward(c, false);
   rt_offload_store(c, 47, H(HX47), R(X47), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 48 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7619,6 +7669,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 46); /* X46 is on the host: its slot takes X49 */
   layer48_forward(c, false);
   rt_offload_store(c, 48, H(HX48), R(X48), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 49 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7627,6 +7678,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 47); /* X47 is on the host: its slot takes X50 */
   layer49_forward(c, false);
   rt_offload_store(c, 49, H(HX49), R(X49), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 50 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7635,6 +7687,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 48); /* X48 is on the host: its slot takes X51 */
   layer50_forward(c, false);
   rt_offload_store(c, 50, H(HX50), R(X50), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 51 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7643,6 +7696,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 49); /* X49 is on the host: its slot takes X52 */
   layer51_forward(c, false);
   rt_offload_store(c, 51, H(HX51), R(X51), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 52 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7651,6 +7705,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 50); /* X50 is on the host: its slot takes X53 */
   layer52_forward(c, false);
   rt_offload_store(c, 52, H(HX52), R(X52), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 53 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7659,6 +7714,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 51); /* X51 is on the host: its slot takes X54 */
   layer53_forward(c, false);
   rt_offload_store(c, 53, H(HX53), R(X53), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 54 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7667,6 +7723,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 52); /* X52 is on the host: its slot takes X55 */
   layer54_forward(c, false);
   rt_offload_store(c, 54, H(HX54), R(X54), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 55 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7675,6 +7732,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 53); /* X53 is on the host: its slot takes X56 */
   layer55_forward(c, false);
   rt_offload_store(c, 55, H(HX55), R(X55), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 56 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7683,6 +7741,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 54); /* X54 is on the host: its slot takes X57 */
   layer56_forward(c, false);
   rt_offload_store(c, 56, H(HX56), R(X56), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 57 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7691,6 +7750,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 55); /* X55 is on the host: its slot takes X58 */
   layer57_forward(c, false);
   rt_offload_store(c, 57, H(HX57), R(X57), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 58 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7699,6 +7759,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 56); /* X56 is on the host: its slot takes X59 */
   layer58_forward(c, false);
   rt_offload_store(c, 58, H(HX58), R(X58), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 59 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7707,6 +7768,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 57); /* X57 is on the host: its slot takes X60 */
   layer59_forward(c, false);
   rt_offload_store(c, 59, H(HX59), R(X59), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 60 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7715,6 +7777,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 58); /* X58 is on the host: its slot takes X61 */
   layer60_forward(c, false);
   rt_offload_store(c, 60, H(HX60), R(X60), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 61 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7723,6 +7786,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 59); /* X59 is on the host: its slot takes X62 */
   layer61_forward(c, false);
   rt_offload_store(c, 61, H(HX61), R(X61), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 62 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7731,6 +7795,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 60); /* X60 is on the host: its slot takes X63 */
   layer62_forward(c, false);
   rt_offload_store(c, 62, H(HX62), R(X62), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 63 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7739,6 +7804,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 61); /* X61 is on the host: its slot takes X64 */
   layer63_forward(c, false);
   rt_offload_store(c, 63, H(HX63), R(X63), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 64 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7747,6 +7813,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 62); /* X62 is on the host: its slot takes X65 */
   layer64_forward(c, false);
   rt_offload_store(c, 64, H(HX64), R(X64), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 65 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7755,6 +7822,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 63); /* X63 is on the host: its slot takes X66 */
   layer65_forward(c, false);
   rt_offload_store(c, 65, H(HX65), R(X65), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 66 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7763,6 +7831,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 64); /* X64 is on the host: its slot takes X67 */
   layer66_forward(c, false);
   rt_offload_store(c, 66, H(HX66), R(X66), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 67 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7771,6 +7840,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 65); /* X65 is on the host: its slot takes X68 */
   layer67_forward(c, false);
   rt_offload_store(c, 67, H(HX67), R(X67), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 68 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7779,6 +7849,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 66); /* X66 is on the host: its slot takes X69 */
   layer68_forward(c, false);
   rt_offload_store(c, 68, H(HX68), R(X68), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 69 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7787,6 +7858,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 67); /* X67 is on the host: its slot takes X70 */
   layer69_forward(c, false);
   rt_offload_store(c, 69, H(HX69), R(X69), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 70 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7795,6 +7867,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 68); /* X68 is on the host: its slot takes X71 */
   layer70_forward(c, false);
   rt_offload_store(c, 70, H(HX70), R(X70), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 71 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7803,6 +7876,7 @@ real step_forward(RtCtx *c) {
   rt_offload_wait(c, 69); /* X69 is on the host: its slot takes X72 */
   layer71_forward(c, false);
   rt_offload_store(c, 71, H(HX71), R(X71), 402653184); /* to the host while the next layers run */
+  rt_comm_label("layer 72 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7810,12 +7884,14 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L73_EXPERTS_MASTER), 33030144, 1); /* layer 73 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 70); /* X70 is on the host: its slot takes X73 */
   layer72_forward(c, false);
+  rt_comm_label("layer 73 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(HEAD_MASTER), 4096016, 2); /* head: 384 ranks x 4096016, prefetch */
   rt_offload_wait(c, 71); /* X71 is on the host: its slot takes X74 */
   layer73_forward(c, false);
+  rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X74), W(0), 65536, 6144, EPS); /* model.norm */
@@ -7826,6 +7902,7 @@ real step_forward(RtCtx *c) {
  * as its layer is done, and added to this rank's shard (accumulation over micro-batches). */
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
+  rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L73_DENSE_MASTER), 354336, 0); /* layer 73 dense: 384 ranks x 354336, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L73_EXPERTS_MASTER), 33030144, 1); /* layer 73 experts: 96 ranks x 33030144, prefetch */
   rt_zero(R(GRAD_DENSE), 1572870144);
@@ -7836,6 +7913,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096016, (uint16_t *)R(RS_WIRE)); /* head, bf16 on the wire */
   rt_accumulate(R(HEAD_GRAD), R(RS_OUT), 4096016);
   /* layer 73 */
+  rt_comm_label("layer 73 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7851,6 +7929,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 73 experts, bf16 on the wire */
   rt_accumulate(R(L73_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 72 */
+  rt_comm_label("layer 72 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7866,6 +7945,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 72 experts, bf16 on the wire */
   rt_accumulate(R(L72_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 71 */
+  rt_comm_label("layer 71 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7882,6 +7962,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 71 experts, bf16 on the wire */
   rt_accumulate(R(L71_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 70 */
+  rt_comm_label("layer 70 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7898,6 +7979,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 70 experts, bf16 on the wire */
   rt_accumulate(R(L70_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 69 */
+  rt_comm_label("layer 69 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7914,6 +7996,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 69 experts, bf16 on the wire */
   rt_accumulate(R(L69_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 68 */
+  rt_comm_label("layer 68 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7930,6 +8013,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 68 experts, bf16 on the wire */
   rt_accumulate(R(L68_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 67 */
+  rt_comm_label("layer 67 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7946,6 +8030,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 67 experts, bf16 on the wire */
   rt_accumulate(R(L67_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 66 */
+  rt_comm_label("layer 66 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7962,6 +8047,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 66 experts, bf16 on the wire */
   rt_accumulate(R(L66_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 65 */
+  rt_comm_label("layer 65 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -7978,6 +8064,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 65 experts, bf16 on the wire */
   rt_accumulate(R(L65_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 64 */
+  rt_comm_label("layer 64 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -7994,6 +8081,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 64 experts, bf16 on the wire */
   rt_accumulate(R(L64_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 63 */
+  rt_comm_label("layer 63 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8010,6 +8098,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 63 experts, bf16 on the wire */
   rt_accumulate(R(L63_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 62 */
+  rt_comm_label("layer 62 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8026,6 +8115,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 62 experts, bf16 on the wire */
   rt_accumulate(R(L62_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 61 */
+  rt_comm_label("layer 61 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8042,6 +8132,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 61 experts, bf16 on the wire */
   rt_accumulate(R(L61_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 60 */
+  rt_comm_label("layer 60 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8058,6 +8149,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 60 experts, bf16 on the wire */
   rt_accumulate(R(L60_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 59 */
+  rt_comm_label("layer 59 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8074,6 +8166,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 59 experts, bf16 on the wire */
   rt_accumulate(R(L59_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 58 */
+  rt_comm_label("layer 58 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8090,6 +8183,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 58 experts, bf16 on the wire */
   rt_accumulate(R(L58_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 57 */
+  rt_comm_label("layer 57 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8106,6 +8200,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 57 experts, bf16 on the wire */
   rt_accumulate(R(L57_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 56 */
+  rt_comm_label("layer 56 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8122,6 +8217,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 56 experts, bf16 on the wire */
   rt_accumulate(R(L56_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 55 */
+  rt_comm_label("layer 55 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8138,6 +8234,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 55 experts, bf16 on the wire */
   rt_accumulate(R(L55_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 54 */
+  rt_comm_label("layer 54 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8154,6 +8251,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 54 experts, bf16 on the wire */
   rt_accumulate(R(L54_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 53 */
+  rt_comm_label("layer 53 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8170,6 +8268,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 53 experts, bf16 on the wire */
   rt_accumulate(R(L53_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 52 */
+  rt_comm_label("layer 52 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8186,6 +8285,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 52 experts, bf16 on the wire */
   rt_accumulate(R(L52_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 51 */
+  rt_comm_label("layer 51 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8202,6 +8302,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 51 experts, bf16 on the wire */
   rt_accumulate(R(L51_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 50 */
+  rt_comm_label("layer 50 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8218,6 +8319,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 50 experts, bf16 on the wire */
   rt_accumulate(R(L50_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 49 */
+  rt_comm_label("layer 49 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8234,6 +8336,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 49 experts, bf16 on the wire */
   rt_accumulate(R(L49_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 48 */
+  rt_comm_label("layer 48 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8250,6 +8353,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 48 experts, bf16 on the wire */
   rt_accumulate(R(L48_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 47 */
+  rt_comm_label("layer 47 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8266,6 +8370,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 47 experts, bf16 on the wire */
   rt_accumulate(R(L47_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 46 */
+  rt_comm_label("layer 46 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8282,6 +8387,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 46 experts, bf16 on the wire */
   rt_accumulate(R(L46_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 45 */
+  rt_comm_label("layer 45 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8298,6 +8404,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 45 experts, bf16 on the wire */
   rt_accumulate(R(L45_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 44 */
+  rt_comm_label("layer 44 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8314,6 +8421,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 44 experts, bf16 on the wire */
   rt_accumulate(R(L44_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 43 */
+  rt_comm_label("layer 43 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8330,6 +8438,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 43 experts, bf16 on the wire */
   rt_accumulate(R(L43_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 42 */
+  rt_comm_label("layer 42 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8346,6 +8455,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 42 experts, bf16 on the wire */
   rt_accumulate(R(L42_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 41 */
+  rt_comm_label("layer 41 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8362,6 +8472,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 41 experts, bf16 on the wire */
   rt_accumulate(R(L41_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 40 */
+  rt_comm_label("layer 40 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8378,6 +8489,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 40 experts, bf16 on the wire */
   rt_accumulate(R(L40_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 39 */
+  rt_comm_label("layer 39 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8394,6 +8506,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 39 experts, bf16 on the wire */
   rt_accumulate(R(L39_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 38 */
+  rt_comm_label("layer 38 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8410,6 +8523,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 38 experts, bf16 on the wire */
   rt_accumulate(R(L38_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 37 */
+  rt_comm_label("layer 37 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8426,6 +8540,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 37 experts, bf16 on the wire */
   rt_accumulate(R(L37_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 36 */
+  rt_comm_label("layer 36 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8442,6 +8557,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 36 experts, bf16 on the wire */
   rt_accumulate(R(L36_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 35 */
+  rt_comm_label("layer 35 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8458,6 +8574,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 35 experts, bf16 on the wire */
   rt_accumulate(R(L35_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 34 */
+  rt_comm_label("layer 34 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8474,6 +8591,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 34 experts, bf16 on the wire */
   rt_accumulate(R(L34_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 33 */
+  rt_comm_label("layer 33 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8490,6 +8608,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 33 experts, bf16 on the wire */
   rt_accumulate(R(L33_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 32 */
+  rt_comm_label("layer 32 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8506,6 +8625,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 32 experts, bf16 on the wire */
   rt_accumulate(R(L32_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 31 */
+  rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8522,6 +8642,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 31 experts, bf16 on the wire */
   rt_accumulate(R(L31_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 30 */
+  rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8538,6 +8659,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 30 experts, bf16 on the wire */
   rt_accumulate(R(L30_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 29 */
+  rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8554,6 +8676,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 29 experts, bf16 on the wire */
   rt_accumulate(R(L29_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 28 */
+  rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8570,6 +8693,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 28 experts, bf16 on the wire */
   rt_accumulate(R(L28_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 27 */
+  rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8586,6 +8710,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 27 experts, bf16 on the wire */
   rt_accumulate(R(L27_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 26 */
+  rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8602,6 +8727,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 26 experts, bf16 on the wire */
   rt_accumulate(R(L26_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 25 */
+  rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8618,6 +8744,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 25 experts, bf16 on the wire */
   rt_accumulate(R(L25_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 24 */
+  rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8634,6 +8761,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 24 experts, bf16 on the wire */
   rt_accumulate(R(L24_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 23 */
+  rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8650,6 +8778,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 23 experts, bf16 on the wire */
   rt_accumulate(R(L23_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 22 */
+  rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8666,6 +8795,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 22 experts, bf16 on the wire */
   rt_accumulate(R(L22_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 21 */
+  rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8682,6 +8812,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 21 experts, bf16 on the wire */
   rt_accumulate(R(L21_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 20 */
+  rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8698,6 +8829,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 20 experts, bf16 on the wire */
   rt_accumulate(R(L20_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 19 */
+  rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8714,6 +8846,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 19 experts, bf16 on the wire */
   rt_accumulate(R(L19_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 18 */
+  rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8730,6 +8863,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 18 experts, bf16 on the wire */
   rt_accumulate(R(L18_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 17 */
+  rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8746,6 +8880,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 17 experts, bf16 on the wire */
   rt_accumulate(R(L17_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 16 */
+  rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8762,6 +8897,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 16 experts, bf16 on the wire */
   rt_accumulate(R(L16_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 15 */
+  rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8778,6 +8914,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 15 experts, bf16 on the wire */
   rt_accumulate(R(L15_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 14 */
+  rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8794,6 +8931,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 14 experts, bf16 on the wire */
   rt_accumulate(R(L14_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 13 */
+  rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8810,6 +8948,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 13 experts, bf16 on the wire */
   rt_accumulate(R(L13_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 12 */
+  rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8826,6 +8965,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 12 experts, bf16 on the wire */
   rt_accumulate(R(L12_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 11 */
+  rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8842,6 +8982,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 11 experts, bf16 on the wire */
   rt_accumulate(R(L11_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 10 */
+  rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8858,6 +8999,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 10 experts, bf16 on the wire */
   rt_accumulate(R(L10_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 9 */
+  rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8874,6 +9016,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 9 experts, bf16 on the wire */
   rt_accumulate(R(L9_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 8 */
+  rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8890,6 +9033,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 8 experts, bf16 on the wire */
   rt_accumulate(R(L8_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 7 */
+  rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8906,6 +9050,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 7 experts, bf16 on the wire */
   rt_accumulate(R(L7_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 6 */
+  rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8922,6 +9067,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 6 experts, bf16 on the wire */
   rt_accumulate(R(L6_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 5 */
+  rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8938,6 +9084,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 5 experts, bf16 on the wire */
   rt_accumulate(R(L5_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 4 */
+  rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8954,6 +9101,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 4 experts, bf16 on the wire */
   rt_accumulate(R(L4_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 3 */
+  rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -8970,6 +9118,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 3 experts, bf16 on the wire */
   rt_accumulate(R(L3_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 2 */
+  rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -8986,6 +9135,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 2 experts, bf16 on the wire */
   rt_accumulate(R(L2_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 1 */
+  rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -9001,6 +9151,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 1 experts, bf16 on the wire */
   rt_accumulate(R(L1_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* layer 0 */
+  rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -9014,6 +9165,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 0 experts, bf16 on the wire */
   rt_accumulate(R(L0_EXPERTS_GRAD), R(RS_OUT), 33030144);
   /* embedding */
+  rt_comm_label("embedding backward");
   rt_zero(R(GRAD_DENSE), 1572864000);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 65536, 6144);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096000, (uint16_t *)R(RS_WIRE)); /* embedding, bf16 on the wire */

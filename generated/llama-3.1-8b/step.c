@@ -2570,139 +2570,173 @@ static void layer0_backward(RtCtx *c) {
  * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean
  * cross-entropy of the micro-batch. */
 real step_forward(RtCtx *c) {
+  rt_comm_label("embedding forward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(EMBED_MASTER), 131334144, 0); /* embedding: 4 ranks x 131334144 */
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
   rt_embedding_forward(R(X0), I(INPUTS), W(0), 8192, 4096);
+  rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
   layer0_forward(c, false);
+  rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
   layer1_forward(c, false);
+  rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
   layer2_forward(c, false);
+  rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
   layer3_forward(c, false);
+  rt_comm_label("layer 4 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
   layer4_forward(c, false);
+  rt_comm_label("layer 5 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
   layer5_forward(c, false);
+  rt_comm_label("layer 6 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
   layer6_forward(c, false);
+  rt_comm_label("layer 7 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
   layer7_forward(c, false);
+  rt_comm_label("layer 8 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
   layer8_forward(c, false);
+  rt_comm_label("layer 9 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
   layer9_forward(c, false);
+  rt_comm_label("layer 10 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
   layer10_forward(c, false);
+  rt_comm_label("layer 11 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
   layer11_forward(c, false);
+  rt_comm_label("layer 12 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
   layer12_forward(c, false);
+  rt_comm_label("layer 13 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
   layer13_forward(c, false);
+  rt_comm_label("layer 14 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
   layer14_forward(c, false);
+  rt_comm_label("layer 15 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
   layer15_forward(c, false);
+  rt_comm_label("layer 16 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
   layer16_forward(c, false);
+  rt_comm_label("layer 17 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
   layer17_forward(c, false);
+  rt_comm_label("layer 18 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
   layer18_forward(c, false);
+  rt_comm_label("layer 19 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
   layer19_forward(c, false);
+  rt_comm_label("layer 20 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
   layer20_forward(c, false);
+  rt_comm_label("layer 21 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
   layer21_forward(c, false);
+  rt_comm_label("layer 22 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
   layer22_forward(c, false);
+  rt_comm_label("layer 23 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
   layer23_forward(c, false);
+  rt_comm_label("layer 24 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
   layer24_forward(c, false);
+  rt_comm_label("layer 25 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
   layer25_forward(c, false);
+  rt_comm_label("layer 26 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
   layer26_forward(c, false);
+  rt_comm_label("layer 27 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
   layer27_forward(c, false);
+  rt_comm_label("layer 28 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
   layer28_forward(c, false);
+  rt_comm_label("layer 29 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
   layer29_forward(c, false);
+  rt_comm_label("layer 30 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
   layer30_forward(c, false);
+  rt_comm_label("layer 31 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(HEAD_MASTER), 131335168, 2); /* head: 4 ranks x 131335168, prefetch */
   layer31_forward(c, false);
+  rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X32), W(0), 8192, 4096, EPS); /* model.norm */
@@ -2713,6 +2747,7 @@ real step_forward(RtCtx *c) {
  * as its layer is done, and added to this rank's shard (accumulation over micro-batches). */
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
+  rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
   rt_zero(R(GRAD_DENSE), 525340672);
   rt_zero(R(DLN), 33554432);
@@ -2722,6 +2757,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 131335168, (uint16_t *)R(RS_WIRE)); /* head, bf16 on the wire */
   rt_accumulate(R(HEAD_GRAD), R(RS_OUT), 131335168);
   /* layer 31 */
+  rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
@@ -2730,6 +2766,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 31 dense, bf16 on the wire */
   rt_accumulate(R(L31_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 30 */
+  rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
@@ -2738,6 +2775,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 30 dense, bf16 on the wire */
   rt_accumulate(R(L30_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 29 */
+  rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
@@ -2746,6 +2784,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 29 dense, bf16 on the wire */
   rt_accumulate(R(L29_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 28 */
+  rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
@@ -2754,6 +2793,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 28 dense, bf16 on the wire */
   rt_accumulate(R(L28_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 27 */
+  rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
@@ -2762,6 +2802,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 27 dense, bf16 on the wire */
   rt_accumulate(R(L27_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 26 */
+  rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
@@ -2770,6 +2811,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 26 dense, bf16 on the wire */
   rt_accumulate(R(L26_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 25 */
+  rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
@@ -2778,6 +2820,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 25 dense, bf16 on the wire */
   rt_accumulate(R(L25_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 24 */
+  rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
@@ -2786,6 +2829,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 24 dense, bf16 on the wire */
   rt_accumulate(R(L24_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 23 */
+  rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
@@ -2794,6 +2838,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 23 dense, bf16 on the wire */
   rt_accumulate(R(L23_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 22 */
+  rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
@@ -2802,6 +2847,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 22 dense, bf16 on the wire */
   rt_accumulate(R(L22_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 21 */
+  rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
@@ -2810,6 +2856,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 21 dense, bf16 on the wire */
   rt_accumulate(R(L21_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 20 */
+  rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
@@ -2818,6 +2865,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 20 dense, bf16 on the wire */
   rt_accumulate(R(L20_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 19 */
+  rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
@@ -2826,6 +2874,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 19 dense, bf16 on the wire */
   rt_accumulate(R(L19_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 18 */
+  rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
@@ -2834,6 +2883,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 18 dense, bf16 on the wire */
   rt_accumulate(R(L18_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 17 */
+  rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
@@ -2842,6 +2892,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 17 dense, bf16 on the wire */
   rt_accumulate(R(L17_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 16 */
+  rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
@@ -2850,6 +2901,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 16 dense, bf16 on the wire */
   rt_accumulate(R(L16_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 15 */
+  rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
@@ -2858,6 +2910,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 15 dense, bf16 on the wire */
   rt_accumulate(R(L15_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 14 */
+  rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
@@ -2866,6 +2919,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 14 dense, bf16 on the wire */
   rt_accumulate(R(L14_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 13 */
+  rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
@@ -2874,6 +2928,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 13 dense, bf16 on the wire */
   rt_accumulate(R(L13_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 12 */
+  rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
@@ -2882,6 +2937,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 12 dense, bf16 on the wire */
   rt_accumulate(R(L12_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 11 */
+  rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
@@ -2890,6 +2946,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 11 dense, bf16 on the wire */
   rt_accumulate(R(L11_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 10 */
+  rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
@@ -2898,6 +2955,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 10 dense, bf16 on the wire */
   rt_accumulate(R(L10_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 9 */
+  rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
@@ -2906,6 +2964,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 9 dense, bf16 on the wire */
   rt_accumulate(R(L9_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 8 */
+  rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
@@ -2914,6 +2973,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 8 dense, bf16 on the wire */
   rt_accumulate(R(L8_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 7 */
+  rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
@@ -2922,6 +2982,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 7 dense, bf16 on the wire */
   rt_accumulate(R(L7_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 6 */
+  rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
@@ -2930,6 +2991,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 6 dense, bf16 on the wire */
   rt_accumulate(R(L6_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 5 */
+  rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
@@ -2938,6 +3000,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 5 dense, bf16 on the wire */
   rt_accumulate(R(L5_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 4 */
+  rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
@@ -2946,6 +3009,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 4 dense, bf16 on the wire */
   rt_accumulate(R(L4_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 3 */
+  rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
@@ -2954,6 +3018,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 3 dense, bf16 on the wire */
   rt_accumulate(R(L3_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 2 */
+  rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
@@ -2962,6 +3027,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 2 dense, bf16 on the wire */
   rt_accumulate(R(L2_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 1 */
+  rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
@@ -2970,6 +3036,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 1 dense, bf16 on the wire */
   rt_accumulate(R(L1_DENSE_GRAD), R(RS_OUT), 54528000);
   /* layer 0 */
+  rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_zero(R(GRAD_DENSE), 218112000);
@@ -2977,6 +3044,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 0 dense, bf16 on the wire */
   rt_accumulate(R(L0_DENSE_GRAD), R(RS_OUT), 54528000);
   /* embedding */
+  rt_comm_label("embedding backward");
   rt_zero(R(GRAD_DENSE), 525336576);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 8192, 4096);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 131334144, (uint16_t *)R(RS_WIRE)); /* embedding, bf16 on the wire */

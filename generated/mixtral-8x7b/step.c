@@ -2887,203 +2887,237 @@ static void layer0_backward(RtCtx *c) {
  * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean
  * cross-entropy of the micro-batch. */
 real step_forward(RtCtx *c) {
+  rt_comm_label("embedding forward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(EMBED_MASTER), 4096000, 0); /* embedding: 32 ranks x 4096000 */
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 44040192, 3); /* layer 0 experts: 8 ranks x 44040192, prefetch */
   rt_embedding_forward(R(X0), I(INPUTS), W(0), 32768, 4096);
+  rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 44040192, 1); /* layer 1 experts: 8 ranks x 44040192, prefetch */
   layer0_forward(c, false);
+  rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 44040192, 3); /* layer 2 experts: 8 ranks x 44040192, prefetch */
   layer1_forward(c, false);
+  rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 44040192, 1); /* layer 3 experts: 8 ranks x 44040192, prefetch */
   layer2_forward(c, false);
+  rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_MASTER), 44040192, 3); /* layer 4 experts: 8 ranks x 44040192, prefetch */
   layer3_forward(c, false);
+  rt_comm_label("layer 4 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_MASTER), 44040192, 1); /* layer 5 experts: 8 ranks x 44040192, prefetch */
   layer4_forward(c, false);
+  rt_comm_label("layer 5 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_MASTER), 44040192, 3); /* layer 6 experts: 8 ranks x 44040192, prefetch */
   layer5_forward(c, false);
+  rt_comm_label("layer 6 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_MASTER), 44040192, 1); /* layer 7 experts: 8 ranks x 44040192, prefetch */
   layer6_forward(c, false);
+  rt_comm_label("layer 7 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_MASTER), 44040192, 3); /* layer 8 experts: 8 ranks x 44040192, prefetch */
   layer7_forward(c, false);
+  rt_comm_label("layer 8 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_MASTER), 44040192, 1); /* layer 9 experts: 8 ranks x 44040192, prefetch */
   layer8_forward(c, false);
+  rt_comm_label("layer 9 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_MASTER), 44040192, 3); /* layer 10 experts: 8 ranks x 44040192, prefetch */
   layer9_forward(c, false);
+  rt_comm_label("layer 10 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_MASTER), 44040192, 1); /* layer 11 experts: 8 ranks x 44040192, prefetch */
   layer10_forward(c, false);
+  rt_comm_label("layer 11 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_MASTER), 44040192, 3); /* layer 12 experts: 8 ranks x 44040192, prefetch */
   layer11_forward(c, false);
+  rt_comm_label("layer 12 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_MASTER), 44040192, 1); /* layer 13 experts: 8 ranks x 44040192, prefetch */
   layer12_forward(c, false);
+  rt_comm_label("layer 13 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_MASTER), 44040192, 3); /* layer 14 experts: 8 ranks x 44040192, prefetch */
   layer13_forward(c, false);
+  rt_comm_label("layer 14 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_MASTER), 44040192, 1); /* layer 15 experts: 8 ranks x 44040192, prefetch */
   layer14_forward(c, false);
+  rt_comm_label("layer 15 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_MASTER), 44040192, 3); /* layer 16 experts: 8 ranks x 44040192, prefetch */
   layer15_forward(c, false);
+  rt_comm_label("layer 16 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_MASTER), 44040192, 1); /* layer 17 experts: 8 ranks x 44040192, prefetch */
   layer16_forward(c, false);
+  rt_comm_label("layer 17 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_MASTER), 44040192, 3); /* layer 18 experts: 8 ranks x 44040192, prefetch */
   layer17_forward(c, false);
+  rt_comm_label("layer 18 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_MASTER), 44040192, 1); /* layer 19 experts: 8 ranks x 44040192, prefetch */
   layer18_forward(c, false);
+  rt_comm_label("layer 19 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_MASTER), 44040192, 3); /* layer 20 experts: 8 ranks x 44040192, prefetch */
   layer19_forward(c, false);
+  rt_comm_label("layer 20 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_MASTER), 44040192, 1); /* layer 21 experts: 8 ranks x 44040192, prefetch */
   layer20_forward(c, false);
+  rt_comm_label("layer 21 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_MASTER), 44040192, 3); /* layer 22 experts: 8 ranks x 44040192, prefetch */
   layer21_forward(c, false);
+  rt_comm_label("layer 22 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_MASTER), 44040192, 1); /* layer 23 experts: 8 ranks x 44040192, prefetch */
   layer22_forward(c, false);
+  rt_comm_label("layer 23 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_MASTER), 44040192, 3); /* layer 24 experts: 8 ranks x 44040192, prefetch */
   layer23_forward(c, false);
+  rt_comm_label("layer 24 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_MASTER), 44040192, 1); /* layer 25 experts: 8 ranks x 44040192, prefetch */
   layer24_forward(c, false);
+  rt_comm_label("layer 25 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_MASTER), 44040192, 3); /* layer 26 experts: 8 ranks x 44040192, prefetch */
   layer25_forward(c, false);
+  rt_comm_label("layer 26 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_MASTER), 44040192, 1); /* layer 27 experts: 8 ranks x 44040192, prefetch */
   layer26_forward(c, false);
+  rt_comm_label("layer 27 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_MASTER), 44040192, 3); /* layer 28 experts: 8 ranks x 44040192, prefetch */
   layer27_forward(c, false);
+  rt_comm_label("layer 28 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_MASTER), 44040192, 1); /* layer 29 experts: 8 ranks x 44040192, prefetch */
   layer28_forward(c, false);
+  rt_comm_label("layer 29 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_MASTER), 44040192, 3); /* layer 30 experts: 8 ranks x 44040192, prefetch */
   layer29_forward(c, false);
+  rt_comm_label("layer 30 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_MASTER), 44040192, 1); /* layer 31 experts: 8 ranks x 44040192, prefetch */
   layer30_forward(c, false);
+  rt_comm_label("layer 31 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(HEAD_MASTER), 4096128, 2); /* head: 32 ranks x 4096128, prefetch */
   layer31_forward(c, false);
+  rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X32), W(0), 32768, 4096, EPS); /* model.norm */
@@ -3094,6 +3128,7 @@ real step_forward(RtCtx *c) {
  * as its layer is done, and added to this rank's shard (accumulation over micro-batches). */
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
+  rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_MASTER), 44040192, 1); /* layer 31 experts: 8 ranks x 44040192, prefetch */
   rt_zero(R(GRAD_DENSE), 131076096);
@@ -3104,6 +3139,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096128, (uint16_t *)R(RS_WIRE)); /* head, bf16 on the wire */
   rt_accumulate(R(HEAD_GRAD), R(RS_OUT), 4096128);
   /* layer 31 */
+  rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -3118,6 +3154,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 31 experts, bf16 on the wire */
   rt_accumulate(R(L31_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 30 */
+  rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -3132,6 +3169,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 30 experts, bf16 on the wire */
   rt_accumulate(R(L30_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 29 */
+  rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -3146,6 +3184,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 29 experts, bf16 on the wire */
   rt_accumulate(R(L29_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 28 */
+  rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -3160,6 +3199,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 28 experts, bf16 on the wire */
   rt_accumulate(R(L28_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 27 */
+  rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -3174,6 +3214,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 27 experts, bf16 on the wire */
   rt_accumulate(R(L27_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 26 */
+  rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -3188,6 +3229,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 26 experts, bf16 on the wire */
   rt_accumulate(R(L26_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 25 */
+  rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -3202,6 +3244,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 25 experts, bf16 on the wire */
   rt_accumulate(R(L25_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 24 */
+  rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -3216,6 +3259,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 24 experts, bf16 on the wire */
   rt_accumulate(R(L24_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 23 */
+  rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -3230,6 +3274,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 23 experts, bf16 on the wire */
   rt_accumulate(R(L23_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 22 */
+  rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -3244,6 +3289,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 22 experts, bf16 on the wire */
   rt_accumulate(R(L22_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 21 */
+  rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -3258,6 +3304,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 21 experts, bf16 on the wire */
   rt_accumulate(R(L21_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 20 */
+  rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -3272,6 +3319,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 20 experts, bf16 on the wire */
   rt_accumulate(R(L20_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 19 */
+  rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -3286,6 +3334,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 19 experts, bf16 on the wire */
   rt_accumulate(R(L19_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 18 */
+  rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -3300,6 +3349,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 18 experts, bf16 on the wire */
   rt_accumulate(R(L18_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 17 */
+  rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -3314,6 +3364,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 17 experts, bf16 on the wire */
   rt_accumulate(R(L17_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 16 */
+  rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -3328,6 +3379,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 16 experts, bf16 on the wire */
   rt_accumulate(R(L16_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 15 */
+  rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -3342,6 +3394,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 15 experts, bf16 on the wire */
   rt_accumulate(R(L15_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 14 */
+  rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -3356,6 +3409,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 14 experts, bf16 on the wire */
   rt_accumulate(R(L14_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 13 */
+  rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -3370,6 +3424,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 13 experts, bf16 on the wire */
   rt_accumulate(R(L13_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 12 */
+  rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -3384,6 +3439,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 12 experts, bf16 on the wire */
   rt_accumulate(R(L12_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 11 */
+  rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -3398,6 +3454,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 11 experts, bf16 on the wire */
   rt_accumulate(R(L11_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 10 */
+  rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -3412,6 +3469,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 10 experts, bf16 on the wire */
   rt_accumulate(R(L10_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 9 */
+  rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -3426,6 +3484,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 9 experts, bf16 on the wire */
   rt_accumulate(R(L9_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 8 */
+  rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -3440,6 +3499,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 8 experts, bf16 on the wire */
   rt_accumulate(R(L8_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 7 */
+  rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -3454,6 +3514,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 7 experts, bf16 on the wire */
   rt_accumulate(R(L7_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 6 */
+  rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -3468,6 +3529,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 6 experts, bf16 on the wire */
   rt_accumulate(R(L6_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 5 */
+  rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -3482,6 +3544,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 5 experts, bf16 on the wire */
   rt_accumulate(R(L5_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 4 */
+  rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -3496,6 +3559,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 4 experts, bf16 on the wire */
   rt_accumulate(R(L4_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 3 */
+  rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -3510,6 +3574,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 3 experts, bf16 on the wire */
   rt_accumulate(R(L3_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 2 */
+  rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -3524,6 +3589,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 2 experts, bf16 on the wire */
   rt_accumulate(R(L2_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 1 */
+  rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -3538,6 +3604,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 1 experts, bf16 on the wire */
   rt_accumulate(R(L1_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* layer 0 */
+  rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -3550,6 +3617,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 0 experts, bf16 on the wire */
   rt_accumulate(R(L0_EXPERTS_GRAD), R(RS_OUT), 44040192);
   /* embedding */
+  rt_comm_label("embedding backward");
   rt_zero(R(GRAD_DENSE), 131072000);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 32768, 4096);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096000, (uint16_t *)R(RS_WIRE)); /* embedding, bf16 on the wire */

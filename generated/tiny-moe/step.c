@@ -541,35 +541,41 @@ static void layer0_backward(RtCtx *c) {
  * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean
  * cross-entropy of the micro-batch. */
 real step_forward(RtCtx *c) {
+  rt_comm_label("embedding forward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(EMBED_MASTER), 16384, 0); /* embedding: 2 ranks x 16384 */
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
   rt_embedding_forward(R(X0), I(INPUTS), W(0), 512, 128);
+  rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
   layer0_forward(c, false);
+  rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
   layer1_forward(c, false);
+  rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
   layer2_forward(c, false);
+  rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(HEAD_MASTER), 16448, 2); /* head: 2 ranks x 16448, prefetch */
   layer3_forward(c, false);
+  rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X4), W(0), 512, 128, EPS); /* model.norm */
@@ -580,6 +586,7 @@ real step_forward(RtCtx *c) {
  * as its layer is done, and added to this rank's shard (accumulation over micro-batches). */
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
+  rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
   rt_zero(R(GRAD_DENSE), 32896);
@@ -590,6 +597,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 16448, (uint16_t *)R(RS_WIRE)); /* head, bf16 on the wire */
   rt_accumulate(R(HEAD_GRAD), R(RS_OUT), 16448);
   /* layer 3 */
+  rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -603,6 +611,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216, (uint16_t *)R(RS_WIRE)); /* layer 3 experts, bf16 on the wire */
   rt_accumulate(R(L3_EXPERTS_GRAD), R(RS_OUT), 393216);
   /* layer 2 */
+  rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -616,6 +625,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216, (uint16_t *)R(RS_WIRE)); /* layer 2 experts, bf16 on the wire */
   rt_accumulate(R(L2_EXPERTS_GRAD), R(RS_OUT), 393216);
   /* layer 1 */
+  rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
@@ -629,6 +639,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216, (uint16_t *)R(RS_WIRE)); /* layer 1 experts, bf16 on the wire */
   rt_accumulate(R(L1_EXPERTS_GRAD), R(RS_OUT), 393216);
   /* layer 0 */
+  rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
@@ -640,6 +651,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216, (uint16_t *)R(RS_WIRE)); /* layer 0 experts, bf16 on the wire */
   rt_accumulate(R(L0_EXPERTS_GRAD), R(RS_OUT), 393216);
   /* embedding */
+  rt_comm_label("embedding backward");
   rt_zero(R(GRAD_DENSE), 32768);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 512, 128);
   rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 16384, (uint16_t *)R(RS_WIRE)); /* embedding, bf16 on the wire */

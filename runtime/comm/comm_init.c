@@ -11,13 +11,18 @@
 
 #define MPI_CHECK(call) RT_MPI_CHECK(call)
 
+static const char *where = "start-up";
+
+void rt_comm_label(const char *w) { where = w; }
+const char *rt_comm_where(void) { return where; }
+
 void rt_mpi_fail(int rc, const char *call, const char *file, int line) {
   char msg[MPI_MAX_ERROR_STRING], host[MPI_MAX_PROCESSOR_NAME];
   int len = 0, hl = 0, rank = -1;
   MPI_Error_string(rc, msg, &len);
   MPI_Get_processor_name(host, &hl);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  fprintf(stderr, "%s rank %d: %s:%d: %s failed: %s\n", host, rank, file, line, call, msg);
+  fprintf(stderr, "%s rank %d: %s:%d: %s failed (at %s): %s\n", host, rank, file, line, call, where, msg);
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 

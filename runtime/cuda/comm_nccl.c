@@ -68,7 +68,8 @@ static void wait_for(cudaEvent_t ev, const Group *g, const char *op, size_t coun
     if (e == cudaSuccess) break;
     char msg[300];
     if (e != cudaErrorNotReady) {
-      snprintf(msg, sizeof msg, "%s of %zu values in group %s: %s", op, count, g->name, cudaGetErrorString(e));
+      snprintf(msg, sizeof msg, "%s of %zu values in group %s at %s: %s", op, count, g->name, rt_comm_where(),
+               cudaGetErrorString(e));
       rt_cuda_fail(op, msg);
     }
     ncclResult_t r = ncclSuccess;
@@ -76,14 +77,14 @@ static void wait_for(cudaEvent_t ev, const Group *g, const char *op, size_t coun
     clock_gettime(CLOCK_MONOTONIC, &t);
     double s = (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
     if (r != ncclSuccess && r != ncclInProgress) {
-      snprintf(msg, sizeof msg, "%s of %zu values in group %s (%d ranks) failed: %s", op, count, g->name, g->size,
-               ncclGetErrorString(r));
+      snprintf(msg, sizeof msg, "%s of %zu values in group %s (%d ranks) at %s failed: %s", op, count, g->name, g->size,
+               rt_comm_where(), ncclGetErrorString(r));
       ncclCommAbort(g->nccl);
       rt_cuda_fail(op, msg);
     }
     if (s > timeout) {
-      snprintf(msg, sizeof msg, "%s of %zu values in group %s (%d ranks) did not finish in %.0f s "
-               "(MTC_NCCL_TIMEOUT); a peer rank may have died", op, count, g->name, g->size, timeout);
+      snprintf(msg, sizeof msg, "%s of %zu values in group %s (%d ranks) at %s did not finish in %.0f s "
+               "(MTC_NCCL_TIMEOUT); a peer rank may have died", op, count, g->name, g->size, rt_comm_where(), timeout);
       if (g->nccl) ncclCommAbort(g->nccl);
       rt_cuda_fail(op, msg);
     }

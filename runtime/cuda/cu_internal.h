@@ -38,6 +38,7 @@ typedef struct {
   float *ce;      /* cross-entropy: sum (tokens), target logit (tokens), loss (1) */
   double *red;    /* one reduction result (the gradient norm's sum of squares) */
   void **gptr;    /* device: CU_GROUPED_SLOTS × 3 × experts pointers */
+  void *workspace; /* cuBLAS's (cublasSetWorkspace) */
   int *idx_host, *pos_host, *off_host; /* host copies for the permutation and grouped GEMMs */
   float *stats_host;                   /* 2 × experts */
 } CuState;

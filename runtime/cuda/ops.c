@@ -83,8 +83,12 @@ int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t err
   snprintf(cu.gemm_name, sizeof cu.gemm_name, "%s", gemm);
   cu.grouped_compute = cu.compute;
   cu.sync_each = getenv("MTC_CUDA_SYNC") && strcmp(getenv("MTC_CUDA_SYNC"), "1") == 0;
-  if (cublasCreate(&cu.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(cu.blas, cu.stream) != CUBLAS_STATUS_SUCCESS)
-    return snprintf(err, errlen, "cublasCreate failed on GPU %d", cu.device), -1;
+  /* cuBLAS's workspace from here, so that nothing allocates device memory after start-up */
+  enum { WORKSPACE = 64 << 20 };
+  if (cublasCreate(&cu.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(cu.blas, cu.stream) != CUBLAS_STATUS_SUCCESS ||
+      cudaMalloc(&cu.workspace, WORKSPACE) != cudaSuccess ||
+      cublasSetWorkspace(cu.blas, cu.workspace, WORKSPACE) != CUBLAS_STATUS_SUCCESS)
+    return snprintf(err, errlen, "cuBLAS set-up failed on GPU %d", cu.device), -1;
   if (rt_cuda_arch(cu.arch, sizeof cu.arch) != 0) return snprintf(err, errlen, "cannot read GPU %d's architecture", cu.device), -1;
   void *cubin = NULL;
   size_t bytes = 0;
@@ -113,7 +117,7 @@ int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t err
 void rt_cuda_teardown(void) {
   if (!cu.ready) return;
   cudaStreamSynchronize(cu.stream);
-  cudaFree(cu.delta), cudaFree(cu.ce), cudaFree(cu.red), cudaFree(cu.gptr);
+  cudaFree(cu.delta), cudaFree(cu.ce), cudaFree(cu.red), cudaFree(cu.gptr), cudaFree(cu.workspace);
   free(cu.idx_host), free(cu.pos_host), free(cu.off_host), free(cu.stats_host);
   cudaLibraryUnload(cu.lib);
   cublasDestroy(cu.blas);
