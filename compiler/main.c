@@ -20,7 +20,7 @@ static const char usage_main[] =
     "  compile SPEC [-o DIR] write plan.json, plan.txt, memory.svg, timeline.json, report.html\n"
     "                        and the training program (step.c, train.c, CMakeLists.txt,\n"
     "                        launch.sbatch)\n"
-    "  build DIR [--backend cpu] [--real float|double]\n"
+    "  build DIR [--backend cpu|cuda] [--real float|double]\n"
     "                        build DIR/build/train against mtc's runtime (CMake)\n"
     "  export CKPT OUT       a checkpoint's weights as one safetensors file (HF names)\n"
     "  explain SPEC          the chosen plan and the best alternatives, with why each lost\n"
@@ -56,10 +56,12 @@ static const char *const usage_cmd[][2] = {
                 "kernels.cu (the cuda backend's kernels), CMakeLists.txt and launch.sbatch. DIR\n"
                 "defaults to generated/NAME/. Build the program with `mtc build DIR`, run it with\n"
                 "`DIR/build/train --data FILE`.\n"},
-    {"build", "usage: mtc build DIR [--backend cpu] [--real float|double]\n\n"
+    {"build", "usage: mtc build DIR [--backend cpu|cuda] [--real float|double]\n\n"
               "Configures and builds the program `mtc compile` wrote in DIR: DIR/build/train\n"
               "(DIR/build-double/train with --real double, for gradient checks), against the\n"
-              "runtime in $MTC_ROOT or in the source tree this mtc was built from. A thin\n"
+              "runtime in $MTC_ROOT or in the source tree this mtc was built from: its cpu\n"
+              "backend (OpenBLAS, MPI), or with --backend cuda the GPU one (NVRTC, cuBLAS,\n"
+              "NCCL; `train --check-kernels` compiles the kernels without a GPU). A thin\n"
               "wrapper over cmake -S DIR -B DIR/build -DMTC_ROOT=... && cmake --build.\n"},
     {"export", "usage: mtc export CKPT OUT.safetensors\n\n"
                "Writes the fp32 master weights of checkpoint CKPT (a step-N directory, or the\n"
