@@ -102,22 +102,43 @@ extern "C" __global__ void rmsnorm_forward(act *out, float *rstd, const act *x, 
   }
 }
 
-// dx += r (dy w) − x r³ / C · Σ (dy w x); dw (fp32) += dy x r.
+// dx += r (dy w) − x r³ / C · Σ (dy w x); dw (fp32) += dy x r. One block of ROW_THREADS threads
+// per RMS_BWD_ROWS rows (grid ceil(TOKENS / RMS_BWD_ROWS)): dw's sums stay in registers over the
+// block's rows and reach memory in one atomic per column and block, not one per row.
+#define RMS_BWD_ROWS 16
+#define RMS_COLS ((HIDDEN + ROW_THREADS - 1) / ROW_THREADS) // columns per thread
 extern "C" __global__ void rmsnorm_backward(act *dx, float *dw, const act *dout, const act *x, const act *w,
                                             const float *rstd) {
   __shared__ float shared[32];
-  size_t row = (size_t)blockIdx.x * HIDDEN;
-  float r = rstd[blockIdx.x], dot = 0;
-  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
-    float dy = f32(dout[row + i]), xi = f32(x[row + i]);
-    dot += dy * f32(w[i]) * xi;
-    atomicAdd(&dw[i], dy * xi * r);
+  float dwacc[RMS_COLS];
+#pragma unroll
+  for (int k = 0; k < RMS_COLS; k++) dwacc[k] = 0;
+  int r0 = blockIdx.x * RMS_BWD_ROWS;
+  for (int n = r0; n < r0 + RMS_BWD_ROWS && n < TOKENS; n++) {
+    size_t row = (size_t)n * HIDDEN;
+    float r = rstd[n], dot = 0;
+#pragma unroll
+    for (int k = 0; k < RMS_COLS; k++) {
+      int i = threadIdx.x + k * ROW_THREADS;
+      if (i >= HIDDEN) break;
+      float dy = f32(dout[row + i]), xi = f32(x[row + i]);
+      dot += dy * f32(w[i]) * xi;
+      dwacc[k] += dy * xi * r;
+    }
+    dot = block_sum(dot, shared);
+#pragma unroll
+    for (int k = 0; k < RMS_COLS; k++) {
+      int i = threadIdx.x + k * ROW_THREADS;
+      if (i >= HIDDEN) break;
+      float dy = f32(dout[row + i]), xi = f32(x[row + i]);
+      float g = r * dy * f32(w[i]) - xi * r * r * r / HIDDEN * dot;
+      dx[row + i] = to_act(f32(dx[row + i]) + g);
+    }
   }
-  dot = block_sum(dot, shared);
-  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
-    float dy = f32(dout[row + i]), xi = f32(x[row + i]);
-    float g = r * dy * f32(w[i]) - xi * r * r * r / HIDDEN * dot;
-    dx[row + i] = to_act(f32(dx[row + i]) + g);
+#pragma unroll
+  for (int k = 0; k < RMS_COLS; k++) {
+    int i = threadIdx.x + k * ROW_THREADS;
+    if (i < HIDDEN) atomicAdd(&dw[i], dwacc[k]);
   }
 }
 

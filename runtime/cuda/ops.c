@@ -205,7 +205,7 @@ void rt_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int
 void rt_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w, const real *rstd, int N,
                          int C) {
   need(dx && dw, "rt_rmsnorm_backward", "dx and dw are required on the cuda backend");
-  cu_launch(K_RMSNORM_BACKWARD, (unsigned)N, 128, (void *[]){&dx, &dw, &dout, &x, &w, &rstd});
+  cu_launch(K_RMSNORM_BACKWARD, cu_blocks(N, CU_RMS_BWD_ROWS), 128, (void *[]){&dx, &dw, &dout, &x, &w, &rstd});
 }
 
 /* Row-major out (N, OC) = x (N, IC) · wᵀ is column-major outᵀ = w · xᵀ, w read transposed. */

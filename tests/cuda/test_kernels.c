@@ -200,6 +200,21 @@ int main(int argc, char **argv) {
   printf("  rmsnorm_forward: out %.2e, rstd %.2e relative\n", e1, e2);
   CHECK(e1 < 0x1p-7 && e2 < 1e-4);
 
+  /* RMSNorm backward: dx added to (bf16), dw added to (fp32), 16 rows per block */
+  static float nbo[N * C], nbx[N * C], nbxr[N * C], nbw[C], nbwr[C];
+  fill(nbo, N * C, 21, 1);
+  memset(nbxr, 0, sizeof nbxr), memset(nbwr, 0, sizeof nbwr);
+  rt_rmsnorm_backward(nbxr, nbwr, nbo, x, w, rstd_ref, N, C);
+  void *dnbo = to_dev_bf16(nbo, N * C), *dnbx = to_dev_bf16(nbx, N * C) /* zeros */, *dnbw, *drr = to_dev(rstd_ref, sizeof rstd_ref);
+  CU(cudaMalloc(&dnbw, sizeof nbw));
+  CU(cudaMemset(dnbw, 0, sizeof nbw));
+  launch("rmsnorm_backward", (N + 15) / 16, 128, (void *[]){&dnbx, &dnbw, &dnbo, &dx, &dw, &drr});
+  from_dev_bf16(nbx, dnbx, N * C);
+  CU(cudaMemcpy(nbw, dnbw, sizeof nbw, cudaMemcpyDeviceToHost));
+  e1 = rel_err(nbx, nbxr, N * C, 1e-1), e2 = rel_err(nbw, nbwr, C, 1e-1);
+  printf("  rmsnorm_backward: dx %.2e, dw %.2e\n", e1, e2);
+  CHECK(e1 < 0x1p-6 && e2 < 1e-3);
+
   /* RoPE on queries (B, T, NH, HD) */
   static float q[N * NH * HD], qr[N * NH * HD];
   fill(q, N * NH * HD, 3, 2);
