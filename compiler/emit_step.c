@@ -481,7 +481,8 @@ static void header(Em *e, const char *spec_base) {
     (long long)e->top, (long long)e->top, (long long)e->bufs[0].offset, (long long)e->bufs[1].offset);
   for (int i = 0; i < e->nbufs; i++)
     if (strcmp(e->bufs[i].name, "MUON_WORK") == 0)
-      P(e, "#define MUON_WORK %lld /* Muon's scratch */\n", (long long)e->bufs[i].offset);
+      P(e, "#define MUON_WORK %lld /* Muon's scratch */\n#define MUON_WORK_ELEMS %lld\n", (long long)e->bufs[i].offset,
+        (long long)e->bufs[i].elems);
   P(e, "#define HOST_ELEMS %lld /* the host arena (activation offload): boundaries waiting for the backward */\n",
     (long long)e->host_elems);
   P(e, "#define OFFLOAD_IDS %lld /* boundaries that go to the host and back */\n",

@@ -29,11 +29,12 @@ if ! nvidia-smi >/dev/null 2>&1; then
     "$mtc" build "$work/one" --backend cuda >"$work/one.log" 2>&1 || { tail -20 "$work/one.log"; echo "FAIL: cuda build of tiny-moe on 1 GPU"; fail=1; }
   "$work/one/build/train" --data "$src/README.md" --steps 1 >"$work/one.out" 2>&1; rc=$?
   { [ $rc -eq 2 ] && grep -q "no usable GPU" "$work/one.out"; } || { cat "$work/one.out"; echo "FAIL: train without a GPU: exit $rc"; fail=1; }
-  "$mtc" compile "$src/specs/tiny-moe.yaml" -o "$work/muon" --set cluster.nodes=1 --set cluster.gpus_per_node=1 \
-    --set training.optimizer=muon >/dev/null && "$mtc" build "$work/muon" --backend cuda >/dev/null 2>&1 || { echo "FAIL: cuda build with muon"; fail=1; }
-  "$work/muon/build/train" --data "$src/README.md" --steps 1 >"$work/muon.out" 2>&1; rc=$?
-  { [ $rc -eq 2 ] && grep -q "does not run training.optimizer: muon" "$work/muon.out"; } || { cat "$work/muon.out"; echo "FAIL: muon on cuda: exit $rc"; fail=1; }
-  [ $fail -eq 0 ] && echo "ok: without a GPU the cuda program stops at start with the reason; Muon is refused by name"
+  "$mtc" compile "$src/specs/tiny-moe.yaml" -o "$work/af" --set cluster.nodes=1 --set cluster.gpus_per_node=1 \
+    --set model.moe.router_bias=true --set model.moe.load_balance=aux_free >/dev/null &&
+    "$mtc" build "$work/af" --backend cuda >/dev/null 2>&1 || { echo "FAIL: cuda build with aux_free"; fail=1; }
+  "$work/af/build/train" --data "$src/README.md" --steps 1 >"$work/af.out" 2>&1; rc=$?
+  { [ $rc -eq 2 ] && grep -q "does not run auxiliary-loss-free balancing" "$work/af.out"; } || { cat "$work/af.out"; echo "FAIL: aux_free on cuda: exit $rc"; fail=1; }
+  [ $fail -eq 0 ] && echo "ok: without a GPU the cuda program stops at start with the reason; aux_free is refused by name"
 fi
 [ $fail -eq 0 ] && [ $n -ge 3 ] && echo "ok: the kernels of $n example specs compile for sm_90a"
 exit $fail

@@ -70,10 +70,18 @@ print(f"losses {a[0]:.4f}->{a[-1]:.4f} vs {b[0]:.4f}->{b[-1]:.4f}; worst relativ
 sys.exit(0 if worst <= tol else 1)
 EOF
 }
+muon=$build/tiny1-muon
+"$mtc" compile specs/tiny-moe.yaml -o "$muon" --set cluster.nodes=1 --set cluster.gpus_per_node=1 \
+  --set training.optimizer=muon >/dev/null && "$mtc" build "$muon" >/dev/null 2>&1 && cp -r "$muon" "$muon-cuda" &&
+  rm -rf "$muon-cuda/build" && "$mtc" build "$muon-cuda" --backend cuda >/dev/null 2>&1 || echo "muon builds failed"
+run_tiny cpu-muon "$muon" OMP_NUM_THREADS=8
+run_tiny cuda-muon "$muon-cuda" MTC_GEMM=fp32
 ra=$(compare cpu cuda-fp32 1e-3 2>&1); a1=$?
 rb=$(compare cpu cuda-bf16 2e-2 2>&1); a2=$?
 say "(a) tiny-moe cuda vs cpu, fp32 GEMMs: $([ $a1 = 0 ] && echo PASS || echo FAIL) $ra"
 say "(a) tiny-moe cuda vs cpu, bf16 GEMMs: $([ $a2 = 0 ] && echo PASS || echo FAIL) $rb"
+rm_=$(compare cpu-muon cuda-muon 1e-3 2>&1); a3=$?
+say "(a) tiny-moe with Muon (on the host) cuda vs cpu, fp32 GEMMs: $([ $a3 = 0 ] && echo PASS || echo FAIL) $rm_"
 
 # ---- (b) memory of the tiny run and of the benchmark run below
 mem_line() { grep -h "^memory:" "$out/$1.log" | head -1; }

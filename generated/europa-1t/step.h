@@ -46,6 +46,7 @@
 #define INPUTS 0
 #define TARGETS 65536
 #define MUON_WORK 24145997120 /* Muon's scratch */
+#define MUON_WORK_ELEMS 226492416
 #define HOST_ELEMS 28991029248 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 72 /* boundaries that go to the host and back */
 #define N_GROUPS 150

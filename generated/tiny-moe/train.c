@@ -49,7 +49,11 @@ static void to_host(RtCtx *c, int64_t off, int64_t n) {
 #define ADAMW_SHARD rt_cu_adamw_shard
 #define SUM_SQUARES rt_cu_sum_squares
 #define GRAD_ALL_REDUCE rt_cu_all_reduce
+/* Muon runs on the host (Grace, on GH200), as the cpu backend runs it: the host mirror then
+ * holds the master weights and moments, gradients come down and master weights go up each step */
+#define OPT_ON_HOST (strcmp(OPTIMIZER, "muon") == 0)
 #else
+#define OPT_ON_HOST 0
 #define HOST(c) ((c)->arena)
 static void to_device(RtCtx *c, int64_t off, int64_t n) { (void)c, (void)off, (void)n; }
 static void to_host(RtCtx *c, int64_t off, int64_t n) { (void)c, (void)off, (void)n; }
@@ -294,8 +298,7 @@ static int check_kernels(int argc, char **argv) {
 /* The GPU of this rank (local rank modulo the visible GPUs), the plan's kernels, NCCL. Features
  * the cuda runtime does not have yet are refused here, by name. Returns 0 or 2. */
 static int cuda_start(RtCtx *c, const Args *a) {
-  const char *missing = strcmp(OPTIMIZER, "muon") == 0 ? "training.optimizer: muon (Muon runs on the cpu backend)"
-                        : AUX_FREE ? "auxiliary-loss-free balancing (model.moe.aux_free)"
+  const char *missing = AUX_FREE ? "auxiliary-loss-free balancing (model.moe.aux_free)"
                         : a->grad_check ? "--grad-check (the double build of the cpu backend)" : NULL;
   if (missing) {
     if (c->comm.rank == 0)
@@ -409,6 +412,14 @@ int main(int argc, char **argv) {
                   shard_lo(&c, g) + step_groups[g].shard, c.comm.ep_rank, a.seed);
   to_device(&c, 0, state_elems());
   int *muon_counts = calloc(2 * PLAN_FSDP, sizeof(int)); /* Muon's gather/scatter counts, displacements */
+#ifdef MUON_WORK /* Muon's scratch: in the arena, or on the host beside the optimizer state */
+  real *muon_work = OPT_ON_HOST ? malloc((size_t)MUON_WORK_ELEMS * sizeof(real)) : c.arena + MUON_WORK;
+  if (!muon_work || !muon_counts) {
+    fprintf(stderr, "error: rank %d: no host memory for Muon's scratch\n", c.comm.rank);
+    status = 2;
+    goto done;
+  }
+#endif
   if (a.grad_check) {
     status = grad_check(&c, &data, a.seed + 1);
     goto done;
@@ -497,19 +508,22 @@ int main(int argc, char **argv) {
     int skip = !isfinite(mean) || !isfinite(norm); /* the same decision on every rank */
     adam.lr = lr, adam.step = (int)step + 1;
     float scale = rt_clip_scale(norm, (float)GRAD_CLIP);
+    real *opt = OPT_ON_HOST ? HOST(&c) : c.arena; /* where the optimizer state is updated */
     for (int g = 0; g < N_GROUPS && !skip; g++) {
       const RtGroup *G = &step_groups[g];
-      ADAMW_SHARD(c.arena + G->master, (float *)(c.arena + G->adam_m), (float *)(c.arena + G->adam_v),
-                     c.arena + G->grad, step_tensors, N_TENSORS, g, shard_lo(&c, g), shard_lo(&c, g) + G->shard, scale,
-                     &adam);
+      if (OPT_ON_HOST) to_host(&c, G->grad, G->shard);
+      (OPT_ON_HOST ? rt_adamw_shard : ADAMW_SHARD)(opt + G->master, (float *)(opt + G->adam_m), (float *)(opt + G->adam_v),
+                                                   opt + G->grad, step_tensors, N_TENSORS, g, shard_lo(&c, g),
+                                                   shard_lo(&c, g) + G->shard, scale, &adam);
 #ifdef MUON_WORK
       /* Muon: each matrix gathered to its owner, orthogonalized there, the update scattered */
       RtMuon muon = {lr, (float)WEIGHT_DECAY, 0.95f};
       int fsdp_group = G->comm == RT_GROUP_FSDP;
       rt_muon_group(fsdp_group ? c.comm.fsdp_comm : c.comm.shard_comm, fsdp_group ? PLAN_FSDP : PLAN_FSDP / PLAN_EP,
-                    c.arena + G->master, (float *)(c.arena + G->adam_m), c.arena + G->grad, step_tensors, N_TENSORS, g,
-                    G->shard, scale, &muon, c.arena + MUON_WORK, muon_counts, muon_counts + PLAN_FSDP);
+                    opt + G->master, (float *)(opt + G->adam_m), opt + G->grad, step_tensors, N_TENSORS, g, G->shard,
+                    scale, &muon, muon_work, muon_counts, muon_counts + PLAN_FSDP);
 #endif
+      if (OPT_ON_HOST) to_device(&c, G->master, G->shard);
     }
     step_end(&c, !skip);
     skips = skip ? skips + 1 : 0, skipped += skip;
@@ -525,7 +539,7 @@ int main(int argc, char **argv) {
     long done_steps = step + 1 - skips; /* the state holds the updates of this many steps */
     int stop = skip && skips >= a.max_skips;
     int save = a.ckpt_dir && (stop || (!skip && (step + 1 == a.steps || (a.ckpt_every && (step + 1) % a.ckpt_every == 0))));
-    if (save) to_host(&c, 0, state_elems());
+    if (save && !OPT_ON_HOST) to_host(&c, 0, state_elems()); /* (with the optimizer on the host, it is current) */
     if (save && rt_ckpt_save(a.ckpt_dir, done_steps, a.seed, &c.comm, HOST(&c), step_groups, N_GROUPS, step_tensors,
                              N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, OPTIMIZER, a.kill_at_save == done_steps, err,
                              sizeof err) != 0) {
@@ -561,6 +575,9 @@ done:
   rt_data_close(&data);
   if (PLAN_EP > 1) rt_a2a_free(&c.a2a);
   free(muon_counts);
+#ifdef MUON_WORK
+  if (OPT_ON_HOST) free(muon_work);
+#endif
 #ifdef MTC_BACKEND_CUDA
   rt_cuda_free(c.arena);
   rt_cuda_free_host(c.host);
