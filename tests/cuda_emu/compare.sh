@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# compare.sh [CASE...] — the cuda backend on the CPU emulation against the cpu backend: the same
+# generated program (tiny-moe) built both ways, STEPS (3) steps with the same --seed and --data,
+# loss and gradient norm per step side by side, the worst relative difference and a verdict
+# against the case's tolerance. Cases (default: all):
+#   fp32-simple  1 rank, MTC_GEMM=fp32, MTC_ATTENTION=simple: fp32 everywhere     (tol 1e-4)
+#   fp32-flash   1 rank, MTC_GEMM=fp32, flash attention (bf16 Q, K, V, P, dS)    (tol 1e-3)
+#   fp32-exact   as fp32-flash with the emulation's bf16 keeping whole floats (EMU_BF16_EXACT):
+#                what remains is not bf16 rounding                               (tol 1e-5)
+#   bf16         1 rank, the default: bf16 GEMM math (EMU_GEMM_ROUND), flash    (tol 2e-2)
+#   2rank        2 ranks (FSDP 2, NCCL over MPI, bf16 reduce-scatter), fp32, flash (tol 1e-3)
+#   offload      1 rank, full checkpointing + activation offload, EMU_STREAMS=lazy, fp32, flash (tol 1e-3)
+#   lazy2        2 ranks as 2rank, EMU_STREAMS=lazy (prefetching all-gathers deferred)  (tol 1e-3)
+# A case may also be given as NAME:NP:TOL:ARG,ARG,... where an ARG is a spec key=value (--set)
+# or an environment VAR=value or a cmake -DVAR=value, e.g. ep2:2:1e-3:plan.ep=2,MTC_GEMM=fp32
+# Environment: SPEC (another spec than specs/tiny-moe.yaml), STEPS, DATA (default /usr/share/games/fortunes/cookie), WORK (default
+# /tmp/cuda-emu-compare). Exit status 1 when a case is past its tolerance or fails to run.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+steps=${STEPS:-3} seed=7
+data=${DATA:-/usr/share/games/fortunes/cookie}
+[ -f "$data" ] || data=$root/README.md
+work=${WORK:-/tmp/cuda-emu-compare}
+mkdir -p "$work"
+mtc=$root/build/mtc
+[ -x "$mtc" ] || cmake --build "$root/build" --target mtc >/dev/null || { echo "compare.sh: no $mtc" >&2; exit 2; }
+
+# program NAME MTC_SETS...: compile tiny-moe into $work/NAME and build both variants ($cmake_args)
+program() {
+  local name=$1; shift
+  local dir=$work/$name
+  rm -rf "$dir"
+  "$mtc" compile "${SPEC:-$root/specs/tiny-moe.yaml}" -o "$dir" "$@" >"$work/$name.compile.log" 2>&1 &&
+    cmake -S "$here" -B "$dir/build-emu" -DEMU_PROGRAM="$dir" "${cmake_args[@]}" >"$work/$name.build.log" 2>&1 &&
+    cmake --build "$dir/build-emu" -j"$(nproc)" >>"$work/$name.build.log" 2>&1 ||
+    { echo "compare.sh: building $name failed (see $work/$name.*.log)" >&2; return 1; }
+}
+
+# run NAME NP BINARY OUT [VAR=VALUE...]: STEPS steps, metrics into OUT
+run() {
+  local name=$1 np=$2 bin=$3 out=$4; shift 4
+  local dir=$work/$name
+  rm -f "$out"
+  local threads=$(( $(nproc) / np > 0 ? $(nproc) / np : 1 ))
+  local cmd=(env OPENBLAS_NUM_THREADS=$threads MTC_KERNEL_CACHE="$work/kernel-cache" EMU_ARENA_MAP="$dir/step.c" "$@")
+  if [ "$np" = 1 ]; then
+    "${cmd[@]}" "$dir/build-emu/$bin" --data "$data" --steps "$steps" --seed $seed --metrics "$out" >"$out.log" 2>&1
+  else
+    local xs=()
+    for kv in "$@" OPENBLAS_NUM_THREADS=$threads MTC_KERNEL_CACHE="$work/kernel-cache" EMU_ARENA_MAP="$dir/step.c"; do xs+=(-x "$kv"); done
+    mpirun --allow-run-as-root --oversubscribe -np "$np" "${xs[@]}" "$dir/build-emu/$bin" --data "$data" \
+      --steps "$steps" --seed $seed --metrics "$out" >"$out.log" 2>&1
+  fi
+}
+
+# field FILE KEY: the KEY of every metrics line, one per line
+field() { sed -n "s/.*\"$2\":\([-0-9.eE+naif]*\).*/\1/p" "$1"; }
+
+# check NAME TOL: both series and the worst relative difference
+status=0
+check() {
+  local name=$1 tol=$2 c=$work/$name/cpu.jsonl e=$work/$name/emu.jsonl
+  if [ ! -s "$c" ] || [ ! -s "$e" ] || [ "$(wc -l <"$e")" -ne "$steps" ]; then
+    echo "$name: FAILED to run (logs: $c.log, $e.log)"; tail -5 "$e.log" | sed 's/^/    /'; status=1; return
+  fi
+  paste <(field "$c" loss) <(field "$e" loss) <(field "$c" grad_norm) <(field "$e" grad_norm) |
+    awk -v name="$name" -v tol="$tol" '
+      function rel(a, b) { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; return m > 0 ? d / m : d }
+      BEGIN { printf "%s\n  step  loss cpu        loss cuda-emu   grad norm cpu  grad norm cuda-emu\n", name }
+      { printf "  %4d  %-14.8g  %-14.8g  %-13.7g  %-13.7g\n", NR, $1, $2, $3, $4
+        if ($2 != $2 + 0 || $4 != $4 + 0) bad = 1
+        l = rel($2, $1); g = rel($4, $3); if (l > wl) wl = l; if (g > wg) wg = g }
+      END { v = (bad || wl > tol || wg > tol) ? "FAIL" : "ok"
+            printf "  worst relative difference: loss %.2e, grad norm %.2e (tolerance %g): %s\n", wl, wg, tol, v
+            exit v == "FAIL" }' || status=1
+  grep -h "cuda-emu.*\(ERROR\|WARNING\|error(s)\)" "$e.log" | sort -u | sed 's/^/  /'
+}
+
+case_run() {
+  local name=$1 np=$2 tol=$3; shift 3
+  local -a sets=() envs=()
+  cmake_args=()
+  for a in "$@"; do
+    case $a in
+    -D*) cmake_args+=("$a") ;;
+    *=*) if [[ $a == [A-Z]* ]]; then envs+=("$a"); else sets+=(--set "$a"); fi ;;
+    esac
+  done
+  [ "$np" = 1 ] && sets+=(--set cluster.nodes=1 --set cluster.gpus_per_node=1)
+  program "$name" "${sets[@]}" || { status=1; return; }
+  run "$name" "$np" train_cpu "$work/$name/cpu.jsonl"
+  run "$name" "$np" train "$work/$name/emu.jsonl" "${envs[@]}"
+  check "$name" "$tol"
+}
+
+cases=${*:-fp32-simple fp32-flash fp32-exact bf16 2rank offload lazy2}
+for c in $cases; do
+  case $c in
+  fp32-simple) case_run "$c" 1 1e-4 MTC_GEMM=fp32 MTC_ATTENTION=simple ;;
+  fp32-flash) case_run "$c" 1 1e-3 MTC_GEMM=fp32 ;;
+  fp32-exact) case_run "$c" 1 1e-5 MTC_GEMM=fp32 -DEMU_BF16_EXACT=ON ;;
+  bf16) case_run "$c" 1 2e-2 MTC_GEMM=bf16 ;;
+  2rank) case_run "$c" 2 1e-3 MTC_GEMM=fp32 ;;
+  offload) case_run "$c" 1 1e-3 plan.activation_checkpoint=full plan.offload_activations=host MTC_GEMM=fp32 EMU_STREAMS=lazy ;;
+  lazy2) case_run "$c" 2 1e-3 MTC_GEMM=fp32 EMU_STREAMS=lazy ;;
+  *:*:*:*)
+    IFS=: read -r n np tol args <<<"$c"
+    IFS=, read -r -a list <<<"$args"
+    case_run "$n" "$np" "$tol" "${list[@]}" ;;
+  *) echo "compare.sh: unknown case $c" >&2; status=2 ;;
+  esac
+done
+exit $status

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# selftest.sh — the emulator's detectors, each shown on a deliberately broken copy of tiny-moe's
+# generated program (1 rank, 1 step, MTC_GEMM=fp32): every mutation must be caught, the intact
+# program must pass clean. WORK (default /tmp/cuda-emu-selftest) holds the copies.
+#   stale-offload   step.c without rt_offload_wait: the D2H copy reads a reused slot (EMU_STREAMS=lazy
+#                   shows it as another gradient norm; sync mode cannot)
+#   gemm-overflow   k_proj written with 128 columns into a 64-column buffer (EMU_ARENA_MAP)
+#   host-deref      host code reading the arena (EMU_PROTECT=1)
+#   host-pointer    a kernel given a pageable host pointer (always checked)
+#   kernel-race     block_sum without its first __syncthreads (wrong sums, any schedule)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+work=${WORK:-/tmp/cuda-emu-selftest}
+data=${DATA:-/usr/share/games/fortunes/cookie}
+[ -f "$data" ] || data=$root/README.md
+mtc=$root/build/mtc
+export MTC_GEMM=fp32 MTC_KERNEL_CACHE=$work/kernel-cache
+mkdir -p "$work"
+fail=0
+
+# prog NAME [MTC_SETS...]: a fresh tiny-moe program in $work/NAME
+prog() {
+  local name=$1; shift
+  rm -rf "$work/$name"
+  "$mtc" compile "$root/specs/tiny-moe.yaml" -o "$work/$name" --set cluster.nodes=1 --set cluster.gpus_per_node=1 "$@" \
+    >/dev/null 2>&1 || { echo "selftest: mtc compile failed" >&2; exit 2; }
+}
+# run NAME [VAR=VALUE...]: one step on the emulation; output in $work/NAME.out
+run() {
+  local name=$1; shift
+  env "$@" "$here/run.sh" "$work/$name" --data "$data" --steps 1 --seed 7 --metrics /dev/null >"$work/$name.out" 2>&1
+}
+norm() { sed -n 's/.*grad norm \([0-9.na]*\).*/\1/p' "$work/$1.out"; }
+expect() { # expect NAME WHAT GREP-PATTERN
+  if grep -q "$3" "$work/$1.out"; then echo "ok    $1: $2"; else echo "FAIL  $1: $2 not seen ($work/$1.out)"; fail=1; fi
+}
+
+prog intact
+run intact EMU_STREAMS=lazy EMU_PROTECT=1
+ref=$(norm intact)
+if grep -q "cuda-emu.*\(ERROR\|WARNING\)" "$work/intact.out" || [ -z "$ref" ]; then
+  echo "FAIL  intact: $(grep -m1 "cuda-emu\|rror" "$work/intact.out")"; fail=1
+else
+  echo "ok    intact: clean, grad norm $ref"
+fi
+
+prog stale-offload --set plan.activation_checkpoint=full --set plan.offload_activations=host
+sed -i 's|^  rt_offload_wait(c, 0); /\* X0 is on the host|  /* mutation */ (void)0; /* X0 is on the host|' "$work/stale-offload/step.c"
+run stale-offload EMU_STREAMS=lazy
+got=$(norm stale-offload)
+if [ -n "$got" ] && [ "$got" != "$ref" ]; then echo "ok    stale-offload: grad norm $got, not $ref (lazy streams)"
+else echo "FAIL  stale-offload: grad norm '$got' (expected a difference from $ref)"; fail=1; fi
+
+prog gemm-overflow
+sed -i 's|rt_matmul_forward(R(L0_K), R(L0_LN1), W(16512), NULL, 512, 128, 64)|rt_matmul_forward(R(L0_K), R(L0_LN1), W(16512), NULL, 512, 128, 128)|' \
+  "$work/gemm-overflow/step.c"
+run gemm-overflow
+expect gemm-overflow "a GEMM writing past its arena buffer" "run from L0_K .* into L0_V"
+
+prog host-deref
+sed -i 's|^real step_forward(RtCtx \*c) {|real step_forward(RtCtx *c) {\n  { volatile real peek = c->arena[INPUTS + 1]; (void)peek; } /* mutation */|' "$work/host-deref/step.c"
+run host-deref EMU_PROTECT=1
+expect host-deref "a host read of device memory" "host code dereferenced device memory"
+
+prog host-pointer
+sed -i 's|^  rt_accumulate(R(WS_Y), R(WS_Y2), 65536);|  { static real host_buf[65536]; rt_accumulate(R(WS_Y), host_buf, 65536); } /* mutation */|' \
+  "$work/host-pointer/step.c"
+run host-pointer
+expect host-pointer "a pageable host pointer given to a kernel" "kernel accumulate, parameter 1: .* pageable host memory"
+
+prog kernel-race
+perl -0pi -e 's/(if \(lane == 0\) shared\[warp\] = v;\n)  __syncthreads\(\);\n/$1/' "$work/kernel-race/kernels.cu"
+run kernel-race
+got=$(norm kernel-race)
+if [ "$got" != "$ref" ]; then echo "ok    kernel-race: grad norm '$got', not $ref"
+else echo "FAIL  kernel-race: no difference"; fail=1; fi
+
+exit $fail
