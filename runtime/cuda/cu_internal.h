@@ -22,8 +22,8 @@ enum {
   K_FLASH_BACKWARD_PREP, K_FLASH_BACKWARD_DQ, K_FLASH_BACKWARD_DKV, K_COUNT
 };
 
-enum { CU_GROUPED_SLOTS = 8 };
-enum { CU_RMS_BWD_ROWS = 16 }; /* rows per block of rmsnorm_backward: kernels.cu's RMS_BWD_ROWS */ /* pointer-array slots: one per grouped GEMM of one experts call */
+enum { CU_GROUPED_SLOTS = 8 };   /* pointer-array slots: one per grouped GEMM of one experts call */
+enum { CU_RMS_BWD_ROWS = 16 };   /* rows per block of rmsnorm_backward: kernels.cu's RMS_BWD_ROWS */
 
 typedef struct {
   int ready, device, sync_each; /* sync_each: $MTC_CUDA_SYNC=1 */

@@ -282,7 +282,8 @@ int main(int argc, char **argv) {
   launch("moe_combine", N, 64, (void *[]){&dy, &dxp, &dwt, &dpos}); /* experts = identity */
   from_dev_bf16(out, dy, N * C);
   for (int t = 0; t < N; t++)
-    for (int c = 0; c < C; c++) ref[t * C + c] = hr[t * C + c] + (wts[t * K] + wts[t * K + 1]) * x[t * C + c];
+    for (int c = 0; c < C; c++) /* y started from hr rounded to bf16 */
+      ref[t * C + c] = rt_float_from_bf16(rt_bf16_from_float(hr[t * C + c])) + (wts[t * K] + wts[t * K + 1]) * x[t * C + c];
   e1 = rel_err(out, ref, N * C, 1e-1);
   printf("  moe permute/gather/combine: %.2e\n", e1);
   CHECK(e1 < 0x1p-6);
