@@ -1,4 +1,5 @@
-/* arena.c — one bump allocator per compile; every allocation freed at once by mem_free. */
+/* arena.c — one bump allocator per compile; every allocation freed at once by mem_free. And
+ * MemMap, a hash map whose slots live in the arena. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,4 +90,43 @@ void mem_free(Mem *m) {
     free(c);
   }
   m->head = NULL;
+}
+
+/* ---- MemMap: open addressing with linear probing, grown at half full */
+
+struct MemMapSlot {
+  const void *owner;
+  const char *key; /* NULL: empty */
+  void *val;
+};
+
+static size_t map_hash(const void *owner, const char *key) {
+  uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)(uintptr_t)owner; /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)key; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
+  return (size_t)(h ^ (h >> 29));
+}
+
+static struct MemMapSlot *map_find(const MemMap *h, const void *owner, const char *key) {
+  size_t i = map_hash(owner, key) & (h->cap - 1);
+  while (h->slots[i].key && (h->slots[i].owner != owner || strcmp(h->slots[i].key, key) != 0))
+    i = (i + 1) & (h->cap - 1);
+  return &h->slots[i];
+}
+
+void *mem_map_get(const MemMap *h, const void *owner, const char *key) {
+  return h->cap ? map_find(h, owner, key)->val : NULL;
+}
+
+void mem_map_put(Mem *m, MemMap *h, const void *owner, const char *key, void *val) {
+  if (2 * (h->n + 1) > h->cap) { /* the old slots stay in the arena until mem_free */
+    MemMap old = *h;
+    h->cap = old.cap ? 2 * old.cap : 64;
+    h->slots = mem_array(m, h->cap, sizeof *h->slots);
+    h->n = 0;
+    for (size_t i = 0; i < old.cap; i++)
+      if (old.slots[i].key) *map_find(h, old.slots[i].owner, old.slots[i].key) = old.slots[i], h->n++;
+  }
+  struct MemMapSlot *s = map_find(h, owner, key);
+  if (!s->key) h->n++;
+  *s = (struct MemMapSlot){owner, key, val};
 }

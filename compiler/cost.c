@@ -65,7 +65,7 @@ void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   }
   if (ly->kind == LAYER_MOE && ch->ep > 1) {
     /* dispatch and combine: the token copies that leave the rank, on NVLink */
-    double b = T * (double)s->model.moe.top_k * (double)s->model.hidden * 2 * s->plan.moe_imbalance;
+    double b = T * (double)s->model.moe.top_k * (double)s->model.hidden * 2 * plan_moe_imbalance(s, ch->ep);
     double one = ring(b, ch->ep, group_bw(s, ch->ep, 1));
     t->a2a_fwd = 2 * one;
     t->a2a_bwd = 2 * one + (ch->ac == AC_NONE ? 0 : 2 * one); /* recompute re-dispatches */

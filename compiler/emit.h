@@ -25,6 +25,7 @@ typedef struct {
   const char *name, *cname; /* "layer 2 dense", "L2_DENSE" */
   int comm;                 /* 0 FSDP group, 1 expert-shard group */
   int64_t elems, full, shard;
+  int first, last;          /* its tensors are among tensors[first..last] (none: first > last) */
 } EmGroup;
 
 /* A parameter tensor in its group (one expert's size for routed tensors). */
@@ -59,6 +60,7 @@ typedef struct {
   int64_t host_elems;
   EmBuf *bufs;
   int nbufs, capbufs;
+  MemMap bufnames; /* name -> name: each buffer registered once */
   int64_t top; /* arena elements */
   int64_t muon_work; /* MUON_WORK elements: 4·rows·cols + 2·min(rows, cols)² of the largest */
   EmGroup *groups;

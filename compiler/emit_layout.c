@@ -1,6 +1,7 @@
 /* emit_layout.c — the generated program's memory: its parameter groups and tensors (from the
  * model graph) and one arena holding every buffer at a fixed offset (from the plan's layout
  * and checkpoint policy). emit_step.c writes the code that uses them. */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,9 +13,8 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 /* Adds buffer name of n elements (n > 0) to the arena. */
 static void buf(Em *e, const char *name, int64_t n, const char *what) {
-  if (n <= 0) return;
-  for (int i = 0; i < e->nbufs; i++)
-    if (strcmp(e->bufs[i].name, name) == 0) return; /* workspace: first registration sizes it */
+  if (n <= 0 || mem_map_get(&e->bufnames, NULL, name)) return; /* workspace: first registration sizes it */
+  mem_map_put(e->m, &e->bufnames, NULL, name, (void *)name);
   if (e->nbufs == e->capbufs) {
     int cap = e->capbufs ? 2 * e->capbufs : 256;
     EmBuf *nb = mem_array(e->m, (size_t)cap, sizeof(EmBuf));
@@ -60,14 +60,23 @@ static int add_group(Em *e, const char *name, const char *cname, int comm) {
   EmGroup *g = &e->groups[e->ngroups];
   memset(g, 0, sizeof *g);
   g->name = name, g->cname = cname, g->comm = comm;
+  g->first = INT_MAX, g->last = -1;
   return e->ngroups++;
 }
 
-static void add_tensor(Em *e, int g, int l, const Param *p) {
+/* The scope of layer l's matrices in a MemMap of owners (l >= -1). */
+static const void *layer_tag(int l) { return (const void *)(uintptr_t)(l + 2); }
+
+/* Adds parameter p of layer l to group g; owners[0] maps (layer_tag, matrix) to the ExpertRun
+ * of EP rank 0 of a routed matrix, owners[1] to the DenseOwner of any other: Muon's owners. */
+static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap owners[2]) {
   bool routed = p->kind == PK_ROUTED;
   EmTensor *t = &e->tensors[e->ntensors++];
   memset(t, 0, sizeof *t);
   t->key = p->name, t->layer = l, t->group = g;
+  EmGroup *G = &e->groups[g];
+  if (G->first > e->ntensors - 1) G->first = e->ntensors - 1;
+  G->last = e->ntensors - 1;
   t->name = hf_name(e, l, p->name, routed);
   t->experts = routed ? (int)e->El : 0;
   t->rows = routed ? p->shape[1] : p->shape[0];
@@ -86,12 +95,13 @@ static void add_tensor(Em *e, int g, int l, const Param *p) {
    * owned as the plan's placement says */
   t->muon = e->s->training.optimizer == OPT_MUON && p->matmul && p->kind != PK_EMBEDDING &&
             p->kind != PK_ROUTER && p->kind != PK_HEAD;
-  const Placement *pl = e->p->placement;
-  for (int i = 0; t->muon && pl && routed && i < pl->nruns; i++)
-    if (pl->runs[i].layer == l && pl->runs[i].ep_rank == 0 && strcmp(pl->runs[i].matrix, p->name) == 0)
-      t->owner = (int)pl->runs[i].start; /* the same on every EP rank */
-  for (int i = 0; t->muon && pl && !routed && i < pl->ndense; i++)
-    if (pl->dense[i].layer == l && strcmp(pl->dense[i].matrix, p->name) == 0) t->owner = (int)pl->dense[i].owner;
+  if (t->muon && routed) {
+    const ExpertRun *r = mem_map_get(&owners[0], layer_tag(l), p->name);
+    if (r) t->owner = (int)r->start; /* the same on every EP rank */
+  } else if (t->muon) {
+    const DenseOwner *o = mem_map_get(&owners[1], layer_tag(l), p->name);
+    if (o) t->owner = (int)o->owner;
+  }
   if (t->muon) {
     int64_t r = t->rows < t->cols ? t->rows : t->cols, n = t->rows * t->cols;
     if (4 * n + 2 * r * r > e->muon_work) e->muon_work = 4 * n + 2 * r * r;
@@ -117,13 +127,20 @@ void em_layout(Em *e) {
                               : -1;
   }
   e->g_head = add_group(e, "head", "HEAD", 0);
+  MemMap owners[2] = {{0}}; /* the last entry of a (layer, matrix) wins, as in the placement's lists */
+  const Placement *pl = e->p->placement;
+  for (int i = 0; pl && i < pl->nruns; i++)
+    if (pl->runs[i].ep_rank == 0)
+      mem_map_put(e->m, &owners[0], layer_tag(pl->runs[i].layer), pl->runs[i].matrix, &pl->runs[i]);
+  for (int i = 0; pl && i < pl->ndense; i++)
+    mem_map_put(e->m, &owners[1], layer_tag(pl->dense[i].layer), pl->dense[i].matrix, &pl->dense[i]);
   for (int i = 0; i < md->nops; i++) {
     const Op *o = &md->ops[i];
     for (int j = 0; j < o->nparams; j++) {
       const Param *p = &o->params[j];
       int g = o->layer < 0 ? (o->kind == OP_EMBED ? e->g_embed : e->g_head)
                            : (p->kind == PK_ROUTED ? e->layer_experts[o->layer] : e->layer_dense[o->layer]);
-      add_tensor(e, g, o->layer, p);
+      add_tensor(e, g, o->layer, p, owners);
     }
   }
   int64_t max_dense = 0, max_expert = 0, max_shard = 0;
@@ -148,17 +165,28 @@ void em_layout(Em *e) {
     buf(e, mem_printf(e->m, "%s_ADAM_M", n), G->shard, "AdamW first moment (fp32)");
     buf(e, mem_printf(e->m, "%s_ADAM_V", n), G->shard, "AdamW second moment (fp32)");
   }
+  /* units (embedding 0, layer l = l + 1, head L + 1) alternate between buffers 0 and 1 by parity:
+   * one computes while the other's gather (forward) or reduce-scatter (backward) is in flight */
   buf(e, "GATHERED_DENSE0", max_dense, "a dense group all-gathered (even units: embedding, odd layers)");
   buf(e, "GATHERED_DENSE1", max_dense, "the next one, prefetched (odd units: even layers; the head if L is even)");
-  buf(e, "GRAD_DENSE", max_dense, "its gradient before the reduce-scatter");
+  buf(e, "GRAD_DENSE0", max_dense, "an even unit's dense gradient, then its reduce-scatter's input");
+  buf(e, "GRAD_DENSE1", max_dense, "an odd unit's (in flight while the next unit's backward runs)");
   buf(e, "GATHERED_EXPERTS0", max_expert, "this EP rank's experts of one layer, all-gathered (odd layers)");
   buf(e, "GATHERED_EXPERTS1", max_expert, "the next layer's, prefetched (even layers)");
-  buf(e, "GRAD_EXPERTS", max_expert, "their gradient before the reduce-scatter");
+  buf(e, "GRAD_EXPERTS0", max_expert, "an odd layer's experts' gradient, then its reduce-scatter's input");
+  buf(e, "GRAD_EXPERTS1", max_expert, "an even layer's");
   buf(e, "MUON_WORK", e->muon_work, "Muon: a matrix's gathered gradient, its update and Newton-Schulz scratch");
-  buf(e, "RS_OUT", max_shard, "a reduce-scatter's result, before it is added to the shard's gradient");
-  if (e->s->training.grad_reduce_dtype == WIRE_BF16 && e->fsdp > 1)
-    buf(e, "RS_WIRE", max_dense > max_expert ? max_dense : max_expert,
-        "bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value)");
+  /* reduce-scatter slot 2 x (unit % 2) + (0 dense, 1 experts) */
+  bool bf16 = e->s->training.grad_reduce_dtype == WIRE_BF16;
+  for (int slot = 0; slot < 4; slot++) {
+    bool experts = slot % 2;
+    buf(e, mem_printf(e->m, "RS_OUT%d", slot), max_shard,
+        mem_printf(e->m, "reduce-scatter slot %d (%s units, %s): its result, until added to the shard's gradient", slot,
+                   slot < 2 ? "even" : "odd", experts ? "experts" : "dense"));
+    if (bf16 && (experts ? e->efsdp : e->fsdp) > 1) /* (the received pieces reuse the gradient buffer) */
+      buf(e, mem_printf(e->m, "RS_WIRE%d", slot), ((experts ? max_expert : max_dense) + 1) / 2,
+          "its bf16 send buffer (2 bytes per gathered value)");
+  }
   if (e->offload) /* X0..XL are aliases of these (step.c's map) */
     for (int i = 0; i < 3; i++)
       buf(e, mem_printf(e->m, "XSLOT%d", i), N * C, mem_printf(e->m, "boundaries l with l %% 3 = %d (residual stream)", i));
@@ -194,9 +222,9 @@ void em_layout(Em *e) {
     act(e, l, "XP", SAVE_EXPERT, N * K * C, "token copies in expert order");
     act(e, l, "YP", SAVE_EXPERT, N * K * C, "expert outputs in that order");
     if (e->ep > 1) {
-      act(e, l, "XE", SAVE_EXPERT, e->R * C, "rows this rank's experts received (dropless: up to ep x tokens x top_k)");
+      act(e, l, "XE", SAVE_EXPERT, e->R * C, "rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS)");
       act(e, l, "YE", SAVE_EXPERT, e->R * C, "their outputs, before going back");
-      act(e, l, "EOFF", SAVE_EXPERT, e->El + 1, "first received row of each local expert (int32)");
+      act(e, l, "EOFF", SAVE_EXPERT, e->El + 1, "first row of each local expert in the round (int32)");
     }
     act(e, l, "EG", SAVE_EXPERT, e->R * e->Fe, "routed experts' gate");
     act(e, l, "EU", SAVE_EXPERT, e->R * e->Fe, "routed experts' up");
@@ -232,8 +260,8 @@ void em_layout(Em *e) {
     if (e->ep > 1) {
       buf(e, "DYE", e->R * C, "gradient of the received rows' outputs");
       buf(e, "DXE", e->R * C, "gradient of the received rows");
-      buf(e, "A2A", e->R * C, "all-to-all staging (source-rank order)");
-      buf(e, "WS_EOFF", e->El + 1, "backward's received rows per local expert (int32)");
+      buf(e, "A2A", e->R * C, "all-to-all staging of one round (source-rank order)");
+      buf(e, "WS_EOFF", e->El + 1, "backward's first row of each local expert in the round (int32)");
     }
     buf(e, "EDG", e->R * e->Fe, "routed experts' gate gradient");
     buf(e, "EDU", e->R * e->Fe, "routed experts' up gradient");

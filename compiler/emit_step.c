@@ -19,9 +19,9 @@ static void P(Em *e, const char *fmt, ...) {
 }
 
 /* Offset of tensor key (model.c's name) in group g; the emitter asks only for tensors the
- * model graph has. */
+ * model graph has. Scans only the group's own range of tensors (one layer's). */
 static int64_t off(Em *e, int g, const char *key) {
-  for (int i = 0; i < e->ntensors; i++)
+  for (int i = e->groups[g].first; i <= e->groups[g].last; i++)
     if (e->tensors[i].group == g && strcmp(e->tensors[i].key, key) == 0) return e->tensors[i].offset;
   fprintf(stderr, "mtc: internal error: no tensor %s in group %d\n", key, g);
   abort();
@@ -107,21 +107,29 @@ static void moe_forward(Em *e, int l) {
       idx, N, E, K, e->s->model.moe.aux_loss_coef);
   P(e, "  rt_moe_permute(I(%s), I(%s), I(%s), %lld, %lld, %lld);\n", pos, offs, idx, N, E, K);
   P(e, "  rt_moe_gather(R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", xp, ln2, pos, N, K, C);
-  const char *xe = xp, *ye = yp, *eo = offs;
-  if (e->ep > 1) {
-    xe = A(e, l, "XE", EXP), ye = A(e, l, "YE", EXP), eo = A(e, l, "EOFF", EXP);
-    P(e, "  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(%s), I(%s), R(A2A), R(%s), I(%s), %lld); /* all-to-all over EP %lld */\n",
-      xe, eo, xp, offs, C, (long long)e->ep);
-  }
   long long wg = off(e, ge, "moe.experts.gate_proj.weight"), wu = off(e, ge, "moe.experts.up_proj.weight"),
             wd = off(e, ge, "moe.experts.down_proj.weight");
-  P(e, "  rt_experts_forward(R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld); "
-       "/* experts here, hidden, expert width */\n",
-    ye, A(e, l, "EG", EXP), A(e, l, "EU", EXP), A(e, l, "EH", EXP), xe, wg, wu, wd, eo, (long long)e->El, C,
-    (long long)e->Fe);
-  if (e->ep > 1)
-    P(e, "  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(%s), R(A2A), R(%s), %lld); /* back to the tokens' ranks */\n",
+  const char *eg = A(e, l, "EG", EXP), *eu = A(e, l, "EU", EXP), *eh = A(e, l, "EH", EXP);
+  if (e->ep == 1) {
+    P(e, "  rt_experts_forward(R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld); "
+         "/* experts, hidden, expert width */\n",
+      yp, eg, eu, eh, xp, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe);
+  } else {
+    const char *xe = A(e, l, "XE", EXP), *ye = A(e, l, "YE", EXP), *eo = A(e, l, "EOFF", EXP);
+    P(e, "  /* expert parallelism over %lld ranks: this rank's experts take the rows routed to them, in rounds\n"
+         "   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */\n",
+      (long long)e->ep);
+    P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s));\n", offs);
+    P(e, "  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */\n");
+    P(e, "  for (int r = 0; r < rounds; r++) {\n");
+    P(e, "    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld); /* all-to-all */\n", xe, eo,
+      xp, C);
+    P(e, "    rt_experts_forward(R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld);\n",
+      ye, eg, eu, eh, xe, wg, wu, wd, eo, (long long)e->El, C, (long long)e->Fe);
+    P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(%s), R(A2A), R(%s), %lld); /* back to the tokens' ranks */\n",
       yp, ye, C);
+    P(e, "  }\n");
+  }
   P(e, "  rt_zero(R(WS_Y), %lld);\n", N * C);
   P(e, "  rt_moe_combine(R(WS_Y), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", yp, wts, pos, N, K, C);
   if (e->Fs) {
@@ -200,22 +208,28 @@ static void moe_backward(Em *e, int l, const char *dy) {
   P(e, "  rt_zero(R(DWTS), %lld);\n", N * K);
   P(e, "  rt_moe_combine_backward(R(DYP), R(DWTS), R(%s), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", dy, yp, wts,
     pos, N, K, C);
-  const char *xe = xp, *dye = "DYP", *dxe = "DXP", *eo = offs;
-  if (e->ep > 1) {
-    xe = A(e, l, "XE", EXP), dye = "DYE", dxe = "DXE", eo = "WS_EOFF";
-    P(e, "  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(%s), %lld); /* all-to-all */\n",
-      offs, C);
-  }
   int ge = e->layer_experts[l];
   long long wg = off(e, ge, "moe.experts.gate_proj.weight"), wu = off(e, ge, "moe.experts.up_proj.weight"),
             wd = off(e, ge, "moe.experts.down_proj.weight");
-  P(e, "  rt_zero(R(%s), %lld);\n", dxe, (long long)((e->ep > 1 ? e->R : e->N * e->K) * e->C));
-  P(e, "  rt_experts_backward(R(%s), DWE(%lld), DWE(%lld), DWE(%lld), R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), "
-       "WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld, R(EDH), R(EDG), R(EDU));\n",
-    dxe, wg, wu, wd, dye, xe, A(e, l, "EG", EXP), A(e, l, "EU", EXP), A(e, l, "EH", EXP), wg, wu, wd, eo,
-    (long long)e->El, C, (long long)e->Fe);
-  if (e->ep > 1)
-    P(e, "  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), %lld); /* all-to-all back */\n", C);
+  const char *eg = A(e, l, "EG", EXP), *eu = A(e, l, "EU", EXP), *eh = A(e, l, "EH", EXP);
+  const char *bwd = "rt_experts_backward(R(%s), DWE(%lld), DWE(%lld), DWE(%lld), R(%s), R(%s), R(%s), R(%s), R(%s), "
+                    "WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld, R(EDH), R(EDG), R(EDU));\n";
+  if (e->ep == 1) {
+    P(e, "  rt_zero(R(DXP), %lld);\n  ", N * K * C);
+    P(e, bwd, "DXP", wg, wu, wd, "DYP", xp, eg, eu, eh, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe);
+  } else {
+    const char *xe = A(e, l, "XE", EXP), *ye = A(e, l, "YE", EXP), *eo = A(e, l, "EOFF", EXP);
+    P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s)); /* as in the forward */\n", offs);
+    P(e, "  for (int r = 0; r < rounds; r++) {\n");
+    P(e, "    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */\n");
+    P(e, "      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld);\n", xe, eo, xp, C);
+    P(e, "      rt_experts_forward(R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, "
+         "%lld);\n    }\n", ye, eg, eu, eh, xe, wg, wu, wd, eo, (long long)e->El, C, (long long)e->Fe);
+    P(e, "    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), %lld); /* all-to-all */\n", C);
+    P(e, "    rt_zero(R(DXE), %lld);\n    ", (long long)(e->R * e->C));
+    P(e, bwd, "DXE", wg, wu, wd, "DYE", xe, eg, eu, eh, wg, wu, wd, "WS_EOFF", (long long)e->El, C, (long long)e->Fe);
+    P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), %lld); /* all-to-all back */\n  }\n", C);
+  }
   P(e, "  rt_moe_gather_backward(R(DLN), R(DXP), I(%s), %lld, %lld, %lld);\n", pos, N, K, C);
   P(e, "  rt_zero(R(DLOGITS), %lld);\n", N * E);
   P(e, "  rt_router_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s);\n", lg, idx, wts, N,
@@ -234,8 +248,8 @@ static void layer_backward(Em *e, int l, const char *dy, const char *dx) {
   int g = e->layer_dense[l];
   long long N = e->N, C = e->C, Q = e->Q, KV = e->KV;
   P(e, "\n/* layer %d (%s), backward: %s (gradient of X%d) -> %s (gradient of X%d); weight gradients\n"
-       " * into GRAD_DENSE%s. */\n",
-    l, moe ? "MoE" : "dense", dy, l + 1, dx, l, moe ? " and GRAD_EXPERTS" : "");
+       " * into DW%s. */\n",
+    l, moe ? "MoE" : "dense", dy, l + 1, dx, l, moe ? " and DWE" : "");
   P(e, "static void layer%d_backward(RtCtx *c) {\n", l);
   P(e, "  /* backward ops add into the gradients they are given: each is zeroed first */\n");
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
@@ -308,21 +322,40 @@ static void use_unit(Em *e, int u) {
     ge >= 0 ? mem_printf(e->m, ", c->we = R(GATHERED_EXPERTS%d)", u % 2) : "");
 }
 
-static void reduce_scatter(Em *e, int g) {
-  const EmGroup *G = &e->groups[g];
-  int64_t ranks = G->comm ? e->efsdp : e->fsdp;
-  if (ranks > 1 && e->s->training.grad_reduce_dtype == WIRE_BF16)
-    P(e, "  rt_comm_reduce_scatter_bf16(c->comm.%s, R(RS_OUT), R(%s), %lld, (uint16_t *)R(RS_WIRE)); /* %s, bf16 on the wire */\n",
-      G->comm ? "shard_comm" : "fsdp_comm", G->comm ? "GRAD_EXPERTS" : "GRAD_DENSE", (long long)G->shard, G->name);
-  else
-    P(e, "  rt_comm_reduce_scatter(c->comm.%s, R(RS_OUT), R(%s), %lld); /* %s */\n",
-      G->comm ? "shard_comm" : "fsdp_comm", G->comm ? "GRAD_EXPERTS" : "GRAD_DENSE", (long long)G->shard, G->name);
-  P(e, "  rt_accumulate(R(%s_GRAD), R(RS_OUT), %lld);\n", G->cname, (long long)G->shard);
+/* Unit u's backward begins: the reduce-scatters that last used its parity's gradient buffers are
+ * waited for (their results added to the shards), then DW and DWE point at those buffers, zeroed
+ * for the groups of the unit. */
+static void begin_grads(Em *e, int u) {
+  int gd, ge;
+  unit_groups(e, u, &gd, &ge);
+  int p = u % 2;
+  if (u + 2 <= e->L + 1) /* the backward runs the units from L + 1 down: unit u + 2 used these buffers */
+    P(e, "  rt_comm_reduce_scatter_wait(%d), rt_comm_reduce_scatter_wait(%d); /* unit %d's: the buffers are free */\n",
+      2 * p, 2 * p + 1, u + 2);
+  P(e, "  c->dwd = R(GRAD_DENSE%d)%s;\n", p, ge >= 0 ? mem_printf(e->m, ", c->dwe = R(GRAD_EXPERTS%d)", p) : "");
+  for (int k = 0; k < 2; k++) {
+    int g = k ? ge : gd;
+    if (g >= 0) P(e, "  rt_zero(R(GRAD_%s%d), %lld);\n", k ? "EXPERTS" : "DENSE", p, (long long)e->groups[g].full);
+  }
 }
 
-static void zero_grads(Em *e, int g) {
-  const EmGroup *G = &e->groups[g];
-  P(e, "  rt_zero(R(%s), %lld);\n", G->comm ? "GRAD_EXPERTS" : "GRAD_DENSE", (long long)G->full);
+/* Unit u's gradients: each group's reduce-scatter starts, overlapping what follows. */
+static void reduce_scatter(Em *e, int u) {
+  int gd, ge;
+  unit_groups(e, u, &gd, &ge);
+  for (int k = 0; k < 2; k++) {
+    int g = k ? ge : gd;
+    if (g < 0) continue;
+    const EmGroup *G = &e->groups[g];
+    int64_t ranks = G->comm ? e->efsdp : e->fsdp;
+    int slot = 2 * (u % 2) + k;
+    bool bf16 = ranks > 1 && e->s->training.grad_reduce_dtype == WIRE_BF16;
+    P(e, "  rt_comm_reduce_scatter_start(c->comm.%s, R(%s_GRAD), R(RS_OUT%d), R(GRAD_%s%d), %lld, %s, %d); /* %s: %lld "
+         "ranks%s */\n",
+      G->comm ? "shard_comm" : "fsdp_comm", G->cname, slot, k ? "EXPERTS" : "DENSE", u % 2, (long long)G->shard,
+      bf16 ? mem_printf(e->m, "(uint16_t *)R(RS_WIRE%d)", slot) : "NULL", slot, G->name, (long long)ranks,
+      bf16 ? ", bf16 on the wire" : "");
+  }
 }
 
 static void schedule(Em *e) {
@@ -358,13 +391,15 @@ static void schedule(Em *e) {
   P(e, "  return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(%lld), I(TARGETS), %lld, %lld, %lld, %lld, R(CE));\n}\n",
     (long long)off(e, gh, "lm_head.weight"), N, C, V, (long long)e->chunk);
 
-  P(e, "\n/* Backward, in reverse: each group's gradient is reduce-scattered over its ranks as soon\n"
-       " * as its layer is done, and added to this rank's shard (accumulation over micro-batches). */\n");
+  P(e, "\n/* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as\n"
+       " * its backward is done, while the next unit's backward runs (the units alternate between two\n"
+       " * gradient buffers), and added to this rank's shard (accumulation over micro-batches) before\n"
+       " * its buffer is used again. */\n");
   P(e, "void step_backward(RtCtx *c) {\n");
   P(e, "  /* head (its parameters are still gathered from the forward) */\n");
   P(e, "  rt_comm_label(\"head backward\");\n");
   start_unit(e, L, ", prefetch");
-  zero_grads(e, gh);
+  begin_grads(e, L + 1);
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
   int64_t o = off(e, gh, "lm_head.weight");
   P(e, "  rt_lm_head_ce_backward(R(DLN), DW(%lld), R(LNF), W(%lld), I(TARGETS), R(LSEF), %lld, %lld, %lld, %lld, "
@@ -374,7 +409,7 @@ static void schedule(Em *e) {
   P(e, "  rt_zero(R(DX_A), %lld);\n", N * C);
   P(e, "  rt_rmsnorm_backward(R(DX_A), DW(%lld), R(DLN), R(X%d), W(%lld), R(RSTDF), %lld, %lld);\n", (long long)o, L,
     (long long)o, N, C);
-  reduce_scatter(e, gh);
+  reduce_scatter(e, L + 1);
   const char *dy = "DX_A", *dx = "DX_B";
   for (int l = L - 1; l >= 0; l--) {
     P(e, "  /* layer %d */\n", l);
@@ -386,19 +421,19 @@ static void schedule(Em *e) {
     if (e->host_elems && l >= 2 && l - 2 <= L - 3)
       P(e, "  rt_offload_load(c, %d, R(X%d), H(HX%d), %lld); /* prefetch: X%d's slot is free */\n", l - 2, l - 2, l - 2, N * C,
         l + 1);
-    zero_grads(e, e->layer_dense[l]);
-    if (e->layer_experts[l] >= 0) zero_grads(e, e->layer_experts[l]);
+    begin_grads(e, l + 1);
     P(e, "  layer%d_backward(c);\n", l);
-    reduce_scatter(e, e->layer_dense[l]);
-    if (e->layer_experts[l] >= 0) reduce_scatter(e, e->layer_experts[l]);
+    reduce_scatter(e, l + 1);
     const char *t = dy;
     dy = dx, dx = t;
   }
   P(e, "  /* embedding */\n");
   P(e, "  rt_comm_label(\"embedding backward\");\n");
-  zero_grads(e, e->g_embed);
+  begin_grads(e, 0);
   P(e, "  rt_embedding_backward(DW(0), R(%s), I(INPUTS), %lld, %lld);\n", dy, N, C);
-  reduce_scatter(e, e->g_embed);
+  reduce_scatter(e, 0);
+  P(e, "  /* the last reduce-scatters: every shard has this micro-batch's gradient */\n");
+  P(e, "  for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);\n");
   P(e, "}\n");
 
   P(e, "\n/* After the optimizer step (apply: false when the step was skipped): %s */\n"
@@ -464,6 +499,9 @@ static void header(Em *e, const char *spec_base) {
   P(e, "/* model shapes the cuda runtime sizes its scratch by (kernels.cu has them all) */\n"
        "#define HIDDEN %lld\n#define HEADS %lld\n#define EXPERTS %lld\n#define TOP_K %lld\n#define AUX_FREE %d\n",
     (long long)e->C, (long long)e->nh, (long long)e->E, (long long)e->K, e->aux_free ? 1 : 0);
+  P(e, "#define MOE_CAP_ROWS %lld /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */\n"
+       "#define MOE_MEAN_ROWS %lld /* rows a rank sends per MoE layer pass: tokens x top_k */\n",
+    (long long)e->R, (long long)(e->N * e->K));
   P(e, "#define TRAIN_STEPS %lld\n#define LR %.9g\n#define WARMUP_STEPS %lld\n#define MIN_LR_RATIO %.9g\n"
        "#define WEIGHT_DECAY %.9g\n#define GRAD_CLIP %.9g\n",
     (long long)s->training.steps, s->training.lr, (long long)s->training.warmup_steps, s->training.min_lr_ratio,
@@ -477,6 +515,19 @@ static void header(Em *e, const char *spec_base) {
   P(e, "#define PLAN_HBM_BYTES %lld /* the plan's packed HBM arena per GPU (plan.json memory) */\n"
        "#define PLAN_HOST_BYTES %lld /* its host (Grace) arena per GPU */\n",
     (long long)b->arena[TIER_HBM], (long long)b->arena[TIER_HOST]);
+  /* the reserve items: the program allocates cuBLAS's workspace; the CUDA context, NCCL's buffers
+   * and the host reserve are the driver's, NCCL's and the system's */
+  int64_t reserve[TIER__COUNT] = {0}, workspace = 0;
+  for (int i = 0; i < b->nitems; i++) {
+    const MemItem *it = &b->items[i];
+    if (it->cat != CAT_RESERVE) continue;
+    if (strcmp(it->name, "reserve.cublas_workspace") == 0) workspace = it->bytes;
+    else reserve[it->tier] += it->bytes;
+  }
+  P(e, "#define PLAN_HBM_RESERVE_BYTES %lld /* of it, reserved for the CUDA context and NCCL (not allocated here) */\n"
+       "#define PLAN_HOST_RESERVE_BYTES %lld /* of the host arena, reserved for the system */\n"
+       "#define PLAN_CUBLAS_WORKSPACE_BYTES %lld /* cuBLAS's workspace (an HBM reserve item the program allocates) */\n",
+    (long long)reserve[TIER_HBM], (long long)reserve[TIER_HOST], (long long)workspace);
   P(e, "\n/* the arena: %lld elements of real */\n#define ARENA_ELEMS %lld\n#define INPUTS %lld\n#define TARGETS %lld\n",
     (long long)e->top, (long long)e->top, (long long)e->bufs[0].offset, (long long)e->bufs[1].offset);
   for (int i = 0; i < e->nbufs; i++)
@@ -512,9 +563,9 @@ static void body(Em *e, const char *spec_base) {
   P(e, "#define R(o) (c->arena + (o))                    /* real buffer at arena offset o */\n");
   P(e, "#define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */\n");
   P(e, "#define W(o) (c->wd + (o))                      /* a gathered dense parameter */\n");
-  P(e, "#define DW(o) (c->arena + GRAD_DENSE + (o))      /* its gradient */\n");
+  P(e, "#define DW(o) (c->dwd + (o))                    /* its gradient (GRAD_DENSE0 or 1) */\n");
   P(e, "#define WE(o) (c->we + (o))                     /* a gathered expert parameter */\n");
-  P(e, "#define DWE(o) (c->arena + GRAD_EXPERTS + (o))   /* its gradient */\n");
+  P(e, "#define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */\n");
   P(e, "#define EPS ((real)1e-5)                          /* RMSNorm epsilon */\n");
   if (e->offload) P(e, "#define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */\n");
   P(e, "\n");
@@ -581,7 +632,9 @@ bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec
   if (s->model.moe.present) {
     e.E = s->model.moe.experts, e.K = s->model.moe.top_k, e.El = e.E / e.ep, e.Fe = s->model.moe.expert_intermediate;
     e.Fs = s->model.moe.shared_experts * s->model.moe.shared_intermediate;
-    e.R = e.ep * e.N * e.K;
+    /* rows one rank's experts take per round: the plan's moe_imbalance x the mean (tokens x top_k),
+     * capped at the dropless worst case; routing past it runs in extra rounds (rt_moe_route) */
+    e.R = e.ep > 1 ? (int64_t)ceil(plan_moe_imbalance(s, e.ep) * (double)(e.N * e.K) - 1e-9) : e.N * e.K;
     e.aux_free = s->model.moe.load_balance == LB_AUX_FREE;
     e.sigmoid = s->model.moe.router == ROUTER_SIGMOID;
   }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "mtc.h"
 #include "mtrt_ckpt.h"
@@ -35,9 +36,16 @@ int export_run(const char *ckpt, const char *out) {
     fprintf(stderr, "error: %s\n", err);
     return 2;
   }
-  int n = 0;
-  for (int i = 0; i < k.ntensors; i++) n += k.tensors[i].experts ? k.tensors[i].experts * k.ep : 1;
-  Item *items = calloc((size_t)n, sizeof *items);
+  /* the manifest is validated (rt_ckpt_open): each tensor inside a shard file, experts x ep <= 2^20 */
+  int64_t n64 = 0;
+  for (int i = 0; i < k.ntensors; i++) n64 += k.tensors[i].experts ? (int64_t)k.tensors[i].experts * k.ep : 1;
+  int n = n64 < INT_MAX ? (int)n64 : -1;
+  Item *items = n >= 0 ? calloc((size_t)n + 1, sizeof *items) : NULL;
+  if (!items) {
+    fprintf(stderr, "error: %s: %lld tensors to export: out of memory\n", path, (long long)n64);
+    rt_ckpt_close(&k);
+    return 2;
+  }
   const char *dtype = k.real_bytes == 4 ? "F32" : "F64";
   json_t *head = json_object(), *meta = json_object();
   char step[32];
@@ -47,13 +55,17 @@ int export_run(const char *ckpt, const char *out) {
   json_object_set_new(meta, "step", json_string(step));
   json_object_set_new(head, "__metadata__", meta);
   int64_t at = 0;
-  for (int i = 0, m = 0; i < k.ntensors; i++) {
+  int status = 0;
+  for (int i = 0, m = 0; i < k.ntensors && !status; i++) {
     const RtCkptTensor *t = &k.tensors[i];
     int ne = t->experts ? t->experts * k.ep : 1;
-    for (int e = 0; e < ne; e++, m++) {
+    for (int e = 0; e < ne && !status; e++, m++) {
       items[m].t = i, items[m].e = t->experts ? e : -1;
-      if (t->experts) snprintf(items[m].name, sizeof items[m].name, t->name, e);
-      else snprintf(items[m].name, sizeof items[m].name, "%s", t->name);
+      if (rt_ckpt_name(items[m].name, sizeof items[m].name, t, e) != 0 || json_object_get(head, items[m].name)) {
+        fprintf(stderr, "error: %s/manifest.json: tensor %s gives the name %s twice (or one too long); expected each "
+                "exported name once\n", path, t->name, items[m].name);
+        status = 2;
+      }
       json_t *shape = t->cols > 1 ? json_pack("[I, I]", (json_int_t)t->rows, (json_int_t)t->cols)
                                   : json_pack("[I]", (json_int_t)t->rows);
       int64_t bytes = t->count * k.real_bytes;
@@ -67,21 +79,23 @@ int export_run(const char *ckpt, const char *out) {
   size_t hl = strlen(text), padded = (hl + 7) / 8 * 8;
   /* written to OUT.tmp and renamed when complete: a failure leaves any existing OUT alone */
   char tmp[4200], outdir[4200], real_out[PATH_MAX], real_ck[PATH_MAX];
-  snprintf(tmp, sizeof tmp, "%s.tmp", out);
   snprintf(outdir, sizeof outdir, "%s", out);
   char *slash = strrchr(outdir, '/');
   if (slash) *slash = 0;
   else snprintf(outdir, sizeof outdir, ".");
   bool inside = realpath(outdir, real_out) && realpath(path, real_ck) && strcmp(real_out, real_ck) == 0;
-  FILE *f = inside ? NULL : fopen(tmp, "wb");
-  int status = 0;
-  if (inside) {
+  FILE *f = NULL;
+  if (!status && !inside) { /* OUT may be replaced only if it is a regular file or missing */
+    int fd = rt_replace_begin(out, tmp, sizeof tmp, err, sizeof err);
+    if (fd >= 0 && !(f = fdopen(fd, "wb"))) snprintf(err, sizeof err, "%.500s: %s", tmp, strerror(errno)), close(fd), remove(tmp);
+  }
+  if (!status && inside) {
     fprintf(stderr, "error: %s is inside the checkpoint %s; expected an output path outside it\n", out, path);
     status = 2;
-  } else if (!f) {
-    fprintf(stderr, "error: cannot write %s: %s; expected a writable path\n", tmp, strerror(errno));
+  } else if (!status && !f) {
+    fprintf(stderr, "error: %s\n", err); /* it names the path refused */
     status = 2;
-  } else {
+  } else if (!status) {
     uint64_t len = padded; /* little-endian on every host mtc supports */
     fwrite(&len, 8, 1, f);
     fwrite(text, 1, hl, f);
@@ -111,9 +125,8 @@ int export_run(const char *ckpt, const char *out) {
       status = 2;
     }
     if (status) remove(tmp);
-    else if (rename(tmp, out) != 0) {
-      fprintf(stderr, "error: cannot rename %s to %s: %s\n", tmp, out, strerror(errno));
-      remove(tmp);
+    else if (rt_replace_commit(tmp, out, err, sizeof err) != 0) {
+      fprintf(stderr, "error: %s\n", err);
       status = 2;
     }
   }

@@ -1,7 +1,7 @@
 /*
  * mtc.h — the compiler's one internal header, in sections per file (as chibicc does).
  *
- *   arena.c   mem_    one arena per compile, overflow-checked sizes
+ *   arena.c   mem_    one arena per compile, overflow-checked sizes, a hash map in it
  *   diag.c    diag_   sources and FILE:LINE:COL diagnostics with a caret
  *   units.c   units_  sizes, rates and FLOP/s with units
  *   yaml.c    yaml_   libyaml events -> a small tree with marks; --set; preset merge
@@ -48,6 +48,19 @@ void mem_free(Mem *m);
 /* Forgets every allocation but keeps the memory (one chunk as large as all of them), for a
  * loop that allocates the same amount each round. */
 void mem_reset(Mem *m);
+
+/* A hash map in the arena from (owner, key) to a non-NULL value: a lookup in expected O(1)
+ * where a list scan would make a long input quadratic (a mapping's keys, YAML anchors, the
+ * emitter's buffer names). owner scopes keys (the mapping they belong to; NULL for one flat
+ * namespace); key must live as long as the map. Zero-initialize a MemMap before first use. */
+typedef struct {
+  struct MemMapSlot *slots;
+  size_t cap, n; /* cap: a power of two, or 0 */
+} MemMap;
+/* The value stored under (owner, key), or NULL. */
+void *mem_map_get(const MemMap *h, const void *owner, const char *key);
+/* Stores val (non-NULL) under (owner, key), replacing any value there. */
+void mem_map_put(Mem *m, MemMap *h, const void *owner, const char *key, void *val);
 
 /* ------------------------------------------------------------------ diag.c */
 
@@ -574,6 +587,11 @@ typedef struct {
   Placement *placement;
 } Plan;
 
+/* The busiest EP rank's received rows over the mean, as memory and cost are sized by it: the
+ * spec's plan.moe_imbalance capped at its physical maximum ep · min(top_k, experts / ep) / top_k
+ * (every token of all ep ranks sends min(top_k, experts / ep) copies to one rank; the mean is
+ * top_k copies per token), and 1 when ep is 1 or the model has no experts (plan.c). */
+double plan_moe_imbalance(const Spec *s, int64_t ep);
 /* Builds the memory items of choice ch and packs them (plan.c). */
 void plan_memory(Mem *m, const Model *md, Candidate *c);
 /* Predicts the step time of candidate c (cost.c). */

@@ -57,6 +57,14 @@ static double gathered_bytes(const Model *md, int64_t ep) {
   return 2.0 * best;
 }
 
+double plan_moe_imbalance(const Spec *s, int64_t ep) {
+  const MoeSpec *moe = &s->model.moe;
+  if (!moe->present || ep <= 1) return 1.0;
+  int64_t per_rank = moe->experts / ep, k = moe->top_k;
+  double max = (double)ep * (double)(k < per_rank ? k : per_rank) / (double)k;
+  return s->plan.moe_imbalance < max ? s->plan.moe_imbalance : max;
+}
+
 /* Expert activations per token, the routed part grown by the imbalance an EP rank sees. */
 static double expert_bytes(const Layer *ly, double imb) {
   return (double)(ly->saved_bytes[SAVE_EXPERT] - ly->saved_routed) + imb * (double)ly->saved_routed;
@@ -123,7 +131,7 @@ static void build_items(Items *it, const Model *md) {
 
   /* activations kept from each layer's forward to its backward; the experts' side of the
    * all-to-all receives up to moe_imbalance × the mean tokens when ep > 1 */
-  const double imb = ch->ep > 1 ? s->plan.moe_imbalance : 1.0;
+  const double imb = plan_moe_imbalance(s, ch->ep);
   bool off = ch->offload == OFF_HOST || ch->offload == OFF_NVME;
   Tier off_tier = ch->offload == OFF_NVME ? TIER_NVME : TIER_HOST;
   for (int l = 0; l < L; l++) {

@@ -24,6 +24,8 @@ typedef struct {
   const char *const *names;  /* F_ENUM, in the order of its C enum */
   const Section *sub;        /* F_SECTION */
   const char *doc;
+  double lo, hi;             /* F_REAL: the range, each end excluded where open (hi INFINITY: none) */
+  bool lo_open, hi_open;
 } Field;
 
 struct Section {
@@ -52,6 +54,10 @@ const char *spec_router_name(RouterKind r) { return router_names[r]; }
 const char *spec_norm_name(NormKind n) { return norm_names[n]; }
 
 #define O(T, f) offsetof(T, f)
+/* F_REAL ranges: lo, hi, lo_open, hi_open */
+#define ABOVE_0 0, INFINITY, true, true       /* > 0 */
+#define FROM_0 0, INFINITY, false, true       /* >= 0: 0 is meaningful (turns something off) */
+#define FRACTION 0, 1, true, false           /* (0, 1]: a share of a peak rate */
 #define END {NULL, 0, 0, NULL, 0, 0, NULL, NULL, NULL}
 
 static const Field attention_fields[] = {
@@ -59,7 +65,7 @@ static const Field attention_fields[] = {
     {"heads", F_INT, O(AttentionSpec, heads), NULL, 1, MAXDIM, NULL, NULL, "query heads"},
     {"kv_heads", F_INT, O(AttentionSpec, kv_heads), "(heads)", 1, MAXDIM, NULL, NULL, "key/value heads (gqa: divides heads)"},
     {"head_dim", F_INT, O(AttentionSpec, head_dim), "(hidden / heads)", 1, MAXDIM, NULL, NULL, "size of one head (mha, gqa)"},
-    {"rope_theta", F_REAL, O(AttentionSpec, rope_theta), "10000", 0, 0, NULL, NULL, "RoPE base frequency"},
+    {"rope_theta", F_REAL, O(AttentionSpec, rope_theta), "10000", 0, 0, NULL, NULL, "RoPE base frequency", ABOVE_0},
     {"qk_norm", F_ENUM, O(AttentionSpec, qk_norm), "none", 0, 0, qkn_names, NULL, "norm on q and k: none, per_head (weight of head_dim) or full (over all heads)"},
     {"q_lora_rank", F_INT, O(AttentionSpec, q_lora_rank), "(none)", 1, MAXDIM, NULL, NULL, "mla: rank of the query down-projection; absent = q projected from hidden"},
     {"kv_lora_rank", F_INT, O(AttentionSpec, kv_lora_rank), "(mla: required)", 1, MAXDIM, NULL, NULL, "mla: rank of the compressed KV latent"},
@@ -85,8 +91,8 @@ static const Field moe_fields[] = {
     {"router_bias", F_BOOL, O(MoeSpec, router_bias), "false", 0, 0, NULL, NULL, "per-expert score-correction bias (DeepSeek-V3)"},
     {"router", F_ENUM, O(MoeSpec, router), "softmax", 0, 0, router_names, NULL, "softmax or sigmoid expert scores"},
     {"load_balance", F_ENUM, O(MoeSpec, load_balance), "aux_loss", 0, 0, lb_names, NULL, "aux_loss or aux_free (bias adjustment; needs router_bias)"},
-    {"aux_loss_coef", F_REAL, O(MoeSpec, aux_loss_coef), "0.01", 0, 0, NULL, NULL, "weight of the load-balancing loss (aux_loss; Switch Transformer's alpha)"},
-    {"bias_update_rate", F_REAL, O(MoeSpec, bias_update_rate), "0.001", 0, 0, NULL, NULL, "router-bias step per optimizer step (aux_free; DeepSeek-V3's gamma)"},
+    {"aux_loss_coef", F_REAL, O(MoeSpec, aux_loss_coef), "0.01", 0, 0, NULL, NULL, "weight of the load-balancing loss (aux_loss; Switch Transformer's alpha; 0: off)", 0, 1000, false, true},
+    {"bias_update_rate", F_REAL, O(MoeSpec, bias_update_rate), "0.001", 0, 0, NULL, NULL, "router-bias step per optimizer step (aux_free; DeepSeek-V3's gamma)", 0, 1, false, true},
     END};
 
 static const Section attention_sec = {"model.attention", attention_fields};
@@ -123,13 +129,13 @@ static const Field host_fields[] = {
     END};
 
 static const Field efficiency_fields[] = {
-    {"dense_gemm", F_REAL, O(EfficiencySpec, dense_gemm), "0.6", 0, 0, NULL, NULL, "fraction of bf16_flops a dense GEMM reaches (assumption)"},
-    {"grouped_gemm", F_REAL, O(EfficiencySpec, grouped_gemm), "0.45", 0, 0, NULL, NULL, "fraction of bf16_flops the routed experts' grouped GEMM reaches (assumption)"},
-    {"attention", F_REAL, O(EfficiencySpec, attention), "0.5", 0, 0, NULL, NULL, "fraction of bf16_flops flash attention reaches, forward and backward (assumption)"},
-    {"elementwise", F_REAL, O(EfficiencySpec, elementwise), "0.7", 0, 0, NULL, NULL, "fraction of hbm_bandwidth memory-bound kernels reach (assumption)"},
-    {"host_gemm", F_REAL, O(EfficiencySpec, host_gemm), "0.5", 0, 0, NULL, NULL, "fraction of host.fp32_flops a CPU GEMM reaches (assumption)"},
-    {"network", F_REAL, O(EfficiencySpec, network), "0.8", 0, 0, NULL, NULL, "fraction of a link's rate NCCL collectives reach (assumption)"},
-    {"c2c", F_REAL, O(EfficiencySpec, c2c), "0.8", 0, 0, NULL, NULL, "fraction of links.c2c host copies reach (assumption)"},
+    {"dense_gemm", F_REAL, O(EfficiencySpec, dense_gemm), "0.6", 0, 0, NULL, NULL, "fraction of bf16_flops a dense GEMM reaches (assumption)", FRACTION},
+    {"grouped_gemm", F_REAL, O(EfficiencySpec, grouped_gemm), "0.45", 0, 0, NULL, NULL, "fraction of bf16_flops the routed experts' grouped GEMM reaches (assumption)", FRACTION},
+    {"attention", F_REAL, O(EfficiencySpec, attention), "0.5", 0, 0, NULL, NULL, "fraction of bf16_flops flash attention reaches, forward and backward (assumption)", FRACTION},
+    {"elementwise", F_REAL, O(EfficiencySpec, elementwise), "0.7", 0, 0, NULL, NULL, "fraction of hbm_bandwidth memory-bound kernels reach (assumption)", FRACTION},
+    {"host_gemm", F_REAL, O(EfficiencySpec, host_gemm), "0.5", 0, 0, NULL, NULL, "fraction of host.fp32_flops a CPU GEMM reaches (assumption)", FRACTION},
+    {"network", F_REAL, O(EfficiencySpec, network), "0.8", 0, 0, NULL, NULL, "fraction of a link's rate NCCL collectives reach (assumption)", FRACTION},
+    {"c2c", F_REAL, O(EfficiencySpec, c2c), "0.8", 0, 0, NULL, NULL, "fraction of links.c2c host copies reach (assumption)", FRACTION},
     END};
 
 static const Field reserve_fields[] = {
@@ -175,12 +181,12 @@ static const Field training_fields[] = {
     {"micro_batch", F_INT, O(TrainingSpec, micro_batch), "1", 1, MAXDIM, NULL, NULL, "sequences per rank per forward/backward"},
     {"optimizer", F_ENUM, O(TrainingSpec, optimizer), "adamw", 0, 0, opt_names, NULL, "muon (AdamW for embeddings, router, norms) or adamw"},
     {"grad_reduce_dtype", F_ENUM, O(TrainingSpec, grad_reduce_dtype), "bf16", 0, 0, wire_names, NULL, "gradients on the wire: bf16 (fp32 accumulation) or fp32"},
-    {"lr", F_REAL, O(TrainingSpec, lr), NULL, 0, 0, NULL, NULL, "peak learning rate"},
+    {"lr", F_REAL, O(TrainingSpec, lr), NULL, 0, 0, NULL, NULL, "peak learning rate", 0, 1, true, true},
     {"steps", F_INT, O(TrainingSpec, steps), NULL, 1, (int64_t)1 << 40, NULL, NULL, "optimizer steps"},
     {"warmup_steps", F_INT, O(TrainingSpec, warmup_steps), "0", 0, (int64_t)1 << 40, NULL, NULL, "steps of linear learning-rate warmup, then cosine decay"},
-    {"min_lr_ratio", F_REAL, O(TrainingSpec, min_lr_ratio), "0.1", 0, 0, NULL, NULL, "learning rate at the last step / lr"},
-    {"weight_decay", F_REAL, O(TrainingSpec, weight_decay), "0.1", 0, 0, NULL, NULL, "decoupled weight decay of matrices (not norms, biases)"},
-    {"grad_clip", F_REAL, O(TrainingSpec, grad_clip), "1.0", 0, 0, NULL, NULL, "clip the global gradient norm to this (0: off)"},
+    {"min_lr_ratio", F_REAL, O(TrainingSpec, min_lr_ratio), "0.1", 0, 0, NULL, NULL, "learning rate at the last step / lr (0: decays to 0)", 0, 1, false, false},
+    {"weight_decay", F_REAL, O(TrainingSpec, weight_decay), "0.1", 0, 0, NULL, NULL, "decoupled weight decay of matrices (not norms, biases; 0: off)", 0, 1, false, true},
+    {"grad_clip", F_REAL, O(TrainingSpec, grad_clip), "1.0", 0, 0, NULL, NULL, "clip the global gradient norm to this (0: off)", FROM_0},
     END};
 
 static const Field plan_fields[] = {
@@ -192,7 +198,7 @@ static const Field plan_fields[] = {
     {"cp", F_INT, O(PlanSpec, cp), "1", 1, 1024, NULL, NULL, "context parallelism (only 1 is supported yet)"},
     {"activation_checkpoint", F_ENUM, O(PlanSpec, activation_checkpoint), "auto", 0, 0, ac_names, NULL, "none, selective, full or auto"},
     {"offload_activations", F_ENUM, O(PlanSpec, offload_activations), "auto", 0, 0, off_names, NULL, "where layer-boundary activations wait for backward: none (HBM), host, nvme (needs cluster.nvme) or auto"},
-    {"moe_imbalance", F_REAL, O(PlanSpec, moe_imbalance), "1.25", 0, 0, NULL, NULL, "tokens the busiest EP rank receives / the mean: sizes MoE buffers"},
+    {"moe_imbalance", F_REAL, O(PlanSpec, moe_imbalance), "1.25", 0, 0, NULL, NULL, "tokens the busiest EP rank receives / the mean: sizes MoE buffers", 1, INFINITY, false, true},
     END};
 
 static const Section model_sec = {"model", model_fields};
@@ -216,7 +222,7 @@ static const char *type_name(const Field *f) {
   switch (f->type) {
   case F_INT: return "an integer";
   case F_AUTO: return "a positive integer or auto";
-  case F_REAL: return "a positive number";
+  case F_REAL: return "a number";
   case F_BOOL: return "true or false";
   case F_STR: return "a string";
   case F_ENUM: return "one of the names listed";
@@ -226,6 +232,17 @@ static const char *type_name(const Field *f) {
   case F_SECTION: return "a mapping of keys";
   }
   return "";
+}
+
+/* What a value of f must be, for messages: type_name, with an F_REAL's range and an example
+ * in it ("a number >= 0 such as 1.0"). */
+static const char *expected(Mem *m, const Field *f) {
+  if (f->type != F_REAL) return type_name(f);
+  /* the default is in range (it is converted like a value); lr is the one required number */
+  const char *example = f->def && f->def[0] != '(' ? f->def : "3.0e-4";
+  if (isinf(f->hi)) return mem_printf(m, "a number %s %g such as %s", f->lo_open ? ">" : ">=", f->lo, example);
+  return mem_printf(m, "a number in %c%g, %g%c such as %s", f->lo_open ? '(' : '[', f->lo, f->hi,
+                    f->hi_open ? ')' : ']', example);
 }
 
 static char *full_key(Mem *m, const Section *sec, const char *key) {
@@ -338,8 +355,8 @@ static bool convert_value(Diag *d, const Section *sec, const Field *f, const YNo
   }
   if (v->kind != Y_SCALAR)
     return diag_error(d, v->loc, "'%s' is a %s; expected %s", key,
-                      v->kind == Y_MAP ? "mapping" : "sequence", type_name(f));
-  if (is_null(v)) return diag_error(d, v->loc, "'%s' has no value; expected %s", key, type_name(f));
+                      v->kind == Y_MAP ? "mapping" : "sequence", expected(m, f));
+  if (is_null(v)) return diag_error(d, v->loc, "'%s' has no value; expected %s", key, expected(m, f));
   const char *s = v->str;
   char err[400];
   switch (f->type) {
@@ -369,8 +386,9 @@ static bool convert_value(Diag *d, const Section *sec, const Field *f, const YNo
     char *endp;
     errno = 0;
     double x = strtod(s, &endp);
-    if (!decimal(s) || endp == s || *endp != '\0' || !isfinite(x) || errno == ERANGE || !(x > 0))
-      return diag_error(d, v->loc, "'%s' is '%s'; expected a positive finite number such as 3.0e-4", key, s);
+    bool in = (f->lo_open ? x > f->lo : x >= f->lo) && (f->hi_open ? x < f->hi : x <= f->hi);
+    if (!decimal(s) || endp == s || *endp != '\0' || !isfinite(x) || errno == ERANGE || !in)
+      return diag_error(d, v->loc, "'%s' is '%s'; expected %s", key, s, expected(m, f));
     *(double *)dst = x;
     return true;
   }
@@ -424,7 +442,7 @@ static bool convert_section(Diag *d, const Section *sec, const YNode *map, Loc a
   for (const Field *f = sec->fields; f->key; f++) {
     if (map && yaml_pair(map, f->key)) continue;
     if (!f->def) {
-      const char *what = f->type == F_SECTION ? "a section" : type_name(f);
+      const char *what = f->type == F_SECTION ? "a section" : expected(m, f);
       return diag_error(d, at, "missing key '%s'; expected %s (%s)", full_key(m, sec, f->key), what, f->doc);
     }
     if (f->type == F_SECTION) { /* absent: defaults if it has no required key; present stays false */
@@ -455,7 +473,11 @@ static void print_section(FILE *out, const Section *sec) {
     switch (f->type) {
     case F_INT: type = "integer"; break;
     case F_AUTO: type = "integer \\| auto"; break;
-    case F_REAL: type = "number"; break;
+    case F_REAL:
+      if (isinf(f->hi)) snprintf(names, sizeof names, "number %s %g", f->lo_open ? ">" : ">=", f->lo);
+      else snprintf(names, sizeof names, "number in %c%g, %g%c", f->lo_open ? '(' : '[', f->lo, f->hi, f->hi_open ? ')' : ']');
+      type = names;
+      break;
     case F_BOOL: type = "bool"; break;
     case F_STR: type = "string"; break;
     case F_SIZE: type = "size (B)"; break;

@@ -8,13 +8,6 @@
 
 #include "mtc.h"
 
-typedef struct Anchor Anchor;
-struct Anchor {
-  const char *name;
-  YNode *node;
-  Anchor *next;
-};
-
 typedef struct {
   YNode *node;
   YPair *last;
@@ -28,7 +21,8 @@ typedef struct {
   const Source *src;
   Frame stack[YAML_MAX_DEPTH + 1];
   int depth;
-  Anchor *anchors;
+  MemMap anchors; /* name -> its node (a later anchor of the same name replaces it) */
+  MemMap keys;    /* (mapping, key) -> the key's node: duplicates in O(1) each */
   YNode *root;
 } Builder;
 
@@ -100,10 +94,11 @@ static bool add_node(Builder *b, YNode *n, Loc at) {
   if (parent->kind == Y_MAP && !f->key) {
     if (n->kind != Y_SCALAR)
       return diag_error(b->d, at, "a mapping key must be a plain name; expected 'key: value'");
-    for (YPair *p = parent->first; p; p = p->next)
-      if (strcmp(p->key->str, n->str) == 0)
-        return diag_error(b->d, at, "duplicate key '%s' (first given at line %d); expected each key once",
-                          n->str, p->key->loc.line + 1);
+    const YNode *first = mem_map_get(&b->keys, parent, n->str);
+    if (first)
+      return diag_error(b->d, at, "duplicate key '%s' (first given at line %d); expected each key once",
+                        n->str, first->loc.line + 1);
+    mem_map_put(b->m, &b->keys, parent, n->str, n);
     f->key = n;
     return true;
   }
@@ -122,12 +117,7 @@ static bool add_node(Builder *b, YNode *n, Loc at) {
 }
 
 static void add_anchor(Builder *b, const char *name, YNode *n) {
-  if (!name) return;
-  Anchor *a = mem_alloc(b->m, sizeof *a);
-  a->name = name;
-  a->node = n;
-  a->next = b->anchors;
-  b->anchors = a;
+  if (name) mem_map_put(b->m, &b->anchors, NULL, name, n);
 }
 
 static const char *dup_anchor(Builder *b, yaml_char_t *a) {
@@ -208,13 +198,13 @@ static bool on_event(Builder *b, yaml_event_t *ev, int *docs) {
   }
   case YAML_ALIAS_EVENT: {
     const char *name = (const char *)ev->data.alias.anchor;
-    for (Anchor *a = b->anchors; a; a = a->next)
-      if (strcmp(a->name, name) == 0) { /* shallow copy: errors point at the alias */
-        YNode *n = new_node(b->m, a->node->kind, at);
-        *n = *a->node;
-        n->loc = at;
-        return add_node(b, n, at);
-      }
+    const YNode *a = mem_map_get(&b->anchors, NULL, name);
+    if (a) { /* shallow copy: errors point at the alias */
+      YNode *n = new_node(b->m, a->kind, at);
+      *n = *a;
+      n->loc = at;
+      return add_node(b, n, at);
+    }
     return diag_error(b->d, at, "alias '*%s' names no complete anchor before it; expected "
                                 "'&%s' defined earlier (and not around the alias)", name, name);
   }

@@ -65,15 +65,32 @@ uint64_t rt_fnv1a(uint64_t h, const void *p, size_t n);
 /* The newest complete checkpoint under dir: writes its directory to out and returns its
  * step; 0 when there is none (or dir does not exist). */
 int64_t rt_ckpt_latest(const char *dir, char *out, size_t outlen);
-/* Reads the manifest of checkpoint directory path (DIR/step-N). Returns 0, or -1 with "file:
- * what; expected ..." in err. */
+/* Reads the manifest of checkpoint directory path (DIR/step-N) and checks every field: ranges,
+ * the layout, each group's full = shard x ranks, each tensor inside its group with rows x cols =
+ * count and a unique name (routed: one %d), each shard's size = the header + the groups'
+ * sections (the files' sizes, checksums and headers are checked on first read). Returns 0, or
+ * -1 with "MANIFEST: FIELD ...; expected ..." in err. */
 int rt_ckpt_open(RtCkpt *k, const char *path, char *err, size_t errlen);
 void rt_ckpt_close(RtCkpt *k);
+/* The name of expert e of tensor t (its pattern's one %d replaced by e; a tensor not routed: its
+ * name) in dst of n bytes, copied literally: a name is never a format. -1 when it does not fit. */
+int rt_ckpt_name(char *dst, size_t n, const RtCkptTensor *t, int e);
 /* Copies n elements starting at element `first` of tensor `name` (expert e, or -1) into dst
  * as double: master values (which 0), or the first (1) or second (2) optimizer moment. A shard
  * is checksummed before its first use: a mismatch, a short file or a missing tensor fails
  * (-1, err names the file). */
 int rt_ckpt_read(RtCkpt *k, const char *name, int e, int64_t first, int64_t n, int which, double *dst,
                  char *err, size_t errlen);
+
+/* Atomic replace of a file, shared by checkpoints and mtc export: write PATH.tmp, then rename
+ * it over PATH. Only a regular file or a missing path is replaced; anything else (a device, a
+ * FIFO, a directory, a socket, or a symlink to one) is refused before anything is written.
+ * rt_replace_begin checks path and creates path.tmp (its name in tmp, tmplen bytes; a stale
+ * regular file or symlink there is removed first) for writing: returns its descriptor, or -1
+ * with "PATH: a character device; expected a regular file or a path that does not exist" in
+ * err. rt_replace_commit checks path again and renames tmp over it: 0, or -1 with err set and
+ * tmp removed. Neither closes or syncs the descriptor: the caller does, before commit. */
+int rt_replace_begin(const char *path, char *tmp, size_t tmplen, char *err, size_t errlen);
+int rt_replace_commit(const char *tmp, const char *path, char *err, size_t errlen);
 
 #endif

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mtrt_a2a.h"
 #include "mtrt_real.h"
 
 /* A failed MPI call: prints host, rank, file, line, the call and MPI's message; aborts the job. */
@@ -27,7 +28,7 @@ void rt_mpi_fail(int rc, const char *call, const char *file, int line);
  * that a failed or hung collective names its layer. */
 void rt_comm_label(const char *where);
 const char *rt_comm_where(void);
-/* n as an MPI int count; aborts the job naming `what` past INT_MAX (callers' plans split). */
+/* n as an MPI int count; past INT_MAX aborts the job printing "what: n" and where the step is. */
 int rt_mpi_count(size_t n, const char *what);
 
 /* One process's place in the layout and a communicator per group. */
@@ -67,37 +68,49 @@ void rt_comm_reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_
 /* bf16 (the top 16 bits of an IEEE float, rounded to nearest even) and back. */
 uint16_t rt_bf16_from_float(float f);
 float rt_float_from_bf16(uint16_t h);
+/* A gradient's reduce-scatter started now and finished later, so that it overlaps the next
+ * layer's backward: out (count) = the sum over the group's ranks of their in (g × count values,
+ * rank order), with bf16 on the wire and fp32 sums when wire is not NULL (as
+ * rt_comm_reduce_scatter_bf16, but wire holds only the g × count bf16 values sent: the received
+ * pieces go into in's own bytes, which the cast has consumed). rt_comm_reduce_scatter_wait(slot)
+ * then adds out into acc (count), in the compute's order; in, out and wire must not be touched
+ * in between. slot 0-3. The cpu backend's MPI collective blocks: start does it, wait the add.
+ * The cuda backend runs it on the group's communication stream, and wait makes the compute
+ * stream wait for it on the device (the host does not block) before the add. */
+void rt_comm_reduce_scatter_start(MPI_Comm comm, real *acc, real *out, real *in, size_t count, uint16_t *wire,
+                                  int slot);
+void rt_comm_reduce_scatter_wait(int slot);
 /* buf (count) = Σ over ranks of buf, in place. */
 void rt_comm_all_reduce(MPI_Comm comm, real *buf, size_t count);
-/* Variable all-to-all of reals: send[sdispl[r] .. + scount[r]) goes to rank r, which
- * receives it at recv[rdispl[me] ...]; counts and displacements in values, g entries each. */
+/* Variable all-to-all of rows of `row` reals: send rows [sdispl[r], +scount[r]) go to rank r,
+ * which receives them at recv rows [rdispl[me], +rcount[me]); counts and displacements in ROWS,
+ * g entries each (MPI ints: one row is an MPI datatype of `row` reals, so the values may pass
+ * INT_MAX; callers check rows with rt_mpi_count). */
 void rt_comm_all_to_all_v(MPI_Comm comm, const real *send, const int *scount, const int *sdispl,
-                          real *recv, const int *rcount, const int *rdispl);
+                          real *recv, const int *rcount, const int *rdispl, int row);
 
 /* ---- MoE token exchange over the EP group (expert parallelism) ----
- * EP rank j owns experts [j·El, (j+1)·El) of each MoE layer. A rank's permuted rows xp are
- * ordered by global expert (offsets, E + 1 entries, from rt_moe_permute); dispatch sends each
- * expert's rows to its owner, which receives them grouped by local expert (expert-major,
- * source rank minor) so one grouped FFN runs per expert; undispatch sends results back in the
- * reverse order. With ep = 1 the generated code skips both. */
-typedef struct {
-  int ep, El;
-  int *cnt_send, *cnt_recv; /* (ep × El) rows per (peer, expert of the receiving rank) */
-  int *sc, *sd, *rc, *rd;   /* (ep) MPI_Alltoallv counts and displacements, in values */
-  int rows_recv;            /* rows this rank's experts received in the last dispatch */
-} RtA2A;
-
-/* Allocates the count arrays (at start-up; the step never allocates). Returns 0, or -1 when
- * out of memory. */
-int rt_a2a_init(RtA2A *a, int ep, int El);
-void rt_a2a_free(RtA2A *a);
-/* xe (rows_recv, C) and eoff (El + 1) = the rows of this rank's experts from every EP peer;
- * tmp holds as many rows as xe (ep · N · K rows suffice: dropless). Exchanges the counts
- * first (an all-to-all of El ints per peer), then the rows (all-to-all-v). */
-void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, real *xe, int *eoff, real *tmp, const real *xp,
-                     const int *offsets, int C);
+ * The layouts, counts, rounds and sizes: mtrt_a2a.h (RtA2A, allocated at start-up by
+ * rt_a2a_init). Dispatch sends each expert's rows to its owner, which receives them grouped by
+ * local expert (expert-major, source rank minor) so one grouped FFN runs per expert; undispatch
+ * sends results back in the reverse order. With ep = 1 the generated code skips all three.
+ * A layer pass:
+ *     rounds = rt_moe_route(ep_comm, a, offsets);
+ *     for r < rounds: rt_moe_dispatch(.., r, xe, ..); the experts on xe; rt_moe_undispatch(..)
+ * Buffers xe, ye and tmp hold a->cap rows of C reals (not the dropless worst case). */
+/* Gathers every EP rank's counts per (destination, expert) from offsets (ep·El + 1 permuted-row
+ * offsets of this rank, device memory on cuda: the pass's one host synchronization) into
+ * a->cnt_all, then plans the rounds (rt_a2a_plan_rounds). Collective over ep_comm. Returns the
+ * rounds, the same on every rank. */
+int rt_moe_route(MPI_Comm ep_comm, RtA2A *a, const int *offsets);
+/* Round r of the last route: xe (rows_recv ≤ cap rows, C) and eoff (El + 1, where the backend's
+ * ops read offsets: device memory on cuda) = this round's rows of this rank's experts from every
+ * EP peer, expert-major; xp holds this rank's permuted rows (N·K, C). tmp: cap rows. Collective
+ * over ep_comm; r outside [0, rounds) aborts the job. */
+void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, int r, real *xe, int *eoff, real *tmp, const real *xp, int C);
 /* The reverse of the last dispatch: ye (rows_recv, C) in xe's order goes back to its source
- * ranks, arriving in yp (rows in the order of that rank's xp). tmp as in dispatch. */
+ * ranks, arriving in yp at the rows of their xp (rows of other rounds are untouched). tmp as in
+ * dispatch. */
 void rt_moe_undispatch(MPI_Comm ep_comm, const RtA2A *a, real *yp, real *tmp, const real *ye, int C);
 
 #endif

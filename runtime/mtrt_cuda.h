@@ -33,28 +33,6 @@ int rt_cuda_compile(const char *src, size_t n, const char *name, const char *arc
  * needs the a-suffix for wgmma; "sm_XY" otherwise); -1 when there is no usable GPU. */
 int rt_cuda_arch(char *arch, size_t n);
 
-/* ---- GEMMs through cuBLAS (gemm.c): bf16 operands, fp32 accumulation, row-major as the
- * cpu ops (mtrt_ops.h). Return 0 or a cublasStatus_t / -1. Not yet run on a GPU. ---- */
-typedef struct cublasContext *cublasHandle_t;
-typedef struct {
-  cublasHandle_t handle;
-  void **ptrs;    /* device: 3 × max_groups pointers for grouped GEMMs */
-  int max_groups; /* experts one grouped GEMM may cover */
-} RtCublas;
-
-int rt_cublas_init(RtCublas *b, int max_groups);
-void rt_cublas_free(RtCublas *b);
-/* out (N, OC) = x (N, IC) · wᵀ, w (OC, IC); all bf16 on the device. */
-int rt_cu_matmul_forward(RtCublas *b, void *out, const void *x, const void *w, int N, int IC, int OC);
-/* dx (N, IC, bf16) += dout · w and dw (OC, IC, fp32) += doutᵀ · x; either may be NULL. */
-int rt_cu_matmul_backward(RtCublas *b, void *dx, float *dw, const void *dout, const void *x, const void *w, int N, int IC,
-                          int OC);
-/* The routed experts' GEMM: rows [offsets[e], offsets[e+1]) of x (rows, IC) times expert e's
- * wᵀ (w: E × (OC, IC)) into the same rows of out (rows, OC), for every expert with rows, in one
- * cublasGemmGroupedBatchedEx. offsets (E + 1) on the host. */
-int rt_cu_grouped_forward(RtCublas *b, void *out, const void *x, const void *w, const int *offsets, int E, int IC,
-                          int OC);
-
 /* The CUDA runtime, cuBLAS, NVRTC and NCCL versions this program runs with, and the GPUs the
  * runtime sees (none, with the reason, on a machine without a driver), as one line in buf. */
 void rt_cuda_versions(char *buf, size_t n);
@@ -71,6 +49,7 @@ typedef struct {
   int heads;               /* query heads */
   int experts;             /* experts in one grouped GEMM at most (0: dense) */
   int top_k;
+  size_t cublas_workspace; /* bytes: the plan's reserve.cublas_workspace (0: 64 MiB) */
 } RtCudaConfig;
 
 /* Picks this rank's GPU (local rank modulo the visible devices), creates the stream and the
@@ -81,6 +60,10 @@ typedef struct {
  * Returns 0, or -1 with the reason in err (no GPU, no driver, a compile error). */
 int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t errlen);
 void rt_cuda_teardown(void);
+/* Bytes rt_cuda_setup allocates for cfg besides the CUDA context and the loaded kernels: returns
+ * the device part (cuBLAS's workspace and the ops' scratch) and sets *host_bytes to the
+ * host part. Needs no GPU (train --memory). */
+size_t rt_cuda_scratch_bytes(const RtCudaConfig *cfg, size_t *host_bytes);
 /* One line: device, architecture, GEMM math, kernel cache, versions. */
 void rt_cuda_describe(char *buf, size_t n);
 /* Waits for the stream; an asynchronous error aborts the job naming `where`. */

@@ -59,12 +59,13 @@ void rt_attention_backward(real *dq, real *dk, real *dv, const real *dout, const
                            const real *k, const real *v, const real *out, const real *lse,
                            int B, int T, int nh, int nkv, int hd);
 
-/* SwiGLU (Shazeer 2020): h = silu(g) ⊙ u; g, u, h (n elements). */
-void rt_swiglu_forward(real *h, const real *g, const real *u, int n);
-void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const real *u, int n);
-/* GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); n elements. */
-void rt_gelu_forward(real *h, const real *x, int n);
-void rt_gelu_backward(real *dx, const real *dh, const real *x, int n);
+/* SwiGLU (Shazeer 2020): h = silu(g) ⊙ u; g, u, h (n elements). n is 64-bit: the experts' rows × F
+ * pass 2^31 (europa-1t: 65536 · 8 rows × 1792 × 2.3 when the load is 2.3× the mean). */
+void rt_swiglu_forward(real *h, const real *g, const real *u, int64_t n);
+void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const real *u, int64_t n);
+/* GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); n elements (64-bit). */
+void rt_gelu_forward(real *h, const real *x, int64_t n);
+void rt_gelu_backward(real *dx, const real *dh, const real *x, int64_t n);
 
 /* Router over E experts from logits (N,E): picks K experts per token and their weights.
  *   softmax: scores are the logits; weights = softmax over the K selected (Mixtral).
@@ -86,7 +87,7 @@ void rt_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx,
 
 /* load (E) += the number of assignments to each expert among idx (n entries): the counts
  * behind auxiliary-loss-free balancing. */
-void rt_moe_count(real *load, const int32_t *idx, int n);
+void rt_moe_count(real *load, const int32_t *idx, int64_t n);
 
 /* Token permutation for the experts: pos (N,K) is the row of assignment (n, j) in the permuted
  * order (by expert, then token); offsets (E+1) the first row of each expert. */

@@ -95,10 +95,20 @@ typedef struct {
   real *host;     /* the host arena (activation offload; HOST_ELEMS), or NULL */
   real *wd, *we;  /* the gathered dense and expert parameters of the layer computing now (one of
                      two buffers each: the other receives the next layer's, prefetched) */
+  real *dwd, *dwe;/* their gradients in the backward (one of two buffers each: the other's
+                     reduce-scatter is in flight) */
   RtA2A a2a;      /* MoE all-to-all counts (ep > 1) */
   real dloss;     /* weight of this micro-batch's loss in the step's objective: 1 / (accum × world) */
   double aux_loss;/* load-balancing loss added by the forward (summed over MoE layers) */
+  double moe_load;       /* this step so far: the most rows an EP rank received in one MoE layer
+                            pass / the mean (tokens × top_k); 0 without expert parallelism */
+  long moe_extra_rounds; /* this step so far: all-to-all rounds past the first, over MoE layer
+                            passes of the forward */
 } RtCtx;
+
+/* After a forward's rt_moe_route: folds its busiest rank's load and extra rounds into c's step
+ * figures (moe_load, moe_extra_rounds). */
+void rt_moe_note(RtCtx *c);
 
 /* Activation offload (the plan's checkpoint.offload: host): boundary id's n values go from
  * the arena (dev) to the host arena and back. The cpu backend copies at once; the cuda backend
@@ -130,11 +140,19 @@ int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, 
 int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *arena, const RtGroup *g,
                  int ng, const RtTensor *t, int nt, const char *optimizer, char *err, size_t errlen);
 
+/* The process's peak resident memory so far (VmHWM of /proc/self/status), bytes; -1 where
+ * the kernel does not report it. */
+int64_t rt_peak_rss_bytes(void);
+/* Writes a zero into every 4 KiB page of p (bytes long, zeroed memory such as calloc's), so
+ * that the pages are resident now: memory that is not there fails at start-up, not mid-step. */
+void rt_prefault(void *p, size_t bytes);
 /* Seconds from a monotonic clock. */
 double rt_now(void);
 /* One metrics line as JSON (non-finite numbers as null; "skipped":true on a skipped step):
- * {"step":1,"loss":5.54,...}. */
+ * {"step":1,"loss":5.54,...}. With expert parallelism (moe_load >= 0) also "moe_load", the
+ * busiest EP rank's rows over the mean in the step's worst MoE layer pass, and
+ * "moe_extra_rounds", the all-to-all rounds past the first (buffers of moe_imbalance × the mean). */
 void rt_metrics_json(FILE *f, int step, double loss, double aux_loss, double lr, double grad_norm,
-                     double tokens_per_s, int skipped);
+                     double tokens_per_s, int skipped, double moe_load, long moe_extra_rounds);
 
 #endif

@@ -80,6 +80,72 @@ static void collectives(const RtComm *c, MPI_Comm g, int (*member)(const RtComm 
   free(out), free(big);
 }
 
+/* The MoE token exchange in the EP group (El 2 experts per rank, rows of C 3 values): rank q sends
+ * (q + e) % 3 rows to global expert e, value c of its row i being q·1000 + i·10 + c. Buffers hold
+ * cap rows exactly; the route must plan ceil(busiest / cap) rounds (busiest: the most rows a rank
+ * receives), and each round's dispatch must deliver rows [r·cap, (r+1)·cap) of this rank's
+ * expert-major sequence (expert k's rows from sources 0..ep-1 in turn, then expert k+1's).
+ * Undispatch of ye = xe + 1 writes yp = xp + 1 at that round's rows only; at the end all of yp. */
+static void moe_exchange(const RtComm *c, int cap) {
+  enum { El = 2, C = 3 };
+  int ep = c->ep, me = c->ep_rank, E = ep * El;
+  int *off = malloc(sizeof(int) * (size_t)(E + 1)), eoff[El + 1];
+  off[0] = 0;
+  for (int e = 0; e < E; e++) off[e + 1] = off[e] + (me + e) % 3;
+  int rows = off[E], most = 2 * ep * El; /* this rank's sequence: at most 2 rows per (source, expert) */
+  int *seq = malloc(sizeof(int) * 2 * (size_t)most), n = 0, busiest = 0;
+  for (int k = 0; k < El; k++) /* seq[g] = (source, row of its xp) of row g of this rank's sequence */
+    for (int s = 0; s < ep; s++) {
+      int e = me * El + k, first = 0;
+      for (int e2 = 0; e2 < e; e2++) first += (s + e2) % 3;
+      for (int i = 0; i < (s + e) % 3; i++, n++) seq[2 * n] = s, seq[2 * n + 1] = first + i;
+    }
+  for (int d = 0; d < ep; d++) {
+    int got = 0;
+    for (int s = 0; s < ep; s++)
+      for (int e = d * El; e < (d + 1) * El; e++) got += (s + e) % 3;
+    busiest = got > busiest ? got : busiest;
+  }
+  real *xp = malloc(sizeof(real) * C * (size_t)rows), *yp = malloc(sizeof(real) * C * (size_t)rows);
+  real *xe = malloc(sizeof(real) * C * (size_t)cap), *tmp = malloc(sizeof(real) * C * (size_t)cap);
+  for (int i = 0; i < rows * C; i++) xp[i] = (real)(me * 1000 + i / C * 10 + i % C), yp[i] = -1;
+  RtA2A a;
+  CHECK_EQ(rt_a2a_init(&a, ep, El, me, cap, rows), 0);
+  int rounds = rt_moe_route(c->ep_comm, &a, off);
+  CHECK_EQ(rounds, busiest > cap ? (busiest + cap - 1) / cap : 1);
+  CHECK_EQ(a.busiest, busiest);
+  int bad = 0, done = 0, stray = 0;
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->ep_comm, &a, r, xe, eoff, tmp, xp, C);
+    int want = n - r * cap < cap ? n - r * cap : cap;
+    CHECK_EQ(a.rows_recv, want > 0 ? want : 0);
+    CHECK_EQ(eoff[El], a.rows_recv);
+    for (int k = 0, start = 0; k < El; k++) { /* expert k's first row: its sequence start, clipped */
+      int lo = r * cap, at = start < lo ? lo : start > lo + cap ? lo + cap : start;
+      CHECK_EQ(eoff[k], at - lo);
+      for (int s = 0; s < ep; s++) start += (s + me * El + k) % 3;
+    }
+    for (int row = 0; row < a.rows_recv; row++) {
+      const int *q = &seq[2 * (r * cap + row)];
+      for (int j = 0; j < C; j++) bad += xe[row * C + j] != (real)(q[0] * 1000 + q[1] * 10 + j);
+    }
+    for (int i = 0; i < a.rows_recv * C; i++) xe[i] += 1;
+    rt_moe_undispatch(c->ep_comm, &a, yp, tmp, xe, C);
+    for (int d = 0; d < ep; d++) done += (int)a.sc[d];
+    int now = 0;
+    for (int i = 0; i < rows; i++) {
+      now += yp[i * C] != -1;
+      for (int j = 0; j < C; j++) stray += yp[i * C] != -1 && yp[i * C + j] != xp[i * C + j] + 1;
+    }
+    CHECK_EQ(now, done); /* only this round's rows were written, on top of the earlier rounds' */
+  }
+  CHECK_EQ(bad, 0);
+  CHECK_EQ(stray, 0);
+  CHECK_EQ(done, rows);
+  rt_a2a_free(&a);
+  free(off), free(seq), free(xp), free(yp), free(xe), free(tmp);
+}
+
 int main(int argc, char **argv) {
   if (argc < 4) {
     fprintf(stderr, "usage: test_comm FSDP EP DP_REPLICATE [--mismatch]\n");
@@ -104,22 +170,29 @@ int main(int argc, char **argv) {
   collectives(&c, c.ep_comm, ep_member);
   collectives(&c, c.shard_comm, shard_member);
   collectives(&c, c.replicate_comm, replicate_member);
-  /* all-to-all-v in the EP group: member q sends (p + 1) values q·100 + p to member p */
+  /* all-to-all-v in the EP group, counts in rows of W values: member q sends (p + 1) rows to
+   * member p, value i of row r being q·1000 + p·100 + r·10 + i */
+  enum { W = 3 };
   int n = ep, me = c.ep_rank;
   int *sc = calloc((size_t)n, sizeof *sc), *sd = calloc((size_t)n, sizeof *sd);
   int *rcnt = calloc((size_t)n, sizeof *rcnt), *rd = calloc((size_t)n, sizeof *rd);
   int stot = 0, rtot = 0;
   for (int p = 0; p < n; p++) sd[p] = stot, sc[p] = p + 1, stot += p + 1;
   for (int q = 0; q < n; q++) rd[q] = rtot, rcnt[q] = me + 1, rtot += me + 1;
-  float *send = malloc(sizeof(float) * (size_t)stot), *recv = malloc(sizeof(float) * (size_t)rtot);
+  float *send = malloc(sizeof(float) * W * (size_t)stot), *recv = malloc(sizeof(float) * W * (size_t)rtot);
   for (int p = 0; p < n; p++)
-    for (int i = 0; i < sc[p]; i++) send[sd[p] + i] = (float)(me * 100 + p);
-  rt_comm_all_to_all_v(c.ep_comm, send, sc, sd, recv, rcnt, rd);
+    for (int r = 0; r < sc[p]; r++)
+      for (int i = 0; i < W; i++) send[(sd[p] + r) * W + i] = (float)(me * 1000 + p * 100 + r * 10 + i);
+  rt_comm_all_to_all_v(c.ep_comm, send, sc, sd, recv, rcnt, rd, W);
   int bad = 0;
   for (int q = 0; q < n; q++)
-    for (int i = 0; i < rcnt[q]; i++) bad += recv[rd[q] + i] != (float)(q * 100 + me);
+    for (int r = 0; r < rcnt[q]; r++)
+      for (int i = 0; i < W; i++) bad += recv[(rd[q] + r) * W + i] != (float)(q * 1000 + me * 100 + r * 10 + i);
   CHECK_EQ(bad, 0);
   free(send), free(recv), free(sc), free(sd), free(rcnt), free(rd);
+  moe_exchange(&c, 2 * c.ep * c.ep * 2); /* the dropless worst case: one round */
+  moe_exchange(&c, 3);                   /* several rounds */
+  moe_exchange(&c, 1);
   int failures = check_failures, total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (c.rank == 0) fprintf(stderr, "test_comm fsdp %d ep %d dp %d: %d ranks, %d checks each, %d failed in all\n",

@@ -232,6 +232,29 @@ static void tiny_items_by_hand(void) {
   mem_free(&m);
 }
 
+/* moe_imbalance sizes the experts' side of the all-to-all, capped at its physical maximum
+ * ep · min(top_k, experts / ep) / top_k; without expert parallelism it is 1. */
+static void imbalance_cap(void) {
+  Mem m = {0};
+  Diag d = {.mem = &m};
+  const char *sets[] = {"plan.moe_imbalance=3"};
+  Spec *s = spec_load(&m, &d, mem_printf(&m, "%s/specs/tiny-moe.yaml", src_dir), NULL, 0, sets, 1);
+  CHECK(s != NULL);
+  if (!s) return;
+  /* tiny-moe: 8 experts, top-2 */
+  CHECK(plan_moe_imbalance(s, 1) == 1.0);
+  CHECK(plan_moe_imbalance(s, 2) == 2.0);       /* 2 · min(2, 4) / 2 */
+  CHECK(plan_moe_imbalance(s, 8) == 3.0);       /* max 8 · min(2, 1) / 2 = 4: the spec's 3 */
+  s->plan.moe_imbalance = 1.25;
+  CHECK(plan_moe_imbalance(s, 2) == 1.25);
+  s->model.moe.experts = 2;                     /* one expert per rank, top-2: always balanced */
+  CHECK(plan_moe_imbalance(s, 2) == 1.0);
+  /* the europa-1t shapes: 384 experts, top-8, ep 4 → at most 4 */
+  s->model.moe.experts = 384, s->model.moe.top_k = 8, s->plan.moe_imbalance = 9;
+  CHECK(plan_moe_imbalance(s, 4) == 4.0);
+  mem_free(&m);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: test_plan SOURCE_DIR\n");
@@ -244,5 +267,6 @@ int main(int argc, char **argv) {
   impossible();
   nvme();
   tiny_items_by_hand();
+  imbalance_cap();
   return CHECK_DONE("test_plan");
 }

@@ -18,6 +18,13 @@
 #   export     mtc export of a 2-rank checkpoint, read back by tests/safetensors_check.py (its own
 #              safetensors and checkpoint readers): every tensor equals the master weights
 #   errors     a launch with the wrong world size, a missing data file, bad arguments
+#   imbalance  the MoE all-to-all in bounded rounds: moe_imbalance 1 (buffers of exactly the mean
+#              rows, so any imbalance needs extra rounds) against its physical maximum (buffers
+#              of the dropless worst case, never a second round), 2 ranks (ep 2) and 4 (ep 4),
+#              fp32 wire: the same losses within 1e-5, extra rounds counted in metrics.jsonl
+#   memory     train --memory (no mpirun) prints {"hbm","host","host_pinned"} whose arena part is
+#              step.h's; the start-up resident growth (VmHWM) of a real run matches it within 5%,
+#              on 1 rank (Muon, full checkpointing with host offload) and on 2 (ep 2)
 #   text       tiny-moe on real English text (fortunes' cookie file) for its 300 steps on 2
 #              ranks: the loss starts near ln 256 = 5.55 and ends below 2.5
 #   text-muon  the same with training.optimizer=muon
@@ -92,7 +99,7 @@ sharding)
   done
   build w4bf16 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=2 \
     --set training.grad_reduce_dtype=bf16 || exit 1
-  grep -q "rt_comm_reduce_scatter_bf16" "$work/w4bf16/step.c" || die "bf16: no bf16 reduce-scatter in step.c"
+  grep -q "rt_comm_reduce_scatter_start(.*RS_WIRE" "$work/w4bf16/step.c" || die "bf16: no bf16 reduce-scatter in step.c"
   (cd "$work" && "${mpirun[@]}" -np 4 ./w4bf16/build/train --data "$text" --metrics w4bf16.jsonl >/dev/null) ||
     die "4 rank run (bf16 wire)"
   paste <(losses "$work/w1.jsonl") <(losses "$work/w4bf16.jsonl") | awk '
@@ -207,6 +214,62 @@ errors)
   out=$("$work/e1/build/train" --bogus 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q "unknown option '--bogus'" || die "unknown option: $out"
   [ $fail -eq 0 ] && echo "ok: world-size, data and argument errors are refused with their reasons" ;;
+imbalance)
+  im=("${small[@]}" --set training.grad_reduce_dtype=fp32)
+  for ep in 2 4; do
+    max=$((ep * (2 < 8 / ep ? 2 : 8 / ep) / 2)) # ep x min(top_k, experts / ep) / top_k (tiny-moe: 8 experts, top-2)
+    for imb in 1 $max; do
+      build "i$ep-$imb" "$tiny" float "${im[@]}" --set cluster.gpus_per_node=$ep --set plan.fsdp=$ep --set plan.ep=$ep \
+        --set plan.moe_imbalance=$imb || continue
+      (cd "$work" && "${mpirun[@]}" -np $ep "./i$ep-$imb/build/train" --data "$text" --metrics "i$ep-$imb.jsonl" >/dev/null) ||
+        die "ep $ep, moe_imbalance $imb: run"
+    done
+    cap1=$(sed -n 's/^#define MOE_CAP_ROWS \([0-9]*\) .*/\1/p' "$work/i$ep-1/step.h")
+    capm=$(sed -n 's/^#define MOE_CAP_ROWS \([0-9]*\) .*/\1/p' "$work/i$ep-$max/step.h")
+    mean=$(sed -n 's/^#define MOE_MEAN_ROWS \([0-9]*\) .*/\1/p' "$work/i$ep-1/step.h")
+    [ "$cap1" = "$mean" ] && [ "$capm" = $((max * mean)) ] || die "ep $ep: buffers of $cap1 and $capm rows, mean $mean"
+    python3 - "$work/i$ep-1.jsonl" "$work/i$ep-$max.jsonl" "$ep" <<'PY' || die "ep $ep: bounded rounds differ from unbounded buffers"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) == 10, (len(a), len(b))
+worst = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(a, b))
+extra = sum(x["moe_extra_rounds"] for x in a)
+print(f"ep {sys.argv[3]}: buffers of the mean vs the worst case: {extra} extra rounds over 10 steps, busiest rank "
+      f"{max(x['moe_load'] for x in a):.2f} x the mean; worst relative loss difference {worst:.1e}")
+assert worst <= 1e-5, worst
+assert extra > 0 and all(y["moe_extra_rounds"] == 0 for y in b)
+assert all(x["moe_load"] >= 1 for x in a) and a[0]["moe_load"] == b[0]["moe_load"]  # the same routing at step 1
+PY
+  done ;;
+memory)
+  # a plan big enough that the start-up allocations dominate the process's other memory
+  mem=(--set training.seq_len=2048 --set training.global_batch=4 --set model.layers=6 --set training.steps=2
+       --set training.warmup_steps=1)
+  build m1 "$tiny" float "${mem[@]}" --set cluster.gpus_per_node=1 --set plan.fsdp=1 --set training.optimizer=muon \
+    --set plan.activation_checkpoint=full --set plan.offload_activations=host || exit 1
+  build m2 "$tiny" float "${mem[@]}" --set cluster.gpus_per_node=2 --set plan.fsdp=2 --set plan.ep=2 || exit 1
+  for m in m1 m2; do
+    js=$("$work/$m/build/train" --memory) || { die "$m: train --memory failed"; continue; }
+    arena=$(sed -n 's/^#define ARENA_ELEMS \([0-9]*\)$/\1/p' "$work/$m/step.h")
+    host=$(sed -n 's/^#define HOST_ELEMS \([0-9]*\) .*/\1/p' "$work/$m/step.h")
+    python3 -c "
+import json, sys
+j = json.loads(sys.argv[1]); arena, host = int(sys.argv[2]) * 4, int(sys.argv[3]) * 4
+assert set(j) == {'hbm', 'host', 'host_pinned'}, j
+assert j['hbm'] == arena, (j, arena)                       # the cpu build: the arena stands in for HBM
+assert j['host_pinned'] == host and j['host'] >= host, (j, host)
+assert j['host'] - host < 1 << 20, j                       # besides the offload arena: count arrays only
+" "$js" "$arena" "$host" || die "$m: --memory $js does not match step.h (ARENA_ELEMS $arena, HOST_ELEMS $host)"
+    np=1; [ $m = m2 ] && np=2
+    out=$(cd "$work" && "${mpirun[@]}" -np $np "./$m/build/train" --data "$text" --steps 1 --metrics "$m.jsonl" 2>&1) ||
+      { echo "$out" | tail -5; die "$m: run"; continue; }
+    line=$(echo "$out" | grep "^memory: start-up resident growth")
+    echo "$m: $line"
+    echo "$line" | awk '{ g = $5; a = $11; d = g - a; if (d < 0) d = -d
+      exit !(g > 0 && a > 50e6 && d <= 0.05 * a) }' || die "$m: resident growth differs from --memory by more than 5%"
+  done
+  [ "$("$work/m1/build/train" --memory --data x 2>&1 >/dev/null)" != "" ] || die "--memory with other arguments accepted" ;;
 text | text-muon)
   opt=adamw; [ "$check" = text-muon ] && opt=muon
   build tiny "$tiny" float --set training.optimizer=$opt || exit 1

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checks that need a GPU, as one command for a session that has one (e.g. the device tool's
 # H200; under 8 minutes there), printing a SUMMARY line per check at the end:
-#   kernels  templates/kernels.cu against the cpu ops on the GPU (tests/cuda/test_kernels.c), and
+#   kernels  the cuda ops (cuBLAS, grouped GEMMs, kernels.cu) against the cpu ops on the GPU
+#            (tests/cuda/test_kernels.c: fp32 and bf16 GEMMs, flash and simple attention), and
 #            every example spec's kernels.cu through NVRTC for this GPU's architecture
 #   (a)      tiny-moe on one GPU vs the cpu backend, 20 steps of loss, same seed and data:
 #            fp32 GEMM math within 1e-3 relative, bf16 GEMM math (the default) within 2e-2
@@ -27,7 +28,7 @@ mtc=$PWD/$build/mtc
 
 # ---- kernels
 "$build/tests/test_kernels" templates/kernels.cu >"$out/test_kernels.log" 2>&1; k=$?
-tail -40 "$out/test_kernels.log"
+tail -70 "$out/test_kernels.log" # the per-op table
 arch=sm_90a
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
 [ -n "$cc" ] && { arch=sm_$cc; [ "$cc" = 90 ] && arch=sm_90a; }
@@ -84,7 +85,7 @@ rm_=$(compare cpu-muon cuda-muon 1e-3 2>&1); a3=$?
 say "(a) tiny-moe with Muon (on the host) cuda vs cpu, fp32 GEMMs: $([ $a3 = 0 ] && echo PASS || echo FAIL) $rm_"
 
 # ---- (b) memory of the tiny run and of the benchmark run below
-mem_line() { grep -h "^memory:" "$out/$1.log" | head -1; }
+mem_line() { grep -h "^memory:" "$out/$1.log" | head -2 | tr "\n" " "; }
 say "(b) tiny-moe $(mem_line cuda-bf16)"
 
 # ---- (c) the benchmark spec: mtc's program and PyTorch eager on the same GPU

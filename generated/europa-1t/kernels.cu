@@ -526,20 +526,6 @@ extern "C" __global__ void aux_loss_backward(float *dlogits, const float *logits
   for (int e = 0; e < EXPERTS; e++) dlogits[(size_t)n * EXPERTS + e] += coef * __expf(l[e] - m) / s * (f[e] - pf);
 }
 
-// Tokens per expert: counts (EXPERTS) += histogram of idx (TOKENS × TOP_K).
-extern "C" __global__ void moe_count(int *counts, const int *idx) {
-  int a = blockIdx.x * blockDim.x + threadIdx.x;
-  if (a < TOKENS * TOP_K) atomicAdd(&counts[idx[a]], 1);
-}
-
-// Permutation: pos[a] = the row of assignment a in expert order, from offsets (EXPERTS + 1,
-// exclusive prefix of counts) and a running cursor per expert (zeroed before). Rows within an
-// expert come in token order only up to atomics; the combine undoes whatever order this picks.
-extern "C" __global__ void moe_permute(int *pos, int *cursor, const int *idx, const int *offsets) {
-  int a = blockIdx.x * blockDim.x + threadIdx.x;
-  if (a < TOKENS * TOP_K) pos[a] = offsets[idx[a]] + atomicAdd(&cursor[idx[a]], 1);
-}
-
 // xp[pos[n, k]] = x[n]: grid TOKENS × TOP_K rows of HIDDEN.
 extern "C" __global__ void moe_gather(act *xp, const act *x, const int *pos) {
   const uint4 *src = (const uint4 *)(x + (size_t)(blockIdx.x / TOP_K) * HIDDEN);

@@ -15,9 +15,9 @@
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
-#define DW(o) (c->arena + GRAD_DENSE + (o))      /* its gradient */
+#define DW(o) (c->dwd + (o))                    /* its gradient (GRAD_DENSE0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
-#define DWE(o) (c->arena + GRAD_EXPERTS + (o))   /* its gradient */
+#define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 #define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
@@ -624,68 +624,76 @@
 #define HEAD_ADAM_V              9910609200 /*    4096016: AdamW second moment (fp32) */
 #define GATHERED_DENSE0          9914705216 /* 1572870144: a dense group all-gathered (even units: embedding, odd layers) */
 #define GATHERED_DENSE1         11487575360 /* 1572870144: the next one, prefetched (odd units: even layers; the head if L is even) */
-#define GRAD_DENSE              13060445504 /* 1572870144: its gradient before the reduce-scatter */
-#define GATHERED_EXPERTS0       14633315648 /* 3170893824: this EP rank's experts of one layer, all-gathered (odd layers) */
-#define GATHERED_EXPERTS1       17804209472 /* 3170893824: the next layer's, prefetched (even layers) */
-#define GRAD_EXPERTS            20975103296 /* 3170893824: their gradient before the reduce-scatter */
-#define RS_OUT                  24372489536 /*   33030144: a reduce-scatter's result, before it is added to the shard's gradient */
-#define RS_WIRE                 24405519680 /* 3170893824: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
-#define XSLOT0                  27576413504 /*  402653184: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                  27979066688 /*  402653184: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                  28381719872 /*  402653184: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  28784373056 /*  402653184: attention norm output */
-#define WS_RSTD1                29187026240 /*      65536: its 1/rms per token */
-#define WS_Q                    29187091776 /*  402653184: queries (rotated) */
-#define WS_K                    29589744960 /*  134217728: keys (rotated) */
-#define WS_V                    29723962688 /*  134217728: values */
-#define WS_ATT                  29858180416 /*  402653184: attention output */
-#define WS_LSE                  30260833600 /*    3145728: attention log-sum-exp per head and query */
-#define WS_RES                  30263979328 /*  402653184: residual stream after attention */
-#define WS_LN2                  30666632512 /*  402653184: mlp norm output */
-#define WS_RSTD2                31069285696 /*      65536: its 1/rms per token */
-#define WS_LOGITS               31069351232 /*   25165824: router logits */
-#define WS_IDX                  31094517056 /*     524288: selected experts (int32) */
-#define WS_WTS                  31095041344 /*     524288: their weights */
-#define WS_POS                  31095565632 /*     524288: row of each assignment in expert order (int32) */
-#define WS_OFFSETS              31096089920 /*        385: first row of each expert (int32) */
-#define WS_XP                   31096090320 /* 3221225472: token copies in expert order */
-#define WS_YP                   34317315792 /* 3221225472: expert outputs in that order */
-#define WS_XE                   37538541264 /* 12884901888: rows this rank's experts received (dropless: up to ep x tokens x top_k) */
-#define WS_YE                   50423443152 /* 12884901888: their outputs, before going back */
-#define WS_EOFF                 63308345040 /*         97: first received row of each local expert (int32) */
-#define WS_EG                   63308345152 /* 3758096384: routed experts' gate */
-#define WS_EU                   67066441536 /* 3758096384: routed experts' up */
-#define WS_EH                   70824537920 /* 3758096384: routed experts' activation */
-#define WS_SG                   74582634304 /*  117440512: shared experts' gate */
-#define WS_SU                   74700074816 /*  117440512: shared experts' up */
-#define WS_SH                   74817515328 /*  117440512: shared experts' activation */
-#define WS_Y                    74934955840 /*  402653184: a block's output before the residual add */
-#define WS_Y2                   75337609024 /*  402653184: shared experts' output */
-#define DX_A                    75740262208 /*  402653184: gradient of the residual stream (even layers' output) */
-#define DX_B                    76142915392 /*  402653184: gradient of the residual stream (odd layers' output) */
-#define DLN                     76545568576 /*  402653184: gradient of a norm's output */
-#define DATT                    76948221760 /*  402653184: gradient of the attention output */
-#define DQ                      77350874944 /*  402653184: gradient of the queries */
-#define DK                      77753528128 /*  134217728: gradient of the keys */
-#define DV                      77887745856 /*  134217728: gradient of the values */
-#define DLOGITS                 78021963584 /*   25165824: gradient of the router logits */
-#define DWTS                    78047129408 /*     524288: gradient of the routing weights */
-#define DYP                     78047653696 /* 3221225472: gradient of the expert outputs */
-#define DXP                     81268879168 /* 3221225472: gradient of the token copies */
-#define DYE                     84490104640 /* 12884901888: gradient of the received rows' outputs */
-#define DXE                     97375006528 /* 12884901888: gradient of the received rows */
-#define A2A                    110259908416 /* 12884901888: all-to-all staging (source-rank order) */
-#define EDG                    123144810304 /* 3758096384: routed experts' gate gradient */
-#define EDU                    126902906688 /* 3758096384: routed experts' up gradient */
-#define EDH                    130661003072 /* 3758096384: routed experts' activation gradient */
-#define DSG                    134419099456 /*  117440512: shared experts' gate gradient */
-#define DSU                    134536539968 /*  117440512: shared experts' up gradient */
-#define DSH                    134653980480 /*  117440512: shared experts' activation gradient */
-#define AUX                    134771420992 /*       1152: load-balancing loss scratch */
-#define LNF                    134771422144 /*  402653184: final norm output */
-#define RSTDF                  135174075328 /*      65536: its 1/rms per token */
-#define LSEF                   135174140864 /*      65536: log-sum-exp of each token's logits */
-#define CE                     135174206400 /*  268435456: logits of one vocabulary chunk */
+#define GRAD_DENSE0             13060445504 /* 1572870144: an even unit's dense gradient, then its reduce-scatter's input */
+#define GRAD_DENSE1             14633315648 /* 1572870144: an odd unit's (in flight while the next unit's backward runs) */
+#define GATHERED_EXPERTS0       16206185792 /* 3170893824: this EP rank's experts of one layer, all-gathered (odd layers) */
+#define GATHERED_EXPERTS1       19377079616 /* 3170893824: the next layer's, prefetched (even layers) */
+#define GRAD_EXPERTS0           22547973440 /* 3170893824: an odd layer's experts' gradient, then its reduce-scatter's input */
+#define GRAD_EXPERTS1           25718867264 /* 3170893824: an even layer's */
+#define RS_OUT0                 29116253504 /*   33030144: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE0                29149283648 /*  786435072: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT1                 29935718720 /*   33030144: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE1                29968748864 /* 1585446912: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT2                 31554195776 /*   33030144: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE2                31587225920 /*  786435072: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT3                 32373660992 /*   33030144: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE3                32406691136 /* 1585446912: its bf16 send buffer (2 bytes per gathered value) */
+#define XSLOT0                  33992138048 /*  402653184: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                  34394791232 /*  402653184: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                  34797444416 /*  402653184: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                  35200097600 /*  402653184: attention norm output */
+#define WS_RSTD1                35602750784 /*      65536: its 1/rms per token */
+#define WS_Q                    35602816320 /*  402653184: queries (rotated) */
+#define WS_K                    36005469504 /*  134217728: keys (rotated) */
+#define WS_V                    36139687232 /*  134217728: values */
+#define WS_ATT                  36273904960 /*  402653184: attention output */
+#define WS_LSE                  36676558144 /*    3145728: attention log-sum-exp per head and query */
+#define WS_RES                  36679703872 /*  402653184: residual stream after attention */
+#define WS_LN2                  37082357056 /*  402653184: mlp norm output */
+#define WS_RSTD2                37485010240 /*      65536: its 1/rms per token */
+#define WS_LOGITS               37485075776 /*   25165824: router logits */
+#define WS_IDX                  37510241600 /*     524288: selected experts (int32) */
+#define WS_WTS                  37510765888 /*     524288: their weights */
+#define WS_POS                  37511290176 /*     524288: row of each assignment in expert order (int32) */
+#define WS_OFFSETS              37511814464 /*        385: first row of each expert (int32) */
+#define WS_XP                   37511814864 /* 3221225472: token copies in expert order */
+#define WS_YP                   40733040336 /* 3221225472: expert outputs in that order */
+#define WS_XE                   43954265808 /* 4026531840: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                   47980797648 /* 4026531840: their outputs, before going back */
+#define WS_EOFF                 52007329488 /*         97: first row of each local expert in the round (int32) */
+#define WS_EG                   52007329600 /* 1174405120: routed experts' gate */
+#define WS_EU                   53181734720 /* 1174405120: routed experts' up */
+#define WS_EH                   54356139840 /* 1174405120: routed experts' activation */
+#define WS_SG                   55530544960 /*  117440512: shared experts' gate */
+#define WS_SU                   55647985472 /*  117440512: shared experts' up */
+#define WS_SH                   55765425984 /*  117440512: shared experts' activation */
+#define WS_Y                    55882866496 /*  402653184: a block's output before the residual add */
+#define WS_Y2                   56285519680 /*  402653184: shared experts' output */
+#define DX_A                    56688172864 /*  402653184: gradient of the residual stream (even layers' output) */
+#define DX_B                    57090826048 /*  402653184: gradient of the residual stream (odd layers' output) */
+#define DLN                     57493479232 /*  402653184: gradient of a norm's output */
+#define DATT                    57896132416 /*  402653184: gradient of the attention output */
+#define DQ                      58298785600 /*  402653184: gradient of the queries */
+#define DK                      58701438784 /*  134217728: gradient of the keys */
+#define DV                      58835656512 /*  134217728: gradient of the values */
+#define DLOGITS                 58969874240 /*   25165824: gradient of the router logits */
+#define DWTS                    58995040064 /*     524288: gradient of the routing weights */
+#define DYP                     58995564352 /* 3221225472: gradient of the expert outputs */
+#define DXP                     62216789824 /* 3221225472: gradient of the token copies */
+#define DYE                     65438015296 /* 4026531840: gradient of the received rows' outputs */
+#define DXE                     69464547136 /* 4026531840: gradient of the received rows */
+#define A2A                     73491078976 /* 4026531840: all-to-all staging of one round (source-rank order) */
+#define EDG                     77517610816 /* 1174405120: routed experts' gate gradient */
+#define EDU                     78692015936 /* 1174405120: routed experts' up gradient */
+#define EDH                     79866421056 /* 1174405120: routed experts' activation gradient */
+#define DSG                     81040826176 /*  117440512: shared experts' gate gradient */
+#define DSU                     81158266688 /*  117440512: shared experts' up gradient */
+#define DSH                     81275707200 /*  117440512: shared experts' activation gradient */
+#define AUX                     81393147712 /*       1152: load-balancing loss scratch */
+#define LNF                     81393148864 /*  402653184: final norm output */
+#define RSTDF                   81795802048 /*      65536: its 1/rms per token */
+#define LSEF                    81795867584 /*      65536: log-sum-exp of each token's logits */
+#define CE                      81795933120 /*  268435456: logits of one vocabulary chunk */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-71 go to the
  * host arena after their layer's forward and come back two layers before their backward. */
@@ -1980,9 +1988,15 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2011,9 +2025,15 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2042,9 +2062,15 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2073,9 +2099,15 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2104,9 +2136,15 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2135,9 +2173,15 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2166,9 +2210,15 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2197,9 +2247,15 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2228,9 +2284,15 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2259,9 +2321,15 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2290,9 +2358,15 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2321,9 +2395,15 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2352,9 +2432,15 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2383,9 +2469,15 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2414,9 +2506,15 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2445,9 +2543,15 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2476,9 +2580,15 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2507,9 +2617,15 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2538,9 +2654,15 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2569,9 +2691,15 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2600,9 +2728,15 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2631,9 +2765,15 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2662,9 +2802,15 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2693,9 +2839,15 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2724,9 +2876,15 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2755,9 +2913,15 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2786,9 +2950,15 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2817,9 +2987,15 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2848,9 +3024,15 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2879,9 +3061,15 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2910,9 +3098,15 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2941,9 +3135,15 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -2972,9 +3172,15 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3003,9 +3209,15 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3034,9 +3246,15 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3065,9 +3283,15 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3096,9 +3320,15 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3127,9 +3357,15 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3158,9 +3394,15 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3189,9 +3431,15 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3220,9 +3468,15 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3251,9 +3505,15 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3282,9 +3542,15 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3313,9 +3579,15 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3344,9 +3616,15 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3375,9 +3653,15 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3406,9 +3690,15 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3437,9 +3727,15 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3468,9 +3764,15 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3499,9 +3801,15 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3530,9 +3838,15 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3561,9 +3875,15 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3592,9 +3912,15 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3623,9 +3949,15 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3654,9 +3986,15 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3685,9 +4023,15 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3716,9 +4060,15 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3747,9 +4097,15 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3778,9 +4134,15 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3809,9 +4171,15 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3840,9 +4208,15 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3871,9 +4245,15 @@ static void layer61_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3902,9 +4282,15 @@ static void layer62_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3933,9 +4319,15 @@ static void layer63_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3964,9 +4356,15 @@ static void layer64_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -3995,9 +4393,15 @@ static void layer65_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -4026,9 +4430,15 @@ static void layer66_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -4057,9 +4467,15 @@ static void layer67_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -4088,9 +4504,15 @@ static void layer68_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -4119,9 +4541,15 @@ static void layer69_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -4150,9 +4578,15 @@ static void layer70_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -4181,9 +4615,15 @@ static void layer71_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -4212,9 +4652,15 @@ static void layer72_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -4243,9 +4689,15 @@ static void layer73_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 6144); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 6144); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 402653184);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(R(WS_SG), R(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
@@ -4257,7 +4709,7 @@ static void layer73_forward(RtCtx *c, bool recompute) {
 }
 
 /* layer 73 (MoE), backward: DX_A (gradient of X74) -> DX_B (gradient of X73); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer73_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4270,10 +4722,17 @@ static void layer73_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4297,7 +4756,7 @@ static void layer73_backward(RtCtx *c) {
 }
 
 /* layer 72 (MoE), backward: DX_B (gradient of X73) -> DX_A (gradient of X72); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer72_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4310,10 +4769,17 @@ static void layer72_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4337,7 +4803,7 @@ static void layer72_backward(RtCtx *c) {
 }
 
 /* layer 71 (MoE), backward: DX_A (gradient of X72) -> DX_B (gradient of X71); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer71_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4350,10 +4816,17 @@ static void layer71_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4377,7 +4850,7 @@ static void layer71_backward(RtCtx *c) {
 }
 
 /* layer 70 (MoE), backward: DX_B (gradient of X71) -> DX_A (gradient of X70); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer70_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4390,10 +4863,17 @@ static void layer70_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4417,7 +4897,7 @@ static void layer70_backward(RtCtx *c) {
 }
 
 /* layer 69 (MoE), backward: DX_A (gradient of X70) -> DX_B (gradient of X69); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer69_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4430,10 +4910,17 @@ static void layer69_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4457,7 +4944,7 @@ static void layer69_backward(RtCtx *c) {
 }
 
 /* layer 68 (MoE), backward: DX_B (gradient of X69) -> DX_A (gradient of X68); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer68_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4470,10 +4957,17 @@ static void layer68_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4497,7 +4991,7 @@ static void layer68_backward(RtCtx *c) {
 }
 
 /* layer 67 (MoE), backward: DX_A (gradient of X68) -> DX_B (gradient of X67); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer67_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4510,10 +5004,17 @@ static void layer67_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4537,7 +5038,7 @@ static void layer67_backward(RtCtx *c) {
 }
 
 /* layer 66 (MoE), backward: DX_B (gradient of X67) -> DX_A (gradient of X66); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer66_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4550,10 +5051,17 @@ static void layer66_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4577,7 +5085,7 @@ static void layer66_backward(RtCtx *c) {
 }
 
 /* layer 65 (MoE), backward: DX_A (gradient of X66) -> DX_B (gradient of X65); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer65_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4590,10 +5098,17 @@ static void layer65_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4617,7 +5132,7 @@ static void layer65_backward(RtCtx *c) {
 }
 
 /* layer 64 (MoE), backward: DX_B (gradient of X65) -> DX_A (gradient of X64); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer64_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4630,10 +5145,17 @@ static void layer64_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4657,7 +5179,7 @@ static void layer64_backward(RtCtx *c) {
 }
 
 /* layer 63 (MoE), backward: DX_A (gradient of X64) -> DX_B (gradient of X63); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer63_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4670,10 +5192,17 @@ static void layer63_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4697,7 +5226,7 @@ static void layer63_backward(RtCtx *c) {
 }
 
 /* layer 62 (MoE), backward: DX_B (gradient of X63) -> DX_A (gradient of X62); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer62_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4710,10 +5239,17 @@ static void layer62_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4737,7 +5273,7 @@ static void layer62_backward(RtCtx *c) {
 }
 
 /* layer 61 (MoE), backward: DX_A (gradient of X62) -> DX_B (gradient of X61); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer61_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4750,10 +5286,17 @@ static void layer61_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4777,7 +5320,7 @@ static void layer61_backward(RtCtx *c) {
 }
 
 /* layer 60 (MoE), backward: DX_B (gradient of X61) -> DX_A (gradient of X60); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer60_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4790,10 +5333,17 @@ static void layer60_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4817,7 +5367,7 @@ static void layer60_backward(RtCtx *c) {
 }
 
 /* layer 59 (MoE), backward: DX_A (gradient of X60) -> DX_B (gradient of X59); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer59_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4830,10 +5380,17 @@ static void layer59_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4857,7 +5414,7 @@ static void layer59_backward(RtCtx *c) {
 }
 
 /* layer 58 (MoE), backward: DX_B (gradient of X59) -> DX_A (gradient of X58); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer58_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4870,10 +5427,17 @@ static void layer58_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4897,7 +5461,7 @@ static void layer58_backward(RtCtx *c) {
 }
 
 /* layer 57 (MoE), backward: DX_A (gradient of X58) -> DX_B (gradient of X57); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer57_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4910,10 +5474,17 @@ static void layer57_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4937,7 +5508,7 @@ static void layer57_backward(RtCtx *c) {
 }
 
 /* layer 56 (MoE), backward: DX_B (gradient of X57) -> DX_A (gradient of X56); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer56_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4950,10 +5521,17 @@ static void layer56_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -4977,7 +5555,7 @@ static void layer56_backward(RtCtx *c) {
 }
 
 /* layer 55 (MoE), backward: DX_A (gradient of X56) -> DX_B (gradient of X55); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer55_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -4990,10 +5568,17 @@ static void layer55_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5017,7 +5602,7 @@ static void layer55_backward(RtCtx *c) {
 }
 
 /* layer 54 (MoE), backward: DX_B (gradient of X55) -> DX_A (gradient of X54); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer54_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5030,10 +5615,17 @@ static void layer54_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5057,7 +5649,7 @@ static void layer54_backward(RtCtx *c) {
 }
 
 /* layer 53 (MoE), backward: DX_A (gradient of X54) -> DX_B (gradient of X53); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer53_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5070,10 +5662,17 @@ static void layer53_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5097,7 +5696,7 @@ static void layer53_backward(RtCtx *c) {
 }
 
 /* layer 52 (MoE), backward: DX_B (gradient of X53) -> DX_A (gradient of X52); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer52_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5110,10 +5709,17 @@ static void layer52_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5137,7 +5743,7 @@ static void layer52_backward(RtCtx *c) {
 }
 
 /* layer 51 (MoE), backward: DX_A (gradient of X52) -> DX_B (gradient of X51); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer51_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5150,10 +5756,17 @@ static void layer51_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5177,7 +5790,7 @@ static void layer51_backward(RtCtx *c) {
 }
 
 /* layer 50 (MoE), backward: DX_B (gradient of X51) -> DX_A (gradient of X50); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer50_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5190,10 +5803,17 @@ static void layer50_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5217,7 +5837,7 @@ static void layer50_backward(RtCtx *c) {
 }
 
 /* layer 49 (MoE), backward: DX_A (gradient of X50) -> DX_B (gradient of X49); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer49_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5230,10 +5850,17 @@ static void layer49_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5257,7 +5884,7 @@ static void layer49_backward(RtCtx *c) {
 }
 
 /* layer 48 (MoE), backward: DX_B (gradient of X49) -> DX_A (gradient of X48); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer48_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5270,10 +5897,17 @@ static void layer48_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5297,7 +5931,7 @@ static void layer48_backward(RtCtx *c) {
 }
 
 /* layer 47 (MoE), backward: DX_A (gradient of X48) -> DX_B (gradient of X47); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer47_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5310,10 +5944,17 @@ static void layer47_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5337,7 +5978,7 @@ static void layer47_backward(RtCtx *c) {
 }
 
 /* layer 46 (MoE), backward: DX_B (gradient of X47) -> DX_A (gradient of X46); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer46_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5350,10 +5991,17 @@ static void layer46_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5377,7 +6025,7 @@ static void layer46_backward(RtCtx *c) {
 }
 
 /* layer 45 (MoE), backward: DX_A (gradient of X46) -> DX_B (gradient of X45); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer45_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5390,10 +6038,17 @@ static void layer45_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5417,7 +6072,7 @@ static void layer45_backward(RtCtx *c) {
 }
 
 /* layer 44 (MoE), backward: DX_B (gradient of X45) -> DX_A (gradient of X44); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer44_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5430,10 +6085,17 @@ static void layer44_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5457,7 +6119,7 @@ static void layer44_backward(RtCtx *c) {
 }
 
 /* layer 43 (MoE), backward: DX_A (gradient of X44) -> DX_B (gradient of X43); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer43_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5470,10 +6132,17 @@ static void layer43_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5497,7 +6166,7 @@ static void layer43_backward(RtCtx *c) {
 }
 
 /* layer 42 (MoE), backward: DX_B (gradient of X43) -> DX_A (gradient of X42); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer42_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5510,10 +6179,17 @@ static void layer42_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5537,7 +6213,7 @@ static void layer42_backward(RtCtx *c) {
 }
 
 /* layer 41 (MoE), backward: DX_A (gradient of X42) -> DX_B (gradient of X41); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer41_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5550,10 +6226,17 @@ static void layer41_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5577,7 +6260,7 @@ static void layer41_backward(RtCtx *c) {
 }
 
 /* layer 40 (MoE), backward: DX_B (gradient of X41) -> DX_A (gradient of X40); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer40_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5590,10 +6273,17 @@ static void layer40_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5617,7 +6307,7 @@ static void layer40_backward(RtCtx *c) {
 }
 
 /* layer 39 (MoE), backward: DX_A (gradient of X40) -> DX_B (gradient of X39); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer39_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5630,10 +6320,17 @@ static void layer39_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5657,7 +6354,7 @@ static void layer39_backward(RtCtx *c) {
 }
 
 /* layer 38 (MoE), backward: DX_B (gradient of X39) -> DX_A (gradient of X38); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer38_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5670,10 +6367,17 @@ static void layer38_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5697,7 +6401,7 @@ static void layer38_backward(RtCtx *c) {
 }
 
 /* layer 37 (MoE), backward: DX_A (gradient of X38) -> DX_B (gradient of X37); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer37_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5710,10 +6414,17 @@ static void layer37_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5737,7 +6448,7 @@ static void layer37_backward(RtCtx *c) {
 }
 
 /* layer 36 (MoE), backward: DX_B (gradient of X37) -> DX_A (gradient of X36); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer36_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5750,10 +6461,17 @@ static void layer36_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5777,7 +6495,7 @@ static void layer36_backward(RtCtx *c) {
 }
 
 /* layer 35 (MoE), backward: DX_A (gradient of X36) -> DX_B (gradient of X35); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer35_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5790,10 +6508,17 @@ static void layer35_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5817,7 +6542,7 @@ static void layer35_backward(RtCtx *c) {
 }
 
 /* layer 34 (MoE), backward: DX_B (gradient of X35) -> DX_A (gradient of X34); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer34_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5830,10 +6555,17 @@ static void layer34_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5857,7 +6589,7 @@ static void layer34_backward(RtCtx *c) {
 }
 
 /* layer 33 (MoE), backward: DX_A (gradient of X34) -> DX_B (gradient of X33); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer33_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5870,10 +6602,17 @@ static void layer33_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5897,7 +6636,7 @@ static void layer33_backward(RtCtx *c) {
 }
 
 /* layer 32 (MoE), backward: DX_B (gradient of X33) -> DX_A (gradient of X32); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer32_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5910,10 +6649,17 @@ static void layer32_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5937,7 +6683,7 @@ static void layer32_backward(RtCtx *c) {
 }
 
 /* layer 31 (MoE), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer31_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5950,10 +6696,17 @@ static void layer31_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -5977,7 +6730,7 @@ static void layer31_backward(RtCtx *c) {
 }
 
 /* layer 30 (MoE), backward: DX_B (gradient of X31) -> DX_A (gradient of X30); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer30_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -5990,10 +6743,17 @@ static void layer30_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6017,7 +6777,7 @@ static void layer30_backward(RtCtx *c) {
 }
 
 /* layer 29 (MoE), backward: DX_A (gradient of X30) -> DX_B (gradient of X29); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer29_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6030,10 +6790,17 @@ static void layer29_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6057,7 +6824,7 @@ static void layer29_backward(RtCtx *c) {
 }
 
 /* layer 28 (MoE), backward: DX_B (gradient of X29) -> DX_A (gradient of X28); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer28_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6070,10 +6837,17 @@ static void layer28_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6097,7 +6871,7 @@ static void layer28_backward(RtCtx *c) {
 }
 
 /* layer 27 (MoE), backward: DX_A (gradient of X28) -> DX_B (gradient of X27); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer27_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6110,10 +6884,17 @@ static void layer27_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6137,7 +6918,7 @@ static void layer27_backward(RtCtx *c) {
 }
 
 /* layer 26 (MoE), backward: DX_B (gradient of X27) -> DX_A (gradient of X26); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer26_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6150,10 +6931,17 @@ static void layer26_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6177,7 +6965,7 @@ static void layer26_backward(RtCtx *c) {
 }
 
 /* layer 25 (MoE), backward: DX_A (gradient of X26) -> DX_B (gradient of X25); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer25_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6190,10 +6978,17 @@ static void layer25_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6217,7 +7012,7 @@ static void layer25_backward(RtCtx *c) {
 }
 
 /* layer 24 (MoE), backward: DX_B (gradient of X25) -> DX_A (gradient of X24); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer24_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6230,10 +7025,17 @@ static void layer24_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6257,7 +7059,7 @@ static void layer24_backward(RtCtx *c) {
 }
 
 /* layer 23 (MoE), backward: DX_A (gradient of X24) -> DX_B (gradient of X23); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer23_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6270,10 +7072,17 @@ static void layer23_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6297,7 +7106,7 @@ static void layer23_backward(RtCtx *c) {
 }
 
 /* layer 22 (MoE), backward: DX_B (gradient of X23) -> DX_A (gradient of X22); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer22_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6310,10 +7119,17 @@ static void layer22_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6337,7 +7153,7 @@ static void layer22_backward(RtCtx *c) {
 }
 
 /* layer 21 (MoE), backward: DX_A (gradient of X22) -> DX_B (gradient of X21); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer21_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6350,10 +7166,17 @@ static void layer21_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6377,7 +7200,7 @@ static void layer21_backward(RtCtx *c) {
 }
 
 /* layer 20 (MoE), backward: DX_B (gradient of X21) -> DX_A (gradient of X20); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer20_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6390,10 +7213,17 @@ static void layer20_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6417,7 +7247,7 @@ static void layer20_backward(RtCtx *c) {
 }
 
 /* layer 19 (MoE), backward: DX_A (gradient of X20) -> DX_B (gradient of X19); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer19_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6430,10 +7260,17 @@ static void layer19_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6457,7 +7294,7 @@ static void layer19_backward(RtCtx *c) {
 }
 
 /* layer 18 (MoE), backward: DX_B (gradient of X19) -> DX_A (gradient of X18); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer18_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6470,10 +7307,17 @@ static void layer18_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6497,7 +7341,7 @@ static void layer18_backward(RtCtx *c) {
 }
 
 /* layer 17 (MoE), backward: DX_A (gradient of X18) -> DX_B (gradient of X17); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer17_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6510,10 +7354,17 @@ static void layer17_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6537,7 +7388,7 @@ static void layer17_backward(RtCtx *c) {
 }
 
 /* layer 16 (MoE), backward: DX_B (gradient of X17) -> DX_A (gradient of X16); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer16_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6550,10 +7401,17 @@ static void layer16_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6577,7 +7435,7 @@ static void layer16_backward(RtCtx *c) {
 }
 
 /* layer 15 (MoE), backward: DX_A (gradient of X16) -> DX_B (gradient of X15); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer15_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6590,10 +7448,17 @@ static void layer15_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6617,7 +7482,7 @@ static void layer15_backward(RtCtx *c) {
 }
 
 /* layer 14 (MoE), backward: DX_B (gradient of X15) -> DX_A (gradient of X14); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer14_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6630,10 +7495,17 @@ static void layer14_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6657,7 +7529,7 @@ static void layer14_backward(RtCtx *c) {
 }
 
 /* layer 13 (MoE), backward: DX_A (gradient of X14) -> DX_B (gradient of X13); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer13_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6670,10 +7542,17 @@ static void layer13_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6697,7 +7576,7 @@ static void layer13_backward(RtCtx *c) {
 }
 
 /* layer 12 (MoE), backward: DX_B (gradient of X13) -> DX_A (gradient of X12); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer12_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6710,10 +7589,17 @@ static void layer12_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6737,7 +7623,7 @@ static void layer12_backward(RtCtx *c) {
 }
 
 /* layer 11 (MoE), backward: DX_A (gradient of X12) -> DX_B (gradient of X11); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer11_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6750,10 +7636,17 @@ static void layer11_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6777,7 +7670,7 @@ static void layer11_backward(RtCtx *c) {
 }
 
 /* layer 10 (MoE), backward: DX_B (gradient of X11) -> DX_A (gradient of X10); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer10_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6790,10 +7683,17 @@ static void layer10_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6817,7 +7717,7 @@ static void layer10_backward(RtCtx *c) {
 }
 
 /* layer 9 (MoE), backward: DX_A (gradient of X10) -> DX_B (gradient of X9); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer9_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6830,10 +7730,17 @@ static void layer9_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6857,7 +7764,7 @@ static void layer9_backward(RtCtx *c) {
 }
 
 /* layer 8 (MoE), backward: DX_B (gradient of X9) -> DX_A (gradient of X8); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer8_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6870,10 +7777,17 @@ static void layer8_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6897,7 +7811,7 @@ static void layer8_backward(RtCtx *c) {
 }
 
 /* layer 7 (MoE), backward: DX_A (gradient of X8) -> DX_B (gradient of X7); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer7_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6910,10 +7824,17 @@ static void layer7_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6937,7 +7858,7 @@ static void layer7_backward(RtCtx *c) {
 }
 
 /* layer 6 (MoE), backward: DX_B (gradient of X7) -> DX_A (gradient of X6); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer6_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6950,10 +7871,17 @@ static void layer6_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -6977,7 +7905,7 @@ static void layer6_backward(RtCtx *c) {
 }
 
 /* layer 5 (MoE), backward: DX_A (gradient of X6) -> DX_B (gradient of X5); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer5_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -6990,10 +7918,17 @@ static void layer5_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -7017,7 +7952,7 @@ static void layer5_backward(RtCtx *c) {
 }
 
 /* layer 4 (MoE), backward: DX_B (gradient of X5) -> DX_A (gradient of X4); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer4_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -7030,10 +7965,17 @@ static void layer4_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -7057,7 +7999,7 @@ static void layer4_backward(RtCtx *c) {
 }
 
 /* layer 3 (MoE), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer3_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -7070,10 +8012,17 @@ static void layer3_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -7097,7 +8046,7 @@ static void layer3_backward(RtCtx *c) {
 }
 
 /* layer 2 (MoE), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer2_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -7110,10 +8059,17 @@ static void layer2_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -7137,7 +8093,7 @@ static void layer2_backward(RtCtx *c) {
 }
 
 /* layer 1 (MoE), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer1_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -7150,10 +8106,17 @@ static void layer1_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -7177,7 +8140,7 @@ static void layer1_backward(RtCtx *c) {
 }
 
 /* layer 0 (MoE), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer0_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 402653184);
@@ -7190,10 +8153,17 @@ static void layer0_backward(RtCtx *c) {
   rt_matmul_backward(R(DLN), DW(114044928), NULL, R(DSU), R(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 6144); /* all-to-all */
-  rt_zero(R(DXE), 12884901888);
-  rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 6144); /* all-to-all */
+    rt_zero(R(DXE), 4026531840);
+    rt_experts_backward(R(DXE), DWE(0), DWE(1056964608), DWE(2113929216), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 6144); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 65536, 8, 6144);
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
@@ -7898,20 +8868,22 @@ real step_forward(RtCtx *c) {
   return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(6144), I(TARGETS), 65536, 6144, 256000, 4096, R(CE));
 }
 
-/* Backward, in reverse: each group's gradient is reduce-scattered over its ranks as soon
- * as its layer is done, and added to this rank's shard (accumulation over micro-batches). */
+/* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as
+ * its backward is done, while the next unit's backward runs (the units alternate between two
+ * gradient buffers), and added to this rank's shard (accumulation over micro-batches) before
+ * its buffer is used again. */
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L73_DENSE_MASTER), 354336, 0); /* layer 73 dense: 384 ranks x 354336, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L73_EXPERTS_MASTER), 33030144, 1); /* layer 73 experts: 96 ranks x 33030144, prefetch */
-  rt_zero(R(GRAD_DENSE), 1572870144);
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 1572870144);
   rt_zero(R(DLN), 402653184);
   rt_lm_head_ce_backward(R(DLN), DW(6144), R(LNF), W(6144), I(TARGETS), R(LSEF), 65536, 6144, 256000, 4096, R(CE), c->dloss);
   rt_zero(R(DX_A), 402653184);
   rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X74), W(0), R(RSTDF), 65536, 6144);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096016, (uint16_t *)R(RS_WIRE)); /* head, bf16 on the wire */
-  rt_accumulate(R(HEAD_GRAD), R(RS_OUT), 4096016);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 4096016, (uint16_t *)R(RS_WIRE2), 2); /* head: 384 ranks, bf16 on the wire */
   /* layer 73 */
   rt_comm_label("layer 73 backward");
   rt_comm_all_gather_wait(0);
@@ -7921,13 +8893,12 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L72_EXPERTS_MASTER), 33030144, 3); /* layer 72 experts: 96 ranks x 33030144, prefetch */
   layer73_forward(c, true); /* recompute from X73 (full checkpointing) */
   rt_offload_load(c, 71, R(X71), H(HX71), 402653184); /* prefetch: X74's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer73_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 73 dense, bf16 on the wire */
-  rt_accumulate(R(L73_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 73 experts, bf16 on the wire */
-  rt_accumulate(R(L73_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L73_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 73 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L73_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 73 experts: 96 ranks, bf16 on the wire */
   /* layer 72 */
   rt_comm_label("layer 72 backward");
   rt_comm_all_gather_wait(2);
@@ -7937,13 +8908,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L71_EXPERTS_MASTER), 33030144, 1); /* layer 71 experts: 96 ranks x 33030144, prefetch */
   layer72_forward(c, true); /* recompute from X72 (full checkpointing) */
   rt_offload_load(c, 70, R(X70), H(HX70), 402653184); /* prefetch: X73's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 75's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer72_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 72 dense, bf16 on the wire */
-  rt_accumulate(R(L72_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 72 experts, bf16 on the wire */
-  rt_accumulate(R(L72_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L72_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 72 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L72_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 72 experts: 96 ranks, bf16 on the wire */
   /* layer 71 */
   rt_comm_label("layer 71 backward");
   rt_comm_all_gather_wait(0);
@@ -7954,13 +8925,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 71); /* X71 is back */
   layer71_forward(c, true); /* recompute from X71 (full checkpointing) */
   rt_offload_load(c, 69, R(X69), H(HX69), 402653184); /* prefetch: X72's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 74's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer71_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 71 dense, bf16 on the wire */
-  rt_accumulate(R(L71_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 71 experts, bf16 on the wire */
-  rt_accumulate(R(L71_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L71_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 71 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L71_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 71 experts: 96 ranks, bf16 on the wire */
   /* layer 70 */
   rt_comm_label("layer 70 backward");
   rt_comm_all_gather_wait(2);
@@ -7971,13 +8942,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 70); /* X70 is back */
   layer70_forward(c, true); /* recompute from X70 (full checkpointing) */
   rt_offload_load(c, 68, R(X68), H(HX68), 402653184); /* prefetch: X71's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 73's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer70_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 70 dense, bf16 on the wire */
-  rt_accumulate(R(L70_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 70 experts, bf16 on the wire */
-  rt_accumulate(R(L70_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L70_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 70 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L70_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 70 experts: 96 ranks, bf16 on the wire */
   /* layer 69 */
   rt_comm_label("layer 69 backward");
   rt_comm_all_gather_wait(0);
@@ -7988,13 +8959,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 69); /* X69 is back */
   layer69_forward(c, true); /* recompute from X69 (full checkpointing) */
   rt_offload_load(c, 67, R(X67), H(HX67), 402653184); /* prefetch: X70's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 72's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer69_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 69 dense, bf16 on the wire */
-  rt_accumulate(R(L69_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 69 experts, bf16 on the wire */
-  rt_accumulate(R(L69_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L69_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 69 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L69_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 69 experts: 96 ranks, bf16 on the wire */
   /* layer 68 */
   rt_comm_label("layer 68 backward");
   rt_comm_all_gather_wait(2);
@@ -8005,13 +8976,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 68); /* X68 is back */
   layer68_forward(c, true); /* recompute from X68 (full checkpointing) */
   rt_offload_load(c, 66, R(X66), H(HX66), 402653184); /* prefetch: X69's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 71's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer68_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 68 dense, bf16 on the wire */
-  rt_accumulate(R(L68_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 68 experts, bf16 on the wire */
-  rt_accumulate(R(L68_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L68_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 68 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L68_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 68 experts: 96 ranks, bf16 on the wire */
   /* layer 67 */
   rt_comm_label("layer 67 backward");
   rt_comm_all_gather_wait(0);
@@ -8022,13 +8993,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 67); /* X67 is back */
   layer67_forward(c, true); /* recompute from X67 (full checkpointing) */
   rt_offload_load(c, 65, R(X65), H(HX65), 402653184); /* prefetch: X68's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 70's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer67_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 67 dense, bf16 on the wire */
-  rt_accumulate(R(L67_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 67 experts, bf16 on the wire */
-  rt_accumulate(R(L67_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L67_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 67 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L67_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 67 experts: 96 ranks, bf16 on the wire */
   /* layer 66 */
   rt_comm_label("layer 66 backward");
   rt_comm_all_gather_wait(2);
@@ -8039,13 +9010,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 66); /* X66 is back */
   layer66_forward(c, true); /* recompute from X66 (full checkpointing) */
   rt_offload_load(c, 64, R(X64), H(HX64), 402653184); /* prefetch: X67's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 69's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer66_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 66 dense, bf16 on the wire */
-  rt_accumulate(R(L66_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 66 experts, bf16 on the wire */
-  rt_accumulate(R(L66_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L66_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 66 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L66_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 66 experts: 96 ranks, bf16 on the wire */
   /* layer 65 */
   rt_comm_label("layer 65 backward");
   rt_comm_all_gather_wait(0);
@@ -8056,13 +9027,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 65); /* X65 is back */
   layer65_forward(c, true); /* recompute from X65 (full checkpointing) */
   rt_offload_load(c, 63, R(X63), H(HX63), 402653184); /* prefetch: X66's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 68's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer65_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 65 dense, bf16 on the wire */
-  rt_accumulate(R(L65_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 65 experts, bf16 on the wire */
-  rt_accumulate(R(L65_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L65_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 65 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L65_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 65 experts: 96 ranks, bf16 on the wire */
   /* layer 64 */
   rt_comm_label("layer 64 backward");
   rt_comm_all_gather_wait(2);
@@ -8073,13 +9044,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 64); /* X64 is back */
   layer64_forward(c, true); /* recompute from X64 (full checkpointing) */
   rt_offload_load(c, 62, R(X62), H(HX62), 402653184); /* prefetch: X65's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 67's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer64_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 64 dense, bf16 on the wire */
-  rt_accumulate(R(L64_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 64 experts, bf16 on the wire */
-  rt_accumulate(R(L64_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L64_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 64 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L64_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 64 experts: 96 ranks, bf16 on the wire */
   /* layer 63 */
   rt_comm_label("layer 63 backward");
   rt_comm_all_gather_wait(0);
@@ -8090,13 +9061,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 63); /* X63 is back */
   layer63_forward(c, true); /* recompute from X63 (full checkpointing) */
   rt_offload_load(c, 61, R(X61), H(HX61), 402653184); /* prefetch: X64's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 66's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer63_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 63 dense, bf16 on the wire */
-  rt_accumulate(R(L63_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 63 experts, bf16 on the wire */
-  rt_accumulate(R(L63_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L63_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 63 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L63_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 63 experts: 96 ranks, bf16 on the wire */
   /* layer 62 */
   rt_comm_label("layer 62 backward");
   rt_comm_all_gather_wait(2);
@@ -8107,13 +9078,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 62); /* X62 is back */
   layer62_forward(c, true); /* recompute from X62 (full checkpointing) */
   rt_offload_load(c, 60, R(X60), H(HX60), 402653184); /* prefetch: X63's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 65's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer62_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 62 dense, bf16 on the wire */
-  rt_accumulate(R(L62_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 62 experts, bf16 on the wire */
-  rt_accumulate(R(L62_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L62_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 62 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L62_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 62 experts: 96 ranks, bf16 on the wire */
   /* layer 61 */
   rt_comm_label("layer 61 backward");
   rt_comm_all_gather_wait(0);
@@ -8124,13 +9095,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 61); /* X61 is back */
   layer61_forward(c, true); /* recompute from X61 (full checkpointing) */
   rt_offload_load(c, 59, R(X59), H(HX59), 402653184); /* prefetch: X62's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 64's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer61_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 61 dense, bf16 on the wire */
-  rt_accumulate(R(L61_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 61 experts, bf16 on the wire */
-  rt_accumulate(R(L61_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L61_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 61 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L61_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 61 experts: 96 ranks, bf16 on the wire */
   /* layer 60 */
   rt_comm_label("layer 60 backward");
   rt_comm_all_gather_wait(2);
@@ -8141,13 +9112,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 60); /* X60 is back */
   layer60_forward(c, true); /* recompute from X60 (full checkpointing) */
   rt_offload_load(c, 58, R(X58), H(HX58), 402653184); /* prefetch: X61's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 63's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer60_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 60 dense, bf16 on the wire */
-  rt_accumulate(R(L60_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 60 experts, bf16 on the wire */
-  rt_accumulate(R(L60_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L60_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 60 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L60_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 60 experts: 96 ranks, bf16 on the wire */
   /* layer 59 */
   rt_comm_label("layer 59 backward");
   rt_comm_all_gather_wait(0);
@@ -8158,13 +9129,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 59); /* X59 is back */
   layer59_forward(c, true); /* recompute from X59 (full checkpointing) */
   rt_offload_load(c, 57, R(X57), H(HX57), 402653184); /* prefetch: X60's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 62's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer59_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 59 dense, bf16 on the wire */
-  rt_accumulate(R(L59_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 59 experts, bf16 on the wire */
-  rt_accumulate(R(L59_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L59_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 59 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L59_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 59 experts: 96 ranks, bf16 on the wire */
   /* layer 58 */
   rt_comm_label("layer 58 backward");
   rt_comm_all_gather_wait(2);
@@ -8175,13 +9146,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 58); /* X58 is back */
   layer58_forward(c, true); /* recompute from X58 (full checkpointing) */
   rt_offload_load(c, 56, R(X56), H(HX56), 402653184); /* prefetch: X59's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 61's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer58_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 58 dense, bf16 on the wire */
-  rt_accumulate(R(L58_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 58 experts, bf16 on the wire */
-  rt_accumulate(R(L58_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L58_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 58 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L58_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 58 experts: 96 ranks, bf16 on the wire */
   /* layer 57 */
   rt_comm_label("layer 57 backward");
   rt_comm_all_gather_wait(0);
@@ -8192,13 +9163,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 57); /* X57 is back */
   layer57_forward(c, true); /* recompute from X57 (full checkpointing) */
   rt_offload_load(c, 55, R(X55), H(HX55), 402653184); /* prefetch: X58's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 60's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer57_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 57 dense, bf16 on the wire */
-  rt_accumulate(R(L57_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 57 experts, bf16 on the wire */
-  rt_accumulate(R(L57_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L57_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 57 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L57_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 57 experts: 96 ranks, bf16 on the wire */
   /* layer 56 */
   rt_comm_label("layer 56 backward");
   rt_comm_all_gather_wait(2);
@@ -8209,13 +9180,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 56); /* X56 is back */
   layer56_forward(c, true); /* recompute from X56 (full checkpointing) */
   rt_offload_load(c, 54, R(X54), H(HX54), 402653184); /* prefetch: X57's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 59's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer56_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 56 dense, bf16 on the wire */
-  rt_accumulate(R(L56_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 56 experts, bf16 on the wire */
-  rt_accumulate(R(L56_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L56_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 56 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L56_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 56 experts: 96 ranks, bf16 on the wire */
   /* layer 55 */
   rt_comm_label("layer 55 backward");
   rt_comm_all_gather_wait(0);
@@ -8226,13 +9197,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 55); /* X55 is back */
   layer55_forward(c, true); /* recompute from X55 (full checkpointing) */
   rt_offload_load(c, 53, R(X53), H(HX53), 402653184); /* prefetch: X56's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 58's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer55_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 55 dense, bf16 on the wire */
-  rt_accumulate(R(L55_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 55 experts, bf16 on the wire */
-  rt_accumulate(R(L55_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L55_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 55 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L55_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 55 experts: 96 ranks, bf16 on the wire */
   /* layer 54 */
   rt_comm_label("layer 54 backward");
   rt_comm_all_gather_wait(2);
@@ -8243,13 +9214,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 54); /* X54 is back */
   layer54_forward(c, true); /* recompute from X54 (full checkpointing) */
   rt_offload_load(c, 52, R(X52), H(HX52), 402653184); /* prefetch: X55's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 57's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer54_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 54 dense, bf16 on the wire */
-  rt_accumulate(R(L54_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 54 experts, bf16 on the wire */
-  rt_accumulate(R(L54_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L54_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 54 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L54_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 54 experts: 96 ranks, bf16 on the wire */
   /* layer 53 */
   rt_comm_label("layer 53 backward");
   rt_comm_all_gather_wait(0);
@@ -8260,13 +9231,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 53); /* X53 is back */
   layer53_forward(c, true); /* recompute from X53 (full checkpointing) */
   rt_offload_load(c, 51, R(X51), H(HX51), 402653184); /* prefetch: X54's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 56's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer53_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 53 dense, bf16 on the wire */
-  rt_accumulate(R(L53_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 53 experts, bf16 on the wire */
-  rt_accumulate(R(L53_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L53_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 53 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L53_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 53 experts: 96 ranks, bf16 on the wire */
   /* layer 52 */
   rt_comm_label("layer 52 backward");
   rt_comm_all_gather_wait(2);
@@ -8277,13 +9248,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 52); /* X52 is back */
   layer52_forward(c, true); /* recompute from X52 (full checkpointing) */
   rt_offload_load(c, 50, R(X50), H(HX50), 402653184); /* prefetch: X53's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 55's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer52_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 52 dense, bf16 on the wire */
-  rt_accumulate(R(L52_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 52 experts, bf16 on the wire */
-  rt_accumulate(R(L52_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L52_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 52 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L52_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 52 experts: 96 ranks, bf16 on the wire */
   /* layer 51 */
   rt_comm_label("layer 51 backward");
   rt_comm_all_gather_wait(0);
@@ -8294,13 +9265,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 51); /* X51 is back */
   layer51_forward(c, true); /* recompute from X51 (full checkpointing) */
   rt_offload_load(c, 49, R(X49), H(HX49), 402653184); /* prefetch: X52's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 54's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer51_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 51 dense, bf16 on the wire */
-  rt_accumulate(R(L51_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 51 experts, bf16 on the wire */
-  rt_accumulate(R(L51_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L51_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 51 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L51_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 51 experts: 96 ranks, bf16 on the wire */
   /* layer 50 */
   rt_comm_label("layer 50 backward");
   rt_comm_all_gather_wait(2);
@@ -8311,13 +9282,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 50); /* X50 is back */
   layer50_forward(c, true); /* recompute from X50 (full checkpointing) */
   rt_offload_load(c, 48, R(X48), H(HX48), 402653184); /* prefetch: X51's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 53's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer50_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 50 dense, bf16 on the wire */
-  rt_accumulate(R(L50_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 50 experts, bf16 on the wire */
-  rt_accumulate(R(L50_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L50_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 50 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L50_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 50 experts: 96 ranks, bf16 on the wire */
   /* layer 49 */
   rt_comm_label("layer 49 backward");
   rt_comm_all_gather_wait(0);
@@ -8328,13 +9299,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 49); /* X49 is back */
   layer49_forward(c, true); /* recompute from X49 (full checkpointing) */
   rt_offload_load(c, 47, R(X47), H(HX47), 402653184); /* prefetch: X50's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 52's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer49_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 49 dense, bf16 on the wire */
-  rt_accumulate(R(L49_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 49 experts, bf16 on the wire */
-  rt_accumulate(R(L49_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L49_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 49 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L49_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 49 experts: 96 ranks, bf16 on the wire */
   /* layer 48 */
   rt_comm_label("layer 48 backward");
   rt_comm_all_gather_wait(2);
@@ -8345,13 +9316,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 48); /* X48 is back */
   layer48_forward(c, true); /* recompute from X48 (full checkpointing) */
   rt_offload_load(c, 46, R(X46), H(HX46), 402653184); /* prefetch: X49's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 51's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer48_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 48 dense, bf16 on the wire */
-  rt_accumulate(R(L48_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 48 experts, bf16 on the wire */
-  rt_accumulate(R(L48_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L48_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 48 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L48_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 48 experts: 96 ranks, bf16 on the wire */
   /* layer 47 */
   rt_comm_label("layer 47 backward");
   rt_comm_all_gather_wait(0);
@@ -8362,13 +9333,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 47); /* X47 is back */
   layer47_forward(c, true); /* recompute from X47 (full checkpointing) */
   rt_offload_load(c, 45, R(X45), H(HX45), 402653184); /* prefetch: X48's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 50's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer47_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 47 dense, bf16 on the wire */
-  rt_accumulate(R(L47_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 47 experts, bf16 on the wire */
-  rt_accumulate(R(L47_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L47_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 47 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L47_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 47 experts: 96 ranks, bf16 on the wire */
   /* layer 46 */
   rt_comm_label("layer 46 backward");
   rt_comm_all_gather_wait(2);
@@ -8379,13 +9350,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 46); /* X46 is back */
   layer46_forward(c, true); /* recompute from X46 (full checkpointing) */
   rt_offload_load(c, 44, R(X44), H(HX44), 402653184); /* prefetch: X47's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 49's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer46_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 46 dense, bf16 on the wire */
-  rt_accumulate(R(L46_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 46 experts, bf16 on the wire */
-  rt_accumulate(R(L46_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L46_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 46 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L46_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 46 experts: 96 ranks, bf16 on the wire */
   /* layer 45 */
   rt_comm_label("layer 45 backward");
   rt_comm_all_gather_wait(0);
@@ -8396,13 +9367,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 45); /* X45 is back */
   layer45_forward(c, true); /* recompute from X45 (full checkpointing) */
   rt_offload_load(c, 43, R(X43), H(HX43), 402653184); /* prefetch: X46's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 48's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer45_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 45 dense, bf16 on the wire */
-  rt_accumulate(R(L45_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 45 experts, bf16 on the wire */
-  rt_accumulate(R(L45_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L45_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 45 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L45_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 45 experts: 96 ranks, bf16 on the wire */
   /* layer 44 */
   rt_comm_label("layer 44 backward");
   rt_comm_all_gather_wait(2);
@@ -8413,13 +9384,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 44); /* X44 is back */
   layer44_forward(c, true); /* recompute from X44 (full checkpointing) */
   rt_offload_load(c, 42, R(X42), H(HX42), 402653184); /* prefetch: X45's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 47's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer44_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 44 dense, bf16 on the wire */
-  rt_accumulate(R(L44_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 44 experts, bf16 on the wire */
-  rt_accumulate(R(L44_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L44_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 44 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L44_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 44 experts: 96 ranks, bf16 on the wire */
   /* layer 43 */
   rt_comm_label("layer 43 backward");
   rt_comm_all_gather_wait(0);
@@ -8430,13 +9401,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 43); /* X43 is back */
   layer43_forward(c, true); /* recompute from X43 (full checkpointing) */
   rt_offload_load(c, 41, R(X41), H(HX41), 402653184); /* prefetch: X44's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 46's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer43_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 43 dense, bf16 on the wire */
-  rt_accumulate(R(L43_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 43 experts, bf16 on the wire */
-  rt_accumulate(R(L43_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L43_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 43 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L43_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 43 experts: 96 ranks, bf16 on the wire */
   /* layer 42 */
   rt_comm_label("layer 42 backward");
   rt_comm_all_gather_wait(2);
@@ -8447,13 +9418,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 42); /* X42 is back */
   layer42_forward(c, true); /* recompute from X42 (full checkpointing) */
   rt_offload_load(c, 40, R(X40), H(HX40), 402653184); /* prefetch: X43's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 45's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer42_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 42 dense, bf16 on the wire */
-  rt_accumulate(R(L42_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 42 experts, bf16 on the wire */
-  rt_accumulate(R(L42_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L42_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 42 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L42_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 42 experts: 96 ranks, bf16 on the wire */
   /* layer 41 */
   rt_comm_label("layer 41 backward");
   rt_comm_all_gather_wait(0);
@@ -8464,13 +9435,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 41); /* X41 is back */
   layer41_forward(c, true); /* recompute from X41 (full checkpointing) */
   rt_offload_load(c, 39, R(X39), H(HX39), 402653184); /* prefetch: X42's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 44's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer41_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 41 dense, bf16 on the wire */
-  rt_accumulate(R(L41_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 41 experts, bf16 on the wire */
-  rt_accumulate(R(L41_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L41_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 41 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L41_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 41 experts: 96 ranks, bf16 on the wire */
   /* layer 40 */
   rt_comm_label("layer 40 backward");
   rt_comm_all_gather_wait(2);
@@ -8481,13 +9452,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 40); /* X40 is back */
   layer40_forward(c, true); /* recompute from X40 (full checkpointing) */
   rt_offload_load(c, 38, R(X38), H(HX38), 402653184); /* prefetch: X41's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 43's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer40_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 40 dense, bf16 on the wire */
-  rt_accumulate(R(L40_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 40 experts, bf16 on the wire */
-  rt_accumulate(R(L40_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L40_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 40 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L40_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 40 experts: 96 ranks, bf16 on the wire */
   /* layer 39 */
   rt_comm_label("layer 39 backward");
   rt_comm_all_gather_wait(0);
@@ -8498,13 +9469,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 39); /* X39 is back */
   layer39_forward(c, true); /* recompute from X39 (full checkpointing) */
   rt_offload_load(c, 37, R(X37), H(HX37), 402653184); /* prefetch: X40's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 42's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer39_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 39 dense, bf16 on the wire */
-  rt_accumulate(R(L39_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 39 experts, bf16 on the wire */
-  rt_accumulate(R(L39_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L39_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 39 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L39_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 39 experts: 96 ranks, bf16 on the wire */
   /* layer 38 */
   rt_comm_label("layer 38 backward");
   rt_comm_all_gather_wait(2);
@@ -8515,13 +9486,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 38); /* X38 is back */
   layer38_forward(c, true); /* recompute from X38 (full checkpointing) */
   rt_offload_load(c, 36, R(X36), H(HX36), 402653184); /* prefetch: X39's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 41's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer38_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 38 dense, bf16 on the wire */
-  rt_accumulate(R(L38_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 38 experts, bf16 on the wire */
-  rt_accumulate(R(L38_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L38_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 38 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L38_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 38 experts: 96 ranks, bf16 on the wire */
   /* layer 37 */
   rt_comm_label("layer 37 backward");
   rt_comm_all_gather_wait(0);
@@ -8532,13 +9503,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 37); /* X37 is back */
   layer37_forward(c, true); /* recompute from X37 (full checkpointing) */
   rt_offload_load(c, 35, R(X35), H(HX35), 402653184); /* prefetch: X38's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 40's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer37_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 37 dense, bf16 on the wire */
-  rt_accumulate(R(L37_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 37 experts, bf16 on the wire */
-  rt_accumulate(R(L37_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L37_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 37 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L37_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 37 experts: 96 ranks, bf16 on the wire */
   /* layer 36 */
   rt_comm_label("layer 36 backward");
   rt_comm_all_gather_wait(2);
@@ -8549,13 +9520,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 36); /* X36 is back */
   layer36_forward(c, true); /* recompute from X36 (full checkpointing) */
   rt_offload_load(c, 34, R(X34), H(HX34), 402653184); /* prefetch: X37's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 39's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer36_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 36 dense, bf16 on the wire */
-  rt_accumulate(R(L36_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 36 experts, bf16 on the wire */
-  rt_accumulate(R(L36_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L36_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 36 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L36_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 36 experts: 96 ranks, bf16 on the wire */
   /* layer 35 */
   rt_comm_label("layer 35 backward");
   rt_comm_all_gather_wait(0);
@@ -8566,13 +9537,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 35); /* X35 is back */
   layer35_forward(c, true); /* recompute from X35 (full checkpointing) */
   rt_offload_load(c, 33, R(X33), H(HX33), 402653184); /* prefetch: X36's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 38's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer35_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 35 dense, bf16 on the wire */
-  rt_accumulate(R(L35_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 35 experts, bf16 on the wire */
-  rt_accumulate(R(L35_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L35_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 35 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L35_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 35 experts: 96 ranks, bf16 on the wire */
   /* layer 34 */
   rt_comm_label("layer 34 backward");
   rt_comm_all_gather_wait(2);
@@ -8583,13 +9554,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 34); /* X34 is back */
   layer34_forward(c, true); /* recompute from X34 (full checkpointing) */
   rt_offload_load(c, 32, R(X32), H(HX32), 402653184); /* prefetch: X35's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 37's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer34_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 34 dense, bf16 on the wire */
-  rt_accumulate(R(L34_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 34 experts, bf16 on the wire */
-  rt_accumulate(R(L34_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L34_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 34 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L34_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 34 experts: 96 ranks, bf16 on the wire */
   /* layer 33 */
   rt_comm_label("layer 33 backward");
   rt_comm_all_gather_wait(0);
@@ -8600,13 +9571,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 33); /* X33 is back */
   layer33_forward(c, true); /* recompute from X33 (full checkpointing) */
   rt_offload_load(c, 31, R(X31), H(HX31), 402653184); /* prefetch: X34's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 36's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer33_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 33 dense, bf16 on the wire */
-  rt_accumulate(R(L33_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 33 experts, bf16 on the wire */
-  rt_accumulate(R(L33_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L33_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 33 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L33_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 33 experts: 96 ranks, bf16 on the wire */
   /* layer 32 */
   rt_comm_label("layer 32 backward");
   rt_comm_all_gather_wait(2);
@@ -8617,13 +9588,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 32); /* X32 is back */
   layer32_forward(c, true); /* recompute from X32 (full checkpointing) */
   rt_offload_load(c, 30, R(X30), H(HX30), 402653184); /* prefetch: X33's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 35's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer32_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 32 dense, bf16 on the wire */
-  rt_accumulate(R(L32_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 32 experts, bf16 on the wire */
-  rt_accumulate(R(L32_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L32_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 32 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L32_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 32 experts: 96 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
@@ -8634,13 +9605,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 31); /* X31 is back */
   layer31_forward(c, true); /* recompute from X31 (full checkpointing) */
   rt_offload_load(c, 29, R(X29), H(HX29), 402653184); /* prefetch: X32's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 34's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer31_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 31 dense, bf16 on the wire */
-  rt_accumulate(R(L31_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 31 experts, bf16 on the wire */
-  rt_accumulate(R(L31_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 96 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
@@ -8651,13 +9622,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 30); /* X30 is back */
   layer30_forward(c, true); /* recompute from X30 (full checkpointing) */
   rt_offload_load(c, 28, R(X28), H(HX28), 402653184); /* prefetch: X31's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer30_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 30 dense, bf16 on the wire */
-  rt_accumulate(R(L30_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 30 experts, bf16 on the wire */
-  rt_accumulate(R(L30_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 96 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
@@ -8668,13 +9639,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 29); /* X29 is back */
   layer29_forward(c, true); /* recompute from X29 (full checkpointing) */
   rt_offload_load(c, 27, R(X27), H(HX27), 402653184); /* prefetch: X30's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer29_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 29 dense, bf16 on the wire */
-  rt_accumulate(R(L29_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 29 experts, bf16 on the wire */
-  rt_accumulate(R(L29_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 96 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
@@ -8685,13 +9656,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 28); /* X28 is back */
   layer28_forward(c, true); /* recompute from X28 (full checkpointing) */
   rt_offload_load(c, 26, R(X26), H(HX26), 402653184); /* prefetch: X29's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer28_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 28 dense, bf16 on the wire */
-  rt_accumulate(R(L28_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 28 experts, bf16 on the wire */
-  rt_accumulate(R(L28_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 96 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
@@ -8702,13 +9673,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 27); /* X27 is back */
   layer27_forward(c, true); /* recompute from X27 (full checkpointing) */
   rt_offload_load(c, 25, R(X25), H(HX25), 402653184); /* prefetch: X28's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer27_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 27 dense, bf16 on the wire */
-  rt_accumulate(R(L27_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 27 experts, bf16 on the wire */
-  rt_accumulate(R(L27_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 96 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
@@ -8719,13 +9690,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 26); /* X26 is back */
   layer26_forward(c, true); /* recompute from X26 (full checkpointing) */
   rt_offload_load(c, 24, R(X24), H(HX24), 402653184); /* prefetch: X27's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer26_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 26 dense, bf16 on the wire */
-  rt_accumulate(R(L26_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 26 experts, bf16 on the wire */
-  rt_accumulate(R(L26_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 96 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
@@ -8736,13 +9707,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 25); /* X25 is back */
   layer25_forward(c, true); /* recompute from X25 (full checkpointing) */
   rt_offload_load(c, 23, R(X23), H(HX23), 402653184); /* prefetch: X26's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer25_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 25 dense, bf16 on the wire */
-  rt_accumulate(R(L25_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 25 experts, bf16 on the wire */
-  rt_accumulate(R(L25_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 96 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
@@ -8753,13 +9724,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 24); /* X24 is back */
   layer24_forward(c, true); /* recompute from X24 (full checkpointing) */
   rt_offload_load(c, 22, R(X22), H(HX22), 402653184); /* prefetch: X25's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer24_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 24 dense, bf16 on the wire */
-  rt_accumulate(R(L24_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 24 experts, bf16 on the wire */
-  rt_accumulate(R(L24_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 96 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
@@ -8770,13 +9741,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 23); /* X23 is back */
   layer23_forward(c, true); /* recompute from X23 (full checkpointing) */
   rt_offload_load(c, 21, R(X21), H(HX21), 402653184); /* prefetch: X24's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer23_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 23 dense, bf16 on the wire */
-  rt_accumulate(R(L23_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 23 experts, bf16 on the wire */
-  rt_accumulate(R(L23_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 96 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
@@ -8787,13 +9758,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 22); /* X22 is back */
   layer22_forward(c, true); /* recompute from X22 (full checkpointing) */
   rt_offload_load(c, 20, R(X20), H(HX20), 402653184); /* prefetch: X23's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer22_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 22 dense, bf16 on the wire */
-  rt_accumulate(R(L22_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 22 experts, bf16 on the wire */
-  rt_accumulate(R(L22_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 96 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
@@ -8804,13 +9775,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 21); /* X21 is back */
   layer21_forward(c, true); /* recompute from X21 (full checkpointing) */
   rt_offload_load(c, 19, R(X19), H(HX19), 402653184); /* prefetch: X22's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer21_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 21 dense, bf16 on the wire */
-  rt_accumulate(R(L21_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 21 experts, bf16 on the wire */
-  rt_accumulate(R(L21_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 96 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
@@ -8821,13 +9792,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 20); /* X20 is back */
   layer20_forward(c, true); /* recompute from X20 (full checkpointing) */
   rt_offload_load(c, 18, R(X18), H(HX18), 402653184); /* prefetch: X21's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer20_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 20 dense, bf16 on the wire */
-  rt_accumulate(R(L20_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 20 experts, bf16 on the wire */
-  rt_accumulate(R(L20_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 96 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
@@ -8838,13 +9809,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 19); /* X19 is back */
   layer19_forward(c, true); /* recompute from X19 (full checkpointing) */
   rt_offload_load(c, 17, R(X17), H(HX17), 402653184); /* prefetch: X20's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer19_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 19 dense, bf16 on the wire */
-  rt_accumulate(R(L19_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 19 experts, bf16 on the wire */
-  rt_accumulate(R(L19_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 96 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
@@ -8855,13 +9826,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 18); /* X18 is back */
   layer18_forward(c, true); /* recompute from X18 (full checkpointing) */
   rt_offload_load(c, 16, R(X16), H(HX16), 402653184); /* prefetch: X19's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer18_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 18 dense, bf16 on the wire */
-  rt_accumulate(R(L18_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 18 experts, bf16 on the wire */
-  rt_accumulate(R(L18_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 96 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
@@ -8872,13 +9843,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 17); /* X17 is back */
   layer17_forward(c, true); /* recompute from X17 (full checkpointing) */
   rt_offload_load(c, 15, R(X15), H(HX15), 402653184); /* prefetch: X18's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer17_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 17 dense, bf16 on the wire */
-  rt_accumulate(R(L17_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 17 experts, bf16 on the wire */
-  rt_accumulate(R(L17_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 96 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
@@ -8889,13 +9860,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 16); /* X16 is back */
   layer16_forward(c, true); /* recompute from X16 (full checkpointing) */
   rt_offload_load(c, 14, R(X14), H(HX14), 402653184); /* prefetch: X17's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer16_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 16 dense, bf16 on the wire */
-  rt_accumulate(R(L16_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 16 experts, bf16 on the wire */
-  rt_accumulate(R(L16_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 96 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
@@ -8906,13 +9877,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 15); /* X15 is back */
   layer15_forward(c, true); /* recompute from X15 (full checkpointing) */
   rt_offload_load(c, 13, R(X13), H(HX13), 402653184); /* prefetch: X16's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer15_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 15 dense, bf16 on the wire */
-  rt_accumulate(R(L15_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 15 experts, bf16 on the wire */
-  rt_accumulate(R(L15_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 96 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
@@ -8923,13 +9894,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 14); /* X14 is back */
   layer14_forward(c, true); /* recompute from X14 (full checkpointing) */
   rt_offload_load(c, 12, R(X12), H(HX12), 402653184); /* prefetch: X15's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer14_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 14 dense, bf16 on the wire */
-  rt_accumulate(R(L14_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 14 experts, bf16 on the wire */
-  rt_accumulate(R(L14_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 96 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
@@ -8940,13 +9911,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 13); /* X13 is back */
   layer13_forward(c, true); /* recompute from X13 (full checkpointing) */
   rt_offload_load(c, 11, R(X11), H(HX11), 402653184); /* prefetch: X14's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer13_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 13 dense, bf16 on the wire */
-  rt_accumulate(R(L13_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 13 experts, bf16 on the wire */
-  rt_accumulate(R(L13_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 96 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
@@ -8957,13 +9928,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 12); /* X12 is back */
   layer12_forward(c, true); /* recompute from X12 (full checkpointing) */
   rt_offload_load(c, 10, R(X10), H(HX10), 402653184); /* prefetch: X13's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer12_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 12 dense, bf16 on the wire */
-  rt_accumulate(R(L12_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 12 experts, bf16 on the wire */
-  rt_accumulate(R(L12_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 96 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
@@ -8974,13 +9945,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 11); /* X11 is back */
   layer11_forward(c, true); /* recompute from X11 (full checkpointing) */
   rt_offload_load(c, 9, R(X9), H(HX9), 402653184); /* prefetch: X12's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer11_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 11 dense, bf16 on the wire */
-  rt_accumulate(R(L11_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 11 experts, bf16 on the wire */
-  rt_accumulate(R(L11_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 96 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
@@ -8991,13 +9962,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 10); /* X10 is back */
   layer10_forward(c, true); /* recompute from X10 (full checkpointing) */
   rt_offload_load(c, 8, R(X8), H(HX8), 402653184); /* prefetch: X11's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer10_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 10 dense, bf16 on the wire */
-  rt_accumulate(R(L10_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 10 experts, bf16 on the wire */
-  rt_accumulate(R(L10_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 96 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
@@ -9008,13 +9979,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 9); /* X9 is back */
   layer9_forward(c, true); /* recompute from X9 (full checkpointing) */
   rt_offload_load(c, 7, R(X7), H(HX7), 402653184); /* prefetch: X10's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer9_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 9 dense, bf16 on the wire */
-  rt_accumulate(R(L9_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 9 experts, bf16 on the wire */
-  rt_accumulate(R(L9_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 96 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
@@ -9025,13 +9996,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 8); /* X8 is back */
   layer8_forward(c, true); /* recompute from X8 (full checkpointing) */
   rt_offload_load(c, 6, R(X6), H(HX6), 402653184); /* prefetch: X9's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer8_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 8 dense, bf16 on the wire */
-  rt_accumulate(R(L8_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 8 experts, bf16 on the wire */
-  rt_accumulate(R(L8_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 96 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
@@ -9042,13 +10013,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 7); /* X7 is back */
   layer7_forward(c, true); /* recompute from X7 (full checkpointing) */
   rt_offload_load(c, 5, R(X5), H(HX5), 402653184); /* prefetch: X8's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer7_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 7 dense, bf16 on the wire */
-  rt_accumulate(R(L7_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 7 experts, bf16 on the wire */
-  rt_accumulate(R(L7_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 96 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
@@ -9059,13 +10030,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 6); /* X6 is back */
   layer6_forward(c, true); /* recompute from X6 (full checkpointing) */
   rt_offload_load(c, 4, R(X4), H(HX4), 402653184); /* prefetch: X7's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer6_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 6 dense, bf16 on the wire */
-  rt_accumulate(R(L6_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 6 experts, bf16 on the wire */
-  rt_accumulate(R(L6_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 96 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
@@ -9076,13 +10047,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 5); /* X5 is back */
   layer5_forward(c, true); /* recompute from X5 (full checkpointing) */
   rt_offload_load(c, 3, R(X3), H(HX3), 402653184); /* prefetch: X6's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer5_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 5 dense, bf16 on the wire */
-  rt_accumulate(R(L5_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 5 experts, bf16 on the wire */
-  rt_accumulate(R(L5_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 96 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
@@ -9093,13 +10064,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 4); /* X4 is back */
   layer4_forward(c, true); /* recompute from X4 (full checkpointing) */
   rt_offload_load(c, 2, R(X2), H(HX2), 402653184); /* prefetch: X5's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer4_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 4 dense, bf16 on the wire */
-  rt_accumulate(R(L4_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 4 experts, bf16 on the wire */
-  rt_accumulate(R(L4_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 96 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
@@ -9110,13 +10081,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 3); /* X3 is back */
   layer3_forward(c, true); /* recompute from X3 (full checkpointing) */
   rt_offload_load(c, 1, R(X1), H(HX1), 402653184); /* prefetch: X4's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer3_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 3 dense, bf16 on the wire */
-  rt_accumulate(R(L3_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 3 experts, bf16 on the wire */
-  rt_accumulate(R(L3_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 96 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
@@ -9127,13 +10098,13 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 2); /* X2 is back */
   layer2_forward(c, true); /* recompute from X2 (full checkpointing) */
   rt_offload_load(c, 0, R(X0), H(HX0), 402653184); /* prefetch: X3's slot is free */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer2_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 2 dense, bf16 on the wire */
-  rt_accumulate(R(L2_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 2 experts, bf16 on the wire */
-  rt_accumulate(R(L2_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 96 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
@@ -9143,13 +10114,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 33030144, 3); /* layer 0 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 1); /* X1 is back */
   layer1_forward(c, true); /* recompute from X1 (full checkpointing) */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 136065024);
+  rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer1_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 1 dense, bf16 on the wire */
-  rt_accumulate(R(L1_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 1 experts, bf16 on the wire */
-  rt_accumulate(R(L1_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 96 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
@@ -9157,19 +10128,22 @@ void step_backward(RtCtx *c) {
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_offload_wait(c, 0); /* X0 is back */
   layer0_forward(c, true); /* recompute from X0 (full checkpointing) */
-  rt_zero(R(GRAD_DENSE), 136065024);
-  rt_zero(R(GRAD_EXPERTS), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 136065024);
+  rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer0_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 354336, (uint16_t *)R(RS_WIRE)); /* layer 0 dense, bf16 on the wire */
-  rt_accumulate(R(L0_DENSE_GRAD), R(RS_OUT), 354336);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 33030144, (uint16_t *)R(RS_WIRE)); /* layer 0 experts, bf16 on the wire */
-  rt_accumulate(R(L0_EXPERTS_GRAD), R(RS_OUT), 33030144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 96 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
-  rt_zero(R(GRAD_DENSE), 1572864000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 1572864000);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 65536, 6144);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096000, (uint16_t *)R(RS_WIRE)); /* embedding, bf16 on the wire */
-  rt_accumulate(R(EMBED_GRAD), R(RS_OUT), 4096000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 384 ranks, bf16 on the wire */
+  /* the last reduce-scatters: every shard has this micro-batch's gradient */
+  for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }
 
 /* After the optimizer step (apply: false when the step was skipped): nothing to do for this model */

@@ -29,6 +29,8 @@
 #define EXPERTS 384
 #define TOP_K 8
 #define AUX_FREE 0
+#define MOE_CAP_ROWS 655360 /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */
+#define MOE_MEAN_ROWS 524288 /* rows a rank sends per MoE layer pass: tokens x top_k */
 #define TRAIN_STEPS 1000
 #define LR 0.0003
 #define WARMUP_STEPS 0
@@ -40,12 +42,15 @@
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
 #define PLAN_HBM_BYTES 86895735552 /* the plan's packed HBM arena per GPU (plan.json memory) */
 #define PLAN_HOST_BYTES 93665957504 /* its host (Grace) arena per GPU */
+#define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
+#define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
+#define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
 
-/* the arena: 135442641856 elements of real */
-#define ARENA_ELEMS 135442641856
+/* the arena: 82064368576 elements of real */
+#define ARENA_ELEMS 82064368576
 #define INPUTS 0
 #define TARGETS 65536
-#define MUON_WORK 24145997120 /* Muon's scratch */
+#define MUON_WORK 28889761088 /* Muon's scratch */
 #define MUON_WORK_ELEMS 226492416
 #define HOST_ELEMS 28991029248 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 72 /* boundaries that go to the host and back */

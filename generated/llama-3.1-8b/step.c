@@ -15,9 +15,9 @@
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
-#define DW(o) (c->arena + GRAD_DENSE + (o))      /* its gradient */
+#define DW(o) (c->dwd + (o))                    /* its gradient (GRAD_DENSE0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
-#define DWE(o) (c->arena + GRAD_EXPERTS + (o))   /* its gradient */
+#define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 
 /* ---- the arena map (elements) ---- */
@@ -159,474 +159,479 @@
 #define HEAD_ADAM_V              7898942464 /*  131335168: AdamW second moment (fp32) */
 #define GATHERED_DENSE0          8030277632 /*  525340672: a dense group all-gathered (even units: embedding, odd layers) */
 #define GATHERED_DENSE1          8555618304 /*  525340672: the next one, prefetched (odd units: even layers; the head if L is even) */
-#define GRAD_DENSE               9080958976 /*  525340672: its gradient before the reduce-scatter */
-#define RS_OUT                   9606299648 /*  131335168: a reduce-scatter's result, before it is added to the shard's gradient */
-#define RS_WIRE                  9737634816 /*  525340672: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
-#define X0                      10262975488 /*   33554432: boundary: input of layer 0 (residual stream) */
-#define X1                      10296529920 /*   33554432: boundary: input of layer 1 (residual stream) */
-#define X2                      10330084352 /*   33554432: boundary: input of layer 2 (residual stream) */
-#define X3                      10363638784 /*   33554432: boundary: input of layer 3 (residual stream) */
-#define X4                      10397193216 /*   33554432: boundary: input of layer 4 (residual stream) */
-#define X5                      10430747648 /*   33554432: boundary: input of layer 5 (residual stream) */
-#define X6                      10464302080 /*   33554432: boundary: input of layer 6 (residual stream) */
-#define X7                      10497856512 /*   33554432: boundary: input of layer 7 (residual stream) */
-#define X8                      10531410944 /*   33554432: boundary: input of layer 8 (residual stream) */
-#define X9                      10564965376 /*   33554432: boundary: input of layer 9 (residual stream) */
-#define X10                     10598519808 /*   33554432: boundary: input of layer 10 (residual stream) */
-#define X11                     10632074240 /*   33554432: boundary: input of layer 11 (residual stream) */
-#define X12                     10665628672 /*   33554432: boundary: input of layer 12 (residual stream) */
-#define X13                     10699183104 /*   33554432: boundary: input of layer 13 (residual stream) */
-#define X14                     10732737536 /*   33554432: boundary: input of layer 14 (residual stream) */
-#define X15                     10766291968 /*   33554432: boundary: input of layer 15 (residual stream) */
-#define X16                     10799846400 /*   33554432: boundary: input of layer 16 (residual stream) */
-#define X17                     10833400832 /*   33554432: boundary: input of layer 17 (residual stream) */
-#define X18                     10866955264 /*   33554432: boundary: input of layer 18 (residual stream) */
-#define X19                     10900509696 /*   33554432: boundary: input of layer 19 (residual stream) */
-#define X20                     10934064128 /*   33554432: boundary: input of layer 20 (residual stream) */
-#define X21                     10967618560 /*   33554432: boundary: input of layer 21 (residual stream) */
-#define X22                     11001172992 /*   33554432: boundary: input of layer 22 (residual stream) */
-#define X23                     11034727424 /*   33554432: boundary: input of layer 23 (residual stream) */
-#define X24                     11068281856 /*   33554432: boundary: input of layer 24 (residual stream) */
-#define X25                     11101836288 /*   33554432: boundary: input of layer 25 (residual stream) */
-#define X26                     11135390720 /*   33554432: boundary: input of layer 26 (residual stream) */
-#define X27                     11168945152 /*   33554432: boundary: input of layer 27 (residual stream) */
-#define X28                     11202499584 /*   33554432: boundary: input of layer 28 (residual stream) */
-#define X29                     11236054016 /*   33554432: boundary: input of layer 29 (residual stream) */
-#define X30                     11269608448 /*   33554432: boundary: input of layer 30 (residual stream) */
-#define X31                     11303162880 /*   33554432: boundary: input of layer 31 (residual stream) */
-#define X32                     11336717312 /*   33554432: output of the last layer */
-#define L0_LN1                  11370271744 /*   33554432: attention norm output */
-#define L0_RSTD1                11403826176 /*       8192: its 1/rms per token */
-#define L0_Q                    11403834368 /*   33554432: queries (rotated) */
-#define L0_K                    11437388800 /*    8388608: keys (rotated) */
-#define L0_V                    11445777408 /*    8388608: values */
-#define L0_ATT                  11454166016 /*   33554432: attention output */
-#define L0_LSE                  11487720448 /*     262144: attention log-sum-exp per head and query */
-#define L0_RES                  11487982592 /*   33554432: residual stream after attention */
-#define L0_LN2                  11521537024 /*   33554432: mlp norm output */
-#define L0_RSTD2                11555091456 /*       8192: its 1/rms per token */
-#define L0_G                    11555099648 /*  117440512: mlp gate */
-#define L0_U                    11672540160 /*  117440512: mlp up */
-#define L0_H                    11789980672 /*  117440512: mlp activation */
-#define L1_LN1                  11907421184 /*   33554432: attention norm output */
-#define L1_RSTD1                11940975616 /*       8192: its 1/rms per token */
-#define L1_Q                    11940983808 /*   33554432: queries (rotated) */
-#define L1_K                    11974538240 /*    8388608: keys (rotated) */
-#define L1_V                    11982926848 /*    8388608: values */
-#define L1_ATT                  11991315456 /*   33554432: attention output */
-#define L1_LSE                  12024869888 /*     262144: attention log-sum-exp per head and query */
-#define L1_RES                  12025132032 /*   33554432: residual stream after attention */
-#define L1_LN2                  12058686464 /*   33554432: mlp norm output */
-#define L1_RSTD2                12092240896 /*       8192: its 1/rms per token */
-#define L1_G                    12092249088 /*  117440512: mlp gate */
-#define L1_U                    12209689600 /*  117440512: mlp up */
-#define L1_H                    12327130112 /*  117440512: mlp activation */
-#define L2_LN1                  12444570624 /*   33554432: attention norm output */
-#define L2_RSTD1                12478125056 /*       8192: its 1/rms per token */
-#define L2_Q                    12478133248 /*   33554432: queries (rotated) */
-#define L2_K                    12511687680 /*    8388608: keys (rotated) */
-#define L2_V                    12520076288 /*    8388608: values */
-#define L2_ATT                  12528464896 /*   33554432: attention output */
-#define L2_LSE                  12562019328 /*     262144: attention log-sum-exp per head and query */
-#define L2_RES                  12562281472 /*   33554432: residual stream after attention */
-#define L2_LN2                  12595835904 /*   33554432: mlp norm output */
-#define L2_RSTD2                12629390336 /*       8192: its 1/rms per token */
-#define L2_G                    12629398528 /*  117440512: mlp gate */
-#define L2_U                    12746839040 /*  117440512: mlp up */
-#define L2_H                    12864279552 /*  117440512: mlp activation */
-#define L3_LN1                  12981720064 /*   33554432: attention norm output */
-#define L3_RSTD1                13015274496 /*       8192: its 1/rms per token */
-#define L3_Q                    13015282688 /*   33554432: queries (rotated) */
-#define L3_K                    13048837120 /*    8388608: keys (rotated) */
-#define L3_V                    13057225728 /*    8388608: values */
-#define L3_ATT                  13065614336 /*   33554432: attention output */
-#define L3_LSE                  13099168768 /*     262144: attention log-sum-exp per head and query */
-#define L3_RES                  13099430912 /*   33554432: residual stream after attention */
-#define L3_LN2                  13132985344 /*   33554432: mlp norm output */
-#define L3_RSTD2                13166539776 /*       8192: its 1/rms per token */
-#define L3_G                    13166547968 /*  117440512: mlp gate */
-#define L3_U                    13283988480 /*  117440512: mlp up */
-#define L3_H                    13401428992 /*  117440512: mlp activation */
-#define L4_LN1                  13518869504 /*   33554432: attention norm output */
-#define L4_RSTD1                13552423936 /*       8192: its 1/rms per token */
-#define L4_Q                    13552432128 /*   33554432: queries (rotated) */
-#define L4_K                    13585986560 /*    8388608: keys (rotated) */
-#define L4_V                    13594375168 /*    8388608: values */
-#define L4_ATT                  13602763776 /*   33554432: attention output */
-#define L4_LSE                  13636318208 /*     262144: attention log-sum-exp per head and query */
-#define L4_RES                  13636580352 /*   33554432: residual stream after attention */
-#define L4_LN2                  13670134784 /*   33554432: mlp norm output */
-#define L4_RSTD2                13703689216 /*       8192: its 1/rms per token */
-#define L4_G                    13703697408 /*  117440512: mlp gate */
-#define L4_U                    13821137920 /*  117440512: mlp up */
-#define L4_H                    13938578432 /*  117440512: mlp activation */
-#define L5_LN1                  14056018944 /*   33554432: attention norm output */
-#define L5_RSTD1                14089573376 /*       8192: its 1/rms per token */
-#define L5_Q                    14089581568 /*   33554432: queries (rotated) */
-#define L5_K                    14123136000 /*    8388608: keys (rotated) */
-#define L5_V                    14131524608 /*    8388608: values */
-#define L5_ATT                  14139913216 /*   33554432: attention output */
-#define L5_LSE                  14173467648 /*     262144: attention log-sum-exp per head and query */
-#define L5_RES                  14173729792 /*   33554432: residual stream after attention */
-#define L5_LN2                  14207284224 /*   33554432: mlp norm output */
-#define L5_RSTD2                14240838656 /*       8192: its 1/rms per token */
-#define L5_G                    14240846848 /*  117440512: mlp gate */
-#define L5_U                    14358287360 /*  117440512: mlp up */
-#define L5_H                    14475727872 /*  117440512: mlp activation */
-#define L6_LN1                  14593168384 /*   33554432: attention norm output */
-#define L6_RSTD1                14626722816 /*       8192: its 1/rms per token */
-#define L6_Q                    14626731008 /*   33554432: queries (rotated) */
-#define L6_K                    14660285440 /*    8388608: keys (rotated) */
-#define L6_V                    14668674048 /*    8388608: values */
-#define L6_ATT                  14677062656 /*   33554432: attention output */
-#define L6_LSE                  14710617088 /*     262144: attention log-sum-exp per head and query */
-#define L6_RES                  14710879232 /*   33554432: residual stream after attention */
-#define L6_LN2                  14744433664 /*   33554432: mlp norm output */
-#define L6_RSTD2                14777988096 /*       8192: its 1/rms per token */
-#define L6_G                    14777996288 /*  117440512: mlp gate */
-#define L6_U                    14895436800 /*  117440512: mlp up */
-#define L6_H                    15012877312 /*  117440512: mlp activation */
-#define L7_LN1                  15130317824 /*   33554432: attention norm output */
-#define L7_RSTD1                15163872256 /*       8192: its 1/rms per token */
-#define L7_Q                    15163880448 /*   33554432: queries (rotated) */
-#define L7_K                    15197434880 /*    8388608: keys (rotated) */
-#define L7_V                    15205823488 /*    8388608: values */
-#define L7_ATT                  15214212096 /*   33554432: attention output */
-#define L7_LSE                  15247766528 /*     262144: attention log-sum-exp per head and query */
-#define L7_RES                  15248028672 /*   33554432: residual stream after attention */
-#define L7_LN2                  15281583104 /*   33554432: mlp norm output */
-#define L7_RSTD2                15315137536 /*       8192: its 1/rms per token */
-#define L7_G                    15315145728 /*  117440512: mlp gate */
-#define L7_U                    15432586240 /*  117440512: mlp up */
-#define L7_H                    15550026752 /*  117440512: mlp activation */
-#define L8_LN1                  15667467264 /*   33554432: attention norm output */
-#define L8_RSTD1                15701021696 /*       8192: its 1/rms per token */
-#define L8_Q                    15701029888 /*   33554432: queries (rotated) */
-#define L8_K                    15734584320 /*    8388608: keys (rotated) */
-#define L8_V                    15742972928 /*    8388608: values */
-#define L8_ATT                  15751361536 /*   33554432: attention output */
-#define L8_LSE                  15784915968 /*     262144: attention log-sum-exp per head and query */
-#define L8_RES                  15785178112 /*   33554432: residual stream after attention */
-#define L8_LN2                  15818732544 /*   33554432: mlp norm output */
-#define L8_RSTD2                15852286976 /*       8192: its 1/rms per token */
-#define L8_G                    15852295168 /*  117440512: mlp gate */
-#define L8_U                    15969735680 /*  117440512: mlp up */
-#define L8_H                    16087176192 /*  117440512: mlp activation */
-#define L9_LN1                  16204616704 /*   33554432: attention norm output */
-#define L9_RSTD1                16238171136 /*       8192: its 1/rms per token */
-#define L9_Q                    16238179328 /*   33554432: queries (rotated) */
-#define L9_K                    16271733760 /*    8388608: keys (rotated) */
-#define L9_V                    16280122368 /*    8388608: values */
-#define L9_ATT                  16288510976 /*   33554432: attention output */
-#define L9_LSE                  16322065408 /*     262144: attention log-sum-exp per head and query */
-#define L9_RES                  16322327552 /*   33554432: residual stream after attention */
-#define L9_LN2                  16355881984 /*   33554432: mlp norm output */
-#define L9_RSTD2                16389436416 /*       8192: its 1/rms per token */
-#define L9_G                    16389444608 /*  117440512: mlp gate */
-#define L9_U                    16506885120 /*  117440512: mlp up */
-#define L9_H                    16624325632 /*  117440512: mlp activation */
-#define L10_LN1                 16741766144 /*   33554432: attention norm output */
-#define L10_RSTD1               16775320576 /*       8192: its 1/rms per token */
-#define L10_Q                   16775328768 /*   33554432: queries (rotated) */
-#define L10_K                   16808883200 /*    8388608: keys (rotated) */
-#define L10_V                   16817271808 /*    8388608: values */
-#define L10_ATT                 16825660416 /*   33554432: attention output */
-#define L10_LSE                 16859214848 /*     262144: attention log-sum-exp per head and query */
-#define L10_RES                 16859476992 /*   33554432: residual stream after attention */
-#define L10_LN2                 16893031424 /*   33554432: mlp norm output */
-#define L10_RSTD2               16926585856 /*       8192: its 1/rms per token */
-#define L10_G                   16926594048 /*  117440512: mlp gate */
-#define L10_U                   17044034560 /*  117440512: mlp up */
-#define L10_H                   17161475072 /*  117440512: mlp activation */
-#define L11_LN1                 17278915584 /*   33554432: attention norm output */
-#define L11_RSTD1               17312470016 /*       8192: its 1/rms per token */
-#define L11_Q                   17312478208 /*   33554432: queries (rotated) */
-#define L11_K                   17346032640 /*    8388608: keys (rotated) */
-#define L11_V                   17354421248 /*    8388608: values */
-#define L11_ATT                 17362809856 /*   33554432: attention output */
-#define L11_LSE                 17396364288 /*     262144: attention log-sum-exp per head and query */
-#define L11_RES                 17396626432 /*   33554432: residual stream after attention */
-#define L11_LN2                 17430180864 /*   33554432: mlp norm output */
-#define L11_RSTD2               17463735296 /*       8192: its 1/rms per token */
-#define L11_G                   17463743488 /*  117440512: mlp gate */
-#define L11_U                   17581184000 /*  117440512: mlp up */
-#define L11_H                   17698624512 /*  117440512: mlp activation */
-#define L12_LN1                 17816065024 /*   33554432: attention norm output */
-#define L12_RSTD1               17849619456 /*       8192: its 1/rms per token */
-#define L12_Q                   17849627648 /*   33554432: queries (rotated) */
-#define L12_K                   17883182080 /*    8388608: keys (rotated) */
-#define L12_V                   17891570688 /*    8388608: values */
-#define L12_ATT                 17899959296 /*   33554432: attention output */
-#define L12_LSE                 17933513728 /*     262144: attention log-sum-exp per head and query */
-#define L12_RES                 17933775872 /*   33554432: residual stream after attention */
-#define L12_LN2                 17967330304 /*   33554432: mlp norm output */
-#define L12_RSTD2               18000884736 /*       8192: its 1/rms per token */
-#define L12_G                   18000892928 /*  117440512: mlp gate */
-#define L12_U                   18118333440 /*  117440512: mlp up */
-#define L12_H                   18235773952 /*  117440512: mlp activation */
-#define L13_LN1                 18353214464 /*   33554432: attention norm output */
-#define L13_RSTD1               18386768896 /*       8192: its 1/rms per token */
-#define L13_Q                   18386777088 /*   33554432: queries (rotated) */
-#define L13_K                   18420331520 /*    8388608: keys (rotated) */
-#define L13_V                   18428720128 /*    8388608: values */
-#define L13_ATT                 18437108736 /*   33554432: attention output */
-#define L13_LSE                 18470663168 /*     262144: attention log-sum-exp per head and query */
-#define L13_RES                 18470925312 /*   33554432: residual stream after attention */
-#define L13_LN2                 18504479744 /*   33554432: mlp norm output */
-#define L13_RSTD2               18538034176 /*       8192: its 1/rms per token */
-#define L13_G                   18538042368 /*  117440512: mlp gate */
-#define L13_U                   18655482880 /*  117440512: mlp up */
-#define L13_H                   18772923392 /*  117440512: mlp activation */
-#define L14_LN1                 18890363904 /*   33554432: attention norm output */
-#define L14_RSTD1               18923918336 /*       8192: its 1/rms per token */
-#define L14_Q                   18923926528 /*   33554432: queries (rotated) */
-#define L14_K                   18957480960 /*    8388608: keys (rotated) */
-#define L14_V                   18965869568 /*    8388608: values */
-#define L14_ATT                 18974258176 /*   33554432: attention output */
-#define L14_LSE                 19007812608 /*     262144: attention log-sum-exp per head and query */
-#define L14_RES                 19008074752 /*   33554432: residual stream after attention */
-#define L14_LN2                 19041629184 /*   33554432: mlp norm output */
-#define L14_RSTD2               19075183616 /*       8192: its 1/rms per token */
-#define L14_G                   19075191808 /*  117440512: mlp gate */
-#define L14_U                   19192632320 /*  117440512: mlp up */
-#define L14_H                   19310072832 /*  117440512: mlp activation */
-#define L15_LN1                 19427513344 /*   33554432: attention norm output */
-#define L15_RSTD1               19461067776 /*       8192: its 1/rms per token */
-#define L15_Q                   19461075968 /*   33554432: queries (rotated) */
-#define L15_K                   19494630400 /*    8388608: keys (rotated) */
-#define L15_V                   19503019008 /*    8388608: values */
-#define L15_ATT                 19511407616 /*   33554432: attention output */
-#define L15_LSE                 19544962048 /*     262144: attention log-sum-exp per head and query */
-#define L15_RES                 19545224192 /*   33554432: residual stream after attention */
-#define L15_LN2                 19578778624 /*   33554432: mlp norm output */
-#define L15_RSTD2               19612333056 /*       8192: its 1/rms per token */
-#define L15_G                   19612341248 /*  117440512: mlp gate */
-#define L15_U                   19729781760 /*  117440512: mlp up */
-#define L15_H                   19847222272 /*  117440512: mlp activation */
-#define L16_LN1                 19964662784 /*   33554432: attention norm output */
-#define L16_RSTD1               19998217216 /*       8192: its 1/rms per token */
-#define L16_Q                   19998225408 /*   33554432: queries (rotated) */
-#define L16_K                   20031779840 /*    8388608: keys (rotated) */
-#define L16_V                   20040168448 /*    8388608: values */
-#define L16_ATT                 20048557056 /*   33554432: attention output */
-#define L16_LSE                 20082111488 /*     262144: attention log-sum-exp per head and query */
-#define L16_RES                 20082373632 /*   33554432: residual stream after attention */
-#define L16_LN2                 20115928064 /*   33554432: mlp norm output */
-#define L16_RSTD2               20149482496 /*       8192: its 1/rms per token */
-#define L16_G                   20149490688 /*  117440512: mlp gate */
-#define L16_U                   20266931200 /*  117440512: mlp up */
-#define L16_H                   20384371712 /*  117440512: mlp activation */
-#define L17_LN1                 20501812224 /*   33554432: attention norm output */
-#define L17_RSTD1               20535366656 /*       8192: its 1/rms per token */
-#define L17_Q                   20535374848 /*   33554432: queries (rotated) */
-#define L17_K                   20568929280 /*    8388608: keys (rotated) */
-#define L17_V                   20577317888 /*    8388608: values */
-#define L17_ATT                 20585706496 /*   33554432: attention output */
-#define L17_LSE                 20619260928 /*     262144: attention log-sum-exp per head and query */
-#define L17_RES                 20619523072 /*   33554432: residual stream after attention */
-#define L17_LN2                 20653077504 /*   33554432: mlp norm output */
-#define L17_RSTD2               20686631936 /*       8192: its 1/rms per token */
-#define L17_G                   20686640128 /*  117440512: mlp gate */
-#define L17_U                   20804080640 /*  117440512: mlp up */
-#define L17_H                   20921521152 /*  117440512: mlp activation */
-#define L18_LN1                 21038961664 /*   33554432: attention norm output */
-#define L18_RSTD1               21072516096 /*       8192: its 1/rms per token */
-#define L18_Q                   21072524288 /*   33554432: queries (rotated) */
-#define L18_K                   21106078720 /*    8388608: keys (rotated) */
-#define L18_V                   21114467328 /*    8388608: values */
-#define L18_ATT                 21122855936 /*   33554432: attention output */
-#define L18_LSE                 21156410368 /*     262144: attention log-sum-exp per head and query */
-#define L18_RES                 21156672512 /*   33554432: residual stream after attention */
-#define L18_LN2                 21190226944 /*   33554432: mlp norm output */
-#define L18_RSTD2               21223781376 /*       8192: its 1/rms per token */
-#define L18_G                   21223789568 /*  117440512: mlp gate */
-#define L18_U                   21341230080 /*  117440512: mlp up */
-#define L18_H                   21458670592 /*  117440512: mlp activation */
-#define L19_LN1                 21576111104 /*   33554432: attention norm output */
-#define L19_RSTD1               21609665536 /*       8192: its 1/rms per token */
-#define L19_Q                   21609673728 /*   33554432: queries (rotated) */
-#define L19_K                   21643228160 /*    8388608: keys (rotated) */
-#define L19_V                   21651616768 /*    8388608: values */
-#define L19_ATT                 21660005376 /*   33554432: attention output */
-#define L19_LSE                 21693559808 /*     262144: attention log-sum-exp per head and query */
-#define L19_RES                 21693821952 /*   33554432: residual stream after attention */
-#define L19_LN2                 21727376384 /*   33554432: mlp norm output */
-#define L19_RSTD2               21760930816 /*       8192: its 1/rms per token */
-#define L19_G                   21760939008 /*  117440512: mlp gate */
-#define L19_U                   21878379520 /*  117440512: mlp up */
-#define L19_H                   21995820032 /*  117440512: mlp activation */
-#define L20_LN1                 22113260544 /*   33554432: attention norm output */
-#define L20_RSTD1               22146814976 /*       8192: its 1/rms per token */
-#define L20_Q                   22146823168 /*   33554432: queries (rotated) */
-#define L20_K                   22180377600 /*    8388608: keys (rotated) */
-#define L20_V                   22188766208 /*    8388608: values */
-#define L20_ATT                 22197154816 /*   33554432: attention output */
-#define L20_LSE                 22230709248 /*     262144: attention log-sum-exp per head and query */
-#define L20_RES                 22230971392 /*   33554432: residual stream after attention */
-#define L20_LN2                 22264525824 /*   33554432: mlp norm output */
-#define L20_RSTD2               22298080256 /*       8192: its 1/rms per token */
-#define L20_G                   22298088448 /*  117440512: mlp gate */
-#define L20_U                   22415528960 /*  117440512: mlp up */
-#define L20_H                   22532969472 /*  117440512: mlp activation */
-#define L21_LN1                 22650409984 /*   33554432: attention norm output */
-#define L21_RSTD1               22683964416 /*       8192: its 1/rms per token */
-#define L21_Q                   22683972608 /*   33554432: queries (rotated) */
-#define L21_K                   22717527040 /*    8388608: keys (rotated) */
-#define L21_V                   22725915648 /*    8388608: values */
-#define L21_ATT                 22734304256 /*   33554432: attention output */
-#define L21_LSE                 22767858688 /*     262144: attention log-sum-exp per head and query */
-#define L21_RES                 22768120832 /*   33554432: residual stream after attention */
-#define L21_LN2                 22801675264 /*   33554432: mlp norm output */
-#define L21_RSTD2               22835229696 /*       8192: its 1/rms per token */
-#define L21_G                   22835237888 /*  117440512: mlp gate */
-#define L21_U                   22952678400 /*  117440512: mlp up */
-#define L21_H                   23070118912 /*  117440512: mlp activation */
-#define L22_LN1                 23187559424 /*   33554432: attention norm output */
-#define L22_RSTD1               23221113856 /*       8192: its 1/rms per token */
-#define L22_Q                   23221122048 /*   33554432: queries (rotated) */
-#define L22_K                   23254676480 /*    8388608: keys (rotated) */
-#define L22_V                   23263065088 /*    8388608: values */
-#define L22_ATT                 23271453696 /*   33554432: attention output */
-#define L22_LSE                 23305008128 /*     262144: attention log-sum-exp per head and query */
-#define L22_RES                 23305270272 /*   33554432: residual stream after attention */
-#define L22_LN2                 23338824704 /*   33554432: mlp norm output */
-#define L22_RSTD2               23372379136 /*       8192: its 1/rms per token */
-#define L22_G                   23372387328 /*  117440512: mlp gate */
-#define L22_U                   23489827840 /*  117440512: mlp up */
-#define L22_H                   23607268352 /*  117440512: mlp activation */
-#define L23_LN1                 23724708864 /*   33554432: attention norm output */
-#define L23_RSTD1               23758263296 /*       8192: its 1/rms per token */
-#define L23_Q                   23758271488 /*   33554432: queries (rotated) */
-#define L23_K                   23791825920 /*    8388608: keys (rotated) */
-#define L23_V                   23800214528 /*    8388608: values */
-#define L23_ATT                 23808603136 /*   33554432: attention output */
-#define L23_LSE                 23842157568 /*     262144: attention log-sum-exp per head and query */
-#define L23_RES                 23842419712 /*   33554432: residual stream after attention */
-#define L23_LN2                 23875974144 /*   33554432: mlp norm output */
-#define L23_RSTD2               23909528576 /*       8192: its 1/rms per token */
-#define L23_G                   23909536768 /*  117440512: mlp gate */
-#define L23_U                   24026977280 /*  117440512: mlp up */
-#define L23_H                   24144417792 /*  117440512: mlp activation */
-#define L24_LN1                 24261858304 /*   33554432: attention norm output */
-#define L24_RSTD1               24295412736 /*       8192: its 1/rms per token */
-#define L24_Q                   24295420928 /*   33554432: queries (rotated) */
-#define L24_K                   24328975360 /*    8388608: keys (rotated) */
-#define L24_V                   24337363968 /*    8388608: values */
-#define L24_ATT                 24345752576 /*   33554432: attention output */
-#define L24_LSE                 24379307008 /*     262144: attention log-sum-exp per head and query */
-#define L24_RES                 24379569152 /*   33554432: residual stream after attention */
-#define L24_LN2                 24413123584 /*   33554432: mlp norm output */
-#define L24_RSTD2               24446678016 /*       8192: its 1/rms per token */
-#define L24_G                   24446686208 /*  117440512: mlp gate */
-#define L24_U                   24564126720 /*  117440512: mlp up */
-#define L24_H                   24681567232 /*  117440512: mlp activation */
-#define L25_LN1                 24799007744 /*   33554432: attention norm output */
-#define L25_RSTD1               24832562176 /*       8192: its 1/rms per token */
-#define L25_Q                   24832570368 /*   33554432: queries (rotated) */
-#define L25_K                   24866124800 /*    8388608: keys (rotated) */
-#define L25_V                   24874513408 /*    8388608: values */
-#define L25_ATT                 24882902016 /*   33554432: attention output */
-#define L25_LSE                 24916456448 /*     262144: attention log-sum-exp per head and query */
-#define L25_RES                 24916718592 /*   33554432: residual stream after attention */
-#define L25_LN2                 24950273024 /*   33554432: mlp norm output */
-#define L25_RSTD2               24983827456 /*       8192: its 1/rms per token */
-#define L25_G                   24983835648 /*  117440512: mlp gate */
-#define L25_U                   25101276160 /*  117440512: mlp up */
-#define L25_H                   25218716672 /*  117440512: mlp activation */
-#define L26_LN1                 25336157184 /*   33554432: attention norm output */
-#define L26_RSTD1               25369711616 /*       8192: its 1/rms per token */
-#define L26_Q                   25369719808 /*   33554432: queries (rotated) */
-#define L26_K                   25403274240 /*    8388608: keys (rotated) */
-#define L26_V                   25411662848 /*    8388608: values */
-#define L26_ATT                 25420051456 /*   33554432: attention output */
-#define L26_LSE                 25453605888 /*     262144: attention log-sum-exp per head and query */
-#define L26_RES                 25453868032 /*   33554432: residual stream after attention */
-#define L26_LN2                 25487422464 /*   33554432: mlp norm output */
-#define L26_RSTD2               25520976896 /*       8192: its 1/rms per token */
-#define L26_G                   25520985088 /*  117440512: mlp gate */
-#define L26_U                   25638425600 /*  117440512: mlp up */
-#define L26_H                   25755866112 /*  117440512: mlp activation */
-#define L27_LN1                 25873306624 /*   33554432: attention norm output */
-#define L27_RSTD1               25906861056 /*       8192: its 1/rms per token */
-#define L27_Q                   25906869248 /*   33554432: queries (rotated) */
-#define L27_K                   25940423680 /*    8388608: keys (rotated) */
-#define L27_V                   25948812288 /*    8388608: values */
-#define L27_ATT                 25957200896 /*   33554432: attention output */
-#define L27_LSE                 25990755328 /*     262144: attention log-sum-exp per head and query */
-#define L27_RES                 25991017472 /*   33554432: residual stream after attention */
-#define L27_LN2                 26024571904 /*   33554432: mlp norm output */
-#define L27_RSTD2               26058126336 /*       8192: its 1/rms per token */
-#define L27_G                   26058134528 /*  117440512: mlp gate */
-#define L27_U                   26175575040 /*  117440512: mlp up */
-#define L27_H                   26293015552 /*  117440512: mlp activation */
-#define L28_LN1                 26410456064 /*   33554432: attention norm output */
-#define L28_RSTD1               26444010496 /*       8192: its 1/rms per token */
-#define L28_Q                   26444018688 /*   33554432: queries (rotated) */
-#define L28_K                   26477573120 /*    8388608: keys (rotated) */
-#define L28_V                   26485961728 /*    8388608: values */
-#define L28_ATT                 26494350336 /*   33554432: attention output */
-#define L28_LSE                 26527904768 /*     262144: attention log-sum-exp per head and query */
-#define L28_RES                 26528166912 /*   33554432: residual stream after attention */
-#define L28_LN2                 26561721344 /*   33554432: mlp norm output */
-#define L28_RSTD2               26595275776 /*       8192: its 1/rms per token */
-#define L28_G                   26595283968 /*  117440512: mlp gate */
-#define L28_U                   26712724480 /*  117440512: mlp up */
-#define L28_H                   26830164992 /*  117440512: mlp activation */
-#define L29_LN1                 26947605504 /*   33554432: attention norm output */
-#define L29_RSTD1               26981159936 /*       8192: its 1/rms per token */
-#define L29_Q                   26981168128 /*   33554432: queries (rotated) */
-#define L29_K                   27014722560 /*    8388608: keys (rotated) */
-#define L29_V                   27023111168 /*    8388608: values */
-#define L29_ATT                 27031499776 /*   33554432: attention output */
-#define L29_LSE                 27065054208 /*     262144: attention log-sum-exp per head and query */
-#define L29_RES                 27065316352 /*   33554432: residual stream after attention */
-#define L29_LN2                 27098870784 /*   33554432: mlp norm output */
-#define L29_RSTD2               27132425216 /*       8192: its 1/rms per token */
-#define L29_G                   27132433408 /*  117440512: mlp gate */
-#define L29_U                   27249873920 /*  117440512: mlp up */
-#define L29_H                   27367314432 /*  117440512: mlp activation */
-#define L30_LN1                 27484754944 /*   33554432: attention norm output */
-#define L30_RSTD1               27518309376 /*       8192: its 1/rms per token */
-#define L30_Q                   27518317568 /*   33554432: queries (rotated) */
-#define L30_K                   27551872000 /*    8388608: keys (rotated) */
-#define L30_V                   27560260608 /*    8388608: values */
-#define L30_ATT                 27568649216 /*   33554432: attention output */
-#define L30_LSE                 27602203648 /*     262144: attention log-sum-exp per head and query */
-#define L30_RES                 27602465792 /*   33554432: residual stream after attention */
-#define L30_LN2                 27636020224 /*   33554432: mlp norm output */
-#define L30_RSTD2               27669574656 /*       8192: its 1/rms per token */
-#define L30_G                   27669582848 /*  117440512: mlp gate */
-#define L30_U                   27787023360 /*  117440512: mlp up */
-#define L30_H                   27904463872 /*  117440512: mlp activation */
-#define L31_LN1                 28021904384 /*   33554432: attention norm output */
-#define L31_RSTD1               28055458816 /*       8192: its 1/rms per token */
-#define L31_Q                   28055467008 /*   33554432: queries (rotated) */
-#define L31_K                   28089021440 /*    8388608: keys (rotated) */
-#define L31_V                   28097410048 /*    8388608: values */
-#define L31_ATT                 28105798656 /*   33554432: attention output */
-#define L31_LSE                 28139353088 /*     262144: attention log-sum-exp per head and query */
-#define L31_RES                 28139615232 /*   33554432: residual stream after attention */
-#define L31_LN2                 28173169664 /*   33554432: mlp norm output */
-#define L31_RSTD2               28206724096 /*       8192: its 1/rms per token */
-#define L31_G                   28206732288 /*  117440512: mlp gate */
-#define L31_U                   28324172800 /*  117440512: mlp up */
-#define L31_H                   28441613312 /*  117440512: mlp activation */
-#define WS_Y                    28559053824 /*   33554432: a block's output before the residual add */
-#define WS_Y2                   28592608256 /*   33554432: shared experts' output */
-#define DX_A                    28626162688 /*   33554432: gradient of the residual stream (even layers' output) */
-#define DX_B                    28659717120 /*   33554432: gradient of the residual stream (odd layers' output) */
-#define DLN                     28693271552 /*   33554432: gradient of a norm's output */
-#define DATT                    28726825984 /*   33554432: gradient of the attention output */
-#define DQ                      28760380416 /*   33554432: gradient of the queries */
-#define DK                      28793934848 /*    8388608: gradient of the keys */
-#define DV                      28802323456 /*    8388608: gradient of the values */
-#define DG                      28810712064 /*  117440512: gradient of the mlp gate */
-#define DU                      28928152576 /*  117440512: gradient of the mlp up */
-#define DH                      29045593088 /*  117440512: gradient of the mlp activation */
-#define LNF                     29163033600 /*   33554432: final norm output */
-#define RSTDF                   29196588032 /*       8192: its 1/rms per token */
-#define LSEF                    29196596224 /*       8192: log-sum-exp of each token's logits */
-#define CE                      29196604416 /*   33554432: logits of one vocabulary chunk */
+#define GRAD_DENSE0              9080958976 /*  525340672: an even unit's dense gradient, then its reduce-scatter's input */
+#define GRAD_DENSE1              9606299648 /*  525340672: an odd unit's (in flight while the next unit's backward runs) */
+#define RS_OUT0                 10131640320 /*  131335168: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE0                10262975488 /*  262670336: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT1                 10525645824 /*  131335168: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
+#define RS_OUT2                 10656980992 /*  131335168: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE2                10788316160 /*  262670336: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT3                 11050986496 /*  131335168: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
+#define X0                      11182321664 /*   33554432: boundary: input of layer 0 (residual stream) */
+#define X1                      11215876096 /*   33554432: boundary: input of layer 1 (residual stream) */
+#define X2                      11249430528 /*   33554432: boundary: input of layer 2 (residual stream) */
+#define X3                      11282984960 /*   33554432: boundary: input of layer 3 (residual stream) */
+#define X4                      11316539392 /*   33554432: boundary: input of layer 4 (residual stream) */
+#define X5                      11350093824 /*   33554432: boundary: input of layer 5 (residual stream) */
+#define X6                      11383648256 /*   33554432: boundary: input of layer 6 (residual stream) */
+#define X7                      11417202688 /*   33554432: boundary: input of layer 7 (residual stream) */
+#define X8                      11450757120 /*   33554432: boundary: input of layer 8 (residual stream) */
+#define X9                      11484311552 /*   33554432: boundary: input of layer 9 (residual stream) */
+#define X10                     11517865984 /*   33554432: boundary: input of layer 10 (residual stream) */
+#define X11                     11551420416 /*   33554432: boundary: input of layer 11 (residual stream) */
+#define X12                     11584974848 /*   33554432: boundary: input of layer 12 (residual stream) */
+#define X13                     11618529280 /*   33554432: boundary: input of layer 13 (residual stream) */
+#define X14                     11652083712 /*   33554432: boundary: input of layer 14 (residual stream) */
+#define X15                     11685638144 /*   33554432: boundary: input of layer 15 (residual stream) */
+#define X16                     11719192576 /*   33554432: boundary: input of layer 16 (residual stream) */
+#define X17                     11752747008 /*   33554432: boundary: input of layer 17 (residual stream) */
+#define X18                     11786301440 /*   33554432: boundary: input of layer 18 (residual stream) */
+#define X19                     11819855872 /*   33554432: boundary: input of layer 19 (residual stream) */
+#define X20                     11853410304 /*   33554432: boundary: input of layer 20 (residual stream) */
+#define X21                     11886964736 /*   33554432: boundary: input of layer 21 (residual stream) */
+#define X22                     11920519168 /*   33554432: boundary: input of layer 22 (residual stream) */
+#define X23                     11954073600 /*   33554432: boundary: input of layer 23 (residual stream) */
+#define X24                     11987628032 /*   33554432: boundary: input of layer 24 (residual stream) */
+#define X25                     12021182464 /*   33554432: boundary: input of layer 25 (residual stream) */
+#define X26                     12054736896 /*   33554432: boundary: input of layer 26 (residual stream) */
+#define X27                     12088291328 /*   33554432: boundary: input of layer 27 (residual stream) */
+#define X28                     12121845760 /*   33554432: boundary: input of layer 28 (residual stream) */
+#define X29                     12155400192 /*   33554432: boundary: input of layer 29 (residual stream) */
+#define X30                     12188954624 /*   33554432: boundary: input of layer 30 (residual stream) */
+#define X31                     12222509056 /*   33554432: boundary: input of layer 31 (residual stream) */
+#define X32                     12256063488 /*   33554432: output of the last layer */
+#define L0_LN1                  12289617920 /*   33554432: attention norm output */
+#define L0_RSTD1                12323172352 /*       8192: its 1/rms per token */
+#define L0_Q                    12323180544 /*   33554432: queries (rotated) */
+#define L0_K                    12356734976 /*    8388608: keys (rotated) */
+#define L0_V                    12365123584 /*    8388608: values */
+#define L0_ATT                  12373512192 /*   33554432: attention output */
+#define L0_LSE                  12407066624 /*     262144: attention log-sum-exp per head and query */
+#define L0_RES                  12407328768 /*   33554432: residual stream after attention */
+#define L0_LN2                  12440883200 /*   33554432: mlp norm output */
+#define L0_RSTD2                12474437632 /*       8192: its 1/rms per token */
+#define L0_G                    12474445824 /*  117440512: mlp gate */
+#define L0_U                    12591886336 /*  117440512: mlp up */
+#define L0_H                    12709326848 /*  117440512: mlp activation */
+#define L1_LN1                  12826767360 /*   33554432: attention norm output */
+#define L1_RSTD1                12860321792 /*       8192: its 1/rms per token */
+#define L1_Q                    12860329984 /*   33554432: queries (rotated) */
+#define L1_K                    12893884416 /*    8388608: keys (rotated) */
+#define L1_V                    12902273024 /*    8388608: values */
+#define L1_ATT                  12910661632 /*   33554432: attention output */
+#define L1_LSE                  12944216064 /*     262144: attention log-sum-exp per head and query */
+#define L1_RES                  12944478208 /*   33554432: residual stream after attention */
+#define L1_LN2                  12978032640 /*   33554432: mlp norm output */
+#define L1_RSTD2                13011587072 /*       8192: its 1/rms per token */
+#define L1_G                    13011595264 /*  117440512: mlp gate */
+#define L1_U                    13129035776 /*  117440512: mlp up */
+#define L1_H                    13246476288 /*  117440512: mlp activation */
+#define L2_LN1                  13363916800 /*   33554432: attention norm output */
+#define L2_RSTD1                13397471232 /*       8192: its 1/rms per token */
+#define L2_Q                    13397479424 /*   33554432: queries (rotated) */
+#define L2_K                    13431033856 /*    8388608: keys (rotated) */
+#define L2_V                    13439422464 /*    8388608: values */
+#define L2_ATT                  13447811072 /*   33554432: attention output */
+#define L2_LSE                  13481365504 /*     262144: attention log-sum-exp per head and query */
+#define L2_RES                  13481627648 /*   33554432: residual stream after attention */
+#define L2_LN2                  13515182080 /*   33554432: mlp norm output */
+#define L2_RSTD2                13548736512 /*       8192: its 1/rms per token */
+#define L2_G                    13548744704 /*  117440512: mlp gate */
+#define L2_U                    13666185216 /*  117440512: mlp up */
+#define L2_H                    13783625728 /*  117440512: mlp activation */
+#define L3_LN1                  13901066240 /*   33554432: attention norm output */
+#define L3_RSTD1                13934620672 /*       8192: its 1/rms per token */
+#define L3_Q                    13934628864 /*   33554432: queries (rotated) */
+#define L3_K                    13968183296 /*    8388608: keys (rotated) */
+#define L3_V                    13976571904 /*    8388608: values */
+#define L3_ATT                  13984960512 /*   33554432: attention output */
+#define L3_LSE                  14018514944 /*     262144: attention log-sum-exp per head and query */
+#define L3_RES                  14018777088 /*   33554432: residual stream after attention */
+#define L3_LN2                  14052331520 /*   33554432: mlp norm output */
+#define L3_RSTD2                14085885952 /*       8192: its 1/rms per token */
+#define L3_G                    14085894144 /*  117440512: mlp gate */
+#define L3_U                    14203334656 /*  117440512: mlp up */
+#define L3_H                    14320775168 /*  117440512: mlp activation */
+#define L4_LN1                  14438215680 /*   33554432: attention norm output */
+#define L4_RSTD1                14471770112 /*       8192: its 1/rms per token */
+#define L4_Q                    14471778304 /*   33554432: queries (rotated) */
+#define L4_K                    14505332736 /*    8388608: keys (rotated) */
+#define L4_V                    14513721344 /*    8388608: values */
+#define L4_ATT                  14522109952 /*   33554432: attention output */
+#define L4_LSE                  14555664384 /*     262144: attention log-sum-exp per head and query */
+#define L4_RES                  14555926528 /*   33554432: residual stream after attention */
+#define L4_LN2                  14589480960 /*   33554432: mlp norm output */
+#define L4_RSTD2                14623035392 /*       8192: its 1/rms per token */
+#define L4_G                    14623043584 /*  117440512: mlp gate */
+#define L4_U                    14740484096 /*  117440512: mlp up */
+#define L4_H                    14857924608 /*  117440512: mlp activation */
+#define L5_LN1                  14975365120 /*   33554432: attention norm output */
+#define L5_RSTD1                15008919552 /*       8192: its 1/rms per token */
+#define L5_Q                    15008927744 /*   33554432: queries (rotated) */
+#define L5_K                    15042482176 /*    8388608: keys (rotated) */
+#define L5_V                    15050870784 /*    8388608: values */
+#define L5_ATT                  15059259392 /*   33554432: attention output */
+#define L5_LSE                  15092813824 /*     262144: attention log-sum-exp per head and query */
+#define L5_RES                  15093075968 /*   33554432: residual stream after attention */
+#define L5_LN2                  15126630400 /*   33554432: mlp norm output */
+#define L5_RSTD2                15160184832 /*       8192: its 1/rms per token */
+#define L5_G                    15160193024 /*  117440512: mlp gate */
+#define L5_U                    15277633536 /*  117440512: mlp up */
+#define L5_H                    15395074048 /*  117440512: mlp activation */
+#define L6_LN1                  15512514560 /*   33554432: attention norm output */
+#define L6_RSTD1                15546068992 /*       8192: its 1/rms per token */
+#define L6_Q                    15546077184 /*   33554432: queries (rotated) */
+#define L6_K                    15579631616 /*    8388608: keys (rotated) */
+#define L6_V                    15588020224 /*    8388608: values */
+#define L6_ATT                  15596408832 /*   33554432: attention output */
+#define L6_LSE                  15629963264 /*     262144: attention log-sum-exp per head and query */
+#define L6_RES                  15630225408 /*   33554432: residual stream after attention */
+#define L6_LN2                  15663779840 /*   33554432: mlp norm output */
+#define L6_RSTD2                15697334272 /*       8192: its 1/rms per token */
+#define L6_G                    15697342464 /*  117440512: mlp gate */
+#define L6_U                    15814782976 /*  117440512: mlp up */
+#define L6_H                    15932223488 /*  117440512: mlp activation */
+#define L7_LN1                  16049664000 /*   33554432: attention norm output */
+#define L7_RSTD1                16083218432 /*       8192: its 1/rms per token */
+#define L7_Q                    16083226624 /*   33554432: queries (rotated) */
+#define L7_K                    16116781056 /*    8388608: keys (rotated) */
+#define L7_V                    16125169664 /*    8388608: values */
+#define L7_ATT                  16133558272 /*   33554432: attention output */
+#define L7_LSE                  16167112704 /*     262144: attention log-sum-exp per head and query */
+#define L7_RES                  16167374848 /*   33554432: residual stream after attention */
+#define L7_LN2                  16200929280 /*   33554432: mlp norm output */
+#define L7_RSTD2                16234483712 /*       8192: its 1/rms per token */
+#define L7_G                    16234491904 /*  117440512: mlp gate */
+#define L7_U                    16351932416 /*  117440512: mlp up */
+#define L7_H                    16469372928 /*  117440512: mlp activation */
+#define L8_LN1                  16586813440 /*   33554432: attention norm output */
+#define L8_RSTD1                16620367872 /*       8192: its 1/rms per token */
+#define L8_Q                    16620376064 /*   33554432: queries (rotated) */
+#define L8_K                    16653930496 /*    8388608: keys (rotated) */
+#define L8_V                    16662319104 /*    8388608: values */
+#define L8_ATT                  16670707712 /*   33554432: attention output */
+#define L8_LSE                  16704262144 /*     262144: attention log-sum-exp per head and query */
+#define L8_RES                  16704524288 /*   33554432: residual stream after attention */
+#define L8_LN2                  16738078720 /*   33554432: mlp norm output */
+#define L8_RSTD2                16771633152 /*       8192: its 1/rms per token */
+#define L8_G                    16771641344 /*  117440512: mlp gate */
+#define L8_U                    16889081856 /*  117440512: mlp up */
+#define L8_H                    17006522368 /*  117440512: mlp activation */
+#define L9_LN1                  17123962880 /*   33554432: attention norm output */
+#define L9_RSTD1                17157517312 /*       8192: its 1/rms per token */
+#define L9_Q                    17157525504 /*   33554432: queries (rotated) */
+#define L9_K                    17191079936 /*    8388608: keys (rotated) */
+#define L9_V                    17199468544 /*    8388608: values */
+#define L9_ATT                  17207857152 /*   33554432: attention output */
+#define L9_LSE                  17241411584 /*     262144: attention log-sum-exp per head and query */
+#define L9_RES                  17241673728 /*   33554432: residual stream after attention */
+#define L9_LN2                  17275228160 /*   33554432: mlp norm output */
+#define L9_RSTD2                17308782592 /*       8192: its 1/rms per token */
+#define L9_G                    17308790784 /*  117440512: mlp gate */
+#define L9_U                    17426231296 /*  117440512: mlp up */
+#define L9_H                    17543671808 /*  117440512: mlp activation */
+#define L10_LN1                 17661112320 /*   33554432: attention norm output */
+#define L10_RSTD1               17694666752 /*       8192: its 1/rms per token */
+#define L10_Q                   17694674944 /*   33554432: queries (rotated) */
+#define L10_K                   17728229376 /*    8388608: keys (rotated) */
+#define L10_V                   17736617984 /*    8388608: values */
+#define L10_ATT                 17745006592 /*   33554432: attention output */
+#define L10_LSE                 17778561024 /*     262144: attention log-sum-exp per head and query */
+#define L10_RES                 17778823168 /*   33554432: residual stream after attention */
+#define L10_LN2                 17812377600 /*   33554432: mlp norm output */
+#define L10_RSTD2               17845932032 /*       8192: its 1/rms per token */
+#define L10_G                   17845940224 /*  117440512: mlp gate */
+#define L10_U                   17963380736 /*  117440512: mlp up */
+#define L10_H                   18080821248 /*  117440512: mlp activation */
+#define L11_LN1                 18198261760 /*   33554432: attention norm output */
+#define L11_RSTD1               18231816192 /*       8192: its 1/rms per token */
+#define L11_Q                   18231824384 /*   33554432: queries (rotated) */
+#define L11_K                   18265378816 /*    8388608: keys (rotated) */
+#define L11_V                   18273767424 /*    8388608: values */
+#define L11_ATT                 18282156032 /*   33554432: attention output */
+#define L11_LSE                 18315710464 /*     262144: attention log-sum-exp per head and query */
+#define L11_RES                 18315972608 /*   33554432: residual stream after attention */
+#define L11_LN2                 18349527040 /*   33554432: mlp norm output */
+#define L11_RSTD2               18383081472 /*       8192: its 1/rms per token */
+#define L11_G                   18383089664 /*  117440512: mlp gate */
+#define L11_U                   18500530176 /*  117440512: mlp up */
+#define L11_H                   18617970688 /*  117440512: mlp activation */
+#define L12_LN1                 18735411200 /*   33554432: attention norm output */
+#define L12_RSTD1               18768965632 /*       8192: its 1/rms per token */
+#define L12_Q                   18768973824 /*   33554432: queries (rotated) */
+#define L12_K                   18802528256 /*    8388608: keys (rotated) */
+#define L12_V                   18810916864 /*    8388608: values */
+#define L12_ATT                 18819305472 /*   33554432: attention output */
+#define L12_LSE                 18852859904 /*     262144: attention log-sum-exp per head and query */
+#define L12_RES                 18853122048 /*   33554432: residual stream after attention */
+#define L12_LN2                 18886676480 /*   33554432: mlp norm output */
+#define L12_RSTD2               18920230912 /*       8192: its 1/rms per token */
+#define L12_G                   18920239104 /*  117440512: mlp gate */
+#define L12_U                   19037679616 /*  117440512: mlp up */
+#define L12_H                   19155120128 /*  117440512: mlp activation */
+#define L13_LN1                 19272560640 /*   33554432: attention norm output */
+#define L13_RSTD1               19306115072 /*       8192: its 1/rms per token */
+#define L13_Q                   19306123264 /*   33554432: queries (rotated) */
+#define L13_K                   19339677696 /*    8388608: keys (rotated) */
+#define L13_V                   19348066304 /*    8388608: values */
+#define L13_ATT                 19356454912 /*   33554432: attention output */
+#define L13_LSE                 19390009344 /*     262144: attention log-sum-exp per head and query */
+#define L13_RES                 19390271488 /*   33554432: residual stream after attention */
+#define L13_LN2                 19423825920 /*   33554432: mlp norm output */
+#define L13_RSTD2               19457380352 /*       8192: its 1/rms per token */
+#define L13_G                   19457388544 /*  117440512: mlp gate */
+#define L13_U                   19574829056 /*  117440512: mlp up */
+#define L13_H                   19692269568 /*  117440512: mlp activation */
+#define L14_LN1                 19809710080 /*   33554432: attention norm output */
+#define L14_RSTD1               19843264512 /*       8192: its 1/rms per token */
+#define L14_Q                   19843272704 /*   33554432: queries (rotated) */
+#define L14_K                   19876827136 /*    8388608: keys (rotated) */
+#define L14_V                   19885215744 /*    8388608: values */
+#define L14_ATT                 19893604352 /*   33554432: attention output */
+#define L14_LSE                 19927158784 /*     262144: attention log-sum-exp per head and query */
+#define L14_RES                 19927420928 /*   33554432: residual stream after attention */
+#define L14_LN2                 19960975360 /*   33554432: mlp norm output */
+#define L14_RSTD2               19994529792 /*       8192: its 1/rms per token */
+#define L14_G                   19994537984 /*  117440512: mlp gate */
+#define L14_U                   20111978496 /*  117440512: mlp up */
+#define L14_H                   20229419008 /*  117440512: mlp activation */
+#define L15_LN1                 20346859520 /*   33554432: attention norm output */
+#define L15_RSTD1               20380413952 /*       8192: its 1/rms per token */
+#define L15_Q                   20380422144 /*   33554432: queries (rotated) */
+#define L15_K                   20413976576 /*    8388608: keys (rotated) */
+#define L15_V                   20422365184 /*    8388608: values */
+#define L15_ATT                 20430753792 /*   33554432: attention output */
+#define L15_LSE                 20464308224 /*     262144: attention log-sum-exp per head and query */
+#define L15_RES                 20464570368 /*   33554432: residual stream after attention */
+#define L15_LN2                 20498124800 /*   33554432: mlp norm output */
+#define L15_RSTD2               20531679232 /*       8192: its 1/rms per token */
+#define L15_G                   20531687424 /*  117440512: mlp gate */
+#define L15_U                   20649127936 /*  117440512: mlp up */
+#define L15_H                   20766568448 /*  117440512: mlp activation */
+#define L16_LN1                 20884008960 /*   33554432: attention norm output */
+#define L16_RSTD1               20917563392 /*       8192: its 1/rms per token */
+#define L16_Q                   20917571584 /*   33554432: queries (rotated) */
+#define L16_K                   20951126016 /*    8388608: keys (rotated) */
+#define L16_V                   20959514624 /*    8388608: values */
+#define L16_ATT                 20967903232 /*   33554432: attention output */
+#define L16_LSE                 21001457664 /*     262144: attention log-sum-exp per head and query */
+#define L16_RES                 21001719808 /*   33554432: residual stream after attention */
+#define L16_LN2                 21035274240 /*   33554432: mlp norm output */
+#define L16_RSTD2               21068828672 /*       8192: its 1/rms per token */
+#define L16_G                   21068836864 /*  117440512: mlp gate */
+#define L16_U                   21186277376 /*  117440512: mlp up */
+#define L16_H                   21303717888 /*  117440512: mlp activation */
+#define L17_LN1                 21421158400 /*   33554432: attention norm output */
+#define L17_RSTD1               21454712832 /*       8192: its 1/rms per token */
+#define L17_Q                   21454721024 /*   33554432: queries (rotated) */
+#define L17_K                   21488275456 /*    8388608: keys (rotated) */
+#define L17_V                   21496664064 /*    8388608: values */
+#define L17_ATT                 21505052672 /*   33554432: attention output */
+#define L17_LSE                 21538607104 /*     262144: attention log-sum-exp per head and query */
+#define L17_RES                 21538869248 /*   33554432: residual stream after attention */
+#define L17_LN2                 21572423680 /*   33554432: mlp norm output */
+#define L17_RSTD2               21605978112 /*       8192: its 1/rms per token */
+#define L17_G                   21605986304 /*  117440512: mlp gate */
+#define L17_U                   21723426816 /*  117440512: mlp up */
+#define L17_H                   21840867328 /*  117440512: mlp activation */
+#define L18_LN1                 21958307840 /*   33554432: attention norm output */
+#define L18_RSTD1               21991862272 /*       8192: its 1/rms per token */
+#define L18_Q                   21991870464 /*   33554432: queries (rotated) */
+#define L18_K                   22025424896 /*    8388608: keys (rotated) */
+#define L18_V                   22033813504 /*    8388608: values */
+#define L18_ATT                 22042202112 /*   33554432: attention output */
+#define L18_LSE                 22075756544 /*     262144: attention log-sum-exp per head and query */
+#define L18_RES                 22076018688 /*   33554432: residual stream after attention */
+#define L18_LN2                 22109573120 /*   33554432: mlp norm output */
+#define L18_RSTD2               22143127552 /*       8192: its 1/rms per token */
+#define L18_G                   22143135744 /*  117440512: mlp gate */
+#define L18_U                   22260576256 /*  117440512: mlp up */
+#define L18_H                   22378016768 /*  117440512: mlp activation */
+#define L19_LN1                 22495457280 /*   33554432: attention norm output */
+#define L19_RSTD1               22529011712 /*       8192: its 1/rms per token */
+#define L19_Q                   22529019904 /*   33554432: queries (rotated) */
+#define L19_K                   22562574336 /*    8388608: keys (rotated) */
+#define L19_V                   22570962944 /*    8388608: values */
+#define L19_ATT                 22579351552 /*   33554432: attention output */
+#define L19_LSE                 22612905984 /*     262144: attention log-sum-exp per head and query */
+#define L19_RES                 22613168128 /*   33554432: residual stream after attention */
+#define L19_LN2                 22646722560 /*   33554432: mlp norm output */
+#define L19_RSTD2               22680276992 /*       8192: its 1/rms per token */
+#define L19_G                   22680285184 /*  117440512: mlp gate */
+#define L19_U                   22797725696 /*  117440512: mlp up */
+#define L19_H                   22915166208 /*  117440512: mlp activation */
+#define L20_LN1                 23032606720 /*   33554432: attention norm output */
+#define L20_RSTD1               23066161152 /*       8192: its 1/rms per token */
+#define L20_Q                   23066169344 /*   33554432: queries (rotated) */
+#define L20_K                   23099723776 /*    8388608: keys (rotated) */
+#define L20_V                   23108112384 /*    8388608: values */
+#define L20_ATT                 23116500992 /*   33554432: attention output */
+#define L20_LSE                 23150055424 /*     262144: attention log-sum-exp per head and query */
+#define L20_RES                 23150317568 /*   33554432: residual stream after attention */
+#define L20_LN2                 23183872000 /*   33554432: mlp norm output */
+#define L20_RSTD2               23217426432 /*       8192: its 1/rms per token */
+#define L20_G                   23217434624 /*  117440512: mlp gate */
+#define L20_U                   23334875136 /*  117440512: mlp up */
+#define L20_H                   23452315648 /*  117440512: mlp activation */
+#define L21_LN1                 23569756160 /*   33554432: attention norm output */
+#define L21_RSTD1               23603310592 /*       8192: its 1/rms per token */
+#define L21_Q                   23603318784 /*   33554432: queries (rotated) */
+#define L21_K                   23636873216 /*    8388608: keys (rotated) */
+#define L21_V                   23645261824 /*    8388608: values */
+#define L21_ATT                 23653650432 /*   33554432: attention output */
+#define L21_LSE                 23687204864 /*     262144: attention log-sum-exp per head and query */
+#define L21_RES                 23687467008 /*   33554432: residual stream after attention */
+#define L21_LN2                 23721021440 /*   33554432: mlp norm output */
+#define L21_RSTD2               23754575872 /*       8192: its 1/rms per token */
+#define L21_G                   23754584064 /*  117440512: mlp gate */
+#define L21_U                   23872024576 /*  117440512: mlp up */
+#define L21_H                   23989465088 /*  117440512: mlp activation */
+#define L22_LN1                 24106905600 /*   33554432: attention norm output */
+#define L22_RSTD1               24140460032 /*       8192: its 1/rms per token */
+#define L22_Q                   24140468224 /*   33554432: queries (rotated) */
+#define L22_K                   24174022656 /*    8388608: keys (rotated) */
+#define L22_V                   24182411264 /*    8388608: values */
+#define L22_ATT                 24190799872 /*   33554432: attention output */
+#define L22_LSE                 24224354304 /*     262144: attention log-sum-exp per head and query */
+#define L22_RES                 24224616448 /*   33554432: residual stream after attention */
+#define L22_LN2                 24258170880 /*   33554432: mlp norm output */
+#define L22_RSTD2               24291725312 /*       8192: its 1/rms per token */
+#define L22_G                   24291733504 /*  117440512: mlp gate */
+#define L22_U                   24409174016 /*  117440512: mlp up */
+#define L22_H                   24526614528 /*  117440512: mlp activation */
+#define L23_LN1                 24644055040 /*   33554432: attention norm output */
+#define L23_RSTD1               24677609472 /*       8192: its 1/rms per token */
+#define L23_Q                   24677617664 /*   33554432: queries (rotated) */
+#define L23_K                   24711172096 /*    8388608: keys (rotated) */
+#define L23_V                   24719560704 /*    8388608: values */
+#define L23_ATT                 24727949312 /*   33554432: attention output */
+#define L23_LSE                 24761503744 /*     262144: attention log-sum-exp per head and query */
+#define L23_RES                 24761765888 /*   33554432: residual stream after attention */
+#define L23_LN2                 24795320320 /*   33554432: mlp norm output */
+#define L23_RSTD2               24828874752 /*       8192: its 1/rms per token */
+#define L23_G                   24828882944 /*  117440512: mlp gate */
+#define L23_U                   24946323456 /*  117440512: mlp up */
+#define L23_H                   25063763968 /*  117440512: mlp activation */
+#define L24_LN1                 25181204480 /*   33554432: attention norm output */
+#define L24_RSTD1               25214758912 /*       8192: its 1/rms per token */
+#define L24_Q                   25214767104 /*   33554432: queries (rotated) */
+#define L24_K                   25248321536 /*    8388608: keys (rotated) */
+#define L24_V                   25256710144 /*    8388608: values */
+#define L24_ATT                 25265098752 /*   33554432: attention output */
+#define L24_LSE                 25298653184 /*     262144: attention log-sum-exp per head and query */
+#define L24_RES                 25298915328 /*   33554432: residual stream after attention */
+#define L24_LN2                 25332469760 /*   33554432: mlp norm output */
+#define L24_RSTD2               25366024192 /*       8192: its 1/rms per token */
+#define L24_G                   25366032384 /*  117440512: mlp gate */
+#define L24_U                   25483472896 /*  117440512: mlp up */
+#define L24_H                   25600913408 /*  117440512: mlp activation */
+#define L25_LN1                 25718353920 /*   33554432: attention norm output */
+#define L25_RSTD1               25751908352 /*       8192: its 1/rms per token */
+#define L25_Q                   25751916544 /*   33554432: queries (rotated) */
+#define L25_K                   25785470976 /*    8388608: keys (rotated) */
+#define L25_V                   25793859584 /*    8388608: values */
+#define L25_ATT                 25802248192 /*   33554432: attention output */
+#define L25_LSE                 25835802624 /*     262144: attention log-sum-exp per head and query */
+#define L25_RES                 25836064768 /*   33554432: residual stream after attention */
+#define L25_LN2                 25869619200 /*   33554432: mlp norm output */
+#define L25_RSTD2               25903173632 /*       8192: its 1/rms per token */
+#define L25_G                   25903181824 /*  117440512: mlp gate */
+#define L25_U                   26020622336 /*  117440512: mlp up */
+#define L25_H                   26138062848 /*  117440512: mlp activation */
+#define L26_LN1                 26255503360 /*   33554432: attention norm output */
+#define L26_RSTD1               26289057792 /*       8192: its 1/rms per token */
+#define L26_Q                   26289065984 /*   33554432: queries (rotated) */
+#define L26_K                   26322620416 /*    8388608: keys (rotated) */
+#define L26_V                   26331009024 /*    8388608: values */
+#define L26_ATT                 26339397632 /*   33554432: attention output */
+#define L26_LSE                 26372952064 /*     262144: attention log-sum-exp per head and query */
+#define L26_RES                 26373214208 /*   33554432: residual stream after attention */
+#define L26_LN2                 26406768640 /*   33554432: mlp norm output */
+#define L26_RSTD2               26440323072 /*       8192: its 1/rms per token */
+#define L26_G                   26440331264 /*  117440512: mlp gate */
+#define L26_U                   26557771776 /*  117440512: mlp up */
+#define L26_H                   26675212288 /*  117440512: mlp activation */
+#define L27_LN1                 26792652800 /*   33554432: attention norm output */
+#define L27_RSTD1               26826207232 /*       8192: its 1/rms per token */
+#define L27_Q                   26826215424 /*   33554432: queries (rotated) */
+#define L27_K                   26859769856 /*    8388608: keys (rotated) */
+#define L27_V                   26868158464 /*    8388608: values */
+#define L27_ATT                 26876547072 /*   33554432: attention output */
+#define L27_LSE                 26910101504 /*     262144: attention log-sum-exp per head and query */
+#define L27_RES                 26910363648 /*   33554432: residual stream after attention */
+#define L27_LN2                 26943918080 /*   33554432: mlp norm output */
+#define L27_RSTD2               26977472512 /*       8192: its 1/rms per token */
+#define L27_G                   26977480704 /*  117440512: mlp gate */
+#define L27_U                   27094921216 /*  117440512: mlp up */
+#define L27_H                   27212361728 /*  117440512: mlp activation */
+#define L28_LN1                 27329802240 /*   33554432: attention norm output */
+#define L28_RSTD1               27363356672 /*       8192: its 1/rms per token */
+#define L28_Q                   27363364864 /*   33554432: queries (rotated) */
+#define L28_K                   27396919296 /*    8388608: keys (rotated) */
+#define L28_V                   27405307904 /*    8388608: values */
+#define L28_ATT                 27413696512 /*   33554432: attention output */
+#define L28_LSE                 27447250944 /*     262144: attention log-sum-exp per head and query */
+#define L28_RES                 27447513088 /*   33554432: residual stream after attention */
+#define L28_LN2                 27481067520 /*   33554432: mlp norm output */
+#define L28_RSTD2               27514621952 /*       8192: its 1/rms per token */
+#define L28_G                   27514630144 /*  117440512: mlp gate */
+#define L28_U                   27632070656 /*  117440512: mlp up */
+#define L28_H                   27749511168 /*  117440512: mlp activation */
+#define L29_LN1                 27866951680 /*   33554432: attention norm output */
+#define L29_RSTD1               27900506112 /*       8192: its 1/rms per token */
+#define L29_Q                   27900514304 /*   33554432: queries (rotated) */
+#define L29_K                   27934068736 /*    8388608: keys (rotated) */
+#define L29_V                   27942457344 /*    8388608: values */
+#define L29_ATT                 27950845952 /*   33554432: attention output */
+#define L29_LSE                 27984400384 /*     262144: attention log-sum-exp per head and query */
+#define L29_RES                 27984662528 /*   33554432: residual stream after attention */
+#define L29_LN2                 28018216960 /*   33554432: mlp norm output */
+#define L29_RSTD2               28051771392 /*       8192: its 1/rms per token */
+#define L29_G                   28051779584 /*  117440512: mlp gate */
+#define L29_U                   28169220096 /*  117440512: mlp up */
+#define L29_H                   28286660608 /*  117440512: mlp activation */
+#define L30_LN1                 28404101120 /*   33554432: attention norm output */
+#define L30_RSTD1               28437655552 /*       8192: its 1/rms per token */
+#define L30_Q                   28437663744 /*   33554432: queries (rotated) */
+#define L30_K                   28471218176 /*    8388608: keys (rotated) */
+#define L30_V                   28479606784 /*    8388608: values */
+#define L30_ATT                 28487995392 /*   33554432: attention output */
+#define L30_LSE                 28521549824 /*     262144: attention log-sum-exp per head and query */
+#define L30_RES                 28521811968 /*   33554432: residual stream after attention */
+#define L30_LN2                 28555366400 /*   33554432: mlp norm output */
+#define L30_RSTD2               28588920832 /*       8192: its 1/rms per token */
+#define L30_G                   28588929024 /*  117440512: mlp gate */
+#define L30_U                   28706369536 /*  117440512: mlp up */
+#define L30_H                   28823810048 /*  117440512: mlp activation */
+#define L31_LN1                 28941250560 /*   33554432: attention norm output */
+#define L31_RSTD1               28974804992 /*       8192: its 1/rms per token */
+#define L31_Q                   28974813184 /*   33554432: queries (rotated) */
+#define L31_K                   29008367616 /*    8388608: keys (rotated) */
+#define L31_V                   29016756224 /*    8388608: values */
+#define L31_ATT                 29025144832 /*   33554432: attention output */
+#define L31_LSE                 29058699264 /*     262144: attention log-sum-exp per head and query */
+#define L31_RES                 29058961408 /*   33554432: residual stream after attention */
+#define L31_LN2                 29092515840 /*   33554432: mlp norm output */
+#define L31_RSTD2               29126070272 /*       8192: its 1/rms per token */
+#define L31_G                   29126078464 /*  117440512: mlp gate */
+#define L31_U                   29243518976 /*  117440512: mlp up */
+#define L31_H                   29360959488 /*  117440512: mlp activation */
+#define WS_Y                    29478400000 /*   33554432: a block's output before the residual add */
+#define WS_Y2                   29511954432 /*   33554432: shared experts' output */
+#define DX_A                    29545508864 /*   33554432: gradient of the residual stream (even layers' output) */
+#define DX_B                    29579063296 /*   33554432: gradient of the residual stream (odd layers' output) */
+#define DLN                     29612617728 /*   33554432: gradient of a norm's output */
+#define DATT                    29646172160 /*   33554432: gradient of the attention output */
+#define DQ                      29679726592 /*   33554432: gradient of the queries */
+#define DK                      29713281024 /*    8388608: gradient of the keys */
+#define DV                      29721669632 /*    8388608: gradient of the values */
+#define DG                      29730058240 /*  117440512: gradient of the mlp gate */
+#define DU                      29847498752 /*  117440512: gradient of the mlp up */
+#define DH                      29964939264 /*  117440512: gradient of the mlp activation */
+#define LNF                     30082379776 /*   33554432: final norm output */
+#define RSTDF                   30115934208 /*       8192: its 1/rms per token */
+#define LSEF                    30115942400 /*       8192: log-sum-exp of each token's logits */
+#define CE                      30115950592 /*   33554432: logits of one vocabulary chunk */
 
 /* Parameter groups: sharded over the FSDP group (4 ranks) or, for experts, over the
  * 4 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */
@@ -1636,7 +1641,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
 }
 
 /* layer 31 (dense), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer31_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -1665,7 +1670,7 @@ static void layer31_backward(RtCtx *c) {
 }
 
 /* layer 30 (dense), backward: DX_B (gradient of X31) -> DX_A (gradient of X30); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer30_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -1694,7 +1699,7 @@ static void layer30_backward(RtCtx *c) {
 }
 
 /* layer 29 (dense), backward: DX_A (gradient of X30) -> DX_B (gradient of X29); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer29_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -1723,7 +1728,7 @@ static void layer29_backward(RtCtx *c) {
 }
 
 /* layer 28 (dense), backward: DX_B (gradient of X29) -> DX_A (gradient of X28); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer28_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -1752,7 +1757,7 @@ static void layer28_backward(RtCtx *c) {
 }
 
 /* layer 27 (dense), backward: DX_A (gradient of X28) -> DX_B (gradient of X27); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer27_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -1781,7 +1786,7 @@ static void layer27_backward(RtCtx *c) {
 }
 
 /* layer 26 (dense), backward: DX_B (gradient of X27) -> DX_A (gradient of X26); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer26_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -1810,7 +1815,7 @@ static void layer26_backward(RtCtx *c) {
 }
 
 /* layer 25 (dense), backward: DX_A (gradient of X26) -> DX_B (gradient of X25); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer25_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -1839,7 +1844,7 @@ static void layer25_backward(RtCtx *c) {
 }
 
 /* layer 24 (dense), backward: DX_B (gradient of X25) -> DX_A (gradient of X24); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer24_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -1868,7 +1873,7 @@ static void layer24_backward(RtCtx *c) {
 }
 
 /* layer 23 (dense), backward: DX_A (gradient of X24) -> DX_B (gradient of X23); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer23_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -1897,7 +1902,7 @@ static void layer23_backward(RtCtx *c) {
 }
 
 /* layer 22 (dense), backward: DX_B (gradient of X23) -> DX_A (gradient of X22); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer22_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -1926,7 +1931,7 @@ static void layer22_backward(RtCtx *c) {
 }
 
 /* layer 21 (dense), backward: DX_A (gradient of X22) -> DX_B (gradient of X21); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer21_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -1955,7 +1960,7 @@ static void layer21_backward(RtCtx *c) {
 }
 
 /* layer 20 (dense), backward: DX_B (gradient of X21) -> DX_A (gradient of X20); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer20_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -1984,7 +1989,7 @@ static void layer20_backward(RtCtx *c) {
 }
 
 /* layer 19 (dense), backward: DX_A (gradient of X20) -> DX_B (gradient of X19); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer19_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2013,7 +2018,7 @@ static void layer19_backward(RtCtx *c) {
 }
 
 /* layer 18 (dense), backward: DX_B (gradient of X19) -> DX_A (gradient of X18); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer18_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2042,7 +2047,7 @@ static void layer18_backward(RtCtx *c) {
 }
 
 /* layer 17 (dense), backward: DX_A (gradient of X18) -> DX_B (gradient of X17); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer17_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2071,7 +2076,7 @@ static void layer17_backward(RtCtx *c) {
 }
 
 /* layer 16 (dense), backward: DX_B (gradient of X17) -> DX_A (gradient of X16); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer16_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2100,7 +2105,7 @@ static void layer16_backward(RtCtx *c) {
 }
 
 /* layer 15 (dense), backward: DX_A (gradient of X16) -> DX_B (gradient of X15); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer15_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2129,7 +2134,7 @@ static void layer15_backward(RtCtx *c) {
 }
 
 /* layer 14 (dense), backward: DX_B (gradient of X15) -> DX_A (gradient of X14); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer14_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2158,7 +2163,7 @@ static void layer14_backward(RtCtx *c) {
 }
 
 /* layer 13 (dense), backward: DX_A (gradient of X14) -> DX_B (gradient of X13); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer13_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2187,7 +2192,7 @@ static void layer13_backward(RtCtx *c) {
 }
 
 /* layer 12 (dense), backward: DX_B (gradient of X13) -> DX_A (gradient of X12); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer12_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2216,7 +2221,7 @@ static void layer12_backward(RtCtx *c) {
 }
 
 /* layer 11 (dense), backward: DX_A (gradient of X12) -> DX_B (gradient of X11); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer11_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2245,7 +2250,7 @@ static void layer11_backward(RtCtx *c) {
 }
 
 /* layer 10 (dense), backward: DX_B (gradient of X11) -> DX_A (gradient of X10); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer10_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2274,7 +2279,7 @@ static void layer10_backward(RtCtx *c) {
 }
 
 /* layer 9 (dense), backward: DX_A (gradient of X10) -> DX_B (gradient of X9); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer9_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2303,7 +2308,7 @@ static void layer9_backward(RtCtx *c) {
 }
 
 /* layer 8 (dense), backward: DX_B (gradient of X9) -> DX_A (gradient of X8); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer8_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2332,7 +2337,7 @@ static void layer8_backward(RtCtx *c) {
 }
 
 /* layer 7 (dense), backward: DX_A (gradient of X8) -> DX_B (gradient of X7); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer7_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2361,7 +2366,7 @@ static void layer7_backward(RtCtx *c) {
 }
 
 /* layer 6 (dense), backward: DX_B (gradient of X7) -> DX_A (gradient of X6); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer6_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2390,7 +2395,7 @@ static void layer6_backward(RtCtx *c) {
 }
 
 /* layer 5 (dense), backward: DX_A (gradient of X6) -> DX_B (gradient of X5); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer5_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2419,7 +2424,7 @@ static void layer5_backward(RtCtx *c) {
 }
 
 /* layer 4 (dense), backward: DX_B (gradient of X5) -> DX_A (gradient of X4); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer4_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2448,7 +2453,7 @@ static void layer4_backward(RtCtx *c) {
 }
 
 /* layer 3 (dense), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer3_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2477,7 +2482,7 @@ static void layer3_backward(RtCtx *c) {
 }
 
 /* layer 2 (dense), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer2_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2506,7 +2511,7 @@ static void layer2_backward(RtCtx *c) {
 }
 
 /* layer 1 (dense), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer1_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2535,7 +2540,7 @@ static void layer1_backward(RtCtx *c) {
 }
 
 /* layer 0 (dense), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
- * into GRAD_DENSE. */
+ * into DW. */
 static void layer0_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 33554432);
@@ -2743,312 +2748,348 @@ real step_forward(RtCtx *c) {
   return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(4096), I(TARGETS), 8192, 4096, 128256, 4096, R(CE));
 }
 
-/* Backward, in reverse: each group's gradient is reduce-scattered over its ranks as soon
- * as its layer is done, and added to this rank's shard (accumulation over micro-batches). */
+/* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as
+ * its backward is done, while the next unit's backward runs (the units alternate between two
+ * gradient buffers), and added to this rank's shard (accumulation over micro-batches) before
+ * its buffer is used again. */
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 525340672);
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 525340672);
   rt_zero(R(DLN), 33554432);
   rt_lm_head_ce_backward(R(DLN), DW(4096), R(LNF), W(4096), I(TARGETS), R(LSEF), 8192, 4096, 128256, 4096, R(CE), c->dloss);
   rt_zero(R(DX_A), 33554432);
   rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X32), W(0), R(RSTDF), 8192, 4096);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 131335168, (uint16_t *)R(RS_WIRE)); /* head, bf16 on the wire */
-  rt_accumulate(R(HEAD_GRAD), R(RS_OUT), 131335168);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 131335168, (uint16_t *)R(RS_WIRE2), 2); /* head: 4 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 218112000);
   layer31_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 31 dense, bf16 on the wire */
-  rt_accumulate(R(L31_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 4 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 218112000);
   layer30_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 30 dense, bf16 on the wire */
-  rt_accumulate(R(L30_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 4 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 218112000);
   layer29_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 29 dense, bf16 on the wire */
-  rt_accumulate(R(L29_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 4 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 218112000);
   layer28_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 28 dense, bf16 on the wire */
-  rt_accumulate(R(L28_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 4 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 218112000);
   layer27_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 27 dense, bf16 on the wire */
-  rt_accumulate(R(L27_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 4 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 218112000);
   layer26_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 26 dense, bf16 on the wire */
-  rt_accumulate(R(L26_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 4 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 218112000);
   layer25_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 25 dense, bf16 on the wire */
-  rt_accumulate(R(L25_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 4 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 218112000);
   layer24_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 24 dense, bf16 on the wire */
-  rt_accumulate(R(L24_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 4 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 218112000);
   layer23_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 23 dense, bf16 on the wire */
-  rt_accumulate(R(L23_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 4 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 218112000);
   layer22_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 22 dense, bf16 on the wire */
-  rt_accumulate(R(L22_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 4 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 218112000);
   layer21_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 21 dense, bf16 on the wire */
-  rt_accumulate(R(L21_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 4 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 218112000);
   layer20_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 20 dense, bf16 on the wire */
-  rt_accumulate(R(L20_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 4 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 218112000);
   layer19_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 19 dense, bf16 on the wire */
-  rt_accumulate(R(L19_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 4 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 218112000);
   layer18_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 18 dense, bf16 on the wire */
-  rt_accumulate(R(L18_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 4 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 218112000);
   layer17_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 17 dense, bf16 on the wire */
-  rt_accumulate(R(L17_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 4 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 218112000);
   layer16_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 16 dense, bf16 on the wire */
-  rt_accumulate(R(L16_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 4 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 218112000);
   layer15_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 15 dense, bf16 on the wire */
-  rt_accumulate(R(L15_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 4 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 218112000);
   layer14_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 14 dense, bf16 on the wire */
-  rt_accumulate(R(L14_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 4 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 218112000);
   layer13_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 13 dense, bf16 on the wire */
-  rt_accumulate(R(L13_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 4 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 218112000);
   layer12_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 12 dense, bf16 on the wire */
-  rt_accumulate(R(L12_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 4 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 218112000);
   layer11_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 11 dense, bf16 on the wire */
-  rt_accumulate(R(L11_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 4 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 218112000);
   layer10_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 10 dense, bf16 on the wire */
-  rt_accumulate(R(L10_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 4 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 218112000);
   layer9_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 9 dense, bf16 on the wire */
-  rt_accumulate(R(L9_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 4 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 218112000);
   layer8_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 8 dense, bf16 on the wire */
-  rt_accumulate(R(L8_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 4 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 218112000);
   layer7_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 7 dense, bf16 on the wire */
-  rt_accumulate(R(L7_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 4 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 218112000);
   layer6_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 6 dense, bf16 on the wire */
-  rt_accumulate(R(L6_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 4 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 218112000);
   layer5_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 5 dense, bf16 on the wire */
-  rt_accumulate(R(L5_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 4 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 218112000);
   layer4_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 4 dense, bf16 on the wire */
-  rt_accumulate(R(L4_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 4 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 218112000);
   layer3_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 3 dense, bf16 on the wire */
-  rt_accumulate(R(L3_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 4 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 218112000);
   layer2_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 2 dense, bf16 on the wire */
-  rt_accumulate(R(L2_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 4 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 218112000);
   layer1_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 1 dense, bf16 on the wire */
-  rt_accumulate(R(L1_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 4 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_zero(R(GRAD_DENSE), 218112000);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 218112000);
   layer0_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 54528000, (uint16_t *)R(RS_WIRE)); /* layer 0 dense, bf16 on the wire */
-  rt_accumulate(R(L0_DENSE_GRAD), R(RS_OUT), 54528000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 4 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
-  rt_zero(R(GRAD_DENSE), 525336576);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 525336576);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 8192, 4096);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 131334144, (uint16_t *)R(RS_WIRE)); /* embedding, bf16 on the wire */
-  rt_accumulate(R(EMBED_GRAD), R(RS_OUT), 131334144);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 131334144, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 4 ranks, bf16 on the wire */
+  /* the last reduce-scatters: every shard has this micro-batch's gradient */
+  for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }
 
 /* After the optimizer step (apply: false when the step was skipped): nothing to do for this model */

@@ -6,6 +6,7 @@
  *         [--checkpoint-dir DIR [--checkpoint-every K]] [--max-skips K]
  *   train --data PATH --grad-check          (one rank, built with -DMTC_REAL=double)
  *   train --check-kernels [--arch sm_90a]   (cuda build: compile kernels.cu with NVRTC, exit)
+ *   train --memory                          (bytes this build allocates per GPU at start-up, JSON)
  * The cuda build runs the same step.c with its arena on the GPU (one cudaMalloc at start-up);
  * the host keeps a mirror of the arena's state part (tokens, master shards, gradients, moments)
  * for initialization, the data loader and checkpoints, and the optimizer runs on the GPU.
@@ -75,6 +76,54 @@ static int64_t state_elems(void) {
   return top;
 }
 
+/* ---- memory: what this build allocates per GPU (rank 0) at start-up ----
+ * hbm: the device arena (on the cpu backend, the arena that stands in for it) and the runtime's
+ * device buffers (cuBLAS's workspace, the ops' scratch); host: everything else the program
+ * allocates at start-up, pinned (the activation-offload arena) and pageable (the cuda build's
+ * mirror of the state, Muon's host scratch, the runtime's host scratch, count arrays). Not in
+ * it: the CUDA context, NCCL's buffers, MPI's and the libraries' own memory, and the data file
+ * (mapped read-only, never copied) — the plan's reserve items stand for the first two. */
+typedef struct {
+  int64_t hbm, host, pinned;
+} Footprint;
+
+#ifdef MTC_BACKEND_CUDA
+extern const char kernels_cu[];
+extern const unsigned long kernels_cu_len;
+static RtCudaConfig cuda_config(void) {
+  return (RtCudaConfig){kernels_cu, kernels_cu_len, MTRT_CUDA_INCLUDE, TOKENS, HEADS, EXPERTS, TOP_K,
+                        PLAN_CUBLAS_WORKSPACE_BYTES};
+}
+#endif
+
+static Footprint footprint(void) {
+  Footprint f = {(int64_t)ARENA_ELEMS * (int64_t)sizeof(real), 0, (int64_t)HOST_ELEMS * (int64_t)sizeof(real)};
+  f.host = f.pinned + 2 * PLAN_FSDP * (int64_t)sizeof(int) /* Muon's counts */
+           + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0);
+#ifdef MTC_BACKEND_CUDA
+  RtCudaConfig cfg = cuda_config();
+  size_t scratch_host = 0;
+  f.hbm += (int64_t)rt_cuda_scratch_bytes(&cfg, &scratch_host);
+  f.host += (int64_t)scratch_host + state_elems() * (int64_t)sizeof(real);
+#ifdef MUON_WORK
+  if (OPT_ON_HOST) f.host += (int64_t)MUON_WORK_ELEMS * (int64_t)sizeof(real);
+#endif
+#endif
+  return f;
+}
+
+/* train --memory: the footprint as one JSON object; no GPU, no MPI launch needed. */
+static int print_memory(int argc) {
+  if (argc != 2) {
+    fprintf(stderr, "error: --memory takes no other argument\n");
+    return 2;
+  }
+  Footprint f = footprint();
+  printf("{\"hbm\": %lld, \"host\": %lld, \"host_pinned\": %lld}\n", (long long)f.hbm, (long long)f.host,
+         (long long)f.pinned);
+  return 0;
+}
+
 typedef struct {
   const char *data, *metrics, *ckpt_dir;
   long steps, ckpt_every, max_skips;
@@ -96,7 +145,9 @@ static const char usage_text[] =
     "  --checkpoint-dir DIR   resume from the newest complete checkpoint there; save at the end\n"
     "  --checkpoint-every K   and every K steps\n"
     "  --max-skips K          stop after K consecutive non-finite steps (default 5)\n"
-    "  --grad-check           gradients against finite differences (double build, one rank)\n";
+    "  --grad-check           gradients against finite differences (double build, one rank)\n"
+    "       train --memory    what this build allocates per GPU at start-up, as JSON\n"
+    "                         {\"hbm\": B, \"host\": B, \"host_pinned\": B}; no GPU or mpirun needed\n";
 
 static int quiet; /* not rank 0 */
 
@@ -182,6 +233,7 @@ static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t s
   double loss = 0;
   *aux = 0;
   for (int g = 0; g < N_GROUPS; g++) rt_zero(c->arena + step_groups[g].grad, (size_t)step_groups[g].shard);
+  c->moe_load = 0, c->moe_extra_rounds = 0;
   for (int micro = 0; micro < ACCUM; micro++) {
     rt_data_batch(d, (int32_t *)(HOST(c) + INPUTS), (int32_t *)(HOST(c) + TARGETS), MICRO_BATCH, SEQ_LEN, step,
                   ACCUM, micro, c->comm.rank, c->comm.world, seed);
@@ -265,9 +317,6 @@ static int grad_check(RtCtx *c, const RtData *d, uint64_t seed) {
 }
 
 #ifdef MTC_BACKEND_CUDA
-extern const char kernels_cu[];
-extern const unsigned long kernels_cu_len;
-
 /* --check-kernels [--arch A]: compiles every kernel of the plan with NVRTC and exits; needs no
  * GPU, no driver and no MPI launch. */
 static int check_kernels(int argc, char **argv) {
@@ -311,7 +360,7 @@ static int cuda_start(RtCtx *c, const Args *a) {
   RT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->comm.rank, MPI_INFO_NULL, &local));
   RT_MPI_CHECK(MPI_Comm_rank(local, &local_rank));
   MPI_Comm_free(&local);
-  RtCudaConfig cfg = {kernels_cu, kernels_cu_len, MTRT_CUDA_INCLUDE, TOKENS, HEADS, EXPERTS, TOP_K};
+  RtCudaConfig cfg = cuda_config();
   char err[1 << 12];
   int bad = rt_cuda_setup(&cfg, local_rank, err, sizeof err) != 0;
   if (bad) fprintf(stderr, "error: rank %d: %s\n", c->comm.rank, err);
@@ -330,6 +379,8 @@ static int cuda_start(RtCtx *c, const Args *a) {
 #endif
 
 int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--memory") == 0) return print_memory(argc);
 #ifdef MTC_BACKEND_CUDA
   for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "--check-kernels") == 0) return check_kernels(argc, argv);
@@ -369,18 +420,22 @@ int main(int argc, char **argv) {
     if (rank0) fprintf(stderr, "error: %s\n", err);
     status = 2;
   }
+  int64_t rss0 = rt_peak_rss_bytes(); /* before the start-up allocations */
 #ifdef MTC_BACKEND_CUDA
   if (!status) status = cuda_start(&c, &a);
   if (!status) {
     c.arena = rt_cuda_alloc((size_t)ARENA_ELEMS * sizeof(real), err, sizeof err);
     host_mirror = calloc((size_t)state_elems(), sizeof(real));
+    if (host_mirror) rt_prefault(host_mirror, (size_t)state_elems() * sizeof(real)); /* as the cpu arena */
     if (!c.arena || !host_mirror) {
       fprintf(stderr, "error: rank %d: %s; expected a plan that fits this GPU (mtc compile ... --set ...)\n", c.comm.rank,
               c.arena ? "no host memory for the state's mirror" : err);
       status = 2;
     }
   }
-  if (!status && PLAN_EP > 1 && rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK) != 0) status = 2;
+  if (!status && PLAN_EP > 1 &&
+      rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK, c.comm.ep_rank, MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0)
+    status = 2;
   if (!status && HOST_ELEMS > 0 && !(c.host = rt_cuda_alloc_host((size_t)HOST_ELEMS * sizeof(real), err, sizeof err))) {
     fprintf(stderr, "error: rank %d: activation offload: %s\n", c.comm.rank, err);
     status = 2;
@@ -392,11 +447,16 @@ int main(int argc, char **argv) {
     status = 2;
   }
   c.arena = status ? NULL : calloc((size_t)ARENA_ELEMS, sizeof(real));
-  if (!status && (!c.arena || (PLAN_EP > 1 && rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK) != 0))) {
+  if (!status && (!c.arena || (PLAN_EP > 1 && rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK, c.comm.ep_rank,
+                                                        MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0))) {
     fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB arena; expected that much free memory\n",
             c.comm.rank, (double)ARENA_ELEMS * sizeof(real) / 1048576.0);
     status = 2;
   }
+  /* touched now, as the cuda backend zeroes its arena: memory that is not there fails at start-up,
+   * not in the middle of a step, and the resident growth below measures what was allocated */
+  if (!status) rt_prefault(c.arena, (size_t)ARENA_ELEMS * sizeof(real));
+  if (!status && c.host) rt_prefault(c.host, (size_t)HOST_ELEMS * sizeof(real));
 #endif
   if (!status && rt_offload_init(OFFLOAD_IDS) != 0) {
     fprintf(stderr, "error: rank %d: cannot create the streams and events of activation offload\n", c.comm.rank);
@@ -420,6 +480,23 @@ int main(int argc, char **argv) {
     goto done;
   }
 #endif
+  Footprint fp = footprint();
+  int64_t rss1 = rt_peak_rss_bytes();
+  if (rank0 && !a.grad_check) {
+#ifdef MTC_BACKEND_CUDA
+    printf("memory: this program allocates %.3f GiB on the GPU and %.3f GiB of host memory (%.3f GiB pinned) per GPU "
+           "(train --memory); the plan: HBM %.3f GiB and host %.3f GiB, besides %.3f GiB and %.3f GiB reserved for "
+           "the CUDA context, NCCL and the system\n", fp.hbm / 1073741824.0, fp.host / 1073741824.0,
+           fp.pinned / 1073741824.0, (PLAN_HBM_BYTES - PLAN_HBM_RESERVE_BYTES) / 1073741824.0,
+           (PLAN_HOST_BYTES - PLAN_HOST_RESERVE_BYTES) / 1073741824.0, PLAN_HBM_RESERVE_BYTES / 1073741824.0,
+           PLAN_HOST_RESERVE_BYTES / 1073741824.0);
+#else
+    printf("memory: start-up resident growth %lld bytes (VmHWM); this program allocates %lld bytes per rank (train "
+           "--memory: arena %lld + host %lld)\n", rss0 < 0 || rss1 < 0 ? -1LL : (long long)(rss1 - rss0),
+           (long long)(fp.hbm + fp.host), (long long)fp.hbm, (long long)fp.host);
+#endif
+  }
+  (void)rss0, (void)rss1;
   if (a.grad_check) {
     status = grad_check(&c, &data, a.seed + 1);
     goto done;
@@ -464,10 +541,8 @@ int main(int argc, char **argv) {
 #ifdef MTC_BACKEND_CUDA
   size_t free_b = 0, total_b = 0;
   rt_cuda_mem_info(&free_b, &total_b);
-  if (rank0) /* the plan models bf16 copies and its own packing; this program keeps everything in fp32 */
-    printf("memory: arena %.2f GiB on the GPU (the plan's HBM arena: %.2f GiB; its host arena: %.2f GiB), "
-           "%.2f GiB of the GPU's %.2f GiB in use after allocation\n",
-           (double)ARENA_ELEMS * sizeof(real) / 1073741824.0, PLAN_HBM_BYTES / 1073741824.0, PLAN_HOST_BYTES / 1073741824.0,
+  if (rank0)
+    printf("memory: %.2f GiB of the GPU's %.2f GiB in use after start-up (this program, the CUDA context and NCCL)\n",
            (double)(total_b - free_b) / 1073741824.0, (double)total_b / 1073741824.0);
 #endif
   FILE *mf = rank0 ? fopen(a.metrics, "a") : NULL;
@@ -500,6 +575,13 @@ int main(int argc, char **argv) {
     double norm = sqrt((double)sq / PLAN_DP_REPLICATE);
     real sums[2] = {(real)loss, (real)aux};
     rt_comm_all_reduce(MPI_COMM_WORLD, sums, 2);
+    /* the MoE all-to-all figures of the step: the worst EP group's load, and the extra rounds summed
+     * over micro-batches, MoE layers and EP groups (each rank of a group counts its group's: / ep) */
+    double moe_load = c.moe_load;
+    long moe_rounds = c.moe_extra_rounds;
+    RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &moe_load, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &moe_rounds, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD));
+    moe_rounds /= PLAN_EP;
     double mean = (double)sums[0] / ((double)ACCUM * c.comm.world);
     double aux_mean = (double)sums[1] / ((double)ACCUM * c.comm.world);
     /* the schedule spans the spec's training.steps whatever --steps says: a run stopped early and
@@ -530,11 +612,14 @@ int main(int argc, char **argv) {
     double dt = rt_now() - t0, tps = (double)GLOBAL_BATCH * SEQ_LEN / dt;
     if (step > start) seconds += dt, timed++;
     if (rank0) {
-      printf("step %5ld/%ld | loss %.4f | aux %.4f | lr %.3e | grad norm %.4f | %.0f tokens/s (%.0f per rank)%s\n",
-             step + 1, a.steps, mean, aux_mean, lr, norm, tps, tps / c.comm.world,
+      char moe[64] = "";
+      if (PLAN_EP > 1) snprintf(moe, sizeof moe, " | moe load %.2f, +%ld rounds", moe_load, moe_rounds);
+      printf("step %5ld/%ld | loss %.4f | aux %.4f | lr %.3e | grad norm %.4f | %.0f tokens/s (%.0f per rank)%s%s\n",
+             step + 1, a.steps, mean, aux_mean, lr, norm, tps, tps / c.comm.world, moe,
              skip ? " | SKIPPED: not finite" : "");
       fflush(stdout);
-      if (mf) rt_metrics_json(mf, (int)step + 1, mean, aux_mean, lr, norm, tps, skip);
+      if (mf) rt_metrics_json(mf, (int)step + 1, mean, aux_mean, lr, norm, tps, skip, PLAN_EP > 1 ? moe_load : -1,
+                              moe_rounds);
     }
     long done_steps = step + 1 - skips; /* the state holds the updates of this many steps */
     int stop = skip && skips >= a.max_skips;

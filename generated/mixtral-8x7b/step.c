@@ -15,9 +15,9 @@
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
-#define DW(o) (c->arena + GRAD_DENSE + (o))      /* its gradient */
+#define DW(o) (c->dwd + (o))                    /* its gradient (GRAD_DENSE0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
-#define DWE(o) (c->arena + GRAD_EXPERTS + (o))   /* its gradient */
+#define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 
 /* ---- the arena map (elements) ---- */
@@ -287,247 +287,255 @@
 #define HEAD_ADAM_V              5833818496 /*    4096128: AdamW second moment (fp32) */
 #define GATHERED_DENSE0          5837914624 /*  131076096: a dense group all-gathered (even units: embedding, odd layers) */
 #define GATHERED_DENSE1          5968990720 /*  131076096: the next one, prefetched (odd units: even layers; the head if L is even) */
-#define GRAD_DENSE               6100066816 /*  131076096: its gradient before the reduce-scatter */
-#define GATHERED_EXPERTS0        6231142912 /*  352321536: this EP rank's experts of one layer, all-gathered (odd layers) */
-#define GATHERED_EXPERTS1        6583464448 /*  352321536: the next layer's, prefetched (even layers) */
-#define GRAD_EXPERTS             6935785984 /*  352321536: their gradient before the reduce-scatter */
-#define RS_OUT                   7288107520 /*   44040192: a reduce-scatter's result, before it is added to the shard's gradient */
-#define RS_WIRE                  7332147712 /*  352321536: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
-#define X0                       7684469248 /*  134217728: boundary: input of layer 0 (residual stream) */
-#define X1                       7818686976 /*  134217728: boundary: input of layer 1 (residual stream) */
-#define X2                       7952904704 /*  134217728: boundary: input of layer 2 (residual stream) */
-#define X3                       8087122432 /*  134217728: boundary: input of layer 3 (residual stream) */
-#define X4                       8221340160 /*  134217728: boundary: input of layer 4 (residual stream) */
-#define X5                       8355557888 /*  134217728: boundary: input of layer 5 (residual stream) */
-#define X6                       8489775616 /*  134217728: boundary: input of layer 6 (residual stream) */
-#define X7                       8623993344 /*  134217728: boundary: input of layer 7 (residual stream) */
-#define X8                       8758211072 /*  134217728: boundary: input of layer 8 (residual stream) */
-#define X9                       8892428800 /*  134217728: boundary: input of layer 9 (residual stream) */
-#define X10                      9026646528 /*  134217728: boundary: input of layer 10 (residual stream) */
-#define X11                      9160864256 /*  134217728: boundary: input of layer 11 (residual stream) */
-#define X12                      9295081984 /*  134217728: boundary: input of layer 12 (residual stream) */
-#define X13                      9429299712 /*  134217728: boundary: input of layer 13 (residual stream) */
-#define X14                      9563517440 /*  134217728: boundary: input of layer 14 (residual stream) */
-#define X15                      9697735168 /*  134217728: boundary: input of layer 15 (residual stream) */
-#define X16                      9831952896 /*  134217728: boundary: input of layer 16 (residual stream) */
-#define X17                      9966170624 /*  134217728: boundary: input of layer 17 (residual stream) */
-#define X18                     10100388352 /*  134217728: boundary: input of layer 18 (residual stream) */
-#define X19                     10234606080 /*  134217728: boundary: input of layer 19 (residual stream) */
-#define X20                     10368823808 /*  134217728: boundary: input of layer 20 (residual stream) */
-#define X21                     10503041536 /*  134217728: boundary: input of layer 21 (residual stream) */
-#define X22                     10637259264 /*  134217728: boundary: input of layer 22 (residual stream) */
-#define X23                     10771476992 /*  134217728: boundary: input of layer 23 (residual stream) */
-#define X24                     10905694720 /*  134217728: boundary: input of layer 24 (residual stream) */
-#define X25                     11039912448 /*  134217728: boundary: input of layer 25 (residual stream) */
-#define X26                     11174130176 /*  134217728: boundary: input of layer 26 (residual stream) */
-#define X27                     11308347904 /*  134217728: boundary: input of layer 27 (residual stream) */
-#define X28                     11442565632 /*  134217728: boundary: input of layer 28 (residual stream) */
-#define X29                     11576783360 /*  134217728: boundary: input of layer 29 (residual stream) */
-#define X30                     11711001088 /*  134217728: boundary: input of layer 30 (residual stream) */
-#define X31                     11845218816 /*  134217728: boundary: input of layer 31 (residual stream) */
-#define X32                     11979436544 /*  134217728: output of the last layer */
-#define WS_LN1                  12113654272 /*  134217728: attention norm output */
-#define WS_RSTD1                12247872000 /*      32768: its 1/rms per token */
-#define L0_Q                    12247904768 /*  134217728: queries (rotated) */
-#define L0_K                    12382122496 /*   33554432: keys (rotated) */
-#define L0_V                    12415676928 /*   33554432: values */
-#define L0_ATT                  12449231360 /*  134217728: attention output */
-#define L0_LSE                  12583449088 /*    1048576: attention log-sum-exp per head and query */
-#define WS_RES                  12584497664 /*  134217728: residual stream after attention */
-#define WS_LN2                  12718715392 /*  134217728: mlp norm output */
-#define WS_RSTD2                12852933120 /*      32768: its 1/rms per token */
-#define WS_LOGITS               12852965888 /*     262144: router logits */
-#define WS_IDX                  12853228032 /*      65536: selected experts (int32) */
-#define WS_WTS                  12853293568 /*      65536: their weights */
-#define WS_POS                  12853359104 /*      65536: row of each assignment in expert order (int32) */
-#define WS_OFFSETS              12853424640 /*          9: first row of each expert (int32) */
-#define WS_XP                   12853424656 /*  268435456: token copies in expert order */
-#define WS_YP                   13121860112 /*  268435456: expert outputs in that order */
-#define WS_XE                   13390295568 /* 1073741824: rows this rank's experts received (dropless: up to ep x tokens x top_k) */
-#define WS_YE                   14464037392 /* 1073741824: their outputs, before going back */
-#define WS_EOFF                 15537779216 /*          3: first received row of each local expert (int32) */
-#define WS_EG                   15537779232 /* 3758096384: routed experts' gate */
-#define WS_EU                   19295875616 /* 3758096384: routed experts' up */
-#define WS_EH                   23053972000 /* 3758096384: routed experts' activation */
-#define L1_Q                    26812068384 /*  134217728: queries (rotated) */
-#define L1_K                    26946286112 /*   33554432: keys (rotated) */
-#define L1_V                    26979840544 /*   33554432: values */
-#define L1_ATT                  27013394976 /*  134217728: attention output */
-#define L1_LSE                  27147612704 /*    1048576: attention log-sum-exp per head and query */
-#define L2_Q                    27148661280 /*  134217728: queries (rotated) */
-#define L2_K                    27282879008 /*   33554432: keys (rotated) */
-#define L2_V                    27316433440 /*   33554432: values */
-#define L2_ATT                  27349987872 /*  134217728: attention output */
-#define L2_LSE                  27484205600 /*    1048576: attention log-sum-exp per head and query */
-#define L3_Q                    27485254176 /*  134217728: queries (rotated) */
-#define L3_K                    27619471904 /*   33554432: keys (rotated) */
-#define L3_V                    27653026336 /*   33554432: values */
-#define L3_ATT                  27686580768 /*  134217728: attention output */
-#define L3_LSE                  27820798496 /*    1048576: attention log-sum-exp per head and query */
-#define L4_Q                    27821847072 /*  134217728: queries (rotated) */
-#define L4_K                    27956064800 /*   33554432: keys (rotated) */
-#define L4_V                    27989619232 /*   33554432: values */
-#define L4_ATT                  28023173664 /*  134217728: attention output */
-#define L4_LSE                  28157391392 /*    1048576: attention log-sum-exp per head and query */
-#define L5_Q                    28158439968 /*  134217728: queries (rotated) */
-#define L5_K                    28292657696 /*   33554432: keys (rotated) */
-#define L5_V                    28326212128 /*   33554432: values */
-#define L5_ATT                  28359766560 /*  134217728: attention output */
-#define L5_LSE                  28493984288 /*    1048576: attention log-sum-exp per head and query */
-#define L6_Q                    28495032864 /*  134217728: queries (rotated) */
-#define L6_K                    28629250592 /*   33554432: keys (rotated) */
-#define L6_V                    28662805024 /*   33554432: values */
-#define L6_ATT                  28696359456 /*  134217728: attention output */
-#define L6_LSE                  28830577184 /*    1048576: attention log-sum-exp per head and query */
-#define L7_Q                    28831625760 /*  134217728: queries (rotated) */
-#define L7_K                    28965843488 /*   33554432: keys (rotated) */
-#define L7_V                    28999397920 /*   33554432: values */
-#define L7_ATT                  29032952352 /*  134217728: attention output */
-#define L7_LSE                  29167170080 /*    1048576: attention log-sum-exp per head and query */
-#define L8_Q                    29168218656 /*  134217728: queries (rotated) */
-#define L8_K                    29302436384 /*   33554432: keys (rotated) */
-#define L8_V                    29335990816 /*   33554432: values */
-#define L8_ATT                  29369545248 /*  134217728: attention output */
-#define L8_LSE                  29503762976 /*    1048576: attention log-sum-exp per head and query */
-#define L9_Q                    29504811552 /*  134217728: queries (rotated) */
-#define L9_K                    29639029280 /*   33554432: keys (rotated) */
-#define L9_V                    29672583712 /*   33554432: values */
-#define L9_ATT                  29706138144 /*  134217728: attention output */
-#define L9_LSE                  29840355872 /*    1048576: attention log-sum-exp per head and query */
-#define L10_Q                   29841404448 /*  134217728: queries (rotated) */
-#define L10_K                   29975622176 /*   33554432: keys (rotated) */
-#define L10_V                   30009176608 /*   33554432: values */
-#define L10_ATT                 30042731040 /*  134217728: attention output */
-#define L10_LSE                 30176948768 /*    1048576: attention log-sum-exp per head and query */
-#define L11_Q                   30177997344 /*  134217728: queries (rotated) */
-#define L11_K                   30312215072 /*   33554432: keys (rotated) */
-#define L11_V                   30345769504 /*   33554432: values */
-#define L11_ATT                 30379323936 /*  134217728: attention output */
-#define L11_LSE                 30513541664 /*    1048576: attention log-sum-exp per head and query */
-#define L12_Q                   30514590240 /*  134217728: queries (rotated) */
-#define L12_K                   30648807968 /*   33554432: keys (rotated) */
-#define L12_V                   30682362400 /*   33554432: values */
-#define L12_ATT                 30715916832 /*  134217728: attention output */
-#define L12_LSE                 30850134560 /*    1048576: attention log-sum-exp per head and query */
-#define L13_Q                   30851183136 /*  134217728: queries (rotated) */
-#define L13_K                   30985400864 /*   33554432: keys (rotated) */
-#define L13_V                   31018955296 /*   33554432: values */
-#define L13_ATT                 31052509728 /*  134217728: attention output */
-#define L13_LSE                 31186727456 /*    1048576: attention log-sum-exp per head and query */
-#define L14_Q                   31187776032 /*  134217728: queries (rotated) */
-#define L14_K                   31321993760 /*   33554432: keys (rotated) */
-#define L14_V                   31355548192 /*   33554432: values */
-#define L14_ATT                 31389102624 /*  134217728: attention output */
-#define L14_LSE                 31523320352 /*    1048576: attention log-sum-exp per head and query */
-#define L15_Q                   31524368928 /*  134217728: queries (rotated) */
-#define L15_K                   31658586656 /*   33554432: keys (rotated) */
-#define L15_V                   31692141088 /*   33554432: values */
-#define L15_ATT                 31725695520 /*  134217728: attention output */
-#define L15_LSE                 31859913248 /*    1048576: attention log-sum-exp per head and query */
-#define L16_Q                   31860961824 /*  134217728: queries (rotated) */
-#define L16_K                   31995179552 /*   33554432: keys (rotated) */
-#define L16_V                   32028733984 /*   33554432: values */
-#define L16_ATT                 32062288416 /*  134217728: attention output */
-#define L16_LSE                 32196506144 /*    1048576: attention log-sum-exp per head and query */
-#define L17_Q                   32197554720 /*  134217728: queries (rotated) */
-#define L17_K                   32331772448 /*   33554432: keys (rotated) */
-#define L17_V                   32365326880 /*   33554432: values */
-#define L17_ATT                 32398881312 /*  134217728: attention output */
-#define L17_LSE                 32533099040 /*    1048576: attention log-sum-exp per head and query */
-#define L18_Q                   32534147616 /*  134217728: queries (rotated) */
-#define L18_K                   32668365344 /*   33554432: keys (rotated) */
-#define L18_V                   32701919776 /*   33554432: values */
-#define L18_ATT                 32735474208 /*  134217728: attention output */
-#define L18_LSE                 32869691936 /*    1048576: attention log-sum-exp per head and query */
-#define L19_Q                   32870740512 /*  134217728: queries (rotated) */
-#define L19_K                   33004958240 /*   33554432: keys (rotated) */
-#define L19_V                   33038512672 /*   33554432: values */
-#define L19_ATT                 33072067104 /*  134217728: attention output */
-#define L19_LSE                 33206284832 /*    1048576: attention log-sum-exp per head and query */
-#define L20_Q                   33207333408 /*  134217728: queries (rotated) */
-#define L20_K                   33341551136 /*   33554432: keys (rotated) */
-#define L20_V                   33375105568 /*   33554432: values */
-#define L20_ATT                 33408660000 /*  134217728: attention output */
-#define L20_LSE                 33542877728 /*    1048576: attention log-sum-exp per head and query */
-#define L21_Q                   33543926304 /*  134217728: queries (rotated) */
-#define L21_K                   33678144032 /*   33554432: keys (rotated) */
-#define L21_V                   33711698464 /*   33554432: values */
-#define L21_ATT                 33745252896 /*  134217728: attention output */
-#define L21_LSE                 33879470624 /*    1048576: attention log-sum-exp per head and query */
-#define L22_Q                   33880519200 /*  134217728: queries (rotated) */
-#define L22_K                   34014736928 /*   33554432: keys (rotated) */
-#define L22_V                   34048291360 /*   33554432: values */
-#define L22_ATT                 34081845792 /*  134217728: attention output */
-#define L22_LSE                 34216063520 /*    1048576: attention log-sum-exp per head and query */
-#define L23_Q                   34217112096 /*  134217728: queries (rotated) */
-#define L23_K                   34351329824 /*   33554432: keys (rotated) */
-#define L23_V                   34384884256 /*   33554432: values */
-#define L23_ATT                 34418438688 /*  134217728: attention output */
-#define L23_LSE                 34552656416 /*    1048576: attention log-sum-exp per head and query */
-#define L24_Q                   34553704992 /*  134217728: queries (rotated) */
-#define L24_K                   34687922720 /*   33554432: keys (rotated) */
-#define L24_V                   34721477152 /*   33554432: values */
-#define L24_ATT                 34755031584 /*  134217728: attention output */
-#define L24_LSE                 34889249312 /*    1048576: attention log-sum-exp per head and query */
-#define L25_Q                   34890297888 /*  134217728: queries (rotated) */
-#define L25_K                   35024515616 /*   33554432: keys (rotated) */
-#define L25_V                   35058070048 /*   33554432: values */
-#define L25_ATT                 35091624480 /*  134217728: attention output */
-#define L25_LSE                 35225842208 /*    1048576: attention log-sum-exp per head and query */
-#define L26_Q                   35226890784 /*  134217728: queries (rotated) */
-#define L26_K                   35361108512 /*   33554432: keys (rotated) */
-#define L26_V                   35394662944 /*   33554432: values */
-#define L26_ATT                 35428217376 /*  134217728: attention output */
-#define L26_LSE                 35562435104 /*    1048576: attention log-sum-exp per head and query */
-#define L27_Q                   35563483680 /*  134217728: queries (rotated) */
-#define L27_K                   35697701408 /*   33554432: keys (rotated) */
-#define L27_V                   35731255840 /*   33554432: values */
-#define L27_ATT                 35764810272 /*  134217728: attention output */
-#define L27_LSE                 35899028000 /*    1048576: attention log-sum-exp per head and query */
-#define L28_Q                   35900076576 /*  134217728: queries (rotated) */
-#define L28_K                   36034294304 /*   33554432: keys (rotated) */
-#define L28_V                   36067848736 /*   33554432: values */
-#define L28_ATT                 36101403168 /*  134217728: attention output */
-#define L28_LSE                 36235620896 /*    1048576: attention log-sum-exp per head and query */
-#define L29_Q                   36236669472 /*  134217728: queries (rotated) */
-#define L29_K                   36370887200 /*   33554432: keys (rotated) */
-#define L29_V                   36404441632 /*   33554432: values */
-#define L29_ATT                 36437996064 /*  134217728: attention output */
-#define L29_LSE                 36572213792 /*    1048576: attention log-sum-exp per head and query */
-#define L30_Q                   36573262368 /*  134217728: queries (rotated) */
-#define L30_K                   36707480096 /*   33554432: keys (rotated) */
-#define L30_V                   36741034528 /*   33554432: values */
-#define L30_ATT                 36774588960 /*  134217728: attention output */
-#define L30_LSE                 36908806688 /*    1048576: attention log-sum-exp per head and query */
-#define L31_Q                   36909855264 /*  134217728: queries (rotated) */
-#define L31_K                   37044072992 /*   33554432: keys (rotated) */
-#define L31_V                   37077627424 /*   33554432: values */
-#define L31_ATT                 37111181856 /*  134217728: attention output */
-#define L31_LSE                 37245399584 /*    1048576: attention log-sum-exp per head and query */
-#define WS_Y                    37246448160 /*  134217728: a block's output before the residual add */
-#define WS_Y2                   37380665888 /*  134217728: shared experts' output */
-#define DX_A                    37514883616 /*  134217728: gradient of the residual stream (even layers' output) */
-#define DX_B                    37649101344 /*  134217728: gradient of the residual stream (odd layers' output) */
-#define DLN                     37783319072 /*  134217728: gradient of a norm's output */
-#define DATT                    37917536800 /*  134217728: gradient of the attention output */
-#define DQ                      38051754528 /*  134217728: gradient of the queries */
-#define DK                      38185972256 /*   33554432: gradient of the keys */
-#define DV                      38219526688 /*   33554432: gradient of the values */
-#define DLOGITS                 38253081120 /*     262144: gradient of the router logits */
-#define DWTS                    38253343264 /*      65536: gradient of the routing weights */
-#define DYP                     38253408800 /*  268435456: gradient of the expert outputs */
-#define DXP                     38521844256 /*  268435456: gradient of the token copies */
-#define DYE                     38790279712 /* 1073741824: gradient of the received rows' outputs */
-#define DXE                     39864021536 /* 1073741824: gradient of the received rows */
-#define A2A                     40937763360 /* 1073741824: all-to-all staging (source-rank order) */
-#define EDG                     42011505184 /* 3758096384: routed experts' gate gradient */
-#define EDU                     45769601568 /* 3758096384: routed experts' up gradient */
-#define EDH                     49527697952 /* 3758096384: routed experts' activation gradient */
-#define AUX                     53285794336 /*         24: load-balancing loss scratch */
-#define LNF                     53285794368 /*  134217728: final norm output */
-#define RSTDF                   53420012096 /*      32768: its 1/rms per token */
-#define LSEF                    53420044864 /*      32768: log-sum-exp of each token's logits */
-#define CE                      53420077632 /*  134217728: logits of one vocabulary chunk */
+#define GRAD_DENSE0              6100066816 /*  131076096: an even unit's dense gradient, then its reduce-scatter's input */
+#define GRAD_DENSE1              6231142912 /*  131076096: an odd unit's (in flight while the next unit's backward runs) */
+#define GATHERED_EXPERTS0        6362219008 /*  352321536: this EP rank's experts of one layer, all-gathered (odd layers) */
+#define GATHERED_EXPERTS1        6714540544 /*  352321536: the next layer's, prefetched (even layers) */
+#define GRAD_EXPERTS0            7066862080 /*  352321536: an odd layer's experts' gradient, then its reduce-scatter's input */
+#define GRAD_EXPERTS1            7419183616 /*  352321536: an even layer's */
+#define RS_OUT0                  7771505152 /*   44040192: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE0                 7815545344 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT1                  7881083392 /*   44040192: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE1                 7925123584 /*  176160768: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT2                  8101284352 /*   44040192: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE2                 8145324544 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT3                  8210862592 /*   44040192: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE3                 8254902784 /*  176160768: its bf16 send buffer (2 bytes per gathered value) */
+#define X0                       8431063552 /*  134217728: boundary: input of layer 0 (residual stream) */
+#define X1                       8565281280 /*  134217728: boundary: input of layer 1 (residual stream) */
+#define X2                       8699499008 /*  134217728: boundary: input of layer 2 (residual stream) */
+#define X3                       8833716736 /*  134217728: boundary: input of layer 3 (residual stream) */
+#define X4                       8967934464 /*  134217728: boundary: input of layer 4 (residual stream) */
+#define X5                       9102152192 /*  134217728: boundary: input of layer 5 (residual stream) */
+#define X6                       9236369920 /*  134217728: boundary: input of layer 6 (residual stream) */
+#define X7                       9370587648 /*  134217728: boundary: input of layer 7 (residual stream) */
+#define X8                       9504805376 /*  134217728: boundary: input of layer 8 (residual stream) */
+#define X9                       9639023104 /*  134217728: boundary: input of layer 9 (residual stream) */
+#define X10                      9773240832 /*  134217728: boundary: input of layer 10 (residual stream) */
+#define X11                      9907458560 /*  134217728: boundary: input of layer 11 (residual stream) */
+#define X12                     10041676288 /*  134217728: boundary: input of layer 12 (residual stream) */
+#define X13                     10175894016 /*  134217728: boundary: input of layer 13 (residual stream) */
+#define X14                     10310111744 /*  134217728: boundary: input of layer 14 (residual stream) */
+#define X15                     10444329472 /*  134217728: boundary: input of layer 15 (residual stream) */
+#define X16                     10578547200 /*  134217728: boundary: input of layer 16 (residual stream) */
+#define X17                     10712764928 /*  134217728: boundary: input of layer 17 (residual stream) */
+#define X18                     10846982656 /*  134217728: boundary: input of layer 18 (residual stream) */
+#define X19                     10981200384 /*  134217728: boundary: input of layer 19 (residual stream) */
+#define X20                     11115418112 /*  134217728: boundary: input of layer 20 (residual stream) */
+#define X21                     11249635840 /*  134217728: boundary: input of layer 21 (residual stream) */
+#define X22                     11383853568 /*  134217728: boundary: input of layer 22 (residual stream) */
+#define X23                     11518071296 /*  134217728: boundary: input of layer 23 (residual stream) */
+#define X24                     11652289024 /*  134217728: boundary: input of layer 24 (residual stream) */
+#define X25                     11786506752 /*  134217728: boundary: input of layer 25 (residual stream) */
+#define X26                     11920724480 /*  134217728: boundary: input of layer 26 (residual stream) */
+#define X27                     12054942208 /*  134217728: boundary: input of layer 27 (residual stream) */
+#define X28                     12189159936 /*  134217728: boundary: input of layer 28 (residual stream) */
+#define X29                     12323377664 /*  134217728: boundary: input of layer 29 (residual stream) */
+#define X30                     12457595392 /*  134217728: boundary: input of layer 30 (residual stream) */
+#define X31                     12591813120 /*  134217728: boundary: input of layer 31 (residual stream) */
+#define X32                     12726030848 /*  134217728: output of the last layer */
+#define WS_LN1                  12860248576 /*  134217728: attention norm output */
+#define WS_RSTD1                12994466304 /*      32768: its 1/rms per token */
+#define L0_Q                    12994499072 /*  134217728: queries (rotated) */
+#define L0_K                    13128716800 /*   33554432: keys (rotated) */
+#define L0_V                    13162271232 /*   33554432: values */
+#define L0_ATT                  13195825664 /*  134217728: attention output */
+#define L0_LSE                  13330043392 /*    1048576: attention log-sum-exp per head and query */
+#define WS_RES                  13331091968 /*  134217728: residual stream after attention */
+#define WS_LN2                  13465309696 /*  134217728: mlp norm output */
+#define WS_RSTD2                13599527424 /*      32768: its 1/rms per token */
+#define WS_LOGITS               13599560192 /*     262144: router logits */
+#define WS_IDX                  13599822336 /*      65536: selected experts (int32) */
+#define WS_WTS                  13599887872 /*      65536: their weights */
+#define WS_POS                  13599953408 /*      65536: row of each assignment in expert order (int32) */
+#define WS_OFFSETS              13600018944 /*          9: first row of each expert (int32) */
+#define WS_XP                   13600018960 /*  268435456: token copies in expert order */
+#define WS_YP                   13868454416 /*  268435456: expert outputs in that order */
+#define WS_XE                   14136889872 /*  335544320: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                   14472434192 /*  335544320: their outputs, before going back */
+#define WS_EOFF                 14807978512 /*          3: first row of each local expert in the round (int32) */
+#define WS_EG                   14807978528 /* 1174405120: routed experts' gate */
+#define WS_EU                   15982383648 /* 1174405120: routed experts' up */
+#define WS_EH                   17156788768 /* 1174405120: routed experts' activation */
+#define L1_Q                    18331193888 /*  134217728: queries (rotated) */
+#define L1_K                    18465411616 /*   33554432: keys (rotated) */
+#define L1_V                    18498966048 /*   33554432: values */
+#define L1_ATT                  18532520480 /*  134217728: attention output */
+#define L1_LSE                  18666738208 /*    1048576: attention log-sum-exp per head and query */
+#define L2_Q                    18667786784 /*  134217728: queries (rotated) */
+#define L2_K                    18802004512 /*   33554432: keys (rotated) */
+#define L2_V                    18835558944 /*   33554432: values */
+#define L2_ATT                  18869113376 /*  134217728: attention output */
+#define L2_LSE                  19003331104 /*    1048576: attention log-sum-exp per head and query */
+#define L3_Q                    19004379680 /*  134217728: queries (rotated) */
+#define L3_K                    19138597408 /*   33554432: keys (rotated) */
+#define L3_V                    19172151840 /*   33554432: values */
+#define L3_ATT                  19205706272 /*  134217728: attention output */
+#define L3_LSE                  19339924000 /*    1048576: attention log-sum-exp per head and query */
+#define L4_Q                    19340972576 /*  134217728: queries (rotated) */
+#define L4_K                    19475190304 /*   33554432: keys (rotated) */
+#define L4_V                    19508744736 /*   33554432: values */
+#define L4_ATT                  19542299168 /*  134217728: attention output */
+#define L4_LSE                  19676516896 /*    1048576: attention log-sum-exp per head and query */
+#define L5_Q                    19677565472 /*  134217728: queries (rotated) */
+#define L5_K                    19811783200 /*   33554432: keys (rotated) */
+#define L5_V                    19845337632 /*   33554432: values */
+#define L5_ATT                  19878892064 /*  134217728: attention output */
+#define L5_LSE                  20013109792 /*    1048576: attention log-sum-exp per head and query */
+#define L6_Q                    20014158368 /*  134217728: queries (rotated) */
+#define L6_K                    20148376096 /*   33554432: keys (rotated) */
+#define L6_V                    20181930528 /*   33554432: values */
+#define L6_ATT                  20215484960 /*  134217728: attention output */
+#define L6_LSE                  20349702688 /*    1048576: attention log-sum-exp per head and query */
+#define L7_Q                    20350751264 /*  134217728: queries (rotated) */
+#define L7_K                    20484968992 /*   33554432: keys (rotated) */
+#define L7_V                    20518523424 /*   33554432: values */
+#define L7_ATT                  20552077856 /*  134217728: attention output */
+#define L7_LSE                  20686295584 /*    1048576: attention log-sum-exp per head and query */
+#define L8_Q                    20687344160 /*  134217728: queries (rotated) */
+#define L8_K                    20821561888 /*   33554432: keys (rotated) */
+#define L8_V                    20855116320 /*   33554432: values */
+#define L8_ATT                  20888670752 /*  134217728: attention output */
+#define L8_LSE                  21022888480 /*    1048576: attention log-sum-exp per head and query */
+#define L9_Q                    21023937056 /*  134217728: queries (rotated) */
+#define L9_K                    21158154784 /*   33554432: keys (rotated) */
+#define L9_V                    21191709216 /*   33554432: values */
+#define L9_ATT                  21225263648 /*  134217728: attention output */
+#define L9_LSE                  21359481376 /*    1048576: attention log-sum-exp per head and query */
+#define L10_Q                   21360529952 /*  134217728: queries (rotated) */
+#define L10_K                   21494747680 /*   33554432: keys (rotated) */
+#define L10_V                   21528302112 /*   33554432: values */
+#define L10_ATT                 21561856544 /*  134217728: attention output */
+#define L10_LSE                 21696074272 /*    1048576: attention log-sum-exp per head and query */
+#define L11_Q                   21697122848 /*  134217728: queries (rotated) */
+#define L11_K                   21831340576 /*   33554432: keys (rotated) */
+#define L11_V                   21864895008 /*   33554432: values */
+#define L11_ATT                 21898449440 /*  134217728: attention output */
+#define L11_LSE                 22032667168 /*    1048576: attention log-sum-exp per head and query */
+#define L12_Q                   22033715744 /*  134217728: queries (rotated) */
+#define L12_K                   22167933472 /*   33554432: keys (rotated) */
+#define L12_V                   22201487904 /*   33554432: values */
+#define L12_ATT                 22235042336 /*  134217728: attention output */
+#define L12_LSE                 22369260064 /*    1048576: attention log-sum-exp per head and query */
+#define L13_Q                   22370308640 /*  134217728: queries (rotated) */
+#define L13_K                   22504526368 /*   33554432: keys (rotated) */
+#define L13_V                   22538080800 /*   33554432: values */
+#define L13_ATT                 22571635232 /*  134217728: attention output */
+#define L13_LSE                 22705852960 /*    1048576: attention log-sum-exp per head and query */
+#define L14_Q                   22706901536 /*  134217728: queries (rotated) */
+#define L14_K                   22841119264 /*   33554432: keys (rotated) */
+#define L14_V                   22874673696 /*   33554432: values */
+#define L14_ATT                 22908228128 /*  134217728: attention output */
+#define L14_LSE                 23042445856 /*    1048576: attention log-sum-exp per head and query */
+#define L15_Q                   23043494432 /*  134217728: queries (rotated) */
+#define L15_K                   23177712160 /*   33554432: keys (rotated) */
+#define L15_V                   23211266592 /*   33554432: values */
+#define L15_ATT                 23244821024 /*  134217728: attention output */
+#define L15_LSE                 23379038752 /*    1048576: attention log-sum-exp per head and query */
+#define L16_Q                   23380087328 /*  134217728: queries (rotated) */
+#define L16_K                   23514305056 /*   33554432: keys (rotated) */
+#define L16_V                   23547859488 /*   33554432: values */
+#define L16_ATT                 23581413920 /*  134217728: attention output */
+#define L16_LSE                 23715631648 /*    1048576: attention log-sum-exp per head and query */
+#define L17_Q                   23716680224 /*  134217728: queries (rotated) */
+#define L17_K                   23850897952 /*   33554432: keys (rotated) */
+#define L17_V                   23884452384 /*   33554432: values */
+#define L17_ATT                 23918006816 /*  134217728: attention output */
+#define L17_LSE                 24052224544 /*    1048576: attention log-sum-exp per head and query */
+#define L18_Q                   24053273120 /*  134217728: queries (rotated) */
+#define L18_K                   24187490848 /*   33554432: keys (rotated) */
+#define L18_V                   24221045280 /*   33554432: values */
+#define L18_ATT                 24254599712 /*  134217728: attention output */
+#define L18_LSE                 24388817440 /*    1048576: attention log-sum-exp per head and query */
+#define L19_Q                   24389866016 /*  134217728: queries (rotated) */
+#define L19_K                   24524083744 /*   33554432: keys (rotated) */
+#define L19_V                   24557638176 /*   33554432: values */
+#define L19_ATT                 24591192608 /*  134217728: attention output */
+#define L19_LSE                 24725410336 /*    1048576: attention log-sum-exp per head and query */
+#define L20_Q                   24726458912 /*  134217728: queries (rotated) */
+#define L20_K                   24860676640 /*   33554432: keys (rotated) */
+#define L20_V                   24894231072 /*   33554432: values */
+#define L20_ATT                 24927785504 /*  134217728: attention output */
+#define L20_LSE                 25062003232 /*    1048576: attention log-sum-exp per head and query */
+#define L21_Q                   25063051808 /*  134217728: queries (rotated) */
+#define L21_K                   25197269536 /*   33554432: keys (rotated) */
+#define L21_V                   25230823968 /*   33554432: values */
+#define L21_ATT                 25264378400 /*  134217728: attention output */
+#define L21_LSE                 25398596128 /*    1048576: attention log-sum-exp per head and query */
+#define L22_Q                   25399644704 /*  134217728: queries (rotated) */
+#define L22_K                   25533862432 /*   33554432: keys (rotated) */
+#define L22_V                   25567416864 /*   33554432: values */
+#define L22_ATT                 25600971296 /*  134217728: attention output */
+#define L22_LSE                 25735189024 /*    1048576: attention log-sum-exp per head and query */
+#define L23_Q                   25736237600 /*  134217728: queries (rotated) */
+#define L23_K                   25870455328 /*   33554432: keys (rotated) */
+#define L23_V                   25904009760 /*   33554432: values */
+#define L23_ATT                 25937564192 /*  134217728: attention output */
+#define L23_LSE                 26071781920 /*    1048576: attention log-sum-exp per head and query */
+#define L24_Q                   26072830496 /*  134217728: queries (rotated) */
+#define L24_K                   26207048224 /*   33554432: keys (rotated) */
+#define L24_V                   26240602656 /*   33554432: values */
+#define L24_ATT                 26274157088 /*  134217728: attention output */
+#define L24_LSE                 26408374816 /*    1048576: attention log-sum-exp per head and query */
+#define L25_Q                   26409423392 /*  134217728: queries (rotated) */
+#define L25_K                   26543641120 /*   33554432: keys (rotated) */
+#define L25_V                   26577195552 /*   33554432: values */
+#define L25_ATT                 26610749984 /*  134217728: attention output */
+#define L25_LSE                 26744967712 /*    1048576: attention log-sum-exp per head and query */
+#define L26_Q                   26746016288 /*  134217728: queries (rotated) */
+#define L26_K                   26880234016 /*   33554432: keys (rotated) */
+#define L26_V                   26913788448 /*   33554432: values */
+#define L26_ATT                 26947342880 /*  134217728: attention output */
+#define L26_LSE                 27081560608 /*    1048576: attention log-sum-exp per head and query */
+#define L27_Q                   27082609184 /*  134217728: queries (rotated) */
+#define L27_K                   27216826912 /*   33554432: keys (rotated) */
+#define L27_V                   27250381344 /*   33554432: values */
+#define L27_ATT                 27283935776 /*  134217728: attention output */
+#define L27_LSE                 27418153504 /*    1048576: attention log-sum-exp per head and query */
+#define L28_Q                   27419202080 /*  134217728: queries (rotated) */
+#define L28_K                   27553419808 /*   33554432: keys (rotated) */
+#define L28_V                   27586974240 /*   33554432: values */
+#define L28_ATT                 27620528672 /*  134217728: attention output */
+#define L28_LSE                 27754746400 /*    1048576: attention log-sum-exp per head and query */
+#define L29_Q                   27755794976 /*  134217728: queries (rotated) */
+#define L29_K                   27890012704 /*   33554432: keys (rotated) */
+#define L29_V                   27923567136 /*   33554432: values */
+#define L29_ATT                 27957121568 /*  134217728: attention output */
+#define L29_LSE                 28091339296 /*    1048576: attention log-sum-exp per head and query */
+#define L30_Q                   28092387872 /*  134217728: queries (rotated) */
+#define L30_K                   28226605600 /*   33554432: keys (rotated) */
+#define L30_V                   28260160032 /*   33554432: values */
+#define L30_ATT                 28293714464 /*  134217728: attention output */
+#define L30_LSE                 28427932192 /*    1048576: attention log-sum-exp per head and query */
+#define L31_Q                   28428980768 /*  134217728: queries (rotated) */
+#define L31_K                   28563198496 /*   33554432: keys (rotated) */
+#define L31_V                   28596752928 /*   33554432: values */
+#define L31_ATT                 28630307360 /*  134217728: attention output */
+#define L31_LSE                 28764525088 /*    1048576: attention log-sum-exp per head and query */
+#define WS_Y                    28765573664 /*  134217728: a block's output before the residual add */
+#define WS_Y2                   28899791392 /*  134217728: shared experts' output */
+#define DX_A                    29034009120 /*  134217728: gradient of the residual stream (even layers' output) */
+#define DX_B                    29168226848 /*  134217728: gradient of the residual stream (odd layers' output) */
+#define DLN                     29302444576 /*  134217728: gradient of a norm's output */
+#define DATT                    29436662304 /*  134217728: gradient of the attention output */
+#define DQ                      29570880032 /*  134217728: gradient of the queries */
+#define DK                      29705097760 /*   33554432: gradient of the keys */
+#define DV                      29738652192 /*   33554432: gradient of the values */
+#define DLOGITS                 29772206624 /*     262144: gradient of the router logits */
+#define DWTS                    29772468768 /*      65536: gradient of the routing weights */
+#define DYP                     29772534304 /*  268435456: gradient of the expert outputs */
+#define DXP                     30040969760 /*  268435456: gradient of the token copies */
+#define DYE                     30309405216 /*  335544320: gradient of the received rows' outputs */
+#define DXE                     30644949536 /*  335544320: gradient of the received rows */
+#define A2A                     30980493856 /*  335544320: all-to-all staging of one round (source-rank order) */
+#define EDG                     31316038176 /* 1174405120: routed experts' gate gradient */
+#define EDU                     32490443296 /* 1174405120: routed experts' up gradient */
+#define EDH                     33664848416 /* 1174405120: routed experts' activation gradient */
+#define AUX                     34839253536 /*         24: load-balancing loss scratch */
+#define LNF                     34839253568 /*  134217728: final norm output */
+#define RSTDF                   34973471296 /*      32768: its 1/rms per token */
+#define LSEF                    34973504064 /*      32768: log-sum-exp of each token's logits */
+#define CE                      34973536832 /*  134217728: logits of one vocabulary chunk */
 
 /* Parameter groups: sharded over the FSDP group (32 ranks) or, for experts, over the
  * 8 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */
@@ -948,9 +956,15 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X1), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -976,9 +990,15 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X2), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1004,9 +1024,15 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X3), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1032,9 +1058,15 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X4), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1060,9 +1092,15 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X5), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1088,9 +1126,15 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X6), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1116,9 +1160,15 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X7), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1144,9 +1194,15 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X8), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1172,9 +1228,15 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X9), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1200,9 +1262,15 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X10), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1228,9 +1296,15 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X11), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1256,9 +1330,15 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X12), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1284,9 +1364,15 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X13), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1312,9 +1398,15 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X14), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1340,9 +1432,15 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X15), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1368,9 +1466,15 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X16), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1396,9 +1500,15 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X17), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1424,9 +1534,15 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X18), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1452,9 +1568,15 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X19), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1480,9 +1602,15 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X20), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1508,9 +1636,15 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X21), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1536,9 +1670,15 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X22), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1564,9 +1704,15 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X23), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1592,9 +1738,15 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X24), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1620,9 +1772,15 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X25), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1648,9 +1806,15 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X26), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1676,9 +1840,15 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X27), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1704,9 +1874,15 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X28), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1732,9 +1908,15 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X29), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1760,9 +1942,15 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X30), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1788,9 +1976,15 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X31), R(WS_RES), R(WS_Y), 134217728); /* residual */
@@ -1816,25 +2010,38 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), I(WS_OFFSETS), 4096); /* all-to-all over EP 4 */
-  rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336); /* experts here, hidden, expert width */
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
+   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
+  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096); /* all-to-all */
+    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 4096); /* back to the tokens' ranks */
+  }
   rt_zero(R(WS_Y), 134217728);
   rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   if (!recompute) rt_add(R(X32), R(WS_RES), R(WS_Y), 134217728); /* residual */
 }
 
 /* layer 31 (MoE), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer31_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -1858,16 +2065,23 @@ static void layer31_backward(RtCtx *c) {
 }
 
 /* layer 30 (MoE), backward: DX_B (gradient of X31) -> DX_A (gradient of X30); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer30_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -1891,16 +2105,23 @@ static void layer30_backward(RtCtx *c) {
 }
 
 /* layer 29 (MoE), backward: DX_A (gradient of X30) -> DX_B (gradient of X29); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer29_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -1924,16 +2145,23 @@ static void layer29_backward(RtCtx *c) {
 }
 
 /* layer 28 (MoE), backward: DX_B (gradient of X29) -> DX_A (gradient of X28); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer28_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -1957,16 +2185,23 @@ static void layer28_backward(RtCtx *c) {
 }
 
 /* layer 27 (MoE), backward: DX_A (gradient of X28) -> DX_B (gradient of X27); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer27_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -1990,16 +2225,23 @@ static void layer27_backward(RtCtx *c) {
 }
 
 /* layer 26 (MoE), backward: DX_B (gradient of X27) -> DX_A (gradient of X26); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer26_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2023,16 +2265,23 @@ static void layer26_backward(RtCtx *c) {
 }
 
 /* layer 25 (MoE), backward: DX_A (gradient of X26) -> DX_B (gradient of X25); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer25_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2056,16 +2305,23 @@ static void layer25_backward(RtCtx *c) {
 }
 
 /* layer 24 (MoE), backward: DX_B (gradient of X25) -> DX_A (gradient of X24); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer24_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2089,16 +2345,23 @@ static void layer24_backward(RtCtx *c) {
 }
 
 /* layer 23 (MoE), backward: DX_A (gradient of X24) -> DX_B (gradient of X23); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer23_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2122,16 +2385,23 @@ static void layer23_backward(RtCtx *c) {
 }
 
 /* layer 22 (MoE), backward: DX_B (gradient of X23) -> DX_A (gradient of X22); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer22_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2155,16 +2425,23 @@ static void layer22_backward(RtCtx *c) {
 }
 
 /* layer 21 (MoE), backward: DX_A (gradient of X22) -> DX_B (gradient of X21); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer21_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2188,16 +2465,23 @@ static void layer21_backward(RtCtx *c) {
 }
 
 /* layer 20 (MoE), backward: DX_B (gradient of X21) -> DX_A (gradient of X20); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer20_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2221,16 +2505,23 @@ static void layer20_backward(RtCtx *c) {
 }
 
 /* layer 19 (MoE), backward: DX_A (gradient of X20) -> DX_B (gradient of X19); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer19_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2254,16 +2545,23 @@ static void layer19_backward(RtCtx *c) {
 }
 
 /* layer 18 (MoE), backward: DX_B (gradient of X19) -> DX_A (gradient of X18); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer18_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2287,16 +2585,23 @@ static void layer18_backward(RtCtx *c) {
 }
 
 /* layer 17 (MoE), backward: DX_A (gradient of X18) -> DX_B (gradient of X17); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer17_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2320,16 +2625,23 @@ static void layer17_backward(RtCtx *c) {
 }
 
 /* layer 16 (MoE), backward: DX_B (gradient of X17) -> DX_A (gradient of X16); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer16_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2353,16 +2665,23 @@ static void layer16_backward(RtCtx *c) {
 }
 
 /* layer 15 (MoE), backward: DX_A (gradient of X16) -> DX_B (gradient of X15); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer15_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2386,16 +2705,23 @@ static void layer15_backward(RtCtx *c) {
 }
 
 /* layer 14 (MoE), backward: DX_B (gradient of X15) -> DX_A (gradient of X14); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer14_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2419,16 +2745,23 @@ static void layer14_backward(RtCtx *c) {
 }
 
 /* layer 13 (MoE), backward: DX_A (gradient of X14) -> DX_B (gradient of X13); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer13_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2452,16 +2785,23 @@ static void layer13_backward(RtCtx *c) {
 }
 
 /* layer 12 (MoE), backward: DX_B (gradient of X13) -> DX_A (gradient of X12); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer12_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2485,16 +2825,23 @@ static void layer12_backward(RtCtx *c) {
 }
 
 /* layer 11 (MoE), backward: DX_A (gradient of X12) -> DX_B (gradient of X11); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer11_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2518,16 +2865,23 @@ static void layer11_backward(RtCtx *c) {
 }
 
 /* layer 10 (MoE), backward: DX_B (gradient of X11) -> DX_A (gradient of X10); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer10_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2551,16 +2905,23 @@ static void layer10_backward(RtCtx *c) {
 }
 
 /* layer 9 (MoE), backward: DX_A (gradient of X10) -> DX_B (gradient of X9); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer9_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2584,16 +2945,23 @@ static void layer9_backward(RtCtx *c) {
 }
 
 /* layer 8 (MoE), backward: DX_B (gradient of X9) -> DX_A (gradient of X8); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer8_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2617,16 +2985,23 @@ static void layer8_backward(RtCtx *c) {
 }
 
 /* layer 7 (MoE), backward: DX_A (gradient of X8) -> DX_B (gradient of X7); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer7_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2650,16 +3025,23 @@ static void layer7_backward(RtCtx *c) {
 }
 
 /* layer 6 (MoE), backward: DX_B (gradient of X7) -> DX_A (gradient of X6); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer6_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2683,16 +3065,23 @@ static void layer6_backward(RtCtx *c) {
 }
 
 /* layer 5 (MoE), backward: DX_A (gradient of X6) -> DX_B (gradient of X5); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer5_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2716,16 +3105,23 @@ static void layer5_backward(RtCtx *c) {
 }
 
 /* layer 4 (MoE), backward: DX_B (gradient of X5) -> DX_A (gradient of X4); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer4_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2749,16 +3145,23 @@ static void layer4_backward(RtCtx *c) {
 }
 
 /* layer 3 (MoE), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer3_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2782,16 +3185,23 @@ static void layer3_backward(RtCtx *c) {
 }
 
 /* layer 2 (MoE), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer2_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2815,16 +3225,23 @@ static void layer2_backward(RtCtx *c) {
 }
 
 /* layer 1 (MoE), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer1_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -2848,16 +3265,23 @@ static void layer1_backward(RtCtx *c) {
 }
 
 /* layer 0 (MoE), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer0_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 134217728);
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_moe_dispatch(c->comm.ep_comm, &c->a2a, R(DYE), I(WS_EOFF), R(A2A), R(DYP), I(WS_OFFSETS), 4096); /* all-to-all */
-  rt_zero(R(DXE), 1073741824);
-  rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
+      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336);
+    }
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 4096); /* all-to-all */
+    rt_zero(R(DXE), 335544320);
+    rt_experts_backward(R(DXE), DWE(0), DWE(117440512), DWE(234881024), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(117440512), WE(234881024), I(WS_EOFF), 2, 4096, 14336, R(EDH), R(EDG), R(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 4096); /* all-to-all back */
+  }
   rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 2, 4096);
   rt_zero(R(DLOGITS), 262144);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
@@ -3124,20 +3548,22 @@ real step_forward(RtCtx *c) {
   return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(4096), I(TARGETS), 32768, 4096, 32000, 4096, R(CE));
 }
 
-/* Backward, in reverse: each group's gradient is reduce-scattered over its ranks as soon
- * as its layer is done, and added to this rank's shard (accumulation over micro-batches). */
+/* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as
+ * its backward is done, while the next unit's backward runs (the units alternate between two
+ * gradient buffers), and added to this rank's shard (accumulation over micro-batches) before
+ * its buffer is used again. */
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_MASTER), 44040192, 1); /* layer 31 experts: 8 ranks x 44040192, prefetch */
-  rt_zero(R(GRAD_DENSE), 131076096);
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 131076096);
   rt_zero(R(DLN), 134217728);
   rt_lm_head_ce_backward(R(DLN), DW(4096), R(LNF), W(4096), I(TARGETS), R(LSEF), 32768, 4096, 32000, 4096, R(CE), c->dloss);
   rt_zero(R(DX_A), 134217728);
   rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X32), W(0), R(RSTDF), 32768, 4096);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096128, (uint16_t *)R(RS_WIRE)); /* head, bf16 on the wire */
-  rt_accumulate(R(HEAD_GRAD), R(RS_OUT), 4096128);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 4096128, (uint16_t *)R(RS_WIRE2), 2); /* head: 32 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
@@ -3146,13 +3572,12 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_MASTER), 44040192, 3); /* layer 30 experts: 8 ranks x 44040192, prefetch */
   layer31_forward(c, true); /* recompute from X31 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 41984000);
+  rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer31_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 31 dense, bf16 on the wire */
-  rt_accumulate(R(L31_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 31 experts, bf16 on the wire */
-  rt_accumulate(R(L31_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 8 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
@@ -3161,13 +3586,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_MASTER), 44040192, 1); /* layer 29 experts: 8 ranks x 44040192, prefetch */
   layer30_forward(c, true); /* recompute from X30 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 41984000);
+  rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer30_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 30 dense, bf16 on the wire */
-  rt_accumulate(R(L30_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 30 experts, bf16 on the wire */
-  rt_accumulate(R(L30_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 8 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
@@ -3176,13 +3601,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_MASTER), 44040192, 3); /* layer 28 experts: 8 ranks x 44040192, prefetch */
   layer29_forward(c, true); /* recompute from X29 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 41984000);
+  rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer29_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 29 dense, bf16 on the wire */
-  rt_accumulate(R(L29_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 29 experts, bf16 on the wire */
-  rt_accumulate(R(L29_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 8 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
@@ -3191,13 +3616,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_MASTER), 44040192, 1); /* layer 27 experts: 8 ranks x 44040192, prefetch */
   layer28_forward(c, true); /* recompute from X28 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 41984000);
+  rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer28_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 28 dense, bf16 on the wire */
-  rt_accumulate(R(L28_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 28 experts, bf16 on the wire */
-  rt_accumulate(R(L28_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 8 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
@@ -3206,13 +3631,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_MASTER), 44040192, 3); /* layer 26 experts: 8 ranks x 44040192, prefetch */
   layer27_forward(c, true); /* recompute from X27 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 41984000);
+  rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer27_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 27 dense, bf16 on the wire */
-  rt_accumulate(R(L27_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 27 experts, bf16 on the wire */
-  rt_accumulate(R(L27_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 8 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
@@ -3221,13 +3646,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_MASTER), 44040192, 1); /* layer 25 experts: 8 ranks x 44040192, prefetch */
   layer26_forward(c, true); /* recompute from X26 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 41984000);
+  rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer26_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 26 dense, bf16 on the wire */
-  rt_accumulate(R(L26_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 26 experts, bf16 on the wire */
-  rt_accumulate(R(L26_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 8 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
@@ -3236,13 +3661,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_MASTER), 44040192, 3); /* layer 24 experts: 8 ranks x 44040192, prefetch */
   layer25_forward(c, true); /* recompute from X25 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 41984000);
+  rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer25_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 25 dense, bf16 on the wire */
-  rt_accumulate(R(L25_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 25 experts, bf16 on the wire */
-  rt_accumulate(R(L25_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 8 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
@@ -3251,13 +3676,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_MASTER), 44040192, 1); /* layer 23 experts: 8 ranks x 44040192, prefetch */
   layer24_forward(c, true); /* recompute from X24 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 41984000);
+  rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer24_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 24 dense, bf16 on the wire */
-  rt_accumulate(R(L24_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 24 experts, bf16 on the wire */
-  rt_accumulate(R(L24_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 8 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
@@ -3266,13 +3691,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_MASTER), 44040192, 3); /* layer 22 experts: 8 ranks x 44040192, prefetch */
   layer23_forward(c, true); /* recompute from X23 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 41984000);
+  rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer23_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 23 dense, bf16 on the wire */
-  rt_accumulate(R(L23_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 23 experts, bf16 on the wire */
-  rt_accumulate(R(L23_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 8 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
@@ -3281,13 +3706,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_MASTER), 44040192, 1); /* layer 21 experts: 8 ranks x 44040192, prefetch */
   layer22_forward(c, true); /* recompute from X22 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 41984000);
+  rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer22_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 22 dense, bf16 on the wire */
-  rt_accumulate(R(L22_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 22 experts, bf16 on the wire */
-  rt_accumulate(R(L22_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 8 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
@@ -3296,13 +3721,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_MASTER), 44040192, 3); /* layer 20 experts: 8 ranks x 44040192, prefetch */
   layer21_forward(c, true); /* recompute from X21 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 41984000);
+  rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer21_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 21 dense, bf16 on the wire */
-  rt_accumulate(R(L21_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 21 experts, bf16 on the wire */
-  rt_accumulate(R(L21_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 8 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
@@ -3311,13 +3736,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_MASTER), 44040192, 1); /* layer 19 experts: 8 ranks x 44040192, prefetch */
   layer20_forward(c, true); /* recompute from X20 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 41984000);
+  rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer20_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 20 dense, bf16 on the wire */
-  rt_accumulate(R(L20_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 20 experts, bf16 on the wire */
-  rt_accumulate(R(L20_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 8 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
@@ -3326,13 +3751,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_MASTER), 44040192, 3); /* layer 18 experts: 8 ranks x 44040192, prefetch */
   layer19_forward(c, true); /* recompute from X19 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 41984000);
+  rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer19_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 19 dense, bf16 on the wire */
-  rt_accumulate(R(L19_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 19 experts, bf16 on the wire */
-  rt_accumulate(R(L19_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 8 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
@@ -3341,13 +3766,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_MASTER), 44040192, 1); /* layer 17 experts: 8 ranks x 44040192, prefetch */
   layer18_forward(c, true); /* recompute from X18 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 41984000);
+  rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer18_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 18 dense, bf16 on the wire */
-  rt_accumulate(R(L18_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 18 experts, bf16 on the wire */
-  rt_accumulate(R(L18_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 8 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
@@ -3356,13 +3781,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_MASTER), 44040192, 3); /* layer 16 experts: 8 ranks x 44040192, prefetch */
   layer17_forward(c, true); /* recompute from X17 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 41984000);
+  rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer17_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 17 dense, bf16 on the wire */
-  rt_accumulate(R(L17_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 17 experts, bf16 on the wire */
-  rt_accumulate(R(L17_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 8 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
@@ -3371,13 +3796,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_MASTER), 44040192, 1); /* layer 15 experts: 8 ranks x 44040192, prefetch */
   layer16_forward(c, true); /* recompute from X16 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 41984000);
+  rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer16_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 16 dense, bf16 on the wire */
-  rt_accumulate(R(L16_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 16 experts, bf16 on the wire */
-  rt_accumulate(R(L16_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 8 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
@@ -3386,13 +3811,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_MASTER), 44040192, 3); /* layer 14 experts: 8 ranks x 44040192, prefetch */
   layer15_forward(c, true); /* recompute from X15 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 41984000);
+  rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer15_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 15 dense, bf16 on the wire */
-  rt_accumulate(R(L15_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 15 experts, bf16 on the wire */
-  rt_accumulate(R(L15_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 8 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
@@ -3401,13 +3826,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_MASTER), 44040192, 1); /* layer 13 experts: 8 ranks x 44040192, prefetch */
   layer14_forward(c, true); /* recompute from X14 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 41984000);
+  rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer14_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 14 dense, bf16 on the wire */
-  rt_accumulate(R(L14_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 14 experts, bf16 on the wire */
-  rt_accumulate(R(L14_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 8 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
@@ -3416,13 +3841,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_MASTER), 44040192, 3); /* layer 12 experts: 8 ranks x 44040192, prefetch */
   layer13_forward(c, true); /* recompute from X13 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 41984000);
+  rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer13_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 13 dense, bf16 on the wire */
-  rt_accumulate(R(L13_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 13 experts, bf16 on the wire */
-  rt_accumulate(R(L13_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 8 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
@@ -3431,13 +3856,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_MASTER), 44040192, 1); /* layer 11 experts: 8 ranks x 44040192, prefetch */
   layer12_forward(c, true); /* recompute from X12 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 41984000);
+  rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer12_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 12 dense, bf16 on the wire */
-  rt_accumulate(R(L12_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 12 experts, bf16 on the wire */
-  rt_accumulate(R(L12_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 8 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
@@ -3446,13 +3871,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_MASTER), 44040192, 3); /* layer 10 experts: 8 ranks x 44040192, prefetch */
   layer11_forward(c, true); /* recompute from X11 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 41984000);
+  rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer11_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 11 dense, bf16 on the wire */
-  rt_accumulate(R(L11_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 11 experts, bf16 on the wire */
-  rt_accumulate(R(L11_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 8 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
@@ -3461,13 +3886,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_MASTER), 44040192, 1); /* layer 9 experts: 8 ranks x 44040192, prefetch */
   layer10_forward(c, true); /* recompute from X10 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 41984000);
+  rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer10_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 10 dense, bf16 on the wire */
-  rt_accumulate(R(L10_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 10 experts, bf16 on the wire */
-  rt_accumulate(R(L10_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 8 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
@@ -3476,13 +3901,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_MASTER), 44040192, 3); /* layer 8 experts: 8 ranks x 44040192, prefetch */
   layer9_forward(c, true); /* recompute from X9 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 41984000);
+  rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer9_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 9 dense, bf16 on the wire */
-  rt_accumulate(R(L9_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 9 experts, bf16 on the wire */
-  rt_accumulate(R(L9_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 8 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
@@ -3491,13 +3916,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_MASTER), 44040192, 1); /* layer 7 experts: 8 ranks x 44040192, prefetch */
   layer8_forward(c, true); /* recompute from X8 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 41984000);
+  rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer8_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 8 dense, bf16 on the wire */
-  rt_accumulate(R(L8_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 8 experts, bf16 on the wire */
-  rt_accumulate(R(L8_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 8 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
@@ -3506,13 +3931,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_MASTER), 44040192, 3); /* layer 6 experts: 8 ranks x 44040192, prefetch */
   layer7_forward(c, true); /* recompute from X7 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 41984000);
+  rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer7_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 7 dense, bf16 on the wire */
-  rt_accumulate(R(L7_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 7 experts, bf16 on the wire */
-  rt_accumulate(R(L7_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 8 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
@@ -3521,13 +3946,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_MASTER), 44040192, 1); /* layer 5 experts: 8 ranks x 44040192, prefetch */
   layer6_forward(c, true); /* recompute from X6 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 41984000);
+  rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer6_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 6 dense, bf16 on the wire */
-  rt_accumulate(R(L6_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 6 experts, bf16 on the wire */
-  rt_accumulate(R(L6_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 8 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
@@ -3536,13 +3961,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_MASTER), 44040192, 3); /* layer 4 experts: 8 ranks x 44040192, prefetch */
   layer5_forward(c, true); /* recompute from X5 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 41984000);
+  rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer5_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 5 dense, bf16 on the wire */
-  rt_accumulate(R(L5_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 5 experts, bf16 on the wire */
-  rt_accumulate(R(L5_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 8 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
@@ -3551,13 +3976,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 44040192, 1); /* layer 3 experts: 8 ranks x 44040192, prefetch */
   layer4_forward(c, true); /* recompute from X4 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 41984000);
+  rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer4_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 4 dense, bf16 on the wire */
-  rt_accumulate(R(L4_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 4 experts, bf16 on the wire */
-  rt_accumulate(R(L4_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 8 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
@@ -3566,13 +3991,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 44040192, 3); /* layer 2 experts: 8 ranks x 44040192, prefetch */
   layer3_forward(c, true); /* recompute from X3 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 41984000);
+  rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer3_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 3 dense, bf16 on the wire */
-  rt_accumulate(R(L3_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 3 experts, bf16 on the wire */
-  rt_accumulate(R(L3_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 8 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
@@ -3581,13 +4006,13 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 44040192, 1); /* layer 1 experts: 8 ranks x 44040192, prefetch */
   layer2_forward(c, true); /* recompute from X2 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 41984000);
+  rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer2_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 2 dense, bf16 on the wire */
-  rt_accumulate(R(L2_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 2 experts, bf16 on the wire */
-  rt_accumulate(R(L2_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 8 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
@@ -3596,32 +4021,35 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 44040192, 3); /* layer 0 experts: 8 ranks x 44040192, prefetch */
   layer1_forward(c, true); /* recompute from X1 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 41984000);
+  rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer1_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 1 dense, bf16 on the wire */
-  rt_accumulate(R(L1_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 1 experts, bf16 on the wire */
-  rt_accumulate(R(L1_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 8 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   layer0_forward(c, true); /* recompute from X0 (selective checkpointing) */
-  rt_zero(R(GRAD_DENSE), 41984000);
-  rt_zero(R(GRAD_EXPERTS), 352321536);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 41984000);
+  rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer0_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 1312000, (uint16_t *)R(RS_WIRE)); /* layer 0 dense, bf16 on the wire */
-  rt_accumulate(R(L0_DENSE_GRAD), R(RS_OUT), 1312000);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 44040192, (uint16_t *)R(RS_WIRE)); /* layer 0 experts, bf16 on the wire */
-  rt_accumulate(R(L0_EXPERTS_GRAD), R(RS_OUT), 44040192);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 8 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
-  rt_zero(R(GRAD_DENSE), 131072000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 131072000);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 32768, 4096);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 4096000, (uint16_t *)R(RS_WIRE)); /* embedding, bf16 on the wire */
-  rt_accumulate(R(EMBED_GRAD), R(RS_OUT), 4096000);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 32 ranks, bf16 on the wire */
+  /* the last reduce-scatters: every shard has this micro-batch's gradient */
+  for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }
 
 /* After the optimizer step (apply: false when the step was skipped): nothing to do for this model */

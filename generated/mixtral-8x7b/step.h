@@ -29,6 +29,8 @@
 #define EXPERTS 8
 #define TOP_K 2
 #define AUX_FREE 0
+#define MOE_CAP_ROWS 81920 /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */
+#define MOE_MEAN_ROWS 65536 /* rows a rank sends per MoE layer pass: tokens x top_k */
 #define TRAIN_STEPS 1000
 #define LR 0.0001
 #define WARMUP_STEPS 0
@@ -40,9 +42,12 @@
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
 #define PLAN_HBM_BYTES 81387786752 /* the plan's packed HBM arena per GPU (plan.json memory) */
 #define PLAN_HOST_BYTES 4294967296 /* its host (Grace) arena per GPU */
+#define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
+#define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
+#define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
 
-/* the arena: 53554295360 elements of real */
-#define ARENA_ELEMS 53554295360
+/* the arena: 35107754560 elements of real */
+#define ARENA_ELEMS 35107754560
 #define INPUTS 0
 #define TARGETS 32768
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */

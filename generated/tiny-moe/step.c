@@ -15,9 +15,9 @@
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
-#define DW(o) (c->arena + GRAD_DENSE + (o))      /* its gradient */
+#define DW(o) (c->dwd + (o))                    /* its gradient (GRAD_DENSE0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
-#define DWE(o) (c->arena + GRAD_EXPERTS + (o))   /* its gradient */
+#define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 
 /* ---- the arena map (elements) ---- */
@@ -63,133 +63,141 @@
 #define HEAD_ADAM_V                 7597248 /*      16448: AdamW second moment (fp32) */
 #define GATHERED_DENSE0             7613696 /*     148736: a dense group all-gathered (even units: embedding, odd layers) */
 #define GATHERED_DENSE1             7762432 /*     148736: the next one, prefetched (odd units: even layers; the head if L is even) */
-#define GRAD_DENSE                  7911168 /*     148736: its gradient before the reduce-scatter */
-#define GATHERED_EXPERTS0           8059904 /*     786432: this EP rank's experts of one layer, all-gathered (odd layers) */
-#define GATHERED_EXPERTS1           8846336 /*     786432: the next layer's, prefetched (even layers) */
-#define GRAD_EXPERTS                9632768 /*     786432: their gradient before the reduce-scatter */
-#define RS_OUT                     10419200 /*     393216: a reduce-scatter's result, before it is added to the shard's gradient */
-#define RS_WIRE                    10812416 /*     786432: bf16 send and receive buffers of a reduce-scatter (2 x 2 bytes per gathered value) */
-#define X0                         11598848 /*      65536: boundary: input of layer 0 (residual stream) */
-#define X1                         11664384 /*      65536: boundary: input of layer 1 (residual stream) */
-#define X2                         11729920 /*      65536: boundary: input of layer 2 (residual stream) */
-#define X3                         11795456 /*      65536: boundary: input of layer 3 (residual stream) */
-#define X4                         11860992 /*      65536: output of the last layer */
-#define L0_LN1                     11926528 /*      65536: attention norm output */
-#define L0_RSTD1                   11992064 /*        512: its 1/rms per token */
-#define L0_Q                       11992576 /*      65536: queries (rotated) */
-#define L0_K                       12058112 /*      32768: keys (rotated) */
-#define L0_V                       12090880 /*      32768: values */
-#define L0_ATT                     12123648 /*      65536: attention output */
-#define L0_LSE                     12189184 /*       2048: attention log-sum-exp per head and query */
-#define L0_RES                     12191232 /*      65536: residual stream after attention */
-#define L0_LN2                     12256768 /*      65536: mlp norm output */
-#define L0_RSTD2                   12322304 /*        512: its 1/rms per token */
-#define L0_LOGITS                  12322816 /*       4096: router logits */
-#define L0_IDX                     12326912 /*       1024: selected experts (int32) */
-#define L0_WTS                     12327936 /*       1024: their weights */
-#define L0_POS                     12328960 /*       1024: row of each assignment in expert order (int32) */
-#define L0_OFFSETS                 12329984 /*          9: first row of each expert (int32) */
-#define L0_XP                      12330000 /*     131072: token copies in expert order */
-#define L0_YP                      12461072 /*     131072: expert outputs in that order */
-#define L0_EG                      12592144 /*     262144: routed experts' gate */
-#define L0_EU                      12854288 /*     262144: routed experts' up */
-#define L0_EH                      13116432 /*     262144: routed experts' activation */
-#define L0_SG                      13378576 /*     131072: shared experts' gate */
-#define L0_SU                      13509648 /*     131072: shared experts' up */
-#define L0_SH                      13640720 /*     131072: shared experts' activation */
-#define L1_LN1                     13771792 /*      65536: attention norm output */
-#define L1_RSTD1                   13837328 /*        512: its 1/rms per token */
-#define L1_Q                       13837840 /*      65536: queries (rotated) */
-#define L1_K                       13903376 /*      32768: keys (rotated) */
-#define L1_V                       13936144 /*      32768: values */
-#define L1_ATT                     13968912 /*      65536: attention output */
-#define L1_LSE                     14034448 /*       2048: attention log-sum-exp per head and query */
-#define L1_RES                     14036496 /*      65536: residual stream after attention */
-#define L1_LN2                     14102032 /*      65536: mlp norm output */
-#define L1_RSTD2                   14167568 /*        512: its 1/rms per token */
-#define L1_LOGITS                  14168080 /*       4096: router logits */
-#define L1_IDX                     14172176 /*       1024: selected experts (int32) */
-#define L1_WTS                     14173200 /*       1024: their weights */
-#define L1_POS                     14174224 /*       1024: row of each assignment in expert order (int32) */
-#define L1_OFFSETS                 14175248 /*          9: first row of each expert (int32) */
-#define L1_XP                      14175264 /*     131072: token copies in expert order */
-#define L1_YP                      14306336 /*     131072: expert outputs in that order */
-#define L1_EG                      14437408 /*     262144: routed experts' gate */
-#define L1_EU                      14699552 /*     262144: routed experts' up */
-#define L1_EH                      14961696 /*     262144: routed experts' activation */
-#define L1_SG                      15223840 /*     131072: shared experts' gate */
-#define L1_SU                      15354912 /*     131072: shared experts' up */
-#define L1_SH                      15485984 /*     131072: shared experts' activation */
-#define L2_LN1                     15617056 /*      65536: attention norm output */
-#define L2_RSTD1                   15682592 /*        512: its 1/rms per token */
-#define L2_Q                       15683104 /*      65536: queries (rotated) */
-#define L2_K                       15748640 /*      32768: keys (rotated) */
-#define L2_V                       15781408 /*      32768: values */
-#define L2_ATT                     15814176 /*      65536: attention output */
-#define L2_LSE                     15879712 /*       2048: attention log-sum-exp per head and query */
-#define L2_RES                     15881760 /*      65536: residual stream after attention */
-#define L2_LN2                     15947296 /*      65536: mlp norm output */
-#define L2_RSTD2                   16012832 /*        512: its 1/rms per token */
-#define L2_LOGITS                  16013344 /*       4096: router logits */
-#define L2_IDX                     16017440 /*       1024: selected experts (int32) */
-#define L2_WTS                     16018464 /*       1024: their weights */
-#define L2_POS                     16019488 /*       1024: row of each assignment in expert order (int32) */
-#define L2_OFFSETS                 16020512 /*          9: first row of each expert (int32) */
-#define L2_XP                      16020528 /*     131072: token copies in expert order */
-#define L2_YP                      16151600 /*     131072: expert outputs in that order */
-#define L2_EG                      16282672 /*     262144: routed experts' gate */
-#define L2_EU                      16544816 /*     262144: routed experts' up */
-#define L2_EH                      16806960 /*     262144: routed experts' activation */
-#define L2_SG                      17069104 /*     131072: shared experts' gate */
-#define L2_SU                      17200176 /*     131072: shared experts' up */
-#define L2_SH                      17331248 /*     131072: shared experts' activation */
-#define L3_LN1                     17462320 /*      65536: attention norm output */
-#define L3_RSTD1                   17527856 /*        512: its 1/rms per token */
-#define L3_Q                       17528368 /*      65536: queries (rotated) */
-#define L3_K                       17593904 /*      32768: keys (rotated) */
-#define L3_V                       17626672 /*      32768: values */
-#define L3_ATT                     17659440 /*      65536: attention output */
-#define L3_LSE                     17724976 /*       2048: attention log-sum-exp per head and query */
-#define L3_RES                     17727024 /*      65536: residual stream after attention */
-#define L3_LN2                     17792560 /*      65536: mlp norm output */
-#define L3_RSTD2                   17858096 /*        512: its 1/rms per token */
-#define L3_LOGITS                  17858608 /*       4096: router logits */
-#define L3_IDX                     17862704 /*       1024: selected experts (int32) */
-#define L3_WTS                     17863728 /*       1024: their weights */
-#define L3_POS                     17864752 /*       1024: row of each assignment in expert order (int32) */
-#define L3_OFFSETS                 17865776 /*          9: first row of each expert (int32) */
-#define L3_XP                      17865792 /*     131072: token copies in expert order */
-#define L3_YP                      17996864 /*     131072: expert outputs in that order */
-#define L3_EG                      18127936 /*     262144: routed experts' gate */
-#define L3_EU                      18390080 /*     262144: routed experts' up */
-#define L3_EH                      18652224 /*     262144: routed experts' activation */
-#define L3_SG                      18914368 /*     131072: shared experts' gate */
-#define L3_SU                      19045440 /*     131072: shared experts' up */
-#define L3_SH                      19176512 /*     131072: shared experts' activation */
-#define WS_Y                       19307584 /*      65536: a block's output before the residual add */
-#define WS_Y2                      19373120 /*      65536: shared experts' output */
-#define DX_A                       19438656 /*      65536: gradient of the residual stream (even layers' output) */
-#define DX_B                       19504192 /*      65536: gradient of the residual stream (odd layers' output) */
-#define DLN                        19569728 /*      65536: gradient of a norm's output */
-#define DATT                       19635264 /*      65536: gradient of the attention output */
-#define DQ                         19700800 /*      65536: gradient of the queries */
-#define DK                         19766336 /*      32768: gradient of the keys */
-#define DV                         19799104 /*      32768: gradient of the values */
-#define DLOGITS                    19831872 /*       4096: gradient of the router logits */
-#define DWTS                       19835968 /*       1024: gradient of the routing weights */
-#define DYP                        19836992 /*     131072: gradient of the expert outputs */
-#define DXP                        19968064 /*     131072: gradient of the token copies */
-#define EDG                        20099136 /*     262144: routed experts' gate gradient */
-#define EDU                        20361280 /*     262144: routed experts' up gradient */
-#define EDH                        20623424 /*     262144: routed experts' activation gradient */
-#define DSG                        20885568 /*     131072: shared experts' gate gradient */
-#define DSU                        21016640 /*     131072: shared experts' up gradient */
-#define DSH                        21147712 /*     131072: shared experts' activation gradient */
-#define AUX                        21278784 /*         24: load-balancing loss scratch */
-#define LNF                        21278816 /*      65536: final norm output */
-#define RSTDF                      21344352 /*        512: its 1/rms per token */
-#define LSEF                       21344864 /*        512: log-sum-exp of each token's logits */
-#define CE                         21345376 /*     131072: logits of one vocabulary chunk */
+#define GRAD_DENSE0                 7911168 /*     148736: an even unit's dense gradient, then its reduce-scatter's input */
+#define GRAD_DENSE1                 8059904 /*     148736: an odd unit's (in flight while the next unit's backward runs) */
+#define GATHERED_EXPERTS0           8208640 /*     786432: this EP rank's experts of one layer, all-gathered (odd layers) */
+#define GATHERED_EXPERTS1           8995072 /*     786432: the next layer's, prefetched (even layers) */
+#define GRAD_EXPERTS0               9781504 /*     786432: an odd layer's experts' gradient, then its reduce-scatter's input */
+#define GRAD_EXPERTS1              10567936 /*     786432: an even layer's */
+#define RS_OUT0                    11354368 /*     393216: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE0                   11747584 /*      74368: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT1                    11821952 /*     393216: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE1                   12215168 /*     393216: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT2                    12608384 /*     393216: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE2                   13001600 /*      74368: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT3                    13075968 /*     393216: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE3                   13469184 /*     393216: its bf16 send buffer (2 bytes per gathered value) */
+#define X0                         13862400 /*      65536: boundary: input of layer 0 (residual stream) */
+#define X1                         13927936 /*      65536: boundary: input of layer 1 (residual stream) */
+#define X2                         13993472 /*      65536: boundary: input of layer 2 (residual stream) */
+#define X3                         14059008 /*      65536: boundary: input of layer 3 (residual stream) */
+#define X4                         14124544 /*      65536: output of the last layer */
+#define L0_LN1                     14190080 /*      65536: attention norm output */
+#define L0_RSTD1                   14255616 /*        512: its 1/rms per token */
+#define L0_Q                       14256128 /*      65536: queries (rotated) */
+#define L0_K                       14321664 /*      32768: keys (rotated) */
+#define L0_V                       14354432 /*      32768: values */
+#define L0_ATT                     14387200 /*      65536: attention output */
+#define L0_LSE                     14452736 /*       2048: attention log-sum-exp per head and query */
+#define L0_RES                     14454784 /*      65536: residual stream after attention */
+#define L0_LN2                     14520320 /*      65536: mlp norm output */
+#define L0_RSTD2                   14585856 /*        512: its 1/rms per token */
+#define L0_LOGITS                  14586368 /*       4096: router logits */
+#define L0_IDX                     14590464 /*       1024: selected experts (int32) */
+#define L0_WTS                     14591488 /*       1024: their weights */
+#define L0_POS                     14592512 /*       1024: row of each assignment in expert order (int32) */
+#define L0_OFFSETS                 14593536 /*          9: first row of each expert (int32) */
+#define L0_XP                      14593552 /*     131072: token copies in expert order */
+#define L0_YP                      14724624 /*     131072: expert outputs in that order */
+#define L0_EG                      14855696 /*     262144: routed experts' gate */
+#define L0_EU                      15117840 /*     262144: routed experts' up */
+#define L0_EH                      15379984 /*     262144: routed experts' activation */
+#define L0_SG                      15642128 /*     131072: shared experts' gate */
+#define L0_SU                      15773200 /*     131072: shared experts' up */
+#define L0_SH                      15904272 /*     131072: shared experts' activation */
+#define L1_LN1                     16035344 /*      65536: attention norm output */
+#define L1_RSTD1                   16100880 /*        512: its 1/rms per token */
+#define L1_Q                       16101392 /*      65536: queries (rotated) */
+#define L1_K                       16166928 /*      32768: keys (rotated) */
+#define L1_V                       16199696 /*      32768: values */
+#define L1_ATT                     16232464 /*      65536: attention output */
+#define L1_LSE                     16298000 /*       2048: attention log-sum-exp per head and query */
+#define L1_RES                     16300048 /*      65536: residual stream after attention */
+#define L1_LN2                     16365584 /*      65536: mlp norm output */
+#define L1_RSTD2                   16431120 /*        512: its 1/rms per token */
+#define L1_LOGITS                  16431632 /*       4096: router logits */
+#define L1_IDX                     16435728 /*       1024: selected experts (int32) */
+#define L1_WTS                     16436752 /*       1024: their weights */
+#define L1_POS                     16437776 /*       1024: row of each assignment in expert order (int32) */
+#define L1_OFFSETS                 16438800 /*          9: first row of each expert (int32) */
+#define L1_XP                      16438816 /*     131072: token copies in expert order */
+#define L1_YP                      16569888 /*     131072: expert outputs in that order */
+#define L1_EG                      16700960 /*     262144: routed experts' gate */
+#define L1_EU                      16963104 /*     262144: routed experts' up */
+#define L1_EH                      17225248 /*     262144: routed experts' activation */
+#define L1_SG                      17487392 /*     131072: shared experts' gate */
+#define L1_SU                      17618464 /*     131072: shared experts' up */
+#define L1_SH                      17749536 /*     131072: shared experts' activation */
+#define L2_LN1                     17880608 /*      65536: attention norm output */
+#define L2_RSTD1                   17946144 /*        512: its 1/rms per token */
+#define L2_Q                       17946656 /*      65536: queries (rotated) */
+#define L2_K                       18012192 /*      32768: keys (rotated) */
+#define L2_V                       18044960 /*      32768: values */
+#define L2_ATT                     18077728 /*      65536: attention output */
+#define L2_LSE                     18143264 /*       2048: attention log-sum-exp per head and query */
+#define L2_RES                     18145312 /*      65536: residual stream after attention */
+#define L2_LN2                     18210848 /*      65536: mlp norm output */
+#define L2_RSTD2                   18276384 /*        512: its 1/rms per token */
+#define L2_LOGITS                  18276896 /*       4096: router logits */
+#define L2_IDX                     18280992 /*       1024: selected experts (int32) */
+#define L2_WTS                     18282016 /*       1024: their weights */
+#define L2_POS                     18283040 /*       1024: row of each assignment in expert order (int32) */
+#define L2_OFFSETS                 18284064 /*          9: first row of each expert (int32) */
+#define L2_XP                      18284080 /*     131072: token copies in expert order */
+#define L2_YP                      18415152 /*     131072: expert outputs in that order */
+#define L2_EG                      18546224 /*     262144: routed experts' gate */
+#define L2_EU                      18808368 /*     262144: routed experts' up */
+#define L2_EH                      19070512 /*     262144: routed experts' activation */
+#define L2_SG                      19332656 /*     131072: shared experts' gate */
+#define L2_SU                      19463728 /*     131072: shared experts' up */
+#define L2_SH                      19594800 /*     131072: shared experts' activation */
+#define L3_LN1                     19725872 /*      65536: attention norm output */
+#define L3_RSTD1                   19791408 /*        512: its 1/rms per token */
+#define L3_Q                       19791920 /*      65536: queries (rotated) */
+#define L3_K                       19857456 /*      32768: keys (rotated) */
+#define L3_V                       19890224 /*      32768: values */
+#define L3_ATT                     19922992 /*      65536: attention output */
+#define L3_LSE                     19988528 /*       2048: attention log-sum-exp per head and query */
+#define L3_RES                     19990576 /*      65536: residual stream after attention */
+#define L3_LN2                     20056112 /*      65536: mlp norm output */
+#define L3_RSTD2                   20121648 /*        512: its 1/rms per token */
+#define L3_LOGITS                  20122160 /*       4096: router logits */
+#define L3_IDX                     20126256 /*       1024: selected experts (int32) */
+#define L3_WTS                     20127280 /*       1024: their weights */
+#define L3_POS                     20128304 /*       1024: row of each assignment in expert order (int32) */
+#define L3_OFFSETS                 20129328 /*          9: first row of each expert (int32) */
+#define L3_XP                      20129344 /*     131072: token copies in expert order */
+#define L3_YP                      20260416 /*     131072: expert outputs in that order */
+#define L3_EG                      20391488 /*     262144: routed experts' gate */
+#define L3_EU                      20653632 /*     262144: routed experts' up */
+#define L3_EH                      20915776 /*     262144: routed experts' activation */
+#define L3_SG                      21177920 /*     131072: shared experts' gate */
+#define L3_SU                      21308992 /*     131072: shared experts' up */
+#define L3_SH                      21440064 /*     131072: shared experts' activation */
+#define WS_Y                       21571136 /*      65536: a block's output before the residual add */
+#define WS_Y2                      21636672 /*      65536: shared experts' output */
+#define DX_A                       21702208 /*      65536: gradient of the residual stream (even layers' output) */
+#define DX_B                       21767744 /*      65536: gradient of the residual stream (odd layers' output) */
+#define DLN                        21833280 /*      65536: gradient of a norm's output */
+#define DATT                       21898816 /*      65536: gradient of the attention output */
+#define DQ                         21964352 /*      65536: gradient of the queries */
+#define DK                         22029888 /*      32768: gradient of the keys */
+#define DV                         22062656 /*      32768: gradient of the values */
+#define DLOGITS                    22095424 /*       4096: gradient of the router logits */
+#define DWTS                       22099520 /*       1024: gradient of the routing weights */
+#define DYP                        22100544 /*     131072: gradient of the expert outputs */
+#define DXP                        22231616 /*     131072: gradient of the token copies */
+#define EDG                        22362688 /*     262144: routed experts' gate gradient */
+#define EDU                        22624832 /*     262144: routed experts' up gradient */
+#define EDH                        22886976 /*     262144: routed experts' activation gradient */
+#define DSG                        23149120 /*     131072: shared experts' gate gradient */
+#define DSU                        23280192 /*     131072: shared experts' up gradient */
+#define DSH                        23411264 /*     131072: shared experts' activation gradient */
+#define AUX                        23542336 /*         24: load-balancing loss scratch */
+#define LNF                        23542368 /*      65536: final norm output */
+#define RSTDF                      23607904 /*        512: its 1/rms per token */
+#define LSEF                       23608416 /*        512: log-sum-exp of each token's logits */
+#define CE                         23608928 /*     131072: logits of one vocabulary chunk */
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
  * 2 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */
@@ -284,7 +292,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L0_POS), I(L0_OFFSETS), I(L0_IDX), 512, 8, 2);
   rt_moe_gather(R(L0_XP), R(L0_LN2), I(L0_POS), 512, 2, 128);
-  rt_experts_forward(R(L0_YP), R(L0_EG), R(L0_EU), R(L0_EH), R(L0_XP), WE(0), WE(262144), WE(524288), I(L0_OFFSETS), 8, 128, 256); /* experts here, hidden, expert width */
+  rt_experts_forward(R(L0_YP), R(L0_EG), R(L0_EU), R(L0_EH), R(L0_XP), WE(0), WE(262144), WE(524288), I(L0_OFFSETS), 8, 128, 256); /* experts, hidden, expert width */
   rt_zero(R(WS_Y), 65536);
   rt_moe_combine(R(WS_Y), R(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
   rt_matmul_forward(R(L0_SG), R(L0_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -313,7 +321,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L1_POS), I(L1_OFFSETS), I(L1_IDX), 512, 8, 2);
   rt_moe_gather(R(L1_XP), R(L1_LN2), I(L1_POS), 512, 2, 128);
-  rt_experts_forward(R(L1_YP), R(L1_EG), R(L1_EU), R(L1_EH), R(L1_XP), WE(0), WE(262144), WE(524288), I(L1_OFFSETS), 8, 128, 256); /* experts here, hidden, expert width */
+  rt_experts_forward(R(L1_YP), R(L1_EG), R(L1_EU), R(L1_EH), R(L1_XP), WE(0), WE(262144), WE(524288), I(L1_OFFSETS), 8, 128, 256); /* experts, hidden, expert width */
   rt_zero(R(WS_Y), 65536);
   rt_moe_combine(R(WS_Y), R(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
   rt_matmul_forward(R(L1_SG), R(L1_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -342,7 +350,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L2_POS), I(L2_OFFSETS), I(L2_IDX), 512, 8, 2);
   rt_moe_gather(R(L2_XP), R(L2_LN2), I(L2_POS), 512, 2, 128);
-  rt_experts_forward(R(L2_YP), R(L2_EG), R(L2_EU), R(L2_EH), R(L2_XP), WE(0), WE(262144), WE(524288), I(L2_OFFSETS), 8, 128, 256); /* experts here, hidden, expert width */
+  rt_experts_forward(R(L2_YP), R(L2_EG), R(L2_EU), R(L2_EH), R(L2_XP), WE(0), WE(262144), WE(524288), I(L2_OFFSETS), 8, 128, 256); /* experts, hidden, expert width */
   rt_zero(R(WS_Y), 65536);
   rt_moe_combine(R(WS_Y), R(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
   rt_matmul_forward(R(L2_SG), R(L2_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -371,7 +379,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L3_POS), I(L3_OFFSETS), I(L3_IDX), 512, 8, 2);
   rt_moe_gather(R(L3_XP), R(L3_LN2), I(L3_POS), 512, 2, 128);
-  rt_experts_forward(R(L3_YP), R(L3_EG), R(L3_EU), R(L3_EH), R(L3_XP), WE(0), WE(262144), WE(524288), I(L3_OFFSETS), 8, 128, 256); /* experts here, hidden, expert width */
+  rt_experts_forward(R(L3_YP), R(L3_EG), R(L3_EU), R(L3_EH), R(L3_XP), WE(0), WE(262144), WE(524288), I(L3_OFFSETS), 8, 128, 256); /* experts, hidden, expert width */
   rt_zero(R(WS_Y), 65536);
   rt_moe_combine(R(WS_Y), R(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
   rt_matmul_forward(R(L3_SG), R(L3_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -383,7 +391,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
 }
 
 /* layer 3 (MoE), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer3_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 65536);
@@ -421,7 +429,7 @@ static void layer3_backward(RtCtx *c) {
 }
 
 /* layer 2 (MoE), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer2_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 65536);
@@ -459,7 +467,7 @@ static void layer2_backward(RtCtx *c) {
 }
 
 /* layer 1 (MoE), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer1_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 65536);
@@ -497,7 +505,7 @@ static void layer1_backward(RtCtx *c) {
 }
 
 /* layer 0 (MoE), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
- * into GRAD_DENSE and GRAD_EXPERTS. */
+ * into DW and DWE. */
 static void layer0_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(R(DLN), 65536);
@@ -582,20 +590,22 @@ real step_forward(RtCtx *c) {
   return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(128), I(TARGETS), 512, 128, 256, 256, R(CE));
 }
 
-/* Backward, in reverse: each group's gradient is reduce-scattered over its ranks as soon
- * as its layer is done, and added to this rank's shard (accumulation over micro-batches). */
+/* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as
+ * its backward is done, while the next unit's backward runs (the units alternate between two
+ * gradient buffers), and added to this rank's shard (accumulation over micro-batches) before
+ * its buffer is used again. */
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
-  rt_zero(R(GRAD_DENSE), 32896);
+  c->dwd = R(GRAD_DENSE1);
+  rt_zero(R(GRAD_DENSE1), 32896);
   rt_zero(R(DLN), 65536);
   rt_lm_head_ce_backward(R(DLN), DW(128), R(LNF), W(128), I(TARGETS), R(LSEF), 512, 128, 256, 256, R(CE), c->dloss);
   rt_zero(R(DX_A), 65536);
   rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X4), W(0), R(RSTDF), 512, 128);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 16448, (uint16_t *)R(RS_WIRE)); /* head, bf16 on the wire */
-  rt_accumulate(R(HEAD_GRAD), R(RS_OUT), 16448);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 16448, (uint16_t *)R(RS_WIRE2), 2); /* head: 2 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
@@ -603,13 +613,12 @@ void step_backward(RtCtx *c) {
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
-  rt_zero(R(GRAD_DENSE), 148736);
-  rt_zero(R(GRAD_EXPERTS), 786432);
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 148736);
+  rt_zero(R(GRAD_EXPERTS0), 786432);
   layer3_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 74368, (uint16_t *)R(RS_WIRE)); /* layer 3 dense, bf16 on the wire */
-  rt_accumulate(R(L3_DENSE_GRAD), R(RS_OUT), 74368);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216, (uint16_t *)R(RS_WIRE)); /* layer 3 experts, bf16 on the wire */
-  rt_accumulate(R(L3_EXPERTS_GRAD), R(RS_OUT), 393216);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 74368, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 393216, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 2 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
@@ -617,13 +626,13 @@ void step_backward(RtCtx *c) {
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
-  rt_zero(R(GRAD_DENSE), 148736);
-  rt_zero(R(GRAD_EXPERTS), 786432);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 148736);
+  rt_zero(R(GRAD_EXPERTS1), 786432);
   layer2_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 74368, (uint16_t *)R(RS_WIRE)); /* layer 2 dense, bf16 on the wire */
-  rt_accumulate(R(L2_DENSE_GRAD), R(RS_OUT), 74368);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216, (uint16_t *)R(RS_WIRE)); /* layer 2 experts, bf16 on the wire */
-  rt_accumulate(R(L2_EXPERTS_GRAD), R(RS_OUT), 393216);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 74368, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 393216, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 2 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
@@ -631,31 +640,34 @@ void step_backward(RtCtx *c) {
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
-  rt_zero(R(GRAD_DENSE), 148736);
-  rt_zero(R(GRAD_EXPERTS), 786432);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
+  rt_zero(R(GRAD_DENSE0), 148736);
+  rt_zero(R(GRAD_EXPERTS0), 786432);
   layer1_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 74368, (uint16_t *)R(RS_WIRE)); /* layer 1 dense, bf16 on the wire */
-  rt_accumulate(R(L1_DENSE_GRAD), R(RS_OUT), 74368);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216, (uint16_t *)R(RS_WIRE)); /* layer 1 experts, bf16 on the wire */
-  rt_accumulate(R(L1_EXPERTS_GRAD), R(RS_OUT), 393216);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 74368, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 393216, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 2 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_zero(R(GRAD_DENSE), 148736);
-  rt_zero(R(GRAD_EXPERTS), 786432);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffers are free */
+  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
+  rt_zero(R(GRAD_DENSE1), 148736);
+  rt_zero(R(GRAD_EXPERTS1), 786432);
   layer0_backward(c);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 74368, (uint16_t *)R(RS_WIRE)); /* layer 0 dense, bf16 on the wire */
-  rt_accumulate(R(L0_DENSE_GRAD), R(RS_OUT), 74368);
-  rt_comm_reduce_scatter_bf16(c->comm.shard_comm, R(RS_OUT), R(GRAD_EXPERTS), 393216, (uint16_t *)R(RS_WIRE)); /* layer 0 experts, bf16 on the wire */
-  rt_accumulate(R(L0_EXPERTS_GRAD), R(RS_OUT), 393216);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 74368, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 393216, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 2 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
-  rt_zero(R(GRAD_DENSE), 32768);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffers are free */
+  c->dwd = R(GRAD_DENSE0);
+  rt_zero(R(GRAD_DENSE0), 32768);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 512, 128);
-  rt_comm_reduce_scatter_bf16(c->comm.fsdp_comm, R(RS_OUT), R(GRAD_DENSE), 16384, (uint16_t *)R(RS_WIRE)); /* embedding, bf16 on the wire */
-  rt_accumulate(R(EMBED_GRAD), R(RS_OUT), 16384);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 16384, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 2 ranks, bf16 on the wire */
+  /* the last reduce-scatters: every shard has this micro-batch's gradient */
+  for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }
 
 /* After the optimizer step (apply: false when the step was skipped): nothing to do for this model */

@@ -29,6 +29,8 @@
 #define EXPERTS 8
 #define TOP_K 2
 #define AUX_FREE 0
+#define MOE_CAP_ROWS 1024 /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */
+#define MOE_MEAN_ROWS 1024 /* rows a rank sends per MoE layer pass: tokens x top_k */
 #define TRAIN_STEPS 300
 #define LR 0.003
 #define WARMUP_STEPS 20
@@ -40,9 +42,12 @@
 #define SPEC_GPUS_PER_NODE 2 /* to say which mtc compile --set fits another launch */
 #define PLAN_HBM_BYTES 125784320 /* the plan's packed HBM arena per GPU (plan.json memory) */
 #define PLAN_HOST_BYTES 67108864 /* its host (Grace) arena per GPU */
+#define PLAN_HBM_RESERVE_BYTES 68157440 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
+#define PLAN_HOST_RESERVE_BYTES 67108864 /* of the host arena, reserved for the system */
+#define PLAN_CUBLAS_WORKSPACE_BYTES 1048576 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
 
-/* the arena: 21476448 elements of real */
-#define ARENA_ELEMS 21476448
+/* the arena: 23740000 elements of real */
+#define ARENA_ELEMS 23740000
 #define INPUTS 0
 #define TARGETS 512
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */

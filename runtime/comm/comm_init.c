@@ -1,5 +1,5 @@
 /* comm_init.c — bootstrap over MPI, shared by both backends: the plan's groups, the host-side
- * all-reduce of scalars, bf16 conversion and the MoE exchange's count arrays. Every MPI call is
+ * all-reduce of scalars and bf16 conversion (the MoE exchange's arrays: a2a_plan.c). Every MPI call is
  * checked: a failure prints the host, rank, file, line and MPI's message, then aborts the job
  * (a collective that fails on one rank would hang the others). */
 #include <limits.h>
@@ -28,7 +28,7 @@ void rt_mpi_fail(int rc, const char *call, const char *file, int line) {
 
 int rt_mpi_count(size_t n, const char *what) {
   if (n > INT_MAX) {
-    fprintf(stderr, "mtrt: %s of %zu values exceeds MPI's int count\n", what, n);
+    fprintf(stderr, "mtrt: %s: %zu exceeds MPI's int count (at %s)\n", what, n, where);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   return (int)n;
@@ -95,28 +95,11 @@ float rt_float_from_bf16(uint16_t h) {
   return f;
 }
 
+/* In place, so past MPI's int count it goes in pieces (every rank has the same count). */
 void rt_comm_all_reduce(MPI_Comm comm, real *buf, size_t count) {
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, rt_mpi_count(count, "all-reduce"), MTRT_MPI_REAL, MPI_SUM, comm));
-}
-
-int rt_a2a_init(RtA2A *a, int ep, int El) {
-  memset(a, 0, sizeof *a);
-  a->ep = ep, a->El = El;
-  a->cnt_send = calloc((size_t)ep * (size_t)El, sizeof(int));
-  a->cnt_recv = calloc((size_t)ep * (size_t)El, sizeof(int));
-  a->sc = calloc((size_t)ep * 4, sizeof(int));
-  if (!a->cnt_send || !a->cnt_recv || !a->sc) {
-    rt_a2a_free(a);
-    return -1;
+  const size_t piece = (size_t)1 << 30;
+  for (size_t at = 0; at < count; at += piece) {
+    int n = rt_mpi_count(count - at < piece ? count - at : piece, "all-reduce values");
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf + at, n, MTRT_MPI_REAL, MPI_SUM, comm));
   }
-  a->sd = a->sc + ep, a->rc = a->sc + 2 * ep, a->rd = a->sc + 3 * ep;
-  return 0;
 }
-
-void rt_a2a_free(RtA2A *a) {
-  free(a->cnt_send);
-  free(a->cnt_recv);
-  free(a->sc);
-  memset(a, 0, sizeof *a);
-}
-

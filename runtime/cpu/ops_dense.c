@@ -178,13 +178,13 @@ void rt_attention_backward(real *dq, real *dk, real *dv, const real *dout, const
 
 static real sigmoid(real x) { return 1 / (1 + EXP(-x)); }
 
-void rt_swiglu_forward(real *h, const real *g, const real *u, int n) {
-  for (int i = 0; i < n; i++) h[i] = g[i] * sigmoid(g[i]) * u[i];
+void rt_swiglu_forward(real *h, const real *g, const real *u, int64_t n) {
+  for (int64_t i = 0; i < n; i++) h[i] = g[i] * sigmoid(g[i]) * u[i];
 }
 
 /* silu'(g) = σ(g) (1 + g (1 − σ(g))). */
-void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const real *u, int n) {
-  for (int i = 0; i < n; i++) {
+void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const real *u, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
     real s = sigmoid(g[i]);
     if (dg) dg[i] += dh[i] * u[i] * s * (1 + g[i] * (1 - s));
     if (du) du[i] += dh[i] * g[i] * s;
@@ -193,15 +193,15 @@ void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const
 
 #define GELU_K 0.7978845608028654 /* sqrt(2/π) */
 
-void rt_gelu_forward(real *h, const real *x, int n) {
-  for (int i = 0; i < n; i++) {
+void rt_gelu_forward(real *h, const real *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
     real a = x[i];
     h[i] = (real)0.5 * a * (1 + TANH((real)GELU_K * (a + (real)0.044715 * a * a * a)));
   }
 }
 
-void rt_gelu_backward(real *dx, const real *dh, const real *x, int n) {
-  for (int i = 0; i < n; i++) {
+void rt_gelu_backward(real *dx, const real *dh, const real *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
     real a = x[i], inner = (real)GELU_K * (a + (real)0.044715 * a * a * a);
     real th = TANH(inner), sech2 = 1 - th * th;
     real d = (real)0.5 * (1 + th) + (real)0.5 * a * sech2 * (real)GELU_K * (1 + 3 * (real)0.044715 * a * a);

@@ -153,7 +153,7 @@ void rt_experts_forward(real *yp, real *g, real *u, real *h, const real *xp, con
     size_t ri = (size_t)r0 * F, rc = (size_t)r0 * C, we = (size_t)e * F * C;
     rt_matmul_forward(g + ri, xp + rc, wg + we, NULL, rows, C, F);
     rt_matmul_forward(u + ri, xp + rc, wu + we, NULL, rows, C, F);
-    rt_swiglu_forward(h + ri, g + ri, u + ri, rows * F);
+    rt_swiglu_forward(h + ri, g + ri, u + ri, (int64_t)rows * F);
     rt_matmul_forward(yp + rc, h + ri, wd + we, NULL, rows, F, C);
   }
 }
@@ -170,12 +170,12 @@ void rt_experts_backward(real *dxp, real *dwg, real *dwu, real *dwd, const real 
     memset(dg + ri, 0, sizeof(real) * (size_t)rows * F);
     memset(du + ri, 0, sizeof(real) * (size_t)rows * F);
     rt_matmul_backward(dh + ri, dwd ? dwd + we : NULL, NULL, dyp + rc, h + ri, wd + we, rows, F, C);
-    rt_swiglu_backward(dg + ri, du + ri, dh + ri, g + ri, u + ri, rows * F);
+    rt_swiglu_backward(dg + ri, du + ri, dh + ri, g + ri, u + ri, (int64_t)rows * F);
     rt_matmul_backward(dxp ? dxp + rc : NULL, dwg ? dwg + we : NULL, NULL, dg + ri, xp + rc, wg + we, rows, C, F);
     rt_matmul_backward(dxp ? dxp + rc : NULL, dwu ? dwu + we : NULL, NULL, du + ri, xp + rc, wu + we, rows, C, F);
   }
 }
 
-void rt_moe_count(real *load, const int32_t *idx, int n) {
-  for (int i = 0; i < n; i++) load[idx[i]] += 1;
+void rt_moe_count(real *load, const int32_t *idx, int64_t n) {
+  for (int64_t i = 0; i < n; i++) load[idx[i]] += 1;
 }

@@ -6,8 +6,9 @@
  * group by its MPI communicator (RtComm), so the collectives look up the NCCL communicator that
  * belongs to it. A group of one rank needs no NCCL: its collectives are copies.
  *
- * Every NCCL call runs on one communication stream, after the compute stream's work so far (an
- * event). The prefetching all-gathers (rt_comm_all_gather_start) return at once and the compute
+ * Every NCCL call runs on its group's communication stream, after the compute stream's work so
+ * far (an event): the EP group's MoE all-to-alls on a stream of their own, so that they never
+ * queue behind the FSDP groups' prefetching all-gathers and reduce-scatters. The prefetching all-gathers (rt_comm_all_gather_start) return at once and the compute
  * stream waits for them only in rt_comm_all_gather_wait, so the next layer's parameters arrive
  * while this layer computes; the other collectives are waited for at once. Every wait polls
  * ncclCommGetAsyncError: a peer that died or a network error aborts the job naming the rank,
@@ -21,10 +22,12 @@
 
 #include "cu_internal.h"
 #include "mtrt_comm.h"
+#include "mtrt_ops.h"
 
 typedef struct {
   MPI_Comm mpi;
   ncclComm_t nccl; /* NULL: one rank */
+  cudaStream_t s;  /* its communication stream (cs, or cs_ep for the EP group) */
   int size, rank;
   const char *name;
 } Group;
@@ -32,7 +35,7 @@ typedef struct {
 static Group groups[4];
 static ncclComm_t world_nccl;
 static int world_rank;
-static cudaStream_t cs;                       /* the communication stream */
+static cudaStream_t cs, cs_ep;                /* the communication streams: FSDP groups, EP group */
 static cudaEvent_t ev_ready, ev_done, ev_slot[4];
 static struct {
   const Group *g; /* NULL: nothing in flight (or a copy on the compute stream) */
@@ -50,10 +53,10 @@ static Group *group_of(MPI_Comm comm, const char *op) {
   return NULL;
 }
 
-/* The communication stream waits for the compute stream's work so far. */
-static void begin(const char *op) {
+/* g's communication stream waits for the compute stream's work so far. */
+static void begin(const Group *g, const char *op) {
   cu_check(cudaEventRecord(ev_ready, cu.stream), op);
-  cu_check(cudaStreamWaitEvent(cs, ev_ready, 0), op);
+  cu_check(cudaStreamWaitEvent(g->s, ev_ready, 0), op);
 }
 
 /* Waits on the host for event ev (recorded on the communication stream), polling NCCL's
@@ -74,6 +77,11 @@ static void wait_for(cudaEvent_t ev, const Group *g, const char *op, size_t coun
     }
     ncclResult_t r = ncclSuccess;
     if (g->nccl) ncclCommGetAsyncError(g->nccl, &r);
+    for (int i = 0; i < 4 && (r == ncclSuccess || r == ncclInProgress); i++) /* incl. overlapped reduce-scatters */
+      if (groups[i].nccl && groups[i].nccl != g->nccl) {
+        ncclCommGetAsyncError(groups[i].nccl, &r);
+        if (r != ncclSuccess && r != ncclInProgress) g = &groups[i];
+      }
     clock_gettime(CLOCK_MONOTONIC, &t);
     double s = (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
     if (r != ncclSuccess && r != ncclInProgress) {
@@ -95,7 +103,7 @@ static void wait_for(cudaEvent_t ev, const Group *g, const char *op, size_t coun
 
 /* After a collective on the communication stream: wait for it. */
 static void finish(const Group *g, const char *op, size_t count) {
-  cu_check(cudaEventRecord(ev_done, cs), op);
+  cu_check(cudaEventRecord(ev_done, g->s), op);
   wait_for(ev_done, g, op, count);
 }
 
@@ -114,6 +122,7 @@ int rt_comm_nccl_init(const RtComm *c, char *err, size_t errlen) {
   }
   cudaError_t ce;
   if ((ce = cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking)) != cudaSuccess ||
+      (ce = cudaStreamCreateWithFlags(&cs_ep, cudaStreamNonBlocking)) != cudaSuccess ||
       (ce = cudaEventCreateWithFlags(&ev_ready, cudaEventDisableTiming)) != cudaSuccess ||
       (ce = cudaEventCreateWithFlags(&ev_done, cudaEventDisableTiming)) != cudaSuccess)
     return snprintf(err, errlen, "the communication stream: %s", cudaGetErrorString(ce)), -1;
@@ -122,7 +131,7 @@ int rt_comm_nccl_init(const RtComm *c, char *err, size_t errlen) {
       return snprintf(err, errlen, "the prefetch events: %s", cudaGetErrorString(ce)), -1;
   for (int i = 0; i < 4; i++) {
     Group *g = &groups[i];
-    g->mpi = mpis[i], g->name = names[i], g->nccl = NULL;
+    g->mpi = mpis[i], g->name = names[i], g->nccl = NULL, g->s = i == 1 ? cs_ep : cs;
     RT_MPI_CHECK(MPI_Comm_size(g->mpi, &g->size));
     RT_MPI_CHECK(MPI_Comm_rank(g->mpi, &g->rank));
     if (c->world == 1) continue;
@@ -141,7 +150,8 @@ void rt_comm_nccl_free(void) {
     if (groups[i].nccl) ncclCommDestroy(groups[i].nccl);
   if (world_nccl) ncclCommDestroy(world_nccl);
   if (cs) cudaStreamDestroy(cs);
-  cs = NULL;
+  if (cs_ep) cudaStreamDestroy(cs_ep);
+  cs = cs_ep = NULL;
   memset(groups, 0, sizeof groups);
   world_nccl = NULL;
 }
@@ -152,8 +162,8 @@ void rt_comm_all_gather(MPI_Comm comm, real *out, const real *in, size_t count) 
     if (out != in) cu_check(cudaMemcpyAsync(out, in, count * sizeof(real), cudaMemcpyDeviceToDevice, cu.stream), "all-gather");
     return;
   }
-  begin("all-gather");
-  nccl_check(ncclAllGather(in, out, count, ncclFloat32, g->nccl, cs), "ncclAllGather");
+  begin(g, "all-gather");
+  nccl_check(ncclAllGather(in, out, count, ncclFloat32, g->nccl, g->s), "ncclAllGather");
   finish(g, "all-gather", count);
 }
 
@@ -166,9 +176,9 @@ void rt_comm_all_gather_start(MPI_Comm comm, real *out, const real *in, size_t c
       cu_check(cudaMemcpyAsync(out, in, count * sizeof(real), cudaMemcpyDeviceToDevice, cu.stream), "all-gather");
     return;
   }
-  begin("all-gather (prefetch)");
-  nccl_check(ncclAllGather(in, out, count, ncclFloat32, g->nccl, cs), "ncclAllGather");
-  cu_check(cudaEventRecord(ev_slot[slot], cs), "all-gather (prefetch)");
+  begin(g, "all-gather (prefetch)");
+  nccl_check(ncclAllGather(in, out, count, ncclFloat32, g->nccl, g->s), "ncclAllGather");
+  cu_check(cudaEventRecord(ev_slot[slot], g->s), "all-gather (prefetch)");
   slot_info[slot].g = g, slot_info[slot].count = count;
 }
 
@@ -184,8 +194,8 @@ void rt_comm_reduce_scatter(MPI_Comm comm, real *out, const real *in, size_t cou
     if (out != in) cu_check(cudaMemcpyAsync(out, in, count * sizeof(real), cudaMemcpyDeviceToDevice, cu.stream), "reduce-scatter");
     return;
   }
-  begin("reduce-scatter");
-  nccl_check(ncclReduceScatter(in, out, count, ncclFloat32, ncclSum, g->nccl, cs), "ncclReduceScatter");
+  begin(g, "reduce-scatter");
+  nccl_check(ncclReduceScatter(in, out, count, ncclFloat32, ncclSum, g->nccl, g->s), "ncclReduceScatter");
   finish(g, "reduce-scatter", count);
 }
 
@@ -197,11 +207,11 @@ void rt_comm_reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_
   uint16_t *send = wire, *recv = g->nccl ? wire + total : wire;
   cu_launch(K_CAST_BF16, cu_blocks(total, 256), 256, (void *[]){&send, &in, &total});
   if (g->nccl) {
-    begin("reduce-scatter (bf16)");
+    begin(g, "reduce-scatter (bf16)");
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < g->size; r++) {
-      nccl_check(ncclSend(send + (size_t)r * count, count, ncclBfloat16, r, g->nccl, cs), "ncclSend");
-      nccl_check(ncclRecv(recv + (size_t)r * count, count, ncclBfloat16, r, g->nccl, cs), "ncclRecv");
+      nccl_check(ncclSend(send + (size_t)r * count, count, ncclBfloat16, r, g->nccl, g->s), "ncclSend");
+      nccl_check(ncclRecv(recv + (size_t)r * count, count, ncclBfloat16, r, g->nccl, g->s), "ncclRecv");
     }
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
     finish(g, "reduce-scatter (bf16)", count);
@@ -210,78 +220,116 @@ void rt_comm_reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_
   cu_launch(K_SUM_BF16_PIECES, cu_blocks(n, 256), 256, (void *[]){&out, &recv, &gs, &n});
 }
 
+/* The reduce-scatters in flight: the NCCL part on the group's stream, ended by ev_rs[slot]; the
+ * bf16 pieces' sum and the add into the shard run on the compute stream in the wait. */
+static cudaEvent_t ev_rs[4];
+static struct {
+  const Group *g; /* NULL: the slot is free */
+  real *acc, *out;
+  uint16_t *recv; /* bf16 wire: the pieces to sum into out; NULL: fp32 */
+  size_t count;
+  int pending;    /* an NCCL collective to wait for */
+} rs_info[4];
+
+void rt_comm_reduce_scatter_start(MPI_Comm comm, real *acc, real *out, real *in, size_t count, uint16_t *wire,
+                                  int slot) {
+  Group *g = group_of(comm, "reduce-scatter (overlapped)");
+  if (slot < 0 || slot >= 4 || rs_info[slot].g) rt_cuda_fail("reduce-scatter (overlapped)", "slot out of range or in use");
+  if (!ev_rs[slot]) cu_check(cudaEventCreateWithFlags(&ev_rs[slot], cudaEventDisableTiming), "reduce-scatter events");
+  rs_info[slot].g = g, rs_info[slot].acc = acc, rs_info[slot].out = out, rs_info[slot].count = count;
+  rs_info[slot].recv = NULL, rs_info[slot].pending = 0;
+  if (wire) { /* as rt_comm_reduce_scatter_bf16: cast, exchange the pieces into in's consumed bytes; their
+               * sum comes in the wait */
+    long total = (long)g->size * (long)count;
+    uint16_t *send = wire;
+    rs_info[slot].recv = g->nccl ? (uint16_t *)in : wire;
+    cu_launch(K_CAST_BF16, cu_blocks(total, 256), 256, (void *[]){&send, &in, &total});
+    if (!g->nccl) return;
+    begin(g, "reduce-scatter (bf16, overlapped)");
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < g->size; r++) {
+      nccl_check(ncclSend(send + (size_t)r * count, count, ncclBfloat16, r, g->nccl, g->s), "ncclSend");
+      nccl_check(ncclRecv(rs_info[slot].recv + (size_t)r * count, count, ncclBfloat16, r, g->nccl, g->s), "ncclRecv");
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  } else {
+    if (!g->nccl) {
+      if (out != in) cu_check(cudaMemcpyAsync(out, in, count * sizeof(real), cudaMemcpyDeviceToDevice, cu.stream), "reduce-scatter");
+      return;
+    }
+    begin(g, "reduce-scatter (overlapped)");
+    nccl_check(ncclReduceScatter(in, out, count, ncclFloat32, ncclSum, g->nccl, g->s), "ncclReduceScatter");
+  }
+  cu_check(cudaEventRecord(ev_rs[slot], g->s), "reduce-scatter (overlapped)");
+  rs_info[slot].pending = 1;
+}
+
+void rt_comm_reduce_scatter_wait(int slot) {
+  if (slot < 0 || slot >= 4 || !rs_info[slot].g) return; /* nothing in flight */
+  if (rs_info[slot].pending) cu_check(cudaStreamWaitEvent(cu.stream, ev_rs[slot], 0), "reduce-scatter (overlapped)");
+  if (rs_info[slot].recv) {
+    real *out = rs_info[slot].out;
+    uint16_t *recv = rs_info[slot].recv;
+    int gs = rs_info[slot].g->size;
+    long n = (long)rs_info[slot].count;
+    cu_launch(K_SUM_BF16_PIECES, cu_blocks(n, 256), 256, (void *[]){&out, &recv, &gs, &n});
+  }
+  rt_accumulate(rs_info[slot].acc, rs_info[slot].out, rs_info[slot].count);
+  rs_info[slot].g = NULL;
+}
+
 void rt_cu_all_reduce(MPI_Comm comm, float *buf, size_t count) {
   Group *g = group_of(comm, "all-reduce");
   if (!g->nccl) return;
-  begin("all-reduce");
-  nccl_check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, g->nccl, cs), "ncclAllReduce");
+  begin(g, "all-reduce");
+  nccl_check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, g->nccl, g->s), "ncclAllReduce");
   finish(g, "all-reduce", count);
 }
 
 /* ---- the MoE token exchange (mtrt_comm.h): counts over MPI, rows over NCCL ---- */
 
-/* Rows between the source-major receive buffer and the expert-major layout (as moe_a2a.c). */
-static void regroup(const RtA2A *a, real *expert_major, real *src_major, int C, int to_expert) {
-  size_t row = 0;
-  for (int k = 0; k < a->El; k++)
-    for (int s = 0; s < a->ep; s++) {
-      size_t at = (size_t)a->rd[s] / (size_t)C;
-      for (int k2 = 0; k2 < k; k2++) at += (size_t)a->cnt_recv[s * a->El + k2];
-      size_t n = (size_t)a->cnt_recv[s * a->El + k] * (size_t)C;
-      real *e = expert_major + row * (size_t)C, *m = src_major + at * (size_t)C;
-      if (n)
-        cu_check(cudaMemcpyAsync(to_expert ? e : m, to_expert ? m : e, n * sizeof(real), cudaMemcpyDeviceToDevice,
-                                 cu.stream), "moe regroup");
-      row += (size_t)a->cnt_recv[s * a->El + k];
-    }
+static void copy_device(void *dst, const void *src, size_t bytes) {
+  cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu.stream), "moe regroup");
 }
 
-static void exchange(Group *g, const real *send, const int *sc, const int *sd, real *recv, const int *rc, const int *rd,
-                     const char *op) {
-  begin(op);
+/* Rows sc/sd out, rc/rd in (rows of C values; element counts and offsets as size_t). */
+static void exchange(Group *g, const real *send, const int64_t *sc, const int64_t *sd, real *recv, const int64_t *rc,
+                     const int64_t *rd, int C, const char *op) {
+  size_t c = (size_t)C, total = 0;
+  begin(g, op);
   nccl_check(ncclGroupStart(), "ncclGroupStart");
   for (int p = 0; p < g->size; p++) {
-    if (sc[p]) nccl_check(ncclSend(send + sd[p], (size_t)sc[p], ncclFloat32, p, g->nccl, cs), "ncclSend");
-    if (rc[p]) nccl_check(ncclRecv(recv + rd[p], (size_t)rc[p], ncclFloat32, p, g->nccl, cs), "ncclRecv");
+    if (sc[p]) nccl_check(ncclSend(send + (size_t)sd[p] * c, (size_t)sc[p] * c, ncclFloat32, p, g->nccl, g->s), "ncclSend");
+    if (rc[p]) nccl_check(ncclRecv(recv + (size_t)rd[p] * c, (size_t)rc[p] * c, ncclFloat32, p, g->nccl, g->s), "ncclRecv");
+    total += (size_t)rc[p] * c;
   }
   nccl_check(ncclGroupEnd(), "ncclGroupEnd");
-  finish(g, op, 0);
+  finish(g, op, total);
 }
 
-void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, real *xe, int *eoff, real *tmp, const real *xp, const int *offsets,
-                     int C) {
+int rt_moe_route(MPI_Comm ep_comm, RtA2A *a, const int *offsets) {
+  Group *g = group_of(ep_comm, "moe route");
+  int pe = a->ep * a->El;
+  if (!g->nccl) rt_cuda_fail("moe route", "an EP group of one rank needs no route (step.c skips it)");
+  rt_cuda_download(a->off, offsets, sizeof(int) * (size_t)(pe + 1)); /* the pass's one host sync */
+  rt_a2a_plan_counts(a);
+  RT_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, a->cnt_all, pe, MPI_INT, ep_comm));
+  return rt_a2a_plan_rounds(a);
+}
+
+void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, int r, real *xe, int *eoff, real *tmp, const real *xp, int C) {
   Group *g = group_of(ep_comm, "moe dispatch");
-  int ep = a->ep, El = a->El, *off = cu.off_host;
+  int *e = cu.off_host; /* host staging for eoff (experts + 1 >= El + 1 ints) */
   if (!g->nccl) rt_cuda_fail("moe dispatch", "an EP group of one rank needs no dispatch (step.c skips it)");
-  rt_cuda_download(off, offsets, sizeof(int) * (size_t)(ep * El + 1));
-  for (int j = 0; j < ep; j++) {
-    for (int k = 0; k < El; k++) a->cnt_send[j * El + k] = off[j * El + k + 1] - off[j * El + k];
-    a->sc[j] = (off[(j + 1) * El] - off[j * El]) * C;
-    a->sd[j] = off[j * El] * C;
-  }
-  RT_MPI_CHECK(MPI_Alltoall(a->cnt_send, El, MPI_INT, a->cnt_recv, El, MPI_INT, ep_comm));
-  int rows = 0;
-  for (int s = 0; s < ep; s++) {
-    int n = 0;
-    for (int k = 0; k < El; k++) n += a->cnt_recv[s * El + k];
-    a->rc[s] = n * C, a->rd[s] = rows * C;
-    rows += n;
-  }
-  a->rows_recv = rows;
-  exchange(g, xp, a->sc, a->sd, tmp, a->rc, a->rd, "moe dispatch (all-to-all-v)");
-  regroup(a, xe, tmp, C, 1);
-  int *e = off; /* the counts are taken: reuse the offsets' host buffer (E + 1 >= El + 1) */
-  e[0] = 0;
-  for (int k = 0; k < El; k++) {
-    int n = 0;
-    for (int s = 0; s < ep; s++) n += a->cnt_recv[s * El + k];
-    e[k + 1] = e[k] + n;
-  }
-  rt_cuda_upload(eoff, e, sizeof(int) * (size_t)(El + 1));
+  if (r < 0 || r >= a->rounds) rt_cuda_fail("moe dispatch", "round out of range of the last route");
+  rt_a2a_plan_round(a, r, e);
+  exchange(g, xp, a->sc, a->sd, tmp, a->rc, a->rd, C, "moe dispatch (all-to-all-v)");
+  rt_a2a_regroup(a, xe, tmp, sizeof(real) * (size_t)C, 1, copy_device);
+  rt_cuda_upload(eoff, e, sizeof(int) * (size_t)(a->El + 1));
 }
 
 void rt_moe_undispatch(MPI_Comm ep_comm, const RtA2A *a, real *yp, real *tmp, const real *ye, int C) {
   Group *g = group_of(ep_comm, "moe undispatch");
-  regroup(a, (real *)ye, tmp, C, 0);
-  exchange(g, tmp, a->rc, a->rd, yp, a->sc, a->sd, "moe undispatch (all-to-all-v)");
+  rt_a2a_regroup(a, (real *)ye, tmp, sizeof(real) * (size_t)C, 0, copy_device);
+  exchange(g, tmp, a->rc, a->rd, yp, a->sc, a->sd, C, "moe undispatch (all-to-all-v)");
 }

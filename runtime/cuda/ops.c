@@ -64,6 +64,34 @@ void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, 
   if (cu.sync_each) cu_check(cudaStreamSynchronize(cu.stream), op);
 }
 
+/* The runtime's own buffers for cfg, bytes: on the device cuBLAS's workspace (cfg's, as the plan sizes
+ * it; 64 MiB when 0), attention's
+ * delta (tokens × heads fp32), cross-entropy's sums (2 × tokens + 1 fp32), one double, the grouped GEMMs'
+ * pointer arrays (CU_GROUPED_SLOTS × 3 × experts); on the host the permutation's and grouped GEMMs'
+ * copies (2 × tokens × top_k + experts + 1 ints, 2 × experts floats). rt_cuda_setup allocates exactly
+ * these; rt_cuda_scratch_bytes reports them. */
+typedef struct {
+  size_t delta, ce, red, gptr, idx, pos, off, stats;
+} Scratch;
+
+static size_t workspace_bytes(const RtCudaConfig *cfg) {
+  return cfg->cublas_workspace ? cfg->cublas_workspace : (size_t)64 << 20;
+}
+
+static Scratch scratch_of(const RtCudaConfig *cfg) {
+  size_t T = (size_t)cfg->tokens, E = (size_t)(cfg->experts > 0 ? cfg->experts : 1);
+  size_t NK = T * (size_t)(cfg->top_k > 0 ? cfg->top_k : 1);
+  return (Scratch){sizeof(float) * T * (size_t)cfg->heads, sizeof(float) * (2 * T + 1), sizeof(double),
+                   sizeof(void *) * CU_GROUPED_SLOTS * 3 * E, sizeof(int) * NK, sizeof(int) * NK,
+                   sizeof(int) * (E + 1), sizeof(float) * 2 * E};
+}
+
+size_t rt_cuda_scratch_bytes(const RtCudaConfig *cfg, size_t *host_bytes) {
+  Scratch s = scratch_of(cfg);
+  *host_bytes = s.idx + s.pos + s.off + s.stats;
+  return workspace_bytes(cfg) + s.delta + s.ce + s.red + s.gptr;
+}
+
 int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t errlen) {
   memset(&cu, 0, sizeof cu);
   cu.cfg = *cfg;
@@ -84,10 +112,9 @@ int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t err
   cu.grouped_compute = cu.compute;
   cu.sync_each = getenv("MTC_CUDA_SYNC") && strcmp(getenv("MTC_CUDA_SYNC"), "1") == 0;
   /* cuBLAS's workspace from here, so that nothing allocates device memory after start-up */
-  enum { WORKSPACE = 64 << 20 };
   if (cublasCreate(&cu.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(cu.blas, cu.stream) != CUBLAS_STATUS_SUCCESS ||
-      cudaMalloc(&cu.workspace, WORKSPACE) != cudaSuccess ||
-      cublasSetWorkspace(cu.blas, cu.workspace, WORKSPACE) != CUBLAS_STATUS_SUCCESS)
+      cudaMalloc(&cu.workspace, workspace_bytes(cfg)) != cudaSuccess ||
+      cublasSetWorkspace(cu.blas, cu.workspace, workspace_bytes(cfg)) != CUBLAS_STATUS_SUCCESS)
     return snprintf(err, errlen, "cuBLAS set-up failed on GPU %d", cu.device), -1;
   if (rt_cuda_arch(cu.arch, sizeof cu.arch) != 0) return snprintf(err, errlen, "cannot read GPU %d's architecture", cu.device), -1;
   void *cubin = NULL;
@@ -100,15 +127,12 @@ int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t err
   e = cudaLibraryLoadData(&cu.lib, cubin, NULL, NULL, 0, NULL, NULL, 0);
   free(cubin);
   if (e != cudaSuccess) return snprintf(err, errlen, "loading kernels.cu's CUBIN: %s", cudaGetErrorString(e)), -1;
-  size_t T = (size_t)cfg->tokens, E = (size_t)(cfg->experts > 0 ? cfg->experts : 1);
-  size_t NK = T * (size_t)(cfg->top_k > 0 ? cfg->top_k : 1);
-  if (cudaMalloc((void **)&cu.delta, sizeof(float) * T * (size_t)cfg->heads) != cudaSuccess ||
-      cudaMalloc((void **)&cu.ce, sizeof(float) * (2 * T + 1)) != cudaSuccess ||
-      cudaMalloc((void **)&cu.red, sizeof(double)) != cudaSuccess ||
-      cudaMalloc((void **)&cu.gptr, sizeof(void *) * CU_GROUPED_SLOTS * 3 * E) != cudaSuccess)
+  Scratch sc = scratch_of(cfg);
+  if (cudaMalloc((void **)&cu.delta, sc.delta) != cudaSuccess || cudaMalloc((void **)&cu.ce, sc.ce) != cudaSuccess ||
+      cudaMalloc((void **)&cu.red, sc.red) != cudaSuccess || cudaMalloc((void **)&cu.gptr, sc.gptr) != cudaSuccess)
     return snprintf(err, errlen, "cannot allocate the runtime's scratch on GPU %d", cu.device), -1;
-  cu.idx_host = malloc(sizeof(int) * NK), cu.pos_host = malloc(sizeof(int) * NK);
-  cu.off_host = malloc(sizeof(int) * (E + 1)), cu.stats_host = malloc(sizeof(float) * 2 * E);
+  cu.idx_host = malloc(sc.idx), cu.pos_host = malloc(sc.pos);
+  cu.off_host = malloc(sc.off), cu.stats_host = malloc(sc.stats);
   if (!cu.idx_host || !cu.pos_host || !cu.off_host || !cu.stats_host) return snprintf(err, errlen, "out of host memory"), -1;
   cu.ready = 1;
   return 0;
@@ -271,24 +295,26 @@ void rt_attention_backward(real *dq, real *dk, real *dv, const real *dout, const
             (void *[]){&dk, &dv, &dout, &q, &k, &v, &lse, &delta});
 }
 
-void rt_swiglu_forward(real *h, const real *g, const real *u, int n) {
-  long ln = n;
+/* The kernels take long n: ln is that type exactly (launch arguments go by pointer). */
+_Static_assert(sizeof(long) == sizeof(int64_t), "the elementwise kernels' long n is 64-bit (LP64)");
+void rt_swiglu_forward(real *h, const real *g, const real *u, int64_t n) {
+  long ln = (long)n;
   if (ln) cu_launch(K_SWIGLU_FORWARD, vec_blocks(ln), 256, (void *[]){&h, &g, &u, &ln});
 }
 
-void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const real *u, int n) {
+void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const real *u, int64_t n) {
   need(dg && du, "rt_swiglu_backward", "dg and du are required on the cuda backend");
-  long ln = n;
+  long ln = (long)n;
   if (ln) cu_launch(K_SWIGLU_BACKWARD, vec_blocks(ln), 256, (void *[]){&dg, &du, &dh, &g, &u, &ln});
 }
 
-void rt_gelu_forward(real *h, const real *x, int n) {
-  long ln = n;
+void rt_gelu_forward(real *h, const real *x, int64_t n) {
+  long ln = (long)n;
   cu_launch(K_GELU_FORWARD, cu_blocks(ln, 256), 256, (void *[]){&h, &x, &ln});
 }
 
-void rt_gelu_backward(real *dx, const real *dh, const real *x, int n) {
-  long ln = n;
+void rt_gelu_backward(real *dx, const real *dh, const real *x, int64_t n) {
+  long ln = (long)n;
   cu_launch(K_GELU_BACKWARD, cu_blocks(ln, 256), 256, (void *[]){&dx, &dh, &x, &ln});
 }
 

@@ -45,7 +45,7 @@ void rt_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx,
   cu_launch(K_AUX_LOSS_BACKWARD, cu_blocks(N, 128), 128, (void *[]){&dlogits, &logits, &scratch, &coef});
 }
 
-void rt_moe_count(real *load, const int32_t *idx, int n) {
+void rt_moe_count(real *load, const int32_t *idx, int64_t n) {
   rt_cuda_fail("rt_moe_count", "auxiliary-loss-free balancing is not on the cuda backend yet");
 }
 
@@ -137,8 +137,9 @@ static void grouped(const char *op, int kind, int slot, float *out, const float 
     if (s != CUBLAS_STATUS_SUCCESS && cu.grouped_compute != CUBLAS_COMPUTE_32F) {
       cublasComputeType_t next = cu.grouped_compute == CUBLAS_COMPUTE_32F_FAST_16BF ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                                     : CUBLAS_COMPUTE_32F;
-      int rank = 0;
-      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      int inited = 0, rank = 0;
+      MPI_Initialized(&inited); /* test_kernels runs the ops without MPI */
+      if (inited) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       if (rank == 0)
         fprintf(stderr, "note: cuBLAS grouped GEMM refused %s math on fp32 storage (%s); the experts use %s\n",
                 compute_name(cu.grouped_compute), cublasGetStatusString(s), compute_name(next));
@@ -159,7 +160,7 @@ void rt_experts_forward(real *yp, real *g, real *u, real *h, const real *xp, con
   rt_cuda_download(off, offsets, sizeof(int) * (size_t)(E + 1));
   grouped("experts gate_proj", G_FWD, 0, g, xp, NULL, wg, off, E, C, F);
   grouped("experts up_proj", G_FWD, 1, u, xp, NULL, wu, off, E, C, F);
-  rt_swiglu_forward(h, g, u, off[E] * F);
+  rt_swiglu_forward(h, g, u, (int64_t)off[E] * F);
   grouped("experts down_proj", G_FWD, 2, yp, h, NULL, wd, off, E, F, C);
 }
 
@@ -172,7 +173,7 @@ void rt_experts_backward(real *dxp, real *dwg, real *dwu, real *dwd, const real 
   rt_zero(dh, n), rt_zero(dg, n), rt_zero(du, n);
   grouped("experts down_proj dx", G_DX, 0, dh, dyp, NULL, wd, off, E, F, C);
   if (dwd) grouped("experts down_proj dw", G_DW, 1, dwd, h, dyp, NULL, off, E, F, C);
-  rt_swiglu_backward(dg, du, dh, g, u, (int)n);
+  rt_swiglu_backward(dg, du, dh, g, u, (int64_t)n);
   if (dxp) {
     grouped("experts gate_proj dx", G_DX, 2, dxp, dg, NULL, wg, off, E, C, F);
     grouped("experts up_proj dx", G_DX, 3, dxp, du, NULL, wu, off, E, C, F);

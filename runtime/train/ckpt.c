@@ -47,9 +47,8 @@ static int write_shard(const char *stepdir, const RtComm *c, const real *arena, 
                        int64_t step, int64_t *bytes, uint64_t *sum, char *err, size_t errlen) {
   char path[1200], tmp[1300];
   snprintf(path, sizeof path, "%s/rank-%05d.bin", stepdir, c->fsdp_rank);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", tmp, strerror(errno)), -1;
+  int fd = rt_replace_begin(path, tmp, sizeof tmp, err, errlen); /* path: a regular file or nothing */
+  if (fd < 0) return -1;
   unsigned char head[RT_CKPT_HEADER] = {0};
   memcpy(head, "MTCCKPT1", 8);
   int64_t fields[8] = {1, step, c->fsdp_rank, c->fsdp, c->ep, c->dp_replicate, (int64_t)sizeof(real), ng};
@@ -70,9 +69,8 @@ static int write_shard(const char *stepdir, const RtComm *c, const real *arena, 
     close(fd);
     return -1;
   }
-  if (close(fd) != 0 || rename(tmp, path) != 0)
-    return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
-  return 0;
+  if (close(fd) != 0) return snprintf(err, errlen, "%s: %s", tmp, strerror(errno)), -1;
+  return rt_replace_commit(tmp, path, err, errlen);
 }
 
 static int write_manifest(const char *stepdir, int64_t step, uint64_t seed, const RtComm *c, const RtGroup *g, int ng,
@@ -104,13 +102,15 @@ static int write_manifest(const char *stepdir, int64_t step, uint64_t seed, cons
   json_object_set_new(root, "shards", shards);
   char path[1200], tmp[1300];
   snprintf(path, sizeof path, "%s/manifest.json", stepdir);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
+  int fd = rt_replace_begin(path, tmp, sizeof tmp, err, errlen); /* path: a regular file or nothing */
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (fd >= 0 && !f) close(fd);
   int bad = !f || json_dumpf(root, f, JSON_INDENT(1)) != 0 || fflush(f) != 0 || fsync(fileno(f)) != 0;
   if (f && fclose(f) != 0) bad = 1;
   json_decref(root);
-  if (bad || rename(tmp, path) != 0)
-    return snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", path, strerror(errno)), -1;
+  if (fd < 0) return -1;
+  if (bad) return snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", path, strerror(errno)), -1;
+  if (rt_replace_commit(tmp, path, err, errlen) != 0) return -1;
   sync_dir(stepdir);
   return 0;
 }

@@ -1,11 +1,15 @@
-/* ckpt_read.c — finding, verifying and reading checkpoints (see mtrt_ckpt.h). No MPI. */
+/* ckpt_read.c — finding, verifying and reading checkpoints (see mtrt_ckpt.h), and the atomic
+ * file replace that checkpoints and mtc export share. No MPI. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "mtrt_ckpt.h"
@@ -48,6 +52,114 @@ static char *dupstr(const char *s) {
   return d;
 }
 
+enum { MAX_RANKS = 1 << 24, MAX_EXPERTS = 1 << 20, MAX_NAME = 200 };
+#define MAX_ELEMS ((int64_t)1 << 50) /* any one count, shard or offset: far above any model */
+
+/* A manifest field that fails its check: "MANIFEST: FIELD: WHY; expected ..." in err. */
+static int bad(char *err, size_t n, const char *man, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int bad(char *err, size_t n, const char *man, const char *field, const char *fmt, ...) {
+  int k = snprintf(err, n, "%s: %s ", man, field);
+  va_list ap;
+  va_start(ap, fmt);
+  if (k >= 0 && (size_t)k < n) vsnprintf(err + k, n - (size_t)k, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* Whether s is exactly 16 hex digits (a seed or checksum as the writer prints it). */
+static bool hex16(const char *s) {
+  size_t n = strspn(s, "0123456789abcdefABCDEF");
+  return n == 16 && s[16] == '\0';
+}
+
+/* Whether a routed tensor's name pattern has exactly one '%', in "%d" (see rt_ckpt_name). */
+static bool one_expert_slot(const char *name) {
+  const char *p = strchr(name, '%');
+  return p && p[1] == 'd' && !strchr(p + 1, '%');
+}
+
+static int by_name(const void *a, const void *b) {
+  return strcmp((*(const RtCkptTensor *const *)a)->name, (*(const RtCkptTensor *const *)b)->name);
+}
+
+/* Checks every field of the parsed manifest k against the others and against the shard file
+ * layout the writer uses (ckpt.c): the layout's ranks, each group's full = shard x its ranks,
+ * each tensor inside its group with rows x cols = count, unique names, every shard's size the
+ * header plus the groups' sections. Sizes are bounded first, so no product overflows. */
+static int validate(const RtCkpt *k, const char *man, char *err, size_t n) {
+  const int64_t per = k->real_bytes + 8; /* bytes per element in a shard: master, m, v */
+  int64_t bytes = RT_CKPT_HEADER;
+  for (int i = 0; i < k->ngroups; i++) {
+    const RtCkptGroup *g = &k->groups[i];
+    char f[64];
+    snprintf(f, sizeof f, "groups[%d]", i);
+    if (g->comm != 0 && g->comm != 1) return bad(err, n, man, f, "comm is %d; expected 0 (FSDP) or 1 (expert shard)", g->comm);
+    int64_t ranks = g->comm ? k->fsdp / k->ep : k->fsdp;
+    if (g->shard < 1 || g->shard > MAX_ELEMS)
+      return bad(err, n, man, f, "shard is %lld; expected elements per rank from 1 to 2^50", (long long)g->shard);
+    int64_t full;
+    if (__builtin_mul_overflow(g->shard, ranks, &full) || g->full != full)
+      return bad(err, n, man, f, "full is %lld; expected shard %lld x %lld ranks", (long long)g->full,
+                 (long long)g->shard, (long long)ranks);
+    if (g->shard > (MAX_ELEMS * 16 - bytes) / per) return bad(err, n, man, f, "makes the shard files too large");
+    bytes += g->shard * per;
+  }
+  RtCkptTensor **sorted = malloc(sizeof *sorted * ((size_t)k->ntensors + 1));
+  if (!sorted) return bad(err, n, man, "tensors", "%s", "out of memory");
+  int status = 0;
+  for (int i = 0; i < k->ntensors && !status; i++) {
+    const RtCkptTensor *t = &k->tensors[i];
+    const RtCkptGroup *g = &k->groups[t->group];
+    char f[64];
+    snprintf(f, sizeof f, "tensors[%d]", i);
+    sorted[i] = &k->tensors[i];
+    int64_t ne = t->experts ? t->experts : 1;
+    if (!t->name[0] || strlen(t->name) > MAX_NAME)
+      status = bad(err, n, man, f, "name has %zu bytes; expected 1 to %d", strlen(t->name), MAX_NAME);
+    else if (t->experts < 0 || t->experts > MAX_EXPERTS || (t->experts && t->experts != k->experts_per_rank))
+      status = bad(err, n, man, f, "experts is %d; expected 0 (not routed) or experts_per_rank %d", t->experts,
+                   k->experts_per_rank);
+    else if ((t->experts > 0) != (g->comm == 1))
+      status = bad(err, n, man, f, "experts is %d in group %d (comm %d); expected routed tensors in expert-shard "
+                   "groups (comm 1) and only there", t->experts, t->group, g->comm);
+    else if (t->experts ? !one_expert_slot(t->name) : strchr(t->name, '%') != NULL)
+      status = bad(err, n, man, f, "name is '%s'; expected %s", t->name,
+                   t->experts ? "one %d where the expert's number goes, and no other %" : "no % in a tensor name");
+    else if (t->rows < 1 || t->rows > MAX_ELEMS || t->cols < 1 || t->cols > MAX_ELEMS / t->rows ||
+             t->count != t->rows * t->cols)
+      status = bad(err, n, man, f, "(%s) has count %lld, rows %lld, cols %lld; expected count = rows x cols >= 1",
+                   t->name, (long long)t->count, (long long)t->rows, (long long)t->cols);
+    else if (t->offset < 0 || t->offset > g->full || t->count > (g->full - t->offset) / ne)
+      status = bad(err, n, man, f, "(%s) has offset %lld and %lld x %lld elements; expected them inside its group's "
+                   "%lld", t->name, (long long)t->offset, (long long)ne, (long long)t->count, (long long)g->full);
+  }
+  if (!status && k->ntensors > 1) {
+    qsort(sorted, (size_t)k->ntensors, sizeof *sorted, by_name);
+    for (int i = 1; i < k->ntensors && !status; i++)
+      if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0)
+        status = bad(err, n, man, "tensors", "name '%s' twice; expected each tensor once", sorted[i]->name);
+  }
+  free(sorted);
+  for (int i = 0; i < k->nshards && !status; i++) {
+    char f[64], path[1200];
+    struct stat st;
+    snprintf(f, sizeof f, "shards[%d]", i);
+    snprintf(path, sizeof path, "%s/rank-%05d.bin", k->dir, i);
+    if (k->shard_bytes[i] != bytes)
+      status = bad(err, n, man, f, "bytes is %lld; expected %lld, the header and the groups' shards",
+                   (long long)k->shard_bytes[i], (long long)bytes);
+    else if (stat(path, &st) != 0)
+      status = fail(err, n, "%s: %s; expected the checkpoint's shard", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+      status = fail(err, n, "%s: %s; expected the checkpoint's shard", path, "not a regular file");
+    else if (st.st_size != bytes) /* every offset the manifest gives is now inside a file */
+      status = fail(err, n, "%s: wrong size; expected the %s (a corrupt or truncated shard: resume from an older "
+                    "checkpoint by removing this step's directory)", path, "size the manifest gives");
+  }
+  return status;
+}
+
 int rt_ckpt_open(RtCkpt *k, const char *path, char *err, size_t errlen) {
   memset(k, 0, sizeof *k);
   snprintf(k->dir, sizeof k->dir, "%s", path);
@@ -63,12 +175,35 @@ int rt_ckpt_open(RtCkpt *k, const char *path, char *err, size_t errlen) {
   if (json_unpack_ex(root, &je, 0, "{s:s, s:s, s:s, s:I, s:s, s:{s:I, s:I, s:I, s:I, s:I}, s:I, s:o, s:o, s:o}",
                      "format", &format, "model", &model, "optimizer", &opt, "step", &step, "seed", &seed, "layout",
                      "world", &world, "fsdp", &fsdp, "ep", &ep, "dp_replicate", &dpr, "experts_per_rank", &epr,
-                     "real_bytes", &rb, "groups", &groups, "tensors", &tensors, "shards", &shards) != 0 ||
-      strcmp(format, "mtc-checkpoint-1") != 0 || !json_is_array(groups) || !json_is_array(tensors) ||
-      !json_is_array(shards) || (rb != 4 && rb != 8) || fsdp < 1 || ep < 1 || dpr < 1 || fsdp % ep != 0 ||
-      world != fsdp * dpr || step < 0 || epr < 0) {
+                     "real_bytes", &rb, "groups", &groups, "tensors", &tensors, "shards", &shards) != 0) {
     json_decref(root);
     return fail(err, errlen, "%s: malformed manifest (%s); expected one written by an mtc training program", man, je.text);
+  }
+  int st = 0;
+  if (strcmp(format, "mtc-checkpoint-1") != 0) st = bad(err, errlen, man, "format", "is '%s'; expected mtc-checkpoint-1", format);
+  else if (strcmp(opt, "adamw") != 0 && strcmp(opt, "muon") != 0)
+    st = bad(err, errlen, man, "optimizer", "is '%s'; expected adamw or muon", opt);
+  else if (step < 0) st = bad(err, errlen, man, "step", "is %lld; expected a step >= 0", (long long)step);
+  else if (!hex16(seed)) st = bad(err, errlen, man, "seed", "is '%s'; expected 16 hex digits", seed);
+  else if (rb != 4 && rb != 8) st = bad(err, errlen, man, "real_bytes", "is %lld; expected 4 or 8", (long long)rb);
+  else if (fsdp < 1 || fsdp > MAX_RANKS) st = bad(err, errlen, man, "layout.fsdp", "is %lld; expected 1 to 2^24", (long long)fsdp);
+  else if (ep < 1 || ep > fsdp || fsdp % ep != 0)
+    st = bad(err, errlen, man, "layout.ep", "is %lld; expected a divisor of fsdp %lld", (long long)ep, (long long)fsdp);
+  else if (dpr < 1 || dpr > MAX_RANKS || world != fsdp * dpr)
+    st = bad(err, errlen, man, "layout", "has world %lld, dp_replicate %lld; expected world = fsdp %lld x dp_replicate "
+             ">= 1", (long long)world, (long long)dpr, (long long)fsdp);
+  else if (epr < 0 || epr * ep > MAX_EXPERTS)
+    st = bad(err, errlen, man, "layout.experts_per_rank", "is %lld; expected 0 to 2^20 experts in all", (long long)epr);
+  else if (!json_is_array(groups) || !json_is_array(tensors) || !json_is_array(shards))
+    st = bad(err, errlen, man, "groups, tensors and shards", "%s", "are not all arrays; expected three arrays");
+  else if (json_array_size(groups) > MAX_RANKS || json_array_size(tensors) > MAX_RANKS)
+    st = bad(err, errlen, man, "groups or tensors", "%s", "have over 2^24 entries; expected fewer");
+  else if (json_array_size(shards) != (size_t)fsdp)
+    st = bad(err, errlen, man, "shards", "has %zu entries; expected one per FSDP rank, %lld", json_array_size(shards),
+             (long long)fsdp);
+  if (st) {
+    json_decref(root);
+    return -1;
   }
   snprintf(k->model, sizeof k->model, "%s", model);
   snprintf(k->optimizer, sizeof k->optimizer, "%s", opt);
@@ -82,36 +217,61 @@ int rt_ckpt_open(RtCkpt *k, const char *path, char *err, size_t errlen) {
   k->shard_sum = calloc((size_t)k->nshards + 1, sizeof(uint64_t));
   k->fds = malloc(sizeof(int) * ((size_t)k->nshards + 1));
   k->verified = calloc((size_t)k->nshards + 1, sizeof(bool));
-  int bad = !k->groups || !k->tensors || !k->shard_bytes || !k->shard_sum || !k->fds || !k->verified ||
-            k->nshards != k->fsdp;
-  for (int i = 0; !bad && i < k->ngroups; i++) {
-    const char *n;
+  if (!k->groups || !k->tensors || !k->shard_bytes || !k->shard_sum || !k->fds || !k->verified)
+    st = bad(err, errlen, man, "", "%s", "out of memory");
+  for (int i = 0; k->fds && i < k->nshards; i++) k->fds[i] = -1;
+  char f[64];
+  for (int i = 0; !st && i < k->ngroups; i++) {
+    const char *nm;
     json_int_t comm, full, shard;
-    bad = json_unpack(json_array_get(groups, (size_t)i), "{s:s, s:I, s:I, s:I}", "name", &n, "comm", &comm, "full",
-                      &full, "shard", &shard) != 0;
-    if (!bad) k->groups[i] = (RtCkptGroup){dupstr(n), (int)comm, full, shard};
+    snprintf(f, sizeof f, "groups[%d]", i);
+    if (json_unpack_ex(json_array_get(groups, (size_t)i), &je, 0, "{s:s, s:I, s:I, s:I}", "name", &nm, "comm", &comm,
+                       "full", &full, "shard", &shard) != 0)
+      st = bad(err, errlen, man, f, "is malformed (%s); expected {name, comm, full, shard}", je.text);
+    else if (comm < INT_MIN || comm > INT_MAX) st = bad(err, errlen, man, f, "comm is %lld; expected 0 or 1", (long long)comm);
+    else k->groups[i] = (RtCkptGroup){dupstr(nm), (int)comm, full, shard};
   }
-  for (int i = 0; !bad && i < k->ntensors; i++) {
-    const char *n;
+  for (int i = 0; !st && i < k->ntensors; i++) {
+    const char *nm;
     json_int_t g, ex, off, cnt, r, c;
-    bad = json_unpack(json_array_get(tensors, (size_t)i), "{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "name", &n,
-                      "group", &g, "experts", &ex, "offset", &off, "count", &cnt, "rows", &r, "cols", &c) != 0 ||
-          g < 0 || g >= k->ngroups;
-    if (!bad) k->tensors[i] = (RtCkptTensor){dupstr(n), (int)g, (int)ex, off, cnt, r, c};
+    snprintf(f, sizeof f, "tensors[%d]", i);
+    if (json_unpack_ex(json_array_get(tensors, (size_t)i), &je, 0, "{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "name", &nm,
+                       "group", &g, "experts", &ex, "offset", &off, "count", &cnt, "rows", &r, "cols", &c) != 0)
+      st = bad(err, errlen, man, f, "is malformed (%s); expected {name, group, experts, offset, count, rows, cols}",
+               je.text);
+    else if (g < 0 || g >= k->ngroups)
+      st = bad(err, errlen, man, f, "group is %lld; expected 0 to %d", (long long)g, k->ngroups - 1);
+    else if (ex < 0 || ex > MAX_EXPERTS)
+      st = bad(err, errlen, man, f, "experts is %lld; expected 0 to 2^20", (long long)ex);
+    else k->tensors[i] = (RtCkptTensor){dupstr(nm), (int)g, (int)ex, off, cnt, r, c};
+    if (!st && !k->tensors[i].name) st = bad(err, errlen, man, f, "%s", "out of memory");
   }
-  for (int i = 0; !bad && i < k->nshards; i++) {
-    const char *sum;
+  for (int i = 0; !st && i < k->ngroups; i++)
+    if (!k->groups[i].name) st = bad(err, errlen, man, "groups", "%s", "out of memory");
+  for (int i = 0; !st && i < k->nshards; i++) {
+    const char *sum, *file;
     json_int_t bytes;
-    bad = json_unpack(json_array_get(shards, (size_t)i), "{s:I, s:s}", "bytes", &bytes, "fnv1a64", &sum) != 0;
-    if (!bad) k->shard_bytes[i] = bytes, k->shard_sum[i] = strtoull(sum, NULL, 16);
-    k->fds[i] = -1;
+    char want[32];
+    snprintf(f, sizeof f, "shards[%d]", i);
+    snprintf(want, sizeof want, "rank-%05d.bin", i);
+    if (json_unpack_ex(json_array_get(shards, (size_t)i), &je, 0, "{s:s, s:I, s:s}", "file", &file, "bytes", &bytes,
+                       "fnv1a64", &sum) != 0)
+      st = bad(err, errlen, man, f, "is malformed (%s); expected {file, bytes, fnv1a64}", je.text);
+    else if (strcmp(file, want) != 0) st = bad(err, errlen, man, f, "file is '%s'; expected %s", file, want);
+    else if (!hex16(sum)) st = bad(err, errlen, man, f, "fnv1a64 is '%s'; expected 16 hex digits", sum);
+    else k->shard_bytes[i] = bytes, k->shard_sum[i] = strtoull(sum, NULL, 16);
   }
   json_decref(root);
-  if (bad) {
-    rt_ckpt_close(k);
-    return fail(err, errlen, "%s: malformed manifest%s; expected one written by an mtc training program", man, "");
-  }
-  return 0;
+  if (!st) st = validate(k, man, err, errlen);
+  if (st) rt_ckpt_close(k);
+  return st;
+}
+
+int rt_ckpt_name(char *dst, size_t n, const RtCkptTensor *t, int e) {
+  const char *slot = t->experts ? strstr(t->name, "%d") : NULL;
+  int k = slot ? snprintf(dst, n, "%.*s%d%s", (int)(slot - t->name), t->name, e, slot + 2)
+               : snprintf(dst, n, "%s", t->name);
+  return k >= 0 && (size_t)k < n ? 0 : -1;
 }
 
 void rt_ckpt_close(RtCkpt *k) {
@@ -140,6 +300,15 @@ static int shard(RtCkpt *k, int r, char *err, size_t errlen) {
     return fail(err, errlen, "%s: %s; expected the bytes the manifest's checksum names (a corrupt or truncated "
                 "shard: resume from an older checkpoint by removing this step's directory)",
                 path, total != k->shard_bytes[r] ? "wrong size" : "checksum mismatch");
+  }
+  /* the header repeats the layout: a shard of another checkpoint with a matching manifest entry */
+  unsigned char head[RT_CKPT_HEADER];
+  int64_t v[8], want[8] = {1, k->step, r, k->fsdp, k->ep, k->dp_replicate, k->real_bytes, k->ngroups};
+  if (pread(fd, head, sizeof head, 0) != (ssize_t)sizeof head || memcmp(head, "MTCCKPT1", 8) != 0 ||
+      (memcpy(v, head + 8, sizeof v), memcmp(v, want, sizeof v) != 0)) {
+    close(fd);
+    return fail(err, errlen, "%s: its header does not match %s; expected a shard of this checkpoint", path,
+                "the manifest (version, step, rank, layout, bytes per value, groups)");
   }
   k->fds[r] = fd, k->verified[r] = true;
   return fd;
@@ -181,6 +350,55 @@ int rt_ckpt_read(RtCkpt *k, const char *name, int e, int64_t first, int64_t n, i
     }
     free(v);
     dst += take, off += take, n -= take, first += take;
+  }
+  return 0;
+}
+
+/* What the file type in mode is, for messages. */
+static const char *file_kind(mode_t mode) {
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+/* 0 when path is missing or a regular file (following symlinks), else -1 with err set. */
+static int replaceable(const char *path, char *err, size_t errlen) {
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    if (errno == ENOENT) return 0; /* missing, or a dangling symlink: rename replaces the link */
+    return snprintf(err, errlen, "%s: %s; expected a regular file or a path that does not exist", path,
+                    strerror(errno)), -1;
+  }
+  if (S_ISREG(st.st_mode)) return 0;
+  return snprintf(err, errlen, "%s: %s; expected a regular file or a path that does not exist (mtc replaces "
+                  "only those)", path, file_kind(st.st_mode)), -1;
+}
+
+int rt_replace_begin(const char *path, char *tmp, size_t tmplen, char *err, size_t errlen) {
+  if ((size_t)snprintf(tmp, tmplen, "%s.tmp", path) >= tmplen)
+    return snprintf(err, errlen, "%s: path too long", path), -1;
+  if (replaceable(path, err, errlen) != 0) return -1;
+  struct stat st; /* the temporary itself: a leftover file or link goes, anything else stays */
+  if (lstat(tmp, &st) == 0) {
+    if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+      return snprintf(err, errlen, "%s: %s; expected a regular file or a path that does not exist (mtc writes "
+                      "its temporary file there)", tmp, file_kind(st.st_mode)), -1;
+    if (unlink(tmp) != 0) return snprintf(err, errlen, "%s: %s", tmp, strerror(errno)), -1;
+  }
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return snprintf(err, errlen, "%s: %s; expected a writable path", tmp, strerror(errno)), -1;
+  return fd;
+}
+
+int rt_replace_commit(const char *tmp, const char *path, char *err, size_t errlen) {
+  if (replaceable(path, err, errlen) != 0) return unlink(tmp), -1;
+  if (rename(tmp, path) != 0) {
+    snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    unlink(tmp);
+    return -1;
   }
   return 0;
 }

@@ -90,12 +90,40 @@ static void num(FILE *f, const char *key, double x, const char *fmt) {
 }
 
 void rt_metrics_json(FILE *f, int step, double loss, double aux_loss, double lr, double grad_norm,
-                     double tokens_per_s, int skipped) {
+                     double tokens_per_s, int skipped, double moe_load, long moe_extra_rounds) {
   fprintf(f, "{\"step\":%d", step);
   num(f, "loss", loss, "%.17g"); /* every digit: runs are compared bit for bit */
   num(f, "aux_loss", aux_loss, "%.6g");
   num(f, "lr", lr, "%.6g");
   num(f, "grad_norm", grad_norm, "%.6g");
   num(f, "tokens_per_s", tokens_per_s, "%.1f");
+  if (moe_load >= 0) {
+    num(f, "moe_load", moe_load, "%.4f");
+    fprintf(f, ",\"moe_extra_rounds\":%ld", moe_extra_rounds);
+  }
   fputs(skipped ? ",\"skipped\":true}\n" : "}\n", f);
+}
+
+int64_t rt_peak_rss_bytes(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+  fclose(f);
+  return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
+void rt_prefault(void *p, size_t bytes) {
+  volatile char *c = p; /* volatile: a compiler may drop a memset of calloc'ed memory */
+  for (size_t i = 0; i < bytes; i += 4096) c[i] = 0;
+  if (bytes) c[bytes - 1] = 0;
+}
+
+void rt_moe_note(RtCtx *c) {
+  const RtA2A *a = &c->a2a;
+  double load = a->mean ? (double)a->busiest / (double)a->mean : 0;
+  if (load > c->moe_load) c->moe_load = load;
+  c->moe_extra_rounds += a->rounds - 1;
 }

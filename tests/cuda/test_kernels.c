@@ -1,477 +1,427 @@
-/* test_kernels.c — the cuda backend's kernels (templates/kernels.cu) against the cpu backend's
- * ops, on a GPU: compiled by NVRTC for the device, loaded with cudaLibraryLoadData, run on
- * random bf16 inputs, compared within bf16 rounding. The flash attention kernels need other
- * shapes (head_dim a multiple of 16, seq_len of 64): kernels.cu is compiled twice more for them,
- * with bf16 and with fp32 (ACT_FLOAT) storage.
+/* test_kernels.c — the cuda backend's ops against the cpu backend's, as a generated program
+ * calls them: the mtrt_ops.h API over device pointers (runtime/cuda/ops.c, ops_moe.c: cuBLAS
+ * GEMMs, the experts' grouped GEMMs, the kernels of templates/kernels.cu) and the device
+ * optimizer (train_cuda.c), forward and backward on random inputs.
+ *
+ * The cuda runtime is set up as train.c does it: rt_cuda_setup with kernels.cu after a prelude
+ * of the test's shapes, fp32 storage (ACT_FLOAT), as compiler/emit_prog.c writes it. Three
+ * passes, each a fresh set-up:
+ *   fp32 GEMMs (MTC_GEMM=fp32), flash attention            tight, but bf16 tensor-core attention
+ *   fp32 GEMMs, simple attention (MTC_ATTENTION=simple)    tight everywhere
+ *   bf16 GEMMs (the default, CUBLAS_COMPUTE_32F_FAST_16BF) loose where a GEMM is involved
+ * The reference is the cpu backend's ops, linked under ref_ names (tests/cuda/ref_ops.cmake):
+ * ref_matmul_forward is runtime/cpu's rt_matmul_forward, rt_matmul_forward the cuda one.
+ * An error is max |cuda − cpu| / max |cpu| over a tensor; the last lines are the table of
+ * errors per op and pass.
  *   usage: test_kernels TEMPLATES/kernels.cu
- * Without a GPU it prints why and exits 77 (ctest: skipped), so CI builds and links it and a
- * GPU session (tools/device-check.sh) runs it. */
+ * Without a GPU it prints why and exits 77 (ctest: skipped); tests/cuda_emu runs it on the CPU. */
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
-#include "mtrt_comm.h"
 #include "mtrt_cuda.h"
-#include "mtrt_ops.h"
+#include "mtrt_ops.h" /* rt_: the cuda ops (mtrt_cuda), device pointers */
 #include "mtrt_optim.h"
+#include "ref_ops.h" /* ref_: the cpu ops, host pointers */
 
-enum { B = 2, T = 32, N = B * T, C = 64, NH = 4, NKV = 2, HD = 16, V = 256, E = 8, K = 2 };
-static const char prelude[] = "#define TOKENS 64\n#define SEQ_LEN 32\n#define HIDDEN 64\n#define HEADS 4\n"
-                              "#define KV_HEADS 2\n#define HEAD_DIM 16\n#define ROPE_THETA 10000.0f\n"
-                              "#define RMS_EPS 1e-5f\n#define VOCAB 256\n#define VOCAB_CHUNK 256\n"
-                              "#define EXPERTS 8\n#define TOP_K 2\n";
-static cudaLibrary_t lib;
-/* the flash attention test's shapes: 3 query tiles of 64 per sequence, 2 query heads per KV head */
-enum { FB = 2, FT = 192, FN = FB * FT, FH = 4, FKV = 2, FD = 64 };
-static const char flash_prelude[] = "#define TOKENS 384\n#define SEQ_LEN 192\n#define HIDDEN 256\n#define HEADS 4\n"
-                                    "#define KV_HEADS 2\n#define HEAD_DIM 64\n#define ROPE_THETA 10000.0f\n"
-                                    "#define RMS_EPS 1e-5f\n#define VOCAB 256\n#define VOCAB_CHUNK 256\n"
-                                    "#define EXPERTS 0\n#define TOP_K 2\n";
+/* Shapes: B sequences of T tokens, C hidden, NH query / NKV KV heads of HD, V vocabulary in
+ * chunks of CH, E experts (top K) of width F, NE elementwise values. T is two flash tiles of 64
+ * and HD a multiple of 16, so both attention kernels exist; C is no multiple of a row kernel's
+ * 128 threads; CH leaves a partial last chunk; NE is no multiple of the 4-value vectors (the
+ * scalar tail runs). */
+enum { B = 2, T = 128, N = B * T, C = 96, NH = 4, NKV = 2, HD = 32, V = 256, CH = 96, E = 8, K = 2, F = 48 };
+enum { NE = 1003, OC = 80 /* a linear layer's outputs */ };
+#define THETA 10000.0f
+#define TOL 1e-4 /* fp32 arithmetic in another order, fast-math exp */
 
-#define CU(call)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
-      exit(1);                                                                                    \
-    }                                                                                             \
-  } while (0)
+typedef struct {
+  const char *name, *gemm, *attention; /* $MTC_GEMM, $MTC_ATTENTION (NULL: flash) */
+  double gemm_tol, attn_tol;           /* for outputs of GEMMs, of the attention kernels */
+} Pass;
+static const Pass passes[] = {
+    {"fp32/flash", "fp32", NULL, TOL, 2e-2},
+    {"fp32/simple", "fp32", "simple", TOL, TOL},
+    {"bf16/flash", "bf16", NULL, 2e-2, 2e-2},
+};
+enum { NPASS = sizeof passes / sizeof passes[0] };
 
-static dim3 dim3_of(int x) {
-  dim3 d = {(unsigned)x, 1, 1};
-  return d;
+/* ---- results: the error of every check, per pass ---- */
+enum { MAXRES = 96 };
+static struct {
+  const char *name;
+  double err[NPASS], tol[NPASS];
+} res[MAXRES];
+static int nres, pass;
+
+/* Records check `name`'s error in this pass; a failure when above tol (or NaN). */
+static void record(const char *name, double err, double tol) {
+  int i = 0;
+  while (i < nres && strcmp(res[i].name, name) != 0) i++;
+  if (i == nres) {
+    if (nres == MAXRES) fprintf(stderr, "test_kernels: too many checks\n"), exit(1);
+    res[nres++].name = name;
+    for (int p = 0; p < NPASS; p++) res[i].err[p] = NAN, res[i].tol[p] = -1;
+  }
+  res[i].err[pass] = err, res[i].tol[pass] = tol;
+  if (!(err <= tol)) fprintf(stderr, "  FAIL %s (%s): error %.3e above %.0e\n", name, passes[pass].name, err, tol);
+  CHECK(err <= tol);
 }
 
-static void launch(const char *name, int grid, int block, void **args) {
-  cudaKernel_t k;
-  CU(cudaLibraryGetKernel(&k, lib, name));
-  CU(cudaLaunchKernel((const void *)k, dim3_of(grid), dim3_of(block), args, 0, 0));
-  CU(cudaDeviceSynchronize());
+/* max |got − ref| / max |ref| over n values; NaN when got holds a NaN */
+static double err_of(const float *got, const float *ref, size_t n) {
+  double d = 0, s = 1e-30;
+  for (size_t i = 0; i < n; i++) {
+    double e = fabs((double)got[i] - ref[i]);
+    if (isnan(e)) return NAN;
+    d = fmax(d, e), s = fmax(s, fabs(ref[i]));
+  }
+  return d / s;
 }
 
-/* kernels.cu (path) after the prelude pre, compiled by NVRTC for arch and loaded into *l; 0 or -1 */
-static int load_kernels(cudaLibrary_t *l, const char *pre, const char *path, const char *arch) {
+/* ---- memory: host and device buffers of one pass, freed at its end ---- */
+enum { MAXBUF = 256 };
+static void *hbufs[MAXBUF], *dbufs[MAXBUF];
+static int nh, nd;
+static unsigned seed = 1;
+
+/* n zeroed floats (or ints) on the host */
+static float *host(size_t n) {
+  if (nh == MAXBUF) fprintf(stderr, "test_kernels: too many buffers\n"), exit(1);
+  return hbufs[nh++] = calloc(n, sizeof(float));
+}
+/* n values uniform in [−scale/2, scale/2) */
+static float *rnd(size_t n, float scale) {
+  float *x = host(n);
+  for (size_t i = 0; i < n; i++) x[i] = scale * ((float)((seed = seed * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f);
+  return x;
+}
+/* bytes on the device (rt_cuda_alloc: zeroed), a copy of src unless NULL */
+static void *dev(const void *src, size_t bytes) {
+  char err[256];
+  void *d = rt_cuda_alloc(bytes, err, sizeof err);
+  if (!d || nd == MAXBUF) fprintf(stderr, "test_kernels: %s\n", d ? "too many buffers" : err), exit(1);
+  if (src) rt_cuda_upload(d, src, bytes);
+  return dbufs[nd++] = d;
+}
+/* n floats (ints) on the device, as dev */
+static float *devf(const float *x, size_t n) { return dev(x, n * sizeof(float)); }
+static int32_t *devi(const int32_t *x, size_t n) { return dev(x, n * sizeof(int32_t)); }
+/* Frees every buffer of the pass. */
+static void free_pass(void) {
+  while (nd) rt_cuda_free(dbufs[--nd]);
+  while (nh) free(hbufs[--nh]);
+}
+
+/* Check `name`: n floats of device buffer d against the reference. */
+static void check_dev(const char *name, const float *d, const float *ref, size_t n, double tol) {
+  float *got = host(n);
+  rt_cuda_download(got, d, n * sizeof *got);
+  record(name, err_of(got, ref, n), tol);
+}
+/* Check `name`: n ints of device buffer d equal the reference (the error is the mismatch count). */
+static void check_ints(const char *name, const int32_t *d, const int32_t *ref, size_t n) {
+  int32_t *got = (int32_t *)host(n);
+  rt_cuda_download(got, d, n * sizeof *got);
+  int bad = 0;
+  for (size_t i = 0; i < n; i++) bad += got[i] != ref[i];
+  record(name, bad, 0);
+}
+/* Check `name`: a scalar, relative to the reference. */
+static void check_scalar(const char *name, double got, double ref, double tol) {
+  record(name, fabs(got - ref) / fmax(fabs(ref), 1e-30), tol);
+}
+
+/* ---- the checks: each draws its inputs, runs both backends, compares ---- */
+
+/* rt_add, rt_accumulate, rt_copy, rt_zero, SwiGLU and GELU over NE values. */
+static void elementwise(void) {
+  float *a = rnd(NE, 8), *b = rnd(NE, 2), *out = host(NE), *da = devf(a, NE), *db = devf(b, NE), *dout = devf(NULL, NE);
+  ref_add(out, a, b, NE), rt_add(dout, da, db, NE);
+  check_dev("add", dout, out, NE, TOL);
+  ref_accumulate(out, a, NE), rt_accumulate(dout, da, NE);
+  check_dev("accumulate", dout, out, NE, TOL);
+  rt_copy(dout, db, NE);
+  check_dev("copy", dout, b, NE, 0);
+  rt_zero(dout, NE);
+  check_dev("zero", dout, host(NE), NE, 0);
+
+  float *dh = rnd(NE, 2), *dg = rnd(NE, 1), *du = rnd(NE, 1), *ddh = devf(dh, NE), *ddg = devf(dg, NE), *ddu = devf(du, NE);
+  ref_swiglu_forward(out, a, b, NE), rt_swiglu_forward(dout, da, db, NE);
+  check_dev("swiglu_forward", dout, out, NE, TOL);
+  ref_swiglu_backward(dg, du, dh, a, b, NE), rt_swiglu_backward(ddg, ddu, ddh, da, db, NE);
+  check_dev("swiglu_backward dg", ddg, dg, NE, TOL);
+  check_dev("swiglu_backward du", ddu, du, NE, TOL);
+  ref_gelu_forward(out, a, NE), rt_gelu_forward(dout, da, NE);
+  check_dev("gelu_forward", dout, out, NE, TOL);
+  ref_gelu_backward(dg, dh, a, NE), rt_gelu_backward(ddg, ddh, da, NE);
+  check_dev("gelu_backward", ddg, dg, NE, TOL);
+}
+
+/* Embedding, RMSNorm and RoPE, forward and backward; gradients start non-zero (backward adds). */
+static void norm_embed_rope(void) {
+  int32_t *tok = (int32_t *)host(N);
+  for (int i = 0; i < N; i++) tok[i] = (int32_t)((seed = seed * 1664525u + 1013904223u) >> 8) % V;
+  float *wte = rnd((size_t)V * C, 2), *out = host((size_t)N * C), *dwte = rnd((size_t)V * C, 1), *dy = rnd((size_t)N * C, 1);
+  int32_t *dtok = devi(tok, N);
+  float *dwte_ = devf(wte, (size_t)V * C), *dout = devf(NULL, (size_t)N * C), *ddwte = devf(dwte, (size_t)V * C);
+  float *ddy = devf(dy, (size_t)N * C);
+  ref_embedding_forward(out, tok, wte, N, C), rt_embedding_forward(dout, dtok, dwte_, N, C);
+  check_dev("embedding_forward", dout, out, (size_t)N * C, 0);
+  ref_embedding_backward(dwte, dy, tok, N, C), rt_embedding_backward(ddwte, ddy, dtok, N, C);
+  check_dev("embedding_backward", ddwte, dwte, (size_t)V * C, TOL);
+
+  float *x = rnd((size_t)N * C, 4), *w = rnd(C, 2), *rstd = host(N), *dx = rnd((size_t)N * C, 1), *dw = rnd(C, 1);
+  float *dx_ = devf(x, (size_t)N * C), *dw_ = devf(w, C), *drstd = devf(NULL, N), *ddx = devf(dx, (size_t)N * C);
+  float *ddw = devf(dw, C);
+  ref_rmsnorm_forward(out, rstd, x, w, N, C, 1e-5f), rt_rmsnorm_forward(dout, drstd, dx_, dw_, N, C, 1e-5f);
+  check_dev("rmsnorm_forward out", dout, out, (size_t)N * C, TOL);
+  check_dev("rmsnorm_forward rstd", drstd, rstd, N, TOL);
+  ref_rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C), rt_rmsnorm_backward(ddx, ddw, ddy, dx_, dw_, drstd, N, C);
+  check_dev("rmsnorm_backward dx", ddx, dx, (size_t)N * C, TOL);
+  check_dev("rmsnorm_backward dw", ddw, dw, C, TOL);
+
+  size_t nq = (size_t)N * NH * HD, nk = (size_t)N * NKV * HD;
+  float *q = rnd(nq, 2), *k = rnd(nk, 2), *dq = devf(q, nq), *dk = devf(k, nk);
+  ref_rope_forward(q, B, T, NH, HD, THETA), rt_rope_forward(dq, B, T, NH, HD, THETA);
+  check_dev("rope_forward", dq, q, nq, TOL);
+  ref_rope_backward(k, B, T, NKV, HD, THETA), rt_rope_backward(dk, B, T, NKV, HD, THETA);
+  check_dev("rope_backward", dk, k, nk, TOL);
+}
+
+/* A linear layer (cuBLAS GEMMs): out (N, OC) = x wᵀ; dx and dw added to. */
+static void matmul(const Pass *p) {
+  size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+  float *x = rnd(nx, 2), *w = rnd(nw, 1), *out = host(no), *dy = rnd(no, 2), *dx = rnd(nx, 1), *dw = rnd(nw, 1);
+  float *dx_ = devf(x, nx), *dw_ = devf(w, nw), *dout = devf(NULL, no), *ddy = devf(dy, no), *ddx = devf(dx, nx);
+  float *ddw = devf(dw, nw);
+  ref_matmul_forward(out, x, w, NULL, N, C, OC), rt_matmul_forward(dout, dx_, dw_, NULL, N, C, OC);
+  check_dev("matmul_forward", dout, out, no, p->gemm_tol);
+  ref_matmul_backward(dx, dw, NULL, dy, x, w, N, C, OC), rt_matmul_backward(ddx, ddw, NULL, ddy, dx_, dw_, N, C, OC);
+  check_dev("matmul_backward dx", ddx, dx, nx, p->gemm_tol);
+  check_dev("matmul_backward dw", ddw, dw, nw, p->gemm_tol);
+}
+
+/* Causal GQA attention: lse is (B, NH, T) on the cpu and (tokens, NH) on the GPU (each backend
+ * reads only its own); each backward runs from its own forward's out and lse. */
+static void attention(const Pass *p) {
+  size_t nq = (size_t)N * NH * HD, nk = (size_t)N * NKV * HD;
+  float *q = rnd(nq, 4), *k = rnd(nk, 4), *v = rnd(nk, 2), *out = host(nq), *lse = host((size_t)N * NH);
+  float *dy = rnd(nq, 2), *dq = rnd(nq, 1), *dk = rnd(nk, 1), *dv = rnd(nk, 1), *lse_t = host((size_t)N * NH);
+  float *dq_ = devf(q, nq), *dk_ = devf(k, nk), *dv_ = devf(v, nk), *dout = devf(NULL, nq), *dlse = devf(NULL, (size_t)N * NH);
+  float *ddy = devf(dy, nq), *ddq = devf(dq, nq), *ddk = devf(dk, nk), *ddv = devf(dv, nk);
+  ref_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HD), rt_attention_forward(dout, dlse, dq_, dk_, dv_, B, T, NH, NKV, HD);
+  check_dev("attention_forward out", dout, out, nq, p->attn_tol);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) lse_t[((size_t)b * T + t) * NH + h] = lse[((size_t)b * NH + h) * T + t];
+  check_dev("attention_forward lse", dlse, lse_t, (size_t)N * NH, p->attn_tol);
+  ref_attention_backward(dq, dk, dv, dy, q, k, v, out, lse, B, T, NH, NKV, HD);
+  rt_attention_backward(ddq, ddk, ddv, ddy, dq_, dk_, dv_, dout, dlse, B, T, NH, NKV, HD);
+  check_dev("attention_backward dq", ddq, dq, nq, 2 * p->attn_tol);
+  check_dev("attention_backward dk", ddk, dk, nk, 2 * p->attn_tol);
+  check_dev("attention_backward dv", ddv, dv, nk, 2 * p->attn_tol);
+}
+
+/* Router (softmax, and sigmoid with a bias), balancing loss, permutation, gather and combine.
+ * Expert 3's logits are far below the rest, so the softmax router never picks it. */
+static void moe(void) {
+  size_t nl = (size_t)N * E, na = (size_t)N * K, nx = (size_t)N * C, np = na * C;
+  float *logits = rnd(nl, 8), *bias = rnd(E, 1), *wts = host(na), *dl = rnd(nl, 1), *dwts = rnd(na, 1);
+  for (int n = 0; n < N; n++) logits[(size_t)n * E + 3] = -20;
+  int32_t *idx = (int32_t *)host(na), *didx = devi(NULL, na);
+  float *dlog = devf(logits, nl), *dbias = devf(bias, E), *dwts_ = devf(NULL, na), *ddl = devf(dl, nl), *ddwts = devf(dwts, na);
+  for (int sig = 1; sig >= 0; sig--) { /* softmax last: its choices go on */
+    float *b = sig ? bias : NULL, *db = sig ? dbias : NULL;
+    ref_router_forward(idx, wts, logits, b, N, E, K, sig), rt_router_forward(didx, dwts_, dlog, db, N, E, K, sig);
+    check_ints(sig ? "router_forward sigmoid idx" : "router_forward softmax idx", didx, idx, na);
+    check_dev(sig ? "router_forward sigmoid wts" : "router_forward softmax wts", dwts_, wts, na, TOL);
+    ref_router_backward(dl, dwts, logits, idx, wts, N, E, K, sig), rt_router_backward(ddl, ddwts, dlog, didx, dwts_, N, E, K, sig);
+    check_dev(sig ? "router_backward sigmoid" : "router_backward softmax", ddl, dl, nl, TOL);
+  }
+
+  /* alpha 1: the gradient is about 1e-3, as the start values */
+  float *scratch = host(3 * E), *dscratch = devf(NULL, 3 * E), *dla = rnd(nl, 2e-3f), *ddla = devf(dla, nl);
+  check_scalar("aux_loss_forward", rt_aux_loss_forward(dlog, didx, N, E, K, 1, dscratch),
+               ref_aux_loss_forward(logits, idx, N, E, K, 1, scratch), TOL);
+  ref_aux_loss_backward(dla, logits, idx, N, E, K, 1, 0.5f, scratch), rt_aux_loss_backward(ddla, dlog, didx, N, E, K, 1, 0.5f, dscratch);
+  check_dev("aux_loss_backward", ddla, dla, nl, TOL);
+
+  int32_t *pos = (int32_t *)host(na), *off = (int32_t *)host(E + 1), *dpos = devi(NULL, na), *doff = devi(NULL, E + 1);
+  ref_moe_permute(pos, off, idx, N, E, K), rt_moe_permute(dpos, doff, didx, N, E, K);
+  check_ints("moe_permute pos", dpos, pos, na);
+  check_ints("moe_permute offsets", doff, off, E + 1);
+  CHECK_EQ(off[3], off[4]); /* expert 3 has no rows */
+
+  float *x = rnd(nx, 2), *xp = host(np), *dxp = rnd(np, 1), *dx = rnd(nx, 1), *dx_ = devf(x, nx), *dxp_ = devf(NULL, np);
+  float *ddxp = devf(dxp, np), *ddx = devf(dx, nx);
+  ref_moe_gather(xp, x, pos, N, K, C), rt_moe_gather(dxp_, dx_, dpos, N, K, C);
+  check_dev("moe_gather", dxp_, xp, np, 0);
+  ref_moe_gather_backward(dx, dxp, pos, N, K, C), rt_moe_gather_backward(ddx, ddxp, dpos, N, K, C);
+  check_dev("moe_gather_backward", ddx, dx, nx, TOL);
+
+  float *yp = rnd(np, 2), *y = rnd(nx, 1), *dy = rnd(nx, 2), *dyp = rnd(np, 1) /* overwritten */, *dw = rnd(na, 1);
+  float *dyp_ = devf(yp, np), *dy_ = devf(y, nx), *ddy = devf(dy, nx), *ddyp = devf(dyp, np), *ddw = devf(dw, na);
+  ref_moe_combine(y, yp, wts, pos, N, K, C), rt_moe_combine(dy_, dyp_, dwts_, dpos, N, K, C);
+  check_dev("moe_combine", dy_, y, nx, TOL);
+  ref_moe_combine_backward(dyp, dw, dy, yp, wts, pos, N, K, C);
+  rt_moe_combine_backward(ddyp, ddw, ddy, dyp_, dwts_, dpos, N, K, C);
+  check_dev("moe_combine_backward dyp", ddyp, dyp, np, TOL);
+  check_dev("moe_combine_backward dwts", ddw, dw, na, TOL);
+}
+
+/* The routed experts (grouped GEMMs) over uneven rows per expert, one of them 0 and one 1. */
+static void experts(const Pass *p) {
+  static const int rows[E] = {90, 0, 130, 7, 64, 1, 100, 120};
+  int32_t *off = (int32_t *)host(E + 1);
+  for (int e = 0; e < E; e++) off[e + 1] = off[e] + rows[e];
+  CHECK_EQ(off[E], N * K);
+  size_t nx = (size_t)N * K * C, nh_ = (size_t)N * K * F, nw = (size_t)E * F * C;
+  float *xp = rnd(nx, 2), *wg = rnd(nw, 1), *wu = rnd(nw, 1), *wd = rnd(nw, 1);
+  float *yp = host(nx), *g = host(nh_), *u = host(nh_), *h = host(nh_);
+  int32_t *doff = devi(off, E + 1);
+  float *dxp_ = devf(xp, nx), *dwg_ = devf(wg, nw), *dwu_ = devf(wu, nw), *dwd_ = devf(wd, nw);
+  float *dyp_ = devf(NULL, nx), *dg_ = devf(NULL, nh_), *du_ = devf(NULL, nh_), *dh_ = devf(NULL, nh_);
+  ref_experts_forward(yp, g, u, h, xp, wg, wu, wd, off, E, C, F);
+  rt_experts_forward(dyp_, dg_, du_, dh_, dxp_, dwg_, dwu_, dwd_, doff, E, C, F);
+  check_dev("experts_forward g", dg_, g, nh_, p->gemm_tol);
+  check_dev("experts_forward u", du_, u, nh_, p->gemm_tol);
+  check_dev("experts_forward h", dh_, h, nh_, p->gemm_tol);
+  check_dev("experts_forward yp", dyp_, yp, nx, p->gemm_tol);
+
+  float *dyp = rnd(nx, 2), *dxp = rnd(nx, 1), *dwg = rnd(nw, 1), *dwu = rnd(nw, 1), *dwd = rnd(nw, 1);
+  float *sh = host(nh_), *sg = host(nh_), *su = host(nh_);
+  float *ddyp = devf(dyp, nx), *ddxp = devf(dxp, nx), *ddwg = devf(dwg, nw), *ddwu = devf(dwu, nw), *ddwd = devf(dwd, nw);
+  float *dsh = devf(NULL, nh_), *dsg = devf(NULL, nh_), *dsu = devf(NULL, nh_);
+  ref_experts_backward(dxp, dwg, dwu, dwd, dyp, xp, g, u, h, wg, wu, wd, off, E, C, F, sh, sg, su);
+  rt_experts_backward(ddxp, ddwg, ddwu, ddwd, ddyp, dxp_, dg_, du_, dh_, dwg_, dwu_, dwd_, doff, E, C, F, dsh, dsg, dsu);
+  check_dev("experts_backward dxp", ddxp, dxp, nx, p->gemm_tol);
+  check_dev("experts_backward dwg", ddwg, dwg, nw, p->gemm_tol);
+  check_dev("experts_backward dwu", ddwu, dwu, nw, p->gemm_tol);
+  check_dev("experts_backward dwd", ddwd, dwd, nw, p->gemm_tol);
+}
+
+/* LM head and cross-entropy over vocabulary chunks of CH; dloss 64 makes the gradients about
+ * as large as the start values they are added to. */
+static void lm_head(const Pass *p) {
+  size_t nx = (size_t)N * C, nw = (size_t)V * C;
+  int32_t *tgt = (int32_t *)host(N);
+  for (int i = 0; i < N; i++) tgt[i] = (int32_t)((seed = seed * 1664525u + 1013904223u) >> 8) % V;
+  float *x = rnd(nx, 2), *w = rnd(nw, 1), *lse = host(N), *scratch = host((size_t)N * CH), *dx = rnd(nx, 1), *dw = rnd(nw, 1);
+  int32_t *dtgt = devi(tgt, N);
+  float *dx_ = devf(x, nx), *dw_ = devf(w, nw), *dlse = devf(NULL, N), *dscratch = devf(NULL, (size_t)N * CH);
+  float *ddx = devf(dx, nx), *ddw = devf(dw, nw);
+  check_scalar("lm_head_ce_forward loss", rt_lm_head_ce_forward(dlse, dx_, dw_, dtgt, N, C, V, CH, dscratch),
+               ref_lm_head_ce_forward(lse, x, w, tgt, N, C, V, CH, scratch), p->gemm_tol);
+  check_dev("lm_head_ce_forward lse", dlse, lse, N, p->gemm_tol);
+  ref_lm_head_ce_backward(dx, dw, x, w, tgt, lse, N, C, V, CH, scratch, 64);
+  rt_lm_head_ce_backward(ddx, ddw, dx_, dw_, dtgt, dlse, N, C, V, CH, dscratch, 64);
+  check_dev("lm_head_ce_backward dx", ddx, dx, nx, p->gemm_tol);
+  check_dev("lm_head_ce_backward dw", ddw, dw, nw, p->gemm_tol);
+}
+
+/* The device optimizer against the host's: AdamW over a shard [LO, HI) of group 0 that cuts
+ * tensors, skips the Muon tensor and another group's, and decays only where decay is set; the
+ * squared norm over more values than the kernel's 1024 blocks of 256 cover in one sweep. */
+static void optimizer(void) {
+  enum { LO = 250, HI = 880, S = HI - LO, NS = 300000 };
+  static const RtTensor t[] = {
+      {.name = "w", .group = 0, .offset = 0, .count = 300, .decay = true},
+      {.name = "norm", .group = 0, .offset = 300, .count = 100, .init_one = true},
+      {.name = "muon", .group = 0, .offset = 400, .count = 200, .muon = true, .decay = true},
+      {.name = "experts", .group = 0, .offset = 600, .count = 150, .experts = 2, .decay = true},
+      {.name = "other", .group = 1, .offset = 0, .count = 700, .decay = true},
+  };
+  RtAdamW hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 3};
+  float *par = rnd(S, 2), *m = rnd(S, 0.2f), *v = rnd(S, 0.02f), *grad = rnd(S, 2);
+  for (int i = 0; i < S; i++) v[i] = fabsf(v[i]);
+  float *dpar = devf(par, S), *dm = devf(m, S), *dv = devf(v, S), *dgrad = devf(grad, S);
+  rt_adamw_shard(par, m, v, grad, t, 5, 0, LO, HI, 0.5f, &hp);
+  rt_cu_adamw_shard(dpar, dm, dv, dgrad, t, 5, 0, LO, HI, 0.5f, &hp);
+  check_dev("adamw param", dpar, par, S, TOL);
+  check_dev("adamw m", dm, m, S, TOL);
+  check_dev("adamw v", dv, v, S, TOL);
+  float *g = rnd(NS, 2);
+  check_scalar("sum_squares", rt_cu_sum_squares(devf(g, NS), NS), rt_sum_squares(g, NS), 1e-5);
+}
+
+/* ---- the passes ---- */
+
+/* kernels.cu at path after the prelude of the test's shapes, as emit_prog.c writes it (malloc'ed). */
+static char *kernels_source(const char *path, size_t *len) {
+  char pre[512];
+  int pl = snprintf(pre, sizeof pre,
+                    "#define ACT_FLOAT\n#define TOKENS %d\n#define SEQ_LEN %d\n#define HIDDEN %d\n#define HEADS %d\n"
+                    "#define KV_HEADS %d\n#define HEAD_DIM %d\n#define ROPE_THETA ((float)%.17g)\n#define RMS_EPS 1e-5f\n"
+                    "#define VOCAB %d\n#define VOCAB_CHUNK %d\n#define EXPERTS %d\n#define TOP_K %d\n\n",
+                    N, T, C, NH, NKV, HD, (double)THETA, V, CH, E, K);
   FILE *f = fopen(path, "rb");
-  if (!f) return fprintf(stderr, "cannot open %s\n", path), -1;
-  static char src[1 << 17];
-  static char nvlog[1 << 15];
-  size_t pl = strlen(pre), n = fread(src + pl, 1, sizeof src - pl - 1, f);
+  if (!f) return fprintf(stderr, "test_kernels: cannot open %s\n", path), NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  char *src = malloc((size_t)pl + (size_t)n + 1);
+  fseek(f, 0, SEEK_SET);
+  memcpy(src, pre, (size_t)pl);
+  size_t got = fread(src + pl, 1, (size_t)n, f);
   fclose(f);
-  memcpy(src, pre, pl);
-  void *cubin = NULL;
-  size_t bytes;
-  int nk, cached;
-  if (rt_cuda_compile(src, pl + n, "kernels.cu", arch, MTRT_CUDA_INCLUDE, NULL, &cubin, &bytes, &nk, &cached, nvlog,
-                      sizeof nvlog) != 0)
-    return fprintf(stderr, "%s\nNVRTC failed\n", nvlog), -1;
-  CU(cudaLibraryLoadData(l, cubin, NULL, NULL, 0, NULL, NULL, 0));
-  printf("test_kernels: %d kernels for %s loaded\n", nk, arch);
-  free(cubin);
+  *len = (size_t)pl + got;
+  src[*len] = 0;
+  return src;
+}
+
+/* One pass: the cuda runtime set up as train.c does (MTC_GEMM, MTC_ATTENTION as the pass says),
+ * every check, teardown. Returns -1 when the set-up fails. */
+static int run_pass(const Pass *p, const char *src, size_t len) {
+  setenv("MTC_GEMM", p->gemm, 1);
+  if (p->attention) setenv("MTC_ATTENTION", p->attention, 1);
+  else unsetenv("MTC_ATTENTION");
+  RtCudaConfig cfg = {src, len, MTRT_CUDA_INCLUDE, N, NH, E, K, 4 << 20};
+  static char err[1 << 16];
+  if (rt_cuda_setup(&cfg, 0, err, sizeof err) != 0) return fprintf(stderr, "test_kernels: %s\n", err), -1;
+  char line[1024];
+  rt_cuda_describe(line, sizeof line);
+  printf("test_kernels: pass %s: %s\n", p->name, line);
+  CHECK(strstr(line, p->attention ? "attention simple" : "attention flash") != NULL);
+  seed = 1; /* every pass draws the same inputs */
+  elementwise();
+  norm_embed_rope();
+  matmul(p);
+  attention(p);
+  moe();
+  experts(p);
+  lm_head(p);
+  optimizer();
+  rt_cuda_sync("test_kernels");
+  free_pass();
+  rt_cuda_teardown();
   return 0;
 }
 
-static void launch3(cudaLibrary_t l, const char *name, dim3 grid, int block, void **args) {
-  cudaKernel_t k;
-  CU(cudaLibraryGetKernel(&k, l, name));
-  CU(cudaLaunchKernel((const void *)k, grid, dim3_of(block), args, 0, 0));
-  CU(cudaDeviceSynchronize());
-}
-
-static float rnd(unsigned *s) { return (float)((*s = *s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f; }
-/* n random values, rounded to bf16 (what the GPU stores) */
-static void fill(float *x, int n, unsigned seed, float scale) {
-  for (int i = 0; i < n; i++) x[i] = rt_float_from_bf16(rt_bf16_from_float(scale * rnd(&seed)));
-}
-static void *to_dev_bf16(const float *x, int n) {
-  uint16_t *h = malloc(2 * (size_t)n);
-  for (int i = 0; i < n; i++) h[i] = rt_bf16_from_float(x[i]);
-  void *d;
-  CU(cudaMalloc(&d, 2 * (size_t)n));
-  CU(cudaMemcpy(d, h, 2 * (size_t)n, cudaMemcpyHostToDevice));
-  free(h);
-  return d;
-}
-static void *to_dev(const void *x, size_t bytes) {
-  void *d;
-  CU(cudaMalloc(&d, bytes));
-  CU(cudaMemcpy(d, x, bytes, cudaMemcpyHostToDevice));
-  return d;
-}
-static void from_dev_bf16(float *x, const void *d, int n) {
-  uint16_t *h = malloc(2 * (size_t)n);
-  CU(cudaMemcpy(h, d, 2 * (size_t)n, cudaMemcpyDeviceToHost));
-  for (int i = 0; i < n; i++) x[i] = rt_float_from_bf16(h[i]);
-  free(h);
-}
-/* max |a - b| / (|b| + floor) over n values; bf16 keeps 8 significant bits (2^-8 relative) */
-static double rel_err(const float *a, const float *b, int n, double floor) {
-  double m = 0;
-  for (int i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]) / (fabs((double)b[i]) + floor));
-  return m;
-}
-
-/* n values of x to the device as `act` (fp32 with ACT_FLOAT, else bf16), and back */
-static void *to_dev_act(const float *x, int n, int act_float) {
-  return act_float ? to_dev(x, sizeof(float) * (size_t)n) : to_dev_bf16(x, n);
-}
-static void from_dev_act(float *x, const void *d, int n, int act_float) {
-  if (act_float) CU(cudaMemcpy(x, d, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost));
-  else from_dev_bf16(x, d, n);
-}
-
-/* The flash attention kernels (FB, FT, FH / FKV heads of FD) against the cpu reference, with the
- * launch configurations of kernels.cu (FLASH_*_GRID, FLASH_THREADS = 128, static shared memory):
- * forward (FT / 64, heads, FB); prep one warp per (token, head); dq (FT / 64, FH, FB); dkv
- * (FT / 64, FKV, FB). Backward adds into dq, dk, dv: they start at zero. */
-static void flash_check(const char *path, const char *arch, int act_float) {
-  static char pre[1024];
-  snprintf(pre, sizeof pre, "%s%s", act_float ? "#define ACT_FLOAT\n" : "", flash_prelude);
-  cudaLibrary_t fl;
-  int loaded = load_kernels(&fl, pre, path, arch) == 0;
-  CHECK(loaded);
-  if (!loaded) return;
-  enum { NQ = FN * FH * FD, NK = FN * FKV * FD };
-  static float q[NQ], k[NK], v[NK], dout[NQ], out[NQ], outr[NQ], lse[FN * FH], lser[FN * FH];
-  static float dq[NQ], dk[NK], dv[NK], dqr[NQ], dkr[NK], dvr[NK];
-  fill(q, NQ, 23, 2), fill(k, NK, 24, 2), fill(v, NK, 25, 2), fill(dout, NQ, 26, 1);
-  rt_attention_forward(outr, lser, q, k, v, FB, FT, FH, FKV, FD); /* lser (FB, FH, FT) */
-  void *gq = to_dev_act(q, NQ, act_float), *gk = to_dev_act(k, NK, act_float), *gv = to_dev_act(v, NK, act_float);
-  void *gdo = to_dev_act(dout, NQ, act_float), *gout, *glse, *gdelta, *gdq, *gdk, *gdv;
-  size_t es = act_float ? 4 : 2;
-  CU(cudaMalloc(&gout, es * NQ));
-  CU(cudaMalloc(&glse, sizeof lse));
-  CU(cudaMalloc(&gdelta, sizeof lse));
-  CU(cudaMalloc(&gdq, es * NQ));
-  CU(cudaMalloc(&gdk, es * NK));
-  CU(cudaMalloc(&gdv, es * NK));
-  CU(cudaMemset(gdq, 0, es * NQ)); CU(cudaMemset(gdk, 0, es * NK)); CU(cudaMemset(gdv, 0, es * NK));
-  dim3 gq3 = {FT / 64, FH, FB}, gkv3 = {FT / 64, FKV, FB};
-  launch3(fl, "flash_attention_forward", gq3, 128, (void *[]){&gout, &glse, &gq, &gk, &gv});
-  from_dev_act(out, gout, NQ, act_float);
-  CU(cudaMemcpy(lse, glse, sizeof lse, cudaMemcpyDeviceToHost));
-  double e1 = rel_err(out, outr, NQ, 1e-1), el = 0;
-  for (int b = 0; b < FB; b++)
-    for (int h = 0; h < FH; h++)
-      for (int t = 0; t < FT; t++) el = fmax(el, fabs(lse[(b * FT + t) * FH + h] - lser[(b * FH + h) * FT + t]));
-  printf("  flash_attention_forward (%s): out %.2e, log-sum-exp within %.2e\n", act_float ? "fp32" : "bf16", e1, el);
-  CHECK(e1 < 0x1p-6 && el < 1e-4);
-  /* the cpu backward from the GPU's output, as the GPU does */
-  memset(dqr, 0, sizeof dqr), memset(dkr, 0, sizeof dkr), memset(dvr, 0, sizeof dvr);
-  rt_attention_backward(dqr, dkr, dvr, dout, q, k, v, out, lser, FB, FT, FH, FKV, FD);
-  launch3(fl, "flash_attention_backward_prep", dim3_of(FN * FH / 4), 128, (void *[]){&gdelta, &gdo, &gout});
-  launch3(fl, "flash_attention_backward_dq", gq3, 128, (void *[]){&gdq, &gdo, &gq, &gk, &gv, &glse, &gdelta});
-  launch3(fl, "flash_attention_backward_dkv", gkv3, 128, (void *[]){&gdk, &gdv, &gdo, &gq, &gk, &gv, &glse, &gdelta});
-  from_dev_act(dq, gdq, NQ, act_float), from_dev_act(dk, gdk, NK, act_float), from_dev_act(dv, gdv, NK, act_float);
-  double eq = rel_err(dq, dqr, NQ, 1e-1), ek = rel_err(dk, dkr, NK, 1e-1), ev = rel_err(dv, dvr, NK, 1e-1);
-  printf("  flash_attention_backward (%s): dq %.2e, dk %.2e, dv %.2e\n", act_float ? "fp32" : "bf16", eq, ek, ev);
-  CHECK(eq < 0x1p-5 && ek < 0x1p-5 && ev < 0x1p-5);
-  void *bufs[] = {gq, gk, gv, gdo, gout, glse, gdelta, gdq, gdk, gdv};
-  for (int i = 0; i < 10; i++) CU(cudaFree(bufs[i]));
-  CU(cudaLibraryUnload(fl));
-}
-
 int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* in order with the runtime's notes on stderr */
   int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
-    printf("test_kernels: skipped: no GPU (%s)\n", gpus ? "" : cudaGetErrorString(cudaGetDeviceCount(&gpus)));
+  cudaError_t e = cudaGetDeviceCount(&gpus);
+  if (e != cudaSuccess || gpus == 0) {
+    printf("test_kernels: skipped: no GPU (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
     return 77;
   }
   if (argc != 2) return fprintf(stderr, "usage: test_kernels TEMPLATES/kernels.cu\n"), 2;
-  char arch[16];
-  CHECK_EQ(rt_cuda_arch(arch, sizeof arch), 0);
-  if (load_kernels(&lib, prelude, argv[1], arch) != 0) return 1;
-  cudaKernel_t none; /* seq_len 32 is no multiple of 64: no flash kernels (the host falls back) */
-  CHECK(cudaLibraryGetKernel(&none, lib, "flash_attention_forward") != cudaSuccess);
-  (void)cudaGetLastError();
-
-  /* RMSNorm forward */
-  static float x[N * C], w[C], out[N * C], ref[N * C], rstd[N], rstd_ref[N];
-  fill(x, N * C, 1, 4), fill(w, C, 2, 2);
-  rt_rmsnorm_forward(ref, rstd_ref, x, w, N, C, 1e-5f);
-  void *dx = to_dev_bf16(x, N * C), *dw = to_dev_bf16(w, C), *dout = to_dev_bf16(out, N * C), *drstd;
-  CU(cudaMalloc(&drstd, sizeof rstd));
-  launch("rmsnorm_forward", N, 128, (void *[]){&dout, &drstd, &dx, &dw});
-  from_dev_bf16(out, dout, N * C);
-  CU(cudaMemcpy(rstd, drstd, sizeof rstd, cudaMemcpyDeviceToHost));
-  double e1 = rel_err(out, ref, N * C, 1e-2), e2 = rel_err(rstd, rstd_ref, N, 0);
-  printf("  rmsnorm_forward: out %.2e, rstd %.2e relative\n", e1, e2);
-  CHECK(e1 < 0x1p-7 && e2 < 1e-4);
-
-  /* RMSNorm backward: dx added to (bf16), dw added to (fp32), 16 rows per block */
-  static float nbo[N * C], nbx[N * C], nbxr[N * C], nbw[C], nbwr[C];
-  fill(nbo, N * C, 21, 1);
-  memset(nbxr, 0, sizeof nbxr), memset(nbwr, 0, sizeof nbwr);
-  rt_rmsnorm_backward(nbxr, nbwr, nbo, x, w, rstd_ref, N, C);
-  void *dnbo = to_dev_bf16(nbo, N * C), *dnbx = to_dev_bf16(nbx, N * C) /* zeros */, *dnbw, *drr = to_dev(rstd_ref, sizeof rstd_ref);
-  CU(cudaMalloc(&dnbw, sizeof nbw));
-  CU(cudaMemset(dnbw, 0, sizeof nbw));
-  launch("rmsnorm_backward", (N + 15) / 16, 128, (void *[]){&dnbx, &dnbw, &dnbo, &dx, &dw, &drr});
-  from_dev_bf16(nbx, dnbx, N * C);
-  CU(cudaMemcpy(nbw, dnbw, sizeof nbw, cudaMemcpyDeviceToHost));
-  e1 = rel_err(nbx, nbxr, N * C, 1e-1), e2 = rel_err(nbw, nbwr, C, 1e-1);
-  printf("  rmsnorm_backward: dx %.2e, dw %.2e\n", e1, e2);
-  CHECK(e1 < 0x1p-6 && e2 < 1e-3);
-
-  /* RoPE on queries (B, T, NH, HD) */
-  static float q[N * NH * HD], qr[N * NH * HD];
-  fill(q, N * NH * HD, 3, 2);
-  memcpy(qr, q, sizeof q);
-  rt_rope_forward(qr, B, T, NH, HD, 10000.0f);
-  void *dq = to_dev_bf16(q, N * NH * HD);
-  int heads = NH;
-  float sign = 1;
-  launch("rope", N, NH * HD / 2, (void *[]){&dq, &heads, &sign});
-  from_dev_bf16(q, dq, N * NH * HD);
-  e1 = rel_err(q, qr, N * NH * HD, 1e-1);
-  printf("  rope: %.2e\n", e1);
-  CHECK(e1 < 0x1p-6);
-
-  /* SwiGLU forward and backward, residual add */
-  static float g[N * C], u[N * C], h[N * C], dh[N * C], dg[N * C], du[N * C], hr[N * C], dgr[N * C], dur[N * C];
-  fill(g, N * C, 4, 6), fill(u, N * C, 5, 2), fill(dh, N * C, 6, 1);
-  rt_swiglu_forward(hr, g, u, N * C);
-  memset(dgr, 0, sizeof dgr), memset(dur, 0, sizeof dur);
-  rt_swiglu_backward(dgr, dur, dh, g, u, N * C);
-  void *dg_ = to_dev_bf16(g, N * C), *du_ = to_dev_bf16(u, N * C), *dh_ = to_dev_bf16(dh, N * C);
-  void *ho = to_dev_bf16(h, N * C), *go = to_dev_bf16(dg, N * C), *uo = to_dev_bf16(du, N * C);
-  long cnt = N * C;
-  launch("swiglu_forward", (int)(cnt / 8 + 127) / 128, 128, (void *[]){&ho, &dg_, &du_, &cnt});
-  launch("swiglu_backward", (int)(cnt / 8 + 127) / 128, 128, (void *[]){&go, &uo, &dh_, &dg_, &du_, &cnt});
-  from_dev_bf16(h, ho, N * C), from_dev_bf16(dg, go, N * C), from_dev_bf16(du, uo, N * C);
-  double eh = rel_err(h, hr, N * C, 1e-2), eg = rel_err(dg, dgr, N * C, 1e-2), eu = rel_err(du, dur, N * C, 1e-2);
-  printf("  swiglu: forward %.2e, backward %.2e / %.2e\n", eh, eg, eu);
-  CHECK(eh < 0x1p-6 && eg < 0x1p-6 && eu < 0x1p-6);
-  launch("residual_add", (int)(cnt / 8 + 127) / 128, 128, (void *[]){&ho, &dg_, &du_, &cnt});
-  from_dev_bf16(h, ho, N * C);
-  for (int i = 0; i < N * C; i++) hr[i] = g[i] + u[i];
-  e1 = rel_err(h, hr, N * C, 1e-2);
-  printf("  residual_add: %.2e\n", e1);
-  CHECK(e1 < 0x1p-7);
-
-  /* router top-k (softmax) and the MoE permute / gather / combine path */
-  static float logits[N * E], wts[N * K], wref[N * K];
-  static int32_t idx[N * K], iref[N * K];
-  fill(logits, N * E, 7, 8);
-  rt_router_forward(iref, wref, logits, NULL, N, E, K, false);
-  void *dl = to_dev(logits, sizeof logits), *di, *dwt, *dnull = NULL;
-  CU(cudaMalloc(&di, sizeof idx));
-  CU(cudaMalloc(&dwt, sizeof wts));
-  int sig = 0;
-  launch("router_topk", 1, 128, (void *[]){&di, &dwt, &dl, &dnull, &sig});
-  CU(cudaMemcpy(idx, di, sizeof idx, cudaMemcpyDeviceToHost));
-  CU(cudaMemcpy(wts, dwt, sizeof wts, cudaMemcpyDeviceToHost));
-  CHECK(memcmp(idx, iref, sizeof idx) == 0);
-  e1 = rel_err(wts, wref, N * K, 0);
-  printf("  router_topk: same experts, weights %.2e\n", e1);
-  CHECK(e1 < 1e-5);
-  static int counts[E], offsets[E + 1], zero[E];
-  void *dcnt = to_dev(zero, sizeof zero), *dcur = to_dev(zero, sizeof zero), *dpos, *doff;
-  CU(cudaMalloc(&dpos, sizeof idx));
-  launch("moe_count", 1, 128, (void *[]){&dcnt, &di});
-  CU(cudaMemcpy(counts, dcnt, sizeof counts, cudaMemcpyDeviceToHost));
-  for (int e = 0; e < E; e++) offsets[e + 1] = offsets[e] + counts[e];
-  CHECK_EQ(offsets[E], N * K);
-  doff = to_dev(offsets, sizeof offsets);
-  launch("moe_permute", 1, 128, (void *[]){&dpos, &dcur, &di, &doff});
-  void *dxp, *dy = to_dev_bf16(hr, N * C); /* y starts at some values: combine adds */
-  CU(cudaMalloc(&dxp, 2 * (size_t)N * K * C));
-  launch("moe_gather", N * K, 64, (void *[]){&dxp, &dx, &dpos});
-  launch("moe_combine", N, 64, (void *[]){&dy, &dxp, &dwt, &dpos}); /* experts = identity */
-  from_dev_bf16(out, dy, N * C);
-  for (int t = 0; t < N; t++)
-    for (int c = 0; c < C; c++) /* y started from hr rounded to bf16 */
-      ref[t * C + c] = rt_float_from_bf16(rt_bf16_from_float(hr[t * C + c])) + (wts[t * K] + wts[t * K + 1]) * x[t * C + c];
-  e1 = rel_err(out, ref, N * C, 1e-1);
-  printf("  moe permute/gather/combine: %.2e\n", e1);
-  CHECK(e1 < 0x1p-6);
-
-  /* cross-entropy over one chunk of the vocabulary: log-sum-exp and the target's logit */
-  static float lg[N * V], mx[N], sm[N], tl[N];
-  static int32_t tgt[N];
-  fill(lg, N * V, 9, 10);
-  for (int t = 0; t < N; t++) tgt[t] = (t * 37) % V, mx[t] = -INFINITY, sm[t] = 0;
-  void *dlg = to_dev(lg, sizeof lg), *dmx = to_dev(mx, sizeof mx), *dsm = to_dev(sm, sizeof sm), *dtl, *dtg = to_dev(tgt, sizeof tgt);
-  CU(cudaMalloc(&dtl, sizeof tl));
-  int first = 0, cols = V;
-  launch("cross_entropy_chunk", N, 128, (void *[]){&dmx, &dsm, &dtl, &dlg, &dtg, &first, &cols});
-  CU(cudaMemcpy(mx, dmx, sizeof mx, cudaMemcpyDeviceToHost));
-  CU(cudaMemcpy(sm, dsm, sizeof sm, cudaMemcpyDeviceToHost));
-  CU(cudaMemcpy(tl, dtl, sizeof tl, cudaMemcpyDeviceToHost));
-  double worst = 0;
-  for (int t = 0; t < N; t++) {
-    double m = -INFINITY, s = 0;
-    for (int v = 0; v < V; v++) m = fmax(m, lg[t * V + v]);
-    for (int v = 0; v < V; v++) s += exp(lg[t * V + v] - m);
-    worst = fmax(worst, fabs((mx[t] + log(sm[t])) - (m + log(s))));
-    CHECK(tl[t] == lg[t * V + tgt[t]]);
+  size_t len;
+  char *src = kernels_source(argv[1], &len);
+  if (!src) return 1;
+  for (pass = 0; pass < NPASS; pass++)
+    if (run_pass(&passes[pass], src, len) != 0) return free(src), 1;
+  free(src);
+  printf("test_kernels: max |cuda - cpu| / max |cpu| per op / limit\n  %-30s", "op");
+  for (int p = 0; p < NPASS; p++) printf("  %-17s", passes[p].name);
+  for (int i = 0; i < nres; i++) {
+    printf("\n  %-30s", res[i].name);
+    for (int p = 0; p < NPASS; p++)
+      printf("  %8.2e/%-6.0e%s", res[i].err[p], res[i].tol[p], res[i].err[p] <= res[i].tol[p] ? " " : "!");
   }
-  printf("  cross_entropy_chunk: log-sum-exp within %.2e\n", worst);
-  CHECK(worst < 1e-4);
-  /* cross-entropy backward: (softmax - one-hot) x scale */
-  static float hdl[N * V], hdlr[N * V];
-  void *ddl;
-  CU(cudaMalloc(&ddl, 2 * (size_t)N * V));
-  float scale = 0.5f / N;
-  static float lse_ce[N];
-  for (int t = 0; t < N; t++) lse_ce[t] = mx[t] + logf(sm[t]);
-  void *dlse_ce = to_dev(lse_ce, sizeof lse_ce);
-  launch("cross_entropy_backward", N, 128, (void *[]){&ddl, &dlg, &dlse_ce, &dtg, &first, &cols, &scale});
-  from_dev_bf16(hdl, ddl, N * V);
-  for (int t = 0; t < N; t++) {
-    double m = -INFINITY, sum = 0;
-    for (int v = 0; v < V; v++) m = fmax(m, lg[t * V + v]);
-    for (int v = 0; v < V; v++) sum += exp(lg[t * V + v] - m);
-    for (int v = 0; v < V; v++) hdlr[t * V + v] = (float)(scale * (exp(lg[t * V + v] - m) / sum - (v == tgt[t])));
-  }
-  e1 = rel_err(hdl, hdlr, N * V, 1e-4);
-  printf("  cross_entropy_backward: %.2e\n", e1);
-  CHECK(e1 < 0x1p-6);
-
-  /* router backward, balancing loss, combine and gather backward */
-  static float dwts[N * K], dlog[N * E], dlogr[N * E], stats[2 * E], aux_scratch[3 * E];
-  fill(dwts, N * K, 10, 1);
-  memset(dlogr, 0, sizeof dlogr);
-  rt_router_backward(dlogr, dwts, logits, iref, wref, N, E, K, false);
-  float auxr = rt_aux_loss_forward(logits, iref, N, E, K, 0.01f, aux_scratch);
-  rt_aux_loss_backward(dlogr, logits, iref, N, E, K, 0.01f, 0.5f, aux_scratch);
-  void *ddw = to_dev(dwts, sizeof dwts), *ddlog = to_dev(dlog, sizeof dlog), *dstats = to_dev(stats, sizeof stats);
-  launch("router_backward", 1, 128, (void *[]){&ddlog, &ddw, &dl, &di, &dwt, &sig});
-  launch("aux_loss_stats", 1, 128, (void *[]){&dstats, &dl, &di});
-  float coef = 0.5f * 0.01f * E / N;
-  launch("aux_loss_backward", 1, 128, (void *[]){&ddlog, &dl, &dstats, &coef});
-  CU(cudaMemcpy(dlog, ddlog, sizeof dlog, cudaMemcpyDeviceToHost));
-  CU(cudaMemcpy(stats, dstats, sizeof stats, cudaMemcpyDeviceToHost));
-  float aux = 0;
-  for (int e = 0; e < E; e++) aux += 0.01f * E * stats[e] * stats[E + e];
-  double ed = 0;
-  for (int i = 0; i < N * E; i++) ed = fmax(ed, fabs(dlog[i] - dlogr[i]));
-  printf("  router_backward + aux loss: loss %.6f vs %.6f, gradient within %.2e\n", aux, auxr, ed);
-  CHECK(fabs(aux - auxr) < 1e-5 && ed < 1e-5);
-  static float dyv[N * C], ypv[N * K * C], dyp[N * K * C], dwc[N * K], dypr[N * K * C], dwcr[N * K];
-  static int32_t posr[N * K];
-  static int offr[E + 1];
-  fill(dyv, N * C, 11, 1), fill(ypv, N * K * C, 12, 1);
-  rt_moe_permute(posr, offr, iref, N, E, K);
-  memset(dwcr, 0, sizeof dwcr);
-  rt_moe_combine_backward(dypr, dwcr, dyv, ypv, wref, posr, N, K, C);
-  void *dpr = to_dev(posr, sizeof posr), *ddy = to_dev_bf16(dyv, N * C), *dyp_ = to_dev_bf16(ypv, N * K * C), *ddyp, *ddwc;
-  CU(cudaMalloc(&ddyp, 2 * (size_t)N * K * C));
-  CU(cudaMalloc(&ddwc, sizeof dwc));
-  CU(cudaMemset(ddwc, 0, sizeof dwc)); /* dwts is added to */
-  void *dwref = to_dev(wref, sizeof wref);
-  launch("moe_combine_backward", N, 64, (void *[]){&ddyp, &ddwc, &ddy, &dyp_, &dwref, &dpr});
-  from_dev_bf16(dyp, ddyp, N * K * C);
-  CU(cudaMemcpy(dwc, ddwc, sizeof dwc, cudaMemcpyDeviceToHost));
-  e1 = rel_err(dyp, dypr, N * K * C, 1e-2), e2 = rel_err(dwc, dwcr, N * K, 1e-1);
-  printf("  moe_combine_backward: dyp %.2e, dwts %.2e\n", e1, e2);
-  CHECK(e1 < 0x1p-7 && e2 < 0x1p-6);
-  static float dxg[N * C], dxgr[N * C];
-  memset(dxgr, 0, sizeof dxgr);
-  rt_moe_gather_backward(dxgr, dypr, posr, N, K, C);
-  void *ddx = to_dev_bf16(dxg, N * C); /* zeros */
-  launch("moe_gather_backward", N, 64, (void *[]){&ddx, &ddyp, &dpr});
-  from_dev_bf16(dxg, ddx, N * C);
-  e1 = rel_err(dxg, dxgr, N * C, 1e-2);
-  printf("  moe_gather_backward: %.2e\n", e1);
-  CHECK(e1 < 0x1p-6);
-
-  /* attention forward and backward (B, T, NH / NKV heads of HD) */
-  static float aq[N * NH * HD], ak[N * NKV * HD], av[N * NKV * HD], ao[N * NH * HD], aor[N * NH * HD];
-  static float alse[N * NH], alser[B * NH * T], ado[N * NH * HD];
-  static float adq[N * NH * HD], adk[N * NKV * HD], adv[N * NKV * HD], adqr[N * NH * HD], adkr[N * NKV * HD],
-      advr[N * NKV * HD];
-  fill(aq, N * NH * HD, 13, 2), fill(ak, N * NKV * HD, 14, 2), fill(av, N * NKV * HD, 15, 2), fill(ado, N * NH * HD, 16, 1);
-  rt_attention_forward(aor, alser, aq, ak, av, B, T, NH, NKV, HD);
-  memset(adqr, 0, sizeof adqr), memset(adkr, 0, sizeof adkr), memset(advr, 0, sizeof advr);
-  /* the cpu backward from the GPU's (bf16) output, as the GPU does */
-  void *daq = to_dev_bf16(aq, N * NH * HD), *dak = to_dev_bf16(ak, N * NKV * HD), *dav = to_dev_bf16(av, N * NKV * HD);
-  void *dao, *dlse, *ddo = to_dev_bf16(ado, N * NH * HD), *ddq, *ddk, *ddv, *ddelta;
-  CU(cudaMalloc(&dao, sizeof ao / 2));
-  CU(cudaMalloc(&dlse, sizeof alse));
-  CU(cudaMalloc(&ddelta, sizeof alse));
-  CU(cudaMalloc(&ddq, sizeof adq / 2));
-  CU(cudaMalloc(&ddk, sizeof adk / 2));
-  CU(cudaMalloc(&ddv, sizeof adv / 2));
-  CU(cudaMemset(ddq, 0, sizeof adq / 2)); CU(cudaMemset(ddk, 0, sizeof adk / 2)); CU(cudaMemset(ddv, 0, sizeof adv / 2));
-  launch("attention_forward", N * NH * 32 / 128, 128, (void *[]){&dao, &dlse, &daq, &dak, &dav});
-  from_dev_bf16(ao, dao, N * NH * HD);
-  CU(cudaMemcpy(alse, dlse, sizeof alse, cudaMemcpyDeviceToHost));
-  e1 = rel_err(ao, aor, N * NH * HD, 1e-1);
-  double el = 0;
-  for (int b = 0; b < B; b++)
-    for (int hh = 0; hh < NH; hh++)
-      for (int t = 0; t < T; t++) el = fmax(el, fabs(alse[(b * T + t) * NH + hh] - alser[(b * NH + hh) * T + t]));
-  printf("  attention_forward: out %.2e, log-sum-exp within %.2e\n", e1, el);
-  CHECK(e1 < 0x1p-6 && el < 1e-4);
-  rt_attention_backward(adqr, adkr, advr, ado, aq, ak, av, ao, alser, B, T, NH, NKV, HD);
-  launch("attention_backward_dq", N * NH * 32 / 128, 128, (void *[]){&ddq, &ddelta, &ddo, &daq, &dak, &dav, &dao, &dlse});
-  launch("attention_backward_dkv", N * NKV * 32 / 128, 128, (void *[]){&ddk, &ddv, &ddo, &daq, &dak, &dav, &dlse, &ddelta});
-  from_dev_bf16(adq, ddq, N * NH * HD), from_dev_bf16(adk, ddk, N * NKV * HD), from_dev_bf16(adv, ddv, N * NKV * HD);
-  double eq = rel_err(adq, adqr, N * NH * HD, 1e-1), ek = rel_err(adk, adkr, N * NKV * HD, 1e-1),
-         ev = rel_err(adv, advr, N * NKV * HD, 1e-1);
-  printf("  attention_backward: dq %.2e, dk %.2e, dv %.2e\n", eq, ek, ev);
-  CHECK(eq < 0x1p-5 && ek < 0x1p-5 && ev < 0x1p-5);
-
-  /* AdamW and the squared gradient norm */
-  enum { P = 1000 };
-  static float par[P], mom[P], vel[P], grd[P], parr[P], momr[P], velr[P];
-  fill(par, P, 17, 1), fill(grd, P, 18, 1);
-  memcpy(parr, par, sizeof par);
-  RtAdamW hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 1};
-  rt_adamw_update(parr, momr, velr, grd, P, 0.5f, &hp);
-  void *dp = to_dev(par, sizeof par), *dm = to_dev(mom, sizeof mom), *dv2 = to_dev(vel, sizeof vel), *dgd = to_dev(grd, sizeof grd);
-  long np = P;
-  float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, c1 = 1 - 0.9f, c2 = 1 - 0.95f, gs = 0.5f;
-  launch("adamw", (P + 127) / 128, 128, (void *[]){&dp, &dm, &dv2, &dgd, &np, &lr, &b1, &b2, &eps, &wd, &c1, &c2, &gs});
-  CU(cudaMemcpy(par, dp, sizeof par, cudaMemcpyDeviceToHost));
-  e1 = rel_err(par, parr, P, 1e-3);
-  double ss = 0, zero1 = 0; /* the kernel sums in double across blocks */
-  void *dss = to_dev(&zero1, sizeof zero1);
-  launch("sum_squares", 4, 128, (void *[]){&dss, &dgd, &np});
-  CU(cudaMemcpy(&ss, dss, sizeof ss, cudaMemcpyDeviceToHost));
-  double ssr = rt_sum_squares(grd, P);
-  printf("  adamw: %.2e; sum_squares %.6f vs %.6f\n", e1, ss, ssr);
-  CHECK(e1 < 1e-5 && fabs(ss - ssr) < 1e-4 * ssr);
-  /* cuBLAS: a linear layer forward and backward, and the experts' grouped GEMM */
-  enum { IC = 64, OC = 48 };
-  RtCublas cb;
-  CHECK_EQ(rt_cublas_init(&cb, E), 0);
-  static float mx_[N * IC], mw[OC * IC], mo[N * OC], mor[N * OC], mdo[N * OC], mdx[N * IC], mdxr[N * IC], mdw[OC * IC],
-      mdwr[OC * IC];
-  fill(mx_, N * IC, 19, 1), fill(mw, OC * IC, 20, 1), fill(mdo, N * OC, 21, 1);
-  rt_matmul_forward(mor, mx_, mw, NULL, N, IC, OC);
-  memset(mdxr, 0, sizeof mdxr), memset(mdwr, 0, sizeof mdwr);
-  rt_matmul_backward(mdxr, mdwr, NULL, mdo, mx_, mw, N, IC, OC);
-  void *gx = to_dev_bf16(mx_, N * IC), *gw = to_dev_bf16(mw, OC * IC), *go_ = to_dev_bf16(mo, N * OC);
-  void *gdo = to_dev_bf16(mdo, N * OC), *gdx = to_dev_bf16(mdx, N * IC), *gdw = to_dev(mdw, sizeof mdw); /* zeros */
-  CHECK_EQ(rt_cu_matmul_forward(&cb, go_, gx, gw, N, IC, OC), 0);
-  CHECK_EQ(rt_cu_matmul_backward(&cb, gdx, (float *)gdw, gdo, gx, gw, N, IC, OC), 0);
-  CU(cudaDeviceSynchronize());
-  from_dev_bf16(mo, go_, N * OC), from_dev_bf16(mdx, gdx, N * IC);
-  CU(cudaMemcpy(mdw, gdw, sizeof mdw, cudaMemcpyDeviceToHost));
-  double m1 = rel_err(mo, mor, N * OC, 1e-1), m2 = rel_err(mdx, mdxr, N * IC, 1e-1), m3 = rel_err(mdw, mdwr, OC * IC, 1e-1);
-  printf("  cuBLAS linear: forward %.2e, dx %.2e, dw %.2e\n", m1, m2, m3);
-  CHECK(m1 < 0x1p-6 && m2 < 0x1p-6 && m3 < 1e-3);
-  /* grouped: 8 experts, uneven rows (one empty), against one cpu GEMM per expert */
-  static int goff[E + 1] = {0, 10, 10, 25, 40, 41, 60, 62, 64};
-  static float gew[E * OC * IC], gout[N * OC], goutr[N * OC];
-  fill(gew, E * OC * IC, 22, 1);
-  for (int e = 0; e < E; e++)
-    if (goff[e + 1] > goff[e])
-      rt_matmul_forward(goutr + (size_t)goff[e] * OC, mx_ + (size_t)goff[e] * IC, gew + (size_t)e * OC * IC, NULL,
-                        goff[e + 1] - goff[e], IC, OC);
-  void *gge = to_dev_bf16(gew, E * OC * IC), *ggo = to_dev_bf16(gout, N * OC);
-  CHECK_EQ(rt_cu_grouped_forward(&cb, ggo, gx, gge, goff, E, IC, OC), 0);
-  CU(cudaDeviceSynchronize());
-  from_dev_bf16(gout, ggo, N * OC);
-  m1 = rel_err(gout, goutr, N * OC, 1e-1);
-  printf("  cuBLAS grouped experts GEMM: %.2e\n", m1);
-  CHECK(m1 < 0x1p-6);
-  rt_cublas_free(&cb);
-  flash_check(argv[1], arch, 0);
-  flash_check(argv[1], arch, 1);
+  printf("\n");
   return CHECK_DONE("test_kernels");
 }

@@ -123,6 +123,16 @@ struct Alloc {
 };
 static std::map<uintptr_t, Alloc> allocs;
 static size_t device_bytes;
+// peaks of device (cudaMalloc) and pinned host (cudaMallocHost) bytes, printed at exit with
+// EMU_MEM_REPORT=1 ("emu-memory: ..."), to compare with the program's train --memory
+// host_syncs: calls that block the host until device work is done (stream, device and event
+// synchronizations, event queries, synchronous copies and copies to pageable host memory)
+static size_t device_peak, pinned_bytes, pinned_peak;
+static long host_syncs;
+static void mem_report(void) {
+  fprintf(stderr, "emu-memory: rank %d device_peak %zu pinned_peak %zu host_syncs %ld\n", my_rank(), device_peak,
+          pinned_peak, host_syncs);
+}
 static const size_t TOTAL = 80ull << 30; // cudaMemGetInfo's total: a fake 80 GiB
 
 // The allocation holding p, or nullptr.
@@ -414,6 +424,9 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
   if (env_int("EMU_POISON", 1)) memset(m, 0xff, bytes); // NaN floats, -1 ints: uninitialized reads show
   allocs[(uintptr_t)m] = {bytes ? bytes : 1, K_DEVICE};
   device_bytes += bytes;
+  if (device_bytes > device_peak) device_peak = device_bytes;
+  static bool reporting;
+  if (!reporting && env_int("EMU_MEM_REPORT", 0)) reporting = true, (void)my_rank(), atexit(mem_report);
   install_protection();
   if (protecting() && device_depth == 0) mprotect(m, bytes ? bytes : 1, PROT_NONE);
   *p = m;
@@ -426,6 +439,8 @@ cudaError_t cudaMallocHost(void **p, size_t bytes) {
   if (!m) return fail(cudaErrorMemoryAllocation);
   if (env_int("EMU_POISON", 1)) memset(m, 0xff, bytes);
   allocs[(uintptr_t)m] = {bytes ? bytes : 1, K_PINNED};
+  pinned_bytes += bytes;
+  if (pinned_bytes > pinned_peak) pinned_peak = pinned_bytes;
   *p = m;
   trace("cudaMallocHost(%zu) = %p", bytes, m);
   return cudaSuccess;
@@ -440,6 +455,7 @@ static cudaError_t free_kind(void *p, Kind kind, const char *what) {
     return fail(cudaErrorInvalidValue);
   }
   if (kind == K_DEVICE) device_bytes -= it->second.bytes;
+  else pinned_bytes -= it->second.bytes;
   munmap(p, it->second.bytes);
   allocs.erase(it);
   return cudaSuccess;
@@ -483,7 +499,7 @@ static cudaError_t memcpy_on(CUstream_st *st, void *dst, const void *src, size_t
     issue(st, what, [=] { memcpy(dst, src, n); });
   }
   // a copy to pageable memory, and every cudaMemcpy, returns when done
-  if (!async || (pageable_dst && kind == cudaMemcpyDeviceToHost)) flush(st, st->issued);
+  if (!async || (pageable_dst && kind == cudaMemcpyDeviceToHost)) flush(st, st->issued), host_syncs++;
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
@@ -525,12 +541,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   CUstream_st *t = stream_of(s, "cudaStreamSynchronize");
+  host_syncs++;
   if (t == &legacy) flush_blocking();
   flush(t, t->issued);
   return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
 cudaError_t cudaDeviceSynchronize(void) {
+  host_syncs++;
   flush_all();
   return cudaSuccess;
 }
@@ -560,10 +578,12 @@ static void complete(CUevent_st *v) {
   if (v && v->stream && v->stream->magic == STREAM_MAGIC) flush(v->stream, v->seq);
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) { // lazy mode: the work before the event runs now
+  host_syncs++; // a poll: the callers here loop on it until the event is done
   complete(event_of(e, "cudaEventQuery"));
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  host_syncs++;
   complete(event_of(e, "cudaEventSynchronize"));
   return cudaSuccess;
 }

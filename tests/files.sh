@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# What mtc does to files it is handed (issue 16, items 1 and 5), on one small checkpoint:
+#   replace   mtc export and a checkpoint save replace only a regular file or a missing path:
+#             a character device (mknod, in a temporary directory: never the real /dev), a FIFO,
+#             a directory and a symlink to a device are refused (exit 2, naming the path) and
+#             stay what they were
+#   manifest  copies of the checkpoint, each with one manifest field corrupted, are refused by
+#             mtc export (exit 2, naming manifest.json and the field) and by a resume (exit 2),
+#             never a crash
+#   usage: files.sh MTC SOURCE_DIR
+set -u
+mtc=$(realpath "$1"); src=$(realpath "$2")
+export OPENBLAS_NUM_THREADS=1
+work=$(mktemp -d "${TMPDIR:-/tmp}/mtc-files.XXXXXX"); trap 'rm -rf "$work"' EXIT
+text=/usr/share/games/fortunes/cookie
+[ -r "$text" ] || { echo "FAIL: $text is missing; install Debian's fortunes package"; exit 1; }
+fail=0
+die() { echo "FAIL: $*"; fail=1; }
+cd "$work" || exit 1
+
+# a one-step, one-rank tiny-moe and its checkpoint
+"$mtc" compile "$src/specs/tiny-moe.yaml" -o t1 --set training.steps=1 --set training.warmup_steps=0 \
+  --set training.seq_len=64 --set cluster.gpus_per_node=1 --set plan.fsdp=1 >/dev/null || { echo "FAIL: compile"; exit 1; }
+"$mtc" build t1 >build.log 2>&1 || { cat build.log; echo "FAIL: mtc build"; exit 1; }
+t1/build/train --data "$text" --checkpoint-dir ck >/dev/null || { echo "FAIL: training run"; exit 1; }
+ck=ck/step-00000001
+"$mtc" export ck model.safetensors >/dev/null || die "export of a good checkpoint"
+
+# ---- replace: only a regular file or a missing path
+# refused TEST PATH: export to PATH exits 2 naming it, and `test TEST PATH` still holds after
+refused() {
+  local t=$1 p=$2 out rc
+  out=$(timeout 60 "$mtc" export ck "$p" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -qF "$p: " && echo "$out" | grep -q "expected a regular file or a path that does not exist" ||
+    die "export to $p: exit $rc, $out"
+  test "$t" "$p" || die "export changed $p (no longer test $t)"
+  [ ! -e "$p.tmp" ] || die "export left $p.tmp"
+}
+mkfifo fifo && refused -p fifo
+mkdir adir && refused -d adir
+if mknod fakenull c 1 3 2>/dev/null; then
+  refused -c fakenull
+  ln -s fakenull link-to-dev && refused -c link-to-dev
+else
+  echo "skipped: mknod (not root): the character-device cases"
+fi
+echo old >regular && "$mtc" export ck regular >/dev/null && [ "$(head -c 8 regular | od -An -tu8 | tr -d ' ')" -gt 0 ] ||
+  die "export over a regular file"
+ln -s regular link-to-file && "$mtc" export ck link-to-file >/dev/null && [ -f link-to-file ] || die "export over a symlink to a file"
+mkfifo new.safetensors.tmp && timeout 60 "$mtc" export ck new.safetensors >/dev/null 2>&1
+[ $? -eq 2 ] && [ -p new.safetensors.tmp ] && [ ! -e new.safetensors ] || die "export over a FIFO at OUT.tmp"
+# a checkpoint save: a FIFO where a shard goes is refused, and stays a FIFO
+mkdir -p ck2/step-00000001 && mkfifo ck2/step-00000001/rank-00000.bin
+out=$(timeout 60 t1/build/train --data "$text" --checkpoint-dir ck2 2>&1); rc=$?
+[ $rc -ne 0 ] && [ $rc -lt 124 ] && echo "$out" | grep -q "rank-00000.bin: a FIFO; expected a regular file" &&
+  [ -p ck2/step-00000001/rank-00000.bin ] || die "checkpoint save over a FIFO: exit $rc, $out"
+[ $fail -eq 0 ] && echo "ok: export and checkpoints replace only regular files"
+
+# ---- manifest: every field checked
+# corrupt NAME FIELD PYTHON: a copy of the checkpoint in bad/NAME whose manifest m is edited by
+# PYTHON; export and resume must refuse it with exit 2, export's message naming FIELD
+corrupt() {
+  local name=$1 field=$2 edit=$3 out rc
+  mkdir -p "bad/$name" && cp -r "$ck" "bad/$name/" || return
+  python3 -c "
+import json, sys
+p = sys.argv[1]; m = json.load(open(p))
+routed = next(t for t in m['tensors'] if t['experts'])
+dense = m['tensors'][1]
+$edit
+json.dump(m, open(p, 'w'), indent=1)" "bad/$name/step-00000001/manifest.json" || { die "$name: edit"; return; }
+  out=$(timeout 60 "$mtc" export "bad/$name" "bad/$name.safetensors" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "manifest.json: $field\|$field" && [ ! -e "bad/$name.safetensors" ] ||
+    die "$name: export exit $rc (expected 2, a message naming $field): $out"
+  out=$(timeout 60 t1/build/train --data "$text" --checkpoint-dir "bad/$name" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "error: resuming from" || die "$name: resume exit $rc (expected 2): $out"
+}
+corrupt group_shard_0    'groups\[0\] shard is 0'        "m['groups'][0]['shard'] = 0"
+corrupt group_full       'groups\[1\] full is'           "m['groups'][1]['full'] += 4"
+corrupt group_comm       'groups\[0\] comm is 7'         "m['groups'][0]['comm'] = 7"
+corrupt offset_outside   'offset 1000000000000'          "dense['offset'] = 10**12"
+corrupt offset_negative  'offset -4'                     "dense['offset'] = -4"
+corrupt name_percent     "expected no % in a tensor name" "dense['name'] = 'model.%s%n%s.weight'"
+corrupt name_pattern     'expected one %d'               "routed['name'] = routed['name'].replace('%d', '%s%d')"
+corrupt name_twice       "twice"                         "m['tensors'][2]['name'] = m['tensors'][1]['name']"
+corrupt experts_neg      'experts is -3'                 "routed['experts'] = -3"
+corrupt experts_huge     'experts is 1073741824'         "routed['experts'] = 1 << 30"
+corrupt experts_dense    'experts is 8 in group'         "dense['experts'] = 8"
+corrupt rows_count       'count 32768, rows 257'         "m['tensors'][0]['rows'] += 1"
+corrupt group_index      'group is 99'                   "dense['group'] = 99"
+corrupt layout_ep        'layout.ep is 3'                "m['layout']['ep'] = 3"
+corrupt layout_world     'layout has world 2'            "m['layout']['world'] = 2"
+corrupt experts_per_rank 'experts_per_rank is'           "m['layout']['experts_per_rank'] = 1 << 40"
+corrupt real_bytes       'real_bytes is 2'               "m['real_bytes'] = 2"
+corrupt step_negative    'step is -1'                    "m['step'] = -1"
+corrupt seed_text        "seed is 'zz'"                  "m['seed'] = 'zz'"
+corrupt optimizer        "optimizer is 'sgd'"            "m['optimizer'] = 'sgd'"
+corrupt shards_missing   'shards has 0 entries'          "m['shards'] = []"
+corrupt shard_bytes      'shards\[0\] bytes is'          "m['shards'][0]['bytes'] += 8"
+corrupt shard_file       "shards\[0\] file is '../x'"    "m['shards'][0]['file'] = '../x'"
+corrupt header_step      'header does not match'         "m['step'] = 2"
+corrupt not_a_number     'groups\[0\] is malformed'      "m['groups'][0]['shard'] = 'many'"
+[ $fail -eq 0 ] && echo "ok: corrupt manifests are refused by export and by resume, by file and field"
+exit $fail
