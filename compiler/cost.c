@@ -40,16 +40,6 @@ static double op_fwd(const Spec *s, const Op *o, double T, double seq) {
   return T * (double)(o->in_bytes + o->out_bytes) / (g->hbm_bandwidth * e->elementwise);
 }
 
-/* Selective keeps the layer's input, the normed inputs and the router's outputs: it rebuilds
- * q, k, v (their GEMM, qk-norm and RoPE), the attention core and the experts. */
-static bool recomputed(const Op *o, CheckpointPolicy ac) {
-  if (ac == AC_FULL) return true;
-  if (ac == AC_SELECTIVE)
-    return o->kind == OP_QKV || o->kind == OP_QK_NORM || o->kind == OP_ROPE || o->kind == OP_ATTN_CORE ||
-           o->kind == OP_EXPERTS || o->kind == OP_SHARED;
-  return false;
-}
-
 void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   const Spec *s = md->spec;
   const Layer *ly = &md->layers[l];
@@ -61,7 +51,7 @@ void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
     /* backward: 2x forward, but flash attention's recomputes S and P: 5 GEMMs vs 2 forward,
      * 2.5x (Dao, FlashAttention-2, 2023, §3.1.2) */
     t->bwd += (md->ops[i].kind == OP_ATTN_CORE ? 2.5 : 2.0) * f;
-    if (recomputed(&md->ops[i], ch->ac)) t->recompute += f;
+    if (plan_recomputes(ch->ac, md->ops[i].kind)) t->recompute += f;
   }
   if (ly->kind == LAYER_MOE && ch->ep > 1) {
     /* dispatch and combine: the token copies that leave the rank, on NVLink */

@@ -70,6 +70,9 @@ typedef struct {
   int ntensors;
 } Em;
 
+/* Sets e up for plan p (shapes, layout, policy) and lays out its groups, tensors and arena
+ * (em_layout); allocations in m. */
+void em_init(Em *e, Mem *m, const Plan *p);
 /* Fills e's groups, tensors and arena from its model and plan. */
 void em_layout(Em *e);
 /* The arena macro of activation `name` of layer l under the checkpoint policy: "L2_Q" when

@@ -26,12 +26,8 @@ static void buf(Em *e, const char *name, int64_t n, const char *what) {
 }
 
 /* Whether buffers of class cls get one copy per layer (saved for backward) or one shared
- * workspace (recomputed in backward) under the plan's checkpoint policy. */
-static bool per_layer(const Em *e, SaveClass cls) {
-  if (cls == SAVE_BOUNDARY) return true;
-  if (cls == SAVE_ATTN) return e->ac != AC_FULL;
-  return e->ac == AC_NONE;
-}
+ * workspace (recomputed in backward) under the plan's checkpoint policy: the planner's rule. */
+static bool per_layer(const Em *e, SaveClass cls) { return plan_keeps(e->ac, cls); }
 
 const char *em_act(Em *e, int l, const char *name, SaveClass cls) {
   return per_layer(e, cls) ? mem_printf(e->m, "L%d_%s", l, name) : mem_printf(e->m, "WS_%s", name);
@@ -219,11 +215,15 @@ void em_layout(Em *e) {
     act(e, l, "WTS", SAVE_OTHER, N * K, "their weights");
     act(e, l, "POS", SAVE_OTHER, N * K, "row of each assignment in expert order (int32)");
     act(e, l, "OFFSETS", SAVE_OTHER, e->E + 1, "first row of each expert (int32)");
-    act(e, l, "XP", SAVE_EXPERT, N * K * C, "token copies in expert order");
+    /* the experts' input and output rows: with ep 1 the token copies in expert order are the
+     * experts' input (saved); with ep > 1 the rows received are (XE), and the send side (WS_XP)
+     * and the outputs before they go back (WS_YE) are workspace */
+    if (e->ep == 1) act(e, l, "XP", SAVE_EXPERT, N * K * C, "token copies in expert order: the experts' input");
     act(e, l, "YP", SAVE_EXPERT, N * K * C, "expert outputs in that order");
     if (e->ep > 1) {
+      buf(e, "WS_XP", N * K * C, "token copies in expert order, to send (all-to-all)");
       act(e, l, "XE", SAVE_EXPERT, e->R * C, "rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS)");
-      act(e, l, "YE", SAVE_EXPERT, e->R * C, "their outputs, before going back");
+      buf(e, "WS_YE", e->R * C, "their outputs, before going back");
       act(e, l, "EOFF", SAVE_EXPERT, e->El + 1, "first row of each local expert in the round (int32)");
     }
     act(e, l, "EG", SAVE_EXPERT, e->R * e->Fe, "routed experts' gate");
@@ -276,5 +276,5 @@ void em_layout(Em *e) {
   buf(e, "LNF", N * C, "final norm output");
   buf(e, "RSTDF", N, "its 1/rms per token");
   buf(e, "LSEF", N, "log-sum-exp of each token's logits");
-  buf(e, "CE", N * e->chunk, "logits of one vocabulary chunk");
+  buf(e, "CE", 2 * N * e->chunk, "logits of one vocabulary chunk and their gradient");
 }

@@ -91,7 +91,7 @@ static void moe_forward(Em *e, int l) {
   long long N = e->N, C = e->C, E = e->E, K = e->K;
   const char *ln2 = A(e, l, "LN2", OTH), *lg = A(e, l, "LOGITS", OTH), *idx = A(e, l, "IDX", OTH),
              *wts = A(e, l, "WTS", OTH), *pos = A(e, l, "POS", OTH), *offs = A(e, l, "OFFSETS", OTH),
-             *xp = A(e, l, "XP", EXP), *yp = A(e, l, "YP", EXP);
+             *xp = e->ep > 1 ? "WS_XP" : A(e, l, "XP", EXP), *yp = A(e, l, "YP", EXP);
   P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* router (mlp.gate) */\n", lg, ln2,
     (long long)off(e, g, "moe.gate.weight"), N, C, E);
   if (e->s->model.moe.router_bias)
@@ -115,7 +115,7 @@ static void moe_forward(Em *e, int l) {
          "/* experts, hidden, expert width */\n",
       yp, eg, eu, eh, xp, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe);
   } else {
-    const char *xe = A(e, l, "XE", EXP), *ye = A(e, l, "YE", EXP), *eo = A(e, l, "EOFF", EXP);
+    const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
     P(e, "  /* expert parallelism over %lld ranks: this rank's experts take the rows routed to them, in rounds\n"
          "   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */\n",
       (long long)e->ep);
@@ -189,7 +189,7 @@ static void moe_backward(Em *e, int l, const char *dy) {
   long long N = e->N, C = e->C, E = e->E, K = e->K;
   const char *ln2 = A(e, l, "LN2", OTH), *lg = A(e, l, "LOGITS", OTH), *idx = A(e, l, "IDX", OTH),
              *wts = A(e, l, "WTS", OTH), *pos = A(e, l, "POS", OTH), *offs = A(e, l, "OFFSETS", OTH),
-             *xp = A(e, l, "XP", EXP), *yp = A(e, l, "YP", EXP);
+             *xp = e->ep > 1 ? "WS_XP" : A(e, l, "XP", EXP), *yp = A(e, l, "YP", EXP);
   if (e->Fs) {
     long long Fs = e->Fs;
     int64_t o = off(e, g, "moe.shared_experts.down_proj.weight");
@@ -218,8 +218,10 @@ static void moe_backward(Em *e, int l, const char *dy) {
     P(e, "  rt_zero(R(DXP), %lld);\n  ", N * K * C);
     P(e, bwd, "DXP", wg, wu, wd, "DYP", xp, eg, eu, eh, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe);
   } else {
-    const char *xe = A(e, l, "XE", EXP), *ye = A(e, l, "YE", EXP), *eo = A(e, l, "EOFF", EXP);
+    const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
     P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s)); /* as in the forward */\n", offs);
+    P(e, "  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */\n"
+         "    rt_moe_gather(R(WS_XP), R(%s), I(%s), %lld, %lld, %lld);\n", ln2, pos, N, K, C);
     P(e, "  for (int r = 0; r < rounds; r++) {\n");
     P(e, "    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */\n");
     P(e, "      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld);\n", xe, eo, xp, C);
@@ -615,31 +617,38 @@ static bool supported(Diag *d, const Spec *s) {
                     "(e.g. attention.kind gqa or mha) for a program, or mtc plan for the plan alone", what);
 }
 
+void em_init(Em *e, Mem *m, const Plan *p) {
+  const Model *md = p->md;
+  const Spec *s = md->spec;
+  *e = (Em){0};
+  e->m = m, e->s = s, e->md = md, e->p = p;
+  const Choice *ch = &p->best.ch;
+  e->B = s->training.micro_batch, e->T = s->training.seq_len, e->N = e->B * e->T;
+  e->C = s->model.hidden, e->V = s->model.vocab, e->L = s->model.layers;
+  e->nh = s->model.attention.heads, e->nkv = s->model.attention.kv_heads, e->hd = s->model.attention.head_dim;
+  e->Q = e->nh * e->hd, e->KV = e->nkv * e->hd;
+  e->fsdp = ch->fsdp, e->ep = ch->ep, e->efsdp = ch->efsdp, e->dpr = ch->dp_replicate, e->accum = ch->accum;
+  e->world = p->world, e->ac = ch->ac;
+  e->offload = (ch->offload == OFF_HOST || ch->offload == OFF_NVME) && ch->ac == AC_FULL;
+  if (s->model.moe.present) {
+    e->E = s->model.moe.experts, e->K = s->model.moe.top_k, e->El = e->E / e->ep, e->Fe = s->model.moe.expert_intermediate;
+    e->Fs = s->model.moe.shared_experts * s->model.moe.shared_intermediate;
+    /* rows one rank's experts take per round: the plan's moe_imbalance x the mean (tokens x top_k),
+     * capped at the dropless worst case; routing past it runs in extra rounds (rt_moe_route) */
+    e->R = e->ep > 1 ? (int64_t)ceil(plan_moe_imbalance(s, e->ep) * (double)(e->N * e->K) - 1e-9) : e->N * e->K;
+    e->aux_free = s->model.moe.load_balance == LB_AUX_FREE;
+    e->sigmoid = s->model.moe.router == ROUTER_SIGMOID;
+  }
+  e->chunk = e->V < 4096 ? e->V : 4096;
+  em_layout(e);
+}
+
 bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base) {
   const Model *md = p->md;
   const Spec *s = md->spec;
   if (!supported(d, s)) return false;
-  Em e = {0};
-  e.m = m, e.s = s, e.md = md, e.p = p;
-  const Choice *ch = &p->best.ch;
-  e.B = s->training.micro_batch, e.T = s->training.seq_len, e.N = e.B * e.T;
-  e.C = s->model.hidden, e.V = s->model.vocab, e.L = s->model.layers;
-  e.nh = s->model.attention.heads, e.nkv = s->model.attention.kv_heads, e.hd = s->model.attention.head_dim;
-  e.Q = e.nh * e.hd, e.KV = e.nkv * e.hd;
-  e.fsdp = ch->fsdp, e.ep = ch->ep, e.efsdp = ch->efsdp, e.dpr = ch->dp_replicate, e.accum = ch->accum;
-  e.world = p->world, e.ac = ch->ac;
-  e.offload = (ch->offload == OFF_HOST || ch->offload == OFF_NVME) && ch->ac == AC_FULL;
-  if (s->model.moe.present) {
-    e.E = s->model.moe.experts, e.K = s->model.moe.top_k, e.El = e.E / e.ep, e.Fe = s->model.moe.expert_intermediate;
-    e.Fs = s->model.moe.shared_experts * s->model.moe.shared_intermediate;
-    /* rows one rank's experts take per round: the plan's moe_imbalance x the mean (tokens x top_k),
-     * capped at the dropless worst case; routing past it runs in extra rounds (rt_moe_route) */
-    e.R = e.ep > 1 ? (int64_t)ceil(plan_moe_imbalance(s, e.ep) * (double)(e.N * e.K) - 1e-9) : e.N * e.K;
-    e.aux_free = s->model.moe.load_balance == LB_AUX_FREE;
-    e.sigmoid = s->model.moe.router == ROUTER_SIGMOID;
-  }
-  e.chunk = e.V < 4096 ? e.V : 4096;
-  em_layout(&e);
+  Em e;
+  em_init(&e, m, p);
   const char *names[2] = {"step.h", "step.c"};
   for (int i = 0; i < 2; i++) {
     const char *path = mem_printf(m, "%s/%s", dir, names[i]);

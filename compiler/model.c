@@ -224,6 +224,7 @@ static void moe_block(Cx *c, int l) {
   save(c, o, "scores", E, DT_FP32, SAVE_OTHER);
   save(c, o, "topk_index", k, DT_INT32, SAVE_OTHER);
   save(c, o, "topk_weight", k, DT_FP32, SAVE_OTHER);
+  save(c, o, "pos", k, DT_INT32, SAVE_OTHER); /* each choice's row in expert order (the permutation) */
   new_op(c, OP_DISPATCH, "moe.dispatch", l, H, kH);
   o = new_op(c, OP_EXPERTS, "moe.experts", l, kH, kH);
   ffn(c, o, "moe.experts", PK_ROUTED, moe->activation, E, moe->expert_intermediate, k, SAVE_EXPERT);

@@ -366,9 +366,9 @@ typedef enum {
 /* What the forward pass keeps for backward, by who may drop it (checkpoint policies). */
 typedef enum {
   SAVE_BOUNDARY, /* the layer's input (residual stream): kept by every policy */
-  SAVE_ATTN,     /* attention core: q, k, v, output, log-sum-exp (selective recomputes) */
-  SAVE_EXPERT,   /* routed/shared expert internals (selective recomputes) */
-  SAVE_OTHER     /* everything else inside the layer (full recomputes) */
+  SAVE_ATTN,     /* attention core: q, k, v, output, log-sum-exp (kept by none and selective) */
+  SAVE_EXPERT,   /* routed/shared expert internals (kept by none only) */
+  SAVE_OTHER     /* everything else inside the layer (kept by none only) */
 } SaveClass;
 
 typedef enum {
@@ -587,6 +587,14 @@ typedef struct {
   Placement *placement;
 } Plan;
 
+/* The checkpoint policies, one definition that the planner, the cost model and the emitter read
+ * (plan.c): none keeps everything; selective keeps the layer's input and the attention core
+ * (q, k, v, its output and log-sum-exp) and re-runs the rest of the layer in the backward (norms,
+ * output projection, MLP or router and experts), never the attention; full keeps the layer's
+ * input only and re-runs the whole layer. plan_keeps: whether saves of class cls stay from the
+ * forward to the backward; plan_recomputes: whether the backward's recomputation runs op k. */
+bool plan_keeps(CheckpointPolicy ac, SaveClass cls);
+bool plan_recomputes(CheckpointPolicy ac, OpKind k);
 /* The busiest EP rank's received rows over the mean, as memory and cost are sized by it: the
  * spec's plan.moe_imbalance capped at its physical maximum ep · min(top_k, experts / ep) / top_k
  * (every token of all ep ranks sends min(top_k, experts / ep) copies to one rank; the mean is

@@ -57,6 +57,17 @@ static double gathered_bytes(const Model *md, int64_t ep) {
   return 2.0 * best;
 }
 
+bool plan_keeps(CheckpointPolicy ac, SaveClass cls) {
+  if (cls == SAVE_BOUNDARY || ac == AC_NONE) return true;
+  return ac == AC_SELECTIVE && cls == SAVE_ATTN;
+}
+
+bool plan_recomputes(CheckpointPolicy ac, OpKind k) {
+  if (ac == AC_NONE) return false;
+  if (ac == AC_FULL) return true;
+  return !(k == OP_QKV || k == OP_QK_NORM || k == OP_ROPE || k == OP_ATTN_CORE); /* selective */
+}
+
 double plan_moe_imbalance(const Spec *s, int64_t ep) {
   const MoeSpec *moe = &s->model.moe;
   if (!moe->present || ep <= 1) return 1.0;
@@ -70,24 +81,25 @@ static double expert_bytes(const Layer *ly, double imb) {
   return (double)(ly->saved_bytes[SAVE_EXPERT] - ly->saved_routed) + imb * (double)ly->saved_routed;
 }
 
-/* Bytes per token of everything a layer saves under policy ac (model.c's SaveClass). */
+/* Bytes per token of one class of a layer's saves, the routed part grown by imb. */
+static double class_bytes(const Layer *ly, SaveClass c, double imb) {
+  return c == SAVE_EXPERT ? expert_bytes(ly, imb) : (double)ly->saved_bytes[c];
+}
+
+/* Bytes per token of everything a layer keeps under policy ac (plan_keeps). */
 static double kept_per_token(const Layer *ly, CheckpointPolicy ac, double imb) {
-  const int64_t *s = ly->saved_bytes;
-  switch (ac) {
-  case AC_NONE: return (double)(s[SAVE_BOUNDARY] + s[SAVE_ATTN] + s[SAVE_OTHER]) + expert_bytes(ly, imb);
-  case AC_SELECTIVE: return (double)(s[SAVE_BOUNDARY] + s[SAVE_OTHER]);
-  default: return (double)s[SAVE_BOUNDARY];
-  }
+  double b = 0;
+  for (int c = SAVE_BOUNDARY; c <= SAVE_OTHER; c++)
+    if (plan_keeps(ac, (SaveClass)c)) b += class_bytes(ly, (SaveClass)c, imb);
+  return b;
 }
 
 /* What one layer rebuilds during its backward under policy ac, per token. */
 static double recomputed_per_token(const Layer *ly, CheckpointPolicy ac, double imb) {
-  const int64_t *s = ly->saved_bytes;
-  switch (ac) {
-  case AC_NONE: return 0;
-  case AC_SELECTIVE: return (double)s[SAVE_ATTN] + expert_bytes(ly, imb);
-  default: return (double)(s[SAVE_ATTN] + s[SAVE_OTHER]) + expert_bytes(ly, imb);
-  }
+  double b = 0;
+  for (int c = SAVE_BOUNDARY; c <= SAVE_OTHER; c++)
+    if (!plan_keeps(ac, (SaveClass)c)) b += class_bytes(ly, (SaveClass)c, imb);
+  return b;
 }
 
 static void build_items(Items *it, const Model *md) {

@@ -116,7 +116,8 @@ void rt_experts_backward(real *dxp, real *dwg, real *dwu, real *dwd, const real 
  * lse (N). scratch holds (N, chunk). */
 real rt_lm_head_ce_forward(real *lse, const real *x, const real *w, const int32_t *targets, int N,
                            int C, int V, int chunk, real *scratch);
-/* Gradients of dloss × mean loss: recomputes each chunk's logits. */
+/* Gradients of dloss × mean loss: recomputes each chunk's logits. scratch holds (2, N, chunk):
+ * a chunk's logits and their gradient (the cpu ops use the first half in place). */
 void rt_lm_head_ce_backward(real *dx, real *dw, const real *x, const real *w, const int32_t *targets,
                             const real *lse, int N, int C, int V, int chunk, real *scratch, real dloss);
 

@@ -420,8 +420,8 @@ extern "C" __global__ void cross_entropy_finish(float *lse, float *loss, const f
 }
 
 // dlogits (TOKENS, cols) = scale × (softmax − one-hot(target)) for the chunk at column `first`,
-// from each token's log-sum-exp over the whole vocabulary; scale = dloss / TOKENS. dlogits may
-// be logits itself (in place). grid TOKENS.
+// from each token's log-sum-exp over the whole vocabulary; scale = dloss / TOKENS. dlogits must
+// not overlap logits (with bf16 storage its elements are narrower: in place would race). grid TOKENS.
 extern "C" __global__ void cross_entropy_backward(act *dlogits, const float *logits, const float *lse_,
                                                   const int *targets, int first, int cols, float scale) {
   size_t row = (size_t)blockIdx.x * cols;

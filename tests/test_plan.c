@@ -212,9 +212,10 @@ static void tiny_items_by_hand(void) {
   for (int l = 0; l < 4; l++)
     CHECK_EQ(bytes(c, mem_printf(&m, "activations.boundary[%d]", l)), 2 * H * T);
   /* saved per token: boundary 256; attention core 2 (128+64+64+128) + 4x4 lse = 784; experts
-   * 2 (2 (128 + 3x256 + 128) + 3x256) = 5,632; other 824 (norm rstds, xn copies, router) */
-  CHECK_EQ(bytes(c, "activations.forward_layer"), (256 + 784 + 5632 + 824) * T);
-  CHECK_EQ(bytes(c, "activations.recompute_layer"), (784 + 5632 + 824) * T);
+   * 2 (2 (128 + 3x256 + 128) + 3x256) = 5,632; other 832 (norm rstds, xn copies, router with
+   * its permutation: top-2 int32 rows) */
+  CHECK_EQ(bytes(c, "activations.forward_layer"), (256 + 784 + 5632 + 832) * T);
+  CHECK_EQ(bytes(c, "activations.recompute_layer"), (784 + 5632 + 832) * T);
   CHECK_EQ(bytes(c, "activations.grad_residual[0]"), 2 * H * T);
   /* gradients of gate, up and act of the widest FFN: top-2 x 256 routed (no imbalance at ep 1) */
   CHECK_EQ(bytes(c, "activations.grad_ffn"), 3 * 2 * T * (2 * 256));

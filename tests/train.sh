@@ -20,8 +20,9 @@
 #   errors     a launch with the wrong world size, a missing data file, bad arguments
 #   imbalance  the MoE all-to-all in bounded rounds: moe_imbalance 1 (buffers of exactly the mean
 #              rows, so any imbalance needs extra rounds) against its physical maximum (buffers
-#              of the dropless worst case, never a second round), 2 ranks (ep 2) and 4 (ep 4),
-#              fp32 wire: the same losses within 1e-5, extra rounds counted in metrics.jsonl
+#              of the dropless worst case, never a second round), 2 ranks (ep 2, no
+#              checkpointing) and 4 (ep 4, selective), fp32 wire: the same losses within 1e-5,
+#              extra rounds counted in metrics.jsonl
 #   memory     train --memory (no mpirun) prints {"hbm","host","host_pinned"} whose arena part is
 #              step.h's; the start-up resident growth (VmHWM) of a real run matches it within 5%,
 #              on 1 rank (Muon, full checkpointing with host offload) and on 2 (ep 2)
@@ -218,9 +219,10 @@ imbalance)
   im=("${small[@]}" --set training.grad_reduce_dtype=fp32)
   for ep in 2 4; do
     max=$((ep * (2 < 8 / ep ? 2 : 8 / ep) / 2)) # ep x min(top_k, experts / ep) / top_k (tiny-moe: 8 experts, top-2)
+    ac=none; [ $ep = 4 ] && ac=selective # the backward rebuilds a round from saved rows, or after recomputing
     for imb in 1 $max; do
       build "i$ep-$imb" "$tiny" float "${im[@]}" --set cluster.gpus_per_node=$ep --set plan.fsdp=$ep --set plan.ep=$ep \
-        --set plan.moe_imbalance=$imb || continue
+        --set plan.moe_imbalance=$imb --set plan.activation_checkpoint=$ac || continue
       (cd "$work" && "${mpirun[@]}" -np $ep "./i$ep-$imb/build/train" --data "$text" --metrics "i$ep-$imb.jsonl" >/dev/null) ||
         die "ep $ep, moe_imbalance $imb: run"
     done

@@ -656,8 +656,8 @@
 #define WS_WTS                  37510765888 /*     524288: their weights */
 #define WS_POS                  37511290176 /*     524288: row of each assignment in expert order (int32) */
 #define WS_OFFSETS              37511814464 /*        385: first row of each expert (int32) */
-#define WS_XP                   37511814864 /* 3221225472: token copies in expert order */
-#define WS_YP                   40733040336 /* 3221225472: expert outputs in that order */
+#define WS_YP                   37511814864 /* 3221225472: expert outputs in that order */
+#define WS_XP                   40733040336 /* 3221225472: token copies in expert order, to send (all-to-all) */
 #define WS_XE                   43954265808 /* 4026531840: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
 #define WS_YE                   47980797648 /* 4026531840: their outputs, before going back */
 #define WS_EOFF                 52007329488 /*         97: first row of each local expert in the round (int32) */
@@ -693,7 +693,7 @@
 #define LNF                     81393148864 /*  402653184: final norm output */
 #define RSTDF                   81795802048 /*      65536: its 1/rms per token */
 #define LSEF                    81795867584 /*      65536: log-sum-exp of each token's logits */
-#define CE                      81795933120 /*  268435456: logits of one vocabulary chunk */
+#define CE                      81795933120 /*  536870912: logits of one vocabulary chunk and their gradient */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-71 go to the
  * host arena after their layer's forward and come back two layers before their backward. */
@@ -4723,6 +4723,8 @@ static void layer73_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -4770,6 +4772,8 @@ static void layer72_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -4817,6 +4821,8 @@ static void layer71_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -4864,6 +4870,8 @@ static void layer70_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -4911,6 +4919,8 @@ static void layer69_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -4958,6 +4968,8 @@ static void layer68_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5005,6 +5017,8 @@ static void layer67_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5052,6 +5066,8 @@ static void layer66_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5099,6 +5115,8 @@ static void layer65_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5146,6 +5164,8 @@ static void layer64_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5193,6 +5213,8 @@ static void layer63_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5240,6 +5262,8 @@ static void layer62_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5287,6 +5311,8 @@ static void layer61_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5334,6 +5360,8 @@ static void layer60_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5381,6 +5409,8 @@ static void layer59_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5428,6 +5458,8 @@ static void layer58_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5475,6 +5507,8 @@ static void layer57_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5522,6 +5556,8 @@ static void layer56_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5569,6 +5605,8 @@ static void layer55_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5616,6 +5654,8 @@ static void layer54_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5663,6 +5703,8 @@ static void layer53_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5710,6 +5752,8 @@ static void layer52_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5757,6 +5801,8 @@ static void layer51_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5804,6 +5850,8 @@ static void layer50_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5851,6 +5899,8 @@ static void layer49_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5898,6 +5948,8 @@ static void layer48_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5945,6 +5997,8 @@ static void layer47_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -5992,6 +6046,8 @@ static void layer46_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6039,6 +6095,8 @@ static void layer45_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6086,6 +6144,8 @@ static void layer44_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6133,6 +6193,8 @@ static void layer43_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6180,6 +6242,8 @@ static void layer42_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6227,6 +6291,8 @@ static void layer41_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6274,6 +6340,8 @@ static void layer40_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6321,6 +6389,8 @@ static void layer39_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6368,6 +6438,8 @@ static void layer38_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6415,6 +6487,8 @@ static void layer37_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6462,6 +6536,8 @@ static void layer36_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6509,6 +6585,8 @@ static void layer35_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6556,6 +6634,8 @@ static void layer34_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6603,6 +6683,8 @@ static void layer33_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6650,6 +6732,8 @@ static void layer32_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6697,6 +6781,8 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6744,6 +6830,8 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6791,6 +6879,8 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6838,6 +6928,8 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6885,6 +6977,8 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6932,6 +7026,8 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -6979,6 +7075,8 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7026,6 +7124,8 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7073,6 +7173,8 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7120,6 +7222,8 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7167,6 +7271,8 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7214,6 +7320,8 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7261,6 +7369,8 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7308,6 +7418,8 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7355,6 +7467,8 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7402,6 +7516,8 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7449,6 +7565,8 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7496,6 +7614,8 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7543,6 +7663,8 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7590,6 +7712,8 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7637,6 +7761,8 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7684,6 +7810,8 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7731,6 +7859,8 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7778,6 +7908,8 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7825,6 +7957,8 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7872,6 +8006,8 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7919,6 +8055,8 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -7966,6 +8104,8 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -8013,6 +8153,8 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -8060,6 +8202,8 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -8107,6 +8251,8 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);
@@ -8154,6 +8300,8 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(R(DWTS), 524288);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 6144);

@@ -631,7 +631,7 @@
 #define LNF                     30082379776 /*   33554432: final norm output */
 #define RSTDF                   30115934208 /*       8192: its 1/rms per token */
 #define LSEF                    30115942400 /*       8192: log-sum-exp of each token's logits */
-#define CE                      30115950592 /*   33554432: logits of one vocabulary chunk */
+#define CE                      30115950592 /*   67108864: logits of one vocabulary chunk and their gradient */
 
 /* Parameter groups: sharded over the FSDP group (4 ranks) or, for experts, over the
  * 4 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */

@@ -46,8 +46,8 @@
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
 
-/* the arena: 30149505024 elements of real */
-#define ARENA_ELEMS 30149505024
+/* the arena: 30183059456 elements of real */
+#define ARENA_ELEMS 30183059456
 #define INPUTS 0
 #define TARGETS 8192
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */

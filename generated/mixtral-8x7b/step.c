@@ -349,8 +349,8 @@
 #define WS_WTS                  13599887872 /*      65536: their weights */
 #define WS_POS                  13599953408 /*      65536: row of each assignment in expert order (int32) */
 #define WS_OFFSETS              13600018944 /*          9: first row of each expert (int32) */
-#define WS_XP                   13600018960 /*  268435456: token copies in expert order */
-#define WS_YP                   13868454416 /*  268435456: expert outputs in that order */
+#define WS_YP                   13600018960 /*  268435456: expert outputs in that order */
+#define WS_XP                   13868454416 /*  268435456: token copies in expert order, to send (all-to-all) */
 #define WS_XE                   14136889872 /*  335544320: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
 #define WS_YE                   14472434192 /*  335544320: their outputs, before going back */
 #define WS_EOFF                 14807978512 /*          3: first row of each local expert in the round (int32) */
@@ -535,7 +535,7 @@
 #define LNF                     34839253568 /*  134217728: final norm output */
 #define RSTDF                   34973471296 /*      32768: its 1/rms per token */
 #define LSEF                    34973504064 /*      32768: log-sum-exp of each token's logits */
-#define CE                      34973536832 /*  134217728: logits of one vocabulary chunk */
+#define CE                      34973536832 /*  268435456: logits of one vocabulary chunk and their gradient */
 
 /* Parameter groups: sharded over the FSDP group (32 ranks) or, for experts, over the
  * 8 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */
@@ -2032,6 +2032,8 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2072,6 +2074,8 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2112,6 +2116,8 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2152,6 +2158,8 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2192,6 +2200,8 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2232,6 +2242,8 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2272,6 +2284,8 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2312,6 +2326,8 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2352,6 +2368,8 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2392,6 +2410,8 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2432,6 +2452,8 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2472,6 +2494,8 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2512,6 +2536,8 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2552,6 +2578,8 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2592,6 +2620,8 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2632,6 +2662,8 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2672,6 +2704,8 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2712,6 +2746,8 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2752,6 +2788,8 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2792,6 +2830,8 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2832,6 +2872,8 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2872,6 +2914,8 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2912,6 +2956,8 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2952,6 +2998,8 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -2992,6 +3040,8 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -3032,6 +3082,8 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -3072,6 +3124,8 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -3112,6 +3166,8 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -3152,6 +3208,8 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -3192,6 +3250,8 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -3232,6 +3292,8 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);
@@ -3272,6 +3334,8 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(R(DWTS), 65536);
   rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
+  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
+    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 2, 4096);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 4096);

@@ -97,7 +97,7 @@
 #define L0_WTS                     14591488 /*       1024: their weights */
 #define L0_POS                     14592512 /*       1024: row of each assignment in expert order (int32) */
 #define L0_OFFSETS                 14593536 /*          9: first row of each expert (int32) */
-#define L0_XP                      14593552 /*     131072: token copies in expert order */
+#define L0_XP                      14593552 /*     131072: token copies in expert order: the experts' input */
 #define L0_YP                      14724624 /*     131072: expert outputs in that order */
 #define L0_EG                      14855696 /*     262144: routed experts' gate */
 #define L0_EU                      15117840 /*     262144: routed experts' up */
@@ -120,7 +120,7 @@
 #define L1_WTS                     16436752 /*       1024: their weights */
 #define L1_POS                     16437776 /*       1024: row of each assignment in expert order (int32) */
 #define L1_OFFSETS                 16438800 /*          9: first row of each expert (int32) */
-#define L1_XP                      16438816 /*     131072: token copies in expert order */
+#define L1_XP                      16438816 /*     131072: token copies in expert order: the experts' input */
 #define L1_YP                      16569888 /*     131072: expert outputs in that order */
 #define L1_EG                      16700960 /*     262144: routed experts' gate */
 #define L1_EU                      16963104 /*     262144: routed experts' up */
@@ -143,7 +143,7 @@
 #define L2_WTS                     18282016 /*       1024: their weights */
 #define L2_POS                     18283040 /*       1024: row of each assignment in expert order (int32) */
 #define L2_OFFSETS                 18284064 /*          9: first row of each expert (int32) */
-#define L2_XP                      18284080 /*     131072: token copies in expert order */
+#define L2_XP                      18284080 /*     131072: token copies in expert order: the experts' input */
 #define L2_YP                      18415152 /*     131072: expert outputs in that order */
 #define L2_EG                      18546224 /*     262144: routed experts' gate */
 #define L2_EU                      18808368 /*     262144: routed experts' up */
@@ -166,7 +166,7 @@
 #define L3_WTS                     20127280 /*       1024: their weights */
 #define L3_POS                     20128304 /*       1024: row of each assignment in expert order (int32) */
 #define L3_OFFSETS                 20129328 /*          9: first row of each expert (int32) */
-#define L3_XP                      20129344 /*     131072: token copies in expert order */
+#define L3_XP                      20129344 /*     131072: token copies in expert order: the experts' input */
 #define L3_YP                      20260416 /*     131072: expert outputs in that order */
 #define L3_EG                      20391488 /*     262144: routed experts' gate */
 #define L3_EU                      20653632 /*     262144: routed experts' up */
@@ -197,7 +197,7 @@
 #define LNF                        23542368 /*      65536: final norm output */
 #define RSTDF                      23607904 /*        512: its 1/rms per token */
 #define LSEF                       23608416 /*        512: log-sum-exp of each token's logits */
-#define CE                         23608928 /*     131072: logits of one vocabulary chunk */
+#define CE                         23608928 /*     262144: logits of one vocabulary chunk and their gradient */
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
  * 2 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */

@@ -40,14 +40,14 @@
 #define FLOPS_PER_TOKEN 9.240576e+06 /* training FLOPs per token (plan.json model.flops_per_token) */
 #define PREDICTED_TOKENS_PER_S_PER_GPU 2047.84 /* the plan's prediction for the spec's cluster */
 #define SPEC_GPUS_PER_NODE 2 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 125784320 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HBM_BYTES 125800704 /* the plan's packed HBM arena per GPU (plan.json memory) */
 #define PLAN_HOST_BYTES 67108864 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 68157440 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 67108864 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 1048576 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
 
-/* the arena: 23740000 elements of real */
-#define ARENA_ELEMS 23740000
+/* the arena: 23871072 elements of real */
+#define ARENA_ELEMS 23871072
 #define INPUTS 0
 #define TARGETS 512
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */

@@ -340,10 +340,11 @@ real rt_lm_head_ce_forward(real *lse, const real *x, const real *w, const int32_
 void rt_lm_head_ce_backward(real *dx, real *dw, const real *x, const real *w, const int32_t *targets, const real *lse,
                             int N, int C, int V, int chunk, real *scratch, real dloss) {
   float scale = dloss / (float)N;
+  real *dlogits = scratch + (size_t)N * (size_t)chunk; /* not in place: with bf16 storage it would race */
   for (int v0 = 0; v0 < V; v0 += chunk) {
     int cv = V - v0 < chunk ? V - v0 : chunk;
     rt_matmul_forward(scratch, x, w + (size_t)v0 * C, NULL, N, C, cv);
-    cu_launch(K_CROSS_ENTROPY_BACKWARD, (unsigned)N, 256, (void *[]){&scratch, &scratch, &lse, &targets, &v0, &cv, &scale});
-    rt_matmul_backward(dx, dw ? dw + (size_t)v0 * C : NULL, NULL, scratch, x, w + (size_t)v0 * C, N, C, cv);
+    cu_launch(K_CROSS_ENTROPY_BACKWARD, (unsigned)N, 256, (void *[]){&dlogits, &scratch, &lse, &targets, &v0, &cv, &scale});
+    rt_matmul_backward(dx, dw ? dw + (size_t)v0 * C : NULL, NULL, dlogits, x, w + (size_t)v0 * C, N, C, cv);
   }
 }

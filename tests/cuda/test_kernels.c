@@ -310,9 +310,9 @@ static void lm_head(const Pass *p) {
   size_t nx = (size_t)N * C, nw = (size_t)V * C;
   int32_t *tgt = (int32_t *)host(N);
   for (int i = 0; i < N; i++) tgt[i] = (int32_t)((seed = seed * 1664525u + 1013904223u) >> 8) % V;
-  float *x = rnd(nx, 2), *w = rnd(nw, 1), *lse = host(N), *scratch = host((size_t)N * CH), *dx = rnd(nx, 1), *dw = rnd(nw, 1);
+  float *x = rnd(nx, 2), *w = rnd(nw, 1), *lse = host(N), *scratch = host(2 * (size_t)N * CH), *dx = rnd(nx, 1), *dw = rnd(nw, 1);
   int32_t *dtgt = devi(tgt, N);
-  float *dx_ = devf(x, nx), *dw_ = devf(w, nw), *dlse = devf(NULL, N), *dscratch = devf(NULL, (size_t)N * CH);
+  float *dx_ = devf(x, nx), *dw_ = devf(w, nw), *dlse = devf(NULL, N), *dscratch = devf(NULL, 2 * (size_t)N * CH);
   float *ddx = devf(dx, nx), *ddw = devf(dw, nw);
   check_scalar("lm_head_ce_forward loss", rt_lm_head_ce_forward(dlse, dx_, dw_, dtgt, N, C, V, CH, dscratch),
                ref_lm_head_ce_forward(lse, x, w, tgt, N, C, V, CH, scratch), p->gemm_tol);
