@@ -311,7 +311,9 @@ int rt_moe_route(MPI_Comm ep_comm, RtA2A *a, const int *offsets) {
   Group *g = group_of(ep_comm, "moe route");
   int pe = a->ep * a->El;
   if (!g->nccl) rt_cuda_fail("moe route", "an EP group of one rank needs no route (step.c skips it)");
-  rt_cuda_download(a->off, offsets, sizeof(int) * (size_t)(pe + 1)); /* the pass's one host sync */
+  /* the offsets on the host: the permutation computed them there just before (cu_offsets), or
+   * else (the backward) one copy down, the pass's one host synchronization here */
+  memcpy(a->off, cu_offsets(offsets, (size_t)pe + 1), sizeof(int) * (size_t)(pe + 1));
   rt_a2a_plan_counts(a);
   RT_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, a->cnt_all, pe, MPI_INT, ep_comm));
   return rt_a2a_plan_rounds(a);
@@ -320,12 +322,14 @@ int rt_moe_route(MPI_Comm ep_comm, RtA2A *a, const int *offsets) {
 void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, int r, real *xe, int *eoff, real *tmp, const real *xp, int C) {
   Group *g = group_of(ep_comm, "moe dispatch");
   int *e = cu.off_host; /* host staging for eoff (experts + 1 >= El + 1 ints) */
+  cu.off_of = NULL;     /* (it no longer holds what it held) */
   if (!g->nccl) rt_cuda_fail("moe dispatch", "an EP group of one rank needs no dispatch (step.c skips it)");
   if (r < 0 || r >= a->rounds) rt_cuda_fail("moe dispatch", "round out of range of the last route");
   rt_a2a_plan_round(a, r, e);
   exchange(g, xp, a->sc, a->sd, tmp, a->rc, a->rd, C, "moe dispatch (all-to-all-v)");
   rt_a2a_regroup(a, xe, tmp, sizeof(real) * (size_t)C, 1, copy_device);
   rt_cuda_upload(eoff, e, sizeof(int) * (size_t)(a->El + 1));
+  cu_offsets_uploaded(eoff, (size_t)a->El + 1);
 }
 
 void rt_moe_undispatch(MPI_Comm ep_comm, const RtA2A *a, real *yp, real *tmp, const real *ye, int C) {

@@ -41,6 +41,10 @@ typedef struct {
   void **gptr;    /* device: CU_GROUPED_SLOTS × 3 × experts pointers */
   void *workspace; /* cuBLAS's (cublasSetWorkspace) */
   int *idx_host, *pos_host, *off_host; /* host copies for the permutation and grouped GEMMs */
+  const void *off_of;  /* off_host holds the off_bytes that the host last uploaded to (or
+                          downloaded from) device buffer off_of: an offsets array that only those
+                          uploads write, so reading it back needs no copy (cu_offsets) */
+  size_t off_bytes;
   float *stats_host;                   /* 2 × experts */
 } CuState;
 
@@ -51,6 +55,12 @@ extern CuState cu;
 void cu_launch(int k, unsigned grid, unsigned block, void **args);
 /* The same with a 3-D grid (gx, gy, gz). */
 void cu_launch3(int k, unsigned gx, unsigned gy, unsigned gz, unsigned block, void **args);
+/* n ints of device offsets array dev (written only by the runtime's uploads: the permutation's
+ * offsets, a round's eoff) on the host, in cu.off_host: copied down only when off_host does not
+ * hold them already (each copy down is a host synchronization). */
+const int *cu_offsets(const int *dev, size_t n);
+/* off_host now holds n ints uploaded to dev (after the upload). */
+void cu_offsets_uploaded(const int *dev, size_t n);
 /* The attention kernels in use, for the start-up line. */
 const char *cu_attention_name(void);
 /* Checks a CUDA runtime or cuBLAS status of op. */

@@ -63,7 +63,18 @@ void rt_moe_permute(int32_t *pos, int *offsets, const int32_t *idx, int N, int E
   o[0] = 0;
   rt_cuda_upload(pos, p, sizeof(int) * (size_t)n);
   rt_cuda_upload(offsets, o, sizeof(int) * (size_t)(E + 1));
+  cu_offsets_uploaded(offsets, (size_t)E + 1);
 }
+
+const int *cu_offsets(const int *dev, size_t n) {
+  if (cu.off_of != dev || cu.off_bytes < n * sizeof(int)) {
+    rt_cuda_download(cu.off_host, dev, sizeof(int) * n);
+    cu_offsets_uploaded(dev, n);
+  }
+  return cu.off_host;
+}
+
+void cu_offsets_uploaded(const int *dev, size_t n) { cu.off_of = dev, cu.off_bytes = n * sizeof(int); }
 
 void rt_moe_gather(real *xp, const real *x, const int32_t *pos, int N, int K, int C) {
   cu_launch(K_MOE_GATHER, (unsigned)(N * K), 128, (void *[]){&xp, &x, &pos});
@@ -156,8 +167,7 @@ static void grouped(const char *op, int kind, int slot, float *out, const float 
 
 void rt_experts_forward(real *yp, real *g, real *u, real *h, const real *xp, const real *wg, const real *wu,
                         const real *wd, const int *offsets, int E, int C, int F) {
-  int *off = cu.off_host;
-  rt_cuda_download(off, offsets, sizeof(int) * (size_t)(E + 1));
+  const int *off = cu_offsets(offsets, (size_t)E + 1);
   grouped("experts gate_proj", G_FWD, 0, g, xp, NULL, wg, off, E, C, F);
   grouped("experts up_proj", G_FWD, 1, u, xp, NULL, wu, off, E, C, F);
   rt_swiglu_forward(h, g, u, (int64_t)off[E] * F);
@@ -167,8 +177,7 @@ void rt_experts_forward(real *yp, real *g, real *u, real *h, const real *xp, con
 void rt_experts_backward(real *dxp, real *dwg, real *dwu, real *dwd, const real *dyp, const real *xp, const real *g,
                          const real *u, const real *h, const real *wg, const real *wu, const real *wd,
                          const int *offsets, int E, int C, int F, real *dh, real *dg, real *du) {
-  int *off = cu.off_host;
-  rt_cuda_download(off, offsets, sizeof(int) * (size_t)(E + 1));
+  const int *off = cu_offsets(offsets, (size_t)E + 1);
   size_t n = (size_t)off[E] * F;
   rt_zero(dh, n), rt_zero(dg, n), rt_zero(du, n);
   grouped("experts down_proj dx", G_DX, 0, dh, dyp, NULL, wd, off, E, F, C);
