@@ -198,14 +198,14 @@ static bool check_plan(Diag *d, Spec *s) {
            "rank", (long long)p->ep, (long long)s->model.moe.experts);
     /* an imbalance written in the spec that no routing can reach is a mistake; the default is
      * capped at the maximum silently (plan_moe_imbalance) */
-    if (s->model.moe.present && p->ep > 1 && yaml_path(s->root, "plan.moe_imbalance")) {
+    if (s->model.moe.present && yaml_path(s->root, "plan.moe_imbalance")) {
       const MoeSpec *moe = &s->model.moe;
       int64_t per_rank = moe->experts / p->ep, k = moe->top_k < per_rank ? moe->top_k : per_rank;
       double max = (double)p->ep * (double)k / (double)moe->top_k;
       if (p->moe_imbalance > max)
-        FAIL("plan.moe_imbalance", "moe_imbalance %g exceeds its physical maximum %g for ep %lld: an EP rank "
+        FAIL("plan.moe_imbalance", "moe_imbalance %.9g exceeds its physical maximum %.9g for ep %lld: an EP rank "
              "receives at most min(top_k, experts / ep) = %lld copies of each of the ep x tokens, against a "
-             "mean of top_k = %lld per token; expected at most %g", p->moe_imbalance, max, (long long)p->ep,
+             "mean of top_k = %lld per token; expected at most %.9g", p->moe_imbalance, max, (long long)p->ep,
              (long long)k, (long long)moe->top_k, max);
     }
   }

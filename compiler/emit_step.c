@@ -649,6 +649,10 @@ bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec
   if (!supported(d, s)) return false;
   Em e;
   em_init(&e, m, p);
+  if (e.R > INT32_MAX) /* the runtime counts a round's rows in int (its offsets are int32) */
+    return diag_error(d, spec_loc(s, "plan.moe_imbalance"), "one all-to-all round would take %lld rows per rank "
+                      "(moe_imbalance x tokens x top_k), more than 2^31 - 1; expected a lower plan.moe_imbalance, "
+                      "training.micro_batch or training.seq_len", (long long)e.R);
   const char *names[2] = {"step.h", "step.c"};
   for (int i = 0; i < 2; i++) {
     const char *path = mem_printf(m, "%s/%s", dir, names[i]);

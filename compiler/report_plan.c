@@ -248,6 +248,8 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
   json_object_set_new(lay, "pp", json_integer(1));
   json_object_set_new(lay, "cp", json_integer(1));
   json_object_set_new(lay, "prefetch", json_integer(ch->prefetch));
+  /* the imbalance the MoE buffers are sized by: the spec's, capped at its physical maximum */
+  json_object_set_new(lay, "moe_imbalance", json_real(plan_moe_imbalance(s, ch->ep)));
   json_object_set_new(root, "layout", lay);
   json_t *tr = json_object();
   json_object_set_new(tr, "optimizer", json_string(s->training.optimizer == OPT_MUON ? "muon" : "adamw"));

@@ -84,7 +84,9 @@ int rt_ckpt_read(RtCkpt *k, const char *name, int e, int64_t first, int64_t n, i
 
 /* Atomic replace of a file, shared by checkpoints and mtc export: write PATH.tmp, then rename
  * it over PATH. Only a regular file or a missing path is replaced; anything else (a device, a
- * FIFO, a directory, a socket, or a symlink to one) is refused before anything is written.
+ * FIFO, a directory, a socket, or a symlink to one) is refused before anything is written. A
+ * symlink to a regular file is followed: the file it points to is replaced and the link stays
+ * (a dangling link is refused).
  * rt_replace_begin checks path and creates path.tmp (its name in tmp, tmplen bytes; a stale
  * regular file or symlink there is removed first) for writing: returns its descriptor, or -1
  * with "PATH: a character device; expected a regular file or a path that does not exist" in

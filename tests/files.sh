@@ -31,7 +31,7 @@ ck=ck/step-00000001
 refused() {
   local t=$1 p=$2 out rc
   out=$(timeout 60 "$mtc" export ck "$p" 2>&1); rc=$?
-  [ $rc -eq 2 ] && echo "$out" | grep -qF "$p: " && echo "$out" | grep -q "expected a regular file or a path that does not exist" ||
+  [ $rc -eq 2 ] && echo "$out" | grep -qE "$p(: | -> )" && echo "$out" | grep -q "expected a regular file or a path that does not exist" ||
     die "export to $p: exit $rc, $out"
   test "$t" "$p" || die "export changed $p (no longer test $t)"
   [ ! -e "$p.tmp" ] || die "export left $p.tmp"
@@ -46,7 +46,12 @@ else
 fi
 echo old >regular && "$mtc" export ck regular >/dev/null && [ "$(head -c 8 regular | od -An -tu8 | tr -d ' ')" -gt 0 ] ||
   die "export over a regular file"
-ln -s regular link-to-file && "$mtc" export ck link-to-file >/dev/null && [ -f link-to-file ] || die "export over a symlink to a file"
+ln -s regular link-to-file && "$mtc" export ck link-to-file >/dev/null && [ -L link-to-file ] &&
+  [ "$(head -c 8 regular | od -An -tu8 | tr -d ' ')" -gt 0 ] || die "export over a symlink to a file: the link stays, its file is written"
+ln -s no-such-file dangling && refused -L dangling
+mkdir -p fifock/step-00000001 && mkfifo fifock/step-00000001/manifest.json
+out=$(timeout 10 "$mtc" export fifock/step-00000001 x.safetensors 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "a FIFO" || die "a FIFO as manifest.json: exit $rc, $out"
 mkfifo new.safetensors.tmp && timeout 60 "$mtc" export ck new.safetensors >/dev/null 2>&1
 [ $? -eq 2 ] && [ -p new.safetensors.tmp ] && [ ! -e new.safetensors ] || die "export over a FIFO at OUT.tmp"
 # a checkpoint save: a FIFO where a shard goes is refused, and stays a FIFO

@@ -434,8 +434,10 @@ int main(int argc, char **argv) {
     }
   }
   if (!status && PLAN_EP > 1 &&
-      rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK, c.comm.ep_rank, MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0)
+      rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK, c.comm.ep_rank, MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0) {
+    fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c.comm.rank);
     status = 2;
+  }
   if (!status && HOST_ELEMS > 0 && !(c.host = rt_cuda_alloc_host((size_t)HOST_ELEMS * sizeof(real), err, sizeof err))) {
     fprintf(stderr, "error: rank %d: activation offload: %s\n", c.comm.rank, err);
     status = 2;
@@ -447,10 +449,14 @@ int main(int argc, char **argv) {
     status = 2;
   }
   c.arena = status ? NULL : calloc((size_t)ARENA_ELEMS, sizeof(real));
-  if (!status && (!c.arena || (PLAN_EP > 1 && rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK, c.comm.ep_rank,
-                                                        MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0))) {
+  if (!status && !c.arena) {
     fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB arena; expected that much free memory\n",
             c.comm.rank, (double)ARENA_ELEMS * sizeof(real) / 1048576.0);
+    status = 2;
+  }
+  if (!status && PLAN_EP > 1 &&
+      rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK, c.comm.ep_rank, MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0) {
+    fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c.comm.rank);
     status = 2;
   }
   /* touched now, as the cuda backend zeroes its arena: memory that is not there fails at start-up,

@@ -32,13 +32,16 @@ int64_t rt_ckpt_latest(const char *dir, char *out, size_t outlen) {
     if (*end || s <= best) continue;
     char man[2048];
     snprintf(man, sizeof man, "%s/%s/manifest.json", dir, de->d_name);
-    if (access(man, R_OK) != 0) continue; /* incomplete: killed mid-save */
+    struct stat st; /* incomplete (killed mid-save), or not a file: never opened (a FIFO would block) */
+    if (stat(man, &st) != 0 || !S_ISREG(st.st_mode) || access(man, R_OK) != 0) continue;
     best = s;
     snprintf(out, outlen, "%s/%s", dir, de->d_name);
   }
   closedir(d);
   return best;
 }
+
+static const char *file_kind(mode_t mode);
 
 static int fail(char *err, size_t n, const char *fmt, const char *a, const char *b) {
   snprintf(err, n, fmt, a, b);
@@ -166,6 +169,11 @@ int rt_ckpt_open(RtCkpt *k, const char *path, char *err, size_t errlen) {
   char man[1200];
   snprintf(man, sizeof man, "%s/manifest.json", path);
   json_error_t je;
+  struct stat mst; /* a FIFO would block the load, a directory or device gives a parse error */
+  if (stat(man, &mst) != 0)
+    return fail(err, errlen, "%s: %s; expected a checkpoint's manifest.json", man, strerror(errno));
+  if (!S_ISREG(mst.st_mode))
+    return fail(err, errlen, "%s: %s; expected a checkpoint's manifest.json (a regular file)", man, file_kind(mst.st_mode));
   json_t *root = json_load_file(man, 0, &je);
   if (!root) return fail(err, errlen, "%s: %s; expected a checkpoint's manifest.json", man, je.text);
   const char *model = NULL, *format = NULL, *opt = NULL;
@@ -368,7 +376,7 @@ static const char *file_kind(mode_t mode) {
 static int replaceable(const char *path, char *err, size_t errlen) {
   struct stat st;
   if (stat(path, &st) != 0) {
-    if (errno == ENOENT) return 0; /* missing, or a dangling symlink: rename replaces the link */
+    if (errno == ENOENT) return 0; /* missing (links are resolved first: target_of) */
     return snprintf(err, errlen, "%s: %s; expected a regular file or a path that does not exist", path,
                     strerror(errno)), -1;
   }
@@ -377,10 +385,41 @@ static int replaceable(const char *path, char *err, size_t errlen) {
                   "only those)", path, file_kind(st.st_mode)), -1;
 }
 
+/* The file a replace of path writes: path itself, or the file a symbolic link there points to
+ * (the link stays a link); a dangling link is refused. 0, or -1 with err set. */
+static int target_of(const char *path, char *out, size_t outlen, char *err, size_t errlen) {
+  struct stat st;
+  if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+    char *r = realpath(path, NULL);
+    if (!r)
+      return snprintf(err, errlen, "%s: a symbolic link to nothing (%s); expected a regular file or a path that "
+                      "does not exist", path, strerror(errno)), -1;
+    int n = snprintf(out, outlen, "%s", r);
+    free(r);
+    if (n < 0 || (size_t)n >= outlen) return snprintf(err, errlen, "%s: path too long", path), -1;
+    return 0;
+  }
+  if ((size_t)snprintf(out, outlen, "%s", path) >= outlen) return snprintf(err, errlen, "%s: path too long", path), -1;
+  return 0;
+}
+
+/* replaceable() of real, the file path resolves to; a message names the link too. */
+static int replaceable_as(const char *path, const char *real, char *err, size_t errlen) {
+  if (replaceable(real, err, errlen) == 0) return 0;
+  if (strcmp(path, real) != 0 && errlen) {
+    char m[1024];
+    snprintf(m, sizeof m, "%s", err);
+    snprintf(err, errlen, "%s -> %s", path, m);
+  }
+  return -1;
+}
+
 int rt_replace_begin(const char *path, char *tmp, size_t tmplen, char *err, size_t errlen) {
-  if ((size_t)snprintf(tmp, tmplen, "%s.tmp", path) >= tmplen)
+  char real[4096];
+  if (target_of(path, real, sizeof real, err, errlen) != 0) return -1;
+  if ((size_t)snprintf(tmp, tmplen, "%s.tmp", real) >= tmplen)
     return snprintf(err, errlen, "%s: path too long", path), -1;
-  if (replaceable(path, err, errlen) != 0) return -1;
+  if (replaceable_as(path, real, err, errlen) != 0) return -1;
   struct stat st; /* the temporary itself: a leftover file or link goes, anything else stays */
   if (lstat(tmp, &st) == 0) {
     if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
@@ -394,9 +433,11 @@ int rt_replace_begin(const char *path, char *tmp, size_t tmplen, char *err, size
 }
 
 int rt_replace_commit(const char *tmp, const char *path, char *err, size_t errlen) {
-  if (replaceable(path, err, errlen) != 0) return unlink(tmp), -1;
-  if (rename(tmp, path) != 0) {
-    snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  char real[4096];
+  if (target_of(path, real, sizeof real, err, errlen) != 0 || replaceable_as(path, real, err, errlen) != 0)
+    return unlink(tmp), -1;
+  if (rename(tmp, real) != 0) {
+    snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, real, strerror(errno));
     unlink(tmp);
     return -1;
   }
