@@ -201,7 +201,7 @@ static bool check_plan(Diag *d, Spec *s) {
     if (s->model.moe.present && yaml_path(s->root, "plan.moe_imbalance")) {
       const MoeSpec *moe = &s->model.moe;
       int64_t per_rank = moe->experts / p->ep, k = moe->top_k < per_rank ? moe->top_k : per_rank;
-      double max = (double)p->ep * (double)k / (double)moe->top_k;
+      double max = plan_moe_imbalance_max(s, p->ep);
       if (p->moe_imbalance > max)
         FAIL("plan.moe_imbalance", "moe_imbalance %.9g exceeds its physical maximum %.9g for ep %lld: an EP rank "
              "receives at most min(top_k, experts / ep) = %lld copies of each of the ep x tokens, against a "

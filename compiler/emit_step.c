@@ -291,70 +291,68 @@ static void layer_backward(Em *e, int l, const char *dy, const char *dx) {
 
 /* ---- the schedule --------------------------------------------------------------------------- */
 
-/* Units of the schedule: 0 the embedding, 1..L the layers, L+1 the head. Unit u's groups are
- * gathered into GATHERED_DENSE<u % 2> and GATHERED_EXPERTS<u % 2> (prefetch slots 2(u % 2) and
- * 2(u % 2) + 1), so unit u+1's gather overlaps unit u's compute. */
-static void unit_groups(const Em *e, int u, int *gd, int *ge) {
-  *gd = u == 0 ? e->g_embed : u == e->L + 1 ? e->g_head : e->layer_dense[u - 1];
-  *ge = u >= 1 && u <= e->L ? e->layer_experts[u - 1] : -1;
+/* Units of the schedule: 0 the embedding, 1..L the layers, L+1 the head. Unit u's group k (0
+ * dense, 1 experts; -1 when the unit has none) is gathered into GATHERED_DENSE<u % 2> or
+ * GATHERED_EXPERTS<u % 2> (prefetch slot 2(u % 2) + k), so unit u+1's gather overlaps unit u's
+ * compute; in the backward its gradient goes to GRAD_DENSE/EXPERTS<u % 2> and is
+ * reduce-scattered in slot 2(u % 2) + k while the next unit's backward runs. */
+static int unit_group(const Em *e, int u, int k) {
+  if (k) return u >= 1 && u <= e->L ? e->layer_experts[u - 1] : -1;
+  return u == 0 ? e->g_embed : u == e->L + 1 ? e->g_head : e->layer_dense[u - 1];
 }
+
+static const char *const kind_buf[2] = {"DENSE", "EXPERTS"};
+static const char *const kind_comm[2] = {"fsdp_comm", "shard_comm"};
 
 /* Starts the all-gathers of unit u's groups (a prefetch: waited for in use_unit). */
 static void start_unit(Em *e, int u, const char *why) {
-  int gd, ge;
-  unit_groups(e, u, &gd, &ge);
   for (int k = 0; k < 2; k++) {
-    int g = k ? ge : gd;
+    int g = unit_group(e, u, k);
     if (g < 0) continue;
     const EmGroup *G = &e->groups[g];
-    int64_t ranks = G->comm ? e->efsdp : e->fsdp;
-    P(e, "  rt_comm_all_gather_start(c->comm.%s, R(%s%d), R(%s_MASTER), %lld, %d); /* %s: %lld ranks x %lld%s */\n",
-      G->comm ? "shard_comm" : "fsdp_comm", G->comm ? "GATHERED_EXPERTS" : "GATHERED_DENSE", u % 2, G->cname,
-      (long long)G->shard, 2 * (u % 2) + k, G->name, (long long)ranks, (long long)G->shard, why);
+    P(e, "  rt_comm_all_gather_start(c->comm.%s, R(GATHERED_%s%d), R(%s_MASTER), %lld, %d); /* %s: %lld ranks x %lld%s */\n",
+      kind_comm[k], kind_buf[k], u % 2, G->cname, (long long)G->shard, 2 * (u % 2) + k, G->name,
+      (long long)(k ? e->efsdp : e->fsdp), (long long)G->shard, why);
   }
 }
 
 /* Waits for unit u's gathers and points W and WE at them. */
 static void use_unit(Em *e, int u) {
-  int gd, ge;
-  unit_groups(e, u, &gd, &ge);
+  bool experts = unit_group(e, u, 1) >= 0;
   P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * (u % 2));
-  if (ge >= 0) P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * (u % 2) + 1);
+  if (experts) P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * (u % 2) + 1);
   P(e, "  c->wd = R(GATHERED_DENSE%d)%s;\n", u % 2,
-    ge >= 0 ? mem_printf(e->m, ", c->we = R(GATHERED_EXPERTS%d)", u % 2) : "");
+    experts ? mem_printf(e->m, ", c->we = R(GATHERED_EXPERTS%d)", u % 2) : "");
 }
 
 /* Unit u's backward begins: the reduce-scatters that last used its parity's gradient buffers are
  * waited for (their results added to the shards), then DW and DWE point at those buffers, zeroed
  * for the groups of the unit. */
 static void begin_grads(Em *e, int u) {
-  int gd, ge;
-  unit_groups(e, u, &gd, &ge);
   int p = u % 2;
   if (u + 2 <= e->L + 1) /* the backward runs the units from L + 1 down: unit u + 2 used these buffers */
     P(e, "  rt_comm_reduce_scatter_wait(%d), rt_comm_reduce_scatter_wait(%d); /* unit %d's: the buffers are free */\n",
       2 * p, 2 * p + 1, u + 2);
-  P(e, "  c->dwd = R(GRAD_DENSE%d)%s;\n", p, ge >= 0 ? mem_printf(e->m, ", c->dwe = R(GRAD_EXPERTS%d)", p) : "");
+  P(e, "  c->dwd = R(GRAD_DENSE%d)%s;\n", p,
+    unit_group(e, u, 1) >= 0 ? mem_printf(e->m, ", c->dwe = R(GRAD_EXPERTS%d)", p) : "");
   for (int k = 0; k < 2; k++) {
-    int g = k ? ge : gd;
-    if (g >= 0) P(e, "  rt_zero(R(GRAD_%s%d), %lld);\n", k ? "EXPERTS" : "DENSE", p, (long long)e->groups[g].full);
+    int g = unit_group(e, u, k);
+    if (g >= 0) P(e, "  rt_zero(R(GRAD_%s%d), %lld);\n", kind_buf[k], p, (long long)e->groups[g].full);
   }
 }
 
 /* Unit u's gradients: each group's reduce-scatter starts, overlapping what follows. */
 static void reduce_scatter(Em *e, int u) {
-  int gd, ge;
-  unit_groups(e, u, &gd, &ge);
   for (int k = 0; k < 2; k++) {
-    int g = k ? ge : gd;
+    int g = unit_group(e, u, k);
     if (g < 0) continue;
     const EmGroup *G = &e->groups[g];
-    int64_t ranks = G->comm ? e->efsdp : e->fsdp;
+    int64_t ranks = k ? e->efsdp : e->fsdp;
     int slot = 2 * (u % 2) + k;
     bool bf16 = ranks > 1 && e->s->training.grad_reduce_dtype == WIRE_BF16;
     P(e, "  rt_comm_reduce_scatter_start(c->comm.%s, R(%s_GRAD), R(RS_OUT%d), R(GRAD_%s%d), %lld, %s, %d); /* %s: %lld "
          "ranks%s */\n",
-      G->comm ? "shard_comm" : "fsdp_comm", G->cname, slot, k ? "EXPERTS" : "DENSE", u % 2, (long long)G->shard,
+      kind_comm[k], G->cname, slot, kind_buf[k], u % 2, (long long)G->shard,
       bf16 ? mem_printf(e->m, "(uint16_t *)R(RS_WIRE%d)", slot) : "NULL", slot, G->name, (long long)ranks,
       bf16 ? ", bf16 on the wire" : "");
   }

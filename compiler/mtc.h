@@ -600,6 +600,8 @@ bool plan_recomputes(CheckpointPolicy ac, OpKind k);
  * (every token of all ep ranks sends min(top_k, experts / ep) copies to one rank; the mean is
  * top_k copies per token), and 1 when ep is 1 or the model has no experts (plan.c). */
 double plan_moe_imbalance(const Spec *s, int64_t ep);
+/* That maximum alone: ep · min(top_k, experts / ep) / top_k (1 for ep 1 or a dense model). */
+double plan_moe_imbalance_max(const Spec *s, int64_t ep);
 /* Builds the memory items of choice ch and packs them (plan.c). */
 void plan_memory(Mem *m, const Model *md, Candidate *c);
 /* Predicts the step time of candidate c (cost.c). */

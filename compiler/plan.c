@@ -68,11 +68,15 @@ bool plan_recomputes(CheckpointPolicy ac, OpKind k) {
   return !(k == OP_QKV || k == OP_QK_NORM || k == OP_ROPE || k == OP_ATTN_CORE); /* selective */
 }
 
-double plan_moe_imbalance(const Spec *s, int64_t ep) {
+double plan_moe_imbalance_max(const Spec *s, int64_t ep) {
   const MoeSpec *moe = &s->model.moe;
   if (!moe->present || ep <= 1) return 1.0;
   int64_t per_rank = moe->experts / ep, k = moe->top_k;
-  double max = (double)ep * (double)(k < per_rank ? k : per_rank) / (double)k;
+  return (double)ep * (double)(k < per_rank ? k : per_rank) / (double)k;
+}
+
+double plan_moe_imbalance(const Spec *s, int64_t ep) {
+  double max = plan_moe_imbalance_max(s, ep);
   return s->plan.moe_imbalance < max ? s->plan.moe_imbalance : max;
 }
 

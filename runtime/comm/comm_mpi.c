@@ -24,21 +24,6 @@ void rt_comm_reduce_scatter(MPI_Comm comm, real *out, const real *in, size_t cou
   MPI_CHECK(MPI_Reduce_scatter_block(in, out, n, MTRT_MPI_REAL, MPI_SUM, comm));
 }
 
-static void reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_t count, uint16_t *send, uint16_t *recv);
-
-void rt_comm_reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_t count, uint16_t *wire) {
-  int g;
-  MPI_CHECK(MPI_Comm_size(comm, &g));
-  reduce_scatter_bf16(comm, out, in, count, wire, wire + (size_t)g * count);
-}
-
-/* The reduce-scatters started and not yet added (rt_comm_reduce_scatter_wait). */
-static struct {
-  real *acc;
-  const real *out;
-  size_t count;
-} rs_slot[4];
-
 /* The bf16 reduce-scatter of rt_comm_reduce_scatter_bf16 with the received pieces in recv. */
 static void reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_t count, uint16_t *send, uint16_t *recv) {
   int g;
@@ -53,6 +38,19 @@ static void reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_t
     out[i] = (real)acc;
   }
 }
+
+void rt_comm_reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_t count, uint16_t *wire) {
+  int g;
+  MPI_CHECK(MPI_Comm_size(comm, &g));
+  reduce_scatter_bf16(comm, out, in, count, wire, wire + (size_t)g * count);
+}
+
+/* The reduce-scatters started and not yet added (rt_comm_reduce_scatter_wait). */
+static struct {
+  real *acc;
+  const real *out;
+  size_t count;
+} rs_slot[4];
 
 void rt_comm_reduce_scatter_start(MPI_Comm comm, real *acc, real *out, real *in, size_t count, uint16_t *wire,
                                   int slot) {

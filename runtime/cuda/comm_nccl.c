@@ -8,12 +8,14 @@
  *
  * Every NCCL call runs on its group's communication stream, after the compute stream's work so
  * far (an event): the EP group's MoE all-to-alls on a stream of their own, so that they never
- * queue behind the FSDP groups' prefetching all-gathers and reduce-scatters. The prefetching all-gathers (rt_comm_all_gather_start) return at once and the compute
- * stream waits for them only in rt_comm_all_gather_wait, so the next layer's parameters arrive
- * while this layer computes; the other collectives are waited for at once. Every wait polls
- * ncclCommGetAsyncError: a peer that died or a network error aborts the job naming the rank,
- * the collective, the group and the size, after $MTC_NCCL_TIMEOUT seconds (default 600) at the
- * latest. */
+ * queue behind the FSDP groups' prefetching all-gathers and reduce-scatters. The prefetching
+ * all-gathers (rt_comm_all_gather_start) return at once and the compute stream waits for them
+ * only in rt_comm_all_gather_wait, so the next layer's parameters arrive while this layer
+ * computes; the overlapped reduce-scatters (rt_comm_reduce_scatter_start) are waited for on the
+ * device only; the other collectives are waited for at once. Every host wait polls
+ * ncclCommGetAsyncError of every group: a peer that died or a network error aborts the job
+ * naming the rank, the collective, the group and the size, after $MTC_NCCL_TIMEOUT seconds
+ * (default 600) at the latest. */
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,39 +190,54 @@ void rt_comm_all_gather_wait(int slot) {
   slot_info[slot].g = NULL;
 }
 
-void rt_comm_reduce_scatter(MPI_Comm comm, real *out, const real *in, size_t count) {
-  Group *g = group_of(comm, "reduce-scatter");
-  if (!g->nccl) {
-    if (out != in) cu_check(cudaMemcpyAsync(out, in, count * sizeof(real), cudaMemcpyDeviceToDevice, cu.stream), "reduce-scatter");
-    return;
-  }
-  begin(g, "reduce-scatter");
-  nccl_check(ncclReduceScatter(in, out, count, ncclFloat32, ncclSum, g->nccl, g->s), "ncclReduceScatter");
-  finish(g, "reduce-scatter", count);
-}
-
-/* As the cpu backend: round to bf16, exchange the pieces (grouped send/recv: an all-to-all),
- * sum the g pieces of this rank's part in fp32 in rank order. */
-void rt_comm_reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_t count, uint16_t *wire) {
-  Group *g = group_of(comm, "reduce-scatter (bf16)");
-  long total = (long)g->size * (long)count, n = (long)count;
-  uint16_t *send = wire, *recv = g->nccl ? wire + total : wire;
-  cu_launch(K_CAST_BF16, cu_blocks(total, 256), 256, (void *[]){&send, &in, &total});
-  if (g->nccl) {
-    begin(g, "reduce-scatter (bf16)");
+/* The collective part of a reduce-scatter of in (g × count values) in group g, on g's stream
+ * after the compute stream's work so far: with fp32 on the wire into out; with bf16 (send not
+ * NULL) in's bf16 cast into send (on the compute stream) and the pieces exchanged into recv
+ * (g × count bf16), to be summed by rs_sum. Returns 1 when an NCCL collective was issued, 0 for a
+ * group of one (a copy, or nothing: recv is send then). As the cpu backend rounds and sums. */
+static int rs_issue(Group *g, real *out, const real *in, size_t count, uint16_t *send, uint16_t *recv, const char *op) {
+  if (send) {
+    long total = (long)g->size * (long)count;
+    cu_launch(K_CAST_BF16, cu_blocks(total, 256), 256, (void *[]){&send, &in, &total});
+    if (!g->nccl) return 0;
+    begin(g, op);
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < g->size; r++) {
       nccl_check(ncclSend(send + (size_t)r * count, count, ncclBfloat16, r, g->nccl, g->s), "ncclSend");
       nccl_check(ncclRecv(recv + (size_t)r * count, count, ncclBfloat16, r, g->nccl, g->s), "ncclRecv");
     }
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
-    finish(g, "reduce-scatter (bf16)", count);
+    return 1;
   }
+  if (!g->nccl) {
+    if (out != in) cu_check(cudaMemcpyAsync(out, in, count * sizeof(real), cudaMemcpyDeviceToDevice, cu.stream), op);
+    return 0;
+  }
+  begin(g, op);
+  nccl_check(ncclReduceScatter(in, out, count, ncclFloat32, ncclSum, g->nccl, g->s), "ncclReduceScatter");
+  return 1;
+}
+
+/* out (count) = the fp32 sum of the g bf16 pieces in recv, in rank order (compute stream). */
+static void rs_sum(const Group *g, real *out, const uint16_t *recv, size_t count) {
   int gs = g->size;
+  long n = (long)count;
   cu_launch(K_SUM_BF16_PIECES, cu_blocks(n, 256), 256, (void *[]){&out, &recv, &gs, &n});
 }
 
-/* The reduce-scatters in flight: the NCCL part on the group's stream, ended by ev_rs[slot]; the
+void rt_comm_reduce_scatter(MPI_Comm comm, real *out, const real *in, size_t count) {
+  Group *g = group_of(comm, "reduce-scatter");
+  if (rs_issue(g, out, in, count, NULL, NULL, "reduce-scatter")) finish(g, "reduce-scatter", count);
+}
+
+void rt_comm_reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_t count, uint16_t *wire) {
+  Group *g = group_of(comm, "reduce-scatter (bf16)");
+  uint16_t *recv = g->nccl ? wire + (size_t)g->size * count : wire;
+  if (rs_issue(g, out, in, count, wire, recv, "reduce-scatter (bf16)")) finish(g, "reduce-scatter (bf16)", count);
+  rs_sum(g, out, recv, count);
+}
+
+/* The reduce-scatters in flight: the collective on the group's stream, ended by ev_rs[slot]; the
  * bf16 pieces' sum and the add into the shard run on the compute stream in the wait. */
 static cudaEvent_t ev_rs[4];
 static struct {
@@ -236,44 +253,18 @@ void rt_comm_reduce_scatter_start(MPI_Comm comm, real *acc, real *out, real *in,
   Group *g = group_of(comm, "reduce-scatter (overlapped)");
   if (slot < 0 || slot >= 4 || rs_info[slot].g) rt_cuda_fail("reduce-scatter (overlapped)", "slot out of range or in use");
   if (!ev_rs[slot]) cu_check(cudaEventCreateWithFlags(&ev_rs[slot], cudaEventDisableTiming), "reduce-scatter events");
+  /* bf16: the pieces arrive in in's own bytes, which the cast has consumed */
+  uint16_t *recv = wire ? (g->nccl ? (uint16_t *)in : wire) : NULL;
   rs_info[slot].g = g, rs_info[slot].acc = acc, rs_info[slot].out = out, rs_info[slot].count = count;
-  rs_info[slot].recv = NULL, rs_info[slot].pending = 0;
-  if (wire) { /* as rt_comm_reduce_scatter_bf16: cast, exchange the pieces into in's consumed bytes; their
-               * sum comes in the wait */
-    long total = (long)g->size * (long)count;
-    uint16_t *send = wire;
-    rs_info[slot].recv = g->nccl ? (uint16_t *)in : wire;
-    cu_launch(K_CAST_BF16, cu_blocks(total, 256), 256, (void *[]){&send, &in, &total});
-    if (!g->nccl) return;
-    begin(g, "reduce-scatter (bf16, overlapped)");
-    nccl_check(ncclGroupStart(), "ncclGroupStart");
-    for (int r = 0; r < g->size; r++) {
-      nccl_check(ncclSend(send + (size_t)r * count, count, ncclBfloat16, r, g->nccl, g->s), "ncclSend");
-      nccl_check(ncclRecv(rs_info[slot].recv + (size_t)r * count, count, ncclBfloat16, r, g->nccl, g->s), "ncclRecv");
-    }
-    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
-  } else {
-    if (!g->nccl) {
-      if (out != in) cu_check(cudaMemcpyAsync(out, in, count * sizeof(real), cudaMemcpyDeviceToDevice, cu.stream), "reduce-scatter");
-      return;
-    }
-    begin(g, "reduce-scatter (overlapped)");
-    nccl_check(ncclReduceScatter(in, out, count, ncclFloat32, ncclSum, g->nccl, g->s), "ncclReduceScatter");
-  }
-  cu_check(cudaEventRecord(ev_rs[slot], g->s), "reduce-scatter (overlapped)");
-  rs_info[slot].pending = 1;
+  rs_info[slot].recv = recv;
+  rs_info[slot].pending = rs_issue(g, out, in, count, wire, recv, "reduce-scatter (overlapped)");
+  if (rs_info[slot].pending) cu_check(cudaEventRecord(ev_rs[slot], g->s), "reduce-scatter (overlapped)");
 }
 
 void rt_comm_reduce_scatter_wait(int slot) {
   if (slot < 0 || slot >= 4 || !rs_info[slot].g) return; /* nothing in flight */
   if (rs_info[slot].pending) cu_check(cudaStreamWaitEvent(cu.stream, ev_rs[slot], 0), "reduce-scatter (overlapped)");
-  if (rs_info[slot].recv) {
-    real *out = rs_info[slot].out;
-    uint16_t *recv = rs_info[slot].recv;
-    int gs = rs_info[slot].g->size;
-    long n = (long)rs_info[slot].count;
-    cu_launch(K_SUM_BF16_PIECES, cu_blocks(n, 256), 256, (void *[]){&out, &recv, &gs, &n});
-  }
+  if (rs_info[slot].recv) rs_sum(rs_info[slot].g, rs_info[slot].out, rs_info[slot].recv, rs_info[slot].count);
   rt_accumulate(rs_info[slot].acc, rs_info[slot].out, rs_info[slot].count);
   rs_info[slot].g = NULL;
 }
