@@ -11,12 +11,15 @@
 
 #include "mtc.h"
 
-/* One buffer of the generated program's arena: offset and size in elements of `real`
- * (int32 buffers take one element per value). */
+/* One buffer of the generated program: offset and size in elements of `real` (int32 buffers
+ * take one element per value) in one of its two arenas: the state arena (fp32 master shards,
+ * their gradients and optimizer moments, in the tier the plan chose for them) or the arena
+ * (everything else, in HBM on the cuda backend). */
 typedef struct {
-  const char *name; /* the C macro: "L2_Q", "WS_Q", "X3" */
+  const char *name; /* the C macro: "L2_Q", "WS_Q", "X3", "L2_DENSE_MASTER" */
   int64_t offset, elems;
   const char *what;
+  bool state;       /* in the state arena (S(o)), not the arena (R(o)) */
 } EmBuf;
 
 /* A parameter group (see runtime/mtrt_train.h): elems before padding; full = padded to a
@@ -26,6 +29,7 @@ typedef struct {
   int comm;                 /* 0 FSDP group, 1 expert-shard group */
   int64_t elems, full, shard;
   int first, last;          /* its tensors are among tensors[first..last] (none: first > last) */
+  bool adamw, muon;         /* some tensor is optimized by AdamW (two moments), by Muon (one) */
 } EmGroup;
 
 /* A parameter tensor in its group (one expert's size for routed tensors). */
@@ -62,6 +66,10 @@ typedef struct {
   int nbufs, capbufs;
   MemMap bufnames; /* name -> name: each buffer registered once */
   int64_t top; /* arena elements */
+  int64_t state_top; /* state arena elements */
+  int64_t scratch; /* first arena element past the buffers that live across micro-batches */
+  bool state_host; /* the plan keeps the state (master, gradient shard, moments) in host memory */
+  bool step_host;  /* and runs the optimizer step on the host CPU */
   int64_t muon_work; /* MUON_WORK elements: 4·rows·cols + 2·min(rows, cols)² of the largest */
   EmGroup *groups;
   int ngroups, g_embed, g_head;

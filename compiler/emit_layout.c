@@ -11,8 +11,8 @@ enum { ALIGN = 16 }; /* elements: 64 bytes of float */
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* Adds buffer name of n elements (n > 0) to the arena. */
-static void buf(Em *e, const char *name, int64_t n, const char *what) {
+/* Adds buffer name of n elements (n > 0) to the arena, or to the state arena when state. */
+static void add_buf(Em *e, const char *name, int64_t n, const char *what, bool state) {
   if (n <= 0 || mem_map_get(&e->bufnames, NULL, name)) return; /* workspace: first registration sizes it */
   mem_map_put(e->m, &e->bufnames, NULL, name, (void *)name);
   if (e->nbufs == e->capbufs) {
@@ -21,9 +21,12 @@ static void buf(Em *e, const char *name, int64_t n, const char *what) {
     if (e->nbufs) memcpy(nb, e->bufs, sizeof *nb * (size_t)e->nbufs);
     e->bufs = nb, e->capbufs = cap;
   }
-  e->bufs[e->nbufs++] = (EmBuf){name, e->top, n, what};
-  e->top += round_up(n, ALIGN);
+  int64_t *top = state ? &e->state_top : &e->top;
+  e->bufs[e->nbufs++] = (EmBuf){name, *top, n, what, state};
+  *top += round_up(n, ALIGN);
 }
+
+static void buf(Em *e, const char *name, int64_t n, const char *what) { add_buf(e, name, n, what, false); }
 
 /* Whether buffers of class cls get one copy per layer (saved for backward) or one shared
  * workspace (recomputed in backward) under the plan's checkpoint policy: the planner's rule. */
@@ -98,6 +101,8 @@ static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap owners[
     const DenseOwner *o = mem_map_get(&owners[1], layer_tag(l), p->name);
     if (o) t->owner = (int)o->owner;
   }
+  if (t->muon) G->muon = true;
+  else G->adamw = true;
   if (t->muon) {
     int64_t r = t->rows < t->cols ? t->rows : t->cols, n = t->rows * t->cols;
     if (4 * n + 2 * r * r > e->muon_work) e->muon_work = 4 * n + 2 * r * r;
@@ -150,17 +155,29 @@ void em_layout(Em *e) {
     max_shard = G->shard > max_shard ? G->shard : max_shard;
   }
 
-  /* the arena: inputs, parameter state, gathered parameters and gradients, activations */
-  buf(e, "INPUTS", N, "token ids of the micro-batch (int32)");
-  buf(e, "TARGETS", N, "next-token targets (int32)");
+  /* the state arena (fp32, in the plan's optimizer tier): each group's master shard, its gradient
+   * and its optimizer moments (AdamW's two, or Muon's momentum in ADAM_M for a group of Muon
+   * matrices only: the plan's optimizer.muon_momentum and optimizer.adamw_moments) */
   for (int g = 0; g < e->ngroups; g++) {
     EmGroup *G = &e->groups[g];
     const char *n = G->cname;
-    buf(e, mem_printf(e->m, "%s_MASTER", n), G->shard, mem_printf(e->m, "%s: this rank's fp32 master shard", G->name));
-    buf(e, mem_printf(e->m, "%s_GRAD", n), G->shard, "its gradient, accumulated over micro-batches");
-    buf(e, mem_printf(e->m, "%s_ADAM_M", n), G->shard, "AdamW first moment (fp32)");
-    buf(e, mem_printf(e->m, "%s_ADAM_V", n), G->shard, "AdamW second moment (fp32)");
+    add_buf(e, mem_printf(e->m, "%s_MASTER", n), G->shard, mem_printf(e->m, "%s: this rank's fp32 master shard", G->name), true);
+    add_buf(e, mem_printf(e->m, "%s_GRAD", n), G->shard, "its gradient, accumulated over micro-batches", true);
+    add_buf(e, mem_printf(e->m, "%s_ADAM_M", n), G->shard,
+            G->adamw ? "AdamW first moment (fp32)" : "Muon momentum (fp32)", true);
+    if (G->adamw) add_buf(e, mem_printf(e->m, "%s_ADAM_V", n), G->shard, "AdamW second moment (fp32)", true);
   }
+  /* the arena: first what lives across micro-batches (tokens, the shards gathered from when the
+   * master is on the host, aux_free's expert loads), then what each micro-batch writes before
+   * it reads it */
+  buf(e, "INPUTS", N, "token ids of the micro-batch (int32)");
+  buf(e, "TARGETS", N, "next-token targets (int32)");
+  for (int g = 0; e->state_host && g < e->ngroups; g++) /* the plan's params.bf16_shard (fp32 here) */
+    buf(e, mem_printf(e->m, "%s_PARAM", e->groups[g].cname), e->groups[g].shard,
+        "its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step");
+  for (int l = 0; e->aux_free && l < e->L; l++)
+    if (md->layers[l].kind == LAYER_MOE) buf(e, mem_printf(e->m, "L%d_LOAD", l), e->E, "tokens per expert this step (aux_free)");
+  e->scratch = e->top;
   /* units (embedding 0, layer l = l + 1, head L + 1) alternate between buffers 0 and 1 by parity:
    * one computes while the other's gather (forward) or reduce-scatter (backward) is in flight */
   buf(e, "GATHERED_DENSE0", max_dense, "a dense group all-gathered (even units: embedding, odd layers)");
@@ -234,7 +251,6 @@ void em_layout(Em *e) {
       act(e, l, "SU", SAVE_EXPERT, N * e->Fs, "shared experts' up");
       act(e, l, "SH", SAVE_EXPERT, N * e->Fs, "shared experts' activation");
     }
-    if (e->aux_free) buf(e, mem_printf(e->m, "L%d_LOAD", l), e->E, "tokens per expert this step (aux_free)");
   }
   /* workspace: forward temporaries and backward gradients, reused by every layer */
   buf(e, "WS_Y", N * C, "a block's output before the residual add");

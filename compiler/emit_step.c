@@ -310,8 +310,8 @@ static void start_unit(Em *e, int u, const char *why) {
     int g = unit_group(e, u, k);
     if (g < 0) continue;
     const EmGroup *G = &e->groups[g];
-    P(e, "  rt_comm_all_gather_start(c->comm.%s, R(GATHERED_%s%d), R(%s_MASTER), %lld, %d); /* %s: %lld ranks x %lld%s */\n",
-      kind_comm[k], kind_buf[k], u % 2, G->cname, (long long)G->shard, 2 * (u % 2) + k, G->name,
+    P(e, "  rt_comm_all_gather_start(c->comm.%s, R(GATHERED_%s%d), %s(%s_%s), %lld, %d); /* %s: %lld ranks x %lld%s */\n",
+      kind_comm[k], kind_buf[k], u % 2, e->state_host ? "R" : "S", G->cname, e->state_host ? "PARAM" : "MASTER", (long long)G->shard, 2 * (u % 2) + k, G->name,
       (long long)(k ? e->efsdp : e->fsdp), (long long)G->shard, why);
   }
 }
@@ -350,7 +350,7 @@ static void reduce_scatter(Em *e, int u) {
     int64_t ranks = k ? e->efsdp : e->fsdp;
     int slot = 2 * (u % 2) + k;
     bool bf16 = ranks > 1 && e->s->training.grad_reduce_dtype == WIRE_BF16;
-    P(e, "  rt_comm_reduce_scatter_start(c->comm.%s, R(%s_GRAD), R(RS_OUT%d), R(GRAD_%s%d), %lld, %s, %d); /* %s: %lld "
+    P(e, "  rt_comm_reduce_scatter_start(c->comm.%s, S(%s_GRAD), R(RS_OUT%d), R(GRAD_%s%d), %lld, %s, %d); /* %s: %lld "
          "ranks%s */\n",
       kind_comm[k], G->cname, slot, kind_buf[k], u % 2, (long long)G->shard,
       bf16 ? mem_printf(e->m, "(uint16_t *)R(RS_WIRE%d)", slot) : "NULL", slot, G->name, (long long)ranks,
@@ -445,7 +445,7 @@ static void schedule(Em *e) {
     if (e->layer_experts[l] < 0) continue;
     int g = e->layer_dense[l];
     P(e, "  rt_comm_all_reduce(MPI_COMM_WORLD, R(L%d_LOAD), %lld);\n", l, (long long)e->E);
-    P(e, "  if (apply) rt_router_bias_update(R(%s_MASTER), shard_lo(c, %d), %lld, %lld, R(L%d_LOAD), %lld, %.9g);\n",
+    P(e, "  if (apply) rt_router_bias_update(S(%s_MASTER), shard_lo(c, %d), %lld, %lld, R(L%d_LOAD), %lld, %.9g);\n",
       e->groups[g].cname, g, (long long)e->groups[g].shard, (long long)off(e, g, "moe.gate.e_score_correction_bias"),
       l, (long long)e->E, e->s->model.moe.bias_update_rate);
     P(e, "  rt_zero(R(L%d_LOAD), %lld);\n", l, (long long)e->E);
@@ -457,14 +457,17 @@ static void schedule(Em *e) {
 
 static void tables(Em *e) {
   P(e, "\n/* Parameter groups: sharded over the FSDP group (%lld ranks) or, for experts, over the\n"
-       " * %lld ranks that share an EP rank. Offsets of this rank's buffers in the arena. */\n",
+       " * %lld ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the\n"
+       " * state arena (-1: a group of Muon matrices has no second moment), of its gathered-from shard\n"
+       " * in the arena (-1: gathered from the master). */\n",
     (long long)e->fsdp, (long long)e->efsdp);
   P(e, "const RtGroup step_groups[N_GROUPS] = {\n");
   for (int g = 0; g < e->ngroups; g++) {
     const EmGroup *G = &e->groups[g];
-    P(e, "    {\"%s\", %s, %lld, %lld, %s_MASTER, %s_GRAD, %s_ADAM_M, %s_ADAM_V},\n", G->name,
+    P(e, "    {\"%s\", %s, %lld, %lld, %s_MASTER, %s_GRAD, %s_ADAM_M, %s, %s},\n", G->name,
       G->comm ? "RT_GROUP_EXPERT_SHARD" : "RT_GROUP_FSDP", (long long)G->full, (long long)G->shard, G->cname,
-      G->cname, G->cname, G->cname);
+      G->cname, G->cname, G->adamw ? mem_printf(e->m, "%s_ADAM_V", G->cname) : "-1",
+      e->state_host ? mem_printf(e->m, "%s_PARAM", G->cname) : "-1");
   }
   P(e, "};\n\n/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,\n"
        " * Muon and its owner rank. */\n");
@@ -476,6 +479,18 @@ static void tables(Em *e) {
       t->init_one ? "true" : "false", t->decay ? "true" : "false", t->muon ? "true" : "false", t->owner);
   }
   P(e, "};\n");
+}
+
+/* The offset of buffer name (registered by em_layout), or -1. */
+static int64_t buf_offset(const Em *e, const char *name) {
+  for (int i = 0; i < e->nbufs; i++)
+    if (strcmp(e->bufs[i].name, name) == 0) return e->bufs[i].offset;
+  return -1;
+}
+
+/* Buffers step.h defines (train.c uses them), not step.c's maps. */
+static bool in_header(const char *name) {
+  return strcmp(name, "INPUTS") == 0 || strcmp(name, "TARGETS") == 0 || strcmp(name, "MUON_WORK") == 0;
 }
 
 static void header(Em *e, const char *spec_base) {
@@ -528,8 +543,18 @@ static void header(Em *e, const char *spec_base) {
        "#define PLAN_HOST_RESERVE_BYTES %lld /* of the host arena, reserved for the system */\n"
        "#define PLAN_CUBLAS_WORKSPACE_BYTES %lld /* cuBLAS's workspace (an HBM reserve item the program allocates) */\n",
     (long long)reserve[TIER_HBM], (long long)reserve[TIER_HOST], (long long)workspace);
-  P(e, "\n/* the arena: %lld elements of real */\n#define ARENA_ELEMS %lld\n#define INPUTS %lld\n#define TARGETS %lld\n",
-    (long long)e->top, (long long)e->top, (long long)e->bufs[0].offset, (long long)e->bufs[1].offset);
+  int64_t staging = buf_offset(e, "RS_OUT0");
+  P(e, "\n/* the state arena: %lld elements of real (fp32 master shards, gradients, moments) in\n"
+       " * %s memory; the optimizer step runs on the %s */\n#define STATE_ELEMS %lld\n#define STATE_ON_HOST %d\n#define OPT_STEP_ON_HOST %d\n",
+    (long long)e->state_top, e->state_host ? "host (Grace)" : "device (HBM)",
+    e->step_host ? "host CPU" : e->state_host ? "GPU, over C2C" : "GPU", (long long)e->state_top, e->state_host ? 1 : 0,
+    e->step_host ? 1 : 0);
+  P(e, "/* the arena: %lld elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before\n"
+       " * reading them */\n#define ARENA_ELEMS %lld\n#define ARENA_SCRATCH %lld\n#define INPUTS %lld\n#define TARGETS %lld\n",
+    (long long)e->top, (long long)e->top, (long long)e->scratch, (long long)buf_offset(e, "INPUTS"),
+    (long long)buf_offset(e, "TARGETS"));
+  P(e, "#define STATE_STAGING %lld /* a device buffer of the largest shard (RS_OUT0), free between steps */\n",
+    (long long)staging);
   for (int i = 0; i < e->nbufs; i++)
     if (strcmp(e->bufs[i].name, "MUON_WORK") == 0)
       P(e, "#define MUON_WORK %lld /* Muon's scratch */\n#define MUON_WORK_ELEMS %lld\n", (long long)e->bufs[i].offset,
@@ -555,11 +580,12 @@ static void body(Em *e, const char *spec_base) {
        " * %s activation checkpointing; %lld micro-batch(es) of %lld x %lld tokens per rank and step.\n",
     (long long)e->world, (long long)e->dpr, (long long)e->fsdp, (long long)e->ep, (long long)e->El,
     plan_ac_name(e->ac), (long long)e->accum, (long long)e->B, (long long)e->T);
-  P(e, " * Every buffer is an offset into one arena of `real` (float; double with -DMTC_REAL=double),\n"
-       " * allocated once at start-up: the map below. Tokens are B x T = %lld rows of hidden %lld.\n */\n",
+  P(e, " * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),\n"
+       " * each allocated once at start-up: the maps below. Tokens are B x T = %lld rows of hidden %lld.\n */\n",
     (long long)e->N, (long long)e->C);
   (void)b;
   P(e, "#include <stdbool.h>\n#include <string.h>\n\n#include \"mtrt_comm.h\"\n#include \"mtrt_ops.h\"\n#include \"step.h\"\n\n");
+  P(e, "#define S(o) (c->state + (o))                    /* state buffer at state arena offset o */\n");
   P(e, "#define R(o) (c->arena + (o))                    /* real buffer at arena offset o */\n");
   P(e, "#define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */\n");
   P(e, "#define W(o) (c->wd + (o))                      /* a gathered dense parameter */\n");
@@ -569,11 +595,13 @@ static void body(Em *e, const char *spec_base) {
   P(e, "#define EPS ((real)1e-5)                          /* RMSNorm epsilon */\n");
   if (e->offload) P(e, "#define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */\n");
   P(e, "\n");
-  P(e, "/* ---- the arena map (elements) ---- */\n");
-  for (int i = 2; i < e->nbufs; i++) {
-    const EmBuf *bf = &e->bufs[i];
-    if (strcmp(bf->name, "MUON_WORK") == 0) continue; /* in step.h */
-    P(e, "#define %-22s %12lld /* %10lld: %s */\n", bf->name, (long long)bf->offset, (long long)bf->elems, bf->what);
+  for (int st = 1; st >= 0; st--) {
+    P(e, st ? "/* ---- the state arena map (elements) ---- */\n" : "/* ---- the arena map (elements) ---- */\n");
+    for (int i = 0; i < e->nbufs; i++) {
+      const EmBuf *bf = &e->bufs[i];
+      if (bf->state != st || in_header(bf->name)) continue;
+      P(e, "#define %-22s %12lld /* %10lld: %s */\n", bf->name, (long long)bf->offset, (long long)bf->elems, bf->what);
+    }
   }
   if (e->offload) {
     P(e, "\n/* Activation offload (%s): boundary l lives in device slot l %% 3; boundaries 0-%lld go to the\n"
@@ -628,6 +656,7 @@ void em_init(Em *e, Mem *m, const Plan *p) {
   e->fsdp = ch->fsdp, e->ep = ch->ep, e->efsdp = ch->efsdp, e->dpr = ch->dp_replicate, e->accum = ch->accum;
   e->world = p->world, e->ac = ch->ac;
   e->offload = (ch->offload == OFF_HOST || ch->offload == OFF_NVME) && ch->ac == AC_FULL;
+  e->state_host = ch->opt_tier == TIER_HOST, e->step_host = ch->opt_on_host;
   if (s->model.moe.present) {
     e->E = s->model.moe.experts, e->K = s->model.moe.top_k, e->El = e->E / e->ep, e->Fe = s->model.moe.expert_intermediate;
     e->Fs = s->model.moe.shared_experts * s->model.moe.shared_intermediate;

@@ -7,8 +7,9 @@
  * experts, dense MLP), one per layer's routed experts of this rank's EP rank, one for the
  * embedding and one for the head (final norm, LM head). A group is one vector, padded to a
  * multiple of the ranks it is sharded over (the FSDP group, or for experts the fsdp / ep ranks
- * with the same EP rank); each rank keeps the fp32 master shard, its gradient and its AdamW
- * moments at offsets the compiler chose in the program's one arena.
+ * with the same EP rank); each rank keeps the fp32 master shard, its gradient and its optimizer
+ * moments at offsets the compiler chose in the program's state arena (in the tier the plan
+ * chose: device memory, or host memory that the GPU reads over C2C).
  */
 #ifndef MTRT_TRAIN_H
 #define MTRT_TRAIN_H
@@ -41,13 +42,16 @@ typedef struct {
                          (routed: expert k's owner is (owner + k) mod the group's ranks) */
 } RtTensor;
 
-/* A group of parameters sharded over one communicator. Offsets are bytes into the arena. */
+/* A group of parameters sharded over one communicator. */
 typedef struct {
   const char *name;   /* "layer 2 dense" */
   int comm;           /* RT_GROUP_FSDP or RT_GROUP_EXPERT_SHARD */
   int64_t full;       /* elements gathered (padded to a multiple of the group's ranks) */
   int64_t shard;      /* elements per rank: full / ranks */
-  int64_t master, grad, adam_m, adam_v;
+  int64_t master, grad, adam_m, adam_v; /* element offsets in the state arena; adam_v -1 for a group
+                                           of Muon matrices only (Muon's momentum is adam_m) */
+  int64_t param;      /* element offset in the arena of the copy of the master shard that the
+                         all-gathers read (the plan keeps the master on the host), or -1 */
 } RtGroup;
 
 /* Runs BODY for every piece of a tensor of group g inside the gathered range [lo, hi), with T
@@ -87,11 +91,12 @@ void rt_adamw_shard(real *param, float *m, float *v, const real *grad, const RtT
 /* The element value of tensor name (expert e, or -1) at index i, for tests and checkpoints. */
 real rt_init_value(const char *name, int expert, int64_t i, float std, bool one, uint64_t seed);
 
-/* What the generated step functions work on: the comm groups, the one arena (every buffer at
- * the offset step.h gives), the token exchange's counts, and per micro-batch scalars. */
+/* What the generated step functions work on: the comm groups, the two arenas (every buffer at
+ * the offset step.c's maps give), the token exchange's counts, and per micro-batch scalars. */
 typedef struct {
   RtComm comm;
-  real *arena;
+  real *arena;    /* activations, gathered parameters and gradients, workspace (the GPU's HBM) */
+  real *state;    /* master shards, gradient shards, moments (STATE_ELEMS; HBM or pinned host) */
   real *host;     /* the host arena (activation offload; HOST_ELEMS), or NULL */
   real *wd, *we;  /* the gathered dense and expert parameters of the layer computing now (one of
                      two buffers each: the other receives the next layer's, prefetched) */
@@ -130,14 +135,15 @@ void rt_router_bias_update(real *shard, int64_t lo, int64_t n, int64_t off, cons
  * mtrt_ckpt.h): collective over the world; replica 0's ranks write their shards, rank 0 the
  * manifest, last. kill_halfway (tests only): rank 0 kills itself with SIGKILL after the shards
  * are written and before the manifest. Returns 0, or -1 on every rank (err says why). */
-int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, const real *arena, const RtGroup *g,
+int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, const real *state, const RtGroup *g,
                  int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer, bool kill_halfway,
                  char *err, size_t errlen);
 /* Loads checkpoint directory path (saved under any layout) into this rank's master shards and
- * optimizer moments; sets *step and *seed. Refuses a checkpoint of another optimizer, or one
+ * optimizer moments (in state, the state arena on the host; a group without a second moment
+ * skips the checkpoint's); sets *step and *seed. Refuses a checkpoint of another optimizer, or one
  * whose tensors differ from the program's in name or shape. Collective; -1 on every rank if
  * any failed (a corrupt or truncated shard is named in err). */
-int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *arena, const RtGroup *g,
+int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *state, const RtGroup *g,
                  int ng, const RtTensor *t, int nt, const char *optimizer, char *err, size_t errlen);
 
 /* The process's peak resident memory so far (VmHWM of /proc/self/status), bytes; -1 where

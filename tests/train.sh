@@ -253,16 +253,20 @@ memory)
   build m2 "$tiny" float "${mem[@]}" --set cluster.gpus_per_node=2 --set plan.fsdp=2 --set plan.ep=2 || exit 1
   for m in m1 m2; do
     js=$("$work/$m/build/train" --memory) || { die "$m: train --memory failed"; continue; }
-    arena=$(sed -n 's/^#define ARENA_ELEMS \([0-9]*\)$/\1/p' "$work/$m/step.h")
-    host=$(sed -n 's/^#define HOST_ELEMS \([0-9]*\) .*/\1/p' "$work/$m/step.h")
+    def() { sed -n "s/^#define $1 \\([0-9]*\\).*/\\1/p" "$work/$m/step.h"; }
+    arena=$(def ARENA_ELEMS) host=$(def HOST_ELEMS) state=$(def STATE_ELEMS) on_host=$(def STATE_ON_HOST)
     python3 -c "
 import json, sys
-j = json.loads(sys.argv[1]); arena, host = int(sys.argv[2]) * 4, int(sys.argv[3]) * 4
+j = json.loads(sys.argv[1]); arena, host, state, on_host = (int(x) for x in sys.argv[2:6])
+arena, host, state = arena * 4, host * 4, state * 4
+hbm = arena + (0 if on_host else state)                    # the cpu build: its memory stands in for HBM
+pinned = host + (state if on_host else 0)                  # and for pinned host memory
 assert set(j) == {'hbm', 'host', 'host_pinned'}, j
-assert j['hbm'] == arena, (j, arena)                       # the cpu build: the arena stands in for HBM
-assert j['host_pinned'] == host and j['host'] >= host, (j, host)
-assert j['host'] - host < 1 << 20, j                       # besides the offload arena: count arrays only
-" "$js" "$arena" "$host" || die "$m: --memory $js does not match step.h (ARENA_ELEMS $arena, HOST_ELEMS $host)"
+assert j['hbm'] == hbm, (j, hbm)
+assert j['host_pinned'] == pinned and j['host'] >= pinned, (j, pinned)
+assert j['host'] - pinned < 1 << 20, j                     # besides those: tokens and count arrays only
+" "$js" "$arena" "$host" "$state" "$on_host" ||
+      die "$m: --memory $js does not match step.h (ARENA_ELEMS $arena, HOST_ELEMS $host, STATE_ELEMS $state)"
     np=1; [ $m = m2 ] && np=2
     out=$(cd "$work" && "${mpirun[@]}" -np $np "./$m/build/train" --data "$text" --steps 1 --metrics "$m.jsonl" 2>&1) ||
       { echo "$out" | tail -5; die "$m: run"; continue; }

@@ -2,8 +2,8 @@
  *
  * The plan: 384 ranks = 1 replica(s) x 384-way FSDP, EP 4 (96 experts per rank),
  * full activation checkpointing; 1 micro-batch(es) of 1 x 65536 tokens per rank and step.
- * Every buffer is an offset into one arena of `real` (float; double with -DMTC_REAL=double),
- * allocated once at start-up: the map below. Tokens are B x T = 65536 rows of hidden 6144.
+ * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),
+ * each allocated once at start-up: the maps below. Tokens are B x T = 65536 rows of hidden 6144.
  */
 #include <stdbool.h>
 #include <string.h>
@@ -12,6 +12,7 @@
 #include "mtrt_ops.h"
 #include "step.h"
 
+#define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
@@ -21,679 +22,756 @@
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 #define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
+/* ---- the state arena map (elements) ---- */
+#define EMBED_MASTER                      0 /*    4096000: embedding: this rank's fp32 master shard */
+#define EMBED_GRAD                  4096000 /*    4096000: its gradient, accumulated over micro-batches */
+#define EMBED_ADAM_M                8192000 /*    4096000: AdamW first moment (fp32) */
+#define EMBED_ADAM_V               12288000 /*    4096000: AdamW second moment (fp32) */
+#define L0_DENSE_MASTER            16384000 /*     354336: layer 0 dense: this rank's fp32 master shard */
+#define L0_DENSE_GRAD              16738336 /*     354336: its gradient, accumulated over micro-batches */
+#define L0_DENSE_ADAM_M            17092672 /*     354336: AdamW first moment (fp32) */
+#define L0_DENSE_ADAM_V            17447008 /*     354336: AdamW second moment (fp32) */
+#define L0_EXPERTS_MASTER          17801344 /*   33030144: layer 0 experts: this rank's fp32 master shard */
+#define L0_EXPERTS_GRAD            50831488 /*   33030144: its gradient, accumulated over micro-batches */
+#define L0_EXPERTS_ADAM_M          83861632 /*   33030144: Muon momentum (fp32) */
+#define L1_DENSE_MASTER           116891776 /*     354336: layer 1 dense: this rank's fp32 master shard */
+#define L1_DENSE_GRAD             117246112 /*     354336: its gradient, accumulated over micro-batches */
+#define L1_DENSE_ADAM_M           117600448 /*     354336: AdamW first moment (fp32) */
+#define L1_DENSE_ADAM_V           117954784 /*     354336: AdamW second moment (fp32) */
+#define L1_EXPERTS_MASTER         118309120 /*   33030144: layer 1 experts: this rank's fp32 master shard */
+#define L1_EXPERTS_GRAD           151339264 /*   33030144: its gradient, accumulated over micro-batches */
+#define L1_EXPERTS_ADAM_M         184369408 /*   33030144: Muon momentum (fp32) */
+#define L2_DENSE_MASTER           217399552 /*     354336: layer 2 dense: this rank's fp32 master shard */
+#define L2_DENSE_GRAD             217753888 /*     354336: its gradient, accumulated over micro-batches */
+#define L2_DENSE_ADAM_M           218108224 /*     354336: AdamW first moment (fp32) */
+#define L2_DENSE_ADAM_V           218462560 /*     354336: AdamW second moment (fp32) */
+#define L2_EXPERTS_MASTER         218816896 /*   33030144: layer 2 experts: this rank's fp32 master shard */
+#define L2_EXPERTS_GRAD           251847040 /*   33030144: its gradient, accumulated over micro-batches */
+#define L2_EXPERTS_ADAM_M         284877184 /*   33030144: Muon momentum (fp32) */
+#define L3_DENSE_MASTER           317907328 /*     354336: layer 3 dense: this rank's fp32 master shard */
+#define L3_DENSE_GRAD             318261664 /*     354336: its gradient, accumulated over micro-batches */
+#define L3_DENSE_ADAM_M           318616000 /*     354336: AdamW first moment (fp32) */
+#define L3_DENSE_ADAM_V           318970336 /*     354336: AdamW second moment (fp32) */
+#define L3_EXPERTS_MASTER         319324672 /*   33030144: layer 3 experts: this rank's fp32 master shard */
+#define L3_EXPERTS_GRAD           352354816 /*   33030144: its gradient, accumulated over micro-batches */
+#define L3_EXPERTS_ADAM_M         385384960 /*   33030144: Muon momentum (fp32) */
+#define L4_DENSE_MASTER           418415104 /*     354336: layer 4 dense: this rank's fp32 master shard */
+#define L4_DENSE_GRAD             418769440 /*     354336: its gradient, accumulated over micro-batches */
+#define L4_DENSE_ADAM_M           419123776 /*     354336: AdamW first moment (fp32) */
+#define L4_DENSE_ADAM_V           419478112 /*     354336: AdamW second moment (fp32) */
+#define L4_EXPERTS_MASTER         419832448 /*   33030144: layer 4 experts: this rank's fp32 master shard */
+#define L4_EXPERTS_GRAD           452862592 /*   33030144: its gradient, accumulated over micro-batches */
+#define L4_EXPERTS_ADAM_M         485892736 /*   33030144: Muon momentum (fp32) */
+#define L5_DENSE_MASTER           518922880 /*     354336: layer 5 dense: this rank's fp32 master shard */
+#define L5_DENSE_GRAD             519277216 /*     354336: its gradient, accumulated over micro-batches */
+#define L5_DENSE_ADAM_M           519631552 /*     354336: AdamW first moment (fp32) */
+#define L5_DENSE_ADAM_V           519985888 /*     354336: AdamW second moment (fp32) */
+#define L5_EXPERTS_MASTER         520340224 /*   33030144: layer 5 experts: this rank's fp32 master shard */
+#define L5_EXPERTS_GRAD           553370368 /*   33030144: its gradient, accumulated over micro-batches */
+#define L5_EXPERTS_ADAM_M         586400512 /*   33030144: Muon momentum (fp32) */
+#define L6_DENSE_MASTER           619430656 /*     354336: layer 6 dense: this rank's fp32 master shard */
+#define L6_DENSE_GRAD             619784992 /*     354336: its gradient, accumulated over micro-batches */
+#define L6_DENSE_ADAM_M           620139328 /*     354336: AdamW first moment (fp32) */
+#define L6_DENSE_ADAM_V           620493664 /*     354336: AdamW second moment (fp32) */
+#define L6_EXPERTS_MASTER         620848000 /*   33030144: layer 6 experts: this rank's fp32 master shard */
+#define L6_EXPERTS_GRAD           653878144 /*   33030144: its gradient, accumulated over micro-batches */
+#define L6_EXPERTS_ADAM_M         686908288 /*   33030144: Muon momentum (fp32) */
+#define L7_DENSE_MASTER           719938432 /*     354336: layer 7 dense: this rank's fp32 master shard */
+#define L7_DENSE_GRAD             720292768 /*     354336: its gradient, accumulated over micro-batches */
+#define L7_DENSE_ADAM_M           720647104 /*     354336: AdamW first moment (fp32) */
+#define L7_DENSE_ADAM_V           721001440 /*     354336: AdamW second moment (fp32) */
+#define L7_EXPERTS_MASTER         721355776 /*   33030144: layer 7 experts: this rank's fp32 master shard */
+#define L7_EXPERTS_GRAD           754385920 /*   33030144: its gradient, accumulated over micro-batches */
+#define L7_EXPERTS_ADAM_M         787416064 /*   33030144: Muon momentum (fp32) */
+#define L8_DENSE_MASTER           820446208 /*     354336: layer 8 dense: this rank's fp32 master shard */
+#define L8_DENSE_GRAD             820800544 /*     354336: its gradient, accumulated over micro-batches */
+#define L8_DENSE_ADAM_M           821154880 /*     354336: AdamW first moment (fp32) */
+#define L8_DENSE_ADAM_V           821509216 /*     354336: AdamW second moment (fp32) */
+#define L8_EXPERTS_MASTER         821863552 /*   33030144: layer 8 experts: this rank's fp32 master shard */
+#define L8_EXPERTS_GRAD           854893696 /*   33030144: its gradient, accumulated over micro-batches */
+#define L8_EXPERTS_ADAM_M         887923840 /*   33030144: Muon momentum (fp32) */
+#define L9_DENSE_MASTER           920953984 /*     354336: layer 9 dense: this rank's fp32 master shard */
+#define L9_DENSE_GRAD             921308320 /*     354336: its gradient, accumulated over micro-batches */
+#define L9_DENSE_ADAM_M           921662656 /*     354336: AdamW first moment (fp32) */
+#define L9_DENSE_ADAM_V           922016992 /*     354336: AdamW second moment (fp32) */
+#define L9_EXPERTS_MASTER         922371328 /*   33030144: layer 9 experts: this rank's fp32 master shard */
+#define L9_EXPERTS_GRAD           955401472 /*   33030144: its gradient, accumulated over micro-batches */
+#define L9_EXPERTS_ADAM_M         988431616 /*   33030144: Muon momentum (fp32) */
+#define L10_DENSE_MASTER         1021461760 /*     354336: layer 10 dense: this rank's fp32 master shard */
+#define L10_DENSE_GRAD           1021816096 /*     354336: its gradient, accumulated over micro-batches */
+#define L10_DENSE_ADAM_M         1022170432 /*     354336: AdamW first moment (fp32) */
+#define L10_DENSE_ADAM_V         1022524768 /*     354336: AdamW second moment (fp32) */
+#define L10_EXPERTS_MASTER       1022879104 /*   33030144: layer 10 experts: this rank's fp32 master shard */
+#define L10_EXPERTS_GRAD         1055909248 /*   33030144: its gradient, accumulated over micro-batches */
+#define L10_EXPERTS_ADAM_M       1088939392 /*   33030144: Muon momentum (fp32) */
+#define L11_DENSE_MASTER         1121969536 /*     354336: layer 11 dense: this rank's fp32 master shard */
+#define L11_DENSE_GRAD           1122323872 /*     354336: its gradient, accumulated over micro-batches */
+#define L11_DENSE_ADAM_M         1122678208 /*     354336: AdamW first moment (fp32) */
+#define L11_DENSE_ADAM_V         1123032544 /*     354336: AdamW second moment (fp32) */
+#define L11_EXPERTS_MASTER       1123386880 /*   33030144: layer 11 experts: this rank's fp32 master shard */
+#define L11_EXPERTS_GRAD         1156417024 /*   33030144: its gradient, accumulated over micro-batches */
+#define L11_EXPERTS_ADAM_M       1189447168 /*   33030144: Muon momentum (fp32) */
+#define L12_DENSE_MASTER         1222477312 /*     354336: layer 12 dense: this rank's fp32 master shard */
+#define L12_DENSE_GRAD           1222831648 /*     354336: its gradient, accumulated over micro-batches */
+#define L12_DENSE_ADAM_M         1223185984 /*     354336: AdamW first moment (fp32) */
+#define L12_DENSE_ADAM_V         1223540320 /*     354336: AdamW second moment (fp32) */
+#define L12_EXPERTS_MASTER       1223894656 /*   33030144: layer 12 experts: this rank's fp32 master shard */
+#define L12_EXPERTS_GRAD         1256924800 /*   33030144: its gradient, accumulated over micro-batches */
+#define L12_EXPERTS_ADAM_M       1289954944 /*   33030144: Muon momentum (fp32) */
+#define L13_DENSE_MASTER         1322985088 /*     354336: layer 13 dense: this rank's fp32 master shard */
+#define L13_DENSE_GRAD           1323339424 /*     354336: its gradient, accumulated over micro-batches */
+#define L13_DENSE_ADAM_M         1323693760 /*     354336: AdamW first moment (fp32) */
+#define L13_DENSE_ADAM_V         1324048096 /*     354336: AdamW second moment (fp32) */
+#define L13_EXPERTS_MASTER       1324402432 /*   33030144: layer 13 experts: this rank's fp32 master shard */
+#define L13_EXPERTS_GRAD         1357432576 /*   33030144: its gradient, accumulated over micro-batches */
+#define L13_EXPERTS_ADAM_M       1390462720 /*   33030144: Muon momentum (fp32) */
+#define L14_DENSE_MASTER         1423492864 /*     354336: layer 14 dense: this rank's fp32 master shard */
+#define L14_DENSE_GRAD           1423847200 /*     354336: its gradient, accumulated over micro-batches */
+#define L14_DENSE_ADAM_M         1424201536 /*     354336: AdamW first moment (fp32) */
+#define L14_DENSE_ADAM_V         1424555872 /*     354336: AdamW second moment (fp32) */
+#define L14_EXPERTS_MASTER       1424910208 /*   33030144: layer 14 experts: this rank's fp32 master shard */
+#define L14_EXPERTS_GRAD         1457940352 /*   33030144: its gradient, accumulated over micro-batches */
+#define L14_EXPERTS_ADAM_M       1490970496 /*   33030144: Muon momentum (fp32) */
+#define L15_DENSE_MASTER         1524000640 /*     354336: layer 15 dense: this rank's fp32 master shard */
+#define L15_DENSE_GRAD           1524354976 /*     354336: its gradient, accumulated over micro-batches */
+#define L15_DENSE_ADAM_M         1524709312 /*     354336: AdamW first moment (fp32) */
+#define L15_DENSE_ADAM_V         1525063648 /*     354336: AdamW second moment (fp32) */
+#define L15_EXPERTS_MASTER       1525417984 /*   33030144: layer 15 experts: this rank's fp32 master shard */
+#define L15_EXPERTS_GRAD         1558448128 /*   33030144: its gradient, accumulated over micro-batches */
+#define L15_EXPERTS_ADAM_M       1591478272 /*   33030144: Muon momentum (fp32) */
+#define L16_DENSE_MASTER         1624508416 /*     354336: layer 16 dense: this rank's fp32 master shard */
+#define L16_DENSE_GRAD           1624862752 /*     354336: its gradient, accumulated over micro-batches */
+#define L16_DENSE_ADAM_M         1625217088 /*     354336: AdamW first moment (fp32) */
+#define L16_DENSE_ADAM_V         1625571424 /*     354336: AdamW second moment (fp32) */
+#define L16_EXPERTS_MASTER       1625925760 /*   33030144: layer 16 experts: this rank's fp32 master shard */
+#define L16_EXPERTS_GRAD         1658955904 /*   33030144: its gradient, accumulated over micro-batches */
+#define L16_EXPERTS_ADAM_M       1691986048 /*   33030144: Muon momentum (fp32) */
+#define L17_DENSE_MASTER         1725016192 /*     354336: layer 17 dense: this rank's fp32 master shard */
+#define L17_DENSE_GRAD           1725370528 /*     354336: its gradient, accumulated over micro-batches */
+#define L17_DENSE_ADAM_M         1725724864 /*     354336: AdamW first moment (fp32) */
+#define L17_DENSE_ADAM_V         1726079200 /*     354336: AdamW second moment (fp32) */
+#define L17_EXPERTS_MASTER       1726433536 /*   33030144: layer 17 experts: this rank's fp32 master shard */
+#define L17_EXPERTS_GRAD         1759463680 /*   33030144: its gradient, accumulated over micro-batches */
+#define L17_EXPERTS_ADAM_M       1792493824 /*   33030144: Muon momentum (fp32) */
+#define L18_DENSE_MASTER         1825523968 /*     354336: layer 18 dense: this rank's fp32 master shard */
+#define L18_DENSE_GRAD           1825878304 /*     354336: its gradient, accumulated over micro-batches */
+#define L18_DENSE_ADAM_M         1826232640 /*     354336: AdamW first moment (fp32) */
+#define L18_DENSE_ADAM_V         1826586976 /*     354336: AdamW second moment (fp32) */
+#define L18_EXPERTS_MASTER       1826941312 /*   33030144: layer 18 experts: this rank's fp32 master shard */
+#define L18_EXPERTS_GRAD         1859971456 /*   33030144: its gradient, accumulated over micro-batches */
+#define L18_EXPERTS_ADAM_M       1893001600 /*   33030144: Muon momentum (fp32) */
+#define L19_DENSE_MASTER         1926031744 /*     354336: layer 19 dense: this rank's fp32 master shard */
+#define L19_DENSE_GRAD           1926386080 /*     354336: its gradient, accumulated over micro-batches */
+#define L19_DENSE_ADAM_M         1926740416 /*     354336: AdamW first moment (fp32) */
+#define L19_DENSE_ADAM_V         1927094752 /*     354336: AdamW second moment (fp32) */
+#define L19_EXPERTS_MASTER       1927449088 /*   33030144: layer 19 experts: this rank's fp32 master shard */
+#define L19_EXPERTS_GRAD         1960479232 /*   33030144: its gradient, accumulated over micro-batches */
+#define L19_EXPERTS_ADAM_M       1993509376 /*   33030144: Muon momentum (fp32) */
+#define L20_DENSE_MASTER         2026539520 /*     354336: layer 20 dense: this rank's fp32 master shard */
+#define L20_DENSE_GRAD           2026893856 /*     354336: its gradient, accumulated over micro-batches */
+#define L20_DENSE_ADAM_M         2027248192 /*     354336: AdamW first moment (fp32) */
+#define L20_DENSE_ADAM_V         2027602528 /*     354336: AdamW second moment (fp32) */
+#define L20_EXPERTS_MASTER       2027956864 /*   33030144: layer 20 experts: this rank's fp32 master shard */
+#define L20_EXPERTS_GRAD         2060987008 /*   33030144: its gradient, accumulated over micro-batches */
+#define L20_EXPERTS_ADAM_M       2094017152 /*   33030144: Muon momentum (fp32) */
+#define L21_DENSE_MASTER         2127047296 /*     354336: layer 21 dense: this rank's fp32 master shard */
+#define L21_DENSE_GRAD           2127401632 /*     354336: its gradient, accumulated over micro-batches */
+#define L21_DENSE_ADAM_M         2127755968 /*     354336: AdamW first moment (fp32) */
+#define L21_DENSE_ADAM_V         2128110304 /*     354336: AdamW second moment (fp32) */
+#define L21_EXPERTS_MASTER       2128464640 /*   33030144: layer 21 experts: this rank's fp32 master shard */
+#define L21_EXPERTS_GRAD         2161494784 /*   33030144: its gradient, accumulated over micro-batches */
+#define L21_EXPERTS_ADAM_M       2194524928 /*   33030144: Muon momentum (fp32) */
+#define L22_DENSE_MASTER         2227555072 /*     354336: layer 22 dense: this rank's fp32 master shard */
+#define L22_DENSE_GRAD           2227909408 /*     354336: its gradient, accumulated over micro-batches */
+#define L22_DENSE_ADAM_M         2228263744 /*     354336: AdamW first moment (fp32) */
+#define L22_DENSE_ADAM_V         2228618080 /*     354336: AdamW second moment (fp32) */
+#define L22_EXPERTS_MASTER       2228972416 /*   33030144: layer 22 experts: this rank's fp32 master shard */
+#define L22_EXPERTS_GRAD         2262002560 /*   33030144: its gradient, accumulated over micro-batches */
+#define L22_EXPERTS_ADAM_M       2295032704 /*   33030144: Muon momentum (fp32) */
+#define L23_DENSE_MASTER         2328062848 /*     354336: layer 23 dense: this rank's fp32 master shard */
+#define L23_DENSE_GRAD           2328417184 /*     354336: its gradient, accumulated over micro-batches */
+#define L23_DENSE_ADAM_M         2328771520 /*     354336: AdamW first moment (fp32) */
+#define L23_DENSE_ADAM_V         2329125856 /*     354336: AdamW second moment (fp32) */
+#define L23_EXPERTS_MASTER       2329480192 /*   33030144: layer 23 experts: this rank's fp32 master shard */
+#define L23_EXPERTS_GRAD         2362510336 /*   33030144: its gradient, accumulated over micro-batches */
+#define L23_EXPERTS_ADAM_M       2395540480 /*   33030144: Muon momentum (fp32) */
+#define L24_DENSE_MASTER         2428570624 /*     354336: layer 24 dense: this rank's fp32 master shard */
+#define L24_DENSE_GRAD           2428924960 /*     354336: its gradient, accumulated over micro-batches */
+#define L24_DENSE_ADAM_M         2429279296 /*     354336: AdamW first moment (fp32) */
+#define L24_DENSE_ADAM_V         2429633632 /*     354336: AdamW second moment (fp32) */
+#define L24_EXPERTS_MASTER       2429987968 /*   33030144: layer 24 experts: this rank's fp32 master shard */
+#define L24_EXPERTS_GRAD         2463018112 /*   33030144: its gradient, accumulated over micro-batches */
+#define L24_EXPERTS_ADAM_M       2496048256 /*   33030144: Muon momentum (fp32) */
+#define L25_DENSE_MASTER         2529078400 /*     354336: layer 25 dense: this rank's fp32 master shard */
+#define L25_DENSE_GRAD           2529432736 /*     354336: its gradient, accumulated over micro-batches */
+#define L25_DENSE_ADAM_M         2529787072 /*     354336: AdamW first moment (fp32) */
+#define L25_DENSE_ADAM_V         2530141408 /*     354336: AdamW second moment (fp32) */
+#define L25_EXPERTS_MASTER       2530495744 /*   33030144: layer 25 experts: this rank's fp32 master shard */
+#define L25_EXPERTS_GRAD         2563525888 /*   33030144: its gradient, accumulated over micro-batches */
+#define L25_EXPERTS_ADAM_M       2596556032 /*   33030144: Muon momentum (fp32) */
+#define L26_DENSE_MASTER         2629586176 /*     354336: layer 26 dense: this rank's fp32 master shard */
+#define L26_DENSE_GRAD           2629940512 /*     354336: its gradient, accumulated over micro-batches */
+#define L26_DENSE_ADAM_M         2630294848 /*     354336: AdamW first moment (fp32) */
+#define L26_DENSE_ADAM_V         2630649184 /*     354336: AdamW second moment (fp32) */
+#define L26_EXPERTS_MASTER       2631003520 /*   33030144: layer 26 experts: this rank's fp32 master shard */
+#define L26_EXPERTS_GRAD         2664033664 /*   33030144: its gradient, accumulated over micro-batches */
+#define L26_EXPERTS_ADAM_M       2697063808 /*   33030144: Muon momentum (fp32) */
+#define L27_DENSE_MASTER         2730093952 /*     354336: layer 27 dense: this rank's fp32 master shard */
+#define L27_DENSE_GRAD           2730448288 /*     354336: its gradient, accumulated over micro-batches */
+#define L27_DENSE_ADAM_M         2730802624 /*     354336: AdamW first moment (fp32) */
+#define L27_DENSE_ADAM_V         2731156960 /*     354336: AdamW second moment (fp32) */
+#define L27_EXPERTS_MASTER       2731511296 /*   33030144: layer 27 experts: this rank's fp32 master shard */
+#define L27_EXPERTS_GRAD         2764541440 /*   33030144: its gradient, accumulated over micro-batches */
+#define L27_EXPERTS_ADAM_M       2797571584 /*   33030144: Muon momentum (fp32) */
+#define L28_DENSE_MASTER         2830601728 /*     354336: layer 28 dense: this rank's fp32 master shard */
+#define L28_DENSE_GRAD           2830956064 /*     354336: its gradient, accumulated over micro-batches */
+#define L28_DENSE_ADAM_M         2831310400 /*     354336: AdamW first moment (fp32) */
+#define L28_DENSE_ADAM_V         2831664736 /*     354336: AdamW second moment (fp32) */
+#define L28_EXPERTS_MASTER       2832019072 /*   33030144: layer 28 experts: this rank's fp32 master shard */
+#define L28_EXPERTS_GRAD         2865049216 /*   33030144: its gradient, accumulated over micro-batches */
+#define L28_EXPERTS_ADAM_M       2898079360 /*   33030144: Muon momentum (fp32) */
+#define L29_DENSE_MASTER         2931109504 /*     354336: layer 29 dense: this rank's fp32 master shard */
+#define L29_DENSE_GRAD           2931463840 /*     354336: its gradient, accumulated over micro-batches */
+#define L29_DENSE_ADAM_M         2931818176 /*     354336: AdamW first moment (fp32) */
+#define L29_DENSE_ADAM_V         2932172512 /*     354336: AdamW second moment (fp32) */
+#define L29_EXPERTS_MASTER       2932526848 /*   33030144: layer 29 experts: this rank's fp32 master shard */
+#define L29_EXPERTS_GRAD         2965556992 /*   33030144: its gradient, accumulated over micro-batches */
+#define L29_EXPERTS_ADAM_M       2998587136 /*   33030144: Muon momentum (fp32) */
+#define L30_DENSE_MASTER         3031617280 /*     354336: layer 30 dense: this rank's fp32 master shard */
+#define L30_DENSE_GRAD           3031971616 /*     354336: its gradient, accumulated over micro-batches */
+#define L30_DENSE_ADAM_M         3032325952 /*     354336: AdamW first moment (fp32) */
+#define L30_DENSE_ADAM_V         3032680288 /*     354336: AdamW second moment (fp32) */
+#define L30_EXPERTS_MASTER       3033034624 /*   33030144: layer 30 experts: this rank's fp32 master shard */
+#define L30_EXPERTS_GRAD         3066064768 /*   33030144: its gradient, accumulated over micro-batches */
+#define L30_EXPERTS_ADAM_M       3099094912 /*   33030144: Muon momentum (fp32) */
+#define L31_DENSE_MASTER         3132125056 /*     354336: layer 31 dense: this rank's fp32 master shard */
+#define L31_DENSE_GRAD           3132479392 /*     354336: its gradient, accumulated over micro-batches */
+#define L31_DENSE_ADAM_M         3132833728 /*     354336: AdamW first moment (fp32) */
+#define L31_DENSE_ADAM_V         3133188064 /*     354336: AdamW second moment (fp32) */
+#define L31_EXPERTS_MASTER       3133542400 /*   33030144: layer 31 experts: this rank's fp32 master shard */
+#define L31_EXPERTS_GRAD         3166572544 /*   33030144: its gradient, accumulated over micro-batches */
+#define L31_EXPERTS_ADAM_M       3199602688 /*   33030144: Muon momentum (fp32) */
+#define L32_DENSE_MASTER         3232632832 /*     354336: layer 32 dense: this rank's fp32 master shard */
+#define L32_DENSE_GRAD           3232987168 /*     354336: its gradient, accumulated over micro-batches */
+#define L32_DENSE_ADAM_M         3233341504 /*     354336: AdamW first moment (fp32) */
+#define L32_DENSE_ADAM_V         3233695840 /*     354336: AdamW second moment (fp32) */
+#define L32_EXPERTS_MASTER       3234050176 /*   33030144: layer 32 experts: this rank's fp32 master shard */
+#define L32_EXPERTS_GRAD         3267080320 /*   33030144: its gradient, accumulated over micro-batches */
+#define L32_EXPERTS_ADAM_M       3300110464 /*   33030144: Muon momentum (fp32) */
+#define L33_DENSE_MASTER         3333140608 /*     354336: layer 33 dense: this rank's fp32 master shard */
+#define L33_DENSE_GRAD           3333494944 /*     354336: its gradient, accumulated over micro-batches */
+#define L33_DENSE_ADAM_M         3333849280 /*     354336: AdamW first moment (fp32) */
+#define L33_DENSE_ADAM_V         3334203616 /*     354336: AdamW second moment (fp32) */
+#define L33_EXPERTS_MASTER       3334557952 /*   33030144: layer 33 experts: this rank's fp32 master shard */
+#define L33_EXPERTS_GRAD         3367588096 /*   33030144: its gradient, accumulated over micro-batches */
+#define L33_EXPERTS_ADAM_M       3400618240 /*   33030144: Muon momentum (fp32) */
+#define L34_DENSE_MASTER         3433648384 /*     354336: layer 34 dense: this rank's fp32 master shard */
+#define L34_DENSE_GRAD           3434002720 /*     354336: its gradient, accumulated over micro-batches */
+#define L34_DENSE_ADAM_M         3434357056 /*     354336: AdamW first moment (fp32) */
+#define L34_DENSE_ADAM_V         3434711392 /*     354336: AdamW second moment (fp32) */
+#define L34_EXPERTS_MASTER       3435065728 /*   33030144: layer 34 experts: this rank's fp32 master shard */
+#define L34_EXPERTS_GRAD         3468095872 /*   33030144: its gradient, accumulated over micro-batches */
+#define L34_EXPERTS_ADAM_M       3501126016 /*   33030144: Muon momentum (fp32) */
+#define L35_DENSE_MASTER         3534156160 /*     354336: layer 35 dense: this rank's fp32 master shard */
+#define L35_DENSE_GRAD           3534510496 /*     354336: its gradient, accumulated over micro-batches */
+#define L35_DENSE_ADAM_M         3534864832 /*     354336: AdamW first moment (fp32) */
+#define L35_DENSE_ADAM_V         3535219168 /*     354336: AdamW second moment (fp32) */
+#define L35_EXPERTS_MASTER       3535573504 /*   33030144: layer 35 experts: this rank's fp32 master shard */
+#define L35_EXPERTS_GRAD         3568603648 /*   33030144: its gradient, accumulated over micro-batches */
+#define L35_EXPERTS_ADAM_M       3601633792 /*   33030144: Muon momentum (fp32) */
+#define L36_DENSE_MASTER         3634663936 /*     354336: layer 36 dense: this rank's fp32 master shard */
+#define L36_DENSE_GRAD           3635018272 /*     354336: its gradient, accumulated over micro-batches */
+#define L36_DENSE_ADAM_M         3635372608 /*     354336: AdamW first moment (fp32) */
+#define L36_DENSE_ADAM_V         3635726944 /*     354336: AdamW second moment (fp32) */
+#define L36_EXPERTS_MASTER       3636081280 /*   33030144: layer 36 experts: this rank's fp32 master shard */
+#define L36_EXPERTS_GRAD         3669111424 /*   33030144: its gradient, accumulated over micro-batches */
+#define L36_EXPERTS_ADAM_M       3702141568 /*   33030144: Muon momentum (fp32) */
+#define L37_DENSE_MASTER         3735171712 /*     354336: layer 37 dense: this rank's fp32 master shard */
+#define L37_DENSE_GRAD           3735526048 /*     354336: its gradient, accumulated over micro-batches */
+#define L37_DENSE_ADAM_M         3735880384 /*     354336: AdamW first moment (fp32) */
+#define L37_DENSE_ADAM_V         3736234720 /*     354336: AdamW second moment (fp32) */
+#define L37_EXPERTS_MASTER       3736589056 /*   33030144: layer 37 experts: this rank's fp32 master shard */
+#define L37_EXPERTS_GRAD         3769619200 /*   33030144: its gradient, accumulated over micro-batches */
+#define L37_EXPERTS_ADAM_M       3802649344 /*   33030144: Muon momentum (fp32) */
+#define L38_DENSE_MASTER         3835679488 /*     354336: layer 38 dense: this rank's fp32 master shard */
+#define L38_DENSE_GRAD           3836033824 /*     354336: its gradient, accumulated over micro-batches */
+#define L38_DENSE_ADAM_M         3836388160 /*     354336: AdamW first moment (fp32) */
+#define L38_DENSE_ADAM_V         3836742496 /*     354336: AdamW second moment (fp32) */
+#define L38_EXPERTS_MASTER       3837096832 /*   33030144: layer 38 experts: this rank's fp32 master shard */
+#define L38_EXPERTS_GRAD         3870126976 /*   33030144: its gradient, accumulated over micro-batches */
+#define L38_EXPERTS_ADAM_M       3903157120 /*   33030144: Muon momentum (fp32) */
+#define L39_DENSE_MASTER         3936187264 /*     354336: layer 39 dense: this rank's fp32 master shard */
+#define L39_DENSE_GRAD           3936541600 /*     354336: its gradient, accumulated over micro-batches */
+#define L39_DENSE_ADAM_M         3936895936 /*     354336: AdamW first moment (fp32) */
+#define L39_DENSE_ADAM_V         3937250272 /*     354336: AdamW second moment (fp32) */
+#define L39_EXPERTS_MASTER       3937604608 /*   33030144: layer 39 experts: this rank's fp32 master shard */
+#define L39_EXPERTS_GRAD         3970634752 /*   33030144: its gradient, accumulated over micro-batches */
+#define L39_EXPERTS_ADAM_M       4003664896 /*   33030144: Muon momentum (fp32) */
+#define L40_DENSE_MASTER         4036695040 /*     354336: layer 40 dense: this rank's fp32 master shard */
+#define L40_DENSE_GRAD           4037049376 /*     354336: its gradient, accumulated over micro-batches */
+#define L40_DENSE_ADAM_M         4037403712 /*     354336: AdamW first moment (fp32) */
+#define L40_DENSE_ADAM_V         4037758048 /*     354336: AdamW second moment (fp32) */
+#define L40_EXPERTS_MASTER       4038112384 /*   33030144: layer 40 experts: this rank's fp32 master shard */
+#define L40_EXPERTS_GRAD         4071142528 /*   33030144: its gradient, accumulated over micro-batches */
+#define L40_EXPERTS_ADAM_M       4104172672 /*   33030144: Muon momentum (fp32) */
+#define L41_DENSE_MASTER         4137202816 /*     354336: layer 41 dense: this rank's fp32 master shard */
+#define L41_DENSE_GRAD           4137557152 /*     354336: its gradient, accumulated over micro-batches */
+#define L41_DENSE_ADAM_M         4137911488 /*     354336: AdamW first moment (fp32) */
+#define L41_DENSE_ADAM_V         4138265824 /*     354336: AdamW second moment (fp32) */
+#define L41_EXPERTS_MASTER       4138620160 /*   33030144: layer 41 experts: this rank's fp32 master shard */
+#define L41_EXPERTS_GRAD         4171650304 /*   33030144: its gradient, accumulated over micro-batches */
+#define L41_EXPERTS_ADAM_M       4204680448 /*   33030144: Muon momentum (fp32) */
+#define L42_DENSE_MASTER         4237710592 /*     354336: layer 42 dense: this rank's fp32 master shard */
+#define L42_DENSE_GRAD           4238064928 /*     354336: its gradient, accumulated over micro-batches */
+#define L42_DENSE_ADAM_M         4238419264 /*     354336: AdamW first moment (fp32) */
+#define L42_DENSE_ADAM_V         4238773600 /*     354336: AdamW second moment (fp32) */
+#define L42_EXPERTS_MASTER       4239127936 /*   33030144: layer 42 experts: this rank's fp32 master shard */
+#define L42_EXPERTS_GRAD         4272158080 /*   33030144: its gradient, accumulated over micro-batches */
+#define L42_EXPERTS_ADAM_M       4305188224 /*   33030144: Muon momentum (fp32) */
+#define L43_DENSE_MASTER         4338218368 /*     354336: layer 43 dense: this rank's fp32 master shard */
+#define L43_DENSE_GRAD           4338572704 /*     354336: its gradient, accumulated over micro-batches */
+#define L43_DENSE_ADAM_M         4338927040 /*     354336: AdamW first moment (fp32) */
+#define L43_DENSE_ADAM_V         4339281376 /*     354336: AdamW second moment (fp32) */
+#define L43_EXPERTS_MASTER       4339635712 /*   33030144: layer 43 experts: this rank's fp32 master shard */
+#define L43_EXPERTS_GRAD         4372665856 /*   33030144: its gradient, accumulated over micro-batches */
+#define L43_EXPERTS_ADAM_M       4405696000 /*   33030144: Muon momentum (fp32) */
+#define L44_DENSE_MASTER         4438726144 /*     354336: layer 44 dense: this rank's fp32 master shard */
+#define L44_DENSE_GRAD           4439080480 /*     354336: its gradient, accumulated over micro-batches */
+#define L44_DENSE_ADAM_M         4439434816 /*     354336: AdamW first moment (fp32) */
+#define L44_DENSE_ADAM_V         4439789152 /*     354336: AdamW second moment (fp32) */
+#define L44_EXPERTS_MASTER       4440143488 /*   33030144: layer 44 experts: this rank's fp32 master shard */
+#define L44_EXPERTS_GRAD         4473173632 /*   33030144: its gradient, accumulated over micro-batches */
+#define L44_EXPERTS_ADAM_M       4506203776 /*   33030144: Muon momentum (fp32) */
+#define L45_DENSE_MASTER         4539233920 /*     354336: layer 45 dense: this rank's fp32 master shard */
+#define L45_DENSE_GRAD           4539588256 /*     354336: its gradient, accumulated over micro-batches */
+#define L45_DENSE_ADAM_M         4539942592 /*     354336: AdamW first moment (fp32) */
+#define L45_DENSE_ADAM_V         4540296928 /*     354336: AdamW second moment (fp32) */
+#define L45_EXPERTS_MASTER       4540651264 /*   33030144: layer 45 experts: this rank's fp32 master shard */
+#define L45_EXPERTS_GRAD         4573681408 /*   33030144: its gradient, accumulated over micro-batches */
+#define L45_EXPERTS_ADAM_M       4606711552 /*   33030144: Muon momentum (fp32) */
+#define L46_DENSE_MASTER         4639741696 /*     354336: layer 46 dense: this rank's fp32 master shard */
+#define L46_DENSE_GRAD           4640096032 /*     354336: its gradient, accumulated over micro-batches */
+#define L46_DENSE_ADAM_M         4640450368 /*     354336: AdamW first moment (fp32) */
+#define L46_DENSE_ADAM_V         4640804704 /*     354336: AdamW second moment (fp32) */
+#define L46_EXPERTS_MASTER       4641159040 /*   33030144: layer 46 experts: this rank's fp32 master shard */
+#define L46_EXPERTS_GRAD         4674189184 /*   33030144: its gradient, accumulated over micro-batches */
+#define L46_EXPERTS_ADAM_M       4707219328 /*   33030144: Muon momentum (fp32) */
+#define L47_DENSE_MASTER         4740249472 /*     354336: layer 47 dense: this rank's fp32 master shard */
+#define L47_DENSE_GRAD           4740603808 /*     354336: its gradient, accumulated over micro-batches */
+#define L47_DENSE_ADAM_M         4740958144 /*     354336: AdamW first moment (fp32) */
+#define L47_DENSE_ADAM_V         4741312480 /*     354336: AdamW second moment (fp32) */
+#define L47_EXPERTS_MASTER       4741666816 /*   33030144: layer 47 experts: this rank's fp32 master shard */
+#define L47_EXPERTS_GRAD         4774696960 /*   33030144: its gradient, accumulated over micro-batches */
+#define L47_EXPERTS_ADAM_M       4807727104 /*   33030144: Muon momentum (fp32) */
+#define L48_DENSE_MASTER         4840757248 /*     354336: layer 48 dense: this rank's fp32 master shard */
+#define L48_DENSE_GRAD           4841111584 /*     354336: its gradient, accumulated over micro-batches */
+#define L48_DENSE_ADAM_M         4841465920 /*     354336: AdamW first moment (fp32) */
+#define L48_DENSE_ADAM_V         4841820256 /*     354336: AdamW second moment (fp32) */
+#define L48_EXPERTS_MASTER       4842174592 /*   33030144: layer 48 experts: this rank's fp32 master shard */
+#define L48_EXPERTS_GRAD         4875204736 /*   33030144: its gradient, accumulated over micro-batches */
+#define L48_EXPERTS_ADAM_M       4908234880 /*   33030144: Muon momentum (fp32) */
+#define L49_DENSE_MASTER         4941265024 /*     354336: layer 49 dense: this rank's fp32 master shard */
+#define L49_DENSE_GRAD           4941619360 /*     354336: its gradient, accumulated over micro-batches */
+#define L49_DENSE_ADAM_M         4941973696 /*     354336: AdamW first moment (fp32) */
+#define L49_DENSE_ADAM_V         4942328032 /*     354336: AdamW second moment (fp32) */
+#define L49_EXPERTS_MASTER       4942682368 /*   33030144: layer 49 experts: this rank's fp32 master shard */
+#define L49_EXPERTS_GRAD         4975712512 /*   33030144: its gradient, accumulated over micro-batches */
+#define L49_EXPERTS_ADAM_M       5008742656 /*   33030144: Muon momentum (fp32) */
+#define L50_DENSE_MASTER         5041772800 /*     354336: layer 50 dense: this rank's fp32 master shard */
+#define L50_DENSE_GRAD           5042127136 /*     354336: its gradient, accumulated over micro-batches */
+#define L50_DENSE_ADAM_M         5042481472 /*     354336: AdamW first moment (fp32) */
+#define L50_DENSE_ADAM_V         5042835808 /*     354336: AdamW second moment (fp32) */
+#define L50_EXPERTS_MASTER       5043190144 /*   33030144: layer 50 experts: this rank's fp32 master shard */
+#define L50_EXPERTS_GRAD         5076220288 /*   33030144: its gradient, accumulated over micro-batches */
+#define L50_EXPERTS_ADAM_M       5109250432 /*   33030144: Muon momentum (fp32) */
+#define L51_DENSE_MASTER         5142280576 /*     354336: layer 51 dense: this rank's fp32 master shard */
+#define L51_DENSE_GRAD           5142634912 /*     354336: its gradient, accumulated over micro-batches */
+#define L51_DENSE_ADAM_M         5142989248 /*     354336: AdamW first moment (fp32) */
+#define L51_DENSE_ADAM_V         5143343584 /*     354336: AdamW second moment (fp32) */
+#define L51_EXPERTS_MASTER       5143697920 /*   33030144: layer 51 experts: this rank's fp32 master shard */
+#define L51_EXPERTS_GRAD         5176728064 /*   33030144: its gradient, accumulated over micro-batches */
+#define L51_EXPERTS_ADAM_M       5209758208 /*   33030144: Muon momentum (fp32) */
+#define L52_DENSE_MASTER         5242788352 /*     354336: layer 52 dense: this rank's fp32 master shard */
+#define L52_DENSE_GRAD           5243142688 /*     354336: its gradient, accumulated over micro-batches */
+#define L52_DENSE_ADAM_M         5243497024 /*     354336: AdamW first moment (fp32) */
+#define L52_DENSE_ADAM_V         5243851360 /*     354336: AdamW second moment (fp32) */
+#define L52_EXPERTS_MASTER       5244205696 /*   33030144: layer 52 experts: this rank's fp32 master shard */
+#define L52_EXPERTS_GRAD         5277235840 /*   33030144: its gradient, accumulated over micro-batches */
+#define L52_EXPERTS_ADAM_M       5310265984 /*   33030144: Muon momentum (fp32) */
+#define L53_DENSE_MASTER         5343296128 /*     354336: layer 53 dense: this rank's fp32 master shard */
+#define L53_DENSE_GRAD           5343650464 /*     354336: its gradient, accumulated over micro-batches */
+#define L53_DENSE_ADAM_M         5344004800 /*     354336: AdamW first moment (fp32) */
+#define L53_DENSE_ADAM_V         5344359136 /*     354336: AdamW second moment (fp32) */
+#define L53_EXPERTS_MASTER       5344713472 /*   33030144: layer 53 experts: this rank's fp32 master shard */
+#define L53_EXPERTS_GRAD         5377743616 /*   33030144: its gradient, accumulated over micro-batches */
+#define L53_EXPERTS_ADAM_M       5410773760 /*   33030144: Muon momentum (fp32) */
+#define L54_DENSE_MASTER         5443803904 /*     354336: layer 54 dense: this rank's fp32 master shard */
+#define L54_DENSE_GRAD           5444158240 /*     354336: its gradient, accumulated over micro-batches */
+#define L54_DENSE_ADAM_M         5444512576 /*     354336: AdamW first moment (fp32) */
+#define L54_DENSE_ADAM_V         5444866912 /*     354336: AdamW second moment (fp32) */
+#define L54_EXPERTS_MASTER       5445221248 /*   33030144: layer 54 experts: this rank's fp32 master shard */
+#define L54_EXPERTS_GRAD         5478251392 /*   33030144: its gradient, accumulated over micro-batches */
+#define L54_EXPERTS_ADAM_M       5511281536 /*   33030144: Muon momentum (fp32) */
+#define L55_DENSE_MASTER         5544311680 /*     354336: layer 55 dense: this rank's fp32 master shard */
+#define L55_DENSE_GRAD           5544666016 /*     354336: its gradient, accumulated over micro-batches */
+#define L55_DENSE_ADAM_M         5545020352 /*     354336: AdamW first moment (fp32) */
+#define L55_DENSE_ADAM_V         5545374688 /*     354336: AdamW second moment (fp32) */
+#define L55_EXPERTS_MASTER       5545729024 /*   33030144: layer 55 experts: this rank's fp32 master shard */
+#define L55_EXPERTS_GRAD         5578759168 /*   33030144: its gradient, accumulated over micro-batches */
+#define L55_EXPERTS_ADAM_M       5611789312 /*   33030144: Muon momentum (fp32) */
+#define L56_DENSE_MASTER         5644819456 /*     354336: layer 56 dense: this rank's fp32 master shard */
+#define L56_DENSE_GRAD           5645173792 /*     354336: its gradient, accumulated over micro-batches */
+#define L56_DENSE_ADAM_M         5645528128 /*     354336: AdamW first moment (fp32) */
+#define L56_DENSE_ADAM_V         5645882464 /*     354336: AdamW second moment (fp32) */
+#define L56_EXPERTS_MASTER       5646236800 /*   33030144: layer 56 experts: this rank's fp32 master shard */
+#define L56_EXPERTS_GRAD         5679266944 /*   33030144: its gradient, accumulated over micro-batches */
+#define L56_EXPERTS_ADAM_M       5712297088 /*   33030144: Muon momentum (fp32) */
+#define L57_DENSE_MASTER         5745327232 /*     354336: layer 57 dense: this rank's fp32 master shard */
+#define L57_DENSE_GRAD           5745681568 /*     354336: its gradient, accumulated over micro-batches */
+#define L57_DENSE_ADAM_M         5746035904 /*     354336: AdamW first moment (fp32) */
+#define L57_DENSE_ADAM_V         5746390240 /*     354336: AdamW second moment (fp32) */
+#define L57_EXPERTS_MASTER       5746744576 /*   33030144: layer 57 experts: this rank's fp32 master shard */
+#define L57_EXPERTS_GRAD         5779774720 /*   33030144: its gradient, accumulated over micro-batches */
+#define L57_EXPERTS_ADAM_M       5812804864 /*   33030144: Muon momentum (fp32) */
+#define L58_DENSE_MASTER         5845835008 /*     354336: layer 58 dense: this rank's fp32 master shard */
+#define L58_DENSE_GRAD           5846189344 /*     354336: its gradient, accumulated over micro-batches */
+#define L58_DENSE_ADAM_M         5846543680 /*     354336: AdamW first moment (fp32) */
+#define L58_DENSE_ADAM_V         5846898016 /*     354336: AdamW second moment (fp32) */
+#define L58_EXPERTS_MASTER       5847252352 /*   33030144: layer 58 experts: this rank's fp32 master shard */
+#define L58_EXPERTS_GRAD         5880282496 /*   33030144: its gradient, accumulated over micro-batches */
+#define L58_EXPERTS_ADAM_M       5913312640 /*   33030144: Muon momentum (fp32) */
+#define L59_DENSE_MASTER         5946342784 /*     354336: layer 59 dense: this rank's fp32 master shard */
+#define L59_DENSE_GRAD           5946697120 /*     354336: its gradient, accumulated over micro-batches */
+#define L59_DENSE_ADAM_M         5947051456 /*     354336: AdamW first moment (fp32) */
+#define L59_DENSE_ADAM_V         5947405792 /*     354336: AdamW second moment (fp32) */
+#define L59_EXPERTS_MASTER       5947760128 /*   33030144: layer 59 experts: this rank's fp32 master shard */
+#define L59_EXPERTS_GRAD         5980790272 /*   33030144: its gradient, accumulated over micro-batches */
+#define L59_EXPERTS_ADAM_M       6013820416 /*   33030144: Muon momentum (fp32) */
+#define L60_DENSE_MASTER         6046850560 /*     354336: layer 60 dense: this rank's fp32 master shard */
+#define L60_DENSE_GRAD           6047204896 /*     354336: its gradient, accumulated over micro-batches */
+#define L60_DENSE_ADAM_M         6047559232 /*     354336: AdamW first moment (fp32) */
+#define L60_DENSE_ADAM_V         6047913568 /*     354336: AdamW second moment (fp32) */
+#define L60_EXPERTS_MASTER       6048267904 /*   33030144: layer 60 experts: this rank's fp32 master shard */
+#define L60_EXPERTS_GRAD         6081298048 /*   33030144: its gradient, accumulated over micro-batches */
+#define L60_EXPERTS_ADAM_M       6114328192 /*   33030144: Muon momentum (fp32) */
+#define L61_DENSE_MASTER         6147358336 /*     354336: layer 61 dense: this rank's fp32 master shard */
+#define L61_DENSE_GRAD           6147712672 /*     354336: its gradient, accumulated over micro-batches */
+#define L61_DENSE_ADAM_M         6148067008 /*     354336: AdamW first moment (fp32) */
+#define L61_DENSE_ADAM_V         6148421344 /*     354336: AdamW second moment (fp32) */
+#define L61_EXPERTS_MASTER       6148775680 /*   33030144: layer 61 experts: this rank's fp32 master shard */
+#define L61_EXPERTS_GRAD         6181805824 /*   33030144: its gradient, accumulated over micro-batches */
+#define L61_EXPERTS_ADAM_M       6214835968 /*   33030144: Muon momentum (fp32) */
+#define L62_DENSE_MASTER         6247866112 /*     354336: layer 62 dense: this rank's fp32 master shard */
+#define L62_DENSE_GRAD           6248220448 /*     354336: its gradient, accumulated over micro-batches */
+#define L62_DENSE_ADAM_M         6248574784 /*     354336: AdamW first moment (fp32) */
+#define L62_DENSE_ADAM_V         6248929120 /*     354336: AdamW second moment (fp32) */
+#define L62_EXPERTS_MASTER       6249283456 /*   33030144: layer 62 experts: this rank's fp32 master shard */
+#define L62_EXPERTS_GRAD         6282313600 /*   33030144: its gradient, accumulated over micro-batches */
+#define L62_EXPERTS_ADAM_M       6315343744 /*   33030144: Muon momentum (fp32) */
+#define L63_DENSE_MASTER         6348373888 /*     354336: layer 63 dense: this rank's fp32 master shard */
+#define L63_DENSE_GRAD           6348728224 /*     354336: its gradient, accumulated over micro-batches */
+#define L63_DENSE_ADAM_M         6349082560 /*     354336: AdamW first moment (fp32) */
+#define L63_DENSE_ADAM_V         6349436896 /*     354336: AdamW second moment (fp32) */
+#define L63_EXPERTS_MASTER       6349791232 /*   33030144: layer 63 experts: this rank's fp32 master shard */
+#define L63_EXPERTS_GRAD         6382821376 /*   33030144: its gradient, accumulated over micro-batches */
+#define L63_EXPERTS_ADAM_M       6415851520 /*   33030144: Muon momentum (fp32) */
+#define L64_DENSE_MASTER         6448881664 /*     354336: layer 64 dense: this rank's fp32 master shard */
+#define L64_DENSE_GRAD           6449236000 /*     354336: its gradient, accumulated over micro-batches */
+#define L64_DENSE_ADAM_M         6449590336 /*     354336: AdamW first moment (fp32) */
+#define L64_DENSE_ADAM_V         6449944672 /*     354336: AdamW second moment (fp32) */
+#define L64_EXPERTS_MASTER       6450299008 /*   33030144: layer 64 experts: this rank's fp32 master shard */
+#define L64_EXPERTS_GRAD         6483329152 /*   33030144: its gradient, accumulated over micro-batches */
+#define L64_EXPERTS_ADAM_M       6516359296 /*   33030144: Muon momentum (fp32) */
+#define L65_DENSE_MASTER         6549389440 /*     354336: layer 65 dense: this rank's fp32 master shard */
+#define L65_DENSE_GRAD           6549743776 /*     354336: its gradient, accumulated over micro-batches */
+#define L65_DENSE_ADAM_M         6550098112 /*     354336: AdamW first moment (fp32) */
+#define L65_DENSE_ADAM_V         6550452448 /*     354336: AdamW second moment (fp32) */
+#define L65_EXPERTS_MASTER       6550806784 /*   33030144: layer 65 experts: this rank's fp32 master shard */
+#define L65_EXPERTS_GRAD         6583836928 /*   33030144: its gradient, accumulated over micro-batches */
+#define L65_EXPERTS_ADAM_M       6616867072 /*   33030144: Muon momentum (fp32) */
+#define L66_DENSE_MASTER         6649897216 /*     354336: layer 66 dense: this rank's fp32 master shard */
+#define L66_DENSE_GRAD           6650251552 /*     354336: its gradient, accumulated over micro-batches */
+#define L66_DENSE_ADAM_M         6650605888 /*     354336: AdamW first moment (fp32) */
+#define L66_DENSE_ADAM_V         6650960224 /*     354336: AdamW second moment (fp32) */
+#define L66_EXPERTS_MASTER       6651314560 /*   33030144: layer 66 experts: this rank's fp32 master shard */
+#define L66_EXPERTS_GRAD         6684344704 /*   33030144: its gradient, accumulated over micro-batches */
+#define L66_EXPERTS_ADAM_M       6717374848 /*   33030144: Muon momentum (fp32) */
+#define L67_DENSE_MASTER         6750404992 /*     354336: layer 67 dense: this rank's fp32 master shard */
+#define L67_DENSE_GRAD           6750759328 /*     354336: its gradient, accumulated over micro-batches */
+#define L67_DENSE_ADAM_M         6751113664 /*     354336: AdamW first moment (fp32) */
+#define L67_DENSE_ADAM_V         6751468000 /*     354336: AdamW second moment (fp32) */
+#define L67_EXPERTS_MASTER       6751822336 /*   33030144: layer 67 experts: this rank's fp32 master shard */
+#define L67_EXPERTS_GRAD         6784852480 /*   33030144: its gradient, accumulated over micro-batches */
+#define L67_EXPERTS_ADAM_M       6817882624 /*   33030144: Muon momentum (fp32) */
+#define L68_DENSE_MASTER         6850912768 /*     354336: layer 68 dense: this rank's fp32 master shard */
+#define L68_DENSE_GRAD           6851267104 /*     354336: its gradient, accumulated over micro-batches */
+#define L68_DENSE_ADAM_M         6851621440 /*     354336: AdamW first moment (fp32) */
+#define L68_DENSE_ADAM_V         6851975776 /*     354336: AdamW second moment (fp32) */
+#define L68_EXPERTS_MASTER       6852330112 /*   33030144: layer 68 experts: this rank's fp32 master shard */
+#define L68_EXPERTS_GRAD         6885360256 /*   33030144: its gradient, accumulated over micro-batches */
+#define L68_EXPERTS_ADAM_M       6918390400 /*   33030144: Muon momentum (fp32) */
+#define L69_DENSE_MASTER         6951420544 /*     354336: layer 69 dense: this rank's fp32 master shard */
+#define L69_DENSE_GRAD           6951774880 /*     354336: its gradient, accumulated over micro-batches */
+#define L69_DENSE_ADAM_M         6952129216 /*     354336: AdamW first moment (fp32) */
+#define L69_DENSE_ADAM_V         6952483552 /*     354336: AdamW second moment (fp32) */
+#define L69_EXPERTS_MASTER       6952837888 /*   33030144: layer 69 experts: this rank's fp32 master shard */
+#define L69_EXPERTS_GRAD         6985868032 /*   33030144: its gradient, accumulated over micro-batches */
+#define L69_EXPERTS_ADAM_M       7018898176 /*   33030144: Muon momentum (fp32) */
+#define L70_DENSE_MASTER         7051928320 /*     354336: layer 70 dense: this rank's fp32 master shard */
+#define L70_DENSE_GRAD           7052282656 /*     354336: its gradient, accumulated over micro-batches */
+#define L70_DENSE_ADAM_M         7052636992 /*     354336: AdamW first moment (fp32) */
+#define L70_DENSE_ADAM_V         7052991328 /*     354336: AdamW second moment (fp32) */
+#define L70_EXPERTS_MASTER       7053345664 /*   33030144: layer 70 experts: this rank's fp32 master shard */
+#define L70_EXPERTS_GRAD         7086375808 /*   33030144: its gradient, accumulated over micro-batches */
+#define L70_EXPERTS_ADAM_M       7119405952 /*   33030144: Muon momentum (fp32) */
+#define L71_DENSE_MASTER         7152436096 /*     354336: layer 71 dense: this rank's fp32 master shard */
+#define L71_DENSE_GRAD           7152790432 /*     354336: its gradient, accumulated over micro-batches */
+#define L71_DENSE_ADAM_M         7153144768 /*     354336: AdamW first moment (fp32) */
+#define L71_DENSE_ADAM_V         7153499104 /*     354336: AdamW second moment (fp32) */
+#define L71_EXPERTS_MASTER       7153853440 /*   33030144: layer 71 experts: this rank's fp32 master shard */
+#define L71_EXPERTS_GRAD         7186883584 /*   33030144: its gradient, accumulated over micro-batches */
+#define L71_EXPERTS_ADAM_M       7219913728 /*   33030144: Muon momentum (fp32) */
+#define L72_DENSE_MASTER         7252943872 /*     354336: layer 72 dense: this rank's fp32 master shard */
+#define L72_DENSE_GRAD           7253298208 /*     354336: its gradient, accumulated over micro-batches */
+#define L72_DENSE_ADAM_M         7253652544 /*     354336: AdamW first moment (fp32) */
+#define L72_DENSE_ADAM_V         7254006880 /*     354336: AdamW second moment (fp32) */
+#define L72_EXPERTS_MASTER       7254361216 /*   33030144: layer 72 experts: this rank's fp32 master shard */
+#define L72_EXPERTS_GRAD         7287391360 /*   33030144: its gradient, accumulated over micro-batches */
+#define L72_EXPERTS_ADAM_M       7320421504 /*   33030144: Muon momentum (fp32) */
+#define L73_DENSE_MASTER         7353451648 /*     354336: layer 73 dense: this rank's fp32 master shard */
+#define L73_DENSE_GRAD           7353805984 /*     354336: its gradient, accumulated over micro-batches */
+#define L73_DENSE_ADAM_M         7354160320 /*     354336: AdamW first moment (fp32) */
+#define L73_DENSE_ADAM_V         7354514656 /*     354336: AdamW second moment (fp32) */
+#define L73_EXPERTS_MASTER       7354868992 /*   33030144: layer 73 experts: this rank's fp32 master shard */
+#define L73_EXPERTS_GRAD         7387899136 /*   33030144: its gradient, accumulated over micro-batches */
+#define L73_EXPERTS_ADAM_M       7420929280 /*   33030144: Muon momentum (fp32) */
+#define HEAD_MASTER              7453959424 /*    4096016: head: this rank's fp32 master shard */
+#define HEAD_GRAD                7458055440 /*    4096016: its gradient, accumulated over micro-batches */
+#define HEAD_ADAM_M              7462151456 /*    4096016: AdamW first moment (fp32) */
+#define HEAD_ADAM_V              7466247472 /*    4096016: AdamW second moment (fp32) */
 /* ---- the arena map (elements) ---- */
-#define EMBED_MASTER                 131072 /*    4096000: embedding: this rank's fp32 master shard */
-#define EMBED_GRAD                  4227072 /*    4096000: its gradient, accumulated over micro-batches */
-#define EMBED_ADAM_M                8323072 /*    4096000: AdamW first moment (fp32) */
-#define EMBED_ADAM_V               12419072 /*    4096000: AdamW second moment (fp32) */
-#define L0_DENSE_MASTER            16515072 /*     354336: layer 0 dense: this rank's fp32 master shard */
-#define L0_DENSE_GRAD              16869408 /*     354336: its gradient, accumulated over micro-batches */
-#define L0_DENSE_ADAM_M            17223744 /*     354336: AdamW first moment (fp32) */
-#define L0_DENSE_ADAM_V            17578080 /*     354336: AdamW second moment (fp32) */
-#define L0_EXPERTS_MASTER          17932416 /*   33030144: layer 0 experts: this rank's fp32 master shard */
-#define L0_EXPERTS_GRAD            50962560 /*   33030144: its gradient, accumulated over micro-batches */
-#define L0_EXPERTS_ADAM_M          83992704 /*   33030144: AdamW first moment (fp32) */
-#define L0_EXPERTS_ADAM_V         117022848 /*   33030144: AdamW second moment (fp32) */
-#define L1_DENSE_MASTER           150052992 /*     354336: layer 1 dense: this rank's fp32 master shard */
-#define L1_DENSE_GRAD             150407328 /*     354336: its gradient, accumulated over micro-batches */
-#define L1_DENSE_ADAM_M           150761664 /*     354336: AdamW first moment (fp32) */
-#define L1_DENSE_ADAM_V           151116000 /*     354336: AdamW second moment (fp32) */
-#define L1_EXPERTS_MASTER         151470336 /*   33030144: layer 1 experts: this rank's fp32 master shard */
-#define L1_EXPERTS_GRAD           184500480 /*   33030144: its gradient, accumulated over micro-batches */
-#define L1_EXPERTS_ADAM_M         217530624 /*   33030144: AdamW first moment (fp32) */
-#define L1_EXPERTS_ADAM_V         250560768 /*   33030144: AdamW second moment (fp32) */
-#define L2_DENSE_MASTER           283590912 /*     354336: layer 2 dense: this rank's fp32 master shard */
-#define L2_DENSE_GRAD             283945248 /*     354336: its gradient, accumulated over micro-batches */
-#define L2_DENSE_ADAM_M           284299584 /*     354336: AdamW first moment (fp32) */
-#define L2_DENSE_ADAM_V           284653920 /*     354336: AdamW second moment (fp32) */
-#define L2_EXPERTS_MASTER         285008256 /*   33030144: layer 2 experts: this rank's fp32 master shard */
-#define L2_EXPERTS_GRAD           318038400 /*   33030144: its gradient, accumulated over micro-batches */
-#define L2_EXPERTS_ADAM_M         351068544 /*   33030144: AdamW first moment (fp32) */
-#define L2_EXPERTS_ADAM_V         384098688 /*   33030144: AdamW second moment (fp32) */
-#define L3_DENSE_MASTER           417128832 /*     354336: layer 3 dense: this rank's fp32 master shard */
-#define L3_DENSE_GRAD             417483168 /*     354336: its gradient, accumulated over micro-batches */
-#define L3_DENSE_ADAM_M           417837504 /*     354336: AdamW first moment (fp32) */
-#define L3_DENSE_ADAM_V           418191840 /*     354336: AdamW second moment (fp32) */
-#define L3_EXPERTS_MASTER         418546176 /*   33030144: layer 3 experts: this rank's fp32 master shard */
-#define L3_EXPERTS_GRAD           451576320 /*   33030144: its gradient, accumulated over micro-batches */
-#define L3_EXPERTS_ADAM_M         484606464 /*   33030144: AdamW first moment (fp32) */
-#define L3_EXPERTS_ADAM_V         517636608 /*   33030144: AdamW second moment (fp32) */
-#define L4_DENSE_MASTER           550666752 /*     354336: layer 4 dense: this rank's fp32 master shard */
-#define L4_DENSE_GRAD             551021088 /*     354336: its gradient, accumulated over micro-batches */
-#define L4_DENSE_ADAM_M           551375424 /*     354336: AdamW first moment (fp32) */
-#define L4_DENSE_ADAM_V           551729760 /*     354336: AdamW second moment (fp32) */
-#define L4_EXPERTS_MASTER         552084096 /*   33030144: layer 4 experts: this rank's fp32 master shard */
-#define L4_EXPERTS_GRAD           585114240 /*   33030144: its gradient, accumulated over micro-batches */
-#define L4_EXPERTS_ADAM_M         618144384 /*   33030144: AdamW first moment (fp32) */
-#define L4_EXPERTS_ADAM_V         651174528 /*   33030144: AdamW second moment (fp32) */
-#define L5_DENSE_MASTER           684204672 /*     354336: layer 5 dense: this rank's fp32 master shard */
-#define L5_DENSE_GRAD             684559008 /*     354336: its gradient, accumulated over micro-batches */
-#define L5_DENSE_ADAM_M           684913344 /*     354336: AdamW first moment (fp32) */
-#define L5_DENSE_ADAM_V           685267680 /*     354336: AdamW second moment (fp32) */
-#define L5_EXPERTS_MASTER         685622016 /*   33030144: layer 5 experts: this rank's fp32 master shard */
-#define L5_EXPERTS_GRAD           718652160 /*   33030144: its gradient, accumulated over micro-batches */
-#define L5_EXPERTS_ADAM_M         751682304 /*   33030144: AdamW first moment (fp32) */
-#define L5_EXPERTS_ADAM_V         784712448 /*   33030144: AdamW second moment (fp32) */
-#define L6_DENSE_MASTER           817742592 /*     354336: layer 6 dense: this rank's fp32 master shard */
-#define L6_DENSE_GRAD             818096928 /*     354336: its gradient, accumulated over micro-batches */
-#define L6_DENSE_ADAM_M           818451264 /*     354336: AdamW first moment (fp32) */
-#define L6_DENSE_ADAM_V           818805600 /*     354336: AdamW second moment (fp32) */
-#define L6_EXPERTS_MASTER         819159936 /*   33030144: layer 6 experts: this rank's fp32 master shard */
-#define L6_EXPERTS_GRAD           852190080 /*   33030144: its gradient, accumulated over micro-batches */
-#define L6_EXPERTS_ADAM_M         885220224 /*   33030144: AdamW first moment (fp32) */
-#define L6_EXPERTS_ADAM_V         918250368 /*   33030144: AdamW second moment (fp32) */
-#define L7_DENSE_MASTER           951280512 /*     354336: layer 7 dense: this rank's fp32 master shard */
-#define L7_DENSE_GRAD             951634848 /*     354336: its gradient, accumulated over micro-batches */
-#define L7_DENSE_ADAM_M           951989184 /*     354336: AdamW first moment (fp32) */
-#define L7_DENSE_ADAM_V           952343520 /*     354336: AdamW second moment (fp32) */
-#define L7_EXPERTS_MASTER         952697856 /*   33030144: layer 7 experts: this rank's fp32 master shard */
-#define L7_EXPERTS_GRAD           985728000 /*   33030144: its gradient, accumulated over micro-batches */
-#define L7_EXPERTS_ADAM_M        1018758144 /*   33030144: AdamW first moment (fp32) */
-#define L7_EXPERTS_ADAM_V        1051788288 /*   33030144: AdamW second moment (fp32) */
-#define L8_DENSE_MASTER          1084818432 /*     354336: layer 8 dense: this rank's fp32 master shard */
-#define L8_DENSE_GRAD            1085172768 /*     354336: its gradient, accumulated over micro-batches */
-#define L8_DENSE_ADAM_M          1085527104 /*     354336: AdamW first moment (fp32) */
-#define L8_DENSE_ADAM_V          1085881440 /*     354336: AdamW second moment (fp32) */
-#define L8_EXPERTS_MASTER        1086235776 /*   33030144: layer 8 experts: this rank's fp32 master shard */
-#define L8_EXPERTS_GRAD          1119265920 /*   33030144: its gradient, accumulated over micro-batches */
-#define L8_EXPERTS_ADAM_M        1152296064 /*   33030144: AdamW first moment (fp32) */
-#define L8_EXPERTS_ADAM_V        1185326208 /*   33030144: AdamW second moment (fp32) */
-#define L9_DENSE_MASTER          1218356352 /*     354336: layer 9 dense: this rank's fp32 master shard */
-#define L9_DENSE_GRAD            1218710688 /*     354336: its gradient, accumulated over micro-batches */
-#define L9_DENSE_ADAM_M          1219065024 /*     354336: AdamW first moment (fp32) */
-#define L9_DENSE_ADAM_V          1219419360 /*     354336: AdamW second moment (fp32) */
-#define L9_EXPERTS_MASTER        1219773696 /*   33030144: layer 9 experts: this rank's fp32 master shard */
-#define L9_EXPERTS_GRAD          1252803840 /*   33030144: its gradient, accumulated over micro-batches */
-#define L9_EXPERTS_ADAM_M        1285833984 /*   33030144: AdamW first moment (fp32) */
-#define L9_EXPERTS_ADAM_V        1318864128 /*   33030144: AdamW second moment (fp32) */
-#define L10_DENSE_MASTER         1351894272 /*     354336: layer 10 dense: this rank's fp32 master shard */
-#define L10_DENSE_GRAD           1352248608 /*     354336: its gradient, accumulated over micro-batches */
-#define L10_DENSE_ADAM_M         1352602944 /*     354336: AdamW first moment (fp32) */
-#define L10_DENSE_ADAM_V         1352957280 /*     354336: AdamW second moment (fp32) */
-#define L10_EXPERTS_MASTER       1353311616 /*   33030144: layer 10 experts: this rank's fp32 master shard */
-#define L10_EXPERTS_GRAD         1386341760 /*   33030144: its gradient, accumulated over micro-batches */
-#define L10_EXPERTS_ADAM_M       1419371904 /*   33030144: AdamW first moment (fp32) */
-#define L10_EXPERTS_ADAM_V       1452402048 /*   33030144: AdamW second moment (fp32) */
-#define L11_DENSE_MASTER         1485432192 /*     354336: layer 11 dense: this rank's fp32 master shard */
-#define L11_DENSE_GRAD           1485786528 /*     354336: its gradient, accumulated over micro-batches */
-#define L11_DENSE_ADAM_M         1486140864 /*     354336: AdamW first moment (fp32) */
-#define L11_DENSE_ADAM_V         1486495200 /*     354336: AdamW second moment (fp32) */
-#define L11_EXPERTS_MASTER       1486849536 /*   33030144: layer 11 experts: this rank's fp32 master shard */
-#define L11_EXPERTS_GRAD         1519879680 /*   33030144: its gradient, accumulated over micro-batches */
-#define L11_EXPERTS_ADAM_M       1552909824 /*   33030144: AdamW first moment (fp32) */
-#define L11_EXPERTS_ADAM_V       1585939968 /*   33030144: AdamW second moment (fp32) */
-#define L12_DENSE_MASTER         1618970112 /*     354336: layer 12 dense: this rank's fp32 master shard */
-#define L12_DENSE_GRAD           1619324448 /*     354336: its gradient, accumulated over micro-batches */
-#define L12_DENSE_ADAM_M         1619678784 /*     354336: AdamW first moment (fp32) */
-#define L12_DENSE_ADAM_V         1620033120 /*     354336: AdamW second moment (fp32) */
-#define L12_EXPERTS_MASTER       1620387456 /*   33030144: layer 12 experts: this rank's fp32 master shard */
-#define L12_EXPERTS_GRAD         1653417600 /*   33030144: its gradient, accumulated over micro-batches */
-#define L12_EXPERTS_ADAM_M       1686447744 /*   33030144: AdamW first moment (fp32) */
-#define L12_EXPERTS_ADAM_V       1719477888 /*   33030144: AdamW second moment (fp32) */
-#define L13_DENSE_MASTER         1752508032 /*     354336: layer 13 dense: this rank's fp32 master shard */
-#define L13_DENSE_GRAD           1752862368 /*     354336: its gradient, accumulated over micro-batches */
-#define L13_DENSE_ADAM_M         1753216704 /*     354336: AdamW first moment (fp32) */
-#define L13_DENSE_ADAM_V         1753571040 /*     354336: AdamW second moment (fp32) */
-#define L13_EXPERTS_MASTER       1753925376 /*   33030144: layer 13 experts: this rank's fp32 master shard */
-#define L13_EXPERTS_GRAD         1786955520 /*   33030144: its gradient, accumulated over micro-batches */
-#define L13_EXPERTS_ADAM_M       1819985664 /*   33030144: AdamW first moment (fp32) */
-#define L13_EXPERTS_ADAM_V       1853015808 /*   33030144: AdamW second moment (fp32) */
-#define L14_DENSE_MASTER         1886045952 /*     354336: layer 14 dense: this rank's fp32 master shard */
-#define L14_DENSE_GRAD           1886400288 /*     354336: its gradient, accumulated over micro-batches */
-#define L14_DENSE_ADAM_M         1886754624 /*     354336: AdamW first moment (fp32) */
-#define L14_DENSE_ADAM_V         1887108960 /*     354336: AdamW second moment (fp32) */
-#define L14_EXPERTS_MASTER       1887463296 /*   33030144: layer 14 experts: this rank's fp32 master shard */
-#define L14_EXPERTS_GRAD         1920493440 /*   33030144: its gradient, accumulated over micro-batches */
-#define L14_EXPERTS_ADAM_M       1953523584 /*   33030144: AdamW first moment (fp32) */
-#define L14_EXPERTS_ADAM_V       1986553728 /*   33030144: AdamW second moment (fp32) */
-#define L15_DENSE_MASTER         2019583872 /*     354336: layer 15 dense: this rank's fp32 master shard */
-#define L15_DENSE_GRAD           2019938208 /*     354336: its gradient, accumulated over micro-batches */
-#define L15_DENSE_ADAM_M         2020292544 /*     354336: AdamW first moment (fp32) */
-#define L15_DENSE_ADAM_V         2020646880 /*     354336: AdamW second moment (fp32) */
-#define L15_EXPERTS_MASTER       2021001216 /*   33030144: layer 15 experts: this rank's fp32 master shard */
-#define L15_EXPERTS_GRAD         2054031360 /*   33030144: its gradient, accumulated over micro-batches */
-#define L15_EXPERTS_ADAM_M       2087061504 /*   33030144: AdamW first moment (fp32) */
-#define L15_EXPERTS_ADAM_V       2120091648 /*   33030144: AdamW second moment (fp32) */
-#define L16_DENSE_MASTER         2153121792 /*     354336: layer 16 dense: this rank's fp32 master shard */
-#define L16_DENSE_GRAD           2153476128 /*     354336: its gradient, accumulated over micro-batches */
-#define L16_DENSE_ADAM_M         2153830464 /*     354336: AdamW first moment (fp32) */
-#define L16_DENSE_ADAM_V         2154184800 /*     354336: AdamW second moment (fp32) */
-#define L16_EXPERTS_MASTER       2154539136 /*   33030144: layer 16 experts: this rank's fp32 master shard */
-#define L16_EXPERTS_GRAD         2187569280 /*   33030144: its gradient, accumulated over micro-batches */
-#define L16_EXPERTS_ADAM_M       2220599424 /*   33030144: AdamW first moment (fp32) */
-#define L16_EXPERTS_ADAM_V       2253629568 /*   33030144: AdamW second moment (fp32) */
-#define L17_DENSE_MASTER         2286659712 /*     354336: layer 17 dense: this rank's fp32 master shard */
-#define L17_DENSE_GRAD           2287014048 /*     354336: its gradient, accumulated over micro-batches */
-#define L17_DENSE_ADAM_M         2287368384 /*     354336: AdamW first moment (fp32) */
-#define L17_DENSE_ADAM_V         2287722720 /*     354336: AdamW second moment (fp32) */
-#define L17_EXPERTS_MASTER       2288077056 /*   33030144: layer 17 experts: this rank's fp32 master shard */
-#define L17_EXPERTS_GRAD         2321107200 /*   33030144: its gradient, accumulated over micro-batches */
-#define L17_EXPERTS_ADAM_M       2354137344 /*   33030144: AdamW first moment (fp32) */
-#define L17_EXPERTS_ADAM_V       2387167488 /*   33030144: AdamW second moment (fp32) */
-#define L18_DENSE_MASTER         2420197632 /*     354336: layer 18 dense: this rank's fp32 master shard */
-#define L18_DENSE_GRAD           2420551968 /*     354336: its gradient, accumulated over micro-batches */
-#define L18_DENSE_ADAM_M         2420906304 /*     354336: AdamW first moment (fp32) */
-#define L18_DENSE_ADAM_V         2421260640 /*     354336: AdamW second moment (fp32) */
-#define L18_EXPERTS_MASTER       2421614976 /*   33030144: layer 18 experts: this rank's fp32 master shard */
-#define L18_EXPERTS_GRAD         2454645120 /*   33030144: its gradient, accumulated over micro-batches */
-#define L18_EXPERTS_ADAM_M       2487675264 /*   33030144: AdamW first moment (fp32) */
-#define L18_EXPERTS_ADAM_V       2520705408 /*   33030144: AdamW second moment (fp32) */
-#define L19_DENSE_MASTER         2553735552 /*     354336: layer 19 dense: this rank's fp32 master shard */
-#define L19_DENSE_GRAD           2554089888 /*     354336: its gradient, accumulated over micro-batches */
-#define L19_DENSE_ADAM_M         2554444224 /*     354336: AdamW first moment (fp32) */
-#define L19_DENSE_ADAM_V         2554798560 /*     354336: AdamW second moment (fp32) */
-#define L19_EXPERTS_MASTER       2555152896 /*   33030144: layer 19 experts: this rank's fp32 master shard */
-#define L19_EXPERTS_GRAD         2588183040 /*   33030144: its gradient, accumulated over micro-batches */
-#define L19_EXPERTS_ADAM_M       2621213184 /*   33030144: AdamW first moment (fp32) */
-#define L19_EXPERTS_ADAM_V       2654243328 /*   33030144: AdamW second moment (fp32) */
-#define L20_DENSE_MASTER         2687273472 /*     354336: layer 20 dense: this rank's fp32 master shard */
-#define L20_DENSE_GRAD           2687627808 /*     354336: its gradient, accumulated over micro-batches */
-#define L20_DENSE_ADAM_M         2687982144 /*     354336: AdamW first moment (fp32) */
-#define L20_DENSE_ADAM_V         2688336480 /*     354336: AdamW second moment (fp32) */
-#define L20_EXPERTS_MASTER       2688690816 /*   33030144: layer 20 experts: this rank's fp32 master shard */
-#define L20_EXPERTS_GRAD         2721720960 /*   33030144: its gradient, accumulated over micro-batches */
-#define L20_EXPERTS_ADAM_M       2754751104 /*   33030144: AdamW first moment (fp32) */
-#define L20_EXPERTS_ADAM_V       2787781248 /*   33030144: AdamW second moment (fp32) */
-#define L21_DENSE_MASTER         2820811392 /*     354336: layer 21 dense: this rank's fp32 master shard */
-#define L21_DENSE_GRAD           2821165728 /*     354336: its gradient, accumulated over micro-batches */
-#define L21_DENSE_ADAM_M         2821520064 /*     354336: AdamW first moment (fp32) */
-#define L21_DENSE_ADAM_V         2821874400 /*     354336: AdamW second moment (fp32) */
-#define L21_EXPERTS_MASTER       2822228736 /*   33030144: layer 21 experts: this rank's fp32 master shard */
-#define L21_EXPERTS_GRAD         2855258880 /*   33030144: its gradient, accumulated over micro-batches */
-#define L21_EXPERTS_ADAM_M       2888289024 /*   33030144: AdamW first moment (fp32) */
-#define L21_EXPERTS_ADAM_V       2921319168 /*   33030144: AdamW second moment (fp32) */
-#define L22_DENSE_MASTER         2954349312 /*     354336: layer 22 dense: this rank's fp32 master shard */
-#define L22_DENSE_GRAD           2954703648 /*     354336: its gradient, accumulated over micro-batches */
-#define L22_DENSE_ADAM_M         2955057984 /*     354336: AdamW first moment (fp32) */
-#define L22_DENSE_ADAM_V         2955412320 /*     354336: AdamW second moment (fp32) */
-#define L22_EXPERTS_MASTER       2955766656 /*   33030144: layer 22 experts: this rank's fp32 master shard */
-#define L22_EXPERTS_GRAD         2988796800 /*   33030144: its gradient, accumulated over micro-batches */
-#define L22_EXPERTS_ADAM_M       3021826944 /*   33030144: AdamW first moment (fp32) */
-#define L22_EXPERTS_ADAM_V       3054857088 /*   33030144: AdamW second moment (fp32) */
-#define L23_DENSE_MASTER         3087887232 /*     354336: layer 23 dense: this rank's fp32 master shard */
-#define L23_DENSE_GRAD           3088241568 /*     354336: its gradient, accumulated over micro-batches */
-#define L23_DENSE_ADAM_M         3088595904 /*     354336: AdamW first moment (fp32) */
-#define L23_DENSE_ADAM_V         3088950240 /*     354336: AdamW second moment (fp32) */
-#define L23_EXPERTS_MASTER       3089304576 /*   33030144: layer 23 experts: this rank's fp32 master shard */
-#define L23_EXPERTS_GRAD         3122334720 /*   33030144: its gradient, accumulated over micro-batches */
-#define L23_EXPERTS_ADAM_M       3155364864 /*   33030144: AdamW first moment (fp32) */
-#define L23_EXPERTS_ADAM_V       3188395008 /*   33030144: AdamW second moment (fp32) */
-#define L24_DENSE_MASTER         3221425152 /*     354336: layer 24 dense: this rank's fp32 master shard */
-#define L24_DENSE_GRAD           3221779488 /*     354336: its gradient, accumulated over micro-batches */
-#define L24_DENSE_ADAM_M         3222133824 /*     354336: AdamW first moment (fp32) */
-#define L24_DENSE_ADAM_V         3222488160 /*     354336: AdamW second moment (fp32) */
-#define L24_EXPERTS_MASTER       3222842496 /*   33030144: layer 24 experts: this rank's fp32 master shard */
-#define L24_EXPERTS_GRAD         3255872640 /*   33030144: its gradient, accumulated over micro-batches */
-#define L24_EXPERTS_ADAM_M       3288902784 /*   33030144: AdamW first moment (fp32) */
-#define L24_EXPERTS_ADAM_V       3321932928 /*   33030144: AdamW second moment (fp32) */
-#define L25_DENSE_MASTER         3354963072 /*     354336: layer 25 dense: this rank's fp32 master shard */
-#define L25_DENSE_GRAD           3355317408 /*     354336: its gradient, accumulated over micro-batches */
-#define L25_DENSE_ADAM_M         3355671744 /*     354336: AdamW first moment (fp32) */
-#define L25_DENSE_ADAM_V         3356026080 /*     354336: AdamW second moment (fp32) */
-#define L25_EXPERTS_MASTER       3356380416 /*   33030144: layer 25 experts: this rank's fp32 master shard */
-#define L25_EXPERTS_GRAD         3389410560 /*   33030144: its gradient, accumulated over micro-batches */
-#define L25_EXPERTS_ADAM_M       3422440704 /*   33030144: AdamW first moment (fp32) */
-#define L25_EXPERTS_ADAM_V       3455470848 /*   33030144: AdamW second moment (fp32) */
-#define L26_DENSE_MASTER         3488500992 /*     354336: layer 26 dense: this rank's fp32 master shard */
-#define L26_DENSE_GRAD           3488855328 /*     354336: its gradient, accumulated over micro-batches */
-#define L26_DENSE_ADAM_M         3489209664 /*     354336: AdamW first moment (fp32) */
-#define L26_DENSE_ADAM_V         3489564000 /*     354336: AdamW second moment (fp32) */
-#define L26_EXPERTS_MASTER       3489918336 /*   33030144: layer 26 experts: this rank's fp32 master shard */
-#define L26_EXPERTS_GRAD         3522948480 /*   33030144: its gradient, accumulated over micro-batches */
-#define L26_EXPERTS_ADAM_M       3555978624 /*   33030144: AdamW first moment (fp32) */
-#define L26_EXPERTS_ADAM_V       3589008768 /*   33030144: AdamW second moment (fp32) */
-#define L27_DENSE_MASTER         3622038912 /*     354336: layer 27 dense: this rank's fp32 master shard */
-#define L27_DENSE_GRAD           3622393248 /*     354336: its gradient, accumulated over micro-batches */
-#define L27_DENSE_ADAM_M         3622747584 /*     354336: AdamW first moment (fp32) */
-#define L27_DENSE_ADAM_V         3623101920 /*     354336: AdamW second moment (fp32) */
-#define L27_EXPERTS_MASTER       3623456256 /*   33030144: layer 27 experts: this rank's fp32 master shard */
-#define L27_EXPERTS_GRAD         3656486400 /*   33030144: its gradient, accumulated over micro-batches */
-#define L27_EXPERTS_ADAM_M       3689516544 /*   33030144: AdamW first moment (fp32) */
-#define L27_EXPERTS_ADAM_V       3722546688 /*   33030144: AdamW second moment (fp32) */
-#define L28_DENSE_MASTER         3755576832 /*     354336: layer 28 dense: this rank's fp32 master shard */
-#define L28_DENSE_GRAD           3755931168 /*     354336: its gradient, accumulated over micro-batches */
-#define L28_DENSE_ADAM_M         3756285504 /*     354336: AdamW first moment (fp32) */
-#define L28_DENSE_ADAM_V         3756639840 /*     354336: AdamW second moment (fp32) */
-#define L28_EXPERTS_MASTER       3756994176 /*   33030144: layer 28 experts: this rank's fp32 master shard */
-#define L28_EXPERTS_GRAD         3790024320 /*   33030144: its gradient, accumulated over micro-batches */
-#define L28_EXPERTS_ADAM_M       3823054464 /*   33030144: AdamW first moment (fp32) */
-#define L28_EXPERTS_ADAM_V       3856084608 /*   33030144: AdamW second moment (fp32) */
-#define L29_DENSE_MASTER         3889114752 /*     354336: layer 29 dense: this rank's fp32 master shard */
-#define L29_DENSE_GRAD           3889469088 /*     354336: its gradient, accumulated over micro-batches */
-#define L29_DENSE_ADAM_M         3889823424 /*     354336: AdamW first moment (fp32) */
-#define L29_DENSE_ADAM_V         3890177760 /*     354336: AdamW second moment (fp32) */
-#define L29_EXPERTS_MASTER       3890532096 /*   33030144: layer 29 experts: this rank's fp32 master shard */
-#define L29_EXPERTS_GRAD         3923562240 /*   33030144: its gradient, accumulated over micro-batches */
-#define L29_EXPERTS_ADAM_M       3956592384 /*   33030144: AdamW first moment (fp32) */
-#define L29_EXPERTS_ADAM_V       3989622528 /*   33030144: AdamW second moment (fp32) */
-#define L30_DENSE_MASTER         4022652672 /*     354336: layer 30 dense: this rank's fp32 master shard */
-#define L30_DENSE_GRAD           4023007008 /*     354336: its gradient, accumulated over micro-batches */
-#define L30_DENSE_ADAM_M         4023361344 /*     354336: AdamW first moment (fp32) */
-#define L30_DENSE_ADAM_V         4023715680 /*     354336: AdamW second moment (fp32) */
-#define L30_EXPERTS_MASTER       4024070016 /*   33030144: layer 30 experts: this rank's fp32 master shard */
-#define L30_EXPERTS_GRAD         4057100160 /*   33030144: its gradient, accumulated over micro-batches */
-#define L30_EXPERTS_ADAM_M       4090130304 /*   33030144: AdamW first moment (fp32) */
-#define L30_EXPERTS_ADAM_V       4123160448 /*   33030144: AdamW second moment (fp32) */
-#define L31_DENSE_MASTER         4156190592 /*     354336: layer 31 dense: this rank's fp32 master shard */
-#define L31_DENSE_GRAD           4156544928 /*     354336: its gradient, accumulated over micro-batches */
-#define L31_DENSE_ADAM_M         4156899264 /*     354336: AdamW first moment (fp32) */
-#define L31_DENSE_ADAM_V         4157253600 /*     354336: AdamW second moment (fp32) */
-#define L31_EXPERTS_MASTER       4157607936 /*   33030144: layer 31 experts: this rank's fp32 master shard */
-#define L31_EXPERTS_GRAD         4190638080 /*   33030144: its gradient, accumulated over micro-batches */
-#define L31_EXPERTS_ADAM_M       4223668224 /*   33030144: AdamW first moment (fp32) */
-#define L31_EXPERTS_ADAM_V       4256698368 /*   33030144: AdamW second moment (fp32) */
-#define L32_DENSE_MASTER         4289728512 /*     354336: layer 32 dense: this rank's fp32 master shard */
-#define L32_DENSE_GRAD           4290082848 /*     354336: its gradient, accumulated over micro-batches */
-#define L32_DENSE_ADAM_M         4290437184 /*     354336: AdamW first moment (fp32) */
-#define L32_DENSE_ADAM_V         4290791520 /*     354336: AdamW second moment (fp32) */
-#define L32_EXPERTS_MASTER       4291145856 /*   33030144: layer 32 experts: this rank's fp32 master shard */
-#define L32_EXPERTS_GRAD         4324176000 /*   33030144: its gradient, accumulated over micro-batches */
-#define L32_EXPERTS_ADAM_M       4357206144 /*   33030144: AdamW first moment (fp32) */
-#define L32_EXPERTS_ADAM_V       4390236288 /*   33030144: AdamW second moment (fp32) */
-#define L33_DENSE_MASTER         4423266432 /*     354336: layer 33 dense: this rank's fp32 master shard */
-#define L33_DENSE_GRAD           4423620768 /*     354336: its gradient, accumulated over micro-batches */
-#define L33_DENSE_ADAM_M         4423975104 /*     354336: AdamW first moment (fp32) */
-#define L33_DENSE_ADAM_V         4424329440 /*     354336: AdamW second moment (fp32) */
-#define L33_EXPERTS_MASTER       4424683776 /*   33030144: layer 33 experts: this rank's fp32 master shard */
-#define L33_EXPERTS_GRAD         4457713920 /*   33030144: its gradient, accumulated over micro-batches */
-#define L33_EXPERTS_ADAM_M       4490744064 /*   33030144: AdamW first moment (fp32) */
-#define L33_EXPERTS_ADAM_V       4523774208 /*   33030144: AdamW second moment (fp32) */
-#define L34_DENSE_MASTER         4556804352 /*     354336: layer 34 dense: this rank's fp32 master shard */
-#define L34_DENSE_GRAD           4557158688 /*     354336: its gradient, accumulated over micro-batches */
-#define L34_DENSE_ADAM_M         4557513024 /*     354336: AdamW first moment (fp32) */
-#define L34_DENSE_ADAM_V         4557867360 /*     354336: AdamW second moment (fp32) */
-#define L34_EXPERTS_MASTER       4558221696 /*   33030144: layer 34 experts: this rank's fp32 master shard */
-#define L34_EXPERTS_GRAD         4591251840 /*   33030144: its gradient, accumulated over micro-batches */
-#define L34_EXPERTS_ADAM_M       4624281984 /*   33030144: AdamW first moment (fp32) */
-#define L34_EXPERTS_ADAM_V       4657312128 /*   33030144: AdamW second moment (fp32) */
-#define L35_DENSE_MASTER         4690342272 /*     354336: layer 35 dense: this rank's fp32 master shard */
-#define L35_DENSE_GRAD           4690696608 /*     354336: its gradient, accumulated over micro-batches */
-#define L35_DENSE_ADAM_M         4691050944 /*     354336: AdamW first moment (fp32) */
-#define L35_DENSE_ADAM_V         4691405280 /*     354336: AdamW second moment (fp32) */
-#define L35_EXPERTS_MASTER       4691759616 /*   33030144: layer 35 experts: this rank's fp32 master shard */
-#define L35_EXPERTS_GRAD         4724789760 /*   33030144: its gradient, accumulated over micro-batches */
-#define L35_EXPERTS_ADAM_M       4757819904 /*   33030144: AdamW first moment (fp32) */
-#define L35_EXPERTS_ADAM_V       4790850048 /*   33030144: AdamW second moment (fp32) */
-#define L36_DENSE_MASTER         4823880192 /*     354336: layer 36 dense: this rank's fp32 master shard */
-#define L36_DENSE_GRAD           4824234528 /*     354336: its gradient, accumulated over micro-batches */
-#define L36_DENSE_ADAM_M         4824588864 /*     354336: AdamW first moment (fp32) */
-#define L36_DENSE_ADAM_V         4824943200 /*     354336: AdamW second moment (fp32) */
-#define L36_EXPERTS_MASTER       4825297536 /*   33030144: layer 36 experts: this rank's fp32 master shard */
-#define L36_EXPERTS_GRAD         4858327680 /*   33030144: its gradient, accumulated over micro-batches */
-#define L36_EXPERTS_ADAM_M       4891357824 /*   33030144: AdamW first moment (fp32) */
-#define L36_EXPERTS_ADAM_V       4924387968 /*   33030144: AdamW second moment (fp32) */
-#define L37_DENSE_MASTER         4957418112 /*     354336: layer 37 dense: this rank's fp32 master shard */
-#define L37_DENSE_GRAD           4957772448 /*     354336: its gradient, accumulated over micro-batches */
-#define L37_DENSE_ADAM_M         4958126784 /*     354336: AdamW first moment (fp32) */
-#define L37_DENSE_ADAM_V         4958481120 /*     354336: AdamW second moment (fp32) */
-#define L37_EXPERTS_MASTER       4958835456 /*   33030144: layer 37 experts: this rank's fp32 master shard */
-#define L37_EXPERTS_GRAD         4991865600 /*   33030144: its gradient, accumulated over micro-batches */
-#define L37_EXPERTS_ADAM_M       5024895744 /*   33030144: AdamW first moment (fp32) */
-#define L37_EXPERTS_ADAM_V       5057925888 /*   33030144: AdamW second moment (fp32) */
-#define L38_DENSE_MASTER         5090956032 /*     354336: layer 38 dense: this rank's fp32 master shard */
-#define L38_DENSE_GRAD           5091310368 /*     354336: its gradient, accumulated over micro-batches */
-#define L38_DENSE_ADAM_M         5091664704 /*     354336: AdamW first moment (fp32) */
-#define L38_DENSE_ADAM_V         5092019040 /*     354336: AdamW second moment (fp32) */
-#define L38_EXPERTS_MASTER       5092373376 /*   33030144: layer 38 experts: this rank's fp32 master shard */
-#define L38_EXPERTS_GRAD         5125403520 /*   33030144: its gradient, accumulated over micro-batches */
-#define L38_EXPERTS_ADAM_M       5158433664 /*   33030144: AdamW first moment (fp32) */
-#define L38_EXPERTS_ADAM_V       5191463808 /*   33030144: AdamW second moment (fp32) */
-#define L39_DENSE_MASTER         5224493952 /*     354336: layer 39 dense: this rank's fp32 master shard */
-#define L39_DENSE_GRAD           5224848288 /*     354336: its gradient, accumulated over micro-batches */
-#define L39_DENSE_ADAM_M         5225202624 /*     354336: AdamW first moment (fp32) */
-#define L39_DENSE_ADAM_V         5225556960 /*     354336: AdamW second moment (fp32) */
-#define L39_EXPERTS_MASTER       5225911296 /*   33030144: layer 39 experts: this rank's fp32 master shard */
-#define L39_EXPERTS_GRAD         5258941440 /*   33030144: its gradient, accumulated over micro-batches */
-#define L39_EXPERTS_ADAM_M       5291971584 /*   33030144: AdamW first moment (fp32) */
-#define L39_EXPERTS_ADAM_V       5325001728 /*   33030144: AdamW second moment (fp32) */
-#define L40_DENSE_MASTER         5358031872 /*     354336: layer 40 dense: this rank's fp32 master shard */
-#define L40_DENSE_GRAD           5358386208 /*     354336: its gradient, accumulated over micro-batches */
-#define L40_DENSE_ADAM_M         5358740544 /*     354336: AdamW first moment (fp32) */
-#define L40_DENSE_ADAM_V         5359094880 /*     354336: AdamW second moment (fp32) */
-#define L40_EXPERTS_MASTER       5359449216 /*   33030144: layer 40 experts: this rank's fp32 master shard */
-#define L40_EXPERTS_GRAD         5392479360 /*   33030144: its gradient, accumulated over micro-batches */
-#define L40_EXPERTS_ADAM_M       5425509504 /*   33030144: AdamW first moment (fp32) */
-#define L40_EXPERTS_ADAM_V       5458539648 /*   33030144: AdamW second moment (fp32) */
-#define L41_DENSE_MASTER         5491569792 /*     354336: layer 41 dense: this rank's fp32 master shard */
-#define L41_DENSE_GRAD           5491924128 /*     354336: its gradient, accumulated over micro-batches */
-#define L41_DENSE_ADAM_M         5492278464 /*     354336: AdamW first moment (fp32) */
-#define L41_DENSE_ADAM_V         5492632800 /*     354336: AdamW second moment (fp32) */
-#define L41_EXPERTS_MASTER       5492987136 /*   33030144: layer 41 experts: this rank's fp32 master shard */
-#define L41_EXPERTS_GRAD         5526017280 /*   33030144: its gradient, accumulated over micro-batches */
-#define L41_EXPERTS_ADAM_M       5559047424 /*   33030144: AdamW first moment (fp32) */
-#define L41_EXPERTS_ADAM_V       5592077568 /*   33030144: AdamW second moment (fp32) */
-#define L42_DENSE_MASTER         5625107712 /*     354336: layer 42 dense: this rank's fp32 master shard */
-#define L42_DENSE_GRAD           5625462048 /*     354336: its gradient, accumulated over micro-batches */
-#define L42_DENSE_ADAM_M         5625816384 /*     354336: AdamW first moment (fp32) */
-#define L42_DENSE_ADAM_V         5626170720 /*     354336: AdamW second moment (fp32) */
-#define L42_EXPERTS_MASTER       5626525056 /*   33030144: layer 42 experts: this rank's fp32 master shard */
-#define L42_EXPERTS_GRAD         5659555200 /*   33030144: its gradient, accumulated over micro-batches */
-#define L42_EXPERTS_ADAM_M       5692585344 /*   33030144: AdamW first moment (fp32) */
-#define L42_EXPERTS_ADAM_V       5725615488 /*   33030144: AdamW second moment (fp32) */
-#define L43_DENSE_MASTER         5758645632 /*     354336: layer 43 dense: this rank's fp32 master shard */
-#define L43_DENSE_GRAD           5758999968 /*     354336: its gradient, accumulated over micro-batches */
-#define L43_DENSE_ADAM_M         5759354304 /*     354336: AdamW first moment (fp32) */
-#define L43_DENSE_ADAM_V         5759708640 /*     354336: AdamW second moment (fp32) */
-#define L43_EXPERTS_MASTER       5760062976 /*   33030144: layer 43 experts: this rank's fp32 master shard */
-#define L43_EXPERTS_GRAD         5793093120 /*   33030144: its gradient, accumulated over micro-batches */
-#define L43_EXPERTS_ADAM_M       5826123264 /*   33030144: AdamW first moment (fp32) */
-#define L43_EXPERTS_ADAM_V       5859153408 /*   33030144: AdamW second moment (fp32) */
-#define L44_DENSE_MASTER         5892183552 /*     354336: layer 44 dense: this rank's fp32 master shard */
-#define L44_DENSE_GRAD           5892537888 /*     354336: its gradient, accumulated over micro-batches */
-#define L44_DENSE_ADAM_M         5892892224 /*     354336: AdamW first moment (fp32) */
-#define L44_DENSE_ADAM_V         5893246560 /*     354336: AdamW second moment (fp32) */
-#define L44_EXPERTS_MASTER       5893600896 /*   33030144: layer 44 experts: this rank's fp32 master shard */
-#define L44_EXPERTS_GRAD         5926631040 /*   33030144: its gradient, accumulated over micro-batches */
-#define L44_EXPERTS_ADAM_M       5959661184 /*   33030144: AdamW first moment (fp32) */
-#define L44_EXPERTS_ADAM_V       5992691328 /*   33030144: AdamW second moment (fp32) */
-#define L45_DENSE_MASTER         6025721472 /*     354336: layer 45 dense: this rank's fp32 master shard */
-#define L45_DENSE_GRAD           6026075808 /*     354336: its gradient, accumulated over micro-batches */
-#define L45_DENSE_ADAM_M         6026430144 /*     354336: AdamW first moment (fp32) */
-#define L45_DENSE_ADAM_V         6026784480 /*     354336: AdamW second moment (fp32) */
-#define L45_EXPERTS_MASTER       6027138816 /*   33030144: layer 45 experts: this rank's fp32 master shard */
-#define L45_EXPERTS_GRAD         6060168960 /*   33030144: its gradient, accumulated over micro-batches */
-#define L45_EXPERTS_ADAM_M       6093199104 /*   33030144: AdamW first moment (fp32) */
-#define L45_EXPERTS_ADAM_V       6126229248 /*   33030144: AdamW second moment (fp32) */
-#define L46_DENSE_MASTER         6159259392 /*     354336: layer 46 dense: this rank's fp32 master shard */
-#define L46_DENSE_GRAD           6159613728 /*     354336: its gradient, accumulated over micro-batches */
-#define L46_DENSE_ADAM_M         6159968064 /*     354336: AdamW first moment (fp32) */
-#define L46_DENSE_ADAM_V         6160322400 /*     354336: AdamW second moment (fp32) */
-#define L46_EXPERTS_MASTER       6160676736 /*   33030144: layer 46 experts: this rank's fp32 master shard */
-#define L46_EXPERTS_GRAD         6193706880 /*   33030144: its gradient, accumulated over micro-batches */
-#define L46_EXPERTS_ADAM_M       6226737024 /*   33030144: AdamW first moment (fp32) */
-#define L46_EXPERTS_ADAM_V       6259767168 /*   33030144: AdamW second moment (fp32) */
-#define L47_DENSE_MASTER         6292797312 /*     354336: layer 47 dense: this rank's fp32 master shard */
-#define L47_DENSE_GRAD           6293151648 /*     354336: its gradient, accumulated over micro-batches */
-#define L47_DENSE_ADAM_M         6293505984 /*     354336: AdamW first moment (fp32) */
-#define L47_DENSE_ADAM_V         6293860320 /*     354336: AdamW second moment (fp32) */
-#define L47_EXPERTS_MASTER       6294214656 /*   33030144: layer 47 experts: this rank's fp32 master shard */
-#define L47_EXPERTS_GRAD         6327244800 /*   33030144: its gradient, accumulated over micro-batches */
-#define L47_EXPERTS_ADAM_M       6360274944 /*   33030144: AdamW first moment (fp32) */
-#define L47_EXPERTS_ADAM_V       6393305088 /*   33030144: AdamW second moment (fp32) */
-#define L48_DENSE_MASTER         6426335232 /*     354336: layer 48 dense: this rank's fp32 master shard */
-#define L48_DENSE_GRAD           6426689568 /*     354336: its gradient, accumulated over micro-batches */
-#define L48_DENSE_ADAM_M         6427043904 /*     354336: AdamW first moment (fp32) */
-#define L48_DENSE_ADAM_V         6427398240 /*     354336: AdamW second moment (fp32) */
-#define L48_EXPERTS_MASTER       6427752576 /*   33030144: layer 48 experts: this rank's fp32 master shard */
-#define L48_EXPERTS_GRAD         6460782720 /*   33030144: its gradient, accumulated over micro-batches */
-#define L48_EXPERTS_ADAM_M       6493812864 /*   33030144: AdamW first moment (fp32) */
-#define L48_EXPERTS_ADAM_V       6526843008 /*   33030144: AdamW second moment (fp32) */
-#define L49_DENSE_MASTER         6559873152 /*     354336: layer 49 dense: this rank's fp32 master shard */
-#define L49_DENSE_GRAD           6560227488 /*     354336: its gradient, accumulated over micro-batches */
-#define L49_DENSE_ADAM_M         6560581824 /*     354336: AdamW first moment (fp32) */
-#define L49_DENSE_ADAM_V         6560936160 /*     354336: AdamW second moment (fp32) */
-#define L49_EXPERTS_MASTER       6561290496 /*   33030144: layer 49 experts: this rank's fp32 master shard */
-#define L49_EXPERTS_GRAD         6594320640 /*   33030144: its gradient, accumulated over micro-batches */
-#define L49_EXPERTS_ADAM_M       6627350784 /*   33030144: AdamW first moment (fp32) */
-#define L49_EXPERTS_ADAM_V       6660380928 /*   33030144: AdamW second moment (fp32) */
-#define L50_DENSE_MASTER         6693411072 /*     354336: layer 50 dense: this rank's fp32 master shard */
-#define L50_DENSE_GRAD           6693765408 /*     354336: its gradient, accumulated over micro-batches */
-#define L50_DENSE_ADAM_M         6694119744 /*     354336: AdamW first moment (fp32) */
-#define L50_DENSE_ADAM_V         6694474080 /*     354336: AdamW second moment (fp32) */
-#define L50_EXPERTS_MASTER       6694828416 /*   33030144: layer 50 experts: this rank's fp32 master shard */
-#define L50_EXPERTS_GRAD         6727858560 /*   33030144: its gradient, accumulated over micro-batches */
-#define L50_EXPERTS_ADAM_M       6760888704 /*   33030144: AdamW first moment (fp32) */
-#define L50_EXPERTS_ADAM_V       6793918848 /*   33030144: AdamW second moment (fp32) */
-#define L51_DENSE_MASTER         6826948992 /*     354336: layer 51 dense: this rank's fp32 master shard */
-#define L51_DENSE_GRAD           6827303328 /*     354336: its gradient, accumulated over micro-batches */
-#define L51_DENSE_ADAM_M         6827657664 /*     354336: AdamW first moment (fp32) */
-#define L51_DENSE_ADAM_V         6828012000 /*     354336: AdamW second moment (fp32) */
-#define L51_EXPERTS_MASTER       6828366336 /*   33030144: layer 51 experts: this rank's fp32 master shard */
-#define L51_EXPERTS_GRAD         6861396480 /*   33030144: its gradient, accumulated over micro-batches */
-#define L51_EXPERTS_ADAM_M       6894426624 /*   33030144: AdamW first moment (fp32) */
-#define L51_EXPERTS_ADAM_V       6927456768 /*   33030144: AdamW second moment (fp32) */
-#define L52_DENSE_MASTER         6960486912 /*     354336: layer 52 dense: this rank's fp32 master shard */
-#define L52_DENSE_GRAD           6960841248 /*     354336: its gradient, accumulated over micro-batches */
-#define L52_DENSE_ADAM_M         6961195584 /*     354336: AdamW first moment (fp32) */
-#define L52_DENSE_ADAM_V         6961549920 /*     354336: AdamW second moment (fp32) */
-#define L52_EXPERTS_MASTER       6961904256 /*   33030144: layer 52 experts: this rank's fp32 master shard */
-#define L52_EXPERTS_GRAD         6994934400 /*   33030144: its gradient, accumulated over micro-batches */
-#define L52_EXPERTS_ADAM_M       7027964544 /*   33030144: AdamW first moment (fp32) */
-#define L52_EXPERTS_ADAM_V       7060994688 /*   33030144: AdamW second moment (fp32) */
-#define L53_DENSE_MASTER         7094024832 /*     354336: layer 53 dense: this rank's fp32 master shard */
-#define L53_DENSE_GRAD           7094379168 /*     354336: its gradient, accumulated over micro-batches */
-#define L53_DENSE_ADAM_M         7094733504 /*     354336: AdamW first moment (fp32) */
-#define L53_DENSE_ADAM_V         7095087840 /*     354336: AdamW second moment (fp32) */
-#define L53_EXPERTS_MASTER       7095442176 /*   33030144: layer 53 experts: this rank's fp32 master shard */
-#define L53_EXPERTS_GRAD         7128472320 /*   33030144: its gradient, accumulated over micro-batches */
-#define L53_EXPERTS_ADAM_M       7161502464 /*   33030144: AdamW first moment (fp32) */
-#define L53_EXPERTS_ADAM_V       7194532608 /*   33030144: AdamW second moment (fp32) */
-#define L54_DENSE_MASTER         7227562752 /*     354336: layer 54 dense: this rank's fp32 master shard */
-#define L54_DENSE_GRAD           7227917088 /*     354336: its gradient, accumulated over micro-batches */
-#define L54_DENSE_ADAM_M         7228271424 /*     354336: AdamW first moment (fp32) */
-#define L54_DENSE_ADAM_V         7228625760 /*     354336: AdamW second moment (fp32) */
-#define L54_EXPERTS_MASTER       7228980096 /*   33030144: layer 54 experts: this rank's fp32 master shard */
-#define L54_EXPERTS_GRAD         7262010240 /*   33030144: its gradient, accumulated over micro-batches */
-#define L54_EXPERTS_ADAM_M       7295040384 /*   33030144: AdamW first moment (fp32) */
-#define L54_EXPERTS_ADAM_V       7328070528 /*   33030144: AdamW second moment (fp32) */
-#define L55_DENSE_MASTER         7361100672 /*     354336: layer 55 dense: this rank's fp32 master shard */
-#define L55_DENSE_GRAD           7361455008 /*     354336: its gradient, accumulated over micro-batches */
-#define L55_DENSE_ADAM_M         7361809344 /*     354336: AdamW first moment (fp32) */
-#define L55_DENSE_ADAM_V         7362163680 /*     354336: AdamW second moment (fp32) */
-#define L55_EXPERTS_MASTER       7362518016 /*   33030144: layer 55 experts: this rank's fp32 master shard */
-#define L55_EXPERTS_GRAD         7395548160 /*   33030144: its gradient, accumulated over micro-batches */
-#define L55_EXPERTS_ADAM_M       7428578304 /*   33030144: AdamW first moment (fp32) */
-#define L55_EXPERTS_ADAM_V       7461608448 /*   33030144: AdamW second moment (fp32) */
-#define L56_DENSE_MASTER         7494638592 /*     354336: layer 56 dense: this rank's fp32 master shard */
-#define L56_DENSE_GRAD           7494992928 /*     354336: its gradient, accumulated over micro-batches */
-#define L56_DENSE_ADAM_M         7495347264 /*     354336: AdamW first moment (fp32) */
-#define L56_DENSE_ADAM_V         7495701600 /*     354336: AdamW second moment (fp32) */
-#define L56_EXPERTS_MASTER       7496055936 /*   33030144: layer 56 experts: this rank's fp32 master shard */
-#define L56_EXPERTS_GRAD         7529086080 /*   33030144: its gradient, accumulated over micro-batches */
-#define L56_EXPERTS_ADAM_M       7562116224 /*   33030144: AdamW first moment (fp32) */
-#define L56_EXPERTS_ADAM_V       7595146368 /*   33030144: AdamW second moment (fp32) */
-#define L57_DENSE_MASTER         7628176512 /*     354336: layer 57 dense: this rank's fp32 master shard */
-#define L57_DENSE_GRAD           7628530848 /*     354336: its gradient, accumulated over micro-batches */
-#define L57_DENSE_ADAM_M         7628885184 /*     354336: AdamW first moment (fp32) */
-#define L57_DENSE_ADAM_V         7629239520 /*     354336: AdamW second moment (fp32) */
-#define L57_EXPERTS_MASTER       7629593856 /*   33030144: layer 57 experts: this rank's fp32 master shard */
-#define L57_EXPERTS_GRAD         7662624000 /*   33030144: its gradient, accumulated over micro-batches */
-#define L57_EXPERTS_ADAM_M       7695654144 /*   33030144: AdamW first moment (fp32) */
-#define L57_EXPERTS_ADAM_V       7728684288 /*   33030144: AdamW second moment (fp32) */
-#define L58_DENSE_MASTER         7761714432 /*     354336: layer 58 dense: this rank's fp32 master shard */
-#define L58_DENSE_GRAD           7762068768 /*     354336: its gradient, accumulated over micro-batches */
-#define L58_DENSE_ADAM_M         7762423104 /*     354336: AdamW first moment (fp32) */
-#define L58_DENSE_ADAM_V         7762777440 /*     354336: AdamW second moment (fp32) */
-#define L58_EXPERTS_MASTER       7763131776 /*   33030144: layer 58 experts: this rank's fp32 master shard */
-#define L58_EXPERTS_GRAD         7796161920 /*   33030144: its gradient, accumulated over micro-batches */
-#define L58_EXPERTS_ADAM_M       7829192064 /*   33030144: AdamW first moment (fp32) */
-#define L58_EXPERTS_ADAM_V       7862222208 /*   33030144: AdamW second moment (fp32) */
-#define L59_DENSE_MASTER         7895252352 /*     354336: layer 59 dense: this rank's fp32 master shard */
-#define L59_DENSE_GRAD           7895606688 /*     354336: its gradient, accumulated over micro-batches */
-#define L59_DENSE_ADAM_M         7895961024 /*     354336: AdamW first moment (fp32) */
-#define L59_DENSE_ADAM_V         7896315360 /*     354336: AdamW second moment (fp32) */
-#define L59_EXPERTS_MASTER       7896669696 /*   33030144: layer 59 experts: this rank's fp32 master shard */
-#define L59_EXPERTS_GRAD         7929699840 /*   33030144: its gradient, accumulated over micro-batches */
-#define L59_EXPERTS_ADAM_M       7962729984 /*   33030144: AdamW first moment (fp32) */
-#define L59_EXPERTS_ADAM_V       7995760128 /*   33030144: AdamW second moment (fp32) */
-#define L60_DENSE_MASTER         8028790272 /*     354336: layer 60 dense: this rank's fp32 master shard */
-#define L60_DENSE_GRAD           8029144608 /*     354336: its gradient, accumulated over micro-batches */
-#define L60_DENSE_ADAM_M         8029498944 /*     354336: AdamW first moment (fp32) */
-#define L60_DENSE_ADAM_V         8029853280 /*     354336: AdamW second moment (fp32) */
-#define L60_EXPERTS_MASTER       8030207616 /*   33030144: layer 60 experts: this rank's fp32 master shard */
-#define L60_EXPERTS_GRAD         8063237760 /*   33030144: its gradient, accumulated over micro-batches */
-#define L60_EXPERTS_ADAM_M       8096267904 /*   33030144: AdamW first moment (fp32) */
-#define L60_EXPERTS_ADAM_V       8129298048 /*   33030144: AdamW second moment (fp32) */
-#define L61_DENSE_MASTER         8162328192 /*     354336: layer 61 dense: this rank's fp32 master shard */
-#define L61_DENSE_GRAD           8162682528 /*     354336: its gradient, accumulated over micro-batches */
-#define L61_DENSE_ADAM_M         8163036864 /*     354336: AdamW first moment (fp32) */
-#define L61_DENSE_ADAM_V         8163391200 /*     354336: AdamW second moment (fp32) */
-#define L61_EXPERTS_MASTER       8163745536 /*   33030144: layer 61 experts: this rank's fp32 master shard */
-#define L61_EXPERTS_GRAD         8196775680 /*   33030144: its gradient, accumulated over micro-batches */
-#define L61_EXPERTS_ADAM_M       8229805824 /*   33030144: AdamW first moment (fp32) */
-#define L61_EXPERTS_ADAM_V       8262835968 /*   33030144: AdamW second moment (fp32) */
-#define L62_DENSE_MASTER         8295866112 /*     354336: layer 62 dense: this rank's fp32 master shard */
-#define L62_DENSE_GRAD           8296220448 /*     354336: its gradient, accumulated over micro-batches */
-#define L62_DENSE_ADAM_M         8296574784 /*     354336: AdamW first moment (fp32) */
-#define L62_DENSE_ADAM_V         8296929120 /*     354336: AdamW second moment (fp32) */
-#define L62_EXPERTS_MASTER       8297283456 /*   33030144: layer 62 experts: this rank's fp32 master shard */
-#define L62_EXPERTS_GRAD         8330313600 /*   33030144: its gradient, accumulated over micro-batches */
-#define L62_EXPERTS_ADAM_M       8363343744 /*   33030144: AdamW first moment (fp32) */
-#define L62_EXPERTS_ADAM_V       8396373888 /*   33030144: AdamW second moment (fp32) */
-#define L63_DENSE_MASTER         8429404032 /*     354336: layer 63 dense: this rank's fp32 master shard */
-#define L63_DENSE_GRAD           8429758368 /*     354336: its gradient, accumulated over micro-batches */
-#define L63_DENSE_ADAM_M         8430112704 /*     354336: AdamW first moment (fp32) */
-#define L63_DENSE_ADAM_V         8430467040 /*     354336: AdamW second moment (fp32) */
-#define L63_EXPERTS_MASTER       8430821376 /*   33030144: layer 63 experts: this rank's fp32 master shard */
-#define L63_EXPERTS_GRAD         8463851520 /*   33030144: its gradient, accumulated over micro-batches */
-#define L63_EXPERTS_ADAM_M       8496881664 /*   33030144: AdamW first moment (fp32) */
-#define L63_EXPERTS_ADAM_V       8529911808 /*   33030144: AdamW second moment (fp32) */
-#define L64_DENSE_MASTER         8562941952 /*     354336: layer 64 dense: this rank's fp32 master shard */
-#define L64_DENSE_GRAD           8563296288 /*     354336: its gradient, accumulated over micro-batches */
-#define L64_DENSE_ADAM_M         8563650624 /*     354336: AdamW first moment (fp32) */
-#define L64_DENSE_ADAM_V         8564004960 /*     354336: AdamW second moment (fp32) */
-#define L64_EXPERTS_MASTER       8564359296 /*   33030144: layer 64 experts: this rank's fp32 master shard */
-#define L64_EXPERTS_GRAD         8597389440 /*   33030144: its gradient, accumulated over micro-batches */
-#define L64_EXPERTS_ADAM_M       8630419584 /*   33030144: AdamW first moment (fp32) */
-#define L64_EXPERTS_ADAM_V       8663449728 /*   33030144: AdamW second moment (fp32) */
-#define L65_DENSE_MASTER         8696479872 /*     354336: layer 65 dense: this rank's fp32 master shard */
-#define L65_DENSE_GRAD           8696834208 /*     354336: its gradient, accumulated over micro-batches */
-#define L65_DENSE_ADAM_M         8697188544 /*     354336: AdamW first moment (fp32) */
-#define L65_DENSE_ADAM_V         8697542880 /*     354336: AdamW second moment (fp32) */
-#define L65_EXPERTS_MASTER       8697897216 /*   33030144: layer 65 experts: this rank's fp32 master shard */
-#define L65_EXPERTS_GRAD         8730927360 /*   33030144: its gradient, accumulated over micro-batches */
-#define L65_EXPERTS_ADAM_M       8763957504 /*   33030144: AdamW first moment (fp32) */
-#define L65_EXPERTS_ADAM_V       8796987648 /*   33030144: AdamW second moment (fp32) */
-#define L66_DENSE_MASTER         8830017792 /*     354336: layer 66 dense: this rank's fp32 master shard */
-#define L66_DENSE_GRAD           8830372128 /*     354336: its gradient, accumulated over micro-batches */
-#define L66_DENSE_ADAM_M         8830726464 /*     354336: AdamW first moment (fp32) */
-#define L66_DENSE_ADAM_V         8831080800 /*     354336: AdamW second moment (fp32) */
-#define L66_EXPERTS_MASTER       8831435136 /*   33030144: layer 66 experts: this rank's fp32 master shard */
-#define L66_EXPERTS_GRAD         8864465280 /*   33030144: its gradient, accumulated over micro-batches */
-#define L66_EXPERTS_ADAM_M       8897495424 /*   33030144: AdamW first moment (fp32) */
-#define L66_EXPERTS_ADAM_V       8930525568 /*   33030144: AdamW second moment (fp32) */
-#define L67_DENSE_MASTER         8963555712 /*     354336: layer 67 dense: this rank's fp32 master shard */
-#define L67_DENSE_GRAD           8963910048 /*     354336: its gradient, accumulated over micro-batches */
-#define L67_DENSE_ADAM_M         8964264384 /*     354336: AdamW first moment (fp32) */
-#define L67_DENSE_ADAM_V         8964618720 /*     354336: AdamW second moment (fp32) */
-#define L67_EXPERTS_MASTER       8964973056 /*   33030144: layer 67 experts: this rank's fp32 master shard */
-#define L67_EXPERTS_GRAD         8998003200 /*   33030144: its gradient, accumulated over micro-batches */
-#define L67_EXPERTS_ADAM_M       9031033344 /*   33030144: AdamW first moment (fp32) */
-#define L67_EXPERTS_ADAM_V       9064063488 /*   33030144: AdamW second moment (fp32) */
-#define L68_DENSE_MASTER         9097093632 /*     354336: layer 68 dense: this rank's fp32 master shard */
-#define L68_DENSE_GRAD           9097447968 /*     354336: its gradient, accumulated over micro-batches */
-#define L68_DENSE_ADAM_M         9097802304 /*     354336: AdamW first moment (fp32) */
-#define L68_DENSE_ADAM_V         9098156640 /*     354336: AdamW second moment (fp32) */
-#define L68_EXPERTS_MASTER       9098510976 /*   33030144: layer 68 experts: this rank's fp32 master shard */
-#define L68_EXPERTS_GRAD         9131541120 /*   33030144: its gradient, accumulated over micro-batches */
-#define L68_EXPERTS_ADAM_M       9164571264 /*   33030144: AdamW first moment (fp32) */
-#define L68_EXPERTS_ADAM_V       9197601408 /*   33030144: AdamW second moment (fp32) */
-#define L69_DENSE_MASTER         9230631552 /*     354336: layer 69 dense: this rank's fp32 master shard */
-#define L69_DENSE_GRAD           9230985888 /*     354336: its gradient, accumulated over micro-batches */
-#define L69_DENSE_ADAM_M         9231340224 /*     354336: AdamW first moment (fp32) */
-#define L69_DENSE_ADAM_V         9231694560 /*     354336: AdamW second moment (fp32) */
-#define L69_EXPERTS_MASTER       9232048896 /*   33030144: layer 69 experts: this rank's fp32 master shard */
-#define L69_EXPERTS_GRAD         9265079040 /*   33030144: its gradient, accumulated over micro-batches */
-#define L69_EXPERTS_ADAM_M       9298109184 /*   33030144: AdamW first moment (fp32) */
-#define L69_EXPERTS_ADAM_V       9331139328 /*   33030144: AdamW second moment (fp32) */
-#define L70_DENSE_MASTER         9364169472 /*     354336: layer 70 dense: this rank's fp32 master shard */
-#define L70_DENSE_GRAD           9364523808 /*     354336: its gradient, accumulated over micro-batches */
-#define L70_DENSE_ADAM_M         9364878144 /*     354336: AdamW first moment (fp32) */
-#define L70_DENSE_ADAM_V         9365232480 /*     354336: AdamW second moment (fp32) */
-#define L70_EXPERTS_MASTER       9365586816 /*   33030144: layer 70 experts: this rank's fp32 master shard */
-#define L70_EXPERTS_GRAD         9398616960 /*   33030144: its gradient, accumulated over micro-batches */
-#define L70_EXPERTS_ADAM_M       9431647104 /*   33030144: AdamW first moment (fp32) */
-#define L70_EXPERTS_ADAM_V       9464677248 /*   33030144: AdamW second moment (fp32) */
-#define L71_DENSE_MASTER         9497707392 /*     354336: layer 71 dense: this rank's fp32 master shard */
-#define L71_DENSE_GRAD           9498061728 /*     354336: its gradient, accumulated over micro-batches */
-#define L71_DENSE_ADAM_M         9498416064 /*     354336: AdamW first moment (fp32) */
-#define L71_DENSE_ADAM_V         9498770400 /*     354336: AdamW second moment (fp32) */
-#define L71_EXPERTS_MASTER       9499124736 /*   33030144: layer 71 experts: this rank's fp32 master shard */
-#define L71_EXPERTS_GRAD         9532154880 /*   33030144: its gradient, accumulated over micro-batches */
-#define L71_EXPERTS_ADAM_M       9565185024 /*   33030144: AdamW first moment (fp32) */
-#define L71_EXPERTS_ADAM_V       9598215168 /*   33030144: AdamW second moment (fp32) */
-#define L72_DENSE_MASTER         9631245312 /*     354336: layer 72 dense: this rank's fp32 master shard */
-#define L72_DENSE_GRAD           9631599648 /*     354336: its gradient, accumulated over micro-batches */
-#define L72_DENSE_ADAM_M         9631953984 /*     354336: AdamW first moment (fp32) */
-#define L72_DENSE_ADAM_V         9632308320 /*     354336: AdamW second moment (fp32) */
-#define L72_EXPERTS_MASTER       9632662656 /*   33030144: layer 72 experts: this rank's fp32 master shard */
-#define L72_EXPERTS_GRAD         9665692800 /*   33030144: its gradient, accumulated over micro-batches */
-#define L72_EXPERTS_ADAM_M       9698722944 /*   33030144: AdamW first moment (fp32) */
-#define L72_EXPERTS_ADAM_V       9731753088 /*   33030144: AdamW second moment (fp32) */
-#define L73_DENSE_MASTER         9764783232 /*     354336: layer 73 dense: this rank's fp32 master shard */
-#define L73_DENSE_GRAD           9765137568 /*     354336: its gradient, accumulated over micro-batches */
-#define L73_DENSE_ADAM_M         9765491904 /*     354336: AdamW first moment (fp32) */
-#define L73_DENSE_ADAM_V         9765846240 /*     354336: AdamW second moment (fp32) */
-#define L73_EXPERTS_MASTER       9766200576 /*   33030144: layer 73 experts: this rank's fp32 master shard */
-#define L73_EXPERTS_GRAD         9799230720 /*   33030144: its gradient, accumulated over micro-batches */
-#define L73_EXPERTS_ADAM_M       9832260864 /*   33030144: AdamW first moment (fp32) */
-#define L73_EXPERTS_ADAM_V       9865291008 /*   33030144: AdamW second moment (fp32) */
-#define HEAD_MASTER              9898321152 /*    4096016: head: this rank's fp32 master shard */
-#define HEAD_GRAD                9902417168 /*    4096016: its gradient, accumulated over micro-batches */
-#define HEAD_ADAM_M              9906513184 /*    4096016: AdamW first moment (fp32) */
-#define HEAD_ADAM_V              9910609200 /*    4096016: AdamW second moment (fp32) */
-#define GATHERED_DENSE0          9914705216 /* 1572870144: a dense group all-gathered (even units: embedding, odd layers) */
-#define GATHERED_DENSE1         11487575360 /* 1572870144: the next one, prefetched (odd units: even layers; the head if L is even) */
-#define GRAD_DENSE0             13060445504 /* 1572870144: an even unit's dense gradient, then its reduce-scatter's input */
-#define GRAD_DENSE1             14633315648 /* 1572870144: an odd unit's (in flight while the next unit's backward runs) */
-#define GATHERED_EXPERTS0       16206185792 /* 3170893824: this EP rank's experts of one layer, all-gathered (odd layers) */
-#define GATHERED_EXPERTS1       19377079616 /* 3170893824: the next layer's, prefetched (even layers) */
-#define GRAD_EXPERTS0           22547973440 /* 3170893824: an odd layer's experts' gradient, then its reduce-scatter's input */
-#define GRAD_EXPERTS1           25718867264 /* 3170893824: an even layer's */
-#define RS_OUT0                 29116253504 /*   33030144: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                29149283648 /*  786435072: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                 29935718720 /*   33030144: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE1                29968748864 /* 1585446912: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT2                 31554195776 /*   33030144: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                31587225920 /*  786435072: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                 32373660992 /*   33030144: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE3                32406691136 /* 1585446912: its bf16 send buffer (2 bytes per gathered value) */
-#define XSLOT0                  33992138048 /*  402653184: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                  34394791232 /*  402653184: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                  34797444416 /*  402653184: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  35200097600 /*  402653184: attention norm output */
-#define WS_RSTD1                35602750784 /*      65536: its 1/rms per token */
-#define WS_Q                    35602816320 /*  402653184: queries (rotated) */
-#define WS_K                    36005469504 /*  134217728: keys (rotated) */
-#define WS_V                    36139687232 /*  134217728: values */
-#define WS_ATT                  36273904960 /*  402653184: attention output */
-#define WS_LSE                  36676558144 /*    3145728: attention log-sum-exp per head and query */
-#define WS_RES                  36679703872 /*  402653184: residual stream after attention */
-#define WS_LN2                  37082357056 /*  402653184: mlp norm output */
-#define WS_RSTD2                37485010240 /*      65536: its 1/rms per token */
-#define WS_LOGITS               37485075776 /*   25165824: router logits */
-#define WS_IDX                  37510241600 /*     524288: selected experts (int32) */
-#define WS_WTS                  37510765888 /*     524288: their weights */
-#define WS_POS                  37511290176 /*     524288: row of each assignment in expert order (int32) */
-#define WS_OFFSETS              37511814464 /*        385: first row of each expert (int32) */
-#define WS_YP                   37511814864 /* 3221225472: expert outputs in that order */
-#define WS_XP                   40733040336 /* 3221225472: token copies in expert order, to send (all-to-all) */
-#define WS_XE                   43954265808 /* 4026531840: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                   47980797648 /* 4026531840: their outputs, before going back */
-#define WS_EOFF                 52007329488 /*         97: first row of each local expert in the round (int32) */
-#define WS_EG                   52007329600 /* 1174405120: routed experts' gate */
-#define WS_EU                   53181734720 /* 1174405120: routed experts' up */
-#define WS_EH                   54356139840 /* 1174405120: routed experts' activation */
-#define WS_SG                   55530544960 /*  117440512: shared experts' gate */
-#define WS_SU                   55647985472 /*  117440512: shared experts' up */
-#define WS_SH                   55765425984 /*  117440512: shared experts' activation */
-#define WS_Y                    55882866496 /*  402653184: a block's output before the residual add */
-#define WS_Y2                   56285519680 /*  402653184: shared experts' output */
-#define DX_A                    56688172864 /*  402653184: gradient of the residual stream (even layers' output) */
-#define DX_B                    57090826048 /*  402653184: gradient of the residual stream (odd layers' output) */
-#define DLN                     57493479232 /*  402653184: gradient of a norm's output */
-#define DATT                    57896132416 /*  402653184: gradient of the attention output */
-#define DQ                      58298785600 /*  402653184: gradient of the queries */
-#define DK                      58701438784 /*  134217728: gradient of the keys */
-#define DV                      58835656512 /*  134217728: gradient of the values */
-#define DLOGITS                 58969874240 /*   25165824: gradient of the router logits */
-#define DWTS                    58995040064 /*     524288: gradient of the routing weights */
-#define DYP                     58995564352 /* 3221225472: gradient of the expert outputs */
-#define DXP                     62216789824 /* 3221225472: gradient of the token copies */
-#define DYE                     65438015296 /* 4026531840: gradient of the received rows' outputs */
-#define DXE                     69464547136 /* 4026531840: gradient of the received rows */
-#define A2A                     73491078976 /* 4026531840: all-to-all staging of one round (source-rank order) */
-#define EDG                     77517610816 /* 1174405120: routed experts' gate gradient */
-#define EDU                     78692015936 /* 1174405120: routed experts' up gradient */
-#define EDH                     79866421056 /* 1174405120: routed experts' activation gradient */
-#define DSG                     81040826176 /*  117440512: shared experts' gate gradient */
-#define DSU                     81158266688 /*  117440512: shared experts' up gradient */
-#define DSH                     81275707200 /*  117440512: shared experts' activation gradient */
-#define AUX                     81393147712 /*       1152: load-balancing loss scratch */
-#define LNF                     81393148864 /*  402653184: final norm output */
-#define RSTDF                   81795802048 /*      65536: its 1/rms per token */
-#define LSEF                    81795867584 /*      65536: log-sum-exp of each token's logits */
-#define CE                      81795933120 /*  536870912: logits of one vocabulary chunk and their gradient */
+#define EMBED_PARAM                  131072 /*    4096000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L0_DENSE_PARAM              4227072 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L0_EXPERTS_PARAM            4581408 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L1_DENSE_PARAM             37611552 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L1_EXPERTS_PARAM           37965888 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L2_DENSE_PARAM             70996032 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L2_EXPERTS_PARAM           71350368 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L3_DENSE_PARAM            104380512 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L3_EXPERTS_PARAM          104734848 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L4_DENSE_PARAM            137764992 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L4_EXPERTS_PARAM          138119328 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L5_DENSE_PARAM            171149472 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L5_EXPERTS_PARAM          171503808 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L6_DENSE_PARAM            204533952 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L6_EXPERTS_PARAM          204888288 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L7_DENSE_PARAM            237918432 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L7_EXPERTS_PARAM          238272768 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L8_DENSE_PARAM            271302912 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L8_EXPERTS_PARAM          271657248 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L9_DENSE_PARAM            304687392 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L9_EXPERTS_PARAM          305041728 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L10_DENSE_PARAM           338071872 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L10_EXPERTS_PARAM         338426208 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L11_DENSE_PARAM           371456352 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L11_EXPERTS_PARAM         371810688 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L12_DENSE_PARAM           404840832 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L12_EXPERTS_PARAM         405195168 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L13_DENSE_PARAM           438225312 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L13_EXPERTS_PARAM         438579648 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L14_DENSE_PARAM           471609792 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L14_EXPERTS_PARAM         471964128 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L15_DENSE_PARAM           504994272 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L15_EXPERTS_PARAM         505348608 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L16_DENSE_PARAM           538378752 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L16_EXPERTS_PARAM         538733088 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L17_DENSE_PARAM           571763232 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L17_EXPERTS_PARAM         572117568 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L18_DENSE_PARAM           605147712 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L18_EXPERTS_PARAM         605502048 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L19_DENSE_PARAM           638532192 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L19_EXPERTS_PARAM         638886528 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L20_DENSE_PARAM           671916672 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L20_EXPERTS_PARAM         672271008 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L21_DENSE_PARAM           705301152 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L21_EXPERTS_PARAM         705655488 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L22_DENSE_PARAM           738685632 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L22_EXPERTS_PARAM         739039968 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L23_DENSE_PARAM           772070112 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L23_EXPERTS_PARAM         772424448 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L24_DENSE_PARAM           805454592 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L24_EXPERTS_PARAM         805808928 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L25_DENSE_PARAM           838839072 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L25_EXPERTS_PARAM         839193408 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L26_DENSE_PARAM           872223552 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L26_EXPERTS_PARAM         872577888 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L27_DENSE_PARAM           905608032 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L27_EXPERTS_PARAM         905962368 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L28_DENSE_PARAM           938992512 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L28_EXPERTS_PARAM         939346848 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L29_DENSE_PARAM           972376992 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L29_EXPERTS_PARAM         972731328 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L30_DENSE_PARAM          1005761472 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L30_EXPERTS_PARAM        1006115808 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L31_DENSE_PARAM          1039145952 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L31_EXPERTS_PARAM        1039500288 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L32_DENSE_PARAM          1072530432 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L32_EXPERTS_PARAM        1072884768 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L33_DENSE_PARAM          1105914912 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L33_EXPERTS_PARAM        1106269248 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L34_DENSE_PARAM          1139299392 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L34_EXPERTS_PARAM        1139653728 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L35_DENSE_PARAM          1172683872 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L35_EXPERTS_PARAM        1173038208 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L36_DENSE_PARAM          1206068352 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L36_EXPERTS_PARAM        1206422688 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L37_DENSE_PARAM          1239452832 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L37_EXPERTS_PARAM        1239807168 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L38_DENSE_PARAM          1272837312 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L38_EXPERTS_PARAM        1273191648 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L39_DENSE_PARAM          1306221792 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L39_EXPERTS_PARAM        1306576128 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L40_DENSE_PARAM          1339606272 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L40_EXPERTS_PARAM        1339960608 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L41_DENSE_PARAM          1372990752 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L41_EXPERTS_PARAM        1373345088 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L42_DENSE_PARAM          1406375232 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L42_EXPERTS_PARAM        1406729568 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L43_DENSE_PARAM          1439759712 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L43_EXPERTS_PARAM        1440114048 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L44_DENSE_PARAM          1473144192 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L44_EXPERTS_PARAM        1473498528 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L45_DENSE_PARAM          1506528672 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L45_EXPERTS_PARAM        1506883008 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L46_DENSE_PARAM          1539913152 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L46_EXPERTS_PARAM        1540267488 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L47_DENSE_PARAM          1573297632 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L47_EXPERTS_PARAM        1573651968 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L48_DENSE_PARAM          1606682112 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L48_EXPERTS_PARAM        1607036448 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L49_DENSE_PARAM          1640066592 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L49_EXPERTS_PARAM        1640420928 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L50_DENSE_PARAM          1673451072 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L50_EXPERTS_PARAM        1673805408 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L51_DENSE_PARAM          1706835552 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L51_EXPERTS_PARAM        1707189888 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L52_DENSE_PARAM          1740220032 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L52_EXPERTS_PARAM        1740574368 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L53_DENSE_PARAM          1773604512 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L53_EXPERTS_PARAM        1773958848 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L54_DENSE_PARAM          1806988992 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L54_EXPERTS_PARAM        1807343328 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L55_DENSE_PARAM          1840373472 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L55_EXPERTS_PARAM        1840727808 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L56_DENSE_PARAM          1873757952 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L56_EXPERTS_PARAM        1874112288 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L57_DENSE_PARAM          1907142432 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L57_EXPERTS_PARAM        1907496768 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L58_DENSE_PARAM          1940526912 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L58_EXPERTS_PARAM        1940881248 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L59_DENSE_PARAM          1973911392 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L59_EXPERTS_PARAM        1974265728 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L60_DENSE_PARAM          2007295872 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L60_EXPERTS_PARAM        2007650208 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L61_DENSE_PARAM          2040680352 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L61_EXPERTS_PARAM        2041034688 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L62_DENSE_PARAM          2074064832 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L62_EXPERTS_PARAM        2074419168 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L63_DENSE_PARAM          2107449312 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L63_EXPERTS_PARAM        2107803648 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L64_DENSE_PARAM          2140833792 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L64_EXPERTS_PARAM        2141188128 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L65_DENSE_PARAM          2174218272 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L65_EXPERTS_PARAM        2174572608 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L66_DENSE_PARAM          2207602752 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L66_EXPERTS_PARAM        2207957088 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L67_DENSE_PARAM          2240987232 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L67_EXPERTS_PARAM        2241341568 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L68_DENSE_PARAM          2274371712 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L68_EXPERTS_PARAM        2274726048 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L69_DENSE_PARAM          2307756192 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L69_EXPERTS_PARAM        2308110528 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L70_DENSE_PARAM          2341140672 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L70_EXPERTS_PARAM        2341495008 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L71_DENSE_PARAM          2374525152 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L71_EXPERTS_PARAM        2374879488 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L72_DENSE_PARAM          2407909632 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L72_EXPERTS_PARAM        2408263968 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L73_DENSE_PARAM          2441294112 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L73_EXPERTS_PARAM        2441648448 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define HEAD_PARAM               2474678592 /*    4096016: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define GATHERED_DENSE0          2478774608 /* 1572870144: a dense group all-gathered (even units: embedding, odd layers) */
+#define GATHERED_DENSE1          4051644752 /* 1572870144: the next one, prefetched (odd units: even layers; the head if L is even) */
+#define GRAD_DENSE0              5624514896 /* 1572870144: an even unit's dense gradient, then its reduce-scatter's input */
+#define GRAD_DENSE1              7197385040 /* 1572870144: an odd unit's (in flight while the next unit's backward runs) */
+#define GATHERED_EXPERTS0        8770255184 /* 3170893824: this EP rank's experts of one layer, all-gathered (odd layers) */
+#define GATHERED_EXPERTS1       11941149008 /* 3170893824: the next layer's, prefetched (even layers) */
+#define GRAD_EXPERTS0           15112042832 /* 3170893824: an odd layer's experts' gradient, then its reduce-scatter's input */
+#define GRAD_EXPERTS1           18282936656 /* 3170893824: an even layer's */
+#define RS_OUT0                 21680322896 /*   33030144: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE0                21713353040 /*  786435072: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT1                 22499788112 /*   33030144: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE1                22532818256 /* 1585446912: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT2                 24118265168 /*   33030144: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE2                24151295312 /*  786435072: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT3                 24937730384 /*   33030144: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE3                24970760528 /* 1585446912: its bf16 send buffer (2 bytes per gathered value) */
+#define XSLOT0                  26556207440 /*  402653184: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                  26958860624 /*  402653184: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                  27361513808 /*  402653184: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                  27764166992 /*  402653184: attention norm output */
+#define WS_RSTD1                28166820176 /*      65536: its 1/rms per token */
+#define WS_Q                    28166885712 /*  402653184: queries (rotated) */
+#define WS_K                    28569538896 /*  134217728: keys (rotated) */
+#define WS_V                    28703756624 /*  134217728: values */
+#define WS_ATT                  28837974352 /*  402653184: attention output */
+#define WS_LSE                  29240627536 /*    3145728: attention log-sum-exp per head and query */
+#define WS_RES                  29243773264 /*  402653184: residual stream after attention */
+#define WS_LN2                  29646426448 /*  402653184: mlp norm output */
+#define WS_RSTD2                30049079632 /*      65536: its 1/rms per token */
+#define WS_LOGITS               30049145168 /*   25165824: router logits */
+#define WS_IDX                  30074310992 /*     524288: selected experts (int32) */
+#define WS_WTS                  30074835280 /*     524288: their weights */
+#define WS_POS                  30075359568 /*     524288: row of each assignment in expert order (int32) */
+#define WS_OFFSETS              30075883856 /*        385: first row of each expert (int32) */
+#define WS_YP                   30075884256 /* 3221225472: expert outputs in that order */
+#define WS_XP                   33297109728 /* 3221225472: token copies in expert order, to send (all-to-all) */
+#define WS_XE                   36518335200 /* 4026531840: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                   40544867040 /* 4026531840: their outputs, before going back */
+#define WS_EOFF                 44571398880 /*         97: first row of each local expert in the round (int32) */
+#define WS_EG                   44571398992 /* 1174405120: routed experts' gate */
+#define WS_EU                   45745804112 /* 1174405120: routed experts' up */
+#define WS_EH                   46920209232 /* 1174405120: routed experts' activation */
+#define WS_SG                   48094614352 /*  117440512: shared experts' gate */
+#define WS_SU                   48212054864 /*  117440512: shared experts' up */
+#define WS_SH                   48329495376 /*  117440512: shared experts' activation */
+#define WS_Y                    48446935888 /*  402653184: a block's output before the residual add */
+#define WS_Y2                   48849589072 /*  402653184: shared experts' output */
+#define DX_A                    49252242256 /*  402653184: gradient of the residual stream (even layers' output) */
+#define DX_B                    49654895440 /*  402653184: gradient of the residual stream (odd layers' output) */
+#define DLN                     50057548624 /*  402653184: gradient of a norm's output */
+#define DATT                    50460201808 /*  402653184: gradient of the attention output */
+#define DQ                      50862854992 /*  402653184: gradient of the queries */
+#define DK                      51265508176 /*  134217728: gradient of the keys */
+#define DV                      51399725904 /*  134217728: gradient of the values */
+#define DLOGITS                 51533943632 /*   25165824: gradient of the router logits */
+#define DWTS                    51559109456 /*     524288: gradient of the routing weights */
+#define DYP                     51559633744 /* 3221225472: gradient of the expert outputs */
+#define DXP                     54780859216 /* 3221225472: gradient of the token copies */
+#define DYE                     58002084688 /* 4026531840: gradient of the received rows' outputs */
+#define DXE                     62028616528 /* 4026531840: gradient of the received rows */
+#define A2A                     66055148368 /* 4026531840: all-to-all staging of one round (source-rank order) */
+#define EDG                     70081680208 /* 1174405120: routed experts' gate gradient */
+#define EDU                     71256085328 /* 1174405120: routed experts' up gradient */
+#define EDH                     72430490448 /* 1174405120: routed experts' activation gradient */
+#define DSG                     73604895568 /*  117440512: shared experts' gate gradient */
+#define DSU                     73722336080 /*  117440512: shared experts' up gradient */
+#define DSH                     73839776592 /*  117440512: shared experts' activation gradient */
+#define AUX                     73957217104 /*       1152: load-balancing loss scratch */
+#define LNF                     73957218256 /*  402653184: final norm output */
+#define RSTDF                   74359871440 /*      65536: its 1/rms per token */
+#define LSEF                    74359936976 /*      65536: log-sum-exp of each token's logits */
+#define CE                      74360002512 /*  536870912: logits of one vocabulary chunk and their gradient */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-71 go to the
  * host arena after their layer's forward and come back two layers before their backward. */
@@ -846,158 +924,160 @@
 #define HX71   28588376064 /* host: boundary 71 */
 
 /* Parameter groups: sharded over the FSDP group (384 ranks) or, for experts, over the
- * 96 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */
+ * 96 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
+ * state arena (-1: a group of Muon matrices has no second moment), of its gathered-from shard
+ * in the arena (-1: gathered from the master). */
 const RtGroup step_groups[N_GROUPS] = {
-    {"embedding", RT_GROUP_FSDP, 1572864000, 4096000, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V},
-    {"layer 0 dense", RT_GROUP_FSDP, 136065024, 354336, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V},
-    {"layer 0 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L0_EXPERTS_MASTER, L0_EXPERTS_GRAD, L0_EXPERTS_ADAM_M, L0_EXPERTS_ADAM_V},
-    {"layer 1 dense", RT_GROUP_FSDP, 136065024, 354336, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V},
-    {"layer 1 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L1_EXPERTS_MASTER, L1_EXPERTS_GRAD, L1_EXPERTS_ADAM_M, L1_EXPERTS_ADAM_V},
-    {"layer 2 dense", RT_GROUP_FSDP, 136065024, 354336, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V},
-    {"layer 2 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L2_EXPERTS_MASTER, L2_EXPERTS_GRAD, L2_EXPERTS_ADAM_M, L2_EXPERTS_ADAM_V},
-    {"layer 3 dense", RT_GROUP_FSDP, 136065024, 354336, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V},
-    {"layer 3 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L3_EXPERTS_MASTER, L3_EXPERTS_GRAD, L3_EXPERTS_ADAM_M, L3_EXPERTS_ADAM_V},
-    {"layer 4 dense", RT_GROUP_FSDP, 136065024, 354336, L4_DENSE_MASTER, L4_DENSE_GRAD, L4_DENSE_ADAM_M, L4_DENSE_ADAM_V},
-    {"layer 4 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L4_EXPERTS_MASTER, L4_EXPERTS_GRAD, L4_EXPERTS_ADAM_M, L4_EXPERTS_ADAM_V},
-    {"layer 5 dense", RT_GROUP_FSDP, 136065024, 354336, L5_DENSE_MASTER, L5_DENSE_GRAD, L5_DENSE_ADAM_M, L5_DENSE_ADAM_V},
-    {"layer 5 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L5_EXPERTS_MASTER, L5_EXPERTS_GRAD, L5_EXPERTS_ADAM_M, L5_EXPERTS_ADAM_V},
-    {"layer 6 dense", RT_GROUP_FSDP, 136065024, 354336, L6_DENSE_MASTER, L6_DENSE_GRAD, L6_DENSE_ADAM_M, L6_DENSE_ADAM_V},
-    {"layer 6 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L6_EXPERTS_MASTER, L6_EXPERTS_GRAD, L6_EXPERTS_ADAM_M, L6_EXPERTS_ADAM_V},
-    {"layer 7 dense", RT_GROUP_FSDP, 136065024, 354336, L7_DENSE_MASTER, L7_DENSE_GRAD, L7_DENSE_ADAM_M, L7_DENSE_ADAM_V},
-    {"layer 7 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L7_EXPERTS_MASTER, L7_EXPERTS_GRAD, L7_EXPERTS_ADAM_M, L7_EXPERTS_ADAM_V},
-    {"layer 8 dense", RT_GROUP_FSDP, 136065024, 354336, L8_DENSE_MASTER, L8_DENSE_GRAD, L8_DENSE_ADAM_M, L8_DENSE_ADAM_V},
-    {"layer 8 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L8_EXPERTS_MASTER, L8_EXPERTS_GRAD, L8_EXPERTS_ADAM_M, L8_EXPERTS_ADAM_V},
-    {"layer 9 dense", RT_GROUP_FSDP, 136065024, 354336, L9_DENSE_MASTER, L9_DENSE_GRAD, L9_DENSE_ADAM_M, L9_DENSE_ADAM_V},
-    {"layer 9 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L9_EXPERTS_MASTER, L9_EXPERTS_GRAD, L9_EXPERTS_ADAM_M, L9_EXPERTS_ADAM_V},
-    {"layer 10 dense", RT_GROUP_FSDP, 136065024, 354336, L10_DENSE_MASTER, L10_DENSE_GRAD, L10_DENSE_ADAM_M, L10_DENSE_ADAM_V},
-    {"layer 10 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L10_EXPERTS_MASTER, L10_EXPERTS_GRAD, L10_EXPERTS_ADAM_M, L10_EXPERTS_ADAM_V},
-    {"layer 11 dense", RT_GROUP_FSDP, 136065024, 354336, L11_DENSE_MASTER, L11_DENSE_GRAD, L11_DENSE_ADAM_M, L11_DENSE_ADAM_V},
-    {"layer 11 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L11_EXPERTS_MASTER, L11_EXPERTS_GRAD, L11_EXPERTS_ADAM_M, L11_EXPERTS_ADAM_V},
-    {"layer 12 dense", RT_GROUP_FSDP, 136065024, 354336, L12_DENSE_MASTER, L12_DENSE_GRAD, L12_DENSE_ADAM_M, L12_DENSE_ADAM_V},
-    {"layer 12 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L12_EXPERTS_MASTER, L12_EXPERTS_GRAD, L12_EXPERTS_ADAM_M, L12_EXPERTS_ADAM_V},
-    {"layer 13 dense", RT_GROUP_FSDP, 136065024, 354336, L13_DENSE_MASTER, L13_DENSE_GRAD, L13_DENSE_ADAM_M, L13_DENSE_ADAM_V},
-    {"layer 13 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L13_EXPERTS_MASTER, L13_EXPERTS_GRAD, L13_EXPERTS_ADAM_M, L13_EXPERTS_ADAM_V},
-    {"layer 14 dense", RT_GROUP_FSDP, 136065024, 354336, L14_DENSE_MASTER, L14_DENSE_GRAD, L14_DENSE_ADAM_M, L14_DENSE_ADAM_V},
-    {"layer 14 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L14_EXPERTS_MASTER, L14_EXPERTS_GRAD, L14_EXPERTS_ADAM_M, L14_EXPERTS_ADAM_V},
-    {"layer 15 dense", RT_GROUP_FSDP, 136065024, 354336, L15_DENSE_MASTER, L15_DENSE_GRAD, L15_DENSE_ADAM_M, L15_DENSE_ADAM_V},
-    {"layer 15 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L15_EXPERTS_MASTER, L15_EXPERTS_GRAD, L15_EXPERTS_ADAM_M, L15_EXPERTS_ADAM_V},
-    {"layer 16 dense", RT_GROUP_FSDP, 136065024, 354336, L16_DENSE_MASTER, L16_DENSE_GRAD, L16_DENSE_ADAM_M, L16_DENSE_ADAM_V},
-    {"layer 16 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L16_EXPERTS_MASTER, L16_EXPERTS_GRAD, L16_EXPERTS_ADAM_M, L16_EXPERTS_ADAM_V},
-    {"layer 17 dense", RT_GROUP_FSDP, 136065024, 354336, L17_DENSE_MASTER, L17_DENSE_GRAD, L17_DENSE_ADAM_M, L17_DENSE_ADAM_V},
-    {"layer 17 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L17_EXPERTS_MASTER, L17_EXPERTS_GRAD, L17_EXPERTS_ADAM_M, L17_EXPERTS_ADAM_V},
-    {"layer 18 dense", RT_GROUP_FSDP, 136065024, 354336, L18_DENSE_MASTER, L18_DENSE_GRAD, L18_DENSE_ADAM_M, L18_DENSE_ADAM_V},
-    {"layer 18 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L18_EXPERTS_MASTER, L18_EXPERTS_GRAD, L18_EXPERTS_ADAM_M, L18_EXPERTS_ADAM_V},
-    {"layer 19 dense", RT_GROUP_FSDP, 136065024, 354336, L19_DENSE_MASTER, L19_DENSE_GRAD, L19_DENSE_ADAM_M, L19_DENSE_ADAM_V},
-    {"layer 19 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L19_EXPERTS_MASTER, L19_EXPERTS_GRAD, L19_EXPERTS_ADAM_M, L19_EXPERTS_ADAM_V},
-    {"layer 20 dense", RT_GROUP_FSDP, 136065024, 354336, L20_DENSE_MASTER, L20_DENSE_GRAD, L20_DENSE_ADAM_M, L20_DENSE_ADAM_V},
-    {"layer 20 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L20_EXPERTS_MASTER, L20_EXPERTS_GRAD, L20_EXPERTS_ADAM_M, L20_EXPERTS_ADAM_V},
-    {"layer 21 dense", RT_GROUP_FSDP, 136065024, 354336, L21_DENSE_MASTER, L21_DENSE_GRAD, L21_DENSE_ADAM_M, L21_DENSE_ADAM_V},
-    {"layer 21 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L21_EXPERTS_MASTER, L21_EXPERTS_GRAD, L21_EXPERTS_ADAM_M, L21_EXPERTS_ADAM_V},
-    {"layer 22 dense", RT_GROUP_FSDP, 136065024, 354336, L22_DENSE_MASTER, L22_DENSE_GRAD, L22_DENSE_ADAM_M, L22_DENSE_ADAM_V},
-    {"layer 22 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L22_EXPERTS_MASTER, L22_EXPERTS_GRAD, L22_EXPERTS_ADAM_M, L22_EXPERTS_ADAM_V},
-    {"layer 23 dense", RT_GROUP_FSDP, 136065024, 354336, L23_DENSE_MASTER, L23_DENSE_GRAD, L23_DENSE_ADAM_M, L23_DENSE_ADAM_V},
-    {"layer 23 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L23_EXPERTS_MASTER, L23_EXPERTS_GRAD, L23_EXPERTS_ADAM_M, L23_EXPERTS_ADAM_V},
-    {"layer 24 dense", RT_GROUP_FSDP, 136065024, 354336, L24_DENSE_MASTER, L24_DENSE_GRAD, L24_DENSE_ADAM_M, L24_DENSE_ADAM_V},
-    {"layer 24 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L24_EXPERTS_MASTER, L24_EXPERTS_GRAD, L24_EXPERTS_ADAM_M, L24_EXPERTS_ADAM_V},
-    {"layer 25 dense", RT_GROUP_FSDP, 136065024, 354336, L25_DENSE_MASTER, L25_DENSE_GRAD, L25_DENSE_ADAM_M, L25_DENSE_ADAM_V},
-    {"layer 25 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L25_EXPERTS_MASTER, L25_EXPERTS_GRAD, L25_EXPERTS_ADAM_M, L25_EXPERTS_ADAM_V},
-    {"layer 26 dense", RT_GROUP_FSDP, 136065024, 354336, L26_DENSE_MASTER, L26_DENSE_GRAD, L26_DENSE_ADAM_M, L26_DENSE_ADAM_V},
-    {"layer 26 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L26_EXPERTS_MASTER, L26_EXPERTS_GRAD, L26_EXPERTS_ADAM_M, L26_EXPERTS_ADAM_V},
-    {"layer 27 dense", RT_GROUP_FSDP, 136065024, 354336, L27_DENSE_MASTER, L27_DENSE_GRAD, L27_DENSE_ADAM_M, L27_DENSE_ADAM_V},
-    {"layer 27 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L27_EXPERTS_MASTER, L27_EXPERTS_GRAD, L27_EXPERTS_ADAM_M, L27_EXPERTS_ADAM_V},
-    {"layer 28 dense", RT_GROUP_FSDP, 136065024, 354336, L28_DENSE_MASTER, L28_DENSE_GRAD, L28_DENSE_ADAM_M, L28_DENSE_ADAM_V},
-    {"layer 28 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L28_EXPERTS_MASTER, L28_EXPERTS_GRAD, L28_EXPERTS_ADAM_M, L28_EXPERTS_ADAM_V},
-    {"layer 29 dense", RT_GROUP_FSDP, 136065024, 354336, L29_DENSE_MASTER, L29_DENSE_GRAD, L29_DENSE_ADAM_M, L29_DENSE_ADAM_V},
-    {"layer 29 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L29_EXPERTS_MASTER, L29_EXPERTS_GRAD, L29_EXPERTS_ADAM_M, L29_EXPERTS_ADAM_V},
-    {"layer 30 dense", RT_GROUP_FSDP, 136065024, 354336, L30_DENSE_MASTER, L30_DENSE_GRAD, L30_DENSE_ADAM_M, L30_DENSE_ADAM_V},
-    {"layer 30 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L30_EXPERTS_MASTER, L30_EXPERTS_GRAD, L30_EXPERTS_ADAM_M, L30_EXPERTS_ADAM_V},
-    {"layer 31 dense", RT_GROUP_FSDP, 136065024, 354336, L31_DENSE_MASTER, L31_DENSE_GRAD, L31_DENSE_ADAM_M, L31_DENSE_ADAM_V},
-    {"layer 31 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L31_EXPERTS_MASTER, L31_EXPERTS_GRAD, L31_EXPERTS_ADAM_M, L31_EXPERTS_ADAM_V},
-    {"layer 32 dense", RT_GROUP_FSDP, 136065024, 354336, L32_DENSE_MASTER, L32_DENSE_GRAD, L32_DENSE_ADAM_M, L32_DENSE_ADAM_V},
-    {"layer 32 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L32_EXPERTS_MASTER, L32_EXPERTS_GRAD, L32_EXPERTS_ADAM_M, L32_EXPERTS_ADAM_V},
-    {"layer 33 dense", RT_GROUP_FSDP, 136065024, 354336, L33_DENSE_MASTER, L33_DENSE_GRAD, L33_DENSE_ADAM_M, L33_DENSE_ADAM_V},
-    {"layer 33 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L33_EXPERTS_MASTER, L33_EXPERTS_GRAD, L33_EXPERTS_ADAM_M, L33_EXPERTS_ADAM_V},
-    {"layer 34 dense", RT_GROUP_FSDP, 136065024, 354336, L34_DENSE_MASTER, L34_DENSE_GRAD, L34_DENSE_ADAM_M, L34_DENSE_ADAM_V},
-    {"layer 34 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L34_EXPERTS_MASTER, L34_EXPERTS_GRAD, L34_EXPERTS_ADAM_M, L34_EXPERTS_ADAM_V},
-    {"layer 35 dense", RT_GROUP_FSDP, 136065024, 354336, L35_DENSE_MASTER, L35_DENSE_GRAD, L35_DENSE_ADAM_M, L35_DENSE_ADAM_V},
-    {"layer 35 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L35_EXPERTS_MASTER, L35_EXPERTS_GRAD, L35_EXPERTS_ADAM_M, L35_EXPERTS_ADAM_V},
-    {"layer 36 dense", RT_GROUP_FSDP, 136065024, 354336, L36_DENSE_MASTER, L36_DENSE_GRAD, L36_DENSE_ADAM_M, L36_DENSE_ADAM_V},
-    {"layer 36 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L36_EXPERTS_MASTER, L36_EXPERTS_GRAD, L36_EXPERTS_ADAM_M, L36_EXPERTS_ADAM_V},
-    {"layer 37 dense", RT_GROUP_FSDP, 136065024, 354336, L37_DENSE_MASTER, L37_DENSE_GRAD, L37_DENSE_ADAM_M, L37_DENSE_ADAM_V},
-    {"layer 37 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L37_EXPERTS_MASTER, L37_EXPERTS_GRAD, L37_EXPERTS_ADAM_M, L37_EXPERTS_ADAM_V},
-    {"layer 38 dense", RT_GROUP_FSDP, 136065024, 354336, L38_DENSE_MASTER, L38_DENSE_GRAD, L38_DENSE_ADAM_M, L38_DENSE_ADAM_V},
-    {"layer 38 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L38_EXPERTS_MASTER, L38_EXPERTS_GRAD, L38_EXPERTS_ADAM_M, L38_EXPERTS_ADAM_V},
-    {"layer 39 dense", RT_GROUP_FSDP, 136065024, 354336, L39_DENSE_MASTER, L39_DENSE_GRAD, L39_DENSE_ADAM_M, L39_DENSE_ADAM_V},
-    {"layer 39 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L39_EXPERTS_MASTER, L39_EXPERTS_GRAD, L39_EXPERTS_ADAM_M, L39_EXPERTS_ADAM_V},
-    {"layer 40 dense", RT_GROUP_FSDP, 136065024, 354336, L40_DENSE_MASTER, L40_DENSE_GRAD, L40_DENSE_ADAM_M, L40_DENSE_ADAM_V},
-    {"layer 40 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L40_EXPERTS_MASTER, L40_EXPERTS_GRAD, L40_EXPERTS_ADAM_M, L40_EXPERTS_ADAM_V},
-    {"layer 41 dense", RT_GROUP_FSDP, 136065024, 354336, L41_DENSE_MASTER, L41_DENSE_GRAD, L41_DENSE_ADAM_M, L41_DENSE_ADAM_V},
-    {"layer 41 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L41_EXPERTS_MASTER, L41_EXPERTS_GRAD, L41_EXPERTS_ADAM_M, L41_EXPERTS_ADAM_V},
-    {"layer 42 dense", RT_GROUP_FSDP, 136065024, 354336, L42_DENSE_MASTER, L42_DENSE_GRAD, L42_DENSE_ADAM_M, L42_DENSE_ADAM_V},
-    {"layer 42 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L42_EXPERTS_MASTER, L42_EXPERTS_GRAD, L42_EXPERTS_ADAM_M, L42_EXPERTS_ADAM_V},
-    {"layer 43 dense", RT_GROUP_FSDP, 136065024, 354336, L43_DENSE_MASTER, L43_DENSE_GRAD, L43_DENSE_ADAM_M, L43_DENSE_ADAM_V},
-    {"layer 43 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L43_EXPERTS_MASTER, L43_EXPERTS_GRAD, L43_EXPERTS_ADAM_M, L43_EXPERTS_ADAM_V},
-    {"layer 44 dense", RT_GROUP_FSDP, 136065024, 354336, L44_DENSE_MASTER, L44_DENSE_GRAD, L44_DENSE_ADAM_M, L44_DENSE_ADAM_V},
-    {"layer 44 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L44_EXPERTS_MASTER, L44_EXPERTS_GRAD, L44_EXPERTS_ADAM_M, L44_EXPERTS_ADAM_V},
-    {"layer 45 dense", RT_GROUP_FSDP, 136065024, 354336, L45_DENSE_MASTER, L45_DENSE_GRAD, L45_DENSE_ADAM_M, L45_DENSE_ADAM_V},
-    {"layer 45 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L45_EXPERTS_MASTER, L45_EXPERTS_GRAD, L45_EXPERTS_ADAM_M, L45_EXPERTS_ADAM_V},
-    {"layer 46 dense", RT_GROUP_FSDP, 136065024, 354336, L46_DENSE_MASTER, L46_DENSE_GRAD, L46_DENSE_ADAM_M, L46_DENSE_ADAM_V},
-    {"layer 46 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L46_EXPERTS_MASTER, L46_EXPERTS_GRAD, L46_EXPERTS_ADAM_M, L46_EXPERTS_ADAM_V},
-    {"layer 47 dense", RT_GROUP_FSDP, 136065024, 354336, L47_DENSE_MASTER, L47_DENSE_GRAD, L47_DENSE_ADAM_M, L47_DENSE_ADAM_V},
-    {"layer 47 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L47_EXPERTS_MASTER, L47_EXPERTS_GRAD, L47_EXPERTS_ADAM_M, L47_EXPERTS_ADAM_V},
-    {"layer 48 dense", RT_GROUP_FSDP, 136065024, 354336, L48_DENSE_MASTER, L48_DENSE_GRAD, L48_DENSE_ADAM_M, L48_DENSE_ADAM_V},
-    {"layer 48 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L48_EXPERTS_MASTER, L48_EXPERTS_GRAD, L48_EXPERTS_ADAM_M, L48_EXPERTS_ADAM_V},
-    {"layer 49 dense", RT_GROUP_FSDP, 136065024, 354336, L49_DENSE_MASTER, L49_DENSE_GRAD, L49_DENSE_ADAM_M, L49_DENSE_ADAM_V},
-    {"layer 49 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L49_EXPERTS_MASTER, L49_EXPERTS_GRAD, L49_EXPERTS_ADAM_M, L49_EXPERTS_ADAM_V},
-    {"layer 50 dense", RT_GROUP_FSDP, 136065024, 354336, L50_DENSE_MASTER, L50_DENSE_GRAD, L50_DENSE_ADAM_M, L50_DENSE_ADAM_V},
-    {"layer 50 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L50_EXPERTS_MASTER, L50_EXPERTS_GRAD, L50_EXPERTS_ADAM_M, L50_EXPERTS_ADAM_V},
-    {"layer 51 dense", RT_GROUP_FSDP, 136065024, 354336, L51_DENSE_MASTER, L51_DENSE_GRAD, L51_DENSE_ADAM_M, L51_DENSE_ADAM_V},
-    {"layer 51 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L51_EXPERTS_MASTER, L51_EXPERTS_GRAD, L51_EXPERTS_ADAM_M, L51_EXPERTS_ADAM_V},
-    {"layer 52 dense", RT_GROUP_FSDP, 136065024, 354336, L52_DENSE_MASTER, L52_DENSE_GRAD, L52_DENSE_ADAM_M, L52_DENSE_ADAM_V},
-    {"layer 52 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L52_EXPERTS_MASTER, L52_EXPERTS_GRAD, L52_EXPERTS_ADAM_M, L52_EXPERTS_ADAM_V},
-    {"layer 53 dense", RT_GROUP_FSDP, 136065024, 354336, L53_DENSE_MASTER, L53_DENSE_GRAD, L53_DENSE_ADAM_M, L53_DENSE_ADAM_V},
-    {"layer 53 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L53_EXPERTS_MASTER, L53_EXPERTS_GRAD, L53_EXPERTS_ADAM_M, L53_EXPERTS_ADAM_V},
-    {"layer 54 dense", RT_GROUP_FSDP, 136065024, 354336, L54_DENSE_MASTER, L54_DENSE_GRAD, L54_DENSE_ADAM_M, L54_DENSE_ADAM_V},
-    {"layer 54 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L54_EXPERTS_MASTER, L54_EXPERTS_GRAD, L54_EXPERTS_ADAM_M, L54_EXPERTS_ADAM_V},
-    {"layer 55 dense", RT_GROUP_FSDP, 136065024, 354336, L55_DENSE_MASTER, L55_DENSE_GRAD, L55_DENSE_ADAM_M, L55_DENSE_ADAM_V},
-    {"layer 55 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L55_EXPERTS_MASTER, L55_EXPERTS_GRAD, L55_EXPERTS_ADAM_M, L55_EXPERTS_ADAM_V},
-    {"layer 56 dense", RT_GROUP_FSDP, 136065024, 354336, L56_DENSE_MASTER, L56_DENSE_GRAD, L56_DENSE_ADAM_M, L56_DENSE_ADAM_V},
-    {"layer 56 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L56_EXPERTS_MASTER, L56_EXPERTS_GRAD, L56_EXPERTS_ADAM_M, L56_EXPERTS_ADAM_V},
-    {"layer 57 dense", RT_GROUP_FSDP, 136065024, 354336, L57_DENSE_MASTER, L57_DENSE_GRAD, L57_DENSE_ADAM_M, L57_DENSE_ADAM_V},
-    {"layer 57 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L57_EXPERTS_MASTER, L57_EXPERTS_GRAD, L57_EXPERTS_ADAM_M, L57_EXPERTS_ADAM_V},
-    {"layer 58 dense", RT_GROUP_FSDP, 136065024, 354336, L58_DENSE_MASTER, L58_DENSE_GRAD, L58_DENSE_ADAM_M, L58_DENSE_ADAM_V},
-    {"layer 58 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L58_EXPERTS_MASTER, L58_EXPERTS_GRAD, L58_EXPERTS_ADAM_M, L58_EXPERTS_ADAM_V},
-    {"layer 59 dense", RT_GROUP_FSDP, 136065024, 354336, L59_DENSE_MASTER, L59_DENSE_GRAD, L59_DENSE_ADAM_M, L59_DENSE_ADAM_V},
-    {"layer 59 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L59_EXPERTS_MASTER, L59_EXPERTS_GRAD, L59_EXPERTS_ADAM_M, L59_EXPERTS_ADAM_V},
-    {"layer 60 dense", RT_GROUP_FSDP, 136065024, 354336, L60_DENSE_MASTER, L60_DENSE_GRAD, L60_DENSE_ADAM_M, L60_DENSE_ADAM_V},
-    {"layer 60 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L60_EXPERTS_MASTER, L60_EXPERTS_GRAD, L60_EXPERTS_ADAM_M, L60_EXPERTS_ADAM_V},
-    {"layer 61 dense", RT_GROUP_FSDP, 136065024, 354336, L61_DENSE_MASTER, L61_DENSE_GRAD, L61_DENSE_ADAM_M, L61_DENSE_ADAM_V},
-    {"layer 61 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L61_EXPERTS_MASTER, L61_EXPERTS_GRAD, L61_EXPERTS_ADAM_M, L61_EXPERTS_ADAM_V},
-    {"layer 62 dense", RT_GROUP_FSDP, 136065024, 354336, L62_DENSE_MASTER, L62_DENSE_GRAD, L62_DENSE_ADAM_M, L62_DENSE_ADAM_V},
-    {"layer 62 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L62_EXPERTS_MASTER, L62_EXPERTS_GRAD, L62_EXPERTS_ADAM_M, L62_EXPERTS_ADAM_V},
-    {"layer 63 dense", RT_GROUP_FSDP, 136065024, 354336, L63_DENSE_MASTER, L63_DENSE_GRAD, L63_DENSE_ADAM_M, L63_DENSE_ADAM_V},
-    {"layer 63 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L63_EXPERTS_MASTER, L63_EXPERTS_GRAD, L63_EXPERTS_ADAM_M, L63_EXPERTS_ADAM_V},
-    {"layer 64 dense", RT_GROUP_FSDP, 136065024, 354336, L64_DENSE_MASTER, L64_DENSE_GRAD, L64_DENSE_ADAM_M, L64_DENSE_ADAM_V},
-    {"layer 64 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L64_EXPERTS_MASTER, L64_EXPERTS_GRAD, L64_EXPERTS_ADAM_M, L64_EXPERTS_ADAM_V},
-    {"layer 65 dense", RT_GROUP_FSDP, 136065024, 354336, L65_DENSE_MASTER, L65_DENSE_GRAD, L65_DENSE_ADAM_M, L65_DENSE_ADAM_V},
-    {"layer 65 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L65_EXPERTS_MASTER, L65_EXPERTS_GRAD, L65_EXPERTS_ADAM_M, L65_EXPERTS_ADAM_V},
-    {"layer 66 dense", RT_GROUP_FSDP, 136065024, 354336, L66_DENSE_MASTER, L66_DENSE_GRAD, L66_DENSE_ADAM_M, L66_DENSE_ADAM_V},
-    {"layer 66 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L66_EXPERTS_MASTER, L66_EXPERTS_GRAD, L66_EXPERTS_ADAM_M, L66_EXPERTS_ADAM_V},
-    {"layer 67 dense", RT_GROUP_FSDP, 136065024, 354336, L67_DENSE_MASTER, L67_DENSE_GRAD, L67_DENSE_ADAM_M, L67_DENSE_ADAM_V},
-    {"layer 67 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L67_EXPERTS_MASTER, L67_EXPERTS_GRAD, L67_EXPERTS_ADAM_M, L67_EXPERTS_ADAM_V},
-    {"layer 68 dense", RT_GROUP_FSDP, 136065024, 354336, L68_DENSE_MASTER, L68_DENSE_GRAD, L68_DENSE_ADAM_M, L68_DENSE_ADAM_V},
-    {"layer 68 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L68_EXPERTS_MASTER, L68_EXPERTS_GRAD, L68_EXPERTS_ADAM_M, L68_EXPERTS_ADAM_V},
-    {"layer 69 dense", RT_GROUP_FSDP, 136065024, 354336, L69_DENSE_MASTER, L69_DENSE_GRAD, L69_DENSE_ADAM_M, L69_DENSE_ADAM_V},
-    {"layer 69 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L69_EXPERTS_MASTER, L69_EXPERTS_GRAD, L69_EXPERTS_ADAM_M, L69_EXPERTS_ADAM_V},
-    {"layer 70 dense", RT_GROUP_FSDP, 136065024, 354336, L70_DENSE_MASTER, L70_DENSE_GRAD, L70_DENSE_ADAM_M, L70_DENSE_ADAM_V},
-    {"layer 70 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L70_EXPERTS_MASTER, L70_EXPERTS_GRAD, L70_EXPERTS_ADAM_M, L70_EXPERTS_ADAM_V},
-    {"layer 71 dense", RT_GROUP_FSDP, 136065024, 354336, L71_DENSE_MASTER, L71_DENSE_GRAD, L71_DENSE_ADAM_M, L71_DENSE_ADAM_V},
-    {"layer 71 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L71_EXPERTS_MASTER, L71_EXPERTS_GRAD, L71_EXPERTS_ADAM_M, L71_EXPERTS_ADAM_V},
-    {"layer 72 dense", RT_GROUP_FSDP, 136065024, 354336, L72_DENSE_MASTER, L72_DENSE_GRAD, L72_DENSE_ADAM_M, L72_DENSE_ADAM_V},
-    {"layer 72 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L72_EXPERTS_MASTER, L72_EXPERTS_GRAD, L72_EXPERTS_ADAM_M, L72_EXPERTS_ADAM_V},
-    {"layer 73 dense", RT_GROUP_FSDP, 136065024, 354336, L73_DENSE_MASTER, L73_DENSE_GRAD, L73_DENSE_ADAM_M, L73_DENSE_ADAM_V},
-    {"layer 73 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L73_EXPERTS_MASTER, L73_EXPERTS_GRAD, L73_EXPERTS_ADAM_M, L73_EXPERTS_ADAM_V},
-    {"head", RT_GROUP_FSDP, 1572870144, 4096016, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V},
+    {"embedding", RT_GROUP_FSDP, 1572864000, 4096000, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},
+    {"layer 0 dense", RT_GROUP_FSDP, 136065024, 354336, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, L0_DENSE_PARAM},
+    {"layer 0 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L0_EXPERTS_MASTER, L0_EXPERTS_GRAD, L0_EXPERTS_ADAM_M, -1, L0_EXPERTS_PARAM},
+    {"layer 1 dense", RT_GROUP_FSDP, 136065024, 354336, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V, L1_DENSE_PARAM},
+    {"layer 1 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L1_EXPERTS_MASTER, L1_EXPERTS_GRAD, L1_EXPERTS_ADAM_M, -1, L1_EXPERTS_PARAM},
+    {"layer 2 dense", RT_GROUP_FSDP, 136065024, 354336, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V, L2_DENSE_PARAM},
+    {"layer 2 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L2_EXPERTS_MASTER, L2_EXPERTS_GRAD, L2_EXPERTS_ADAM_M, -1, L2_EXPERTS_PARAM},
+    {"layer 3 dense", RT_GROUP_FSDP, 136065024, 354336, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V, L3_DENSE_PARAM},
+    {"layer 3 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L3_EXPERTS_MASTER, L3_EXPERTS_GRAD, L3_EXPERTS_ADAM_M, -1, L3_EXPERTS_PARAM},
+    {"layer 4 dense", RT_GROUP_FSDP, 136065024, 354336, L4_DENSE_MASTER, L4_DENSE_GRAD, L4_DENSE_ADAM_M, L4_DENSE_ADAM_V, L4_DENSE_PARAM},
+    {"layer 4 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L4_EXPERTS_MASTER, L4_EXPERTS_GRAD, L4_EXPERTS_ADAM_M, -1, L4_EXPERTS_PARAM},
+    {"layer 5 dense", RT_GROUP_FSDP, 136065024, 354336, L5_DENSE_MASTER, L5_DENSE_GRAD, L5_DENSE_ADAM_M, L5_DENSE_ADAM_V, L5_DENSE_PARAM},
+    {"layer 5 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L5_EXPERTS_MASTER, L5_EXPERTS_GRAD, L5_EXPERTS_ADAM_M, -1, L5_EXPERTS_PARAM},
+    {"layer 6 dense", RT_GROUP_FSDP, 136065024, 354336, L6_DENSE_MASTER, L6_DENSE_GRAD, L6_DENSE_ADAM_M, L6_DENSE_ADAM_V, L6_DENSE_PARAM},
+    {"layer 6 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L6_EXPERTS_MASTER, L6_EXPERTS_GRAD, L6_EXPERTS_ADAM_M, -1, L6_EXPERTS_PARAM},
+    {"layer 7 dense", RT_GROUP_FSDP, 136065024, 354336, L7_DENSE_MASTER, L7_DENSE_GRAD, L7_DENSE_ADAM_M, L7_DENSE_ADAM_V, L7_DENSE_PARAM},
+    {"layer 7 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L7_EXPERTS_MASTER, L7_EXPERTS_GRAD, L7_EXPERTS_ADAM_M, -1, L7_EXPERTS_PARAM},
+    {"layer 8 dense", RT_GROUP_FSDP, 136065024, 354336, L8_DENSE_MASTER, L8_DENSE_GRAD, L8_DENSE_ADAM_M, L8_DENSE_ADAM_V, L8_DENSE_PARAM},
+    {"layer 8 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L8_EXPERTS_MASTER, L8_EXPERTS_GRAD, L8_EXPERTS_ADAM_M, -1, L8_EXPERTS_PARAM},
+    {"layer 9 dense", RT_GROUP_FSDP, 136065024, 354336, L9_DENSE_MASTER, L9_DENSE_GRAD, L9_DENSE_ADAM_M, L9_DENSE_ADAM_V, L9_DENSE_PARAM},
+    {"layer 9 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L9_EXPERTS_MASTER, L9_EXPERTS_GRAD, L9_EXPERTS_ADAM_M, -1, L9_EXPERTS_PARAM},
+    {"layer 10 dense", RT_GROUP_FSDP, 136065024, 354336, L10_DENSE_MASTER, L10_DENSE_GRAD, L10_DENSE_ADAM_M, L10_DENSE_ADAM_V, L10_DENSE_PARAM},
+    {"layer 10 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L10_EXPERTS_MASTER, L10_EXPERTS_GRAD, L10_EXPERTS_ADAM_M, -1, L10_EXPERTS_PARAM},
+    {"layer 11 dense", RT_GROUP_FSDP, 136065024, 354336, L11_DENSE_MASTER, L11_DENSE_GRAD, L11_DENSE_ADAM_M, L11_DENSE_ADAM_V, L11_DENSE_PARAM},
+    {"layer 11 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L11_EXPERTS_MASTER, L11_EXPERTS_GRAD, L11_EXPERTS_ADAM_M, -1, L11_EXPERTS_PARAM},
+    {"layer 12 dense", RT_GROUP_FSDP, 136065024, 354336, L12_DENSE_MASTER, L12_DENSE_GRAD, L12_DENSE_ADAM_M, L12_DENSE_ADAM_V, L12_DENSE_PARAM},
+    {"layer 12 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L12_EXPERTS_MASTER, L12_EXPERTS_GRAD, L12_EXPERTS_ADAM_M, -1, L12_EXPERTS_PARAM},
+    {"layer 13 dense", RT_GROUP_FSDP, 136065024, 354336, L13_DENSE_MASTER, L13_DENSE_GRAD, L13_DENSE_ADAM_M, L13_DENSE_ADAM_V, L13_DENSE_PARAM},
+    {"layer 13 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L13_EXPERTS_MASTER, L13_EXPERTS_GRAD, L13_EXPERTS_ADAM_M, -1, L13_EXPERTS_PARAM},
+    {"layer 14 dense", RT_GROUP_FSDP, 136065024, 354336, L14_DENSE_MASTER, L14_DENSE_GRAD, L14_DENSE_ADAM_M, L14_DENSE_ADAM_V, L14_DENSE_PARAM},
+    {"layer 14 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L14_EXPERTS_MASTER, L14_EXPERTS_GRAD, L14_EXPERTS_ADAM_M, -1, L14_EXPERTS_PARAM},
+    {"layer 15 dense", RT_GROUP_FSDP, 136065024, 354336, L15_DENSE_MASTER, L15_DENSE_GRAD, L15_DENSE_ADAM_M, L15_DENSE_ADAM_V, L15_DENSE_PARAM},
+    {"layer 15 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L15_EXPERTS_MASTER, L15_EXPERTS_GRAD, L15_EXPERTS_ADAM_M, -1, L15_EXPERTS_PARAM},
+    {"layer 16 dense", RT_GROUP_FSDP, 136065024, 354336, L16_DENSE_MASTER, L16_DENSE_GRAD, L16_DENSE_ADAM_M, L16_DENSE_ADAM_V, L16_DENSE_PARAM},
+    {"layer 16 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L16_EXPERTS_MASTER, L16_EXPERTS_GRAD, L16_EXPERTS_ADAM_M, -1, L16_EXPERTS_PARAM},
+    {"layer 17 dense", RT_GROUP_FSDP, 136065024, 354336, L17_DENSE_MASTER, L17_DENSE_GRAD, L17_DENSE_ADAM_M, L17_DENSE_ADAM_V, L17_DENSE_PARAM},
+    {"layer 17 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L17_EXPERTS_MASTER, L17_EXPERTS_GRAD, L17_EXPERTS_ADAM_M, -1, L17_EXPERTS_PARAM},
+    {"layer 18 dense", RT_GROUP_FSDP, 136065024, 354336, L18_DENSE_MASTER, L18_DENSE_GRAD, L18_DENSE_ADAM_M, L18_DENSE_ADAM_V, L18_DENSE_PARAM},
+    {"layer 18 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L18_EXPERTS_MASTER, L18_EXPERTS_GRAD, L18_EXPERTS_ADAM_M, -1, L18_EXPERTS_PARAM},
+    {"layer 19 dense", RT_GROUP_FSDP, 136065024, 354336, L19_DENSE_MASTER, L19_DENSE_GRAD, L19_DENSE_ADAM_M, L19_DENSE_ADAM_V, L19_DENSE_PARAM},
+    {"layer 19 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L19_EXPERTS_MASTER, L19_EXPERTS_GRAD, L19_EXPERTS_ADAM_M, -1, L19_EXPERTS_PARAM},
+    {"layer 20 dense", RT_GROUP_FSDP, 136065024, 354336, L20_DENSE_MASTER, L20_DENSE_GRAD, L20_DENSE_ADAM_M, L20_DENSE_ADAM_V, L20_DENSE_PARAM},
+    {"layer 20 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L20_EXPERTS_MASTER, L20_EXPERTS_GRAD, L20_EXPERTS_ADAM_M, -1, L20_EXPERTS_PARAM},
+    {"layer 21 dense", RT_GROUP_FSDP, 136065024, 354336, L21_DENSE_MASTER, L21_DENSE_GRAD, L21_DENSE_ADAM_M, L21_DENSE_ADAM_V, L21_DENSE_PARAM},
+    {"layer 21 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L21_EXPERTS_MASTER, L21_EXPERTS_GRAD, L21_EXPERTS_ADAM_M, -1, L21_EXPERTS_PARAM},
+    {"layer 22 dense", RT_GROUP_FSDP, 136065024, 354336, L22_DENSE_MASTER, L22_DENSE_GRAD, L22_DENSE_ADAM_M, L22_DENSE_ADAM_V, L22_DENSE_PARAM},
+    {"layer 22 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L22_EXPERTS_MASTER, L22_EXPERTS_GRAD, L22_EXPERTS_ADAM_M, -1, L22_EXPERTS_PARAM},
+    {"layer 23 dense", RT_GROUP_FSDP, 136065024, 354336, L23_DENSE_MASTER, L23_DENSE_GRAD, L23_DENSE_ADAM_M, L23_DENSE_ADAM_V, L23_DENSE_PARAM},
+    {"layer 23 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L23_EXPERTS_MASTER, L23_EXPERTS_GRAD, L23_EXPERTS_ADAM_M, -1, L23_EXPERTS_PARAM},
+    {"layer 24 dense", RT_GROUP_FSDP, 136065024, 354336, L24_DENSE_MASTER, L24_DENSE_GRAD, L24_DENSE_ADAM_M, L24_DENSE_ADAM_V, L24_DENSE_PARAM},
+    {"layer 24 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L24_EXPERTS_MASTER, L24_EXPERTS_GRAD, L24_EXPERTS_ADAM_M, -1, L24_EXPERTS_PARAM},
+    {"layer 25 dense", RT_GROUP_FSDP, 136065024, 354336, L25_DENSE_MASTER, L25_DENSE_GRAD, L25_DENSE_ADAM_M, L25_DENSE_ADAM_V, L25_DENSE_PARAM},
+    {"layer 25 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L25_EXPERTS_MASTER, L25_EXPERTS_GRAD, L25_EXPERTS_ADAM_M, -1, L25_EXPERTS_PARAM},
+    {"layer 26 dense", RT_GROUP_FSDP, 136065024, 354336, L26_DENSE_MASTER, L26_DENSE_GRAD, L26_DENSE_ADAM_M, L26_DENSE_ADAM_V, L26_DENSE_PARAM},
+    {"layer 26 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L26_EXPERTS_MASTER, L26_EXPERTS_GRAD, L26_EXPERTS_ADAM_M, -1, L26_EXPERTS_PARAM},
+    {"layer 27 dense", RT_GROUP_FSDP, 136065024, 354336, L27_DENSE_MASTER, L27_DENSE_GRAD, L27_DENSE_ADAM_M, L27_DENSE_ADAM_V, L27_DENSE_PARAM},
+    {"layer 27 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L27_EXPERTS_MASTER, L27_EXPERTS_GRAD, L27_EXPERTS_ADAM_M, -1, L27_EXPERTS_PARAM},
+    {"layer 28 dense", RT_GROUP_FSDP, 136065024, 354336, L28_DENSE_MASTER, L28_DENSE_GRAD, L28_DENSE_ADAM_M, L28_DENSE_ADAM_V, L28_DENSE_PARAM},
+    {"layer 28 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L28_EXPERTS_MASTER, L28_EXPERTS_GRAD, L28_EXPERTS_ADAM_M, -1, L28_EXPERTS_PARAM},
+    {"layer 29 dense", RT_GROUP_FSDP, 136065024, 354336, L29_DENSE_MASTER, L29_DENSE_GRAD, L29_DENSE_ADAM_M, L29_DENSE_ADAM_V, L29_DENSE_PARAM},
+    {"layer 29 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L29_EXPERTS_MASTER, L29_EXPERTS_GRAD, L29_EXPERTS_ADAM_M, -1, L29_EXPERTS_PARAM},
+    {"layer 30 dense", RT_GROUP_FSDP, 136065024, 354336, L30_DENSE_MASTER, L30_DENSE_GRAD, L30_DENSE_ADAM_M, L30_DENSE_ADAM_V, L30_DENSE_PARAM},
+    {"layer 30 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L30_EXPERTS_MASTER, L30_EXPERTS_GRAD, L30_EXPERTS_ADAM_M, -1, L30_EXPERTS_PARAM},
+    {"layer 31 dense", RT_GROUP_FSDP, 136065024, 354336, L31_DENSE_MASTER, L31_DENSE_GRAD, L31_DENSE_ADAM_M, L31_DENSE_ADAM_V, L31_DENSE_PARAM},
+    {"layer 31 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L31_EXPERTS_MASTER, L31_EXPERTS_GRAD, L31_EXPERTS_ADAM_M, -1, L31_EXPERTS_PARAM},
+    {"layer 32 dense", RT_GROUP_FSDP, 136065024, 354336, L32_DENSE_MASTER, L32_DENSE_GRAD, L32_DENSE_ADAM_M, L32_DENSE_ADAM_V, L32_DENSE_PARAM},
+    {"layer 32 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L32_EXPERTS_MASTER, L32_EXPERTS_GRAD, L32_EXPERTS_ADAM_M, -1, L32_EXPERTS_PARAM},
+    {"layer 33 dense", RT_GROUP_FSDP, 136065024, 354336, L33_DENSE_MASTER, L33_DENSE_GRAD, L33_DENSE_ADAM_M, L33_DENSE_ADAM_V, L33_DENSE_PARAM},
+    {"layer 33 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L33_EXPERTS_MASTER, L33_EXPERTS_GRAD, L33_EXPERTS_ADAM_M, -1, L33_EXPERTS_PARAM},
+    {"layer 34 dense", RT_GROUP_FSDP, 136065024, 354336, L34_DENSE_MASTER, L34_DENSE_GRAD, L34_DENSE_ADAM_M, L34_DENSE_ADAM_V, L34_DENSE_PARAM},
+    {"layer 34 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L34_EXPERTS_MASTER, L34_EXPERTS_GRAD, L34_EXPERTS_ADAM_M, -1, L34_EXPERTS_PARAM},
+    {"layer 35 dense", RT_GROUP_FSDP, 136065024, 354336, L35_DENSE_MASTER, L35_DENSE_GRAD, L35_DENSE_ADAM_M, L35_DENSE_ADAM_V, L35_DENSE_PARAM},
+    {"layer 35 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L35_EXPERTS_MASTER, L35_EXPERTS_GRAD, L35_EXPERTS_ADAM_M, -1, L35_EXPERTS_PARAM},
+    {"layer 36 dense", RT_GROUP_FSDP, 136065024, 354336, L36_DENSE_MASTER, L36_DENSE_GRAD, L36_DENSE_ADAM_M, L36_DENSE_ADAM_V, L36_DENSE_PARAM},
+    {"layer 36 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L36_EXPERTS_MASTER, L36_EXPERTS_GRAD, L36_EXPERTS_ADAM_M, -1, L36_EXPERTS_PARAM},
+    {"layer 37 dense", RT_GROUP_FSDP, 136065024, 354336, L37_DENSE_MASTER, L37_DENSE_GRAD, L37_DENSE_ADAM_M, L37_DENSE_ADAM_V, L37_DENSE_PARAM},
+    {"layer 37 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L37_EXPERTS_MASTER, L37_EXPERTS_GRAD, L37_EXPERTS_ADAM_M, -1, L37_EXPERTS_PARAM},
+    {"layer 38 dense", RT_GROUP_FSDP, 136065024, 354336, L38_DENSE_MASTER, L38_DENSE_GRAD, L38_DENSE_ADAM_M, L38_DENSE_ADAM_V, L38_DENSE_PARAM},
+    {"layer 38 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L38_EXPERTS_MASTER, L38_EXPERTS_GRAD, L38_EXPERTS_ADAM_M, -1, L38_EXPERTS_PARAM},
+    {"layer 39 dense", RT_GROUP_FSDP, 136065024, 354336, L39_DENSE_MASTER, L39_DENSE_GRAD, L39_DENSE_ADAM_M, L39_DENSE_ADAM_V, L39_DENSE_PARAM},
+    {"layer 39 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L39_EXPERTS_MASTER, L39_EXPERTS_GRAD, L39_EXPERTS_ADAM_M, -1, L39_EXPERTS_PARAM},
+    {"layer 40 dense", RT_GROUP_FSDP, 136065024, 354336, L40_DENSE_MASTER, L40_DENSE_GRAD, L40_DENSE_ADAM_M, L40_DENSE_ADAM_V, L40_DENSE_PARAM},
+    {"layer 40 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L40_EXPERTS_MASTER, L40_EXPERTS_GRAD, L40_EXPERTS_ADAM_M, -1, L40_EXPERTS_PARAM},
+    {"layer 41 dense", RT_GROUP_FSDP, 136065024, 354336, L41_DENSE_MASTER, L41_DENSE_GRAD, L41_DENSE_ADAM_M, L41_DENSE_ADAM_V, L41_DENSE_PARAM},
+    {"layer 41 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L41_EXPERTS_MASTER, L41_EXPERTS_GRAD, L41_EXPERTS_ADAM_M, -1, L41_EXPERTS_PARAM},
+    {"layer 42 dense", RT_GROUP_FSDP, 136065024, 354336, L42_DENSE_MASTER, L42_DENSE_GRAD, L42_DENSE_ADAM_M, L42_DENSE_ADAM_V, L42_DENSE_PARAM},
+    {"layer 42 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L42_EXPERTS_MASTER, L42_EXPERTS_GRAD, L42_EXPERTS_ADAM_M, -1, L42_EXPERTS_PARAM},
+    {"layer 43 dense", RT_GROUP_FSDP, 136065024, 354336, L43_DENSE_MASTER, L43_DENSE_GRAD, L43_DENSE_ADAM_M, L43_DENSE_ADAM_V, L43_DENSE_PARAM},
+    {"layer 43 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L43_EXPERTS_MASTER, L43_EXPERTS_GRAD, L43_EXPERTS_ADAM_M, -1, L43_EXPERTS_PARAM},
+    {"layer 44 dense", RT_GROUP_FSDP, 136065024, 354336, L44_DENSE_MASTER, L44_DENSE_GRAD, L44_DENSE_ADAM_M, L44_DENSE_ADAM_V, L44_DENSE_PARAM},
+    {"layer 44 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L44_EXPERTS_MASTER, L44_EXPERTS_GRAD, L44_EXPERTS_ADAM_M, -1, L44_EXPERTS_PARAM},
+    {"layer 45 dense", RT_GROUP_FSDP, 136065024, 354336, L45_DENSE_MASTER, L45_DENSE_GRAD, L45_DENSE_ADAM_M, L45_DENSE_ADAM_V, L45_DENSE_PARAM},
+    {"layer 45 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L45_EXPERTS_MASTER, L45_EXPERTS_GRAD, L45_EXPERTS_ADAM_M, -1, L45_EXPERTS_PARAM},
+    {"layer 46 dense", RT_GROUP_FSDP, 136065024, 354336, L46_DENSE_MASTER, L46_DENSE_GRAD, L46_DENSE_ADAM_M, L46_DENSE_ADAM_V, L46_DENSE_PARAM},
+    {"layer 46 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L46_EXPERTS_MASTER, L46_EXPERTS_GRAD, L46_EXPERTS_ADAM_M, -1, L46_EXPERTS_PARAM},
+    {"layer 47 dense", RT_GROUP_FSDP, 136065024, 354336, L47_DENSE_MASTER, L47_DENSE_GRAD, L47_DENSE_ADAM_M, L47_DENSE_ADAM_V, L47_DENSE_PARAM},
+    {"layer 47 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L47_EXPERTS_MASTER, L47_EXPERTS_GRAD, L47_EXPERTS_ADAM_M, -1, L47_EXPERTS_PARAM},
+    {"layer 48 dense", RT_GROUP_FSDP, 136065024, 354336, L48_DENSE_MASTER, L48_DENSE_GRAD, L48_DENSE_ADAM_M, L48_DENSE_ADAM_V, L48_DENSE_PARAM},
+    {"layer 48 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L48_EXPERTS_MASTER, L48_EXPERTS_GRAD, L48_EXPERTS_ADAM_M, -1, L48_EXPERTS_PARAM},
+    {"layer 49 dense", RT_GROUP_FSDP, 136065024, 354336, L49_DENSE_MASTER, L49_DENSE_GRAD, L49_DENSE_ADAM_M, L49_DENSE_ADAM_V, L49_DENSE_PARAM},
+    {"layer 49 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L49_EXPERTS_MASTER, L49_EXPERTS_GRAD, L49_EXPERTS_ADAM_M, -1, L49_EXPERTS_PARAM},
+    {"layer 50 dense", RT_GROUP_FSDP, 136065024, 354336, L50_DENSE_MASTER, L50_DENSE_GRAD, L50_DENSE_ADAM_M, L50_DENSE_ADAM_V, L50_DENSE_PARAM},
+    {"layer 50 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L50_EXPERTS_MASTER, L50_EXPERTS_GRAD, L50_EXPERTS_ADAM_M, -1, L50_EXPERTS_PARAM},
+    {"layer 51 dense", RT_GROUP_FSDP, 136065024, 354336, L51_DENSE_MASTER, L51_DENSE_GRAD, L51_DENSE_ADAM_M, L51_DENSE_ADAM_V, L51_DENSE_PARAM},
+    {"layer 51 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L51_EXPERTS_MASTER, L51_EXPERTS_GRAD, L51_EXPERTS_ADAM_M, -1, L51_EXPERTS_PARAM},
+    {"layer 52 dense", RT_GROUP_FSDP, 136065024, 354336, L52_DENSE_MASTER, L52_DENSE_GRAD, L52_DENSE_ADAM_M, L52_DENSE_ADAM_V, L52_DENSE_PARAM},
+    {"layer 52 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L52_EXPERTS_MASTER, L52_EXPERTS_GRAD, L52_EXPERTS_ADAM_M, -1, L52_EXPERTS_PARAM},
+    {"layer 53 dense", RT_GROUP_FSDP, 136065024, 354336, L53_DENSE_MASTER, L53_DENSE_GRAD, L53_DENSE_ADAM_M, L53_DENSE_ADAM_V, L53_DENSE_PARAM},
+    {"layer 53 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L53_EXPERTS_MASTER, L53_EXPERTS_GRAD, L53_EXPERTS_ADAM_M, -1, L53_EXPERTS_PARAM},
+    {"layer 54 dense", RT_GROUP_FSDP, 136065024, 354336, L54_DENSE_MASTER, L54_DENSE_GRAD, L54_DENSE_ADAM_M, L54_DENSE_ADAM_V, L54_DENSE_PARAM},
+    {"layer 54 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L54_EXPERTS_MASTER, L54_EXPERTS_GRAD, L54_EXPERTS_ADAM_M, -1, L54_EXPERTS_PARAM},
+    {"layer 55 dense", RT_GROUP_FSDP, 136065024, 354336, L55_DENSE_MASTER, L55_DENSE_GRAD, L55_DENSE_ADAM_M, L55_DENSE_ADAM_V, L55_DENSE_PARAM},
+    {"layer 55 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L55_EXPERTS_MASTER, L55_EXPERTS_GRAD, L55_EXPERTS_ADAM_M, -1, L55_EXPERTS_PARAM},
+    {"layer 56 dense", RT_GROUP_FSDP, 136065024, 354336, L56_DENSE_MASTER, L56_DENSE_GRAD, L56_DENSE_ADAM_M, L56_DENSE_ADAM_V, L56_DENSE_PARAM},
+    {"layer 56 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L56_EXPERTS_MASTER, L56_EXPERTS_GRAD, L56_EXPERTS_ADAM_M, -1, L56_EXPERTS_PARAM},
+    {"layer 57 dense", RT_GROUP_FSDP, 136065024, 354336, L57_DENSE_MASTER, L57_DENSE_GRAD, L57_DENSE_ADAM_M, L57_DENSE_ADAM_V, L57_DENSE_PARAM},
+    {"layer 57 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L57_EXPERTS_MASTER, L57_EXPERTS_GRAD, L57_EXPERTS_ADAM_M, -1, L57_EXPERTS_PARAM},
+    {"layer 58 dense", RT_GROUP_FSDP, 136065024, 354336, L58_DENSE_MASTER, L58_DENSE_GRAD, L58_DENSE_ADAM_M, L58_DENSE_ADAM_V, L58_DENSE_PARAM},
+    {"layer 58 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L58_EXPERTS_MASTER, L58_EXPERTS_GRAD, L58_EXPERTS_ADAM_M, -1, L58_EXPERTS_PARAM},
+    {"layer 59 dense", RT_GROUP_FSDP, 136065024, 354336, L59_DENSE_MASTER, L59_DENSE_GRAD, L59_DENSE_ADAM_M, L59_DENSE_ADAM_V, L59_DENSE_PARAM},
+    {"layer 59 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L59_EXPERTS_MASTER, L59_EXPERTS_GRAD, L59_EXPERTS_ADAM_M, -1, L59_EXPERTS_PARAM},
+    {"layer 60 dense", RT_GROUP_FSDP, 136065024, 354336, L60_DENSE_MASTER, L60_DENSE_GRAD, L60_DENSE_ADAM_M, L60_DENSE_ADAM_V, L60_DENSE_PARAM},
+    {"layer 60 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L60_EXPERTS_MASTER, L60_EXPERTS_GRAD, L60_EXPERTS_ADAM_M, -1, L60_EXPERTS_PARAM},
+    {"layer 61 dense", RT_GROUP_FSDP, 136065024, 354336, L61_DENSE_MASTER, L61_DENSE_GRAD, L61_DENSE_ADAM_M, L61_DENSE_ADAM_V, L61_DENSE_PARAM},
+    {"layer 61 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L61_EXPERTS_MASTER, L61_EXPERTS_GRAD, L61_EXPERTS_ADAM_M, -1, L61_EXPERTS_PARAM},
+    {"layer 62 dense", RT_GROUP_FSDP, 136065024, 354336, L62_DENSE_MASTER, L62_DENSE_GRAD, L62_DENSE_ADAM_M, L62_DENSE_ADAM_V, L62_DENSE_PARAM},
+    {"layer 62 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L62_EXPERTS_MASTER, L62_EXPERTS_GRAD, L62_EXPERTS_ADAM_M, -1, L62_EXPERTS_PARAM},
+    {"layer 63 dense", RT_GROUP_FSDP, 136065024, 354336, L63_DENSE_MASTER, L63_DENSE_GRAD, L63_DENSE_ADAM_M, L63_DENSE_ADAM_V, L63_DENSE_PARAM},
+    {"layer 63 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L63_EXPERTS_MASTER, L63_EXPERTS_GRAD, L63_EXPERTS_ADAM_M, -1, L63_EXPERTS_PARAM},
+    {"layer 64 dense", RT_GROUP_FSDP, 136065024, 354336, L64_DENSE_MASTER, L64_DENSE_GRAD, L64_DENSE_ADAM_M, L64_DENSE_ADAM_V, L64_DENSE_PARAM},
+    {"layer 64 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L64_EXPERTS_MASTER, L64_EXPERTS_GRAD, L64_EXPERTS_ADAM_M, -1, L64_EXPERTS_PARAM},
+    {"layer 65 dense", RT_GROUP_FSDP, 136065024, 354336, L65_DENSE_MASTER, L65_DENSE_GRAD, L65_DENSE_ADAM_M, L65_DENSE_ADAM_V, L65_DENSE_PARAM},
+    {"layer 65 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L65_EXPERTS_MASTER, L65_EXPERTS_GRAD, L65_EXPERTS_ADAM_M, -1, L65_EXPERTS_PARAM},
+    {"layer 66 dense", RT_GROUP_FSDP, 136065024, 354336, L66_DENSE_MASTER, L66_DENSE_GRAD, L66_DENSE_ADAM_M, L66_DENSE_ADAM_V, L66_DENSE_PARAM},
+    {"layer 66 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L66_EXPERTS_MASTER, L66_EXPERTS_GRAD, L66_EXPERTS_ADAM_M, -1, L66_EXPERTS_PARAM},
+    {"layer 67 dense", RT_GROUP_FSDP, 136065024, 354336, L67_DENSE_MASTER, L67_DENSE_GRAD, L67_DENSE_ADAM_M, L67_DENSE_ADAM_V, L67_DENSE_PARAM},
+    {"layer 67 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L67_EXPERTS_MASTER, L67_EXPERTS_GRAD, L67_EXPERTS_ADAM_M, -1, L67_EXPERTS_PARAM},
+    {"layer 68 dense", RT_GROUP_FSDP, 136065024, 354336, L68_DENSE_MASTER, L68_DENSE_GRAD, L68_DENSE_ADAM_M, L68_DENSE_ADAM_V, L68_DENSE_PARAM},
+    {"layer 68 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L68_EXPERTS_MASTER, L68_EXPERTS_GRAD, L68_EXPERTS_ADAM_M, -1, L68_EXPERTS_PARAM},
+    {"layer 69 dense", RT_GROUP_FSDP, 136065024, 354336, L69_DENSE_MASTER, L69_DENSE_GRAD, L69_DENSE_ADAM_M, L69_DENSE_ADAM_V, L69_DENSE_PARAM},
+    {"layer 69 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L69_EXPERTS_MASTER, L69_EXPERTS_GRAD, L69_EXPERTS_ADAM_M, -1, L69_EXPERTS_PARAM},
+    {"layer 70 dense", RT_GROUP_FSDP, 136065024, 354336, L70_DENSE_MASTER, L70_DENSE_GRAD, L70_DENSE_ADAM_M, L70_DENSE_ADAM_V, L70_DENSE_PARAM},
+    {"layer 70 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L70_EXPERTS_MASTER, L70_EXPERTS_GRAD, L70_EXPERTS_ADAM_M, -1, L70_EXPERTS_PARAM},
+    {"layer 71 dense", RT_GROUP_FSDP, 136065024, 354336, L71_DENSE_MASTER, L71_DENSE_GRAD, L71_DENSE_ADAM_M, L71_DENSE_ADAM_V, L71_DENSE_PARAM},
+    {"layer 71 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L71_EXPERTS_MASTER, L71_EXPERTS_GRAD, L71_EXPERTS_ADAM_M, -1, L71_EXPERTS_PARAM},
+    {"layer 72 dense", RT_GROUP_FSDP, 136065024, 354336, L72_DENSE_MASTER, L72_DENSE_GRAD, L72_DENSE_ADAM_M, L72_DENSE_ADAM_V, L72_DENSE_PARAM},
+    {"layer 72 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L72_EXPERTS_MASTER, L72_EXPERTS_GRAD, L72_EXPERTS_ADAM_M, -1, L72_EXPERTS_PARAM},
+    {"layer 73 dense", RT_GROUP_FSDP, 136065024, 354336, L73_DENSE_MASTER, L73_DENSE_GRAD, L73_DENSE_ADAM_M, L73_DENSE_ADAM_V, L73_DENSE_PARAM},
+    {"layer 73 experts", RT_GROUP_EXPERT_SHARD, 3170893824, 33030144, L73_EXPERTS_MASTER, L73_EXPERTS_GRAD, L73_EXPERTS_ADAM_M, -1, L73_EXPERTS_PARAM},
+    {"head", RT_GROUP_FSDP, 1572870144, 4096016, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V, HEAD_PARAM},
 };
 
 /* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,
@@ -8342,34 +8422,34 @@ static void layer0_backward(RtCtx *c) {
  * cross-entropy of the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(EMBED_MASTER), 4096000, 0); /* embedding: 384 ranks x 4096000 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(EMBED_PARAM), 4096000, 0); /* embedding: 384 ranks x 4096000 */
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 354336, 2); /* layer 0 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 33030144, 3); /* layer 0 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_PARAM), 354336, 2); /* layer 0 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_PARAM), 33030144, 3); /* layer 0 experts: 96 ranks x 33030144, prefetch */
   rt_embedding_forward(R(X0), I(INPUTS), W(0), 65536, 6144);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 354336, 0); /* layer 1 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 33030144, 1); /* layer 1 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_PARAM), 354336, 0); /* layer 1 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_PARAM), 33030144, 1); /* layer 1 experts: 96 ranks x 33030144, prefetch */
   layer0_forward(c, false);
   rt_offload_store(c, 0, H(HX0), R(X0), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 354336, 2); /* layer 2 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 33030144, 3); /* layer 2 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_PARAM), 354336, 2); /* layer 2 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_PARAM), 33030144, 3); /* layer 2 experts: 96 ranks x 33030144, prefetch */
   layer1_forward(c, false);
   rt_offload_store(c, 1, H(HX1), R(X1), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 354336, 0); /* layer 3 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 33030144, 1); /* layer 3 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_PARAM), 354336, 0); /* layer 3 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_PARAM), 33030144, 1); /* layer 3 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 0); /* X0 is on the host: its slot takes X3 */
   layer2_forward(c, false);
   rt_offload_store(c, 2, H(HX2), R(X2), 402653184); /* to the host while the next layers run */
@@ -8377,8 +8457,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 354336, 2); /* layer 4 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_MASTER), 33030144, 3); /* layer 4 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_PARAM), 354336, 2); /* layer 4 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_PARAM), 33030144, 3); /* layer 4 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 1); /* X1 is on the host: its slot takes X4 */
   layer3_forward(c, false);
   rt_offload_store(c, 3, H(HX3), R(X3), 402653184); /* to the host while the next layers run */
@@ -8386,8 +8466,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 354336, 0); /* layer 5 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_MASTER), 33030144, 1); /* layer 5 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_PARAM), 354336, 0); /* layer 5 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_PARAM), 33030144, 1); /* layer 5 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 2); /* X2 is on the host: its slot takes X5 */
   layer4_forward(c, false);
   rt_offload_store(c, 4, H(HX4), R(X4), 402653184); /* to the host while the next layers run */
@@ -8395,8 +8475,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 354336, 2); /* layer 6 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_MASTER), 33030144, 3); /* layer 6 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_PARAM), 354336, 2); /* layer 6 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_PARAM), 33030144, 3); /* layer 6 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 3); /* X3 is on the host: its slot takes X6 */
   layer5_forward(c, false);
   rt_offload_store(c, 5, H(HX5), R(X5), 402653184); /* to the host while the next layers run */
@@ -8404,8 +8484,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 354336, 0); /* layer 7 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_MASTER), 33030144, 1); /* layer 7 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_PARAM), 354336, 0); /* layer 7 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_PARAM), 33030144, 1); /* layer 7 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 4); /* X4 is on the host: its slot takes X7 */
   layer6_forward(c, false);
   rt_offload_store(c, 6, H(HX6), R(X6), 402653184); /* to the host while the next layers run */
@@ -8413,8 +8493,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 354336, 2); /* layer 8 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_MASTER), 33030144, 3); /* layer 8 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_PARAM), 354336, 2); /* layer 8 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_PARAM), 33030144, 3); /* layer 8 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 5); /* X5 is on the host: its slot takes X8 */
   layer7_forward(c, false);
   rt_offload_store(c, 7, H(HX7), R(X7), 402653184); /* to the host while the next layers run */
@@ -8422,8 +8502,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 354336, 0); /* layer 9 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_MASTER), 33030144, 1); /* layer 9 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_PARAM), 354336, 0); /* layer 9 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_PARAM), 33030144, 1); /* layer 9 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 6); /* X6 is on the host: its slot takes X9 */
   layer8_forward(c, false);
   rt_offload_store(c, 8, H(HX8), R(X8), 402653184); /* to the host while the next layers run */
@@ -8431,8 +8511,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 354336, 2); /* layer 10 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_MASTER), 33030144, 3); /* layer 10 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_PARAM), 354336, 2); /* layer 10 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_PARAM), 33030144, 3); /* layer 10 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 7); /* X7 is on the host: its slot takes X10 */
   layer9_forward(c, false);
   rt_offload_store(c, 9, H(HX9), R(X9), 402653184); /* to the host while the next layers run */
@@ -8440,8 +8520,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 354336, 0); /* layer 11 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_MASTER), 33030144, 1); /* layer 11 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_PARAM), 354336, 0); /* layer 11 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_PARAM), 33030144, 1); /* layer 11 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 8); /* X8 is on the host: its slot takes X11 */
   layer10_forward(c, false);
   rt_offload_store(c, 10, H(HX10), R(X10), 402653184); /* to the host while the next layers run */
@@ -8449,8 +8529,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 354336, 2); /* layer 12 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_MASTER), 33030144, 3); /* layer 12 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_PARAM), 354336, 2); /* layer 12 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_PARAM), 33030144, 3); /* layer 12 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 9); /* X9 is on the host: its slot takes X12 */
   layer11_forward(c, false);
   rt_offload_store(c, 11, H(HX11), R(X11), 402653184); /* to the host while the next layers run */
@@ -8458,8 +8538,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 354336, 0); /* layer 13 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_MASTER), 33030144, 1); /* layer 13 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_PARAM), 354336, 0); /* layer 13 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_PARAM), 33030144, 1); /* layer 13 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 10); /* X10 is on the host: its slot takes X13 */
   layer12_forward(c, false);
   rt_offload_store(c, 12, H(HX12), R(X12), 402653184); /* to the host while the next layers run */
@@ -8467,8 +8547,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 354336, 2); /* layer 14 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_MASTER), 33030144, 3); /* layer 14 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_PARAM), 354336, 2); /* layer 14 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_PARAM), 33030144, 3); /* layer 14 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 11); /* X11 is on the host: its slot takes X14 */
   layer13_forward(c, false);
   rt_offload_store(c, 13, H(HX13), R(X13), 402653184); /* to the host while the next layers run */
@@ -8476,8 +8556,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 354336, 0); /* layer 15 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_MASTER), 33030144, 1); /* layer 15 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_PARAM), 354336, 0); /* layer 15 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_PARAM), 33030144, 1); /* layer 15 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 12); /* X12 is on the host: its slot takes X15 */
   layer14_forward(c, false);
   rt_offload_store(c, 14, H(HX14), R(X14), 402653184); /* to the host while the next layers run */
@@ -8485,8 +8565,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 354336, 2); /* layer 16 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_MASTER), 33030144, 3); /* layer 16 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_PARAM), 354336, 2); /* layer 16 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_PARAM), 33030144, 3); /* layer 16 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 13); /* X13 is on the host: its slot takes X16 */
   layer15_forward(c, false);
   rt_offload_store(c, 15, H(HX15), R(X15), 402653184); /* to the host while the next layers run */
@@ -8494,8 +8574,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 354336, 0); /* layer 17 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_MASTER), 33030144, 1); /* layer 17 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_PARAM), 354336, 0); /* layer 17 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_PARAM), 33030144, 1); /* layer 17 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 14); /* X14 is on the host: its slot takes X17 */
   layer16_forward(c, false);
   rt_offload_store(c, 16, H(HX16), R(X16), 402653184); /* to the host while the next layers run */
@@ -8503,8 +8583,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 354336, 2); /* layer 18 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_MASTER), 33030144, 3); /* layer 18 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_PARAM), 354336, 2); /* layer 18 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_PARAM), 33030144, 3); /* layer 18 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 15); /* X15 is on the host: its slot takes X18 */
   layer17_forward(c, false);
   rt_offload_store(c, 17, H(HX17), R(X17), 402653184); /* to the host while the next layers run */
@@ -8512,8 +8592,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 354336, 0); /* layer 19 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_MASTER), 33030144, 1); /* layer 19 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_PARAM), 354336, 0); /* layer 19 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_PARAM), 33030144, 1); /* layer 19 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 16); /* X16 is on the host: its slot takes X19 */
   layer18_forward(c, false);
   rt_offload_store(c, 18, H(HX18), R(X18), 402653184); /* to the host while the next layers run */
@@ -8521,8 +8601,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 354336, 2); /* layer 20 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_MASTER), 33030144, 3); /* layer 20 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_PARAM), 354336, 2); /* layer 20 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_PARAM), 33030144, 3); /* layer 20 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 17); /* X17 is on the host: its slot takes X20 */
   layer19_forward(c, false);
   rt_offload_store(c, 19, H(HX19), R(X19), 402653184); /* to the host while the next layers run */
@@ -8530,8 +8610,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 354336, 0); /* layer 21 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_MASTER), 33030144, 1); /* layer 21 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_PARAM), 354336, 0); /* layer 21 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_PARAM), 33030144, 1); /* layer 21 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 18); /* X18 is on the host: its slot takes X21 */
   layer20_forward(c, false);
   rt_offload_store(c, 20, H(HX20), R(X20), 402653184); /* to the host while the next layers run */
@@ -8539,8 +8619,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 354336, 2); /* layer 22 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_MASTER), 33030144, 3); /* layer 22 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_PARAM), 354336, 2); /* layer 22 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_PARAM), 33030144, 3); /* layer 22 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 19); /* X19 is on the host: its slot takes X22 */
   layer21_forward(c, false);
   rt_offload_store(c, 21, H(HX21), R(X21), 402653184); /* to the host while the next layers run */
@@ -8548,8 +8628,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 354336, 0); /* layer 23 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_MASTER), 33030144, 1); /* layer 23 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_PARAM), 354336, 0); /* layer 23 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_PARAM), 33030144, 1); /* layer 23 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 20); /* X20 is on the host: its slot takes X23 */
   layer22_forward(c, false);
   rt_offload_store(c, 22, H(HX22), R(X22), 402653184); /* to the host while the next layers run */
@@ -8557,8 +8637,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 354336, 2); /* layer 24 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_MASTER), 33030144, 3); /* layer 24 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_PARAM), 354336, 2); /* layer 24 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_PARAM), 33030144, 3); /* layer 24 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 21); /* X21 is on the host: its slot takes X24 */
   layer23_forward(c, false);
   rt_offload_store(c, 23, H(HX23), R(X23), 402653184); /* to the host while the next layers run */
@@ -8566,8 +8646,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 354336, 0); /* layer 25 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_MASTER), 33030144, 1); /* layer 25 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_PARAM), 354336, 0); /* layer 25 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_PARAM), 33030144, 1); /* layer 25 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 22); /* X22 is on the host: its slot takes X25 */
   layer24_forward(c, false);
   rt_offload_store(c, 24, H(HX24), R(X24), 402653184); /* to the host while the next layers run */
@@ -8575,8 +8655,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 354336, 2); /* layer 26 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_MASTER), 33030144, 3); /* layer 26 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_PARAM), 354336, 2); /* layer 26 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_PARAM), 33030144, 3); /* layer 26 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 23); /* X23 is on the host: its slot takes X26 */
   layer25_forward(c, false);
   rt_offload_store(c, 25, H(HX25), R(X25), 402653184); /* to the host while the next layers run */
@@ -8584,8 +8664,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 354336, 0); /* layer 27 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_MASTER), 33030144, 1); /* layer 27 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_PARAM), 354336, 0); /* layer 27 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_PARAM), 33030144, 1); /* layer 27 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 24); /* X24 is on the host: its slot takes X27 */
   layer26_forward(c, false);
   rt_offload_store(c, 26, H(HX26), R(X26), 402653184); /* to the host while the next layers run */
@@ -8593,8 +8673,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 354336, 2); /* layer 28 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_MASTER), 33030144, 3); /* layer 28 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_PARAM), 354336, 2); /* layer 28 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_PARAM), 33030144, 3); /* layer 28 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 25); /* X25 is on the host: its slot takes X28 */
   layer27_forward(c, false);
   rt_offload_store(c, 27, H(HX27), R(X27), 402653184); /* to the host while the next layers run */
@@ -8602,8 +8682,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 354336, 0); /* layer 29 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_MASTER), 33030144, 1); /* layer 29 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_PARAM), 354336, 0); /* layer 29 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_PARAM), 33030144, 1); /* layer 29 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 26); /* X26 is on the host: its slot takes X29 */
   layer28_forward(c, false);
   rt_offload_store(c, 28, H(HX28), R(X28), 402653184); /* to the host while the next layers run */
@@ -8611,8 +8691,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 354336, 2); /* layer 30 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_MASTER), 33030144, 3); /* layer 30 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_PARAM), 354336, 2); /* layer 30 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_PARAM), 33030144, 3); /* layer 30 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 27); /* X27 is on the host: its slot takes X30 */
   layer29_forward(c, false);
   rt_offload_store(c, 29, H(HX29), R(X29), 402653184); /* to the host while the next layers run */
@@ -8620,8 +8700,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 354336, 0); /* layer 31 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_MASTER), 33030144, 1); /* layer 31 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_PARAM), 354336, 0); /* layer 31 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_PARAM), 33030144, 1); /* layer 31 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 28); /* X28 is on the host: its slot takes X31 */
   layer30_forward(c, false);
   rt_offload_store(c, 30, H(HX30), R(X30), 402653184); /* to the host while the next layers run */
@@ -8629,8 +8709,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L32_DENSE_MASTER), 354336, 2); /* layer 32 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L32_EXPERTS_MASTER), 33030144, 3); /* layer 32 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L32_DENSE_PARAM), 354336, 2); /* layer 32 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L32_EXPERTS_PARAM), 33030144, 3); /* layer 32 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 29); /* X29 is on the host: its slot takes X32 */
   layer31_forward(c, false);
   rt_offload_store(c, 31, H(HX31), R(X31), 402653184); /* to the host while the next layers run */
@@ -8638,8 +8718,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L33_DENSE_MASTER), 354336, 0); /* layer 33 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L33_EXPERTS_MASTER), 33030144, 1); /* layer 33 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L33_DENSE_PARAM), 354336, 0); /* layer 33 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L33_EXPERTS_PARAM), 33030144, 1); /* layer 33 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 30); /* X30 is on the host: its slot takes X33 */
   layer32_forward(c, false);
   rt_offload_store(c, 32, H(HX32), R(X32), 402653184); /* to the host while the next layers run */
@@ -8647,8 +8727,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L34_DENSE_MASTER), 354336, 2); /* layer 34 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L34_EXPERTS_MASTER), 33030144, 3); /* layer 34 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L34_DENSE_PARAM), 354336, 2); /* layer 34 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L34_EXPERTS_PARAM), 33030144, 3); /* layer 34 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 31); /* X31 is on the host: its slot takes X34 */
   layer33_forward(c, false);
   rt_offload_store(c, 33, H(HX33), R(X33), 402653184); /* to the host while the next layers run */
@@ -8656,8 +8736,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L35_DENSE_MASTER), 354336, 0); /* layer 35 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L35_EXPERTS_MASTER), 33030144, 1); /* layer 35 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L35_DENSE_PARAM), 354336, 0); /* layer 35 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L35_EXPERTS_PARAM), 33030144, 1); /* layer 35 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 32); /* X32 is on the host: its slot takes X35 */
   layer34_forward(c, false);
   rt_offload_store(c, 34, H(HX34), R(X34), 402653184); /* to the host while the next layers run */
@@ -8665,8 +8745,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L36_DENSE_MASTER), 354336, 2); /* layer 36 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L36_EXPERTS_MASTER), 33030144, 3); /* layer 36 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L36_DENSE_PARAM), 354336, 2); /* layer 36 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L36_EXPERTS_PARAM), 33030144, 3); /* layer 36 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 33); /* X33 is on the host: its slot takes X36 */
   layer35_forward(c, false);
   rt_offload_store(c, 35, H(HX35), R(X35), 402653184); /* to the host while the next layers run */
@@ -8674,8 +8754,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L37_DENSE_MASTER), 354336, 0); /* layer 37 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L37_EXPERTS_MASTER), 33030144, 1); /* layer 37 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L37_DENSE_PARAM), 354336, 0); /* layer 37 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L37_EXPERTS_PARAM), 33030144, 1); /* layer 37 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 34); /* X34 is on the host: its slot takes X37 */
   layer36_forward(c, false);
   rt_offload_store(c, 36, H(HX36), R(X36), 402653184); /* to the host while the next layers run */
@@ -8683,8 +8763,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L38_DENSE_MASTER), 354336, 2); /* layer 38 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L38_EXPERTS_MASTER), 33030144, 3); /* layer 38 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L38_DENSE_PARAM), 354336, 2); /* layer 38 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L38_EXPERTS_PARAM), 33030144, 3); /* layer 38 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 35); /* X35 is on the host: its slot takes X38 */
   layer37_forward(c, false);
   rt_offload_store(c, 37, H(HX37), R(X37), 402653184); /* to the host while the next layers run */
@@ -8692,8 +8772,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L39_DENSE_MASTER), 354336, 0); /* layer 39 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L39_EXPERTS_MASTER), 33030144, 1); /* layer 39 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L39_DENSE_PARAM), 354336, 0); /* layer 39 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L39_EXPERTS_PARAM), 33030144, 1); /* layer 39 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 36); /* X36 is on the host: its slot takes X39 */
   layer38_forward(c, false);
   rt_offload_store(c, 38, H(HX38), R(X38), 402653184); /* to the host while the next layers run */
@@ -8701,8 +8781,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L40_DENSE_MASTER), 354336, 2); /* layer 40 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L40_EXPERTS_MASTER), 33030144, 3); /* layer 40 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L40_DENSE_PARAM), 354336, 2); /* layer 40 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L40_EXPERTS_PARAM), 33030144, 3); /* layer 40 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 37); /* X37 is on the host: its slot takes X40 */
   layer39_forward(c, false);
   rt_offload_store(c, 39, H(HX39), R(X39), 402653184); /* to the host while the next layers run */
@@ -8710,8 +8790,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L41_DENSE_MASTER), 354336, 0); /* layer 41 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L41_EXPERTS_MASTER), 33030144, 1); /* layer 41 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L41_DENSE_PARAM), 354336, 0); /* layer 41 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L41_EXPERTS_PARAM), 33030144, 1); /* layer 41 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 38); /* X38 is on the host: its slot takes X41 */
   layer40_forward(c, false);
   rt_offload_store(c, 40, H(HX40), R(X40), 402653184); /* to the host while the next layers run */
@@ -8719,8 +8799,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L42_DENSE_MASTER), 354336, 2); /* layer 42 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L42_EXPERTS_MASTER), 33030144, 3); /* layer 42 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L42_DENSE_PARAM), 354336, 2); /* layer 42 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L42_EXPERTS_PARAM), 33030144, 3); /* layer 42 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 39); /* X39 is on the host: its slot takes X42 */
   layer41_forward(c, false);
   rt_offload_store(c, 41, H(HX41), R(X41), 402653184); /* to the host while the next layers run */
@@ -8728,8 +8808,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L43_DENSE_MASTER), 354336, 0); /* layer 43 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L43_EXPERTS_MASTER), 33030144, 1); /* layer 43 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L43_DENSE_PARAM), 354336, 0); /* layer 43 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L43_EXPERTS_PARAM), 33030144, 1); /* layer 43 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 40); /* X40 is on the host: its slot takes X43 */
   layer42_forward(c, false);
   rt_offload_store(c, 42, H(HX42), R(X42), 402653184); /* to the host while the next layers run */
@@ -8737,8 +8817,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L44_DENSE_MASTER), 354336, 2); /* layer 44 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L44_EXPERTS_MASTER), 33030144, 3); /* layer 44 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L44_DENSE_PARAM), 354336, 2); /* layer 44 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L44_EXPERTS_PARAM), 33030144, 3); /* layer 44 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 41); /* X41 is on the host: its slot takes X44 */
   layer43_forward(c, false);
   rt_offload_store(c, 43, H(HX43), R(X43), 402653184); /* to the host while the next layers run */
@@ -8746,8 +8826,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L45_DENSE_MASTER), 354336, 0); /* layer 45 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L45_EXPERTS_MASTER), 33030144, 1); /* layer 45 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L45_DENSE_PARAM), 354336, 0); /* layer 45 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L45_EXPERTS_PARAM), 33030144, 1); /* layer 45 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 42); /* X42 is on the host: its slot takes X45 */
   layer44_forward(c, false);
   rt_offload_store(c, 44, H(HX44), R(X44), 402653184); /* to the host while the next layers run */
@@ -8755,8 +8835,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L46_DENSE_MASTER), 354336, 2); /* layer 46 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L46_EXPERTS_MASTER), 33030144, 3); /* layer 46 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L46_DENSE_PARAM), 354336, 2); /* layer 46 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L46_EXPERTS_PARAM), 33030144, 3); /* layer 46 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 43); /* X43 is on the host: its slot takes X46 */
   layer45_forward(c, false);
   rt_offload_store(c, 45, H(HX45), R(X45), 402653184); /* to the host while the next layers run */
@@ -8764,8 +8844,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L47_DENSE_MASTER), 354336, 0); /* layer 47 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L47_EXPERTS_MASTER), 33030144, 1); /* layer 47 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L47_DENSE_PARAM), 354336, 0); /* layer 47 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L47_EXPERTS_PARAM), 33030144, 1); /* layer 47 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 44); /* X44 is on the host: its slot takes X47 */
   layer46_forward(c, false);
   rt_offload_store(c, 46, H(HX46), R(X46), 402653184); /* to the host while the next layers run */
@@ -8773,8 +8853,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L48_DENSE_MASTER), 354336, 2); /* layer 48 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L48_EXPERTS_MASTER), 33030144, 3); /* layer 48 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L48_DENSE_PARAM), 354336, 2); /* layer 48 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L48_EXPERTS_PARAM), 33030144, 3); /* layer 48 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 45); /* X45 is on the host: its slot takes X48 */
   layer47_forward(c, false);
   rt_offload_store(c, 47, H(HX47), R(X47), 402653184); /* to the host while the next layers run */
@@ -8782,8 +8862,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L49_DENSE_MASTER), 354336, 0); /* layer 49 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L49_EXPERTS_MASTER), 33030144, 1); /* layer 49 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L49_DENSE_PARAM), 354336, 0); /* layer 49 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L49_EXPERTS_PARAM), 33030144, 1); /* layer 49 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 46); /* X46 is on the host: its slot takes X49 */
   layer48_forward(c, false);
   rt_offload_store(c, 48, H(HX48), R(X48), 402653184); /* to the host while the next layers run */
@@ -8791,8 +8871,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L50_DENSE_MASTER), 354336, 2); /* layer 50 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L50_EXPERTS_MASTER), 33030144, 3); /* layer 50 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L50_DENSE_PARAM), 354336, 2); /* layer 50 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L50_EXPERTS_PARAM), 33030144, 3); /* layer 50 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 47); /* X47 is on the host: its slot takes X50 */
   layer49_forward(c, false);
   rt_offload_store(c, 49, H(HX49), R(X49), 402653184); /* to the host while the next layers run */
@@ -8800,8 +8880,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L51_DENSE_MASTER), 354336, 0); /* layer 51 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L51_EXPERTS_MASTER), 33030144, 1); /* layer 51 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L51_DENSE_PARAM), 354336, 0); /* layer 51 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L51_EXPERTS_PARAM), 33030144, 1); /* layer 51 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 48); /* X48 is on the host: its slot takes X51 */
   layer50_forward(c, false);
   rt_offload_store(c, 50, H(HX50), R(X50), 402653184); /* to the host while the next layers run */
@@ -8809,8 +8889,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L52_DENSE_MASTER), 354336, 2); /* layer 52 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L52_EXPERTS_MASTER), 33030144, 3); /* layer 52 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L52_DENSE_PARAM), 354336, 2); /* layer 52 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L52_EXPERTS_PARAM), 33030144, 3); /* layer 52 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 49); /* X49 is on the host: its slot takes X52 */
   layer51_forward(c, false);
   rt_offload_store(c, 51, H(HX51), R(X51), 402653184); /* to the host while the next layers run */
@@ -8818,8 +8898,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L53_DENSE_MASTER), 354336, 0); /* layer 53 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L53_EXPERTS_MASTER), 33030144, 1); /* layer 53 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L53_DENSE_PARAM), 354336, 0); /* layer 53 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L53_EXPERTS_PARAM), 33030144, 1); /* layer 53 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 50); /* X50 is on the host: its slot takes X53 */
   layer52_forward(c, false);
   rt_offload_store(c, 52, H(HX52), R(X52), 402653184); /* to the host while the next layers run */
@@ -8827,8 +8907,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L54_DENSE_MASTER), 354336, 2); /* layer 54 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L54_EXPERTS_MASTER), 33030144, 3); /* layer 54 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L54_DENSE_PARAM), 354336, 2); /* layer 54 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L54_EXPERTS_PARAM), 33030144, 3); /* layer 54 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 51); /* X51 is on the host: its slot takes X54 */
   layer53_forward(c, false);
   rt_offload_store(c, 53, H(HX53), R(X53), 402653184); /* to the host while the next layers run */
@@ -8836,8 +8916,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L55_DENSE_MASTER), 354336, 0); /* layer 55 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L55_EXPERTS_MASTER), 33030144, 1); /* layer 55 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L55_DENSE_PARAM), 354336, 0); /* layer 55 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L55_EXPERTS_PARAM), 33030144, 1); /* layer 55 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 52); /* X52 is on the host: its slot takes X55 */
   layer54_forward(c, false);
   rt_offload_store(c, 54, H(HX54), R(X54), 402653184); /* to the host while the next layers run */
@@ -8845,8 +8925,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L56_DENSE_MASTER), 354336, 2); /* layer 56 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L56_EXPERTS_MASTER), 33030144, 3); /* layer 56 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L56_DENSE_PARAM), 354336, 2); /* layer 56 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L56_EXPERTS_PARAM), 33030144, 3); /* layer 56 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 53); /* X53 is on the host: its slot takes X56 */
   layer55_forward(c, false);
   rt_offload_store(c, 55, H(HX55), R(X55), 402653184); /* to the host while the next layers run */
@@ -8854,8 +8934,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L57_DENSE_MASTER), 354336, 0); /* layer 57 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L57_EXPERTS_MASTER), 33030144, 1); /* layer 57 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L57_DENSE_PARAM), 354336, 0); /* layer 57 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L57_EXPERTS_PARAM), 33030144, 1); /* layer 57 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 54); /* X54 is on the host: its slot takes X57 */
   layer56_forward(c, false);
   rt_offload_store(c, 56, H(HX56), R(X56), 402653184); /* to the host while the next layers run */
@@ -8863,8 +8943,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L58_DENSE_MASTER), 354336, 2); /* layer 58 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L58_EXPERTS_MASTER), 33030144, 3); /* layer 58 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L58_DENSE_PARAM), 354336, 2); /* layer 58 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L58_EXPERTS_PARAM), 33030144, 3); /* layer 58 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 55); /* X55 is on the host: its slot takes X58 */
   layer57_forward(c, false);
   rt_offload_store(c, 57, H(HX57), R(X57), 402653184); /* to the host while the next layers run */
@@ -8872,8 +8952,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L59_DENSE_MASTER), 354336, 0); /* layer 59 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L59_EXPERTS_MASTER), 33030144, 1); /* layer 59 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L59_DENSE_PARAM), 354336, 0); /* layer 59 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L59_EXPERTS_PARAM), 33030144, 1); /* layer 59 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 56); /* X56 is on the host: its slot takes X59 */
   layer58_forward(c, false);
   rt_offload_store(c, 58, H(HX58), R(X58), 402653184); /* to the host while the next layers run */
@@ -8881,8 +8961,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L60_DENSE_MASTER), 354336, 2); /* layer 60 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L60_EXPERTS_MASTER), 33030144, 3); /* layer 60 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L60_DENSE_PARAM), 354336, 2); /* layer 60 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L60_EXPERTS_PARAM), 33030144, 3); /* layer 60 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 57); /* X57 is on the host: its slot takes X60 */
   layer59_forward(c, false);
   rt_offload_store(c, 59, H(HX59), R(X59), 402653184); /* to the host while the next layers run */
@@ -8890,8 +8970,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L61_DENSE_MASTER), 354336, 0); /* layer 61 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L61_EXPERTS_MASTER), 33030144, 1); /* layer 61 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L61_DENSE_PARAM), 354336, 0); /* layer 61 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L61_EXPERTS_PARAM), 33030144, 1); /* layer 61 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 58); /* X58 is on the host: its slot takes X61 */
   layer60_forward(c, false);
   rt_offload_store(c, 60, H(HX60), R(X60), 402653184); /* to the host while the next layers run */
@@ -8899,8 +8979,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L62_DENSE_MASTER), 354336, 2); /* layer 62 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L62_EXPERTS_MASTER), 33030144, 3); /* layer 62 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L62_DENSE_PARAM), 354336, 2); /* layer 62 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L62_EXPERTS_PARAM), 33030144, 3); /* layer 62 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 59); /* X59 is on the host: its slot takes X62 */
   layer61_forward(c, false);
   rt_offload_store(c, 61, H(HX61), R(X61), 402653184); /* to the host while the next layers run */
@@ -8908,8 +8988,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L63_DENSE_MASTER), 354336, 0); /* layer 63 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L63_EXPERTS_MASTER), 33030144, 1); /* layer 63 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L63_DENSE_PARAM), 354336, 0); /* layer 63 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L63_EXPERTS_PARAM), 33030144, 1); /* layer 63 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 60); /* X60 is on the host: its slot takes X63 */
   layer62_forward(c, false);
   rt_offload_store(c, 62, H(HX62), R(X62), 402653184); /* to the host while the next layers run */
@@ -8917,8 +8997,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L64_DENSE_MASTER), 354336, 2); /* layer 64 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L64_EXPERTS_MASTER), 33030144, 3); /* layer 64 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L64_DENSE_PARAM), 354336, 2); /* layer 64 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L64_EXPERTS_PARAM), 33030144, 3); /* layer 64 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 61); /* X61 is on the host: its slot takes X64 */
   layer63_forward(c, false);
   rt_offload_store(c, 63, H(HX63), R(X63), 402653184); /* to the host while the next layers run */
@@ -8926,8 +9006,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L65_DENSE_MASTER), 354336, 0); /* layer 65 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L65_EXPERTS_MASTER), 33030144, 1); /* layer 65 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L65_DENSE_PARAM), 354336, 0); /* layer 65 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L65_EXPERTS_PARAM), 33030144, 1); /* layer 65 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 62); /* X62 is on the host: its slot takes X65 */
   layer64_forward(c, false);
   rt_offload_store(c, 64, H(HX64), R(X64), 402653184); /* to the host while the next layers run */
@@ -8935,8 +9015,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L66_DENSE_MASTER), 354336, 2); /* layer 66 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L66_EXPERTS_MASTER), 33030144, 3); /* layer 66 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L66_DENSE_PARAM), 354336, 2); /* layer 66 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L66_EXPERTS_PARAM), 33030144, 3); /* layer 66 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 63); /* X63 is on the host: its slot takes X66 */
   layer65_forward(c, false);
   rt_offload_store(c, 65, H(HX65), R(X65), 402653184); /* to the host while the next layers run */
@@ -8944,8 +9024,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L67_DENSE_MASTER), 354336, 0); /* layer 67 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L67_EXPERTS_MASTER), 33030144, 1); /* layer 67 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L67_DENSE_PARAM), 354336, 0); /* layer 67 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L67_EXPERTS_PARAM), 33030144, 1); /* layer 67 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 64); /* X64 is on the host: its slot takes X67 */
   layer66_forward(c, false);
   rt_offload_store(c, 66, H(HX66), R(X66), 402653184); /* to the host while the next layers run */
@@ -8953,8 +9033,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L68_DENSE_MASTER), 354336, 2); /* layer 68 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L68_EXPERTS_MASTER), 33030144, 3); /* layer 68 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L68_DENSE_PARAM), 354336, 2); /* layer 68 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L68_EXPERTS_PARAM), 33030144, 3); /* layer 68 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 65); /* X65 is on the host: its slot takes X68 */
   layer67_forward(c, false);
   rt_offload_store(c, 67, H(HX67), R(X67), 402653184); /* to the host while the next layers run */
@@ -8962,8 +9042,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L69_DENSE_MASTER), 354336, 0); /* layer 69 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L69_EXPERTS_MASTER), 33030144, 1); /* layer 69 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L69_DENSE_PARAM), 354336, 0); /* layer 69 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L69_EXPERTS_PARAM), 33030144, 1); /* layer 69 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 66); /* X66 is on the host: its slot takes X69 */
   layer68_forward(c, false);
   rt_offload_store(c, 68, H(HX68), R(X68), 402653184); /* to the host while the next layers run */
@@ -8971,8 +9051,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L70_DENSE_MASTER), 354336, 2); /* layer 70 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L70_EXPERTS_MASTER), 33030144, 3); /* layer 70 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L70_DENSE_PARAM), 354336, 2); /* layer 70 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L70_EXPERTS_PARAM), 33030144, 3); /* layer 70 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 67); /* X67 is on the host: its slot takes X70 */
   layer69_forward(c, false);
   rt_offload_store(c, 69, H(HX69), R(X69), 402653184); /* to the host while the next layers run */
@@ -8980,8 +9060,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L71_DENSE_MASTER), 354336, 0); /* layer 71 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L71_EXPERTS_MASTER), 33030144, 1); /* layer 71 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L71_DENSE_PARAM), 354336, 0); /* layer 71 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L71_EXPERTS_PARAM), 33030144, 1); /* layer 71 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 68); /* X68 is on the host: its slot takes X71 */
   layer70_forward(c, false);
   rt_offload_store(c, 70, H(HX70), R(X70), 402653184); /* to the host while the next layers run */
@@ -8989,8 +9069,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L72_DENSE_MASTER), 354336, 2); /* layer 72 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L72_EXPERTS_MASTER), 33030144, 3); /* layer 72 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L72_DENSE_PARAM), 354336, 2); /* layer 72 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L72_EXPERTS_PARAM), 33030144, 3); /* layer 72 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 69); /* X69 is on the host: its slot takes X72 */
   layer71_forward(c, false);
   rt_offload_store(c, 71, H(HX71), R(X71), 402653184); /* to the host while the next layers run */
@@ -8998,15 +9078,15 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L73_DENSE_MASTER), 354336, 0); /* layer 73 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L73_EXPERTS_MASTER), 33030144, 1); /* layer 73 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L73_DENSE_PARAM), 354336, 0); /* layer 73 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L73_EXPERTS_PARAM), 33030144, 1); /* layer 73 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 70); /* X70 is on the host: its slot takes X73 */
   layer72_forward(c, false);
   rt_comm_label("layer 73 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(HEAD_MASTER), 4096016, 2); /* head: 384 ranks x 4096016, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(HEAD_PARAM), 4096016, 2); /* head: 384 ranks x 4096016, prefetch */
   rt_offload_wait(c, 71); /* X71 is on the host: its slot takes X74 */
   layer73_forward(c, false);
   rt_comm_label("head forward");
@@ -9023,37 +9103,37 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L73_DENSE_MASTER), 354336, 0); /* layer 73 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L73_EXPERTS_MASTER), 33030144, 1); /* layer 73 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L73_DENSE_PARAM), 354336, 0); /* layer 73 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L73_EXPERTS_PARAM), 33030144, 1); /* layer 73 experts: 96 ranks x 33030144, prefetch */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 1572870144);
   rt_zero(R(DLN), 402653184);
   rt_lm_head_ce_backward(R(DLN), DW(6144), R(LNF), W(6144), I(TARGETS), R(LSEF), 65536, 6144, 256000, 4096, R(CE), c->dloss);
   rt_zero(R(DX_A), 402653184);
   rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X74), W(0), R(RSTDF), 65536, 6144);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 4096016, (uint16_t *)R(RS_WIRE2), 2); /* head: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 4096016, (uint16_t *)R(RS_WIRE2), 2); /* head: 384 ranks, bf16 on the wire */
   /* layer 73 */
   rt_comm_label("layer 73 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L72_DENSE_MASTER), 354336, 2); /* layer 72 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L72_EXPERTS_MASTER), 33030144, 3); /* layer 72 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L72_DENSE_PARAM), 354336, 2); /* layer 72 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L72_EXPERTS_PARAM), 33030144, 3); /* layer 72 experts: 96 ranks x 33030144, prefetch */
   layer73_forward(c, true); /* recompute from X73 (full checkpointing) */
   rt_offload_load(c, 71, R(X71), H(HX71), 402653184); /* prefetch: X74's slot is free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer73_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L73_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 73 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L73_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 73 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L73_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 73 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L73_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 73 experts: 96 ranks, bf16 on the wire */
   /* layer 72 */
   rt_comm_label("layer 72 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L71_DENSE_MASTER), 354336, 0); /* layer 71 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L71_EXPERTS_MASTER), 33030144, 1); /* layer 71 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L71_DENSE_PARAM), 354336, 0); /* layer 71 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L71_EXPERTS_PARAM), 33030144, 1); /* layer 71 experts: 96 ranks x 33030144, prefetch */
   layer72_forward(c, true); /* recompute from X72 (full checkpointing) */
   rt_offload_load(c, 70, R(X70), H(HX70), 402653184); /* prefetch: X73's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 75's: the buffers are free */
@@ -9061,15 +9141,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer72_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L72_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 72 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L72_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 72 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L72_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 72 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L72_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 72 experts: 96 ranks, bf16 on the wire */
   /* layer 71 */
   rt_comm_label("layer 71 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L70_DENSE_MASTER), 354336, 2); /* layer 70 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L70_EXPERTS_MASTER), 33030144, 3); /* layer 70 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L70_DENSE_PARAM), 354336, 2); /* layer 70 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L70_EXPERTS_PARAM), 33030144, 3); /* layer 70 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 71); /* X71 is back */
   layer71_forward(c, true); /* recompute from X71 (full checkpointing) */
   rt_offload_load(c, 69, R(X69), H(HX69), 402653184); /* prefetch: X72's slot is free */
@@ -9078,15 +9158,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer71_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L71_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 71 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L71_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 71 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L71_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 71 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L71_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 71 experts: 96 ranks, bf16 on the wire */
   /* layer 70 */
   rt_comm_label("layer 70 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L69_DENSE_MASTER), 354336, 0); /* layer 69 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L69_EXPERTS_MASTER), 33030144, 1); /* layer 69 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L69_DENSE_PARAM), 354336, 0); /* layer 69 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L69_EXPERTS_PARAM), 33030144, 1); /* layer 69 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 70); /* X70 is back */
   layer70_forward(c, true); /* recompute from X70 (full checkpointing) */
   rt_offload_load(c, 68, R(X68), H(HX68), 402653184); /* prefetch: X71's slot is free */
@@ -9095,15 +9175,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer70_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L70_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 70 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L70_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 70 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L70_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 70 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L70_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 70 experts: 96 ranks, bf16 on the wire */
   /* layer 69 */
   rt_comm_label("layer 69 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L68_DENSE_MASTER), 354336, 2); /* layer 68 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L68_EXPERTS_MASTER), 33030144, 3); /* layer 68 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L68_DENSE_PARAM), 354336, 2); /* layer 68 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L68_EXPERTS_PARAM), 33030144, 3); /* layer 68 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 69); /* X69 is back */
   layer69_forward(c, true); /* recompute from X69 (full checkpointing) */
   rt_offload_load(c, 67, R(X67), H(HX67), 402653184); /* prefetch: X70's slot is free */
@@ -9112,15 +9192,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer69_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L69_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 69 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L69_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 69 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L69_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 69 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L69_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 69 experts: 96 ranks, bf16 on the wire */
   /* layer 68 */
   rt_comm_label("layer 68 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L67_DENSE_MASTER), 354336, 0); /* layer 67 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L67_EXPERTS_MASTER), 33030144, 1); /* layer 67 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L67_DENSE_PARAM), 354336, 0); /* layer 67 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L67_EXPERTS_PARAM), 33030144, 1); /* layer 67 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 68); /* X68 is back */
   layer68_forward(c, true); /* recompute from X68 (full checkpointing) */
   rt_offload_load(c, 66, R(X66), H(HX66), 402653184); /* prefetch: X69's slot is free */
@@ -9129,15 +9209,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer68_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L68_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 68 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L68_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 68 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L68_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 68 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L68_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 68 experts: 96 ranks, bf16 on the wire */
   /* layer 67 */
   rt_comm_label("layer 67 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L66_DENSE_MASTER), 354336, 2); /* layer 66 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L66_EXPERTS_MASTER), 33030144, 3); /* layer 66 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L66_DENSE_PARAM), 354336, 2); /* layer 66 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L66_EXPERTS_PARAM), 33030144, 3); /* layer 66 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 67); /* X67 is back */
   layer67_forward(c, true); /* recompute from X67 (full checkpointing) */
   rt_offload_load(c, 65, R(X65), H(HX65), 402653184); /* prefetch: X68's slot is free */
@@ -9146,15 +9226,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer67_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L67_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 67 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L67_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 67 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L67_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 67 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L67_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 67 experts: 96 ranks, bf16 on the wire */
   /* layer 66 */
   rt_comm_label("layer 66 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L65_DENSE_MASTER), 354336, 0); /* layer 65 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L65_EXPERTS_MASTER), 33030144, 1); /* layer 65 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L65_DENSE_PARAM), 354336, 0); /* layer 65 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L65_EXPERTS_PARAM), 33030144, 1); /* layer 65 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 66); /* X66 is back */
   layer66_forward(c, true); /* recompute from X66 (full checkpointing) */
   rt_offload_load(c, 64, R(X64), H(HX64), 402653184); /* prefetch: X67's slot is free */
@@ -9163,15 +9243,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer66_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L66_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 66 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L66_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 66 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L66_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 66 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L66_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 66 experts: 96 ranks, bf16 on the wire */
   /* layer 65 */
   rt_comm_label("layer 65 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L64_DENSE_MASTER), 354336, 2); /* layer 64 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L64_EXPERTS_MASTER), 33030144, 3); /* layer 64 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L64_DENSE_PARAM), 354336, 2); /* layer 64 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L64_EXPERTS_PARAM), 33030144, 3); /* layer 64 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 65); /* X65 is back */
   layer65_forward(c, true); /* recompute from X65 (full checkpointing) */
   rt_offload_load(c, 63, R(X63), H(HX63), 402653184); /* prefetch: X66's slot is free */
@@ -9180,15 +9260,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer65_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L65_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 65 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L65_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 65 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L65_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 65 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L65_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 65 experts: 96 ranks, bf16 on the wire */
   /* layer 64 */
   rt_comm_label("layer 64 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L63_DENSE_MASTER), 354336, 0); /* layer 63 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L63_EXPERTS_MASTER), 33030144, 1); /* layer 63 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L63_DENSE_PARAM), 354336, 0); /* layer 63 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L63_EXPERTS_PARAM), 33030144, 1); /* layer 63 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 64); /* X64 is back */
   layer64_forward(c, true); /* recompute from X64 (full checkpointing) */
   rt_offload_load(c, 62, R(X62), H(HX62), 402653184); /* prefetch: X65's slot is free */
@@ -9197,15 +9277,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer64_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L64_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 64 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L64_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 64 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L64_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 64 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L64_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 64 experts: 96 ranks, bf16 on the wire */
   /* layer 63 */
   rt_comm_label("layer 63 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L62_DENSE_MASTER), 354336, 2); /* layer 62 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L62_EXPERTS_MASTER), 33030144, 3); /* layer 62 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L62_DENSE_PARAM), 354336, 2); /* layer 62 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L62_EXPERTS_PARAM), 33030144, 3); /* layer 62 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 63); /* X63 is back */
   layer63_forward(c, true); /* recompute from X63 (full checkpointing) */
   rt_offload_load(c, 61, R(X61), H(HX61), 402653184); /* prefetch: X64's slot is free */
@@ -9214,15 +9294,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer63_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L63_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 63 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L63_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 63 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L63_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 63 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L63_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 63 experts: 96 ranks, bf16 on the wire */
   /* layer 62 */
   rt_comm_label("layer 62 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L61_DENSE_MASTER), 354336, 0); /* layer 61 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L61_EXPERTS_MASTER), 33030144, 1); /* layer 61 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L61_DENSE_PARAM), 354336, 0); /* layer 61 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L61_EXPERTS_PARAM), 33030144, 1); /* layer 61 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 62); /* X62 is back */
   layer62_forward(c, true); /* recompute from X62 (full checkpointing) */
   rt_offload_load(c, 60, R(X60), H(HX60), 402653184); /* prefetch: X63's slot is free */
@@ -9231,15 +9311,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer62_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L62_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 62 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L62_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 62 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L62_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 62 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L62_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 62 experts: 96 ranks, bf16 on the wire */
   /* layer 61 */
   rt_comm_label("layer 61 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L60_DENSE_MASTER), 354336, 2); /* layer 60 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L60_EXPERTS_MASTER), 33030144, 3); /* layer 60 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L60_DENSE_PARAM), 354336, 2); /* layer 60 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L60_EXPERTS_PARAM), 33030144, 3); /* layer 60 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 61); /* X61 is back */
   layer61_forward(c, true); /* recompute from X61 (full checkpointing) */
   rt_offload_load(c, 59, R(X59), H(HX59), 402653184); /* prefetch: X62's slot is free */
@@ -9248,15 +9328,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer61_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L61_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 61 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L61_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 61 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L61_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 61 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L61_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 61 experts: 96 ranks, bf16 on the wire */
   /* layer 60 */
   rt_comm_label("layer 60 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L59_DENSE_MASTER), 354336, 0); /* layer 59 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L59_EXPERTS_MASTER), 33030144, 1); /* layer 59 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L59_DENSE_PARAM), 354336, 0); /* layer 59 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L59_EXPERTS_PARAM), 33030144, 1); /* layer 59 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 60); /* X60 is back */
   layer60_forward(c, true); /* recompute from X60 (full checkpointing) */
   rt_offload_load(c, 58, R(X58), H(HX58), 402653184); /* prefetch: X61's slot is free */
@@ -9265,15 +9345,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer60_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L60_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 60 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L60_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 60 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L60_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 60 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L60_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 60 experts: 96 ranks, bf16 on the wire */
   /* layer 59 */
   rt_comm_label("layer 59 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L58_DENSE_MASTER), 354336, 2); /* layer 58 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L58_EXPERTS_MASTER), 33030144, 3); /* layer 58 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L58_DENSE_PARAM), 354336, 2); /* layer 58 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L58_EXPERTS_PARAM), 33030144, 3); /* layer 58 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 59); /* X59 is back */
   layer59_forward(c, true); /* recompute from X59 (full checkpointing) */
   rt_offload_load(c, 57, R(X57), H(HX57), 402653184); /* prefetch: X60's slot is free */
@@ -9282,15 +9362,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer59_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L59_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 59 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L59_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 59 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L59_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 59 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L59_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 59 experts: 96 ranks, bf16 on the wire */
   /* layer 58 */
   rt_comm_label("layer 58 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L57_DENSE_MASTER), 354336, 0); /* layer 57 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L57_EXPERTS_MASTER), 33030144, 1); /* layer 57 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L57_DENSE_PARAM), 354336, 0); /* layer 57 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L57_EXPERTS_PARAM), 33030144, 1); /* layer 57 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 58); /* X58 is back */
   layer58_forward(c, true); /* recompute from X58 (full checkpointing) */
   rt_offload_load(c, 56, R(X56), H(HX56), 402653184); /* prefetch: X59's slot is free */
@@ -9299,15 +9379,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer58_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L58_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 58 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L58_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 58 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L58_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 58 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L58_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 58 experts: 96 ranks, bf16 on the wire */
   /* layer 57 */
   rt_comm_label("layer 57 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L56_DENSE_MASTER), 354336, 2); /* layer 56 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L56_EXPERTS_MASTER), 33030144, 3); /* layer 56 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L56_DENSE_PARAM), 354336, 2); /* layer 56 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L56_EXPERTS_PARAM), 33030144, 3); /* layer 56 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 57); /* X57 is back */
   layer57_forward(c, true); /* recompute from X57 (full checkpointing) */
   rt_offload_load(c, 55, R(X55), H(HX55), 402653184); /* prefetch: X58's slot is free */
@@ -9316,15 +9396,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer57_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L57_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 57 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L57_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 57 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L57_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 57 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L57_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 57 experts: 96 ranks, bf16 on the wire */
   /* layer 56 */
   rt_comm_label("layer 56 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L55_DENSE_MASTER), 354336, 0); /* layer 55 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L55_EXPERTS_MASTER), 33030144, 1); /* layer 55 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L55_DENSE_PARAM), 354336, 0); /* layer 55 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L55_EXPERTS_PARAM), 33030144, 1); /* layer 55 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 56); /* X56 is back */
   layer56_forward(c, true); /* recompute from X56 (full checkpointing) */
   rt_offload_load(c, 54, R(X54), H(HX54), 402653184); /* prefetch: X57's slot is free */
@@ -9333,15 +9413,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer56_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L56_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 56 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L56_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 56 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L56_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 56 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L56_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 56 experts: 96 ranks, bf16 on the wire */
   /* layer 55 */
   rt_comm_label("layer 55 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L54_DENSE_MASTER), 354336, 2); /* layer 54 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L54_EXPERTS_MASTER), 33030144, 3); /* layer 54 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L54_DENSE_PARAM), 354336, 2); /* layer 54 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L54_EXPERTS_PARAM), 33030144, 3); /* layer 54 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 55); /* X55 is back */
   layer55_forward(c, true); /* recompute from X55 (full checkpointing) */
   rt_offload_load(c, 53, R(X53), H(HX53), 402653184); /* prefetch: X56's slot is free */
@@ -9350,15 +9430,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer55_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L55_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 55 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L55_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 55 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L55_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 55 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L55_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 55 experts: 96 ranks, bf16 on the wire */
   /* layer 54 */
   rt_comm_label("layer 54 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L53_DENSE_MASTER), 354336, 0); /* layer 53 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L53_EXPERTS_MASTER), 33030144, 1); /* layer 53 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L53_DENSE_PARAM), 354336, 0); /* layer 53 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L53_EXPERTS_PARAM), 33030144, 1); /* layer 53 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 54); /* X54 is back */
   layer54_forward(c, true); /* recompute from X54 (full checkpointing) */
   rt_offload_load(c, 52, R(X52), H(HX52), 402653184); /* prefetch: X55's slot is free */
@@ -9367,15 +9447,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer54_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L54_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 54 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L54_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 54 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L54_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 54 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L54_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 54 experts: 96 ranks, bf16 on the wire */
   /* layer 53 */
   rt_comm_label("layer 53 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L52_DENSE_MASTER), 354336, 2); /* layer 52 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L52_EXPERTS_MASTER), 33030144, 3); /* layer 52 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L52_DENSE_PARAM), 354336, 2); /* layer 52 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L52_EXPERTS_PARAM), 33030144, 3); /* layer 52 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 53); /* X53 is back */
   layer53_forward(c, true); /* recompute from X53 (full checkpointing) */
   rt_offload_load(c, 51, R(X51), H(HX51), 402653184); /* prefetch: X54's slot is free */
@@ -9384,15 +9464,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer53_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L53_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 53 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L53_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 53 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L53_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 53 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L53_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 53 experts: 96 ranks, bf16 on the wire */
   /* layer 52 */
   rt_comm_label("layer 52 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L51_DENSE_MASTER), 354336, 0); /* layer 51 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L51_EXPERTS_MASTER), 33030144, 1); /* layer 51 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L51_DENSE_PARAM), 354336, 0); /* layer 51 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L51_EXPERTS_PARAM), 33030144, 1); /* layer 51 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 52); /* X52 is back */
   layer52_forward(c, true); /* recompute from X52 (full checkpointing) */
   rt_offload_load(c, 50, R(X50), H(HX50), 402653184); /* prefetch: X53's slot is free */
@@ -9401,15 +9481,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer52_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L52_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 52 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L52_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 52 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L52_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 52 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L52_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 52 experts: 96 ranks, bf16 on the wire */
   /* layer 51 */
   rt_comm_label("layer 51 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L50_DENSE_MASTER), 354336, 2); /* layer 50 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L50_EXPERTS_MASTER), 33030144, 3); /* layer 50 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L50_DENSE_PARAM), 354336, 2); /* layer 50 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L50_EXPERTS_PARAM), 33030144, 3); /* layer 50 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 51); /* X51 is back */
   layer51_forward(c, true); /* recompute from X51 (full checkpointing) */
   rt_offload_load(c, 49, R(X49), H(HX49), 402653184); /* prefetch: X52's slot is free */
@@ -9418,15 +9498,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer51_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L51_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 51 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L51_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 51 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L51_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 51 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L51_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 51 experts: 96 ranks, bf16 on the wire */
   /* layer 50 */
   rt_comm_label("layer 50 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L49_DENSE_MASTER), 354336, 0); /* layer 49 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L49_EXPERTS_MASTER), 33030144, 1); /* layer 49 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L49_DENSE_PARAM), 354336, 0); /* layer 49 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L49_EXPERTS_PARAM), 33030144, 1); /* layer 49 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 50); /* X50 is back */
   layer50_forward(c, true); /* recompute from X50 (full checkpointing) */
   rt_offload_load(c, 48, R(X48), H(HX48), 402653184); /* prefetch: X51's slot is free */
@@ -9435,15 +9515,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer50_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L50_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 50 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L50_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 50 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L50_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 50 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L50_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 50 experts: 96 ranks, bf16 on the wire */
   /* layer 49 */
   rt_comm_label("layer 49 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L48_DENSE_MASTER), 354336, 2); /* layer 48 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L48_EXPERTS_MASTER), 33030144, 3); /* layer 48 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L48_DENSE_PARAM), 354336, 2); /* layer 48 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L48_EXPERTS_PARAM), 33030144, 3); /* layer 48 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 49); /* X49 is back */
   layer49_forward(c, true); /* recompute from X49 (full checkpointing) */
   rt_offload_load(c, 47, R(X47), H(HX47), 402653184); /* prefetch: X50's slot is free */
@@ -9452,15 +9532,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer49_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L49_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 49 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L49_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 49 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L49_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 49 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L49_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 49 experts: 96 ranks, bf16 on the wire */
   /* layer 48 */
   rt_comm_label("layer 48 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L47_DENSE_MASTER), 354336, 0); /* layer 47 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L47_EXPERTS_MASTER), 33030144, 1); /* layer 47 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L47_DENSE_PARAM), 354336, 0); /* layer 47 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L47_EXPERTS_PARAM), 33030144, 1); /* layer 47 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 48); /* X48 is back */
   layer48_forward(c, true); /* recompute from X48 (full checkpointing) */
   rt_offload_load(c, 46, R(X46), H(HX46), 402653184); /* prefetch: X49's slot is free */
@@ -9469,15 +9549,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer48_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L48_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 48 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L48_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 48 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L48_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 48 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L48_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 48 experts: 96 ranks, bf16 on the wire */
   /* layer 47 */
   rt_comm_label("layer 47 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L46_DENSE_MASTER), 354336, 2); /* layer 46 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L46_EXPERTS_MASTER), 33030144, 3); /* layer 46 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L46_DENSE_PARAM), 354336, 2); /* layer 46 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L46_EXPERTS_PARAM), 33030144, 3); /* layer 46 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 47); /* X47 is back */
   layer47_forward(c, true); /* recompute from X47 (full checkpointing) */
   rt_offload_load(c, 45, R(X45), H(HX45), 402653184); /* prefetch: X48's slot is free */
@@ -9486,15 +9566,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer47_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L47_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 47 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L47_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 47 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L47_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 47 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L47_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 47 experts: 96 ranks, bf16 on the wire */
   /* layer 46 */
   rt_comm_label("layer 46 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L45_DENSE_MASTER), 354336, 0); /* layer 45 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L45_EXPERTS_MASTER), 33030144, 1); /* layer 45 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L45_DENSE_PARAM), 354336, 0); /* layer 45 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L45_EXPERTS_PARAM), 33030144, 1); /* layer 45 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 46); /* X46 is back */
   layer46_forward(c, true); /* recompute from X46 (full checkpointing) */
   rt_offload_load(c, 44, R(X44), H(HX44), 402653184); /* prefetch: X47's slot is free */
@@ -9503,15 +9583,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer46_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L46_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 46 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L46_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 46 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L46_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 46 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L46_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 46 experts: 96 ranks, bf16 on the wire */
   /* layer 45 */
   rt_comm_label("layer 45 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L44_DENSE_MASTER), 354336, 2); /* layer 44 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L44_EXPERTS_MASTER), 33030144, 3); /* layer 44 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L44_DENSE_PARAM), 354336, 2); /* layer 44 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L44_EXPERTS_PARAM), 33030144, 3); /* layer 44 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 45); /* X45 is back */
   layer45_forward(c, true); /* recompute from X45 (full checkpointing) */
   rt_offload_load(c, 43, R(X43), H(HX43), 402653184); /* prefetch: X46's slot is free */
@@ -9520,15 +9600,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer45_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L45_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 45 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L45_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 45 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L45_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 45 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L45_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 45 experts: 96 ranks, bf16 on the wire */
   /* layer 44 */
   rt_comm_label("layer 44 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L43_DENSE_MASTER), 354336, 0); /* layer 43 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L43_EXPERTS_MASTER), 33030144, 1); /* layer 43 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L43_DENSE_PARAM), 354336, 0); /* layer 43 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L43_EXPERTS_PARAM), 33030144, 1); /* layer 43 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 44); /* X44 is back */
   layer44_forward(c, true); /* recompute from X44 (full checkpointing) */
   rt_offload_load(c, 42, R(X42), H(HX42), 402653184); /* prefetch: X45's slot is free */
@@ -9537,15 +9617,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer44_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L44_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 44 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L44_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 44 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L44_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 44 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L44_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 44 experts: 96 ranks, bf16 on the wire */
   /* layer 43 */
   rt_comm_label("layer 43 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L42_DENSE_MASTER), 354336, 2); /* layer 42 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L42_EXPERTS_MASTER), 33030144, 3); /* layer 42 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L42_DENSE_PARAM), 354336, 2); /* layer 42 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L42_EXPERTS_PARAM), 33030144, 3); /* layer 42 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 43); /* X43 is back */
   layer43_forward(c, true); /* recompute from X43 (full checkpointing) */
   rt_offload_load(c, 41, R(X41), H(HX41), 402653184); /* prefetch: X44's slot is free */
@@ -9554,15 +9634,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer43_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L43_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 43 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L43_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 43 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L43_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 43 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L43_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 43 experts: 96 ranks, bf16 on the wire */
   /* layer 42 */
   rt_comm_label("layer 42 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L41_DENSE_MASTER), 354336, 0); /* layer 41 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L41_EXPERTS_MASTER), 33030144, 1); /* layer 41 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L41_DENSE_PARAM), 354336, 0); /* layer 41 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L41_EXPERTS_PARAM), 33030144, 1); /* layer 41 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 42); /* X42 is back */
   layer42_forward(c, true); /* recompute from X42 (full checkpointing) */
   rt_offload_load(c, 40, R(X40), H(HX40), 402653184); /* prefetch: X43's slot is free */
@@ -9571,15 +9651,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer42_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L42_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 42 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L42_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 42 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L42_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 42 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L42_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 42 experts: 96 ranks, bf16 on the wire */
   /* layer 41 */
   rt_comm_label("layer 41 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L40_DENSE_MASTER), 354336, 2); /* layer 40 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L40_EXPERTS_MASTER), 33030144, 3); /* layer 40 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L40_DENSE_PARAM), 354336, 2); /* layer 40 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L40_EXPERTS_PARAM), 33030144, 3); /* layer 40 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 41); /* X41 is back */
   layer41_forward(c, true); /* recompute from X41 (full checkpointing) */
   rt_offload_load(c, 39, R(X39), H(HX39), 402653184); /* prefetch: X42's slot is free */
@@ -9588,15 +9668,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer41_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L41_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 41 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L41_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 41 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L41_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 41 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L41_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 41 experts: 96 ranks, bf16 on the wire */
   /* layer 40 */
   rt_comm_label("layer 40 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L39_DENSE_MASTER), 354336, 0); /* layer 39 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L39_EXPERTS_MASTER), 33030144, 1); /* layer 39 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L39_DENSE_PARAM), 354336, 0); /* layer 39 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L39_EXPERTS_PARAM), 33030144, 1); /* layer 39 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 40); /* X40 is back */
   layer40_forward(c, true); /* recompute from X40 (full checkpointing) */
   rt_offload_load(c, 38, R(X38), H(HX38), 402653184); /* prefetch: X41's slot is free */
@@ -9605,15 +9685,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer40_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L40_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 40 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L40_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 40 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L40_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 40 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L40_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 40 experts: 96 ranks, bf16 on the wire */
   /* layer 39 */
   rt_comm_label("layer 39 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L38_DENSE_MASTER), 354336, 2); /* layer 38 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L38_EXPERTS_MASTER), 33030144, 3); /* layer 38 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L38_DENSE_PARAM), 354336, 2); /* layer 38 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L38_EXPERTS_PARAM), 33030144, 3); /* layer 38 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 39); /* X39 is back */
   layer39_forward(c, true); /* recompute from X39 (full checkpointing) */
   rt_offload_load(c, 37, R(X37), H(HX37), 402653184); /* prefetch: X40's slot is free */
@@ -9622,15 +9702,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer39_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L39_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 39 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L39_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 39 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L39_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 39 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L39_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 39 experts: 96 ranks, bf16 on the wire */
   /* layer 38 */
   rt_comm_label("layer 38 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L37_DENSE_MASTER), 354336, 0); /* layer 37 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L37_EXPERTS_MASTER), 33030144, 1); /* layer 37 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L37_DENSE_PARAM), 354336, 0); /* layer 37 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L37_EXPERTS_PARAM), 33030144, 1); /* layer 37 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 38); /* X38 is back */
   layer38_forward(c, true); /* recompute from X38 (full checkpointing) */
   rt_offload_load(c, 36, R(X36), H(HX36), 402653184); /* prefetch: X39's slot is free */
@@ -9639,15 +9719,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer38_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L38_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 38 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L38_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 38 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L38_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 38 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L38_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 38 experts: 96 ranks, bf16 on the wire */
   /* layer 37 */
   rt_comm_label("layer 37 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L36_DENSE_MASTER), 354336, 2); /* layer 36 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L36_EXPERTS_MASTER), 33030144, 3); /* layer 36 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L36_DENSE_PARAM), 354336, 2); /* layer 36 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L36_EXPERTS_PARAM), 33030144, 3); /* layer 36 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 37); /* X37 is back */
   layer37_forward(c, true); /* recompute from X37 (full checkpointing) */
   rt_offload_load(c, 35, R(X35), H(HX35), 402653184); /* prefetch: X38's slot is free */
@@ -9656,15 +9736,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer37_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L37_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 37 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L37_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 37 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L37_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 37 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L37_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 37 experts: 96 ranks, bf16 on the wire */
   /* layer 36 */
   rt_comm_label("layer 36 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L35_DENSE_MASTER), 354336, 0); /* layer 35 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L35_EXPERTS_MASTER), 33030144, 1); /* layer 35 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L35_DENSE_PARAM), 354336, 0); /* layer 35 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L35_EXPERTS_PARAM), 33030144, 1); /* layer 35 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 36); /* X36 is back */
   layer36_forward(c, true); /* recompute from X36 (full checkpointing) */
   rt_offload_load(c, 34, R(X34), H(HX34), 402653184); /* prefetch: X37's slot is free */
@@ -9673,15 +9753,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer36_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L36_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 36 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L36_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 36 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L36_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 36 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L36_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 36 experts: 96 ranks, bf16 on the wire */
   /* layer 35 */
   rt_comm_label("layer 35 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L34_DENSE_MASTER), 354336, 2); /* layer 34 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L34_EXPERTS_MASTER), 33030144, 3); /* layer 34 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L34_DENSE_PARAM), 354336, 2); /* layer 34 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L34_EXPERTS_PARAM), 33030144, 3); /* layer 34 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 35); /* X35 is back */
   layer35_forward(c, true); /* recompute from X35 (full checkpointing) */
   rt_offload_load(c, 33, R(X33), H(HX33), 402653184); /* prefetch: X36's slot is free */
@@ -9690,15 +9770,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer35_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L35_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 35 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L35_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 35 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L35_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 35 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L35_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 35 experts: 96 ranks, bf16 on the wire */
   /* layer 34 */
   rt_comm_label("layer 34 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L33_DENSE_MASTER), 354336, 0); /* layer 33 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L33_EXPERTS_MASTER), 33030144, 1); /* layer 33 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L33_DENSE_PARAM), 354336, 0); /* layer 33 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L33_EXPERTS_PARAM), 33030144, 1); /* layer 33 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 34); /* X34 is back */
   layer34_forward(c, true); /* recompute from X34 (full checkpointing) */
   rt_offload_load(c, 32, R(X32), H(HX32), 402653184); /* prefetch: X35's slot is free */
@@ -9707,15 +9787,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer34_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L34_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 34 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L34_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 34 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L34_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 34 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L34_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 34 experts: 96 ranks, bf16 on the wire */
   /* layer 33 */
   rt_comm_label("layer 33 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L32_DENSE_MASTER), 354336, 2); /* layer 32 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L32_EXPERTS_MASTER), 33030144, 3); /* layer 32 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L32_DENSE_PARAM), 354336, 2); /* layer 32 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L32_EXPERTS_PARAM), 33030144, 3); /* layer 32 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 33); /* X33 is back */
   layer33_forward(c, true); /* recompute from X33 (full checkpointing) */
   rt_offload_load(c, 31, R(X31), H(HX31), 402653184); /* prefetch: X34's slot is free */
@@ -9724,15 +9804,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer33_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L33_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 33 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L33_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 33 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L33_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 33 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L33_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 33 experts: 96 ranks, bf16 on the wire */
   /* layer 32 */
   rt_comm_label("layer 32 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 354336, 0); /* layer 31 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_MASTER), 33030144, 1); /* layer 31 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_PARAM), 354336, 0); /* layer 31 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_PARAM), 33030144, 1); /* layer 31 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 32); /* X32 is back */
   layer32_forward(c, true); /* recompute from X32 (full checkpointing) */
   rt_offload_load(c, 30, R(X30), H(HX30), 402653184); /* prefetch: X33's slot is free */
@@ -9741,15 +9821,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer32_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L32_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 32 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L32_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 32 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L32_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 32 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L32_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 32 experts: 96 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 354336, 2); /* layer 30 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_MASTER), 33030144, 3); /* layer 30 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_PARAM), 354336, 2); /* layer 30 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_PARAM), 33030144, 3); /* layer 30 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 31); /* X31 is back */
   layer31_forward(c, true); /* recompute from X31 (full checkpointing) */
   rt_offload_load(c, 29, R(X29), H(HX29), 402653184); /* prefetch: X32's slot is free */
@@ -9758,15 +9838,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer31_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 96 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 354336, 0); /* layer 29 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_MASTER), 33030144, 1); /* layer 29 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_PARAM), 354336, 0); /* layer 29 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_PARAM), 33030144, 1); /* layer 29 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 30); /* X30 is back */
   layer30_forward(c, true); /* recompute from X30 (full checkpointing) */
   rt_offload_load(c, 28, R(X28), H(HX28), 402653184); /* prefetch: X31's slot is free */
@@ -9775,15 +9855,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer30_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 96 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 354336, 2); /* layer 28 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_MASTER), 33030144, 3); /* layer 28 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_PARAM), 354336, 2); /* layer 28 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_PARAM), 33030144, 3); /* layer 28 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 29); /* X29 is back */
   layer29_forward(c, true); /* recompute from X29 (full checkpointing) */
   rt_offload_load(c, 27, R(X27), H(HX27), 402653184); /* prefetch: X30's slot is free */
@@ -9792,15 +9872,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer29_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 96 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 354336, 0); /* layer 27 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_MASTER), 33030144, 1); /* layer 27 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_PARAM), 354336, 0); /* layer 27 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_PARAM), 33030144, 1); /* layer 27 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 28); /* X28 is back */
   layer28_forward(c, true); /* recompute from X28 (full checkpointing) */
   rt_offload_load(c, 26, R(X26), H(HX26), 402653184); /* prefetch: X29's slot is free */
@@ -9809,15 +9889,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer28_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 96 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 354336, 2); /* layer 26 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_MASTER), 33030144, 3); /* layer 26 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_PARAM), 354336, 2); /* layer 26 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_PARAM), 33030144, 3); /* layer 26 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 27); /* X27 is back */
   layer27_forward(c, true); /* recompute from X27 (full checkpointing) */
   rt_offload_load(c, 25, R(X25), H(HX25), 402653184); /* prefetch: X28's slot is free */
@@ -9826,15 +9906,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer27_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 96 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 354336, 0); /* layer 25 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_MASTER), 33030144, 1); /* layer 25 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_PARAM), 354336, 0); /* layer 25 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_PARAM), 33030144, 1); /* layer 25 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 26); /* X26 is back */
   layer26_forward(c, true); /* recompute from X26 (full checkpointing) */
   rt_offload_load(c, 24, R(X24), H(HX24), 402653184); /* prefetch: X27's slot is free */
@@ -9843,15 +9923,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer26_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 96 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 354336, 2); /* layer 24 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_MASTER), 33030144, 3); /* layer 24 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_PARAM), 354336, 2); /* layer 24 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_PARAM), 33030144, 3); /* layer 24 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 25); /* X25 is back */
   layer25_forward(c, true); /* recompute from X25 (full checkpointing) */
   rt_offload_load(c, 23, R(X23), H(HX23), 402653184); /* prefetch: X26's slot is free */
@@ -9860,15 +9940,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer25_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 96 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 354336, 0); /* layer 23 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_MASTER), 33030144, 1); /* layer 23 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_PARAM), 354336, 0); /* layer 23 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_PARAM), 33030144, 1); /* layer 23 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 24); /* X24 is back */
   layer24_forward(c, true); /* recompute from X24 (full checkpointing) */
   rt_offload_load(c, 22, R(X22), H(HX22), 402653184); /* prefetch: X25's slot is free */
@@ -9877,15 +9957,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer24_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 96 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 354336, 2); /* layer 22 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_MASTER), 33030144, 3); /* layer 22 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_PARAM), 354336, 2); /* layer 22 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_PARAM), 33030144, 3); /* layer 22 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 23); /* X23 is back */
   layer23_forward(c, true); /* recompute from X23 (full checkpointing) */
   rt_offload_load(c, 21, R(X21), H(HX21), 402653184); /* prefetch: X24's slot is free */
@@ -9894,15 +9974,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer23_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 96 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 354336, 0); /* layer 21 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_MASTER), 33030144, 1); /* layer 21 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_PARAM), 354336, 0); /* layer 21 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_PARAM), 33030144, 1); /* layer 21 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 22); /* X22 is back */
   layer22_forward(c, true); /* recompute from X22 (full checkpointing) */
   rt_offload_load(c, 20, R(X20), H(HX20), 402653184); /* prefetch: X23's slot is free */
@@ -9911,15 +9991,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer22_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 96 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 354336, 2); /* layer 20 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_MASTER), 33030144, 3); /* layer 20 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_PARAM), 354336, 2); /* layer 20 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_PARAM), 33030144, 3); /* layer 20 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 21); /* X21 is back */
   layer21_forward(c, true); /* recompute from X21 (full checkpointing) */
   rt_offload_load(c, 19, R(X19), H(HX19), 402653184); /* prefetch: X22's slot is free */
@@ -9928,15 +10008,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer21_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 96 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 354336, 0); /* layer 19 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_MASTER), 33030144, 1); /* layer 19 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_PARAM), 354336, 0); /* layer 19 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_PARAM), 33030144, 1); /* layer 19 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 20); /* X20 is back */
   layer20_forward(c, true); /* recompute from X20 (full checkpointing) */
   rt_offload_load(c, 18, R(X18), H(HX18), 402653184); /* prefetch: X21's slot is free */
@@ -9945,15 +10025,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer20_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 96 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 354336, 2); /* layer 18 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_MASTER), 33030144, 3); /* layer 18 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_PARAM), 354336, 2); /* layer 18 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_PARAM), 33030144, 3); /* layer 18 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 19); /* X19 is back */
   layer19_forward(c, true); /* recompute from X19 (full checkpointing) */
   rt_offload_load(c, 17, R(X17), H(HX17), 402653184); /* prefetch: X20's slot is free */
@@ -9962,15 +10042,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer19_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 96 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 354336, 0); /* layer 17 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_MASTER), 33030144, 1); /* layer 17 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_PARAM), 354336, 0); /* layer 17 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_PARAM), 33030144, 1); /* layer 17 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 18); /* X18 is back */
   layer18_forward(c, true); /* recompute from X18 (full checkpointing) */
   rt_offload_load(c, 16, R(X16), H(HX16), 402653184); /* prefetch: X19's slot is free */
@@ -9979,15 +10059,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer18_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 96 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 354336, 2); /* layer 16 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_MASTER), 33030144, 3); /* layer 16 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_PARAM), 354336, 2); /* layer 16 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_PARAM), 33030144, 3); /* layer 16 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 17); /* X17 is back */
   layer17_forward(c, true); /* recompute from X17 (full checkpointing) */
   rt_offload_load(c, 15, R(X15), H(HX15), 402653184); /* prefetch: X18's slot is free */
@@ -9996,15 +10076,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer17_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 96 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 354336, 0); /* layer 15 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_MASTER), 33030144, 1); /* layer 15 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_PARAM), 354336, 0); /* layer 15 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_PARAM), 33030144, 1); /* layer 15 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 16); /* X16 is back */
   layer16_forward(c, true); /* recompute from X16 (full checkpointing) */
   rt_offload_load(c, 14, R(X14), H(HX14), 402653184); /* prefetch: X17's slot is free */
@@ -10013,15 +10093,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer16_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 96 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 354336, 2); /* layer 14 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_MASTER), 33030144, 3); /* layer 14 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_PARAM), 354336, 2); /* layer 14 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_PARAM), 33030144, 3); /* layer 14 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 15); /* X15 is back */
   layer15_forward(c, true); /* recompute from X15 (full checkpointing) */
   rt_offload_load(c, 13, R(X13), H(HX13), 402653184); /* prefetch: X16's slot is free */
@@ -10030,15 +10110,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer15_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 96 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 354336, 0); /* layer 13 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_MASTER), 33030144, 1); /* layer 13 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_PARAM), 354336, 0); /* layer 13 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_PARAM), 33030144, 1); /* layer 13 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 14); /* X14 is back */
   layer14_forward(c, true); /* recompute from X14 (full checkpointing) */
   rt_offload_load(c, 12, R(X12), H(HX12), 402653184); /* prefetch: X15's slot is free */
@@ -10047,15 +10127,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer14_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 96 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 354336, 2); /* layer 12 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_MASTER), 33030144, 3); /* layer 12 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_PARAM), 354336, 2); /* layer 12 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_PARAM), 33030144, 3); /* layer 12 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 13); /* X13 is back */
   layer13_forward(c, true); /* recompute from X13 (full checkpointing) */
   rt_offload_load(c, 11, R(X11), H(HX11), 402653184); /* prefetch: X14's slot is free */
@@ -10064,15 +10144,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer13_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 96 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 354336, 0); /* layer 11 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_MASTER), 33030144, 1); /* layer 11 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_PARAM), 354336, 0); /* layer 11 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_PARAM), 33030144, 1); /* layer 11 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 12); /* X12 is back */
   layer12_forward(c, true); /* recompute from X12 (full checkpointing) */
   rt_offload_load(c, 10, R(X10), H(HX10), 402653184); /* prefetch: X13's slot is free */
@@ -10081,15 +10161,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer12_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 96 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 354336, 2); /* layer 10 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_MASTER), 33030144, 3); /* layer 10 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_PARAM), 354336, 2); /* layer 10 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_PARAM), 33030144, 3); /* layer 10 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 11); /* X11 is back */
   layer11_forward(c, true); /* recompute from X11 (full checkpointing) */
   rt_offload_load(c, 9, R(X9), H(HX9), 402653184); /* prefetch: X12's slot is free */
@@ -10098,15 +10178,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer11_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 96 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 354336, 0); /* layer 9 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_MASTER), 33030144, 1); /* layer 9 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_PARAM), 354336, 0); /* layer 9 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_PARAM), 33030144, 1); /* layer 9 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 10); /* X10 is back */
   layer10_forward(c, true); /* recompute from X10 (full checkpointing) */
   rt_offload_load(c, 8, R(X8), H(HX8), 402653184); /* prefetch: X11's slot is free */
@@ -10115,15 +10195,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer10_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 96 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 354336, 2); /* layer 8 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_MASTER), 33030144, 3); /* layer 8 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_PARAM), 354336, 2); /* layer 8 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_PARAM), 33030144, 3); /* layer 8 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 9); /* X9 is back */
   layer9_forward(c, true); /* recompute from X9 (full checkpointing) */
   rt_offload_load(c, 7, R(X7), H(HX7), 402653184); /* prefetch: X10's slot is free */
@@ -10132,15 +10212,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer9_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 96 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 354336, 0); /* layer 7 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_MASTER), 33030144, 1); /* layer 7 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_PARAM), 354336, 0); /* layer 7 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_PARAM), 33030144, 1); /* layer 7 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 8); /* X8 is back */
   layer8_forward(c, true); /* recompute from X8 (full checkpointing) */
   rt_offload_load(c, 6, R(X6), H(HX6), 402653184); /* prefetch: X9's slot is free */
@@ -10149,15 +10229,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer8_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 96 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 354336, 2); /* layer 6 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_MASTER), 33030144, 3); /* layer 6 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_PARAM), 354336, 2); /* layer 6 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_PARAM), 33030144, 3); /* layer 6 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 7); /* X7 is back */
   layer7_forward(c, true); /* recompute from X7 (full checkpointing) */
   rt_offload_load(c, 5, R(X5), H(HX5), 402653184); /* prefetch: X8's slot is free */
@@ -10166,15 +10246,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer7_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 96 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 354336, 0); /* layer 5 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_MASTER), 33030144, 1); /* layer 5 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_PARAM), 354336, 0); /* layer 5 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_PARAM), 33030144, 1); /* layer 5 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 6); /* X6 is back */
   layer6_forward(c, true); /* recompute from X6 (full checkpointing) */
   rt_offload_load(c, 4, R(X4), H(HX4), 402653184); /* prefetch: X7's slot is free */
@@ -10183,15 +10263,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer6_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 96 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 354336, 2); /* layer 4 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_MASTER), 33030144, 3); /* layer 4 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_PARAM), 354336, 2); /* layer 4 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_PARAM), 33030144, 3); /* layer 4 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 5); /* X5 is back */
   layer5_forward(c, true); /* recompute from X5 (full checkpointing) */
   rt_offload_load(c, 3, R(X3), H(HX3), 402653184); /* prefetch: X6's slot is free */
@@ -10200,15 +10280,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer5_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 96 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 354336, 0); /* layer 3 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 33030144, 1); /* layer 3 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_PARAM), 354336, 0); /* layer 3 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_PARAM), 33030144, 1); /* layer 3 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 4); /* X4 is back */
   layer4_forward(c, true); /* recompute from X4 (full checkpointing) */
   rt_offload_load(c, 2, R(X2), H(HX2), 402653184); /* prefetch: X5's slot is free */
@@ -10217,15 +10297,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer4_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 96 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 354336, 2); /* layer 2 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 33030144, 3); /* layer 2 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_PARAM), 354336, 2); /* layer 2 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_PARAM), 33030144, 3); /* layer 2 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 3); /* X3 is back */
   layer3_forward(c, true); /* recompute from X3 (full checkpointing) */
   rt_offload_load(c, 1, R(X1), H(HX1), 402653184); /* prefetch: X4's slot is free */
@@ -10234,15 +10314,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer3_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 96 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 354336, 0); /* layer 1 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 33030144, 1); /* layer 1 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_PARAM), 354336, 0); /* layer 1 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_PARAM), 33030144, 1); /* layer 1 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 2); /* X2 is back */
   layer2_forward(c, true); /* recompute from X2 (full checkpointing) */
   rt_offload_load(c, 0, R(X0), H(HX0), 402653184); /* prefetch: X3's slot is free */
@@ -10251,15 +10331,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer2_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 96 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 354336, 2); /* layer 0 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 33030144, 3); /* layer 0 experts: 96 ranks x 33030144, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_PARAM), 354336, 2); /* layer 0 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_PARAM), 33030144, 3); /* layer 0 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 1); /* X1 is back */
   layer1_forward(c, true); /* recompute from X1 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffers are free */
@@ -10267,8 +10347,8 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE0), 136065024);
   rt_zero(R(GRAD_EXPERTS0), 3170893824);
   layer1_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 96 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
@@ -10281,15 +10361,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 136065024);
   rt_zero(R(GRAD_EXPERTS1), 3170893824);
   layer0_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 96 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 1572864000);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 65536, 6144);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 384 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }

@@ -46,11 +46,19 @@
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
 
-/* the arena: 82332804032 elements of real */
-#define ARENA_ELEMS 82332804032
+/* the state arena: 7470343488 elements of real (fp32 master shards, gradients, moments) in
+ * host (Grace) memory; the optimizer step runs on the GPU, over C2C */
+#define STATE_ELEMS 7470343488
+#define STATE_ON_HOST 1
+#define OPT_STEP_ON_HOST 0
+/* the arena: 74896873424 elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before
+ * reading them */
+#define ARENA_ELEMS 74896873424
+#define ARENA_SCRATCH 2478774608
 #define INPUTS 0
 #define TARGETS 65536
-#define MUON_WORK 28889761088 /* Muon's scratch */
+#define STATE_STAGING 21680322896 /* a device buffer of the largest shard (RS_OUT0), free between steps */
+#define MUON_WORK 21453830480 /* Muon's scratch */
 #define MUON_WORK_ELEMS 226492416
 #define HOST_ELEMS 28991029248 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 72 /* boundaries that go to the host and back */

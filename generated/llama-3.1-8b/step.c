@@ -2,8 +2,8 @@
  *
  * The plan: 8 ranks = 2 replica(s) x 4-way FSDP, EP 1 (0 experts per rank),
  * none activation checkpointing; 64 micro-batch(es) of 1 x 8192 tokens per rank and step.
- * Every buffer is an offset into one arena of `real` (float; double with -DMTC_REAL=double),
- * allocated once at start-up: the map below. Tokens are B x T = 8192 rows of hidden 4096.
+ * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),
+ * each allocated once at start-up: the maps below. Tokens are B x T = 8192 rows of hidden 4096.
  */
 #include <stdbool.h>
 #include <string.h>
@@ -12,6 +12,7 @@
 #include "mtrt_ops.h"
 #include "step.h"
 
+#define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
@@ -20,656 +21,659 @@
 #define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 
+/* ---- the state arena map (elements) ---- */
+#define EMBED_MASTER                      0 /*  131334144: embedding: this rank's fp32 master shard */
+#define EMBED_GRAD                131334144 /*  131334144: its gradient, accumulated over micro-batches */
+#define EMBED_ADAM_M              262668288 /*  131334144: AdamW first moment (fp32) */
+#define EMBED_ADAM_V              394002432 /*  131334144: AdamW second moment (fp32) */
+#define L0_DENSE_MASTER           525336576 /*   54528000: layer 0 dense: this rank's fp32 master shard */
+#define L0_DENSE_GRAD             579864576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L0_DENSE_ADAM_M           634392576 /*   54528000: AdamW first moment (fp32) */
+#define L0_DENSE_ADAM_V           688920576 /*   54528000: AdamW second moment (fp32) */
+#define L1_DENSE_MASTER           743448576 /*   54528000: layer 1 dense: this rank's fp32 master shard */
+#define L1_DENSE_GRAD             797976576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L1_DENSE_ADAM_M           852504576 /*   54528000: AdamW first moment (fp32) */
+#define L1_DENSE_ADAM_V           907032576 /*   54528000: AdamW second moment (fp32) */
+#define L2_DENSE_MASTER           961560576 /*   54528000: layer 2 dense: this rank's fp32 master shard */
+#define L2_DENSE_GRAD            1016088576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L2_DENSE_ADAM_M          1070616576 /*   54528000: AdamW first moment (fp32) */
+#define L2_DENSE_ADAM_V          1125144576 /*   54528000: AdamW second moment (fp32) */
+#define L3_DENSE_MASTER          1179672576 /*   54528000: layer 3 dense: this rank's fp32 master shard */
+#define L3_DENSE_GRAD            1234200576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L3_DENSE_ADAM_M          1288728576 /*   54528000: AdamW first moment (fp32) */
+#define L3_DENSE_ADAM_V          1343256576 /*   54528000: AdamW second moment (fp32) */
+#define L4_DENSE_MASTER          1397784576 /*   54528000: layer 4 dense: this rank's fp32 master shard */
+#define L4_DENSE_GRAD            1452312576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L4_DENSE_ADAM_M          1506840576 /*   54528000: AdamW first moment (fp32) */
+#define L4_DENSE_ADAM_V          1561368576 /*   54528000: AdamW second moment (fp32) */
+#define L5_DENSE_MASTER          1615896576 /*   54528000: layer 5 dense: this rank's fp32 master shard */
+#define L5_DENSE_GRAD            1670424576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L5_DENSE_ADAM_M          1724952576 /*   54528000: AdamW first moment (fp32) */
+#define L5_DENSE_ADAM_V          1779480576 /*   54528000: AdamW second moment (fp32) */
+#define L6_DENSE_MASTER          1834008576 /*   54528000: layer 6 dense: this rank's fp32 master shard */
+#define L6_DENSE_GRAD            1888536576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L6_DENSE_ADAM_M          1943064576 /*   54528000: AdamW first moment (fp32) */
+#define L6_DENSE_ADAM_V          1997592576 /*   54528000: AdamW second moment (fp32) */
+#define L7_DENSE_MASTER          2052120576 /*   54528000: layer 7 dense: this rank's fp32 master shard */
+#define L7_DENSE_GRAD            2106648576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L7_DENSE_ADAM_M          2161176576 /*   54528000: AdamW first moment (fp32) */
+#define L7_DENSE_ADAM_V          2215704576 /*   54528000: AdamW second moment (fp32) */
+#define L8_DENSE_MASTER          2270232576 /*   54528000: layer 8 dense: this rank's fp32 master shard */
+#define L8_DENSE_GRAD            2324760576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L8_DENSE_ADAM_M          2379288576 /*   54528000: AdamW first moment (fp32) */
+#define L8_DENSE_ADAM_V          2433816576 /*   54528000: AdamW second moment (fp32) */
+#define L9_DENSE_MASTER          2488344576 /*   54528000: layer 9 dense: this rank's fp32 master shard */
+#define L9_DENSE_GRAD            2542872576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L9_DENSE_ADAM_M          2597400576 /*   54528000: AdamW first moment (fp32) */
+#define L9_DENSE_ADAM_V          2651928576 /*   54528000: AdamW second moment (fp32) */
+#define L10_DENSE_MASTER         2706456576 /*   54528000: layer 10 dense: this rank's fp32 master shard */
+#define L10_DENSE_GRAD           2760984576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L10_DENSE_ADAM_M         2815512576 /*   54528000: AdamW first moment (fp32) */
+#define L10_DENSE_ADAM_V         2870040576 /*   54528000: AdamW second moment (fp32) */
+#define L11_DENSE_MASTER         2924568576 /*   54528000: layer 11 dense: this rank's fp32 master shard */
+#define L11_DENSE_GRAD           2979096576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L11_DENSE_ADAM_M         3033624576 /*   54528000: AdamW first moment (fp32) */
+#define L11_DENSE_ADAM_V         3088152576 /*   54528000: AdamW second moment (fp32) */
+#define L12_DENSE_MASTER         3142680576 /*   54528000: layer 12 dense: this rank's fp32 master shard */
+#define L12_DENSE_GRAD           3197208576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L12_DENSE_ADAM_M         3251736576 /*   54528000: AdamW first moment (fp32) */
+#define L12_DENSE_ADAM_V         3306264576 /*   54528000: AdamW second moment (fp32) */
+#define L13_DENSE_MASTER         3360792576 /*   54528000: layer 13 dense: this rank's fp32 master shard */
+#define L13_DENSE_GRAD           3415320576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L13_DENSE_ADAM_M         3469848576 /*   54528000: AdamW first moment (fp32) */
+#define L13_DENSE_ADAM_V         3524376576 /*   54528000: AdamW second moment (fp32) */
+#define L14_DENSE_MASTER         3578904576 /*   54528000: layer 14 dense: this rank's fp32 master shard */
+#define L14_DENSE_GRAD           3633432576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L14_DENSE_ADAM_M         3687960576 /*   54528000: AdamW first moment (fp32) */
+#define L14_DENSE_ADAM_V         3742488576 /*   54528000: AdamW second moment (fp32) */
+#define L15_DENSE_MASTER         3797016576 /*   54528000: layer 15 dense: this rank's fp32 master shard */
+#define L15_DENSE_GRAD           3851544576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L15_DENSE_ADAM_M         3906072576 /*   54528000: AdamW first moment (fp32) */
+#define L15_DENSE_ADAM_V         3960600576 /*   54528000: AdamW second moment (fp32) */
+#define L16_DENSE_MASTER         4015128576 /*   54528000: layer 16 dense: this rank's fp32 master shard */
+#define L16_DENSE_GRAD           4069656576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L16_DENSE_ADAM_M         4124184576 /*   54528000: AdamW first moment (fp32) */
+#define L16_DENSE_ADAM_V         4178712576 /*   54528000: AdamW second moment (fp32) */
+#define L17_DENSE_MASTER         4233240576 /*   54528000: layer 17 dense: this rank's fp32 master shard */
+#define L17_DENSE_GRAD           4287768576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L17_DENSE_ADAM_M         4342296576 /*   54528000: AdamW first moment (fp32) */
+#define L17_DENSE_ADAM_V         4396824576 /*   54528000: AdamW second moment (fp32) */
+#define L18_DENSE_MASTER         4451352576 /*   54528000: layer 18 dense: this rank's fp32 master shard */
+#define L18_DENSE_GRAD           4505880576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L18_DENSE_ADAM_M         4560408576 /*   54528000: AdamW first moment (fp32) */
+#define L18_DENSE_ADAM_V         4614936576 /*   54528000: AdamW second moment (fp32) */
+#define L19_DENSE_MASTER         4669464576 /*   54528000: layer 19 dense: this rank's fp32 master shard */
+#define L19_DENSE_GRAD           4723992576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L19_DENSE_ADAM_M         4778520576 /*   54528000: AdamW first moment (fp32) */
+#define L19_DENSE_ADAM_V         4833048576 /*   54528000: AdamW second moment (fp32) */
+#define L20_DENSE_MASTER         4887576576 /*   54528000: layer 20 dense: this rank's fp32 master shard */
+#define L20_DENSE_GRAD           4942104576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L20_DENSE_ADAM_M         4996632576 /*   54528000: AdamW first moment (fp32) */
+#define L20_DENSE_ADAM_V         5051160576 /*   54528000: AdamW second moment (fp32) */
+#define L21_DENSE_MASTER         5105688576 /*   54528000: layer 21 dense: this rank's fp32 master shard */
+#define L21_DENSE_GRAD           5160216576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L21_DENSE_ADAM_M         5214744576 /*   54528000: AdamW first moment (fp32) */
+#define L21_DENSE_ADAM_V         5269272576 /*   54528000: AdamW second moment (fp32) */
+#define L22_DENSE_MASTER         5323800576 /*   54528000: layer 22 dense: this rank's fp32 master shard */
+#define L22_DENSE_GRAD           5378328576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L22_DENSE_ADAM_M         5432856576 /*   54528000: AdamW first moment (fp32) */
+#define L22_DENSE_ADAM_V         5487384576 /*   54528000: AdamW second moment (fp32) */
+#define L23_DENSE_MASTER         5541912576 /*   54528000: layer 23 dense: this rank's fp32 master shard */
+#define L23_DENSE_GRAD           5596440576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L23_DENSE_ADAM_M         5650968576 /*   54528000: AdamW first moment (fp32) */
+#define L23_DENSE_ADAM_V         5705496576 /*   54528000: AdamW second moment (fp32) */
+#define L24_DENSE_MASTER         5760024576 /*   54528000: layer 24 dense: this rank's fp32 master shard */
+#define L24_DENSE_GRAD           5814552576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L24_DENSE_ADAM_M         5869080576 /*   54528000: AdamW first moment (fp32) */
+#define L24_DENSE_ADAM_V         5923608576 /*   54528000: AdamW second moment (fp32) */
+#define L25_DENSE_MASTER         5978136576 /*   54528000: layer 25 dense: this rank's fp32 master shard */
+#define L25_DENSE_GRAD           6032664576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L25_DENSE_ADAM_M         6087192576 /*   54528000: AdamW first moment (fp32) */
+#define L25_DENSE_ADAM_V         6141720576 /*   54528000: AdamW second moment (fp32) */
+#define L26_DENSE_MASTER         6196248576 /*   54528000: layer 26 dense: this rank's fp32 master shard */
+#define L26_DENSE_GRAD           6250776576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L26_DENSE_ADAM_M         6305304576 /*   54528000: AdamW first moment (fp32) */
+#define L26_DENSE_ADAM_V         6359832576 /*   54528000: AdamW second moment (fp32) */
+#define L27_DENSE_MASTER         6414360576 /*   54528000: layer 27 dense: this rank's fp32 master shard */
+#define L27_DENSE_GRAD           6468888576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L27_DENSE_ADAM_M         6523416576 /*   54528000: AdamW first moment (fp32) */
+#define L27_DENSE_ADAM_V         6577944576 /*   54528000: AdamW second moment (fp32) */
+#define L28_DENSE_MASTER         6632472576 /*   54528000: layer 28 dense: this rank's fp32 master shard */
+#define L28_DENSE_GRAD           6687000576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L28_DENSE_ADAM_M         6741528576 /*   54528000: AdamW first moment (fp32) */
+#define L28_DENSE_ADAM_V         6796056576 /*   54528000: AdamW second moment (fp32) */
+#define L29_DENSE_MASTER         6850584576 /*   54528000: layer 29 dense: this rank's fp32 master shard */
+#define L29_DENSE_GRAD           6905112576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L29_DENSE_ADAM_M         6959640576 /*   54528000: AdamW first moment (fp32) */
+#define L29_DENSE_ADAM_V         7014168576 /*   54528000: AdamW second moment (fp32) */
+#define L30_DENSE_MASTER         7068696576 /*   54528000: layer 30 dense: this rank's fp32 master shard */
+#define L30_DENSE_GRAD           7123224576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L30_DENSE_ADAM_M         7177752576 /*   54528000: AdamW first moment (fp32) */
+#define L30_DENSE_ADAM_V         7232280576 /*   54528000: AdamW second moment (fp32) */
+#define L31_DENSE_MASTER         7286808576 /*   54528000: layer 31 dense: this rank's fp32 master shard */
+#define L31_DENSE_GRAD           7341336576 /*   54528000: its gradient, accumulated over micro-batches */
+#define L31_DENSE_ADAM_M         7395864576 /*   54528000: AdamW first moment (fp32) */
+#define L31_DENSE_ADAM_V         7450392576 /*   54528000: AdamW second moment (fp32) */
+#define HEAD_MASTER              7504920576 /*  131335168: head: this rank's fp32 master shard */
+#define HEAD_GRAD                7636255744 /*  131335168: its gradient, accumulated over micro-batches */
+#define HEAD_ADAM_M              7767590912 /*  131335168: AdamW first moment (fp32) */
+#define HEAD_ADAM_V              7898926080 /*  131335168: AdamW second moment (fp32) */
 /* ---- the arena map (elements) ---- */
-#define EMBED_MASTER                  16384 /*  131334144: embedding: this rank's fp32 master shard */
-#define EMBED_GRAD                131350528 /*  131334144: its gradient, accumulated over micro-batches */
-#define EMBED_ADAM_M              262684672 /*  131334144: AdamW first moment (fp32) */
-#define EMBED_ADAM_V              394018816 /*  131334144: AdamW second moment (fp32) */
-#define L0_DENSE_MASTER           525352960 /*   54528000: layer 0 dense: this rank's fp32 master shard */
-#define L0_DENSE_GRAD             579880960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L0_DENSE_ADAM_M           634408960 /*   54528000: AdamW first moment (fp32) */
-#define L0_DENSE_ADAM_V           688936960 /*   54528000: AdamW second moment (fp32) */
-#define L1_DENSE_MASTER           743464960 /*   54528000: layer 1 dense: this rank's fp32 master shard */
-#define L1_DENSE_GRAD             797992960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L1_DENSE_ADAM_M           852520960 /*   54528000: AdamW first moment (fp32) */
-#define L1_DENSE_ADAM_V           907048960 /*   54528000: AdamW second moment (fp32) */
-#define L2_DENSE_MASTER           961576960 /*   54528000: layer 2 dense: this rank's fp32 master shard */
-#define L2_DENSE_GRAD            1016104960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L2_DENSE_ADAM_M          1070632960 /*   54528000: AdamW first moment (fp32) */
-#define L2_DENSE_ADAM_V          1125160960 /*   54528000: AdamW second moment (fp32) */
-#define L3_DENSE_MASTER          1179688960 /*   54528000: layer 3 dense: this rank's fp32 master shard */
-#define L3_DENSE_GRAD            1234216960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L3_DENSE_ADAM_M          1288744960 /*   54528000: AdamW first moment (fp32) */
-#define L3_DENSE_ADAM_V          1343272960 /*   54528000: AdamW second moment (fp32) */
-#define L4_DENSE_MASTER          1397800960 /*   54528000: layer 4 dense: this rank's fp32 master shard */
-#define L4_DENSE_GRAD            1452328960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L4_DENSE_ADAM_M          1506856960 /*   54528000: AdamW first moment (fp32) */
-#define L4_DENSE_ADAM_V          1561384960 /*   54528000: AdamW second moment (fp32) */
-#define L5_DENSE_MASTER          1615912960 /*   54528000: layer 5 dense: this rank's fp32 master shard */
-#define L5_DENSE_GRAD            1670440960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L5_DENSE_ADAM_M          1724968960 /*   54528000: AdamW first moment (fp32) */
-#define L5_DENSE_ADAM_V          1779496960 /*   54528000: AdamW second moment (fp32) */
-#define L6_DENSE_MASTER          1834024960 /*   54528000: layer 6 dense: this rank's fp32 master shard */
-#define L6_DENSE_GRAD            1888552960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L6_DENSE_ADAM_M          1943080960 /*   54528000: AdamW first moment (fp32) */
-#define L6_DENSE_ADAM_V          1997608960 /*   54528000: AdamW second moment (fp32) */
-#define L7_DENSE_MASTER          2052136960 /*   54528000: layer 7 dense: this rank's fp32 master shard */
-#define L7_DENSE_GRAD            2106664960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L7_DENSE_ADAM_M          2161192960 /*   54528000: AdamW first moment (fp32) */
-#define L7_DENSE_ADAM_V          2215720960 /*   54528000: AdamW second moment (fp32) */
-#define L8_DENSE_MASTER          2270248960 /*   54528000: layer 8 dense: this rank's fp32 master shard */
-#define L8_DENSE_GRAD            2324776960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L8_DENSE_ADAM_M          2379304960 /*   54528000: AdamW first moment (fp32) */
-#define L8_DENSE_ADAM_V          2433832960 /*   54528000: AdamW second moment (fp32) */
-#define L9_DENSE_MASTER          2488360960 /*   54528000: layer 9 dense: this rank's fp32 master shard */
-#define L9_DENSE_GRAD            2542888960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L9_DENSE_ADAM_M          2597416960 /*   54528000: AdamW first moment (fp32) */
-#define L9_DENSE_ADAM_V          2651944960 /*   54528000: AdamW second moment (fp32) */
-#define L10_DENSE_MASTER         2706472960 /*   54528000: layer 10 dense: this rank's fp32 master shard */
-#define L10_DENSE_GRAD           2761000960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L10_DENSE_ADAM_M         2815528960 /*   54528000: AdamW first moment (fp32) */
-#define L10_DENSE_ADAM_V         2870056960 /*   54528000: AdamW second moment (fp32) */
-#define L11_DENSE_MASTER         2924584960 /*   54528000: layer 11 dense: this rank's fp32 master shard */
-#define L11_DENSE_GRAD           2979112960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L11_DENSE_ADAM_M         3033640960 /*   54528000: AdamW first moment (fp32) */
-#define L11_DENSE_ADAM_V         3088168960 /*   54528000: AdamW second moment (fp32) */
-#define L12_DENSE_MASTER         3142696960 /*   54528000: layer 12 dense: this rank's fp32 master shard */
-#define L12_DENSE_GRAD           3197224960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L12_DENSE_ADAM_M         3251752960 /*   54528000: AdamW first moment (fp32) */
-#define L12_DENSE_ADAM_V         3306280960 /*   54528000: AdamW second moment (fp32) */
-#define L13_DENSE_MASTER         3360808960 /*   54528000: layer 13 dense: this rank's fp32 master shard */
-#define L13_DENSE_GRAD           3415336960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L13_DENSE_ADAM_M         3469864960 /*   54528000: AdamW first moment (fp32) */
-#define L13_DENSE_ADAM_V         3524392960 /*   54528000: AdamW second moment (fp32) */
-#define L14_DENSE_MASTER         3578920960 /*   54528000: layer 14 dense: this rank's fp32 master shard */
-#define L14_DENSE_GRAD           3633448960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L14_DENSE_ADAM_M         3687976960 /*   54528000: AdamW first moment (fp32) */
-#define L14_DENSE_ADAM_V         3742504960 /*   54528000: AdamW second moment (fp32) */
-#define L15_DENSE_MASTER         3797032960 /*   54528000: layer 15 dense: this rank's fp32 master shard */
-#define L15_DENSE_GRAD           3851560960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L15_DENSE_ADAM_M         3906088960 /*   54528000: AdamW first moment (fp32) */
-#define L15_DENSE_ADAM_V         3960616960 /*   54528000: AdamW second moment (fp32) */
-#define L16_DENSE_MASTER         4015144960 /*   54528000: layer 16 dense: this rank's fp32 master shard */
-#define L16_DENSE_GRAD           4069672960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L16_DENSE_ADAM_M         4124200960 /*   54528000: AdamW first moment (fp32) */
-#define L16_DENSE_ADAM_V         4178728960 /*   54528000: AdamW second moment (fp32) */
-#define L17_DENSE_MASTER         4233256960 /*   54528000: layer 17 dense: this rank's fp32 master shard */
-#define L17_DENSE_GRAD           4287784960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L17_DENSE_ADAM_M         4342312960 /*   54528000: AdamW first moment (fp32) */
-#define L17_DENSE_ADAM_V         4396840960 /*   54528000: AdamW second moment (fp32) */
-#define L18_DENSE_MASTER         4451368960 /*   54528000: layer 18 dense: this rank's fp32 master shard */
-#define L18_DENSE_GRAD           4505896960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L18_DENSE_ADAM_M         4560424960 /*   54528000: AdamW first moment (fp32) */
-#define L18_DENSE_ADAM_V         4614952960 /*   54528000: AdamW second moment (fp32) */
-#define L19_DENSE_MASTER         4669480960 /*   54528000: layer 19 dense: this rank's fp32 master shard */
-#define L19_DENSE_GRAD           4724008960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L19_DENSE_ADAM_M         4778536960 /*   54528000: AdamW first moment (fp32) */
-#define L19_DENSE_ADAM_V         4833064960 /*   54528000: AdamW second moment (fp32) */
-#define L20_DENSE_MASTER         4887592960 /*   54528000: layer 20 dense: this rank's fp32 master shard */
-#define L20_DENSE_GRAD           4942120960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L20_DENSE_ADAM_M         4996648960 /*   54528000: AdamW first moment (fp32) */
-#define L20_DENSE_ADAM_V         5051176960 /*   54528000: AdamW second moment (fp32) */
-#define L21_DENSE_MASTER         5105704960 /*   54528000: layer 21 dense: this rank's fp32 master shard */
-#define L21_DENSE_GRAD           5160232960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L21_DENSE_ADAM_M         5214760960 /*   54528000: AdamW first moment (fp32) */
-#define L21_DENSE_ADAM_V         5269288960 /*   54528000: AdamW second moment (fp32) */
-#define L22_DENSE_MASTER         5323816960 /*   54528000: layer 22 dense: this rank's fp32 master shard */
-#define L22_DENSE_GRAD           5378344960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L22_DENSE_ADAM_M         5432872960 /*   54528000: AdamW first moment (fp32) */
-#define L22_DENSE_ADAM_V         5487400960 /*   54528000: AdamW second moment (fp32) */
-#define L23_DENSE_MASTER         5541928960 /*   54528000: layer 23 dense: this rank's fp32 master shard */
-#define L23_DENSE_GRAD           5596456960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L23_DENSE_ADAM_M         5650984960 /*   54528000: AdamW first moment (fp32) */
-#define L23_DENSE_ADAM_V         5705512960 /*   54528000: AdamW second moment (fp32) */
-#define L24_DENSE_MASTER         5760040960 /*   54528000: layer 24 dense: this rank's fp32 master shard */
-#define L24_DENSE_GRAD           5814568960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L24_DENSE_ADAM_M         5869096960 /*   54528000: AdamW first moment (fp32) */
-#define L24_DENSE_ADAM_V         5923624960 /*   54528000: AdamW second moment (fp32) */
-#define L25_DENSE_MASTER         5978152960 /*   54528000: layer 25 dense: this rank's fp32 master shard */
-#define L25_DENSE_GRAD           6032680960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L25_DENSE_ADAM_M         6087208960 /*   54528000: AdamW first moment (fp32) */
-#define L25_DENSE_ADAM_V         6141736960 /*   54528000: AdamW second moment (fp32) */
-#define L26_DENSE_MASTER         6196264960 /*   54528000: layer 26 dense: this rank's fp32 master shard */
-#define L26_DENSE_GRAD           6250792960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L26_DENSE_ADAM_M         6305320960 /*   54528000: AdamW first moment (fp32) */
-#define L26_DENSE_ADAM_V         6359848960 /*   54528000: AdamW second moment (fp32) */
-#define L27_DENSE_MASTER         6414376960 /*   54528000: layer 27 dense: this rank's fp32 master shard */
-#define L27_DENSE_GRAD           6468904960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L27_DENSE_ADAM_M         6523432960 /*   54528000: AdamW first moment (fp32) */
-#define L27_DENSE_ADAM_V         6577960960 /*   54528000: AdamW second moment (fp32) */
-#define L28_DENSE_MASTER         6632488960 /*   54528000: layer 28 dense: this rank's fp32 master shard */
-#define L28_DENSE_GRAD           6687016960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L28_DENSE_ADAM_M         6741544960 /*   54528000: AdamW first moment (fp32) */
-#define L28_DENSE_ADAM_V         6796072960 /*   54528000: AdamW second moment (fp32) */
-#define L29_DENSE_MASTER         6850600960 /*   54528000: layer 29 dense: this rank's fp32 master shard */
-#define L29_DENSE_GRAD           6905128960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L29_DENSE_ADAM_M         6959656960 /*   54528000: AdamW first moment (fp32) */
-#define L29_DENSE_ADAM_V         7014184960 /*   54528000: AdamW second moment (fp32) */
-#define L30_DENSE_MASTER         7068712960 /*   54528000: layer 30 dense: this rank's fp32 master shard */
-#define L30_DENSE_GRAD           7123240960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L30_DENSE_ADAM_M         7177768960 /*   54528000: AdamW first moment (fp32) */
-#define L30_DENSE_ADAM_V         7232296960 /*   54528000: AdamW second moment (fp32) */
-#define L31_DENSE_MASTER         7286824960 /*   54528000: layer 31 dense: this rank's fp32 master shard */
-#define L31_DENSE_GRAD           7341352960 /*   54528000: its gradient, accumulated over micro-batches */
-#define L31_DENSE_ADAM_M         7395880960 /*   54528000: AdamW first moment (fp32) */
-#define L31_DENSE_ADAM_V         7450408960 /*   54528000: AdamW second moment (fp32) */
-#define HEAD_MASTER              7504936960 /*  131335168: head: this rank's fp32 master shard */
-#define HEAD_GRAD                7636272128 /*  131335168: its gradient, accumulated over micro-batches */
-#define HEAD_ADAM_M              7767607296 /*  131335168: AdamW first moment (fp32) */
-#define HEAD_ADAM_V              7898942464 /*  131335168: AdamW second moment (fp32) */
-#define GATHERED_DENSE0          8030277632 /*  525340672: a dense group all-gathered (even units: embedding, odd layers) */
-#define GATHERED_DENSE1          8555618304 /*  525340672: the next one, prefetched (odd units: even layers; the head if L is even) */
-#define GRAD_DENSE0              9080958976 /*  525340672: an even unit's dense gradient, then its reduce-scatter's input */
-#define GRAD_DENSE1              9606299648 /*  525340672: an odd unit's (in flight while the next unit's backward runs) */
-#define RS_OUT0                 10131640320 /*  131335168: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                10262975488 /*  262670336: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                 10525645824 /*  131335168: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_OUT2                 10656980992 /*  131335168: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                10788316160 /*  262670336: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                 11050986496 /*  131335168: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define X0                      11182321664 /*   33554432: boundary: input of layer 0 (residual stream) */
-#define X1                      11215876096 /*   33554432: boundary: input of layer 1 (residual stream) */
-#define X2                      11249430528 /*   33554432: boundary: input of layer 2 (residual stream) */
-#define X3                      11282984960 /*   33554432: boundary: input of layer 3 (residual stream) */
-#define X4                      11316539392 /*   33554432: boundary: input of layer 4 (residual stream) */
-#define X5                      11350093824 /*   33554432: boundary: input of layer 5 (residual stream) */
-#define X6                      11383648256 /*   33554432: boundary: input of layer 6 (residual stream) */
-#define X7                      11417202688 /*   33554432: boundary: input of layer 7 (residual stream) */
-#define X8                      11450757120 /*   33554432: boundary: input of layer 8 (residual stream) */
-#define X9                      11484311552 /*   33554432: boundary: input of layer 9 (residual stream) */
-#define X10                     11517865984 /*   33554432: boundary: input of layer 10 (residual stream) */
-#define X11                     11551420416 /*   33554432: boundary: input of layer 11 (residual stream) */
-#define X12                     11584974848 /*   33554432: boundary: input of layer 12 (residual stream) */
-#define X13                     11618529280 /*   33554432: boundary: input of layer 13 (residual stream) */
-#define X14                     11652083712 /*   33554432: boundary: input of layer 14 (residual stream) */
-#define X15                     11685638144 /*   33554432: boundary: input of layer 15 (residual stream) */
-#define X16                     11719192576 /*   33554432: boundary: input of layer 16 (residual stream) */
-#define X17                     11752747008 /*   33554432: boundary: input of layer 17 (residual stream) */
-#define X18                     11786301440 /*   33554432: boundary: input of layer 18 (residual stream) */
-#define X19                     11819855872 /*   33554432: boundary: input of layer 19 (residual stream) */
-#define X20                     11853410304 /*   33554432: boundary: input of layer 20 (residual stream) */
-#define X21                     11886964736 /*   33554432: boundary: input of layer 21 (residual stream) */
-#define X22                     11920519168 /*   33554432: boundary: input of layer 22 (residual stream) */
-#define X23                     11954073600 /*   33554432: boundary: input of layer 23 (residual stream) */
-#define X24                     11987628032 /*   33554432: boundary: input of layer 24 (residual stream) */
-#define X25                     12021182464 /*   33554432: boundary: input of layer 25 (residual stream) */
-#define X26                     12054736896 /*   33554432: boundary: input of layer 26 (residual stream) */
-#define X27                     12088291328 /*   33554432: boundary: input of layer 27 (residual stream) */
-#define X28                     12121845760 /*   33554432: boundary: input of layer 28 (residual stream) */
-#define X29                     12155400192 /*   33554432: boundary: input of layer 29 (residual stream) */
-#define X30                     12188954624 /*   33554432: boundary: input of layer 30 (residual stream) */
-#define X31                     12222509056 /*   33554432: boundary: input of layer 31 (residual stream) */
-#define X32                     12256063488 /*   33554432: output of the last layer */
-#define L0_LN1                  12289617920 /*   33554432: attention norm output */
-#define L0_RSTD1                12323172352 /*       8192: its 1/rms per token */
-#define L0_Q                    12323180544 /*   33554432: queries (rotated) */
-#define L0_K                    12356734976 /*    8388608: keys (rotated) */
-#define L0_V                    12365123584 /*    8388608: values */
-#define L0_ATT                  12373512192 /*   33554432: attention output */
-#define L0_LSE                  12407066624 /*     262144: attention log-sum-exp per head and query */
-#define L0_RES                  12407328768 /*   33554432: residual stream after attention */
-#define L0_LN2                  12440883200 /*   33554432: mlp norm output */
-#define L0_RSTD2                12474437632 /*       8192: its 1/rms per token */
-#define L0_G                    12474445824 /*  117440512: mlp gate */
-#define L0_U                    12591886336 /*  117440512: mlp up */
-#define L0_H                    12709326848 /*  117440512: mlp activation */
-#define L1_LN1                  12826767360 /*   33554432: attention norm output */
-#define L1_RSTD1                12860321792 /*       8192: its 1/rms per token */
-#define L1_Q                    12860329984 /*   33554432: queries (rotated) */
-#define L1_K                    12893884416 /*    8388608: keys (rotated) */
-#define L1_V                    12902273024 /*    8388608: values */
-#define L1_ATT                  12910661632 /*   33554432: attention output */
-#define L1_LSE                  12944216064 /*     262144: attention log-sum-exp per head and query */
-#define L1_RES                  12944478208 /*   33554432: residual stream after attention */
-#define L1_LN2                  12978032640 /*   33554432: mlp norm output */
-#define L1_RSTD2                13011587072 /*       8192: its 1/rms per token */
-#define L1_G                    13011595264 /*  117440512: mlp gate */
-#define L1_U                    13129035776 /*  117440512: mlp up */
-#define L1_H                    13246476288 /*  117440512: mlp activation */
-#define L2_LN1                  13363916800 /*   33554432: attention norm output */
-#define L2_RSTD1                13397471232 /*       8192: its 1/rms per token */
-#define L2_Q                    13397479424 /*   33554432: queries (rotated) */
-#define L2_K                    13431033856 /*    8388608: keys (rotated) */
-#define L2_V                    13439422464 /*    8388608: values */
-#define L2_ATT                  13447811072 /*   33554432: attention output */
-#define L2_LSE                  13481365504 /*     262144: attention log-sum-exp per head and query */
-#define L2_RES                  13481627648 /*   33554432: residual stream after attention */
-#define L2_LN2                  13515182080 /*   33554432: mlp norm output */
-#define L2_RSTD2                13548736512 /*       8192: its 1/rms per token */
-#define L2_G                    13548744704 /*  117440512: mlp gate */
-#define L2_U                    13666185216 /*  117440512: mlp up */
-#define L2_H                    13783625728 /*  117440512: mlp activation */
-#define L3_LN1                  13901066240 /*   33554432: attention norm output */
-#define L3_RSTD1                13934620672 /*       8192: its 1/rms per token */
-#define L3_Q                    13934628864 /*   33554432: queries (rotated) */
-#define L3_K                    13968183296 /*    8388608: keys (rotated) */
-#define L3_V                    13976571904 /*    8388608: values */
-#define L3_ATT                  13984960512 /*   33554432: attention output */
-#define L3_LSE                  14018514944 /*     262144: attention log-sum-exp per head and query */
-#define L3_RES                  14018777088 /*   33554432: residual stream after attention */
-#define L3_LN2                  14052331520 /*   33554432: mlp norm output */
-#define L3_RSTD2                14085885952 /*       8192: its 1/rms per token */
-#define L3_G                    14085894144 /*  117440512: mlp gate */
-#define L3_U                    14203334656 /*  117440512: mlp up */
-#define L3_H                    14320775168 /*  117440512: mlp activation */
-#define L4_LN1                  14438215680 /*   33554432: attention norm output */
-#define L4_RSTD1                14471770112 /*       8192: its 1/rms per token */
-#define L4_Q                    14471778304 /*   33554432: queries (rotated) */
-#define L4_K                    14505332736 /*    8388608: keys (rotated) */
-#define L4_V                    14513721344 /*    8388608: values */
-#define L4_ATT                  14522109952 /*   33554432: attention output */
-#define L4_LSE                  14555664384 /*     262144: attention log-sum-exp per head and query */
-#define L4_RES                  14555926528 /*   33554432: residual stream after attention */
-#define L4_LN2                  14589480960 /*   33554432: mlp norm output */
-#define L4_RSTD2                14623035392 /*       8192: its 1/rms per token */
-#define L4_G                    14623043584 /*  117440512: mlp gate */
-#define L4_U                    14740484096 /*  117440512: mlp up */
-#define L4_H                    14857924608 /*  117440512: mlp activation */
-#define L5_LN1                  14975365120 /*   33554432: attention norm output */
-#define L5_RSTD1                15008919552 /*       8192: its 1/rms per token */
-#define L5_Q                    15008927744 /*   33554432: queries (rotated) */
-#define L5_K                    15042482176 /*    8388608: keys (rotated) */
-#define L5_V                    15050870784 /*    8388608: values */
-#define L5_ATT                  15059259392 /*   33554432: attention output */
-#define L5_LSE                  15092813824 /*     262144: attention log-sum-exp per head and query */
-#define L5_RES                  15093075968 /*   33554432: residual stream after attention */
-#define L5_LN2                  15126630400 /*   33554432: mlp norm output */
-#define L5_RSTD2                15160184832 /*       8192: its 1/rms per token */
-#define L5_G                    15160193024 /*  117440512: mlp gate */
-#define L5_U                    15277633536 /*  117440512: mlp up */
-#define L5_H                    15395074048 /*  117440512: mlp activation */
-#define L6_LN1                  15512514560 /*   33554432: attention norm output */
-#define L6_RSTD1                15546068992 /*       8192: its 1/rms per token */
-#define L6_Q                    15546077184 /*   33554432: queries (rotated) */
-#define L6_K                    15579631616 /*    8388608: keys (rotated) */
-#define L6_V                    15588020224 /*    8388608: values */
-#define L6_ATT                  15596408832 /*   33554432: attention output */
-#define L6_LSE                  15629963264 /*     262144: attention log-sum-exp per head and query */
-#define L6_RES                  15630225408 /*   33554432: residual stream after attention */
-#define L6_LN2                  15663779840 /*   33554432: mlp norm output */
-#define L6_RSTD2                15697334272 /*       8192: its 1/rms per token */
-#define L6_G                    15697342464 /*  117440512: mlp gate */
-#define L6_U                    15814782976 /*  117440512: mlp up */
-#define L6_H                    15932223488 /*  117440512: mlp activation */
-#define L7_LN1                  16049664000 /*   33554432: attention norm output */
-#define L7_RSTD1                16083218432 /*       8192: its 1/rms per token */
-#define L7_Q                    16083226624 /*   33554432: queries (rotated) */
-#define L7_K                    16116781056 /*    8388608: keys (rotated) */
-#define L7_V                    16125169664 /*    8388608: values */
-#define L7_ATT                  16133558272 /*   33554432: attention output */
-#define L7_LSE                  16167112704 /*     262144: attention log-sum-exp per head and query */
-#define L7_RES                  16167374848 /*   33554432: residual stream after attention */
-#define L7_LN2                  16200929280 /*   33554432: mlp norm output */
-#define L7_RSTD2                16234483712 /*       8192: its 1/rms per token */
-#define L7_G                    16234491904 /*  117440512: mlp gate */
-#define L7_U                    16351932416 /*  117440512: mlp up */
-#define L7_H                    16469372928 /*  117440512: mlp activation */
-#define L8_LN1                  16586813440 /*   33554432: attention norm output */
-#define L8_RSTD1                16620367872 /*       8192: its 1/rms per token */
-#define L8_Q                    16620376064 /*   33554432: queries (rotated) */
-#define L8_K                    16653930496 /*    8388608: keys (rotated) */
-#define L8_V                    16662319104 /*    8388608: values */
-#define L8_ATT                  16670707712 /*   33554432: attention output */
-#define L8_LSE                  16704262144 /*     262144: attention log-sum-exp per head and query */
-#define L8_RES                  16704524288 /*   33554432: residual stream after attention */
-#define L8_LN2                  16738078720 /*   33554432: mlp norm output */
-#define L8_RSTD2                16771633152 /*       8192: its 1/rms per token */
-#define L8_G                    16771641344 /*  117440512: mlp gate */
-#define L8_U                    16889081856 /*  117440512: mlp up */
-#define L8_H                    17006522368 /*  117440512: mlp activation */
-#define L9_LN1                  17123962880 /*   33554432: attention norm output */
-#define L9_RSTD1                17157517312 /*       8192: its 1/rms per token */
-#define L9_Q                    17157525504 /*   33554432: queries (rotated) */
-#define L9_K                    17191079936 /*    8388608: keys (rotated) */
-#define L9_V                    17199468544 /*    8388608: values */
-#define L9_ATT                  17207857152 /*   33554432: attention output */
-#define L9_LSE                  17241411584 /*     262144: attention log-sum-exp per head and query */
-#define L9_RES                  17241673728 /*   33554432: residual stream after attention */
-#define L9_LN2                  17275228160 /*   33554432: mlp norm output */
-#define L9_RSTD2                17308782592 /*       8192: its 1/rms per token */
-#define L9_G                    17308790784 /*  117440512: mlp gate */
-#define L9_U                    17426231296 /*  117440512: mlp up */
-#define L9_H                    17543671808 /*  117440512: mlp activation */
-#define L10_LN1                 17661112320 /*   33554432: attention norm output */
-#define L10_RSTD1               17694666752 /*       8192: its 1/rms per token */
-#define L10_Q                   17694674944 /*   33554432: queries (rotated) */
-#define L10_K                   17728229376 /*    8388608: keys (rotated) */
-#define L10_V                   17736617984 /*    8388608: values */
-#define L10_ATT                 17745006592 /*   33554432: attention output */
-#define L10_LSE                 17778561024 /*     262144: attention log-sum-exp per head and query */
-#define L10_RES                 17778823168 /*   33554432: residual stream after attention */
-#define L10_LN2                 17812377600 /*   33554432: mlp norm output */
-#define L10_RSTD2               17845932032 /*       8192: its 1/rms per token */
-#define L10_G                   17845940224 /*  117440512: mlp gate */
-#define L10_U                   17963380736 /*  117440512: mlp up */
-#define L10_H                   18080821248 /*  117440512: mlp activation */
-#define L11_LN1                 18198261760 /*   33554432: attention norm output */
-#define L11_RSTD1               18231816192 /*       8192: its 1/rms per token */
-#define L11_Q                   18231824384 /*   33554432: queries (rotated) */
-#define L11_K                   18265378816 /*    8388608: keys (rotated) */
-#define L11_V                   18273767424 /*    8388608: values */
-#define L11_ATT                 18282156032 /*   33554432: attention output */
-#define L11_LSE                 18315710464 /*     262144: attention log-sum-exp per head and query */
-#define L11_RES                 18315972608 /*   33554432: residual stream after attention */
-#define L11_LN2                 18349527040 /*   33554432: mlp norm output */
-#define L11_RSTD2               18383081472 /*       8192: its 1/rms per token */
-#define L11_G                   18383089664 /*  117440512: mlp gate */
-#define L11_U                   18500530176 /*  117440512: mlp up */
-#define L11_H                   18617970688 /*  117440512: mlp activation */
-#define L12_LN1                 18735411200 /*   33554432: attention norm output */
-#define L12_RSTD1               18768965632 /*       8192: its 1/rms per token */
-#define L12_Q                   18768973824 /*   33554432: queries (rotated) */
-#define L12_K                   18802528256 /*    8388608: keys (rotated) */
-#define L12_V                   18810916864 /*    8388608: values */
-#define L12_ATT                 18819305472 /*   33554432: attention output */
-#define L12_LSE                 18852859904 /*     262144: attention log-sum-exp per head and query */
-#define L12_RES                 18853122048 /*   33554432: residual stream after attention */
-#define L12_LN2                 18886676480 /*   33554432: mlp norm output */
-#define L12_RSTD2               18920230912 /*       8192: its 1/rms per token */
-#define L12_G                   18920239104 /*  117440512: mlp gate */
-#define L12_U                   19037679616 /*  117440512: mlp up */
-#define L12_H                   19155120128 /*  117440512: mlp activation */
-#define L13_LN1                 19272560640 /*   33554432: attention norm output */
-#define L13_RSTD1               19306115072 /*       8192: its 1/rms per token */
-#define L13_Q                   19306123264 /*   33554432: queries (rotated) */
-#define L13_K                   19339677696 /*    8388608: keys (rotated) */
-#define L13_V                   19348066304 /*    8388608: values */
-#define L13_ATT                 19356454912 /*   33554432: attention output */
-#define L13_LSE                 19390009344 /*     262144: attention log-sum-exp per head and query */
-#define L13_RES                 19390271488 /*   33554432: residual stream after attention */
-#define L13_LN2                 19423825920 /*   33554432: mlp norm output */
-#define L13_RSTD2               19457380352 /*       8192: its 1/rms per token */
-#define L13_G                   19457388544 /*  117440512: mlp gate */
-#define L13_U                   19574829056 /*  117440512: mlp up */
-#define L13_H                   19692269568 /*  117440512: mlp activation */
-#define L14_LN1                 19809710080 /*   33554432: attention norm output */
-#define L14_RSTD1               19843264512 /*       8192: its 1/rms per token */
-#define L14_Q                   19843272704 /*   33554432: queries (rotated) */
-#define L14_K                   19876827136 /*    8388608: keys (rotated) */
-#define L14_V                   19885215744 /*    8388608: values */
-#define L14_ATT                 19893604352 /*   33554432: attention output */
-#define L14_LSE                 19927158784 /*     262144: attention log-sum-exp per head and query */
-#define L14_RES                 19927420928 /*   33554432: residual stream after attention */
-#define L14_LN2                 19960975360 /*   33554432: mlp norm output */
-#define L14_RSTD2               19994529792 /*       8192: its 1/rms per token */
-#define L14_G                   19994537984 /*  117440512: mlp gate */
-#define L14_U                   20111978496 /*  117440512: mlp up */
-#define L14_H                   20229419008 /*  117440512: mlp activation */
-#define L15_LN1                 20346859520 /*   33554432: attention norm output */
-#define L15_RSTD1               20380413952 /*       8192: its 1/rms per token */
-#define L15_Q                   20380422144 /*   33554432: queries (rotated) */
-#define L15_K                   20413976576 /*    8388608: keys (rotated) */
-#define L15_V                   20422365184 /*    8388608: values */
-#define L15_ATT                 20430753792 /*   33554432: attention output */
-#define L15_LSE                 20464308224 /*     262144: attention log-sum-exp per head and query */
-#define L15_RES                 20464570368 /*   33554432: residual stream after attention */
-#define L15_LN2                 20498124800 /*   33554432: mlp norm output */
-#define L15_RSTD2               20531679232 /*       8192: its 1/rms per token */
-#define L15_G                   20531687424 /*  117440512: mlp gate */
-#define L15_U                   20649127936 /*  117440512: mlp up */
-#define L15_H                   20766568448 /*  117440512: mlp activation */
-#define L16_LN1                 20884008960 /*   33554432: attention norm output */
-#define L16_RSTD1               20917563392 /*       8192: its 1/rms per token */
-#define L16_Q                   20917571584 /*   33554432: queries (rotated) */
-#define L16_K                   20951126016 /*    8388608: keys (rotated) */
-#define L16_V                   20959514624 /*    8388608: values */
-#define L16_ATT                 20967903232 /*   33554432: attention output */
-#define L16_LSE                 21001457664 /*     262144: attention log-sum-exp per head and query */
-#define L16_RES                 21001719808 /*   33554432: residual stream after attention */
-#define L16_LN2                 21035274240 /*   33554432: mlp norm output */
-#define L16_RSTD2               21068828672 /*       8192: its 1/rms per token */
-#define L16_G                   21068836864 /*  117440512: mlp gate */
-#define L16_U                   21186277376 /*  117440512: mlp up */
-#define L16_H                   21303717888 /*  117440512: mlp activation */
-#define L17_LN1                 21421158400 /*   33554432: attention norm output */
-#define L17_RSTD1               21454712832 /*       8192: its 1/rms per token */
-#define L17_Q                   21454721024 /*   33554432: queries (rotated) */
-#define L17_K                   21488275456 /*    8388608: keys (rotated) */
-#define L17_V                   21496664064 /*    8388608: values */
-#define L17_ATT                 21505052672 /*   33554432: attention output */
-#define L17_LSE                 21538607104 /*     262144: attention log-sum-exp per head and query */
-#define L17_RES                 21538869248 /*   33554432: residual stream after attention */
-#define L17_LN2                 21572423680 /*   33554432: mlp norm output */
-#define L17_RSTD2               21605978112 /*       8192: its 1/rms per token */
-#define L17_G                   21605986304 /*  117440512: mlp gate */
-#define L17_U                   21723426816 /*  117440512: mlp up */
-#define L17_H                   21840867328 /*  117440512: mlp activation */
-#define L18_LN1                 21958307840 /*   33554432: attention norm output */
-#define L18_RSTD1               21991862272 /*       8192: its 1/rms per token */
-#define L18_Q                   21991870464 /*   33554432: queries (rotated) */
-#define L18_K                   22025424896 /*    8388608: keys (rotated) */
-#define L18_V                   22033813504 /*    8388608: values */
-#define L18_ATT                 22042202112 /*   33554432: attention output */
-#define L18_LSE                 22075756544 /*     262144: attention log-sum-exp per head and query */
-#define L18_RES                 22076018688 /*   33554432: residual stream after attention */
-#define L18_LN2                 22109573120 /*   33554432: mlp norm output */
-#define L18_RSTD2               22143127552 /*       8192: its 1/rms per token */
-#define L18_G                   22143135744 /*  117440512: mlp gate */
-#define L18_U                   22260576256 /*  117440512: mlp up */
-#define L18_H                   22378016768 /*  117440512: mlp activation */
-#define L19_LN1                 22495457280 /*   33554432: attention norm output */
-#define L19_RSTD1               22529011712 /*       8192: its 1/rms per token */
-#define L19_Q                   22529019904 /*   33554432: queries (rotated) */
-#define L19_K                   22562574336 /*    8388608: keys (rotated) */
-#define L19_V                   22570962944 /*    8388608: values */
-#define L19_ATT                 22579351552 /*   33554432: attention output */
-#define L19_LSE                 22612905984 /*     262144: attention log-sum-exp per head and query */
-#define L19_RES                 22613168128 /*   33554432: residual stream after attention */
-#define L19_LN2                 22646722560 /*   33554432: mlp norm output */
-#define L19_RSTD2               22680276992 /*       8192: its 1/rms per token */
-#define L19_G                   22680285184 /*  117440512: mlp gate */
-#define L19_U                   22797725696 /*  117440512: mlp up */
-#define L19_H                   22915166208 /*  117440512: mlp activation */
-#define L20_LN1                 23032606720 /*   33554432: attention norm output */
-#define L20_RSTD1               23066161152 /*       8192: its 1/rms per token */
-#define L20_Q                   23066169344 /*   33554432: queries (rotated) */
-#define L20_K                   23099723776 /*    8388608: keys (rotated) */
-#define L20_V                   23108112384 /*    8388608: values */
-#define L20_ATT                 23116500992 /*   33554432: attention output */
-#define L20_LSE                 23150055424 /*     262144: attention log-sum-exp per head and query */
-#define L20_RES                 23150317568 /*   33554432: residual stream after attention */
-#define L20_LN2                 23183872000 /*   33554432: mlp norm output */
-#define L20_RSTD2               23217426432 /*       8192: its 1/rms per token */
-#define L20_G                   23217434624 /*  117440512: mlp gate */
-#define L20_U                   23334875136 /*  117440512: mlp up */
-#define L20_H                   23452315648 /*  117440512: mlp activation */
-#define L21_LN1                 23569756160 /*   33554432: attention norm output */
-#define L21_RSTD1               23603310592 /*       8192: its 1/rms per token */
-#define L21_Q                   23603318784 /*   33554432: queries (rotated) */
-#define L21_K                   23636873216 /*    8388608: keys (rotated) */
-#define L21_V                   23645261824 /*    8388608: values */
-#define L21_ATT                 23653650432 /*   33554432: attention output */
-#define L21_LSE                 23687204864 /*     262144: attention log-sum-exp per head and query */
-#define L21_RES                 23687467008 /*   33554432: residual stream after attention */
-#define L21_LN2                 23721021440 /*   33554432: mlp norm output */
-#define L21_RSTD2               23754575872 /*       8192: its 1/rms per token */
-#define L21_G                   23754584064 /*  117440512: mlp gate */
-#define L21_U                   23872024576 /*  117440512: mlp up */
-#define L21_H                   23989465088 /*  117440512: mlp activation */
-#define L22_LN1                 24106905600 /*   33554432: attention norm output */
-#define L22_RSTD1               24140460032 /*       8192: its 1/rms per token */
-#define L22_Q                   24140468224 /*   33554432: queries (rotated) */
-#define L22_K                   24174022656 /*    8388608: keys (rotated) */
-#define L22_V                   24182411264 /*    8388608: values */
-#define L22_ATT                 24190799872 /*   33554432: attention output */
-#define L22_LSE                 24224354304 /*     262144: attention log-sum-exp per head and query */
-#define L22_RES                 24224616448 /*   33554432: residual stream after attention */
-#define L22_LN2                 24258170880 /*   33554432: mlp norm output */
-#define L22_RSTD2               24291725312 /*       8192: its 1/rms per token */
-#define L22_G                   24291733504 /*  117440512: mlp gate */
-#define L22_U                   24409174016 /*  117440512: mlp up */
-#define L22_H                   24526614528 /*  117440512: mlp activation */
-#define L23_LN1                 24644055040 /*   33554432: attention norm output */
-#define L23_RSTD1               24677609472 /*       8192: its 1/rms per token */
-#define L23_Q                   24677617664 /*   33554432: queries (rotated) */
-#define L23_K                   24711172096 /*    8388608: keys (rotated) */
-#define L23_V                   24719560704 /*    8388608: values */
-#define L23_ATT                 24727949312 /*   33554432: attention output */
-#define L23_LSE                 24761503744 /*     262144: attention log-sum-exp per head and query */
-#define L23_RES                 24761765888 /*   33554432: residual stream after attention */
-#define L23_LN2                 24795320320 /*   33554432: mlp norm output */
-#define L23_RSTD2               24828874752 /*       8192: its 1/rms per token */
-#define L23_G                   24828882944 /*  117440512: mlp gate */
-#define L23_U                   24946323456 /*  117440512: mlp up */
-#define L23_H                   25063763968 /*  117440512: mlp activation */
-#define L24_LN1                 25181204480 /*   33554432: attention norm output */
-#define L24_RSTD1               25214758912 /*       8192: its 1/rms per token */
-#define L24_Q                   25214767104 /*   33554432: queries (rotated) */
-#define L24_K                   25248321536 /*    8388608: keys (rotated) */
-#define L24_V                   25256710144 /*    8388608: values */
-#define L24_ATT                 25265098752 /*   33554432: attention output */
-#define L24_LSE                 25298653184 /*     262144: attention log-sum-exp per head and query */
-#define L24_RES                 25298915328 /*   33554432: residual stream after attention */
-#define L24_LN2                 25332469760 /*   33554432: mlp norm output */
-#define L24_RSTD2               25366024192 /*       8192: its 1/rms per token */
-#define L24_G                   25366032384 /*  117440512: mlp gate */
-#define L24_U                   25483472896 /*  117440512: mlp up */
-#define L24_H                   25600913408 /*  117440512: mlp activation */
-#define L25_LN1                 25718353920 /*   33554432: attention norm output */
-#define L25_RSTD1               25751908352 /*       8192: its 1/rms per token */
-#define L25_Q                   25751916544 /*   33554432: queries (rotated) */
-#define L25_K                   25785470976 /*    8388608: keys (rotated) */
-#define L25_V                   25793859584 /*    8388608: values */
-#define L25_ATT                 25802248192 /*   33554432: attention output */
-#define L25_LSE                 25835802624 /*     262144: attention log-sum-exp per head and query */
-#define L25_RES                 25836064768 /*   33554432: residual stream after attention */
-#define L25_LN2                 25869619200 /*   33554432: mlp norm output */
-#define L25_RSTD2               25903173632 /*       8192: its 1/rms per token */
-#define L25_G                   25903181824 /*  117440512: mlp gate */
-#define L25_U                   26020622336 /*  117440512: mlp up */
-#define L25_H                   26138062848 /*  117440512: mlp activation */
-#define L26_LN1                 26255503360 /*   33554432: attention norm output */
-#define L26_RSTD1               26289057792 /*       8192: its 1/rms per token */
-#define L26_Q                   26289065984 /*   33554432: queries (rotated) */
-#define L26_K                   26322620416 /*    8388608: keys (rotated) */
-#define L26_V                   26331009024 /*    8388608: values */
-#define L26_ATT                 26339397632 /*   33554432: attention output */
-#define L26_LSE                 26372952064 /*     262144: attention log-sum-exp per head and query */
-#define L26_RES                 26373214208 /*   33554432: residual stream after attention */
-#define L26_LN2                 26406768640 /*   33554432: mlp norm output */
-#define L26_RSTD2               26440323072 /*       8192: its 1/rms per token */
-#define L26_G                   26440331264 /*  117440512: mlp gate */
-#define L26_U                   26557771776 /*  117440512: mlp up */
-#define L26_H                   26675212288 /*  117440512: mlp activation */
-#define L27_LN1                 26792652800 /*   33554432: attention norm output */
-#define L27_RSTD1               26826207232 /*       8192: its 1/rms per token */
-#define L27_Q                   26826215424 /*   33554432: queries (rotated) */
-#define L27_K                   26859769856 /*    8388608: keys (rotated) */
-#define L27_V                   26868158464 /*    8388608: values */
-#define L27_ATT                 26876547072 /*   33554432: attention output */
-#define L27_LSE                 26910101504 /*     262144: attention log-sum-exp per head and query */
-#define L27_RES                 26910363648 /*   33554432: residual stream after attention */
-#define L27_LN2                 26943918080 /*   33554432: mlp norm output */
-#define L27_RSTD2               26977472512 /*       8192: its 1/rms per token */
-#define L27_G                   26977480704 /*  117440512: mlp gate */
-#define L27_U                   27094921216 /*  117440512: mlp up */
-#define L27_H                   27212361728 /*  117440512: mlp activation */
-#define L28_LN1                 27329802240 /*   33554432: attention norm output */
-#define L28_RSTD1               27363356672 /*       8192: its 1/rms per token */
-#define L28_Q                   27363364864 /*   33554432: queries (rotated) */
-#define L28_K                   27396919296 /*    8388608: keys (rotated) */
-#define L28_V                   27405307904 /*    8388608: values */
-#define L28_ATT                 27413696512 /*   33554432: attention output */
-#define L28_LSE                 27447250944 /*     262144: attention log-sum-exp per head and query */
-#define L28_RES                 27447513088 /*   33554432: residual stream after attention */
-#define L28_LN2                 27481067520 /*   33554432: mlp norm output */
-#define L28_RSTD2               27514621952 /*       8192: its 1/rms per token */
-#define L28_G                   27514630144 /*  117440512: mlp gate */
-#define L28_U                   27632070656 /*  117440512: mlp up */
-#define L28_H                   27749511168 /*  117440512: mlp activation */
-#define L29_LN1                 27866951680 /*   33554432: attention norm output */
-#define L29_RSTD1               27900506112 /*       8192: its 1/rms per token */
-#define L29_Q                   27900514304 /*   33554432: queries (rotated) */
-#define L29_K                   27934068736 /*    8388608: keys (rotated) */
-#define L29_V                   27942457344 /*    8388608: values */
-#define L29_ATT                 27950845952 /*   33554432: attention output */
-#define L29_LSE                 27984400384 /*     262144: attention log-sum-exp per head and query */
-#define L29_RES                 27984662528 /*   33554432: residual stream after attention */
-#define L29_LN2                 28018216960 /*   33554432: mlp norm output */
-#define L29_RSTD2               28051771392 /*       8192: its 1/rms per token */
-#define L29_G                   28051779584 /*  117440512: mlp gate */
-#define L29_U                   28169220096 /*  117440512: mlp up */
-#define L29_H                   28286660608 /*  117440512: mlp activation */
-#define L30_LN1                 28404101120 /*   33554432: attention norm output */
-#define L30_RSTD1               28437655552 /*       8192: its 1/rms per token */
-#define L30_Q                   28437663744 /*   33554432: queries (rotated) */
-#define L30_K                   28471218176 /*    8388608: keys (rotated) */
-#define L30_V                   28479606784 /*    8388608: values */
-#define L30_ATT                 28487995392 /*   33554432: attention output */
-#define L30_LSE                 28521549824 /*     262144: attention log-sum-exp per head and query */
-#define L30_RES                 28521811968 /*   33554432: residual stream after attention */
-#define L30_LN2                 28555366400 /*   33554432: mlp norm output */
-#define L30_RSTD2               28588920832 /*       8192: its 1/rms per token */
-#define L30_G                   28588929024 /*  117440512: mlp gate */
-#define L30_U                   28706369536 /*  117440512: mlp up */
-#define L30_H                   28823810048 /*  117440512: mlp activation */
-#define L31_LN1                 28941250560 /*   33554432: attention norm output */
-#define L31_RSTD1               28974804992 /*       8192: its 1/rms per token */
-#define L31_Q                   28974813184 /*   33554432: queries (rotated) */
-#define L31_K                   29008367616 /*    8388608: keys (rotated) */
-#define L31_V                   29016756224 /*    8388608: values */
-#define L31_ATT                 29025144832 /*   33554432: attention output */
-#define L31_LSE                 29058699264 /*     262144: attention log-sum-exp per head and query */
-#define L31_RES                 29058961408 /*   33554432: residual stream after attention */
-#define L31_LN2                 29092515840 /*   33554432: mlp norm output */
-#define L31_RSTD2               29126070272 /*       8192: its 1/rms per token */
-#define L31_G                   29126078464 /*  117440512: mlp gate */
-#define L31_U                   29243518976 /*  117440512: mlp up */
-#define L31_H                   29360959488 /*  117440512: mlp activation */
-#define WS_Y                    29478400000 /*   33554432: a block's output before the residual add */
-#define WS_Y2                   29511954432 /*   33554432: shared experts' output */
-#define DX_A                    29545508864 /*   33554432: gradient of the residual stream (even layers' output) */
-#define DX_B                    29579063296 /*   33554432: gradient of the residual stream (odd layers' output) */
-#define DLN                     29612617728 /*   33554432: gradient of a norm's output */
-#define DATT                    29646172160 /*   33554432: gradient of the attention output */
-#define DQ                      29679726592 /*   33554432: gradient of the queries */
-#define DK                      29713281024 /*    8388608: gradient of the keys */
-#define DV                      29721669632 /*    8388608: gradient of the values */
-#define DG                      29730058240 /*  117440512: gradient of the mlp gate */
-#define DU                      29847498752 /*  117440512: gradient of the mlp up */
-#define DH                      29964939264 /*  117440512: gradient of the mlp activation */
-#define LNF                     30082379776 /*   33554432: final norm output */
-#define RSTDF                   30115934208 /*       8192: its 1/rms per token */
-#define LSEF                    30115942400 /*       8192: log-sum-exp of each token's logits */
-#define CE                      30115950592 /*   67108864: logits of one vocabulary chunk and their gradient */
+#define GATHERED_DENSE0               16384 /*  525340672: a dense group all-gathered (even units: embedding, odd layers) */
+#define GATHERED_DENSE1           525357056 /*  525340672: the next one, prefetched (odd units: even layers; the head if L is even) */
+#define GRAD_DENSE0              1050697728 /*  525340672: an even unit's dense gradient, then its reduce-scatter's input */
+#define GRAD_DENSE1              1576038400 /*  525340672: an odd unit's (in flight while the next unit's backward runs) */
+#define RS_OUT0                  2101379072 /*  131335168: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE0                 2232714240 /*  262670336: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT1                  2495384576 /*  131335168: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
+#define RS_OUT2                  2626719744 /*  131335168: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE2                 2758054912 /*  262670336: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT3                  3020725248 /*  131335168: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
+#define X0                       3152060416 /*   33554432: boundary: input of layer 0 (residual stream) */
+#define X1                       3185614848 /*   33554432: boundary: input of layer 1 (residual stream) */
+#define X2                       3219169280 /*   33554432: boundary: input of layer 2 (residual stream) */
+#define X3                       3252723712 /*   33554432: boundary: input of layer 3 (residual stream) */
+#define X4                       3286278144 /*   33554432: boundary: input of layer 4 (residual stream) */
+#define X5                       3319832576 /*   33554432: boundary: input of layer 5 (residual stream) */
+#define X6                       3353387008 /*   33554432: boundary: input of layer 6 (residual stream) */
+#define X7                       3386941440 /*   33554432: boundary: input of layer 7 (residual stream) */
+#define X8                       3420495872 /*   33554432: boundary: input of layer 8 (residual stream) */
+#define X9                       3454050304 /*   33554432: boundary: input of layer 9 (residual stream) */
+#define X10                      3487604736 /*   33554432: boundary: input of layer 10 (residual stream) */
+#define X11                      3521159168 /*   33554432: boundary: input of layer 11 (residual stream) */
+#define X12                      3554713600 /*   33554432: boundary: input of layer 12 (residual stream) */
+#define X13                      3588268032 /*   33554432: boundary: input of layer 13 (residual stream) */
+#define X14                      3621822464 /*   33554432: boundary: input of layer 14 (residual stream) */
+#define X15                      3655376896 /*   33554432: boundary: input of layer 15 (residual stream) */
+#define X16                      3688931328 /*   33554432: boundary: input of layer 16 (residual stream) */
+#define X17                      3722485760 /*   33554432: boundary: input of layer 17 (residual stream) */
+#define X18                      3756040192 /*   33554432: boundary: input of layer 18 (residual stream) */
+#define X19                      3789594624 /*   33554432: boundary: input of layer 19 (residual stream) */
+#define X20                      3823149056 /*   33554432: boundary: input of layer 20 (residual stream) */
+#define X21                      3856703488 /*   33554432: boundary: input of layer 21 (residual stream) */
+#define X22                      3890257920 /*   33554432: boundary: input of layer 22 (residual stream) */
+#define X23                      3923812352 /*   33554432: boundary: input of layer 23 (residual stream) */
+#define X24                      3957366784 /*   33554432: boundary: input of layer 24 (residual stream) */
+#define X25                      3990921216 /*   33554432: boundary: input of layer 25 (residual stream) */
+#define X26                      4024475648 /*   33554432: boundary: input of layer 26 (residual stream) */
+#define X27                      4058030080 /*   33554432: boundary: input of layer 27 (residual stream) */
+#define X28                      4091584512 /*   33554432: boundary: input of layer 28 (residual stream) */
+#define X29                      4125138944 /*   33554432: boundary: input of layer 29 (residual stream) */
+#define X30                      4158693376 /*   33554432: boundary: input of layer 30 (residual stream) */
+#define X31                      4192247808 /*   33554432: boundary: input of layer 31 (residual stream) */
+#define X32                      4225802240 /*   33554432: output of the last layer */
+#define L0_LN1                   4259356672 /*   33554432: attention norm output */
+#define L0_RSTD1                 4292911104 /*       8192: its 1/rms per token */
+#define L0_Q                     4292919296 /*   33554432: queries (rotated) */
+#define L0_K                     4326473728 /*    8388608: keys (rotated) */
+#define L0_V                     4334862336 /*    8388608: values */
+#define L0_ATT                   4343250944 /*   33554432: attention output */
+#define L0_LSE                   4376805376 /*     262144: attention log-sum-exp per head and query */
+#define L0_RES                   4377067520 /*   33554432: residual stream after attention */
+#define L0_LN2                   4410621952 /*   33554432: mlp norm output */
+#define L0_RSTD2                 4444176384 /*       8192: its 1/rms per token */
+#define L0_G                     4444184576 /*  117440512: mlp gate */
+#define L0_U                     4561625088 /*  117440512: mlp up */
+#define L0_H                     4679065600 /*  117440512: mlp activation */
+#define L1_LN1                   4796506112 /*   33554432: attention norm output */
+#define L1_RSTD1                 4830060544 /*       8192: its 1/rms per token */
+#define L1_Q                     4830068736 /*   33554432: queries (rotated) */
+#define L1_K                     4863623168 /*    8388608: keys (rotated) */
+#define L1_V                     4872011776 /*    8388608: values */
+#define L1_ATT                   4880400384 /*   33554432: attention output */
+#define L1_LSE                   4913954816 /*     262144: attention log-sum-exp per head and query */
+#define L1_RES                   4914216960 /*   33554432: residual stream after attention */
+#define L1_LN2                   4947771392 /*   33554432: mlp norm output */
+#define L1_RSTD2                 4981325824 /*       8192: its 1/rms per token */
+#define L1_G                     4981334016 /*  117440512: mlp gate */
+#define L1_U                     5098774528 /*  117440512: mlp up */
+#define L1_H                     5216215040 /*  117440512: mlp activation */
+#define L2_LN1                   5333655552 /*   33554432: attention norm output */
+#define L2_RSTD1                 5367209984 /*       8192: its 1/rms per token */
+#define L2_Q                     5367218176 /*   33554432: queries (rotated) */
+#define L2_K                     5400772608 /*    8388608: keys (rotated) */
+#define L2_V                     5409161216 /*    8388608: values */
+#define L2_ATT                   5417549824 /*   33554432: attention output */
+#define L2_LSE                   5451104256 /*     262144: attention log-sum-exp per head and query */
+#define L2_RES                   5451366400 /*   33554432: residual stream after attention */
+#define L2_LN2                   5484920832 /*   33554432: mlp norm output */
+#define L2_RSTD2                 5518475264 /*       8192: its 1/rms per token */
+#define L2_G                     5518483456 /*  117440512: mlp gate */
+#define L2_U                     5635923968 /*  117440512: mlp up */
+#define L2_H                     5753364480 /*  117440512: mlp activation */
+#define L3_LN1                   5870804992 /*   33554432: attention norm output */
+#define L3_RSTD1                 5904359424 /*       8192: its 1/rms per token */
+#define L3_Q                     5904367616 /*   33554432: queries (rotated) */
+#define L3_K                     5937922048 /*    8388608: keys (rotated) */
+#define L3_V                     5946310656 /*    8388608: values */
+#define L3_ATT                   5954699264 /*   33554432: attention output */
+#define L3_LSE                   5988253696 /*     262144: attention log-sum-exp per head and query */
+#define L3_RES                   5988515840 /*   33554432: residual stream after attention */
+#define L3_LN2                   6022070272 /*   33554432: mlp norm output */
+#define L3_RSTD2                 6055624704 /*       8192: its 1/rms per token */
+#define L3_G                     6055632896 /*  117440512: mlp gate */
+#define L3_U                     6173073408 /*  117440512: mlp up */
+#define L3_H                     6290513920 /*  117440512: mlp activation */
+#define L4_LN1                   6407954432 /*   33554432: attention norm output */
+#define L4_RSTD1                 6441508864 /*       8192: its 1/rms per token */
+#define L4_Q                     6441517056 /*   33554432: queries (rotated) */
+#define L4_K                     6475071488 /*    8388608: keys (rotated) */
+#define L4_V                     6483460096 /*    8388608: values */
+#define L4_ATT                   6491848704 /*   33554432: attention output */
+#define L4_LSE                   6525403136 /*     262144: attention log-sum-exp per head and query */
+#define L4_RES                   6525665280 /*   33554432: residual stream after attention */
+#define L4_LN2                   6559219712 /*   33554432: mlp norm output */
+#define L4_RSTD2                 6592774144 /*       8192: its 1/rms per token */
+#define L4_G                     6592782336 /*  117440512: mlp gate */
+#define L4_U                     6710222848 /*  117440512: mlp up */
+#define L4_H                     6827663360 /*  117440512: mlp activation */
+#define L5_LN1                   6945103872 /*   33554432: attention norm output */
+#define L5_RSTD1                 6978658304 /*       8192: its 1/rms per token */
+#define L5_Q                     6978666496 /*   33554432: queries (rotated) */
+#define L5_K                     7012220928 /*    8388608: keys (rotated) */
+#define L5_V                     7020609536 /*    8388608: values */
+#define L5_ATT                   7028998144 /*   33554432: attention output */
+#define L5_LSE                   7062552576 /*     262144: attention log-sum-exp per head and query */
+#define L5_RES                   7062814720 /*   33554432: residual stream after attention */
+#define L5_LN2                   7096369152 /*   33554432: mlp norm output */
+#define L5_RSTD2                 7129923584 /*       8192: its 1/rms per token */
+#define L5_G                     7129931776 /*  117440512: mlp gate */
+#define L5_U                     7247372288 /*  117440512: mlp up */
+#define L5_H                     7364812800 /*  117440512: mlp activation */
+#define L6_LN1                   7482253312 /*   33554432: attention norm output */
+#define L6_RSTD1                 7515807744 /*       8192: its 1/rms per token */
+#define L6_Q                     7515815936 /*   33554432: queries (rotated) */
+#define L6_K                     7549370368 /*    8388608: keys (rotated) */
+#define L6_V                     7557758976 /*    8388608: values */
+#define L6_ATT                   7566147584 /*   33554432: attention output */
+#define L6_LSE                   7599702016 /*     262144: attention log-sum-exp per head and query */
+#define L6_RES                   7599964160 /*   33554432: residual stream after attention */
+#define L6_LN2                   7633518592 /*   33554432: mlp norm output */
+#define L6_RSTD2                 7667073024 /*       8192: its 1/rms per token */
+#define L6_G                     7667081216 /*  117440512: mlp gate */
+#define L6_U                     7784521728 /*  117440512: mlp up */
+#define L6_H                     7901962240 /*  117440512: mlp activation */
+#define L7_LN1                   8019402752 /*   33554432: attention norm output */
+#define L7_RSTD1                 8052957184 /*       8192: its 1/rms per token */
+#define L7_Q                     8052965376 /*   33554432: queries (rotated) */
+#define L7_K                     8086519808 /*    8388608: keys (rotated) */
+#define L7_V                     8094908416 /*    8388608: values */
+#define L7_ATT                   8103297024 /*   33554432: attention output */
+#define L7_LSE                   8136851456 /*     262144: attention log-sum-exp per head and query */
+#define L7_RES                   8137113600 /*   33554432: residual stream after attention */
+#define L7_LN2                   8170668032 /*   33554432: mlp norm output */
+#define L7_RSTD2                 8204222464 /*       8192: its 1/rms per token */
+#define L7_G                     8204230656 /*  117440512: mlp gate */
+#define L7_U                     8321671168 /*  117440512: mlp up */
+#define L7_H                     8439111680 /*  117440512: mlp activation */
+#define L8_LN1                   8556552192 /*   33554432: attention norm output */
+#define L8_RSTD1                 8590106624 /*       8192: its 1/rms per token */
+#define L8_Q                     8590114816 /*   33554432: queries (rotated) */
+#define L8_K                     8623669248 /*    8388608: keys (rotated) */
+#define L8_V                     8632057856 /*    8388608: values */
+#define L8_ATT                   8640446464 /*   33554432: attention output */
+#define L8_LSE                   8674000896 /*     262144: attention log-sum-exp per head and query */
+#define L8_RES                   8674263040 /*   33554432: residual stream after attention */
+#define L8_LN2                   8707817472 /*   33554432: mlp norm output */
+#define L8_RSTD2                 8741371904 /*       8192: its 1/rms per token */
+#define L8_G                     8741380096 /*  117440512: mlp gate */
+#define L8_U                     8858820608 /*  117440512: mlp up */
+#define L8_H                     8976261120 /*  117440512: mlp activation */
+#define L9_LN1                   9093701632 /*   33554432: attention norm output */
+#define L9_RSTD1                 9127256064 /*       8192: its 1/rms per token */
+#define L9_Q                     9127264256 /*   33554432: queries (rotated) */
+#define L9_K                     9160818688 /*    8388608: keys (rotated) */
+#define L9_V                     9169207296 /*    8388608: values */
+#define L9_ATT                   9177595904 /*   33554432: attention output */
+#define L9_LSE                   9211150336 /*     262144: attention log-sum-exp per head and query */
+#define L9_RES                   9211412480 /*   33554432: residual stream after attention */
+#define L9_LN2                   9244966912 /*   33554432: mlp norm output */
+#define L9_RSTD2                 9278521344 /*       8192: its 1/rms per token */
+#define L9_G                     9278529536 /*  117440512: mlp gate */
+#define L9_U                     9395970048 /*  117440512: mlp up */
+#define L9_H                     9513410560 /*  117440512: mlp activation */
+#define L10_LN1                  9630851072 /*   33554432: attention norm output */
+#define L10_RSTD1                9664405504 /*       8192: its 1/rms per token */
+#define L10_Q                    9664413696 /*   33554432: queries (rotated) */
+#define L10_K                    9697968128 /*    8388608: keys (rotated) */
+#define L10_V                    9706356736 /*    8388608: values */
+#define L10_ATT                  9714745344 /*   33554432: attention output */
+#define L10_LSE                  9748299776 /*     262144: attention log-sum-exp per head and query */
+#define L10_RES                  9748561920 /*   33554432: residual stream after attention */
+#define L10_LN2                  9782116352 /*   33554432: mlp norm output */
+#define L10_RSTD2                9815670784 /*       8192: its 1/rms per token */
+#define L10_G                    9815678976 /*  117440512: mlp gate */
+#define L10_U                    9933119488 /*  117440512: mlp up */
+#define L10_H                   10050560000 /*  117440512: mlp activation */
+#define L11_LN1                 10168000512 /*   33554432: attention norm output */
+#define L11_RSTD1               10201554944 /*       8192: its 1/rms per token */
+#define L11_Q                   10201563136 /*   33554432: queries (rotated) */
+#define L11_K                   10235117568 /*    8388608: keys (rotated) */
+#define L11_V                   10243506176 /*    8388608: values */
+#define L11_ATT                 10251894784 /*   33554432: attention output */
+#define L11_LSE                 10285449216 /*     262144: attention log-sum-exp per head and query */
+#define L11_RES                 10285711360 /*   33554432: residual stream after attention */
+#define L11_LN2                 10319265792 /*   33554432: mlp norm output */
+#define L11_RSTD2               10352820224 /*       8192: its 1/rms per token */
+#define L11_G                   10352828416 /*  117440512: mlp gate */
+#define L11_U                   10470268928 /*  117440512: mlp up */
+#define L11_H                   10587709440 /*  117440512: mlp activation */
+#define L12_LN1                 10705149952 /*   33554432: attention norm output */
+#define L12_RSTD1               10738704384 /*       8192: its 1/rms per token */
+#define L12_Q                   10738712576 /*   33554432: queries (rotated) */
+#define L12_K                   10772267008 /*    8388608: keys (rotated) */
+#define L12_V                   10780655616 /*    8388608: values */
+#define L12_ATT                 10789044224 /*   33554432: attention output */
+#define L12_LSE                 10822598656 /*     262144: attention log-sum-exp per head and query */
+#define L12_RES                 10822860800 /*   33554432: residual stream after attention */
+#define L12_LN2                 10856415232 /*   33554432: mlp norm output */
+#define L12_RSTD2               10889969664 /*       8192: its 1/rms per token */
+#define L12_G                   10889977856 /*  117440512: mlp gate */
+#define L12_U                   11007418368 /*  117440512: mlp up */
+#define L12_H                   11124858880 /*  117440512: mlp activation */
+#define L13_LN1                 11242299392 /*   33554432: attention norm output */
+#define L13_RSTD1               11275853824 /*       8192: its 1/rms per token */
+#define L13_Q                   11275862016 /*   33554432: queries (rotated) */
+#define L13_K                   11309416448 /*    8388608: keys (rotated) */
+#define L13_V                   11317805056 /*    8388608: values */
+#define L13_ATT                 11326193664 /*   33554432: attention output */
+#define L13_LSE                 11359748096 /*     262144: attention log-sum-exp per head and query */
+#define L13_RES                 11360010240 /*   33554432: residual stream after attention */
+#define L13_LN2                 11393564672 /*   33554432: mlp norm output */
+#define L13_RSTD2               11427119104 /*       8192: its 1/rms per token */
+#define L13_G                   11427127296 /*  117440512: mlp gate */
+#define L13_U                   11544567808 /*  117440512: mlp up */
+#define L13_H                   11662008320 /*  117440512: mlp activation */
+#define L14_LN1                 11779448832 /*   33554432: attention norm output */
+#define L14_RSTD1               11813003264 /*       8192: its 1/rms per token */
+#define L14_Q                   11813011456 /*   33554432: queries (rotated) */
+#define L14_K                   11846565888 /*    8388608: keys (rotated) */
+#define L14_V                   11854954496 /*    8388608: values */
+#define L14_ATT                 11863343104 /*   33554432: attention output */
+#define L14_LSE                 11896897536 /*     262144: attention log-sum-exp per head and query */
+#define L14_RES                 11897159680 /*   33554432: residual stream after attention */
+#define L14_LN2                 11930714112 /*   33554432: mlp norm output */
+#define L14_RSTD2               11964268544 /*       8192: its 1/rms per token */
+#define L14_G                   11964276736 /*  117440512: mlp gate */
+#define L14_U                   12081717248 /*  117440512: mlp up */
+#define L14_H                   12199157760 /*  117440512: mlp activation */
+#define L15_LN1                 12316598272 /*   33554432: attention norm output */
+#define L15_RSTD1               12350152704 /*       8192: its 1/rms per token */
+#define L15_Q                   12350160896 /*   33554432: queries (rotated) */
+#define L15_K                   12383715328 /*    8388608: keys (rotated) */
+#define L15_V                   12392103936 /*    8388608: values */
+#define L15_ATT                 12400492544 /*   33554432: attention output */
+#define L15_LSE                 12434046976 /*     262144: attention log-sum-exp per head and query */
+#define L15_RES                 12434309120 /*   33554432: residual stream after attention */
+#define L15_LN2                 12467863552 /*   33554432: mlp norm output */
+#define L15_RSTD2               12501417984 /*       8192: its 1/rms per token */
+#define L15_G                   12501426176 /*  117440512: mlp gate */
+#define L15_U                   12618866688 /*  117440512: mlp up */
+#define L15_H                   12736307200 /*  117440512: mlp activation */
+#define L16_LN1                 12853747712 /*   33554432: attention norm output */
+#define L16_RSTD1               12887302144 /*       8192: its 1/rms per token */
+#define L16_Q                   12887310336 /*   33554432: queries (rotated) */
+#define L16_K                   12920864768 /*    8388608: keys (rotated) */
+#define L16_V                   12929253376 /*    8388608: values */
+#define L16_ATT                 12937641984 /*   33554432: attention output */
+#define L16_LSE                 12971196416 /*     262144: attention log-sum-exp per head and query */
+#define L16_RES                 12971458560 /*   33554432: residual stream after attention */
+#define L16_LN2                 13005012992 /*   33554432: mlp norm output */
+#define L16_RSTD2               13038567424 /*       8192: its 1/rms per token */
+#define L16_G                   13038575616 /*  117440512: mlp gate */
+#define L16_U                   13156016128 /*  117440512: mlp up */
+#define L16_H                   13273456640 /*  117440512: mlp activation */
+#define L17_LN1                 13390897152 /*   33554432: attention norm output */
+#define L17_RSTD1               13424451584 /*       8192: its 1/rms per token */
+#define L17_Q                   13424459776 /*   33554432: queries (rotated) */
+#define L17_K                   13458014208 /*    8388608: keys (rotated) */
+#define L17_V                   13466402816 /*    8388608: values */
+#define L17_ATT                 13474791424 /*   33554432: attention output */
+#define L17_LSE                 13508345856 /*     262144: attention log-sum-exp per head and query */
+#define L17_RES                 13508608000 /*   33554432: residual stream after attention */
+#define L17_LN2                 13542162432 /*   33554432: mlp norm output */
+#define L17_RSTD2               13575716864 /*       8192: its 1/rms per token */
+#define L17_G                   13575725056 /*  117440512: mlp gate */
+#define L17_U                   13693165568 /*  117440512: mlp up */
+#define L17_H                   13810606080 /*  117440512: mlp activation */
+#define L18_LN1                 13928046592 /*   33554432: attention norm output */
+#define L18_RSTD1               13961601024 /*       8192: its 1/rms per token */
+#define L18_Q                   13961609216 /*   33554432: queries (rotated) */
+#define L18_K                   13995163648 /*    8388608: keys (rotated) */
+#define L18_V                   14003552256 /*    8388608: values */
+#define L18_ATT                 14011940864 /*   33554432: attention output */
+#define L18_LSE                 14045495296 /*     262144: attention log-sum-exp per head and query */
+#define L18_RES                 14045757440 /*   33554432: residual stream after attention */
+#define L18_LN2                 14079311872 /*   33554432: mlp norm output */
+#define L18_RSTD2               14112866304 /*       8192: its 1/rms per token */
+#define L18_G                   14112874496 /*  117440512: mlp gate */
+#define L18_U                   14230315008 /*  117440512: mlp up */
+#define L18_H                   14347755520 /*  117440512: mlp activation */
+#define L19_LN1                 14465196032 /*   33554432: attention norm output */
+#define L19_RSTD1               14498750464 /*       8192: its 1/rms per token */
+#define L19_Q                   14498758656 /*   33554432: queries (rotated) */
+#define L19_K                   14532313088 /*    8388608: keys (rotated) */
+#define L19_V                   14540701696 /*    8388608: values */
+#define L19_ATT                 14549090304 /*   33554432: attention output */
+#define L19_LSE                 14582644736 /*     262144: attention log-sum-exp per head and query */
+#define L19_RES                 14582906880 /*   33554432: residual stream after attention */
+#define L19_LN2                 14616461312 /*   33554432: mlp norm output */
+#define L19_RSTD2               14650015744 /*       8192: its 1/rms per token */
+#define L19_G                   14650023936 /*  117440512: mlp gate */
+#define L19_U                   14767464448 /*  117440512: mlp up */
+#define L19_H                   14884904960 /*  117440512: mlp activation */
+#define L20_LN1                 15002345472 /*   33554432: attention norm output */
+#define L20_RSTD1               15035899904 /*       8192: its 1/rms per token */
+#define L20_Q                   15035908096 /*   33554432: queries (rotated) */
+#define L20_K                   15069462528 /*    8388608: keys (rotated) */
+#define L20_V                   15077851136 /*    8388608: values */
+#define L20_ATT                 15086239744 /*   33554432: attention output */
+#define L20_LSE                 15119794176 /*     262144: attention log-sum-exp per head and query */
+#define L20_RES                 15120056320 /*   33554432: residual stream after attention */
+#define L20_LN2                 15153610752 /*   33554432: mlp norm output */
+#define L20_RSTD2               15187165184 /*       8192: its 1/rms per token */
+#define L20_G                   15187173376 /*  117440512: mlp gate */
+#define L20_U                   15304613888 /*  117440512: mlp up */
+#define L20_H                   15422054400 /*  117440512: mlp activation */
+#define L21_LN1                 15539494912 /*   33554432: attention norm output */
+#define L21_RSTD1               15573049344 /*       8192: its 1/rms per token */
+#define L21_Q                   15573057536 /*   33554432: queries (rotated) */
+#define L21_K                   15606611968 /*    8388608: keys (rotated) */
+#define L21_V                   15615000576 /*    8388608: values */
+#define L21_ATT                 15623389184 /*   33554432: attention output */
+#define L21_LSE                 15656943616 /*     262144: attention log-sum-exp per head and query */
+#define L21_RES                 15657205760 /*   33554432: residual stream after attention */
+#define L21_LN2                 15690760192 /*   33554432: mlp norm output */
+#define L21_RSTD2               15724314624 /*       8192: its 1/rms per token */
+#define L21_G                   15724322816 /*  117440512: mlp gate */
+#define L21_U                   15841763328 /*  117440512: mlp up */
+#define L21_H                   15959203840 /*  117440512: mlp activation */
+#define L22_LN1                 16076644352 /*   33554432: attention norm output */
+#define L22_RSTD1               16110198784 /*       8192: its 1/rms per token */
+#define L22_Q                   16110206976 /*   33554432: queries (rotated) */
+#define L22_K                   16143761408 /*    8388608: keys (rotated) */
+#define L22_V                   16152150016 /*    8388608: values */
+#define L22_ATT                 16160538624 /*   33554432: attention output */
+#define L22_LSE                 16194093056 /*     262144: attention log-sum-exp per head and query */
+#define L22_RES                 16194355200 /*   33554432: residual stream after attention */
+#define L22_LN2                 16227909632 /*   33554432: mlp norm output */
+#define L22_RSTD2               16261464064 /*       8192: its 1/rms per token */
+#define L22_G                   16261472256 /*  117440512: mlp gate */
+#define L22_U                   16378912768 /*  117440512: mlp up */
+#define L22_H                   16496353280 /*  117440512: mlp activation */
+#define L23_LN1                 16613793792 /*   33554432: attention norm output */
+#define L23_RSTD1               16647348224 /*       8192: its 1/rms per token */
+#define L23_Q                   16647356416 /*   33554432: queries (rotated) */
+#define L23_K                   16680910848 /*    8388608: keys (rotated) */
+#define L23_V                   16689299456 /*    8388608: values */
+#define L23_ATT                 16697688064 /*   33554432: attention output */
+#define L23_LSE                 16731242496 /*     262144: attention log-sum-exp per head and query */
+#define L23_RES                 16731504640 /*   33554432: residual stream after attention */
+#define L23_LN2                 16765059072 /*   33554432: mlp norm output */
+#define L23_RSTD2               16798613504 /*       8192: its 1/rms per token */
+#define L23_G                   16798621696 /*  117440512: mlp gate */
+#define L23_U                   16916062208 /*  117440512: mlp up */
+#define L23_H                   17033502720 /*  117440512: mlp activation */
+#define L24_LN1                 17150943232 /*   33554432: attention norm output */
+#define L24_RSTD1               17184497664 /*       8192: its 1/rms per token */
+#define L24_Q                   17184505856 /*   33554432: queries (rotated) */
+#define L24_K                   17218060288 /*    8388608: keys (rotated) */
+#define L24_V                   17226448896 /*    8388608: values */
+#define L24_ATT                 17234837504 /*   33554432: attention output */
+#define L24_LSE                 17268391936 /*     262144: attention log-sum-exp per head and query */
+#define L24_RES                 17268654080 /*   33554432: residual stream after attention */
+#define L24_LN2                 17302208512 /*   33554432: mlp norm output */
+#define L24_RSTD2               17335762944 /*       8192: its 1/rms per token */
+#define L24_G                   17335771136 /*  117440512: mlp gate */
+#define L24_U                   17453211648 /*  117440512: mlp up */
+#define L24_H                   17570652160 /*  117440512: mlp activation */
+#define L25_LN1                 17688092672 /*   33554432: attention norm output */
+#define L25_RSTD1               17721647104 /*       8192: its 1/rms per token */
+#define L25_Q                   17721655296 /*   33554432: queries (rotated) */
+#define L25_K                   17755209728 /*    8388608: keys (rotated) */
+#define L25_V                   17763598336 /*    8388608: values */
+#define L25_ATT                 17771986944 /*   33554432: attention output */
+#define L25_LSE                 17805541376 /*     262144: attention log-sum-exp per head and query */
+#define L25_RES                 17805803520 /*   33554432: residual stream after attention */
+#define L25_LN2                 17839357952 /*   33554432: mlp norm output */
+#define L25_RSTD2               17872912384 /*       8192: its 1/rms per token */
+#define L25_G                   17872920576 /*  117440512: mlp gate */
+#define L25_U                   17990361088 /*  117440512: mlp up */
+#define L25_H                   18107801600 /*  117440512: mlp activation */
+#define L26_LN1                 18225242112 /*   33554432: attention norm output */
+#define L26_RSTD1               18258796544 /*       8192: its 1/rms per token */
+#define L26_Q                   18258804736 /*   33554432: queries (rotated) */
+#define L26_K                   18292359168 /*    8388608: keys (rotated) */
+#define L26_V                   18300747776 /*    8388608: values */
+#define L26_ATT                 18309136384 /*   33554432: attention output */
+#define L26_LSE                 18342690816 /*     262144: attention log-sum-exp per head and query */
+#define L26_RES                 18342952960 /*   33554432: residual stream after attention */
+#define L26_LN2                 18376507392 /*   33554432: mlp norm output */
+#define L26_RSTD2               18410061824 /*       8192: its 1/rms per token */
+#define L26_G                   18410070016 /*  117440512: mlp gate */
+#define L26_U                   18527510528 /*  117440512: mlp up */
+#define L26_H                   18644951040 /*  117440512: mlp activation */
+#define L27_LN1                 18762391552 /*   33554432: attention norm output */
+#define L27_RSTD1               18795945984 /*       8192: its 1/rms per token */
+#define L27_Q                   18795954176 /*   33554432: queries (rotated) */
+#define L27_K                   18829508608 /*    8388608: keys (rotated) */
+#define L27_V                   18837897216 /*    8388608: values */
+#define L27_ATT                 18846285824 /*   33554432: attention output */
+#define L27_LSE                 18879840256 /*     262144: attention log-sum-exp per head and query */
+#define L27_RES                 18880102400 /*   33554432: residual stream after attention */
+#define L27_LN2                 18913656832 /*   33554432: mlp norm output */
+#define L27_RSTD2               18947211264 /*       8192: its 1/rms per token */
+#define L27_G                   18947219456 /*  117440512: mlp gate */
+#define L27_U                   19064659968 /*  117440512: mlp up */
+#define L27_H                   19182100480 /*  117440512: mlp activation */
+#define L28_LN1                 19299540992 /*   33554432: attention norm output */
+#define L28_RSTD1               19333095424 /*       8192: its 1/rms per token */
+#define L28_Q                   19333103616 /*   33554432: queries (rotated) */
+#define L28_K                   19366658048 /*    8388608: keys (rotated) */
+#define L28_V                   19375046656 /*    8388608: values */
+#define L28_ATT                 19383435264 /*   33554432: attention output */
+#define L28_LSE                 19416989696 /*     262144: attention log-sum-exp per head and query */
+#define L28_RES                 19417251840 /*   33554432: residual stream after attention */
+#define L28_LN2                 19450806272 /*   33554432: mlp norm output */
+#define L28_RSTD2               19484360704 /*       8192: its 1/rms per token */
+#define L28_G                   19484368896 /*  117440512: mlp gate */
+#define L28_U                   19601809408 /*  117440512: mlp up */
+#define L28_H                   19719249920 /*  117440512: mlp activation */
+#define L29_LN1                 19836690432 /*   33554432: attention norm output */
+#define L29_RSTD1               19870244864 /*       8192: its 1/rms per token */
+#define L29_Q                   19870253056 /*   33554432: queries (rotated) */
+#define L29_K                   19903807488 /*    8388608: keys (rotated) */
+#define L29_V                   19912196096 /*    8388608: values */
+#define L29_ATT                 19920584704 /*   33554432: attention output */
+#define L29_LSE                 19954139136 /*     262144: attention log-sum-exp per head and query */
+#define L29_RES                 19954401280 /*   33554432: residual stream after attention */
+#define L29_LN2                 19987955712 /*   33554432: mlp norm output */
+#define L29_RSTD2               20021510144 /*       8192: its 1/rms per token */
+#define L29_G                   20021518336 /*  117440512: mlp gate */
+#define L29_U                   20138958848 /*  117440512: mlp up */
+#define L29_H                   20256399360 /*  117440512: mlp activation */
+#define L30_LN1                 20373839872 /*   33554432: attention norm output */
+#define L30_RSTD1               20407394304 /*       8192: its 1/rms per token */
+#define L30_Q                   20407402496 /*   33554432: queries (rotated) */
+#define L30_K                   20440956928 /*    8388608: keys (rotated) */
+#define L30_V                   20449345536 /*    8388608: values */
+#define L30_ATT                 20457734144 /*   33554432: attention output */
+#define L30_LSE                 20491288576 /*     262144: attention log-sum-exp per head and query */
+#define L30_RES                 20491550720 /*   33554432: residual stream after attention */
+#define L30_LN2                 20525105152 /*   33554432: mlp norm output */
+#define L30_RSTD2               20558659584 /*       8192: its 1/rms per token */
+#define L30_G                   20558667776 /*  117440512: mlp gate */
+#define L30_U                   20676108288 /*  117440512: mlp up */
+#define L30_H                   20793548800 /*  117440512: mlp activation */
+#define L31_LN1                 20910989312 /*   33554432: attention norm output */
+#define L31_RSTD1               20944543744 /*       8192: its 1/rms per token */
+#define L31_Q                   20944551936 /*   33554432: queries (rotated) */
+#define L31_K                   20978106368 /*    8388608: keys (rotated) */
+#define L31_V                   20986494976 /*    8388608: values */
+#define L31_ATT                 20994883584 /*   33554432: attention output */
+#define L31_LSE                 21028438016 /*     262144: attention log-sum-exp per head and query */
+#define L31_RES                 21028700160 /*   33554432: residual stream after attention */
+#define L31_LN2                 21062254592 /*   33554432: mlp norm output */
+#define L31_RSTD2               21095809024 /*       8192: its 1/rms per token */
+#define L31_G                   21095817216 /*  117440512: mlp gate */
+#define L31_U                   21213257728 /*  117440512: mlp up */
+#define L31_H                   21330698240 /*  117440512: mlp activation */
+#define WS_Y                    21448138752 /*   33554432: a block's output before the residual add */
+#define WS_Y2                   21481693184 /*   33554432: shared experts' output */
+#define DX_A                    21515247616 /*   33554432: gradient of the residual stream (even layers' output) */
+#define DX_B                    21548802048 /*   33554432: gradient of the residual stream (odd layers' output) */
+#define DLN                     21582356480 /*   33554432: gradient of a norm's output */
+#define DATT                    21615910912 /*   33554432: gradient of the attention output */
+#define DQ                      21649465344 /*   33554432: gradient of the queries */
+#define DK                      21683019776 /*    8388608: gradient of the keys */
+#define DV                      21691408384 /*    8388608: gradient of the values */
+#define DG                      21699796992 /*  117440512: gradient of the mlp gate */
+#define DU                      21817237504 /*  117440512: gradient of the mlp up */
+#define DH                      21934678016 /*  117440512: gradient of the mlp activation */
+#define LNF                     22052118528 /*   33554432: final norm output */
+#define RSTDF                   22085672960 /*       8192: its 1/rms per token */
+#define LSEF                    22085681152 /*       8192: log-sum-exp of each token's logits */
+#define CE                      22085689344 /*   67108864: logits of one vocabulary chunk and their gradient */
 
 /* Parameter groups: sharded over the FSDP group (4 ranks) or, for experts, over the
- * 4 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */
+ * 4 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
+ * state arena (-1: a group of Muon matrices has no second moment), of its gathered-from shard
+ * in the arena (-1: gathered from the master). */
 const RtGroup step_groups[N_GROUPS] = {
-    {"embedding", RT_GROUP_FSDP, 525336576, 131334144, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V},
-    {"layer 0 dense", RT_GROUP_FSDP, 218112000, 54528000, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V},
-    {"layer 1 dense", RT_GROUP_FSDP, 218112000, 54528000, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V},
-    {"layer 2 dense", RT_GROUP_FSDP, 218112000, 54528000, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V},
-    {"layer 3 dense", RT_GROUP_FSDP, 218112000, 54528000, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V},
-    {"layer 4 dense", RT_GROUP_FSDP, 218112000, 54528000, L4_DENSE_MASTER, L4_DENSE_GRAD, L4_DENSE_ADAM_M, L4_DENSE_ADAM_V},
-    {"layer 5 dense", RT_GROUP_FSDP, 218112000, 54528000, L5_DENSE_MASTER, L5_DENSE_GRAD, L5_DENSE_ADAM_M, L5_DENSE_ADAM_V},
-    {"layer 6 dense", RT_GROUP_FSDP, 218112000, 54528000, L6_DENSE_MASTER, L6_DENSE_GRAD, L6_DENSE_ADAM_M, L6_DENSE_ADAM_V},
-    {"layer 7 dense", RT_GROUP_FSDP, 218112000, 54528000, L7_DENSE_MASTER, L7_DENSE_GRAD, L7_DENSE_ADAM_M, L7_DENSE_ADAM_V},
-    {"layer 8 dense", RT_GROUP_FSDP, 218112000, 54528000, L8_DENSE_MASTER, L8_DENSE_GRAD, L8_DENSE_ADAM_M, L8_DENSE_ADAM_V},
-    {"layer 9 dense", RT_GROUP_FSDP, 218112000, 54528000, L9_DENSE_MASTER, L9_DENSE_GRAD, L9_DENSE_ADAM_M, L9_DENSE_ADAM_V},
-    {"layer 10 dense", RT_GROUP_FSDP, 218112000, 54528000, L10_DENSE_MASTER, L10_DENSE_GRAD, L10_DENSE_ADAM_M, L10_DENSE_ADAM_V},
-    {"layer 11 dense", RT_GROUP_FSDP, 218112000, 54528000, L11_DENSE_MASTER, L11_DENSE_GRAD, L11_DENSE_ADAM_M, L11_DENSE_ADAM_V},
-    {"layer 12 dense", RT_GROUP_FSDP, 218112000, 54528000, L12_DENSE_MASTER, L12_DENSE_GRAD, L12_DENSE_ADAM_M, L12_DENSE_ADAM_V},
-    {"layer 13 dense", RT_GROUP_FSDP, 218112000, 54528000, L13_DENSE_MASTER, L13_DENSE_GRAD, L13_DENSE_ADAM_M, L13_DENSE_ADAM_V},
-    {"layer 14 dense", RT_GROUP_FSDP, 218112000, 54528000, L14_DENSE_MASTER, L14_DENSE_GRAD, L14_DENSE_ADAM_M, L14_DENSE_ADAM_V},
-    {"layer 15 dense", RT_GROUP_FSDP, 218112000, 54528000, L15_DENSE_MASTER, L15_DENSE_GRAD, L15_DENSE_ADAM_M, L15_DENSE_ADAM_V},
-    {"layer 16 dense", RT_GROUP_FSDP, 218112000, 54528000, L16_DENSE_MASTER, L16_DENSE_GRAD, L16_DENSE_ADAM_M, L16_DENSE_ADAM_V},
-    {"layer 17 dense", RT_GROUP_FSDP, 218112000, 54528000, L17_DENSE_MASTER, L17_DENSE_GRAD, L17_DENSE_ADAM_M, L17_DENSE_ADAM_V},
-    {"layer 18 dense", RT_GROUP_FSDP, 218112000, 54528000, L18_DENSE_MASTER, L18_DENSE_GRAD, L18_DENSE_ADAM_M, L18_DENSE_ADAM_V},
-    {"layer 19 dense", RT_GROUP_FSDP, 218112000, 54528000, L19_DENSE_MASTER, L19_DENSE_GRAD, L19_DENSE_ADAM_M, L19_DENSE_ADAM_V},
-    {"layer 20 dense", RT_GROUP_FSDP, 218112000, 54528000, L20_DENSE_MASTER, L20_DENSE_GRAD, L20_DENSE_ADAM_M, L20_DENSE_ADAM_V},
-    {"layer 21 dense", RT_GROUP_FSDP, 218112000, 54528000, L21_DENSE_MASTER, L21_DENSE_GRAD, L21_DENSE_ADAM_M, L21_DENSE_ADAM_V},
-    {"layer 22 dense", RT_GROUP_FSDP, 218112000, 54528000, L22_DENSE_MASTER, L22_DENSE_GRAD, L22_DENSE_ADAM_M, L22_DENSE_ADAM_V},
-    {"layer 23 dense", RT_GROUP_FSDP, 218112000, 54528000, L23_DENSE_MASTER, L23_DENSE_GRAD, L23_DENSE_ADAM_M, L23_DENSE_ADAM_V},
-    {"layer 24 dense", RT_GROUP_FSDP, 218112000, 54528000, L24_DENSE_MASTER, L24_DENSE_GRAD, L24_DENSE_ADAM_M, L24_DENSE_ADAM_V},
-    {"layer 25 dense", RT_GROUP_FSDP, 218112000, 54528000, L25_DENSE_MASTER, L25_DENSE_GRAD, L25_DENSE_ADAM_M, L25_DENSE_ADAM_V},
-    {"layer 26 dense", RT_GROUP_FSDP, 218112000, 54528000, L26_DENSE_MASTER, L26_DENSE_GRAD, L26_DENSE_ADAM_M, L26_DENSE_ADAM_V},
-    {"layer 27 dense", RT_GROUP_FSDP, 218112000, 54528000, L27_DENSE_MASTER, L27_DENSE_GRAD, L27_DENSE_ADAM_M, L27_DENSE_ADAM_V},
-    {"layer 28 dense", RT_GROUP_FSDP, 218112000, 54528000, L28_DENSE_MASTER, L28_DENSE_GRAD, L28_DENSE_ADAM_M, L28_DENSE_ADAM_V},
-    {"layer 29 dense", RT_GROUP_FSDP, 218112000, 54528000, L29_DENSE_MASTER, L29_DENSE_GRAD, L29_DENSE_ADAM_M, L29_DENSE_ADAM_V},
-    {"layer 30 dense", RT_GROUP_FSDP, 218112000, 54528000, L30_DENSE_MASTER, L30_DENSE_GRAD, L30_DENSE_ADAM_M, L30_DENSE_ADAM_V},
-    {"layer 31 dense", RT_GROUP_FSDP, 218112000, 54528000, L31_DENSE_MASTER, L31_DENSE_GRAD, L31_DENSE_ADAM_M, L31_DENSE_ADAM_V},
-    {"head", RT_GROUP_FSDP, 525340672, 131335168, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V},
+    {"embedding", RT_GROUP_FSDP, 525336576, 131334144, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, -1},
+    {"layer 0 dense", RT_GROUP_FSDP, 218112000, 54528000, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, -1},
+    {"layer 1 dense", RT_GROUP_FSDP, 218112000, 54528000, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V, -1},
+    {"layer 2 dense", RT_GROUP_FSDP, 218112000, 54528000, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V, -1},
+    {"layer 3 dense", RT_GROUP_FSDP, 218112000, 54528000, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V, -1},
+    {"layer 4 dense", RT_GROUP_FSDP, 218112000, 54528000, L4_DENSE_MASTER, L4_DENSE_GRAD, L4_DENSE_ADAM_M, L4_DENSE_ADAM_V, -1},
+    {"layer 5 dense", RT_GROUP_FSDP, 218112000, 54528000, L5_DENSE_MASTER, L5_DENSE_GRAD, L5_DENSE_ADAM_M, L5_DENSE_ADAM_V, -1},
+    {"layer 6 dense", RT_GROUP_FSDP, 218112000, 54528000, L6_DENSE_MASTER, L6_DENSE_GRAD, L6_DENSE_ADAM_M, L6_DENSE_ADAM_V, -1},
+    {"layer 7 dense", RT_GROUP_FSDP, 218112000, 54528000, L7_DENSE_MASTER, L7_DENSE_GRAD, L7_DENSE_ADAM_M, L7_DENSE_ADAM_V, -1},
+    {"layer 8 dense", RT_GROUP_FSDP, 218112000, 54528000, L8_DENSE_MASTER, L8_DENSE_GRAD, L8_DENSE_ADAM_M, L8_DENSE_ADAM_V, -1},
+    {"layer 9 dense", RT_GROUP_FSDP, 218112000, 54528000, L9_DENSE_MASTER, L9_DENSE_GRAD, L9_DENSE_ADAM_M, L9_DENSE_ADAM_V, -1},
+    {"layer 10 dense", RT_GROUP_FSDP, 218112000, 54528000, L10_DENSE_MASTER, L10_DENSE_GRAD, L10_DENSE_ADAM_M, L10_DENSE_ADAM_V, -1},
+    {"layer 11 dense", RT_GROUP_FSDP, 218112000, 54528000, L11_DENSE_MASTER, L11_DENSE_GRAD, L11_DENSE_ADAM_M, L11_DENSE_ADAM_V, -1},
+    {"layer 12 dense", RT_GROUP_FSDP, 218112000, 54528000, L12_DENSE_MASTER, L12_DENSE_GRAD, L12_DENSE_ADAM_M, L12_DENSE_ADAM_V, -1},
+    {"layer 13 dense", RT_GROUP_FSDP, 218112000, 54528000, L13_DENSE_MASTER, L13_DENSE_GRAD, L13_DENSE_ADAM_M, L13_DENSE_ADAM_V, -1},
+    {"layer 14 dense", RT_GROUP_FSDP, 218112000, 54528000, L14_DENSE_MASTER, L14_DENSE_GRAD, L14_DENSE_ADAM_M, L14_DENSE_ADAM_V, -1},
+    {"layer 15 dense", RT_GROUP_FSDP, 218112000, 54528000, L15_DENSE_MASTER, L15_DENSE_GRAD, L15_DENSE_ADAM_M, L15_DENSE_ADAM_V, -1},
+    {"layer 16 dense", RT_GROUP_FSDP, 218112000, 54528000, L16_DENSE_MASTER, L16_DENSE_GRAD, L16_DENSE_ADAM_M, L16_DENSE_ADAM_V, -1},
+    {"layer 17 dense", RT_GROUP_FSDP, 218112000, 54528000, L17_DENSE_MASTER, L17_DENSE_GRAD, L17_DENSE_ADAM_M, L17_DENSE_ADAM_V, -1},
+    {"layer 18 dense", RT_GROUP_FSDP, 218112000, 54528000, L18_DENSE_MASTER, L18_DENSE_GRAD, L18_DENSE_ADAM_M, L18_DENSE_ADAM_V, -1},
+    {"layer 19 dense", RT_GROUP_FSDP, 218112000, 54528000, L19_DENSE_MASTER, L19_DENSE_GRAD, L19_DENSE_ADAM_M, L19_DENSE_ADAM_V, -1},
+    {"layer 20 dense", RT_GROUP_FSDP, 218112000, 54528000, L20_DENSE_MASTER, L20_DENSE_GRAD, L20_DENSE_ADAM_M, L20_DENSE_ADAM_V, -1},
+    {"layer 21 dense", RT_GROUP_FSDP, 218112000, 54528000, L21_DENSE_MASTER, L21_DENSE_GRAD, L21_DENSE_ADAM_M, L21_DENSE_ADAM_V, -1},
+    {"layer 22 dense", RT_GROUP_FSDP, 218112000, 54528000, L22_DENSE_MASTER, L22_DENSE_GRAD, L22_DENSE_ADAM_M, L22_DENSE_ADAM_V, -1},
+    {"layer 23 dense", RT_GROUP_FSDP, 218112000, 54528000, L23_DENSE_MASTER, L23_DENSE_GRAD, L23_DENSE_ADAM_M, L23_DENSE_ADAM_V, -1},
+    {"layer 24 dense", RT_GROUP_FSDP, 218112000, 54528000, L24_DENSE_MASTER, L24_DENSE_GRAD, L24_DENSE_ADAM_M, L24_DENSE_ADAM_V, -1},
+    {"layer 25 dense", RT_GROUP_FSDP, 218112000, 54528000, L25_DENSE_MASTER, L25_DENSE_GRAD, L25_DENSE_ADAM_M, L25_DENSE_ADAM_V, -1},
+    {"layer 26 dense", RT_GROUP_FSDP, 218112000, 54528000, L26_DENSE_MASTER, L26_DENSE_GRAD, L26_DENSE_ADAM_M, L26_DENSE_ADAM_V, -1},
+    {"layer 27 dense", RT_GROUP_FSDP, 218112000, 54528000, L27_DENSE_MASTER, L27_DENSE_GRAD, L27_DENSE_ADAM_M, L27_DENSE_ADAM_V, -1},
+    {"layer 28 dense", RT_GROUP_FSDP, 218112000, 54528000, L28_DENSE_MASTER, L28_DENSE_GRAD, L28_DENSE_ADAM_M, L28_DENSE_ADAM_V, -1},
+    {"layer 29 dense", RT_GROUP_FSDP, 218112000, 54528000, L29_DENSE_MASTER, L29_DENSE_GRAD, L29_DENSE_ADAM_M, L29_DENSE_ADAM_V, -1},
+    {"layer 30 dense", RT_GROUP_FSDP, 218112000, 54528000, L30_DENSE_MASTER, L30_DENSE_GRAD, L30_DENSE_ADAM_M, L30_DENSE_ADAM_V, -1},
+    {"layer 31 dense", RT_GROUP_FSDP, 218112000, 54528000, L31_DENSE_MASTER, L31_DENSE_GRAD, L31_DENSE_ADAM_M, L31_DENSE_ADAM_V, -1},
+    {"head", RT_GROUP_FSDP, 525340672, 131335168, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V, -1},
 };
 
 /* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,
@@ -2576,170 +2580,170 @@ static void layer0_backward(RtCtx *c) {
  * cross-entropy of the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(EMBED_MASTER), 131334144, 0); /* embedding: 4 ranks x 131334144 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(EMBED_MASTER), 131334144, 0); /* embedding: 4 ranks x 131334144 */
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
   rt_embedding_forward(R(X0), I(INPUTS), W(0), 8192, 4096);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
   layer3_forward(c, false);
   rt_comm_label("layer 4 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
   layer4_forward(c, false);
   rt_comm_label("layer 5 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
   layer5_forward(c, false);
   rt_comm_label("layer 6 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
   layer6_forward(c, false);
   rt_comm_label("layer 7 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
   layer7_forward(c, false);
   rt_comm_label("layer 8 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
   layer8_forward(c, false);
   rt_comm_label("layer 9 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
   layer9_forward(c, false);
   rt_comm_label("layer 10 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
   layer10_forward(c, false);
   rt_comm_label("layer 11 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
   layer11_forward(c, false);
   rt_comm_label("layer 12 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
   layer12_forward(c, false);
   rt_comm_label("layer 13 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
   layer13_forward(c, false);
   rt_comm_label("layer 14 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
   layer14_forward(c, false);
   rt_comm_label("layer 15 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
   layer15_forward(c, false);
   rt_comm_label("layer 16 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
   layer16_forward(c, false);
   rt_comm_label("layer 17 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
   layer17_forward(c, false);
   rt_comm_label("layer 18 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
   layer18_forward(c, false);
   rt_comm_label("layer 19 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
   layer19_forward(c, false);
   rt_comm_label("layer 20 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
   layer20_forward(c, false);
   rt_comm_label("layer 21 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
   layer21_forward(c, false);
   rt_comm_label("layer 22 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
   layer22_forward(c, false);
   rt_comm_label("layer 23 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
   layer23_forward(c, false);
   rt_comm_label("layer 24 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
   layer24_forward(c, false);
   rt_comm_label("layer 25 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
   layer25_forward(c, false);
   rt_comm_label("layer 26 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
   layer26_forward(c, false);
   rt_comm_label("layer 27 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
   layer27_forward(c, false);
   rt_comm_label("layer 28 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
   layer28_forward(c, false);
   rt_comm_label("layer 29 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
   layer29_forward(c, false);
   rt_comm_label("layer 30 forward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
   layer30_forward(c, false);
   rt_comm_label("layer 31 forward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(HEAD_MASTER), 131335168, 2); /* head: 4 ranks x 131335168, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(HEAD_MASTER), 131335168, 2); /* head: 4 ranks x 131335168, prefetch */
   layer31_forward(c, false);
   rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
@@ -2755,323 +2759,323 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 525340672);
   rt_zero(R(DLN), 33554432);
   rt_lm_head_ce_backward(R(DLN), DW(4096), R(LNF), W(4096), I(TARGETS), R(LSEF), 8192, 4096, 128256, 4096, R(CE), c->dloss);
   rt_zero(R(DX_A), 33554432);
   rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X32), W(0), R(RSTDF), 8192, 4096);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 131335168, (uint16_t *)R(RS_WIRE2), 2); /* head: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 131335168, (uint16_t *)R(RS_WIRE2), 2); /* head: 4 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 218112000);
   layer31_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 4 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffers are free */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 218112000);
   layer30_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 4 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 218112000);
   layer29_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 4 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffers are free */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 218112000);
   layer28_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 4 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 218112000);
   layer27_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 4 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffers are free */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 218112000);
   layer26_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 4 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 218112000);
   layer25_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 4 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffers are free */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 218112000);
   layer24_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 4 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 218112000);
   layer23_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 4 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffers are free */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 218112000);
   layer22_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 4 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 218112000);
   layer21_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 4 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffers are free */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 218112000);
   layer20_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 4 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 218112000);
   layer19_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 4 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffers are free */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 218112000);
   layer18_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 4 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 218112000);
   layer17_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 4 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffers are free */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 218112000);
   layer16_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 4 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 218112000);
   layer15_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 4 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffers are free */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 218112000);
   layer14_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 4 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 218112000);
   layer13_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 4 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffers are free */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 218112000);
   layer12_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 4 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 218112000);
   layer11_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 4 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffers are free */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 218112000);
   layer10_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 4 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 218112000);
   layer9_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 4 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffers are free */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 218112000);
   layer8_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 4 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 218112000);
   layer7_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 4 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffers are free */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 218112000);
   layer6_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 4 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 218112000);
   layer5_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 4 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffers are free */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 218112000);
   layer4_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 4 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 218112000);
   layer3_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 4 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffers are free */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 218112000);
   layer2_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 4 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 218112000);
   layer1_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 4 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
@@ -3080,14 +3084,14 @@ void step_backward(RtCtx *c) {
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 218112000);
   layer0_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 4 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 525336576);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 8192, 4096);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 131334144, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 131334144, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 4 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }

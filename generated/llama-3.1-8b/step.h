@@ -46,10 +46,18 @@
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
 
-/* the arena: 30183059456 elements of real */
-#define ARENA_ELEMS 30183059456
+/* the state arena: 8030261248 elements of real (fp32 master shards, gradients, moments) in
+ * device (HBM) memory; the optimizer step runs on the GPU */
+#define STATE_ELEMS 8030261248
+#define STATE_ON_HOST 0
+#define OPT_STEP_ON_HOST 0
+/* the arena: 22152798208 elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before
+ * reading them */
+#define ARENA_ELEMS 22152798208
+#define ARENA_SCRATCH 16384
 #define INPUTS 0
 #define TARGETS 8192
+#define STATE_STAGING 2101379072 /* a device buffer of the largest shard (RS_OUT0), free between steps */
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
 #define N_GROUPS 34

@@ -2,8 +2,8 @@
  *
  * The plan: 32 ranks = 1 replica(s) x 32-way FSDP, EP 4 (2 experts per rank),
  * selective activation checkpointing; 8 micro-batch(es) of 1 x 32768 tokens per rank and step.
- * Every buffer is an offset into one arena of `real` (float; double with -DMTC_REAL=double),
- * allocated once at start-up: the map below. Tokens are B x T = 32768 rows of hidden 4096.
+ * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),
+ * each allocated once at start-up: the maps below. Tokens are B x T = 32768 rows of hidden 4096.
  */
 #include <stdbool.h>
 #include <string.h>
@@ -12,6 +12,7 @@
 #include "mtrt_ops.h"
 #include "step.h"
 
+#define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
@@ -20,592 +21,595 @@
 #define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 
+/* ---- the state arena map (elements) ---- */
+#define EMBED_MASTER                      0 /*    4096000: embedding: this rank's fp32 master shard */
+#define EMBED_GRAD                  4096000 /*    4096000: its gradient, accumulated over micro-batches */
+#define EMBED_ADAM_M                8192000 /*    4096000: AdamW first moment (fp32) */
+#define EMBED_ADAM_V               12288000 /*    4096000: AdamW second moment (fp32) */
+#define L0_DENSE_MASTER            16384000 /*    1312000: layer 0 dense: this rank's fp32 master shard */
+#define L0_DENSE_GRAD              17696000 /*    1312000: its gradient, accumulated over micro-batches */
+#define L0_DENSE_ADAM_M            19008000 /*    1312000: AdamW first moment (fp32) */
+#define L0_DENSE_ADAM_V            20320000 /*    1312000: AdamW second moment (fp32) */
+#define L0_EXPERTS_MASTER          21632000 /*   44040192: layer 0 experts: this rank's fp32 master shard */
+#define L0_EXPERTS_GRAD            65672192 /*   44040192: its gradient, accumulated over micro-batches */
+#define L0_EXPERTS_ADAM_M         109712384 /*   44040192: AdamW first moment (fp32) */
+#define L0_EXPERTS_ADAM_V         153752576 /*   44040192: AdamW second moment (fp32) */
+#define L1_DENSE_MASTER           197792768 /*    1312000: layer 1 dense: this rank's fp32 master shard */
+#define L1_DENSE_GRAD             199104768 /*    1312000: its gradient, accumulated over micro-batches */
+#define L1_DENSE_ADAM_M           200416768 /*    1312000: AdamW first moment (fp32) */
+#define L1_DENSE_ADAM_V           201728768 /*    1312000: AdamW second moment (fp32) */
+#define L1_EXPERTS_MASTER         203040768 /*   44040192: layer 1 experts: this rank's fp32 master shard */
+#define L1_EXPERTS_GRAD           247080960 /*   44040192: its gradient, accumulated over micro-batches */
+#define L1_EXPERTS_ADAM_M         291121152 /*   44040192: AdamW first moment (fp32) */
+#define L1_EXPERTS_ADAM_V         335161344 /*   44040192: AdamW second moment (fp32) */
+#define L2_DENSE_MASTER           379201536 /*    1312000: layer 2 dense: this rank's fp32 master shard */
+#define L2_DENSE_GRAD             380513536 /*    1312000: its gradient, accumulated over micro-batches */
+#define L2_DENSE_ADAM_M           381825536 /*    1312000: AdamW first moment (fp32) */
+#define L2_DENSE_ADAM_V           383137536 /*    1312000: AdamW second moment (fp32) */
+#define L2_EXPERTS_MASTER         384449536 /*   44040192: layer 2 experts: this rank's fp32 master shard */
+#define L2_EXPERTS_GRAD           428489728 /*   44040192: its gradient, accumulated over micro-batches */
+#define L2_EXPERTS_ADAM_M         472529920 /*   44040192: AdamW first moment (fp32) */
+#define L2_EXPERTS_ADAM_V         516570112 /*   44040192: AdamW second moment (fp32) */
+#define L3_DENSE_MASTER           560610304 /*    1312000: layer 3 dense: this rank's fp32 master shard */
+#define L3_DENSE_GRAD             561922304 /*    1312000: its gradient, accumulated over micro-batches */
+#define L3_DENSE_ADAM_M           563234304 /*    1312000: AdamW first moment (fp32) */
+#define L3_DENSE_ADAM_V           564546304 /*    1312000: AdamW second moment (fp32) */
+#define L3_EXPERTS_MASTER         565858304 /*   44040192: layer 3 experts: this rank's fp32 master shard */
+#define L3_EXPERTS_GRAD           609898496 /*   44040192: its gradient, accumulated over micro-batches */
+#define L3_EXPERTS_ADAM_M         653938688 /*   44040192: AdamW first moment (fp32) */
+#define L3_EXPERTS_ADAM_V         697978880 /*   44040192: AdamW second moment (fp32) */
+#define L4_DENSE_MASTER           742019072 /*    1312000: layer 4 dense: this rank's fp32 master shard */
+#define L4_DENSE_GRAD             743331072 /*    1312000: its gradient, accumulated over micro-batches */
+#define L4_DENSE_ADAM_M           744643072 /*    1312000: AdamW first moment (fp32) */
+#define L4_DENSE_ADAM_V           745955072 /*    1312000: AdamW second moment (fp32) */
+#define L4_EXPERTS_MASTER         747267072 /*   44040192: layer 4 experts: this rank's fp32 master shard */
+#define L4_EXPERTS_GRAD           791307264 /*   44040192: its gradient, accumulated over micro-batches */
+#define L4_EXPERTS_ADAM_M         835347456 /*   44040192: AdamW first moment (fp32) */
+#define L4_EXPERTS_ADAM_V         879387648 /*   44040192: AdamW second moment (fp32) */
+#define L5_DENSE_MASTER           923427840 /*    1312000: layer 5 dense: this rank's fp32 master shard */
+#define L5_DENSE_GRAD             924739840 /*    1312000: its gradient, accumulated over micro-batches */
+#define L5_DENSE_ADAM_M           926051840 /*    1312000: AdamW first moment (fp32) */
+#define L5_DENSE_ADAM_V           927363840 /*    1312000: AdamW second moment (fp32) */
+#define L5_EXPERTS_MASTER         928675840 /*   44040192: layer 5 experts: this rank's fp32 master shard */
+#define L5_EXPERTS_GRAD           972716032 /*   44040192: its gradient, accumulated over micro-batches */
+#define L5_EXPERTS_ADAM_M        1016756224 /*   44040192: AdamW first moment (fp32) */
+#define L5_EXPERTS_ADAM_V        1060796416 /*   44040192: AdamW second moment (fp32) */
+#define L6_DENSE_MASTER          1104836608 /*    1312000: layer 6 dense: this rank's fp32 master shard */
+#define L6_DENSE_GRAD            1106148608 /*    1312000: its gradient, accumulated over micro-batches */
+#define L6_DENSE_ADAM_M          1107460608 /*    1312000: AdamW first moment (fp32) */
+#define L6_DENSE_ADAM_V          1108772608 /*    1312000: AdamW second moment (fp32) */
+#define L6_EXPERTS_MASTER        1110084608 /*   44040192: layer 6 experts: this rank's fp32 master shard */
+#define L6_EXPERTS_GRAD          1154124800 /*   44040192: its gradient, accumulated over micro-batches */
+#define L6_EXPERTS_ADAM_M        1198164992 /*   44040192: AdamW first moment (fp32) */
+#define L6_EXPERTS_ADAM_V        1242205184 /*   44040192: AdamW second moment (fp32) */
+#define L7_DENSE_MASTER          1286245376 /*    1312000: layer 7 dense: this rank's fp32 master shard */
+#define L7_DENSE_GRAD            1287557376 /*    1312000: its gradient, accumulated over micro-batches */
+#define L7_DENSE_ADAM_M          1288869376 /*    1312000: AdamW first moment (fp32) */
+#define L7_DENSE_ADAM_V          1290181376 /*    1312000: AdamW second moment (fp32) */
+#define L7_EXPERTS_MASTER        1291493376 /*   44040192: layer 7 experts: this rank's fp32 master shard */
+#define L7_EXPERTS_GRAD          1335533568 /*   44040192: its gradient, accumulated over micro-batches */
+#define L7_EXPERTS_ADAM_M        1379573760 /*   44040192: AdamW first moment (fp32) */
+#define L7_EXPERTS_ADAM_V        1423613952 /*   44040192: AdamW second moment (fp32) */
+#define L8_DENSE_MASTER          1467654144 /*    1312000: layer 8 dense: this rank's fp32 master shard */
+#define L8_DENSE_GRAD            1468966144 /*    1312000: its gradient, accumulated over micro-batches */
+#define L8_DENSE_ADAM_M          1470278144 /*    1312000: AdamW first moment (fp32) */
+#define L8_DENSE_ADAM_V          1471590144 /*    1312000: AdamW second moment (fp32) */
+#define L8_EXPERTS_MASTER        1472902144 /*   44040192: layer 8 experts: this rank's fp32 master shard */
+#define L8_EXPERTS_GRAD          1516942336 /*   44040192: its gradient, accumulated over micro-batches */
+#define L8_EXPERTS_ADAM_M        1560982528 /*   44040192: AdamW first moment (fp32) */
+#define L8_EXPERTS_ADAM_V        1605022720 /*   44040192: AdamW second moment (fp32) */
+#define L9_DENSE_MASTER          1649062912 /*    1312000: layer 9 dense: this rank's fp32 master shard */
+#define L9_DENSE_GRAD            1650374912 /*    1312000: its gradient, accumulated over micro-batches */
+#define L9_DENSE_ADAM_M          1651686912 /*    1312000: AdamW first moment (fp32) */
+#define L9_DENSE_ADAM_V          1652998912 /*    1312000: AdamW second moment (fp32) */
+#define L9_EXPERTS_MASTER        1654310912 /*   44040192: layer 9 experts: this rank's fp32 master shard */
+#define L9_EXPERTS_GRAD          1698351104 /*   44040192: its gradient, accumulated over micro-batches */
+#define L9_EXPERTS_ADAM_M        1742391296 /*   44040192: AdamW first moment (fp32) */
+#define L9_EXPERTS_ADAM_V        1786431488 /*   44040192: AdamW second moment (fp32) */
+#define L10_DENSE_MASTER         1830471680 /*    1312000: layer 10 dense: this rank's fp32 master shard */
+#define L10_DENSE_GRAD           1831783680 /*    1312000: its gradient, accumulated over micro-batches */
+#define L10_DENSE_ADAM_M         1833095680 /*    1312000: AdamW first moment (fp32) */
+#define L10_DENSE_ADAM_V         1834407680 /*    1312000: AdamW second moment (fp32) */
+#define L10_EXPERTS_MASTER       1835719680 /*   44040192: layer 10 experts: this rank's fp32 master shard */
+#define L10_EXPERTS_GRAD         1879759872 /*   44040192: its gradient, accumulated over micro-batches */
+#define L10_EXPERTS_ADAM_M       1923800064 /*   44040192: AdamW first moment (fp32) */
+#define L10_EXPERTS_ADAM_V       1967840256 /*   44040192: AdamW second moment (fp32) */
+#define L11_DENSE_MASTER         2011880448 /*    1312000: layer 11 dense: this rank's fp32 master shard */
+#define L11_DENSE_GRAD           2013192448 /*    1312000: its gradient, accumulated over micro-batches */
+#define L11_DENSE_ADAM_M         2014504448 /*    1312000: AdamW first moment (fp32) */
+#define L11_DENSE_ADAM_V         2015816448 /*    1312000: AdamW second moment (fp32) */
+#define L11_EXPERTS_MASTER       2017128448 /*   44040192: layer 11 experts: this rank's fp32 master shard */
+#define L11_EXPERTS_GRAD         2061168640 /*   44040192: its gradient, accumulated over micro-batches */
+#define L11_EXPERTS_ADAM_M       2105208832 /*   44040192: AdamW first moment (fp32) */
+#define L11_EXPERTS_ADAM_V       2149249024 /*   44040192: AdamW second moment (fp32) */
+#define L12_DENSE_MASTER         2193289216 /*    1312000: layer 12 dense: this rank's fp32 master shard */
+#define L12_DENSE_GRAD           2194601216 /*    1312000: its gradient, accumulated over micro-batches */
+#define L12_DENSE_ADAM_M         2195913216 /*    1312000: AdamW first moment (fp32) */
+#define L12_DENSE_ADAM_V         2197225216 /*    1312000: AdamW second moment (fp32) */
+#define L12_EXPERTS_MASTER       2198537216 /*   44040192: layer 12 experts: this rank's fp32 master shard */
+#define L12_EXPERTS_GRAD         2242577408 /*   44040192: its gradient, accumulated over micro-batches */
+#define L12_EXPERTS_ADAM_M       2286617600 /*   44040192: AdamW first moment (fp32) */
+#define L12_EXPERTS_ADAM_V       2330657792 /*   44040192: AdamW second moment (fp32) */
+#define L13_DENSE_MASTER         2374697984 /*    1312000: layer 13 dense: this rank's fp32 master shard */
+#define L13_DENSE_GRAD           2376009984 /*    1312000: its gradient, accumulated over micro-batches */
+#define L13_DENSE_ADAM_M         2377321984 /*    1312000: AdamW first moment (fp32) */
+#define L13_DENSE_ADAM_V         2378633984 /*    1312000: AdamW second moment (fp32) */
+#define L13_EXPERTS_MASTER       2379945984 /*   44040192: layer 13 experts: this rank's fp32 master shard */
+#define L13_EXPERTS_GRAD         2423986176 /*   44040192: its gradient, accumulated over micro-batches */
+#define L13_EXPERTS_ADAM_M       2468026368 /*   44040192: AdamW first moment (fp32) */
+#define L13_EXPERTS_ADAM_V       2512066560 /*   44040192: AdamW second moment (fp32) */
+#define L14_DENSE_MASTER         2556106752 /*    1312000: layer 14 dense: this rank's fp32 master shard */
+#define L14_DENSE_GRAD           2557418752 /*    1312000: its gradient, accumulated over micro-batches */
+#define L14_DENSE_ADAM_M         2558730752 /*    1312000: AdamW first moment (fp32) */
+#define L14_DENSE_ADAM_V         2560042752 /*    1312000: AdamW second moment (fp32) */
+#define L14_EXPERTS_MASTER       2561354752 /*   44040192: layer 14 experts: this rank's fp32 master shard */
+#define L14_EXPERTS_GRAD         2605394944 /*   44040192: its gradient, accumulated over micro-batches */
+#define L14_EXPERTS_ADAM_M       2649435136 /*   44040192: AdamW first moment (fp32) */
+#define L14_EXPERTS_ADAM_V       2693475328 /*   44040192: AdamW second moment (fp32) */
+#define L15_DENSE_MASTER         2737515520 /*    1312000: layer 15 dense: this rank's fp32 master shard */
+#define L15_DENSE_GRAD           2738827520 /*    1312000: its gradient, accumulated over micro-batches */
+#define L15_DENSE_ADAM_M         2740139520 /*    1312000: AdamW first moment (fp32) */
+#define L15_DENSE_ADAM_V         2741451520 /*    1312000: AdamW second moment (fp32) */
+#define L15_EXPERTS_MASTER       2742763520 /*   44040192: layer 15 experts: this rank's fp32 master shard */
+#define L15_EXPERTS_GRAD         2786803712 /*   44040192: its gradient, accumulated over micro-batches */
+#define L15_EXPERTS_ADAM_M       2830843904 /*   44040192: AdamW first moment (fp32) */
+#define L15_EXPERTS_ADAM_V       2874884096 /*   44040192: AdamW second moment (fp32) */
+#define L16_DENSE_MASTER         2918924288 /*    1312000: layer 16 dense: this rank's fp32 master shard */
+#define L16_DENSE_GRAD           2920236288 /*    1312000: its gradient, accumulated over micro-batches */
+#define L16_DENSE_ADAM_M         2921548288 /*    1312000: AdamW first moment (fp32) */
+#define L16_DENSE_ADAM_V         2922860288 /*    1312000: AdamW second moment (fp32) */
+#define L16_EXPERTS_MASTER       2924172288 /*   44040192: layer 16 experts: this rank's fp32 master shard */
+#define L16_EXPERTS_GRAD         2968212480 /*   44040192: its gradient, accumulated over micro-batches */
+#define L16_EXPERTS_ADAM_M       3012252672 /*   44040192: AdamW first moment (fp32) */
+#define L16_EXPERTS_ADAM_V       3056292864 /*   44040192: AdamW second moment (fp32) */
+#define L17_DENSE_MASTER         3100333056 /*    1312000: layer 17 dense: this rank's fp32 master shard */
+#define L17_DENSE_GRAD           3101645056 /*    1312000: its gradient, accumulated over micro-batches */
+#define L17_DENSE_ADAM_M         3102957056 /*    1312000: AdamW first moment (fp32) */
+#define L17_DENSE_ADAM_V         3104269056 /*    1312000: AdamW second moment (fp32) */
+#define L17_EXPERTS_MASTER       3105581056 /*   44040192: layer 17 experts: this rank's fp32 master shard */
+#define L17_EXPERTS_GRAD         3149621248 /*   44040192: its gradient, accumulated over micro-batches */
+#define L17_EXPERTS_ADAM_M       3193661440 /*   44040192: AdamW first moment (fp32) */
+#define L17_EXPERTS_ADAM_V       3237701632 /*   44040192: AdamW second moment (fp32) */
+#define L18_DENSE_MASTER         3281741824 /*    1312000: layer 18 dense: this rank's fp32 master shard */
+#define L18_DENSE_GRAD           3283053824 /*    1312000: its gradient, accumulated over micro-batches */
+#define L18_DENSE_ADAM_M         3284365824 /*    1312000: AdamW first moment (fp32) */
+#define L18_DENSE_ADAM_V         3285677824 /*    1312000: AdamW second moment (fp32) */
+#define L18_EXPERTS_MASTER       3286989824 /*   44040192: layer 18 experts: this rank's fp32 master shard */
+#define L18_EXPERTS_GRAD         3331030016 /*   44040192: its gradient, accumulated over micro-batches */
+#define L18_EXPERTS_ADAM_M       3375070208 /*   44040192: AdamW first moment (fp32) */
+#define L18_EXPERTS_ADAM_V       3419110400 /*   44040192: AdamW second moment (fp32) */
+#define L19_DENSE_MASTER         3463150592 /*    1312000: layer 19 dense: this rank's fp32 master shard */
+#define L19_DENSE_GRAD           3464462592 /*    1312000: its gradient, accumulated over micro-batches */
+#define L19_DENSE_ADAM_M         3465774592 /*    1312000: AdamW first moment (fp32) */
+#define L19_DENSE_ADAM_V         3467086592 /*    1312000: AdamW second moment (fp32) */
+#define L19_EXPERTS_MASTER       3468398592 /*   44040192: layer 19 experts: this rank's fp32 master shard */
+#define L19_EXPERTS_GRAD         3512438784 /*   44040192: its gradient, accumulated over micro-batches */
+#define L19_EXPERTS_ADAM_M       3556478976 /*   44040192: AdamW first moment (fp32) */
+#define L19_EXPERTS_ADAM_V       3600519168 /*   44040192: AdamW second moment (fp32) */
+#define L20_DENSE_MASTER         3644559360 /*    1312000: layer 20 dense: this rank's fp32 master shard */
+#define L20_DENSE_GRAD           3645871360 /*    1312000: its gradient, accumulated over micro-batches */
+#define L20_DENSE_ADAM_M         3647183360 /*    1312000: AdamW first moment (fp32) */
+#define L20_DENSE_ADAM_V         3648495360 /*    1312000: AdamW second moment (fp32) */
+#define L20_EXPERTS_MASTER       3649807360 /*   44040192: layer 20 experts: this rank's fp32 master shard */
+#define L20_EXPERTS_GRAD         3693847552 /*   44040192: its gradient, accumulated over micro-batches */
+#define L20_EXPERTS_ADAM_M       3737887744 /*   44040192: AdamW first moment (fp32) */
+#define L20_EXPERTS_ADAM_V       3781927936 /*   44040192: AdamW second moment (fp32) */
+#define L21_DENSE_MASTER         3825968128 /*    1312000: layer 21 dense: this rank's fp32 master shard */
+#define L21_DENSE_GRAD           3827280128 /*    1312000: its gradient, accumulated over micro-batches */
+#define L21_DENSE_ADAM_M         3828592128 /*    1312000: AdamW first moment (fp32) */
+#define L21_DENSE_ADAM_V         3829904128 /*    1312000: AdamW second moment (fp32) */
+#define L21_EXPERTS_MASTER       3831216128 /*   44040192: layer 21 experts: this rank's fp32 master shard */
+#define L21_EXPERTS_GRAD         3875256320 /*   44040192: its gradient, accumulated over micro-batches */
+#define L21_EXPERTS_ADAM_M       3919296512 /*   44040192: AdamW first moment (fp32) */
+#define L21_EXPERTS_ADAM_V       3963336704 /*   44040192: AdamW second moment (fp32) */
+#define L22_DENSE_MASTER         4007376896 /*    1312000: layer 22 dense: this rank's fp32 master shard */
+#define L22_DENSE_GRAD           4008688896 /*    1312000: its gradient, accumulated over micro-batches */
+#define L22_DENSE_ADAM_M         4010000896 /*    1312000: AdamW first moment (fp32) */
+#define L22_DENSE_ADAM_V         4011312896 /*    1312000: AdamW second moment (fp32) */
+#define L22_EXPERTS_MASTER       4012624896 /*   44040192: layer 22 experts: this rank's fp32 master shard */
+#define L22_EXPERTS_GRAD         4056665088 /*   44040192: its gradient, accumulated over micro-batches */
+#define L22_EXPERTS_ADAM_M       4100705280 /*   44040192: AdamW first moment (fp32) */
+#define L22_EXPERTS_ADAM_V       4144745472 /*   44040192: AdamW second moment (fp32) */
+#define L23_DENSE_MASTER         4188785664 /*    1312000: layer 23 dense: this rank's fp32 master shard */
+#define L23_DENSE_GRAD           4190097664 /*    1312000: its gradient, accumulated over micro-batches */
+#define L23_DENSE_ADAM_M         4191409664 /*    1312000: AdamW first moment (fp32) */
+#define L23_DENSE_ADAM_V         4192721664 /*    1312000: AdamW second moment (fp32) */
+#define L23_EXPERTS_MASTER       4194033664 /*   44040192: layer 23 experts: this rank's fp32 master shard */
+#define L23_EXPERTS_GRAD         4238073856 /*   44040192: its gradient, accumulated over micro-batches */
+#define L23_EXPERTS_ADAM_M       4282114048 /*   44040192: AdamW first moment (fp32) */
+#define L23_EXPERTS_ADAM_V       4326154240 /*   44040192: AdamW second moment (fp32) */
+#define L24_DENSE_MASTER         4370194432 /*    1312000: layer 24 dense: this rank's fp32 master shard */
+#define L24_DENSE_GRAD           4371506432 /*    1312000: its gradient, accumulated over micro-batches */
+#define L24_DENSE_ADAM_M         4372818432 /*    1312000: AdamW first moment (fp32) */
+#define L24_DENSE_ADAM_V         4374130432 /*    1312000: AdamW second moment (fp32) */
+#define L24_EXPERTS_MASTER       4375442432 /*   44040192: layer 24 experts: this rank's fp32 master shard */
+#define L24_EXPERTS_GRAD         4419482624 /*   44040192: its gradient, accumulated over micro-batches */
+#define L24_EXPERTS_ADAM_M       4463522816 /*   44040192: AdamW first moment (fp32) */
+#define L24_EXPERTS_ADAM_V       4507563008 /*   44040192: AdamW second moment (fp32) */
+#define L25_DENSE_MASTER         4551603200 /*    1312000: layer 25 dense: this rank's fp32 master shard */
+#define L25_DENSE_GRAD           4552915200 /*    1312000: its gradient, accumulated over micro-batches */
+#define L25_DENSE_ADAM_M         4554227200 /*    1312000: AdamW first moment (fp32) */
+#define L25_DENSE_ADAM_V         4555539200 /*    1312000: AdamW second moment (fp32) */
+#define L25_EXPERTS_MASTER       4556851200 /*   44040192: layer 25 experts: this rank's fp32 master shard */
+#define L25_EXPERTS_GRAD         4600891392 /*   44040192: its gradient, accumulated over micro-batches */
+#define L25_EXPERTS_ADAM_M       4644931584 /*   44040192: AdamW first moment (fp32) */
+#define L25_EXPERTS_ADAM_V       4688971776 /*   44040192: AdamW second moment (fp32) */
+#define L26_DENSE_MASTER         4733011968 /*    1312000: layer 26 dense: this rank's fp32 master shard */
+#define L26_DENSE_GRAD           4734323968 /*    1312000: its gradient, accumulated over micro-batches */
+#define L26_DENSE_ADAM_M         4735635968 /*    1312000: AdamW first moment (fp32) */
+#define L26_DENSE_ADAM_V         4736947968 /*    1312000: AdamW second moment (fp32) */
+#define L26_EXPERTS_MASTER       4738259968 /*   44040192: layer 26 experts: this rank's fp32 master shard */
+#define L26_EXPERTS_GRAD         4782300160 /*   44040192: its gradient, accumulated over micro-batches */
+#define L26_EXPERTS_ADAM_M       4826340352 /*   44040192: AdamW first moment (fp32) */
+#define L26_EXPERTS_ADAM_V       4870380544 /*   44040192: AdamW second moment (fp32) */
+#define L27_DENSE_MASTER         4914420736 /*    1312000: layer 27 dense: this rank's fp32 master shard */
+#define L27_DENSE_GRAD           4915732736 /*    1312000: its gradient, accumulated over micro-batches */
+#define L27_DENSE_ADAM_M         4917044736 /*    1312000: AdamW first moment (fp32) */
+#define L27_DENSE_ADAM_V         4918356736 /*    1312000: AdamW second moment (fp32) */
+#define L27_EXPERTS_MASTER       4919668736 /*   44040192: layer 27 experts: this rank's fp32 master shard */
+#define L27_EXPERTS_GRAD         4963708928 /*   44040192: its gradient, accumulated over micro-batches */
+#define L27_EXPERTS_ADAM_M       5007749120 /*   44040192: AdamW first moment (fp32) */
+#define L27_EXPERTS_ADAM_V       5051789312 /*   44040192: AdamW second moment (fp32) */
+#define L28_DENSE_MASTER         5095829504 /*    1312000: layer 28 dense: this rank's fp32 master shard */
+#define L28_DENSE_GRAD           5097141504 /*    1312000: its gradient, accumulated over micro-batches */
+#define L28_DENSE_ADAM_M         5098453504 /*    1312000: AdamW first moment (fp32) */
+#define L28_DENSE_ADAM_V         5099765504 /*    1312000: AdamW second moment (fp32) */
+#define L28_EXPERTS_MASTER       5101077504 /*   44040192: layer 28 experts: this rank's fp32 master shard */
+#define L28_EXPERTS_GRAD         5145117696 /*   44040192: its gradient, accumulated over micro-batches */
+#define L28_EXPERTS_ADAM_M       5189157888 /*   44040192: AdamW first moment (fp32) */
+#define L28_EXPERTS_ADAM_V       5233198080 /*   44040192: AdamW second moment (fp32) */
+#define L29_DENSE_MASTER         5277238272 /*    1312000: layer 29 dense: this rank's fp32 master shard */
+#define L29_DENSE_GRAD           5278550272 /*    1312000: its gradient, accumulated over micro-batches */
+#define L29_DENSE_ADAM_M         5279862272 /*    1312000: AdamW first moment (fp32) */
+#define L29_DENSE_ADAM_V         5281174272 /*    1312000: AdamW second moment (fp32) */
+#define L29_EXPERTS_MASTER       5282486272 /*   44040192: layer 29 experts: this rank's fp32 master shard */
+#define L29_EXPERTS_GRAD         5326526464 /*   44040192: its gradient, accumulated over micro-batches */
+#define L29_EXPERTS_ADAM_M       5370566656 /*   44040192: AdamW first moment (fp32) */
+#define L29_EXPERTS_ADAM_V       5414606848 /*   44040192: AdamW second moment (fp32) */
+#define L30_DENSE_MASTER         5458647040 /*    1312000: layer 30 dense: this rank's fp32 master shard */
+#define L30_DENSE_GRAD           5459959040 /*    1312000: its gradient, accumulated over micro-batches */
+#define L30_DENSE_ADAM_M         5461271040 /*    1312000: AdamW first moment (fp32) */
+#define L30_DENSE_ADAM_V         5462583040 /*    1312000: AdamW second moment (fp32) */
+#define L30_EXPERTS_MASTER       5463895040 /*   44040192: layer 30 experts: this rank's fp32 master shard */
+#define L30_EXPERTS_GRAD         5507935232 /*   44040192: its gradient, accumulated over micro-batches */
+#define L30_EXPERTS_ADAM_M       5551975424 /*   44040192: AdamW first moment (fp32) */
+#define L30_EXPERTS_ADAM_V       5596015616 /*   44040192: AdamW second moment (fp32) */
+#define L31_DENSE_MASTER         5640055808 /*    1312000: layer 31 dense: this rank's fp32 master shard */
+#define L31_DENSE_GRAD           5641367808 /*    1312000: its gradient, accumulated over micro-batches */
+#define L31_DENSE_ADAM_M         5642679808 /*    1312000: AdamW first moment (fp32) */
+#define L31_DENSE_ADAM_V         5643991808 /*    1312000: AdamW second moment (fp32) */
+#define L31_EXPERTS_MASTER       5645303808 /*   44040192: layer 31 experts: this rank's fp32 master shard */
+#define L31_EXPERTS_GRAD         5689344000 /*   44040192: its gradient, accumulated over micro-batches */
+#define L31_EXPERTS_ADAM_M       5733384192 /*   44040192: AdamW first moment (fp32) */
+#define L31_EXPERTS_ADAM_V       5777424384 /*   44040192: AdamW second moment (fp32) */
+#define HEAD_MASTER              5821464576 /*    4096128: head: this rank's fp32 master shard */
+#define HEAD_GRAD                5825560704 /*    4096128: its gradient, accumulated over micro-batches */
+#define HEAD_ADAM_M              5829656832 /*    4096128: AdamW first moment (fp32) */
+#define HEAD_ADAM_V              5833752960 /*    4096128: AdamW second moment (fp32) */
 /* ---- the arena map (elements) ---- */
-#define EMBED_MASTER                  65536 /*    4096000: embedding: this rank's fp32 master shard */
-#define EMBED_GRAD                  4161536 /*    4096000: its gradient, accumulated over micro-batches */
-#define EMBED_ADAM_M                8257536 /*    4096000: AdamW first moment (fp32) */
-#define EMBED_ADAM_V               12353536 /*    4096000: AdamW second moment (fp32) */
-#define L0_DENSE_MASTER            16449536 /*    1312000: layer 0 dense: this rank's fp32 master shard */
-#define L0_DENSE_GRAD              17761536 /*    1312000: its gradient, accumulated over micro-batches */
-#define L0_DENSE_ADAM_M            19073536 /*    1312000: AdamW first moment (fp32) */
-#define L0_DENSE_ADAM_V            20385536 /*    1312000: AdamW second moment (fp32) */
-#define L0_EXPERTS_MASTER          21697536 /*   44040192: layer 0 experts: this rank's fp32 master shard */
-#define L0_EXPERTS_GRAD            65737728 /*   44040192: its gradient, accumulated over micro-batches */
-#define L0_EXPERTS_ADAM_M         109777920 /*   44040192: AdamW first moment (fp32) */
-#define L0_EXPERTS_ADAM_V         153818112 /*   44040192: AdamW second moment (fp32) */
-#define L1_DENSE_MASTER           197858304 /*    1312000: layer 1 dense: this rank's fp32 master shard */
-#define L1_DENSE_GRAD             199170304 /*    1312000: its gradient, accumulated over micro-batches */
-#define L1_DENSE_ADAM_M           200482304 /*    1312000: AdamW first moment (fp32) */
-#define L1_DENSE_ADAM_V           201794304 /*    1312000: AdamW second moment (fp32) */
-#define L1_EXPERTS_MASTER         203106304 /*   44040192: layer 1 experts: this rank's fp32 master shard */
-#define L1_EXPERTS_GRAD           247146496 /*   44040192: its gradient, accumulated over micro-batches */
-#define L1_EXPERTS_ADAM_M         291186688 /*   44040192: AdamW first moment (fp32) */
-#define L1_EXPERTS_ADAM_V         335226880 /*   44040192: AdamW second moment (fp32) */
-#define L2_DENSE_MASTER           379267072 /*    1312000: layer 2 dense: this rank's fp32 master shard */
-#define L2_DENSE_GRAD             380579072 /*    1312000: its gradient, accumulated over micro-batches */
-#define L2_DENSE_ADAM_M           381891072 /*    1312000: AdamW first moment (fp32) */
-#define L2_DENSE_ADAM_V           383203072 /*    1312000: AdamW second moment (fp32) */
-#define L2_EXPERTS_MASTER         384515072 /*   44040192: layer 2 experts: this rank's fp32 master shard */
-#define L2_EXPERTS_GRAD           428555264 /*   44040192: its gradient, accumulated over micro-batches */
-#define L2_EXPERTS_ADAM_M         472595456 /*   44040192: AdamW first moment (fp32) */
-#define L2_EXPERTS_ADAM_V         516635648 /*   44040192: AdamW second moment (fp32) */
-#define L3_DENSE_MASTER           560675840 /*    1312000: layer 3 dense: this rank's fp32 master shard */
-#define L3_DENSE_GRAD             561987840 /*    1312000: its gradient, accumulated over micro-batches */
-#define L3_DENSE_ADAM_M           563299840 /*    1312000: AdamW first moment (fp32) */
-#define L3_DENSE_ADAM_V           564611840 /*    1312000: AdamW second moment (fp32) */
-#define L3_EXPERTS_MASTER         565923840 /*   44040192: layer 3 experts: this rank's fp32 master shard */
-#define L3_EXPERTS_GRAD           609964032 /*   44040192: its gradient, accumulated over micro-batches */
-#define L3_EXPERTS_ADAM_M         654004224 /*   44040192: AdamW first moment (fp32) */
-#define L3_EXPERTS_ADAM_V         698044416 /*   44040192: AdamW second moment (fp32) */
-#define L4_DENSE_MASTER           742084608 /*    1312000: layer 4 dense: this rank's fp32 master shard */
-#define L4_DENSE_GRAD             743396608 /*    1312000: its gradient, accumulated over micro-batches */
-#define L4_DENSE_ADAM_M           744708608 /*    1312000: AdamW first moment (fp32) */
-#define L4_DENSE_ADAM_V           746020608 /*    1312000: AdamW second moment (fp32) */
-#define L4_EXPERTS_MASTER         747332608 /*   44040192: layer 4 experts: this rank's fp32 master shard */
-#define L4_EXPERTS_GRAD           791372800 /*   44040192: its gradient, accumulated over micro-batches */
-#define L4_EXPERTS_ADAM_M         835412992 /*   44040192: AdamW first moment (fp32) */
-#define L4_EXPERTS_ADAM_V         879453184 /*   44040192: AdamW second moment (fp32) */
-#define L5_DENSE_MASTER           923493376 /*    1312000: layer 5 dense: this rank's fp32 master shard */
-#define L5_DENSE_GRAD             924805376 /*    1312000: its gradient, accumulated over micro-batches */
-#define L5_DENSE_ADAM_M           926117376 /*    1312000: AdamW first moment (fp32) */
-#define L5_DENSE_ADAM_V           927429376 /*    1312000: AdamW second moment (fp32) */
-#define L5_EXPERTS_MASTER         928741376 /*   44040192: layer 5 experts: this rank's fp32 master shard */
-#define L5_EXPERTS_GRAD           972781568 /*   44040192: its gradient, accumulated over micro-batches */
-#define L5_EXPERTS_ADAM_M        1016821760 /*   44040192: AdamW first moment (fp32) */
-#define L5_EXPERTS_ADAM_V        1060861952 /*   44040192: AdamW second moment (fp32) */
-#define L6_DENSE_MASTER          1104902144 /*    1312000: layer 6 dense: this rank's fp32 master shard */
-#define L6_DENSE_GRAD            1106214144 /*    1312000: its gradient, accumulated over micro-batches */
-#define L6_DENSE_ADAM_M          1107526144 /*    1312000: AdamW first moment (fp32) */
-#define L6_DENSE_ADAM_V          1108838144 /*    1312000: AdamW second moment (fp32) */
-#define L6_EXPERTS_MASTER        1110150144 /*   44040192: layer 6 experts: this rank's fp32 master shard */
-#define L6_EXPERTS_GRAD          1154190336 /*   44040192: its gradient, accumulated over micro-batches */
-#define L6_EXPERTS_ADAM_M        1198230528 /*   44040192: AdamW first moment (fp32) */
-#define L6_EXPERTS_ADAM_V        1242270720 /*   44040192: AdamW second moment (fp32) */
-#define L7_DENSE_MASTER          1286310912 /*    1312000: layer 7 dense: this rank's fp32 master shard */
-#define L7_DENSE_GRAD            1287622912 /*    1312000: its gradient, accumulated over micro-batches */
-#define L7_DENSE_ADAM_M          1288934912 /*    1312000: AdamW first moment (fp32) */
-#define L7_DENSE_ADAM_V          1290246912 /*    1312000: AdamW second moment (fp32) */
-#define L7_EXPERTS_MASTER        1291558912 /*   44040192: layer 7 experts: this rank's fp32 master shard */
-#define L7_EXPERTS_GRAD          1335599104 /*   44040192: its gradient, accumulated over micro-batches */
-#define L7_EXPERTS_ADAM_M        1379639296 /*   44040192: AdamW first moment (fp32) */
-#define L7_EXPERTS_ADAM_V        1423679488 /*   44040192: AdamW second moment (fp32) */
-#define L8_DENSE_MASTER          1467719680 /*    1312000: layer 8 dense: this rank's fp32 master shard */
-#define L8_DENSE_GRAD            1469031680 /*    1312000: its gradient, accumulated over micro-batches */
-#define L8_DENSE_ADAM_M          1470343680 /*    1312000: AdamW first moment (fp32) */
-#define L8_DENSE_ADAM_V          1471655680 /*    1312000: AdamW second moment (fp32) */
-#define L8_EXPERTS_MASTER        1472967680 /*   44040192: layer 8 experts: this rank's fp32 master shard */
-#define L8_EXPERTS_GRAD          1517007872 /*   44040192: its gradient, accumulated over micro-batches */
-#define L8_EXPERTS_ADAM_M        1561048064 /*   44040192: AdamW first moment (fp32) */
-#define L8_EXPERTS_ADAM_V        1605088256 /*   44040192: AdamW second moment (fp32) */
-#define L9_DENSE_MASTER          1649128448 /*    1312000: layer 9 dense: this rank's fp32 master shard */
-#define L9_DENSE_GRAD            1650440448 /*    1312000: its gradient, accumulated over micro-batches */
-#define L9_DENSE_ADAM_M          1651752448 /*    1312000: AdamW first moment (fp32) */
-#define L9_DENSE_ADAM_V          1653064448 /*    1312000: AdamW second moment (fp32) */
-#define L9_EXPERTS_MASTER        1654376448 /*   44040192: layer 9 experts: this rank's fp32 master shard */
-#define L9_EXPERTS_GRAD          1698416640 /*   44040192: its gradient, accumulated over micro-batches */
-#define L9_EXPERTS_ADAM_M        1742456832 /*   44040192: AdamW first moment (fp32) */
-#define L9_EXPERTS_ADAM_V        1786497024 /*   44040192: AdamW second moment (fp32) */
-#define L10_DENSE_MASTER         1830537216 /*    1312000: layer 10 dense: this rank's fp32 master shard */
-#define L10_DENSE_GRAD           1831849216 /*    1312000: its gradient, accumulated over micro-batches */
-#define L10_DENSE_ADAM_M         1833161216 /*    1312000: AdamW first moment (fp32) */
-#define L10_DENSE_ADAM_V         1834473216 /*    1312000: AdamW second moment (fp32) */
-#define L10_EXPERTS_MASTER       1835785216 /*   44040192: layer 10 experts: this rank's fp32 master shard */
-#define L10_EXPERTS_GRAD         1879825408 /*   44040192: its gradient, accumulated over micro-batches */
-#define L10_EXPERTS_ADAM_M       1923865600 /*   44040192: AdamW first moment (fp32) */
-#define L10_EXPERTS_ADAM_V       1967905792 /*   44040192: AdamW second moment (fp32) */
-#define L11_DENSE_MASTER         2011945984 /*    1312000: layer 11 dense: this rank's fp32 master shard */
-#define L11_DENSE_GRAD           2013257984 /*    1312000: its gradient, accumulated over micro-batches */
-#define L11_DENSE_ADAM_M         2014569984 /*    1312000: AdamW first moment (fp32) */
-#define L11_DENSE_ADAM_V         2015881984 /*    1312000: AdamW second moment (fp32) */
-#define L11_EXPERTS_MASTER       2017193984 /*   44040192: layer 11 experts: this rank's fp32 master shard */
-#define L11_EXPERTS_GRAD         2061234176 /*   44040192: its gradient, accumulated over micro-batches */
-#define L11_EXPERTS_ADAM_M       2105274368 /*   44040192: AdamW first moment (fp32) */
-#define L11_EXPERTS_ADAM_V       2149314560 /*   44040192: AdamW second moment (fp32) */
-#define L12_DENSE_MASTER         2193354752 /*    1312000: layer 12 dense: this rank's fp32 master shard */
-#define L12_DENSE_GRAD           2194666752 /*    1312000: its gradient, accumulated over micro-batches */
-#define L12_DENSE_ADAM_M         2195978752 /*    1312000: AdamW first moment (fp32) */
-#define L12_DENSE_ADAM_V         2197290752 /*    1312000: AdamW second moment (fp32) */
-#define L12_EXPERTS_MASTER       2198602752 /*   44040192: layer 12 experts: this rank's fp32 master shard */
-#define L12_EXPERTS_GRAD         2242642944 /*   44040192: its gradient, accumulated over micro-batches */
-#define L12_EXPERTS_ADAM_M       2286683136 /*   44040192: AdamW first moment (fp32) */
-#define L12_EXPERTS_ADAM_V       2330723328 /*   44040192: AdamW second moment (fp32) */
-#define L13_DENSE_MASTER         2374763520 /*    1312000: layer 13 dense: this rank's fp32 master shard */
-#define L13_DENSE_GRAD           2376075520 /*    1312000: its gradient, accumulated over micro-batches */
-#define L13_DENSE_ADAM_M         2377387520 /*    1312000: AdamW first moment (fp32) */
-#define L13_DENSE_ADAM_V         2378699520 /*    1312000: AdamW second moment (fp32) */
-#define L13_EXPERTS_MASTER       2380011520 /*   44040192: layer 13 experts: this rank's fp32 master shard */
-#define L13_EXPERTS_GRAD         2424051712 /*   44040192: its gradient, accumulated over micro-batches */
-#define L13_EXPERTS_ADAM_M       2468091904 /*   44040192: AdamW first moment (fp32) */
-#define L13_EXPERTS_ADAM_V       2512132096 /*   44040192: AdamW second moment (fp32) */
-#define L14_DENSE_MASTER         2556172288 /*    1312000: layer 14 dense: this rank's fp32 master shard */
-#define L14_DENSE_GRAD           2557484288 /*    1312000: its gradient, accumulated over micro-batches */
-#define L14_DENSE_ADAM_M         2558796288 /*    1312000: AdamW first moment (fp32) */
-#define L14_DENSE_ADAM_V         2560108288 /*    1312000: AdamW second moment (fp32) */
-#define L14_EXPERTS_MASTER       2561420288 /*   44040192: layer 14 experts: this rank's fp32 master shard */
-#define L14_EXPERTS_GRAD         2605460480 /*   44040192: its gradient, accumulated over micro-batches */
-#define L14_EXPERTS_ADAM_M       2649500672 /*   44040192: AdamW first moment (fp32) */
-#define L14_EXPERTS_ADAM_V       2693540864 /*   44040192: AdamW second moment (fp32) */
-#define L15_DENSE_MASTER         2737581056 /*    1312000: layer 15 dense: this rank's fp32 master shard */
-#define L15_DENSE_GRAD           2738893056 /*    1312000: its gradient, accumulated over micro-batches */
-#define L15_DENSE_ADAM_M         2740205056 /*    1312000: AdamW first moment (fp32) */
-#define L15_DENSE_ADAM_V         2741517056 /*    1312000: AdamW second moment (fp32) */
-#define L15_EXPERTS_MASTER       2742829056 /*   44040192: layer 15 experts: this rank's fp32 master shard */
-#define L15_EXPERTS_GRAD         2786869248 /*   44040192: its gradient, accumulated over micro-batches */
-#define L15_EXPERTS_ADAM_M       2830909440 /*   44040192: AdamW first moment (fp32) */
-#define L15_EXPERTS_ADAM_V       2874949632 /*   44040192: AdamW second moment (fp32) */
-#define L16_DENSE_MASTER         2918989824 /*    1312000: layer 16 dense: this rank's fp32 master shard */
-#define L16_DENSE_GRAD           2920301824 /*    1312000: its gradient, accumulated over micro-batches */
-#define L16_DENSE_ADAM_M         2921613824 /*    1312000: AdamW first moment (fp32) */
-#define L16_DENSE_ADAM_V         2922925824 /*    1312000: AdamW second moment (fp32) */
-#define L16_EXPERTS_MASTER       2924237824 /*   44040192: layer 16 experts: this rank's fp32 master shard */
-#define L16_EXPERTS_GRAD         2968278016 /*   44040192: its gradient, accumulated over micro-batches */
-#define L16_EXPERTS_ADAM_M       3012318208 /*   44040192: AdamW first moment (fp32) */
-#define L16_EXPERTS_ADAM_V       3056358400 /*   44040192: AdamW second moment (fp32) */
-#define L17_DENSE_MASTER         3100398592 /*    1312000: layer 17 dense: this rank's fp32 master shard */
-#define L17_DENSE_GRAD           3101710592 /*    1312000: its gradient, accumulated over micro-batches */
-#define L17_DENSE_ADAM_M         3103022592 /*    1312000: AdamW first moment (fp32) */
-#define L17_DENSE_ADAM_V         3104334592 /*    1312000: AdamW second moment (fp32) */
-#define L17_EXPERTS_MASTER       3105646592 /*   44040192: layer 17 experts: this rank's fp32 master shard */
-#define L17_EXPERTS_GRAD         3149686784 /*   44040192: its gradient, accumulated over micro-batches */
-#define L17_EXPERTS_ADAM_M       3193726976 /*   44040192: AdamW first moment (fp32) */
-#define L17_EXPERTS_ADAM_V       3237767168 /*   44040192: AdamW second moment (fp32) */
-#define L18_DENSE_MASTER         3281807360 /*    1312000: layer 18 dense: this rank's fp32 master shard */
-#define L18_DENSE_GRAD           3283119360 /*    1312000: its gradient, accumulated over micro-batches */
-#define L18_DENSE_ADAM_M         3284431360 /*    1312000: AdamW first moment (fp32) */
-#define L18_DENSE_ADAM_V         3285743360 /*    1312000: AdamW second moment (fp32) */
-#define L18_EXPERTS_MASTER       3287055360 /*   44040192: layer 18 experts: this rank's fp32 master shard */
-#define L18_EXPERTS_GRAD         3331095552 /*   44040192: its gradient, accumulated over micro-batches */
-#define L18_EXPERTS_ADAM_M       3375135744 /*   44040192: AdamW first moment (fp32) */
-#define L18_EXPERTS_ADAM_V       3419175936 /*   44040192: AdamW second moment (fp32) */
-#define L19_DENSE_MASTER         3463216128 /*    1312000: layer 19 dense: this rank's fp32 master shard */
-#define L19_DENSE_GRAD           3464528128 /*    1312000: its gradient, accumulated over micro-batches */
-#define L19_DENSE_ADAM_M         3465840128 /*    1312000: AdamW first moment (fp32) */
-#define L19_DENSE_ADAM_V         3467152128 /*    1312000: AdamW second moment (fp32) */
-#define L19_EXPERTS_MASTER       3468464128 /*   44040192: layer 19 experts: this rank's fp32 master shard */
-#define L19_EXPERTS_GRAD         3512504320 /*   44040192: its gradient, accumulated over micro-batches */
-#define L19_EXPERTS_ADAM_M       3556544512 /*   44040192: AdamW first moment (fp32) */
-#define L19_EXPERTS_ADAM_V       3600584704 /*   44040192: AdamW second moment (fp32) */
-#define L20_DENSE_MASTER         3644624896 /*    1312000: layer 20 dense: this rank's fp32 master shard */
-#define L20_DENSE_GRAD           3645936896 /*    1312000: its gradient, accumulated over micro-batches */
-#define L20_DENSE_ADAM_M         3647248896 /*    1312000: AdamW first moment (fp32) */
-#define L20_DENSE_ADAM_V         3648560896 /*    1312000: AdamW second moment (fp32) */
-#define L20_EXPERTS_MASTER       3649872896 /*   44040192: layer 20 experts: this rank's fp32 master shard */
-#define L20_EXPERTS_GRAD         3693913088 /*   44040192: its gradient, accumulated over micro-batches */
-#define L20_EXPERTS_ADAM_M       3737953280 /*   44040192: AdamW first moment (fp32) */
-#define L20_EXPERTS_ADAM_V       3781993472 /*   44040192: AdamW second moment (fp32) */
-#define L21_DENSE_MASTER         3826033664 /*    1312000: layer 21 dense: this rank's fp32 master shard */
-#define L21_DENSE_GRAD           3827345664 /*    1312000: its gradient, accumulated over micro-batches */
-#define L21_DENSE_ADAM_M         3828657664 /*    1312000: AdamW first moment (fp32) */
-#define L21_DENSE_ADAM_V         3829969664 /*    1312000: AdamW second moment (fp32) */
-#define L21_EXPERTS_MASTER       3831281664 /*   44040192: layer 21 experts: this rank's fp32 master shard */
-#define L21_EXPERTS_GRAD         3875321856 /*   44040192: its gradient, accumulated over micro-batches */
-#define L21_EXPERTS_ADAM_M       3919362048 /*   44040192: AdamW first moment (fp32) */
-#define L21_EXPERTS_ADAM_V       3963402240 /*   44040192: AdamW second moment (fp32) */
-#define L22_DENSE_MASTER         4007442432 /*    1312000: layer 22 dense: this rank's fp32 master shard */
-#define L22_DENSE_GRAD           4008754432 /*    1312000: its gradient, accumulated over micro-batches */
-#define L22_DENSE_ADAM_M         4010066432 /*    1312000: AdamW first moment (fp32) */
-#define L22_DENSE_ADAM_V         4011378432 /*    1312000: AdamW second moment (fp32) */
-#define L22_EXPERTS_MASTER       4012690432 /*   44040192: layer 22 experts: this rank's fp32 master shard */
-#define L22_EXPERTS_GRAD         4056730624 /*   44040192: its gradient, accumulated over micro-batches */
-#define L22_EXPERTS_ADAM_M       4100770816 /*   44040192: AdamW first moment (fp32) */
-#define L22_EXPERTS_ADAM_V       4144811008 /*   44040192: AdamW second moment (fp32) */
-#define L23_DENSE_MASTER         4188851200 /*    1312000: layer 23 dense: this rank's fp32 master shard */
-#define L23_DENSE_GRAD           4190163200 /*    1312000: its gradient, accumulated over micro-batches */
-#define L23_DENSE_ADAM_M         4191475200 /*    1312000: AdamW first moment (fp32) */
-#define L23_DENSE_ADAM_V         4192787200 /*    1312000: AdamW second moment (fp32) */
-#define L23_EXPERTS_MASTER       4194099200 /*   44040192: layer 23 experts: this rank's fp32 master shard */
-#define L23_EXPERTS_GRAD         4238139392 /*   44040192: its gradient, accumulated over micro-batches */
-#define L23_EXPERTS_ADAM_M       4282179584 /*   44040192: AdamW first moment (fp32) */
-#define L23_EXPERTS_ADAM_V       4326219776 /*   44040192: AdamW second moment (fp32) */
-#define L24_DENSE_MASTER         4370259968 /*    1312000: layer 24 dense: this rank's fp32 master shard */
-#define L24_DENSE_GRAD           4371571968 /*    1312000: its gradient, accumulated over micro-batches */
-#define L24_DENSE_ADAM_M         4372883968 /*    1312000: AdamW first moment (fp32) */
-#define L24_DENSE_ADAM_V         4374195968 /*    1312000: AdamW second moment (fp32) */
-#define L24_EXPERTS_MASTER       4375507968 /*   44040192: layer 24 experts: this rank's fp32 master shard */
-#define L24_EXPERTS_GRAD         4419548160 /*   44040192: its gradient, accumulated over micro-batches */
-#define L24_EXPERTS_ADAM_M       4463588352 /*   44040192: AdamW first moment (fp32) */
-#define L24_EXPERTS_ADAM_V       4507628544 /*   44040192: AdamW second moment (fp32) */
-#define L25_DENSE_MASTER         4551668736 /*    1312000: layer 25 dense: this rank's fp32 master shard */
-#define L25_DENSE_GRAD           4552980736 /*    1312000: its gradient, accumulated over micro-batches */
-#define L25_DENSE_ADAM_M         4554292736 /*    1312000: AdamW first moment (fp32) */
-#define L25_DENSE_ADAM_V         4555604736 /*    1312000: AdamW second moment (fp32) */
-#define L25_EXPERTS_MASTER       4556916736 /*   44040192: layer 25 experts: this rank's fp32 master shard */
-#define L25_EXPERTS_GRAD         4600956928 /*   44040192: its gradient, accumulated over micro-batches */
-#define L25_EXPERTS_ADAM_M       4644997120 /*   44040192: AdamW first moment (fp32) */
-#define L25_EXPERTS_ADAM_V       4689037312 /*   44040192: AdamW second moment (fp32) */
-#define L26_DENSE_MASTER         4733077504 /*    1312000: layer 26 dense: this rank's fp32 master shard */
-#define L26_DENSE_GRAD           4734389504 /*    1312000: its gradient, accumulated over micro-batches */
-#define L26_DENSE_ADAM_M         4735701504 /*    1312000: AdamW first moment (fp32) */
-#define L26_DENSE_ADAM_V         4737013504 /*    1312000: AdamW second moment (fp32) */
-#define L26_EXPERTS_MASTER       4738325504 /*   44040192: layer 26 experts: this rank's fp32 master shard */
-#define L26_EXPERTS_GRAD         4782365696 /*   44040192: its gradient, accumulated over micro-batches */
-#define L26_EXPERTS_ADAM_M       4826405888 /*   44040192: AdamW first moment (fp32) */
-#define L26_EXPERTS_ADAM_V       4870446080 /*   44040192: AdamW second moment (fp32) */
-#define L27_DENSE_MASTER         4914486272 /*    1312000: layer 27 dense: this rank's fp32 master shard */
-#define L27_DENSE_GRAD           4915798272 /*    1312000: its gradient, accumulated over micro-batches */
-#define L27_DENSE_ADAM_M         4917110272 /*    1312000: AdamW first moment (fp32) */
-#define L27_DENSE_ADAM_V         4918422272 /*    1312000: AdamW second moment (fp32) */
-#define L27_EXPERTS_MASTER       4919734272 /*   44040192: layer 27 experts: this rank's fp32 master shard */
-#define L27_EXPERTS_GRAD         4963774464 /*   44040192: its gradient, accumulated over micro-batches */
-#define L27_EXPERTS_ADAM_M       5007814656 /*   44040192: AdamW first moment (fp32) */
-#define L27_EXPERTS_ADAM_V       5051854848 /*   44040192: AdamW second moment (fp32) */
-#define L28_DENSE_MASTER         5095895040 /*    1312000: layer 28 dense: this rank's fp32 master shard */
-#define L28_DENSE_GRAD           5097207040 /*    1312000: its gradient, accumulated over micro-batches */
-#define L28_DENSE_ADAM_M         5098519040 /*    1312000: AdamW first moment (fp32) */
-#define L28_DENSE_ADAM_V         5099831040 /*    1312000: AdamW second moment (fp32) */
-#define L28_EXPERTS_MASTER       5101143040 /*   44040192: layer 28 experts: this rank's fp32 master shard */
-#define L28_EXPERTS_GRAD         5145183232 /*   44040192: its gradient, accumulated over micro-batches */
-#define L28_EXPERTS_ADAM_M       5189223424 /*   44040192: AdamW first moment (fp32) */
-#define L28_EXPERTS_ADAM_V       5233263616 /*   44040192: AdamW second moment (fp32) */
-#define L29_DENSE_MASTER         5277303808 /*    1312000: layer 29 dense: this rank's fp32 master shard */
-#define L29_DENSE_GRAD           5278615808 /*    1312000: its gradient, accumulated over micro-batches */
-#define L29_DENSE_ADAM_M         5279927808 /*    1312000: AdamW first moment (fp32) */
-#define L29_DENSE_ADAM_V         5281239808 /*    1312000: AdamW second moment (fp32) */
-#define L29_EXPERTS_MASTER       5282551808 /*   44040192: layer 29 experts: this rank's fp32 master shard */
-#define L29_EXPERTS_GRAD         5326592000 /*   44040192: its gradient, accumulated over micro-batches */
-#define L29_EXPERTS_ADAM_M       5370632192 /*   44040192: AdamW first moment (fp32) */
-#define L29_EXPERTS_ADAM_V       5414672384 /*   44040192: AdamW second moment (fp32) */
-#define L30_DENSE_MASTER         5458712576 /*    1312000: layer 30 dense: this rank's fp32 master shard */
-#define L30_DENSE_GRAD           5460024576 /*    1312000: its gradient, accumulated over micro-batches */
-#define L30_DENSE_ADAM_M         5461336576 /*    1312000: AdamW first moment (fp32) */
-#define L30_DENSE_ADAM_V         5462648576 /*    1312000: AdamW second moment (fp32) */
-#define L30_EXPERTS_MASTER       5463960576 /*   44040192: layer 30 experts: this rank's fp32 master shard */
-#define L30_EXPERTS_GRAD         5508000768 /*   44040192: its gradient, accumulated over micro-batches */
-#define L30_EXPERTS_ADAM_M       5552040960 /*   44040192: AdamW first moment (fp32) */
-#define L30_EXPERTS_ADAM_V       5596081152 /*   44040192: AdamW second moment (fp32) */
-#define L31_DENSE_MASTER         5640121344 /*    1312000: layer 31 dense: this rank's fp32 master shard */
-#define L31_DENSE_GRAD           5641433344 /*    1312000: its gradient, accumulated over micro-batches */
-#define L31_DENSE_ADAM_M         5642745344 /*    1312000: AdamW first moment (fp32) */
-#define L31_DENSE_ADAM_V         5644057344 /*    1312000: AdamW second moment (fp32) */
-#define L31_EXPERTS_MASTER       5645369344 /*   44040192: layer 31 experts: this rank's fp32 master shard */
-#define L31_EXPERTS_GRAD         5689409536 /*   44040192: its gradient, accumulated over micro-batches */
-#define L31_EXPERTS_ADAM_M       5733449728 /*   44040192: AdamW first moment (fp32) */
-#define L31_EXPERTS_ADAM_V       5777489920 /*   44040192: AdamW second moment (fp32) */
-#define HEAD_MASTER              5821530112 /*    4096128: head: this rank's fp32 master shard */
-#define HEAD_GRAD                5825626240 /*    4096128: its gradient, accumulated over micro-batches */
-#define HEAD_ADAM_M              5829722368 /*    4096128: AdamW first moment (fp32) */
-#define HEAD_ADAM_V              5833818496 /*    4096128: AdamW second moment (fp32) */
-#define GATHERED_DENSE0          5837914624 /*  131076096: a dense group all-gathered (even units: embedding, odd layers) */
-#define GATHERED_DENSE1          5968990720 /*  131076096: the next one, prefetched (odd units: even layers; the head if L is even) */
-#define GRAD_DENSE0              6100066816 /*  131076096: an even unit's dense gradient, then its reduce-scatter's input */
-#define GRAD_DENSE1              6231142912 /*  131076096: an odd unit's (in flight while the next unit's backward runs) */
-#define GATHERED_EXPERTS0        6362219008 /*  352321536: this EP rank's experts of one layer, all-gathered (odd layers) */
-#define GATHERED_EXPERTS1        6714540544 /*  352321536: the next layer's, prefetched (even layers) */
-#define GRAD_EXPERTS0            7066862080 /*  352321536: an odd layer's experts' gradient, then its reduce-scatter's input */
-#define GRAD_EXPERTS1            7419183616 /*  352321536: an even layer's */
-#define RS_OUT0                  7771505152 /*   44040192: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                 7815545344 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                  7881083392 /*   44040192: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE1                 7925123584 /*  176160768: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT2                  8101284352 /*   44040192: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                 8145324544 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                  8210862592 /*   44040192: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE3                 8254902784 /*  176160768: its bf16 send buffer (2 bytes per gathered value) */
-#define X0                       8431063552 /*  134217728: boundary: input of layer 0 (residual stream) */
-#define X1                       8565281280 /*  134217728: boundary: input of layer 1 (residual stream) */
-#define X2                       8699499008 /*  134217728: boundary: input of layer 2 (residual stream) */
-#define X3                       8833716736 /*  134217728: boundary: input of layer 3 (residual stream) */
-#define X4                       8967934464 /*  134217728: boundary: input of layer 4 (residual stream) */
-#define X5                       9102152192 /*  134217728: boundary: input of layer 5 (residual stream) */
-#define X6                       9236369920 /*  134217728: boundary: input of layer 6 (residual stream) */
-#define X7                       9370587648 /*  134217728: boundary: input of layer 7 (residual stream) */
-#define X8                       9504805376 /*  134217728: boundary: input of layer 8 (residual stream) */
-#define X9                       9639023104 /*  134217728: boundary: input of layer 9 (residual stream) */
-#define X10                      9773240832 /*  134217728: boundary: input of layer 10 (residual stream) */
-#define X11                      9907458560 /*  134217728: boundary: input of layer 11 (residual stream) */
-#define X12                     10041676288 /*  134217728: boundary: input of layer 12 (residual stream) */
-#define X13                     10175894016 /*  134217728: boundary: input of layer 13 (residual stream) */
-#define X14                     10310111744 /*  134217728: boundary: input of layer 14 (residual stream) */
-#define X15                     10444329472 /*  134217728: boundary: input of layer 15 (residual stream) */
-#define X16                     10578547200 /*  134217728: boundary: input of layer 16 (residual stream) */
-#define X17                     10712764928 /*  134217728: boundary: input of layer 17 (residual stream) */
-#define X18                     10846982656 /*  134217728: boundary: input of layer 18 (residual stream) */
-#define X19                     10981200384 /*  134217728: boundary: input of layer 19 (residual stream) */
-#define X20                     11115418112 /*  134217728: boundary: input of layer 20 (residual stream) */
-#define X21                     11249635840 /*  134217728: boundary: input of layer 21 (residual stream) */
-#define X22                     11383853568 /*  134217728: boundary: input of layer 22 (residual stream) */
-#define X23                     11518071296 /*  134217728: boundary: input of layer 23 (residual stream) */
-#define X24                     11652289024 /*  134217728: boundary: input of layer 24 (residual stream) */
-#define X25                     11786506752 /*  134217728: boundary: input of layer 25 (residual stream) */
-#define X26                     11920724480 /*  134217728: boundary: input of layer 26 (residual stream) */
-#define X27                     12054942208 /*  134217728: boundary: input of layer 27 (residual stream) */
-#define X28                     12189159936 /*  134217728: boundary: input of layer 28 (residual stream) */
-#define X29                     12323377664 /*  134217728: boundary: input of layer 29 (residual stream) */
-#define X30                     12457595392 /*  134217728: boundary: input of layer 30 (residual stream) */
-#define X31                     12591813120 /*  134217728: boundary: input of layer 31 (residual stream) */
-#define X32                     12726030848 /*  134217728: output of the last layer */
-#define WS_LN1                  12860248576 /*  134217728: attention norm output */
-#define WS_RSTD1                12994466304 /*      32768: its 1/rms per token */
-#define L0_Q                    12994499072 /*  134217728: queries (rotated) */
-#define L0_K                    13128716800 /*   33554432: keys (rotated) */
-#define L0_V                    13162271232 /*   33554432: values */
-#define L0_ATT                  13195825664 /*  134217728: attention output */
-#define L0_LSE                  13330043392 /*    1048576: attention log-sum-exp per head and query */
-#define WS_RES                  13331091968 /*  134217728: residual stream after attention */
-#define WS_LN2                  13465309696 /*  134217728: mlp norm output */
-#define WS_RSTD2                13599527424 /*      32768: its 1/rms per token */
-#define WS_LOGITS               13599560192 /*     262144: router logits */
-#define WS_IDX                  13599822336 /*      65536: selected experts (int32) */
-#define WS_WTS                  13599887872 /*      65536: their weights */
-#define WS_POS                  13599953408 /*      65536: row of each assignment in expert order (int32) */
-#define WS_OFFSETS              13600018944 /*          9: first row of each expert (int32) */
-#define WS_YP                   13600018960 /*  268435456: expert outputs in that order */
-#define WS_XP                   13868454416 /*  268435456: token copies in expert order, to send (all-to-all) */
-#define WS_XE                   14136889872 /*  335544320: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                   14472434192 /*  335544320: their outputs, before going back */
-#define WS_EOFF                 14807978512 /*          3: first row of each local expert in the round (int32) */
-#define WS_EG                   14807978528 /* 1174405120: routed experts' gate */
-#define WS_EU                   15982383648 /* 1174405120: routed experts' up */
-#define WS_EH                   17156788768 /* 1174405120: routed experts' activation */
-#define L1_Q                    18331193888 /*  134217728: queries (rotated) */
-#define L1_K                    18465411616 /*   33554432: keys (rotated) */
-#define L1_V                    18498966048 /*   33554432: values */
-#define L1_ATT                  18532520480 /*  134217728: attention output */
-#define L1_LSE                  18666738208 /*    1048576: attention log-sum-exp per head and query */
-#define L2_Q                    18667786784 /*  134217728: queries (rotated) */
-#define L2_K                    18802004512 /*   33554432: keys (rotated) */
-#define L2_V                    18835558944 /*   33554432: values */
-#define L2_ATT                  18869113376 /*  134217728: attention output */
-#define L2_LSE                  19003331104 /*    1048576: attention log-sum-exp per head and query */
-#define L3_Q                    19004379680 /*  134217728: queries (rotated) */
-#define L3_K                    19138597408 /*   33554432: keys (rotated) */
-#define L3_V                    19172151840 /*   33554432: values */
-#define L3_ATT                  19205706272 /*  134217728: attention output */
-#define L3_LSE                  19339924000 /*    1048576: attention log-sum-exp per head and query */
-#define L4_Q                    19340972576 /*  134217728: queries (rotated) */
-#define L4_K                    19475190304 /*   33554432: keys (rotated) */
-#define L4_V                    19508744736 /*   33554432: values */
-#define L4_ATT                  19542299168 /*  134217728: attention output */
-#define L4_LSE                  19676516896 /*    1048576: attention log-sum-exp per head and query */
-#define L5_Q                    19677565472 /*  134217728: queries (rotated) */
-#define L5_K                    19811783200 /*   33554432: keys (rotated) */
-#define L5_V                    19845337632 /*   33554432: values */
-#define L5_ATT                  19878892064 /*  134217728: attention output */
-#define L5_LSE                  20013109792 /*    1048576: attention log-sum-exp per head and query */
-#define L6_Q                    20014158368 /*  134217728: queries (rotated) */
-#define L6_K                    20148376096 /*   33554432: keys (rotated) */
-#define L6_V                    20181930528 /*   33554432: values */
-#define L6_ATT                  20215484960 /*  134217728: attention output */
-#define L6_LSE                  20349702688 /*    1048576: attention log-sum-exp per head and query */
-#define L7_Q                    20350751264 /*  134217728: queries (rotated) */
-#define L7_K                    20484968992 /*   33554432: keys (rotated) */
-#define L7_V                    20518523424 /*   33554432: values */
-#define L7_ATT                  20552077856 /*  134217728: attention output */
-#define L7_LSE                  20686295584 /*    1048576: attention log-sum-exp per head and query */
-#define L8_Q                    20687344160 /*  134217728: queries (rotated) */
-#define L8_K                    20821561888 /*   33554432: keys (rotated) */
-#define L8_V                    20855116320 /*   33554432: values */
-#define L8_ATT                  20888670752 /*  134217728: attention output */
-#define L8_LSE                  21022888480 /*    1048576: attention log-sum-exp per head and query */
-#define L9_Q                    21023937056 /*  134217728: queries (rotated) */
-#define L9_K                    21158154784 /*   33554432: keys (rotated) */
-#define L9_V                    21191709216 /*   33554432: values */
-#define L9_ATT                  21225263648 /*  134217728: attention output */
-#define L9_LSE                  21359481376 /*    1048576: attention log-sum-exp per head and query */
-#define L10_Q                   21360529952 /*  134217728: queries (rotated) */
-#define L10_K                   21494747680 /*   33554432: keys (rotated) */
-#define L10_V                   21528302112 /*   33554432: values */
-#define L10_ATT                 21561856544 /*  134217728: attention output */
-#define L10_LSE                 21696074272 /*    1048576: attention log-sum-exp per head and query */
-#define L11_Q                   21697122848 /*  134217728: queries (rotated) */
-#define L11_K                   21831340576 /*   33554432: keys (rotated) */
-#define L11_V                   21864895008 /*   33554432: values */
-#define L11_ATT                 21898449440 /*  134217728: attention output */
-#define L11_LSE                 22032667168 /*    1048576: attention log-sum-exp per head and query */
-#define L12_Q                   22033715744 /*  134217728: queries (rotated) */
-#define L12_K                   22167933472 /*   33554432: keys (rotated) */
-#define L12_V                   22201487904 /*   33554432: values */
-#define L12_ATT                 22235042336 /*  134217728: attention output */
-#define L12_LSE                 22369260064 /*    1048576: attention log-sum-exp per head and query */
-#define L13_Q                   22370308640 /*  134217728: queries (rotated) */
-#define L13_K                   22504526368 /*   33554432: keys (rotated) */
-#define L13_V                   22538080800 /*   33554432: values */
-#define L13_ATT                 22571635232 /*  134217728: attention output */
-#define L13_LSE                 22705852960 /*    1048576: attention log-sum-exp per head and query */
-#define L14_Q                   22706901536 /*  134217728: queries (rotated) */
-#define L14_K                   22841119264 /*   33554432: keys (rotated) */
-#define L14_V                   22874673696 /*   33554432: values */
-#define L14_ATT                 22908228128 /*  134217728: attention output */
-#define L14_LSE                 23042445856 /*    1048576: attention log-sum-exp per head and query */
-#define L15_Q                   23043494432 /*  134217728: queries (rotated) */
-#define L15_K                   23177712160 /*   33554432: keys (rotated) */
-#define L15_V                   23211266592 /*   33554432: values */
-#define L15_ATT                 23244821024 /*  134217728: attention output */
-#define L15_LSE                 23379038752 /*    1048576: attention log-sum-exp per head and query */
-#define L16_Q                   23380087328 /*  134217728: queries (rotated) */
-#define L16_K                   23514305056 /*   33554432: keys (rotated) */
-#define L16_V                   23547859488 /*   33554432: values */
-#define L16_ATT                 23581413920 /*  134217728: attention output */
-#define L16_LSE                 23715631648 /*    1048576: attention log-sum-exp per head and query */
-#define L17_Q                   23716680224 /*  134217728: queries (rotated) */
-#define L17_K                   23850897952 /*   33554432: keys (rotated) */
-#define L17_V                   23884452384 /*   33554432: values */
-#define L17_ATT                 23918006816 /*  134217728: attention output */
-#define L17_LSE                 24052224544 /*    1048576: attention log-sum-exp per head and query */
-#define L18_Q                   24053273120 /*  134217728: queries (rotated) */
-#define L18_K                   24187490848 /*   33554432: keys (rotated) */
-#define L18_V                   24221045280 /*   33554432: values */
-#define L18_ATT                 24254599712 /*  134217728: attention output */
-#define L18_LSE                 24388817440 /*    1048576: attention log-sum-exp per head and query */
-#define L19_Q                   24389866016 /*  134217728: queries (rotated) */
-#define L19_K                   24524083744 /*   33554432: keys (rotated) */
-#define L19_V                   24557638176 /*   33554432: values */
-#define L19_ATT                 24591192608 /*  134217728: attention output */
-#define L19_LSE                 24725410336 /*    1048576: attention log-sum-exp per head and query */
-#define L20_Q                   24726458912 /*  134217728: queries (rotated) */
-#define L20_K                   24860676640 /*   33554432: keys (rotated) */
-#define L20_V                   24894231072 /*   33554432: values */
-#define L20_ATT                 24927785504 /*  134217728: attention output */
-#define L20_LSE                 25062003232 /*    1048576: attention log-sum-exp per head and query */
-#define L21_Q                   25063051808 /*  134217728: queries (rotated) */
-#define L21_K                   25197269536 /*   33554432: keys (rotated) */
-#define L21_V                   25230823968 /*   33554432: values */
-#define L21_ATT                 25264378400 /*  134217728: attention output */
-#define L21_LSE                 25398596128 /*    1048576: attention log-sum-exp per head and query */
-#define L22_Q                   25399644704 /*  134217728: queries (rotated) */
-#define L22_K                   25533862432 /*   33554432: keys (rotated) */
-#define L22_V                   25567416864 /*   33554432: values */
-#define L22_ATT                 25600971296 /*  134217728: attention output */
-#define L22_LSE                 25735189024 /*    1048576: attention log-sum-exp per head and query */
-#define L23_Q                   25736237600 /*  134217728: queries (rotated) */
-#define L23_K                   25870455328 /*   33554432: keys (rotated) */
-#define L23_V                   25904009760 /*   33554432: values */
-#define L23_ATT                 25937564192 /*  134217728: attention output */
-#define L23_LSE                 26071781920 /*    1048576: attention log-sum-exp per head and query */
-#define L24_Q                   26072830496 /*  134217728: queries (rotated) */
-#define L24_K                   26207048224 /*   33554432: keys (rotated) */
-#define L24_V                   26240602656 /*   33554432: values */
-#define L24_ATT                 26274157088 /*  134217728: attention output */
-#define L24_LSE                 26408374816 /*    1048576: attention log-sum-exp per head and query */
-#define L25_Q                   26409423392 /*  134217728: queries (rotated) */
-#define L25_K                   26543641120 /*   33554432: keys (rotated) */
-#define L25_V                   26577195552 /*   33554432: values */
-#define L25_ATT                 26610749984 /*  134217728: attention output */
-#define L25_LSE                 26744967712 /*    1048576: attention log-sum-exp per head and query */
-#define L26_Q                   26746016288 /*  134217728: queries (rotated) */
-#define L26_K                   26880234016 /*   33554432: keys (rotated) */
-#define L26_V                   26913788448 /*   33554432: values */
-#define L26_ATT                 26947342880 /*  134217728: attention output */
-#define L26_LSE                 27081560608 /*    1048576: attention log-sum-exp per head and query */
-#define L27_Q                   27082609184 /*  134217728: queries (rotated) */
-#define L27_K                   27216826912 /*   33554432: keys (rotated) */
-#define L27_V                   27250381344 /*   33554432: values */
-#define L27_ATT                 27283935776 /*  134217728: attention output */
-#define L27_LSE                 27418153504 /*    1048576: attention log-sum-exp per head and query */
-#define L28_Q                   27419202080 /*  134217728: queries (rotated) */
-#define L28_K                   27553419808 /*   33554432: keys (rotated) */
-#define L28_V                   27586974240 /*   33554432: values */
-#define L28_ATT                 27620528672 /*  134217728: attention output */
-#define L28_LSE                 27754746400 /*    1048576: attention log-sum-exp per head and query */
-#define L29_Q                   27755794976 /*  134217728: queries (rotated) */
-#define L29_K                   27890012704 /*   33554432: keys (rotated) */
-#define L29_V                   27923567136 /*   33554432: values */
-#define L29_ATT                 27957121568 /*  134217728: attention output */
-#define L29_LSE                 28091339296 /*    1048576: attention log-sum-exp per head and query */
-#define L30_Q                   28092387872 /*  134217728: queries (rotated) */
-#define L30_K                   28226605600 /*   33554432: keys (rotated) */
-#define L30_V                   28260160032 /*   33554432: values */
-#define L30_ATT                 28293714464 /*  134217728: attention output */
-#define L30_LSE                 28427932192 /*    1048576: attention log-sum-exp per head and query */
-#define L31_Q                   28428980768 /*  134217728: queries (rotated) */
-#define L31_K                   28563198496 /*   33554432: keys (rotated) */
-#define L31_V                   28596752928 /*   33554432: values */
-#define L31_ATT                 28630307360 /*  134217728: attention output */
-#define L31_LSE                 28764525088 /*    1048576: attention log-sum-exp per head and query */
-#define WS_Y                    28765573664 /*  134217728: a block's output before the residual add */
-#define WS_Y2                   28899791392 /*  134217728: shared experts' output */
-#define DX_A                    29034009120 /*  134217728: gradient of the residual stream (even layers' output) */
-#define DX_B                    29168226848 /*  134217728: gradient of the residual stream (odd layers' output) */
-#define DLN                     29302444576 /*  134217728: gradient of a norm's output */
-#define DATT                    29436662304 /*  134217728: gradient of the attention output */
-#define DQ                      29570880032 /*  134217728: gradient of the queries */
-#define DK                      29705097760 /*   33554432: gradient of the keys */
-#define DV                      29738652192 /*   33554432: gradient of the values */
-#define DLOGITS                 29772206624 /*     262144: gradient of the router logits */
-#define DWTS                    29772468768 /*      65536: gradient of the routing weights */
-#define DYP                     29772534304 /*  268435456: gradient of the expert outputs */
-#define DXP                     30040969760 /*  268435456: gradient of the token copies */
-#define DYE                     30309405216 /*  335544320: gradient of the received rows' outputs */
-#define DXE                     30644949536 /*  335544320: gradient of the received rows */
-#define A2A                     30980493856 /*  335544320: all-to-all staging of one round (source-rank order) */
-#define EDG                     31316038176 /* 1174405120: routed experts' gate gradient */
-#define EDU                     32490443296 /* 1174405120: routed experts' up gradient */
-#define EDH                     33664848416 /* 1174405120: routed experts' activation gradient */
-#define AUX                     34839253536 /*         24: load-balancing loss scratch */
-#define LNF                     34839253568 /*  134217728: final norm output */
-#define RSTDF                   34973471296 /*      32768: its 1/rms per token */
-#define LSEF                    34973504064 /*      32768: log-sum-exp of each token's logits */
-#define CE                      34973536832 /*  268435456: logits of one vocabulary chunk and their gradient */
+#define GATHERED_DENSE0               65536 /*  131076096: a dense group all-gathered (even units: embedding, odd layers) */
+#define GATHERED_DENSE1           131141632 /*  131076096: the next one, prefetched (odd units: even layers; the head if L is even) */
+#define GRAD_DENSE0               262217728 /*  131076096: an even unit's dense gradient, then its reduce-scatter's input */
+#define GRAD_DENSE1               393293824 /*  131076096: an odd unit's (in flight while the next unit's backward runs) */
+#define GATHERED_EXPERTS0         524369920 /*  352321536: this EP rank's experts of one layer, all-gathered (odd layers) */
+#define GATHERED_EXPERTS1         876691456 /*  352321536: the next layer's, prefetched (even layers) */
+#define GRAD_EXPERTS0            1229012992 /*  352321536: an odd layer's experts' gradient, then its reduce-scatter's input */
+#define GRAD_EXPERTS1            1581334528 /*  352321536: an even layer's */
+#define RS_OUT0                  1933656064 /*   44040192: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE0                 1977696256 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT1                  2043234304 /*   44040192: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE1                 2087274496 /*  176160768: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT2                  2263435264 /*   44040192: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE2                 2307475456 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT3                  2373013504 /*   44040192: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE3                 2417053696 /*  176160768: its bf16 send buffer (2 bytes per gathered value) */
+#define X0                       2593214464 /*  134217728: boundary: input of layer 0 (residual stream) */
+#define X1                       2727432192 /*  134217728: boundary: input of layer 1 (residual stream) */
+#define X2                       2861649920 /*  134217728: boundary: input of layer 2 (residual stream) */
+#define X3                       2995867648 /*  134217728: boundary: input of layer 3 (residual stream) */
+#define X4                       3130085376 /*  134217728: boundary: input of layer 4 (residual stream) */
+#define X5                       3264303104 /*  134217728: boundary: input of layer 5 (residual stream) */
+#define X6                       3398520832 /*  134217728: boundary: input of layer 6 (residual stream) */
+#define X7                       3532738560 /*  134217728: boundary: input of layer 7 (residual stream) */
+#define X8                       3666956288 /*  134217728: boundary: input of layer 8 (residual stream) */
+#define X9                       3801174016 /*  134217728: boundary: input of layer 9 (residual stream) */
+#define X10                      3935391744 /*  134217728: boundary: input of layer 10 (residual stream) */
+#define X11                      4069609472 /*  134217728: boundary: input of layer 11 (residual stream) */
+#define X12                      4203827200 /*  134217728: boundary: input of layer 12 (residual stream) */
+#define X13                      4338044928 /*  134217728: boundary: input of layer 13 (residual stream) */
+#define X14                      4472262656 /*  134217728: boundary: input of layer 14 (residual stream) */
+#define X15                      4606480384 /*  134217728: boundary: input of layer 15 (residual stream) */
+#define X16                      4740698112 /*  134217728: boundary: input of layer 16 (residual stream) */
+#define X17                      4874915840 /*  134217728: boundary: input of layer 17 (residual stream) */
+#define X18                      5009133568 /*  134217728: boundary: input of layer 18 (residual stream) */
+#define X19                      5143351296 /*  134217728: boundary: input of layer 19 (residual stream) */
+#define X20                      5277569024 /*  134217728: boundary: input of layer 20 (residual stream) */
+#define X21                      5411786752 /*  134217728: boundary: input of layer 21 (residual stream) */
+#define X22                      5546004480 /*  134217728: boundary: input of layer 22 (residual stream) */
+#define X23                      5680222208 /*  134217728: boundary: input of layer 23 (residual stream) */
+#define X24                      5814439936 /*  134217728: boundary: input of layer 24 (residual stream) */
+#define X25                      5948657664 /*  134217728: boundary: input of layer 25 (residual stream) */
+#define X26                      6082875392 /*  134217728: boundary: input of layer 26 (residual stream) */
+#define X27                      6217093120 /*  134217728: boundary: input of layer 27 (residual stream) */
+#define X28                      6351310848 /*  134217728: boundary: input of layer 28 (residual stream) */
+#define X29                      6485528576 /*  134217728: boundary: input of layer 29 (residual stream) */
+#define X30                      6619746304 /*  134217728: boundary: input of layer 30 (residual stream) */
+#define X31                      6753964032 /*  134217728: boundary: input of layer 31 (residual stream) */
+#define X32                      6888181760 /*  134217728: output of the last layer */
+#define WS_LN1                   7022399488 /*  134217728: attention norm output */
+#define WS_RSTD1                 7156617216 /*      32768: its 1/rms per token */
+#define L0_Q                     7156649984 /*  134217728: queries (rotated) */
+#define L0_K                     7290867712 /*   33554432: keys (rotated) */
+#define L0_V                     7324422144 /*   33554432: values */
+#define L0_ATT                   7357976576 /*  134217728: attention output */
+#define L0_LSE                   7492194304 /*    1048576: attention log-sum-exp per head and query */
+#define WS_RES                   7493242880 /*  134217728: residual stream after attention */
+#define WS_LN2                   7627460608 /*  134217728: mlp norm output */
+#define WS_RSTD2                 7761678336 /*      32768: its 1/rms per token */
+#define WS_LOGITS                7761711104 /*     262144: router logits */
+#define WS_IDX                   7761973248 /*      65536: selected experts (int32) */
+#define WS_WTS                   7762038784 /*      65536: their weights */
+#define WS_POS                   7762104320 /*      65536: row of each assignment in expert order (int32) */
+#define WS_OFFSETS               7762169856 /*          9: first row of each expert (int32) */
+#define WS_YP                    7762169872 /*  268435456: expert outputs in that order */
+#define WS_XP                    8030605328 /*  268435456: token copies in expert order, to send (all-to-all) */
+#define WS_XE                    8299040784 /*  335544320: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                    8634585104 /*  335544320: their outputs, before going back */
+#define WS_EOFF                  8970129424 /*          3: first row of each local expert in the round (int32) */
+#define WS_EG                    8970129440 /* 1174405120: routed experts' gate */
+#define WS_EU                   10144534560 /* 1174405120: routed experts' up */
+#define WS_EH                   11318939680 /* 1174405120: routed experts' activation */
+#define L1_Q                    12493344800 /*  134217728: queries (rotated) */
+#define L1_K                    12627562528 /*   33554432: keys (rotated) */
+#define L1_V                    12661116960 /*   33554432: values */
+#define L1_ATT                  12694671392 /*  134217728: attention output */
+#define L1_LSE                  12828889120 /*    1048576: attention log-sum-exp per head and query */
+#define L2_Q                    12829937696 /*  134217728: queries (rotated) */
+#define L2_K                    12964155424 /*   33554432: keys (rotated) */
+#define L2_V                    12997709856 /*   33554432: values */
+#define L2_ATT                  13031264288 /*  134217728: attention output */
+#define L2_LSE                  13165482016 /*    1048576: attention log-sum-exp per head and query */
+#define L3_Q                    13166530592 /*  134217728: queries (rotated) */
+#define L3_K                    13300748320 /*   33554432: keys (rotated) */
+#define L3_V                    13334302752 /*   33554432: values */
+#define L3_ATT                  13367857184 /*  134217728: attention output */
+#define L3_LSE                  13502074912 /*    1048576: attention log-sum-exp per head and query */
+#define L4_Q                    13503123488 /*  134217728: queries (rotated) */
+#define L4_K                    13637341216 /*   33554432: keys (rotated) */
+#define L4_V                    13670895648 /*   33554432: values */
+#define L4_ATT                  13704450080 /*  134217728: attention output */
+#define L4_LSE                  13838667808 /*    1048576: attention log-sum-exp per head and query */
+#define L5_Q                    13839716384 /*  134217728: queries (rotated) */
+#define L5_K                    13973934112 /*   33554432: keys (rotated) */
+#define L5_V                    14007488544 /*   33554432: values */
+#define L5_ATT                  14041042976 /*  134217728: attention output */
+#define L5_LSE                  14175260704 /*    1048576: attention log-sum-exp per head and query */
+#define L6_Q                    14176309280 /*  134217728: queries (rotated) */
+#define L6_K                    14310527008 /*   33554432: keys (rotated) */
+#define L6_V                    14344081440 /*   33554432: values */
+#define L6_ATT                  14377635872 /*  134217728: attention output */
+#define L6_LSE                  14511853600 /*    1048576: attention log-sum-exp per head and query */
+#define L7_Q                    14512902176 /*  134217728: queries (rotated) */
+#define L7_K                    14647119904 /*   33554432: keys (rotated) */
+#define L7_V                    14680674336 /*   33554432: values */
+#define L7_ATT                  14714228768 /*  134217728: attention output */
+#define L7_LSE                  14848446496 /*    1048576: attention log-sum-exp per head and query */
+#define L8_Q                    14849495072 /*  134217728: queries (rotated) */
+#define L8_K                    14983712800 /*   33554432: keys (rotated) */
+#define L8_V                    15017267232 /*   33554432: values */
+#define L8_ATT                  15050821664 /*  134217728: attention output */
+#define L8_LSE                  15185039392 /*    1048576: attention log-sum-exp per head and query */
+#define L9_Q                    15186087968 /*  134217728: queries (rotated) */
+#define L9_K                    15320305696 /*   33554432: keys (rotated) */
+#define L9_V                    15353860128 /*   33554432: values */
+#define L9_ATT                  15387414560 /*  134217728: attention output */
+#define L9_LSE                  15521632288 /*    1048576: attention log-sum-exp per head and query */
+#define L10_Q                   15522680864 /*  134217728: queries (rotated) */
+#define L10_K                   15656898592 /*   33554432: keys (rotated) */
+#define L10_V                   15690453024 /*   33554432: values */
+#define L10_ATT                 15724007456 /*  134217728: attention output */
+#define L10_LSE                 15858225184 /*    1048576: attention log-sum-exp per head and query */
+#define L11_Q                   15859273760 /*  134217728: queries (rotated) */
+#define L11_K                   15993491488 /*   33554432: keys (rotated) */
+#define L11_V                   16027045920 /*   33554432: values */
+#define L11_ATT                 16060600352 /*  134217728: attention output */
+#define L11_LSE                 16194818080 /*    1048576: attention log-sum-exp per head and query */
+#define L12_Q                   16195866656 /*  134217728: queries (rotated) */
+#define L12_K                   16330084384 /*   33554432: keys (rotated) */
+#define L12_V                   16363638816 /*   33554432: values */
+#define L12_ATT                 16397193248 /*  134217728: attention output */
+#define L12_LSE                 16531410976 /*    1048576: attention log-sum-exp per head and query */
+#define L13_Q                   16532459552 /*  134217728: queries (rotated) */
+#define L13_K                   16666677280 /*   33554432: keys (rotated) */
+#define L13_V                   16700231712 /*   33554432: values */
+#define L13_ATT                 16733786144 /*  134217728: attention output */
+#define L13_LSE                 16868003872 /*    1048576: attention log-sum-exp per head and query */
+#define L14_Q                   16869052448 /*  134217728: queries (rotated) */
+#define L14_K                   17003270176 /*   33554432: keys (rotated) */
+#define L14_V                   17036824608 /*   33554432: values */
+#define L14_ATT                 17070379040 /*  134217728: attention output */
+#define L14_LSE                 17204596768 /*    1048576: attention log-sum-exp per head and query */
+#define L15_Q                   17205645344 /*  134217728: queries (rotated) */
+#define L15_K                   17339863072 /*   33554432: keys (rotated) */
+#define L15_V                   17373417504 /*   33554432: values */
+#define L15_ATT                 17406971936 /*  134217728: attention output */
+#define L15_LSE                 17541189664 /*    1048576: attention log-sum-exp per head and query */
+#define L16_Q                   17542238240 /*  134217728: queries (rotated) */
+#define L16_K                   17676455968 /*   33554432: keys (rotated) */
+#define L16_V                   17710010400 /*   33554432: values */
+#define L16_ATT                 17743564832 /*  134217728: attention output */
+#define L16_LSE                 17877782560 /*    1048576: attention log-sum-exp per head and query */
+#define L17_Q                   17878831136 /*  134217728: queries (rotated) */
+#define L17_K                   18013048864 /*   33554432: keys (rotated) */
+#define L17_V                   18046603296 /*   33554432: values */
+#define L17_ATT                 18080157728 /*  134217728: attention output */
+#define L17_LSE                 18214375456 /*    1048576: attention log-sum-exp per head and query */
+#define L18_Q                   18215424032 /*  134217728: queries (rotated) */
+#define L18_K                   18349641760 /*   33554432: keys (rotated) */
+#define L18_V                   18383196192 /*   33554432: values */
+#define L18_ATT                 18416750624 /*  134217728: attention output */
+#define L18_LSE                 18550968352 /*    1048576: attention log-sum-exp per head and query */
+#define L19_Q                   18552016928 /*  134217728: queries (rotated) */
+#define L19_K                   18686234656 /*   33554432: keys (rotated) */
+#define L19_V                   18719789088 /*   33554432: values */
+#define L19_ATT                 18753343520 /*  134217728: attention output */
+#define L19_LSE                 18887561248 /*    1048576: attention log-sum-exp per head and query */
+#define L20_Q                   18888609824 /*  134217728: queries (rotated) */
+#define L20_K                   19022827552 /*   33554432: keys (rotated) */
+#define L20_V                   19056381984 /*   33554432: values */
+#define L20_ATT                 19089936416 /*  134217728: attention output */
+#define L20_LSE                 19224154144 /*    1048576: attention log-sum-exp per head and query */
+#define L21_Q                   19225202720 /*  134217728: queries (rotated) */
+#define L21_K                   19359420448 /*   33554432: keys (rotated) */
+#define L21_V                   19392974880 /*   33554432: values */
+#define L21_ATT                 19426529312 /*  134217728: attention output */
+#define L21_LSE                 19560747040 /*    1048576: attention log-sum-exp per head and query */
+#define L22_Q                   19561795616 /*  134217728: queries (rotated) */
+#define L22_K                   19696013344 /*   33554432: keys (rotated) */
+#define L22_V                   19729567776 /*   33554432: values */
+#define L22_ATT                 19763122208 /*  134217728: attention output */
+#define L22_LSE                 19897339936 /*    1048576: attention log-sum-exp per head and query */
+#define L23_Q                   19898388512 /*  134217728: queries (rotated) */
+#define L23_K                   20032606240 /*   33554432: keys (rotated) */
+#define L23_V                   20066160672 /*   33554432: values */
+#define L23_ATT                 20099715104 /*  134217728: attention output */
+#define L23_LSE                 20233932832 /*    1048576: attention log-sum-exp per head and query */
+#define L24_Q                   20234981408 /*  134217728: queries (rotated) */
+#define L24_K                   20369199136 /*   33554432: keys (rotated) */
+#define L24_V                   20402753568 /*   33554432: values */
+#define L24_ATT                 20436308000 /*  134217728: attention output */
+#define L24_LSE                 20570525728 /*    1048576: attention log-sum-exp per head and query */
+#define L25_Q                   20571574304 /*  134217728: queries (rotated) */
+#define L25_K                   20705792032 /*   33554432: keys (rotated) */
+#define L25_V                   20739346464 /*   33554432: values */
+#define L25_ATT                 20772900896 /*  134217728: attention output */
+#define L25_LSE                 20907118624 /*    1048576: attention log-sum-exp per head and query */
+#define L26_Q                   20908167200 /*  134217728: queries (rotated) */
+#define L26_K                   21042384928 /*   33554432: keys (rotated) */
+#define L26_V                   21075939360 /*   33554432: values */
+#define L26_ATT                 21109493792 /*  134217728: attention output */
+#define L26_LSE                 21243711520 /*    1048576: attention log-sum-exp per head and query */
+#define L27_Q                   21244760096 /*  134217728: queries (rotated) */
+#define L27_K                   21378977824 /*   33554432: keys (rotated) */
+#define L27_V                   21412532256 /*   33554432: values */
+#define L27_ATT                 21446086688 /*  134217728: attention output */
+#define L27_LSE                 21580304416 /*    1048576: attention log-sum-exp per head and query */
+#define L28_Q                   21581352992 /*  134217728: queries (rotated) */
+#define L28_K                   21715570720 /*   33554432: keys (rotated) */
+#define L28_V                   21749125152 /*   33554432: values */
+#define L28_ATT                 21782679584 /*  134217728: attention output */
+#define L28_LSE                 21916897312 /*    1048576: attention log-sum-exp per head and query */
+#define L29_Q                   21917945888 /*  134217728: queries (rotated) */
+#define L29_K                   22052163616 /*   33554432: keys (rotated) */
+#define L29_V                   22085718048 /*   33554432: values */
+#define L29_ATT                 22119272480 /*  134217728: attention output */
+#define L29_LSE                 22253490208 /*    1048576: attention log-sum-exp per head and query */
+#define L30_Q                   22254538784 /*  134217728: queries (rotated) */
+#define L30_K                   22388756512 /*   33554432: keys (rotated) */
+#define L30_V                   22422310944 /*   33554432: values */
+#define L30_ATT                 22455865376 /*  134217728: attention output */
+#define L30_LSE                 22590083104 /*    1048576: attention log-sum-exp per head and query */
+#define L31_Q                   22591131680 /*  134217728: queries (rotated) */
+#define L31_K                   22725349408 /*   33554432: keys (rotated) */
+#define L31_V                   22758903840 /*   33554432: values */
+#define L31_ATT                 22792458272 /*  134217728: attention output */
+#define L31_LSE                 22926676000 /*    1048576: attention log-sum-exp per head and query */
+#define WS_Y                    22927724576 /*  134217728: a block's output before the residual add */
+#define WS_Y2                   23061942304 /*  134217728: shared experts' output */
+#define DX_A                    23196160032 /*  134217728: gradient of the residual stream (even layers' output) */
+#define DX_B                    23330377760 /*  134217728: gradient of the residual stream (odd layers' output) */
+#define DLN                     23464595488 /*  134217728: gradient of a norm's output */
+#define DATT                    23598813216 /*  134217728: gradient of the attention output */
+#define DQ                      23733030944 /*  134217728: gradient of the queries */
+#define DK                      23867248672 /*   33554432: gradient of the keys */
+#define DV                      23900803104 /*   33554432: gradient of the values */
+#define DLOGITS                 23934357536 /*     262144: gradient of the router logits */
+#define DWTS                    23934619680 /*      65536: gradient of the routing weights */
+#define DYP                     23934685216 /*  268435456: gradient of the expert outputs */
+#define DXP                     24203120672 /*  268435456: gradient of the token copies */
+#define DYE                     24471556128 /*  335544320: gradient of the received rows' outputs */
+#define DXE                     24807100448 /*  335544320: gradient of the received rows */
+#define A2A                     25142644768 /*  335544320: all-to-all staging of one round (source-rank order) */
+#define EDG                     25478189088 /* 1174405120: routed experts' gate gradient */
+#define EDU                     26652594208 /* 1174405120: routed experts' up gradient */
+#define EDH                     27826999328 /* 1174405120: routed experts' activation gradient */
+#define AUX                     29001404448 /*         24: load-balancing loss scratch */
+#define LNF                     29001404480 /*  134217728: final norm output */
+#define RSTDF                   29135622208 /*      32768: its 1/rms per token */
+#define LSEF                    29135654976 /*      32768: log-sum-exp of each token's logits */
+#define CE                      29135687744 /*  268435456: logits of one vocabulary chunk and their gradient */
 
 /* Parameter groups: sharded over the FSDP group (32 ranks) or, for experts, over the
- * 8 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */
+ * 8 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
+ * state arena (-1: a group of Muon matrices has no second moment), of its gathered-from shard
+ * in the arena (-1: gathered from the master). */
 const RtGroup step_groups[N_GROUPS] = {
-    {"embedding", RT_GROUP_FSDP, 131072000, 4096000, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V},
-    {"layer 0 dense", RT_GROUP_FSDP, 41984000, 1312000, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V},
-    {"layer 0 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L0_EXPERTS_MASTER, L0_EXPERTS_GRAD, L0_EXPERTS_ADAM_M, L0_EXPERTS_ADAM_V},
-    {"layer 1 dense", RT_GROUP_FSDP, 41984000, 1312000, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V},
-    {"layer 1 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L1_EXPERTS_MASTER, L1_EXPERTS_GRAD, L1_EXPERTS_ADAM_M, L1_EXPERTS_ADAM_V},
-    {"layer 2 dense", RT_GROUP_FSDP, 41984000, 1312000, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V},
-    {"layer 2 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L2_EXPERTS_MASTER, L2_EXPERTS_GRAD, L2_EXPERTS_ADAM_M, L2_EXPERTS_ADAM_V},
-    {"layer 3 dense", RT_GROUP_FSDP, 41984000, 1312000, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V},
-    {"layer 3 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L3_EXPERTS_MASTER, L3_EXPERTS_GRAD, L3_EXPERTS_ADAM_M, L3_EXPERTS_ADAM_V},
-    {"layer 4 dense", RT_GROUP_FSDP, 41984000, 1312000, L4_DENSE_MASTER, L4_DENSE_GRAD, L4_DENSE_ADAM_M, L4_DENSE_ADAM_V},
-    {"layer 4 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L4_EXPERTS_MASTER, L4_EXPERTS_GRAD, L4_EXPERTS_ADAM_M, L4_EXPERTS_ADAM_V},
-    {"layer 5 dense", RT_GROUP_FSDP, 41984000, 1312000, L5_DENSE_MASTER, L5_DENSE_GRAD, L5_DENSE_ADAM_M, L5_DENSE_ADAM_V},
-    {"layer 5 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L5_EXPERTS_MASTER, L5_EXPERTS_GRAD, L5_EXPERTS_ADAM_M, L5_EXPERTS_ADAM_V},
-    {"layer 6 dense", RT_GROUP_FSDP, 41984000, 1312000, L6_DENSE_MASTER, L6_DENSE_GRAD, L6_DENSE_ADAM_M, L6_DENSE_ADAM_V},
-    {"layer 6 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L6_EXPERTS_MASTER, L6_EXPERTS_GRAD, L6_EXPERTS_ADAM_M, L6_EXPERTS_ADAM_V},
-    {"layer 7 dense", RT_GROUP_FSDP, 41984000, 1312000, L7_DENSE_MASTER, L7_DENSE_GRAD, L7_DENSE_ADAM_M, L7_DENSE_ADAM_V},
-    {"layer 7 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L7_EXPERTS_MASTER, L7_EXPERTS_GRAD, L7_EXPERTS_ADAM_M, L7_EXPERTS_ADAM_V},
-    {"layer 8 dense", RT_GROUP_FSDP, 41984000, 1312000, L8_DENSE_MASTER, L8_DENSE_GRAD, L8_DENSE_ADAM_M, L8_DENSE_ADAM_V},
-    {"layer 8 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L8_EXPERTS_MASTER, L8_EXPERTS_GRAD, L8_EXPERTS_ADAM_M, L8_EXPERTS_ADAM_V},
-    {"layer 9 dense", RT_GROUP_FSDP, 41984000, 1312000, L9_DENSE_MASTER, L9_DENSE_GRAD, L9_DENSE_ADAM_M, L9_DENSE_ADAM_V},
-    {"layer 9 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L9_EXPERTS_MASTER, L9_EXPERTS_GRAD, L9_EXPERTS_ADAM_M, L9_EXPERTS_ADAM_V},
-    {"layer 10 dense", RT_GROUP_FSDP, 41984000, 1312000, L10_DENSE_MASTER, L10_DENSE_GRAD, L10_DENSE_ADAM_M, L10_DENSE_ADAM_V},
-    {"layer 10 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L10_EXPERTS_MASTER, L10_EXPERTS_GRAD, L10_EXPERTS_ADAM_M, L10_EXPERTS_ADAM_V},
-    {"layer 11 dense", RT_GROUP_FSDP, 41984000, 1312000, L11_DENSE_MASTER, L11_DENSE_GRAD, L11_DENSE_ADAM_M, L11_DENSE_ADAM_V},
-    {"layer 11 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L11_EXPERTS_MASTER, L11_EXPERTS_GRAD, L11_EXPERTS_ADAM_M, L11_EXPERTS_ADAM_V},
-    {"layer 12 dense", RT_GROUP_FSDP, 41984000, 1312000, L12_DENSE_MASTER, L12_DENSE_GRAD, L12_DENSE_ADAM_M, L12_DENSE_ADAM_V},
-    {"layer 12 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L12_EXPERTS_MASTER, L12_EXPERTS_GRAD, L12_EXPERTS_ADAM_M, L12_EXPERTS_ADAM_V},
-    {"layer 13 dense", RT_GROUP_FSDP, 41984000, 1312000, L13_DENSE_MASTER, L13_DENSE_GRAD, L13_DENSE_ADAM_M, L13_DENSE_ADAM_V},
-    {"layer 13 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L13_EXPERTS_MASTER, L13_EXPERTS_GRAD, L13_EXPERTS_ADAM_M, L13_EXPERTS_ADAM_V},
-    {"layer 14 dense", RT_GROUP_FSDP, 41984000, 1312000, L14_DENSE_MASTER, L14_DENSE_GRAD, L14_DENSE_ADAM_M, L14_DENSE_ADAM_V},
-    {"layer 14 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L14_EXPERTS_MASTER, L14_EXPERTS_GRAD, L14_EXPERTS_ADAM_M, L14_EXPERTS_ADAM_V},
-    {"layer 15 dense", RT_GROUP_FSDP, 41984000, 1312000, L15_DENSE_MASTER, L15_DENSE_GRAD, L15_DENSE_ADAM_M, L15_DENSE_ADAM_V},
-    {"layer 15 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L15_EXPERTS_MASTER, L15_EXPERTS_GRAD, L15_EXPERTS_ADAM_M, L15_EXPERTS_ADAM_V},
-    {"layer 16 dense", RT_GROUP_FSDP, 41984000, 1312000, L16_DENSE_MASTER, L16_DENSE_GRAD, L16_DENSE_ADAM_M, L16_DENSE_ADAM_V},
-    {"layer 16 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L16_EXPERTS_MASTER, L16_EXPERTS_GRAD, L16_EXPERTS_ADAM_M, L16_EXPERTS_ADAM_V},
-    {"layer 17 dense", RT_GROUP_FSDP, 41984000, 1312000, L17_DENSE_MASTER, L17_DENSE_GRAD, L17_DENSE_ADAM_M, L17_DENSE_ADAM_V},
-    {"layer 17 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L17_EXPERTS_MASTER, L17_EXPERTS_GRAD, L17_EXPERTS_ADAM_M, L17_EXPERTS_ADAM_V},
-    {"layer 18 dense", RT_GROUP_FSDP, 41984000, 1312000, L18_DENSE_MASTER, L18_DENSE_GRAD, L18_DENSE_ADAM_M, L18_DENSE_ADAM_V},
-    {"layer 18 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L18_EXPERTS_MASTER, L18_EXPERTS_GRAD, L18_EXPERTS_ADAM_M, L18_EXPERTS_ADAM_V},
-    {"layer 19 dense", RT_GROUP_FSDP, 41984000, 1312000, L19_DENSE_MASTER, L19_DENSE_GRAD, L19_DENSE_ADAM_M, L19_DENSE_ADAM_V},
-    {"layer 19 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L19_EXPERTS_MASTER, L19_EXPERTS_GRAD, L19_EXPERTS_ADAM_M, L19_EXPERTS_ADAM_V},
-    {"layer 20 dense", RT_GROUP_FSDP, 41984000, 1312000, L20_DENSE_MASTER, L20_DENSE_GRAD, L20_DENSE_ADAM_M, L20_DENSE_ADAM_V},
-    {"layer 20 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L20_EXPERTS_MASTER, L20_EXPERTS_GRAD, L20_EXPERTS_ADAM_M, L20_EXPERTS_ADAM_V},
-    {"layer 21 dense", RT_GROUP_FSDP, 41984000, 1312000, L21_DENSE_MASTER, L21_DENSE_GRAD, L21_DENSE_ADAM_M, L21_DENSE_ADAM_V},
-    {"layer 21 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L21_EXPERTS_MASTER, L21_EXPERTS_GRAD, L21_EXPERTS_ADAM_M, L21_EXPERTS_ADAM_V},
-    {"layer 22 dense", RT_GROUP_FSDP, 41984000, 1312000, L22_DENSE_MASTER, L22_DENSE_GRAD, L22_DENSE_ADAM_M, L22_DENSE_ADAM_V},
-    {"layer 22 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L22_EXPERTS_MASTER, L22_EXPERTS_GRAD, L22_EXPERTS_ADAM_M, L22_EXPERTS_ADAM_V},
-    {"layer 23 dense", RT_GROUP_FSDP, 41984000, 1312000, L23_DENSE_MASTER, L23_DENSE_GRAD, L23_DENSE_ADAM_M, L23_DENSE_ADAM_V},
-    {"layer 23 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L23_EXPERTS_MASTER, L23_EXPERTS_GRAD, L23_EXPERTS_ADAM_M, L23_EXPERTS_ADAM_V},
-    {"layer 24 dense", RT_GROUP_FSDP, 41984000, 1312000, L24_DENSE_MASTER, L24_DENSE_GRAD, L24_DENSE_ADAM_M, L24_DENSE_ADAM_V},
-    {"layer 24 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L24_EXPERTS_MASTER, L24_EXPERTS_GRAD, L24_EXPERTS_ADAM_M, L24_EXPERTS_ADAM_V},
-    {"layer 25 dense", RT_GROUP_FSDP, 41984000, 1312000, L25_DENSE_MASTER, L25_DENSE_GRAD, L25_DENSE_ADAM_M, L25_DENSE_ADAM_V},
-    {"layer 25 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L25_EXPERTS_MASTER, L25_EXPERTS_GRAD, L25_EXPERTS_ADAM_M, L25_EXPERTS_ADAM_V},
-    {"layer 26 dense", RT_GROUP_FSDP, 41984000, 1312000, L26_DENSE_MASTER, L26_DENSE_GRAD, L26_DENSE_ADAM_M, L26_DENSE_ADAM_V},
-    {"layer 26 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L26_EXPERTS_MASTER, L26_EXPERTS_GRAD, L26_EXPERTS_ADAM_M, L26_EXPERTS_ADAM_V},
-    {"layer 27 dense", RT_GROUP_FSDP, 41984000, 1312000, L27_DENSE_MASTER, L27_DENSE_GRAD, L27_DENSE_ADAM_M, L27_DENSE_ADAM_V},
-    {"layer 27 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L27_EXPERTS_MASTER, L27_EXPERTS_GRAD, L27_EXPERTS_ADAM_M, L27_EXPERTS_ADAM_V},
-    {"layer 28 dense", RT_GROUP_FSDP, 41984000, 1312000, L28_DENSE_MASTER, L28_DENSE_GRAD, L28_DENSE_ADAM_M, L28_DENSE_ADAM_V},
-    {"layer 28 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L28_EXPERTS_MASTER, L28_EXPERTS_GRAD, L28_EXPERTS_ADAM_M, L28_EXPERTS_ADAM_V},
-    {"layer 29 dense", RT_GROUP_FSDP, 41984000, 1312000, L29_DENSE_MASTER, L29_DENSE_GRAD, L29_DENSE_ADAM_M, L29_DENSE_ADAM_V},
-    {"layer 29 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L29_EXPERTS_MASTER, L29_EXPERTS_GRAD, L29_EXPERTS_ADAM_M, L29_EXPERTS_ADAM_V},
-    {"layer 30 dense", RT_GROUP_FSDP, 41984000, 1312000, L30_DENSE_MASTER, L30_DENSE_GRAD, L30_DENSE_ADAM_M, L30_DENSE_ADAM_V},
-    {"layer 30 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L30_EXPERTS_MASTER, L30_EXPERTS_GRAD, L30_EXPERTS_ADAM_M, L30_EXPERTS_ADAM_V},
-    {"layer 31 dense", RT_GROUP_FSDP, 41984000, 1312000, L31_DENSE_MASTER, L31_DENSE_GRAD, L31_DENSE_ADAM_M, L31_DENSE_ADAM_V},
-    {"layer 31 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L31_EXPERTS_MASTER, L31_EXPERTS_GRAD, L31_EXPERTS_ADAM_M, L31_EXPERTS_ADAM_V},
-    {"head", RT_GROUP_FSDP, 131076096, 4096128, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V},
+    {"embedding", RT_GROUP_FSDP, 131072000, 4096000, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, -1},
+    {"layer 0 dense", RT_GROUP_FSDP, 41984000, 1312000, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, -1},
+    {"layer 0 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L0_EXPERTS_MASTER, L0_EXPERTS_GRAD, L0_EXPERTS_ADAM_M, L0_EXPERTS_ADAM_V, -1},
+    {"layer 1 dense", RT_GROUP_FSDP, 41984000, 1312000, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V, -1},
+    {"layer 1 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L1_EXPERTS_MASTER, L1_EXPERTS_GRAD, L1_EXPERTS_ADAM_M, L1_EXPERTS_ADAM_V, -1},
+    {"layer 2 dense", RT_GROUP_FSDP, 41984000, 1312000, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V, -1},
+    {"layer 2 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L2_EXPERTS_MASTER, L2_EXPERTS_GRAD, L2_EXPERTS_ADAM_M, L2_EXPERTS_ADAM_V, -1},
+    {"layer 3 dense", RT_GROUP_FSDP, 41984000, 1312000, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V, -1},
+    {"layer 3 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L3_EXPERTS_MASTER, L3_EXPERTS_GRAD, L3_EXPERTS_ADAM_M, L3_EXPERTS_ADAM_V, -1},
+    {"layer 4 dense", RT_GROUP_FSDP, 41984000, 1312000, L4_DENSE_MASTER, L4_DENSE_GRAD, L4_DENSE_ADAM_M, L4_DENSE_ADAM_V, -1},
+    {"layer 4 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L4_EXPERTS_MASTER, L4_EXPERTS_GRAD, L4_EXPERTS_ADAM_M, L4_EXPERTS_ADAM_V, -1},
+    {"layer 5 dense", RT_GROUP_FSDP, 41984000, 1312000, L5_DENSE_MASTER, L5_DENSE_GRAD, L5_DENSE_ADAM_M, L5_DENSE_ADAM_V, -1},
+    {"layer 5 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L5_EXPERTS_MASTER, L5_EXPERTS_GRAD, L5_EXPERTS_ADAM_M, L5_EXPERTS_ADAM_V, -1},
+    {"layer 6 dense", RT_GROUP_FSDP, 41984000, 1312000, L6_DENSE_MASTER, L6_DENSE_GRAD, L6_DENSE_ADAM_M, L6_DENSE_ADAM_V, -1},
+    {"layer 6 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L6_EXPERTS_MASTER, L6_EXPERTS_GRAD, L6_EXPERTS_ADAM_M, L6_EXPERTS_ADAM_V, -1},
+    {"layer 7 dense", RT_GROUP_FSDP, 41984000, 1312000, L7_DENSE_MASTER, L7_DENSE_GRAD, L7_DENSE_ADAM_M, L7_DENSE_ADAM_V, -1},
+    {"layer 7 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L7_EXPERTS_MASTER, L7_EXPERTS_GRAD, L7_EXPERTS_ADAM_M, L7_EXPERTS_ADAM_V, -1},
+    {"layer 8 dense", RT_GROUP_FSDP, 41984000, 1312000, L8_DENSE_MASTER, L8_DENSE_GRAD, L8_DENSE_ADAM_M, L8_DENSE_ADAM_V, -1},
+    {"layer 8 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L8_EXPERTS_MASTER, L8_EXPERTS_GRAD, L8_EXPERTS_ADAM_M, L8_EXPERTS_ADAM_V, -1},
+    {"layer 9 dense", RT_GROUP_FSDP, 41984000, 1312000, L9_DENSE_MASTER, L9_DENSE_GRAD, L9_DENSE_ADAM_M, L9_DENSE_ADAM_V, -1},
+    {"layer 9 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L9_EXPERTS_MASTER, L9_EXPERTS_GRAD, L9_EXPERTS_ADAM_M, L9_EXPERTS_ADAM_V, -1},
+    {"layer 10 dense", RT_GROUP_FSDP, 41984000, 1312000, L10_DENSE_MASTER, L10_DENSE_GRAD, L10_DENSE_ADAM_M, L10_DENSE_ADAM_V, -1},
+    {"layer 10 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L10_EXPERTS_MASTER, L10_EXPERTS_GRAD, L10_EXPERTS_ADAM_M, L10_EXPERTS_ADAM_V, -1},
+    {"layer 11 dense", RT_GROUP_FSDP, 41984000, 1312000, L11_DENSE_MASTER, L11_DENSE_GRAD, L11_DENSE_ADAM_M, L11_DENSE_ADAM_V, -1},
+    {"layer 11 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L11_EXPERTS_MASTER, L11_EXPERTS_GRAD, L11_EXPERTS_ADAM_M, L11_EXPERTS_ADAM_V, -1},
+    {"layer 12 dense", RT_GROUP_FSDP, 41984000, 1312000, L12_DENSE_MASTER, L12_DENSE_GRAD, L12_DENSE_ADAM_M, L12_DENSE_ADAM_V, -1},
+    {"layer 12 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L12_EXPERTS_MASTER, L12_EXPERTS_GRAD, L12_EXPERTS_ADAM_M, L12_EXPERTS_ADAM_V, -1},
+    {"layer 13 dense", RT_GROUP_FSDP, 41984000, 1312000, L13_DENSE_MASTER, L13_DENSE_GRAD, L13_DENSE_ADAM_M, L13_DENSE_ADAM_V, -1},
+    {"layer 13 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L13_EXPERTS_MASTER, L13_EXPERTS_GRAD, L13_EXPERTS_ADAM_M, L13_EXPERTS_ADAM_V, -1},
+    {"layer 14 dense", RT_GROUP_FSDP, 41984000, 1312000, L14_DENSE_MASTER, L14_DENSE_GRAD, L14_DENSE_ADAM_M, L14_DENSE_ADAM_V, -1},
+    {"layer 14 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L14_EXPERTS_MASTER, L14_EXPERTS_GRAD, L14_EXPERTS_ADAM_M, L14_EXPERTS_ADAM_V, -1},
+    {"layer 15 dense", RT_GROUP_FSDP, 41984000, 1312000, L15_DENSE_MASTER, L15_DENSE_GRAD, L15_DENSE_ADAM_M, L15_DENSE_ADAM_V, -1},
+    {"layer 15 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L15_EXPERTS_MASTER, L15_EXPERTS_GRAD, L15_EXPERTS_ADAM_M, L15_EXPERTS_ADAM_V, -1},
+    {"layer 16 dense", RT_GROUP_FSDP, 41984000, 1312000, L16_DENSE_MASTER, L16_DENSE_GRAD, L16_DENSE_ADAM_M, L16_DENSE_ADAM_V, -1},
+    {"layer 16 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L16_EXPERTS_MASTER, L16_EXPERTS_GRAD, L16_EXPERTS_ADAM_M, L16_EXPERTS_ADAM_V, -1},
+    {"layer 17 dense", RT_GROUP_FSDP, 41984000, 1312000, L17_DENSE_MASTER, L17_DENSE_GRAD, L17_DENSE_ADAM_M, L17_DENSE_ADAM_V, -1},
+    {"layer 17 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L17_EXPERTS_MASTER, L17_EXPERTS_GRAD, L17_EXPERTS_ADAM_M, L17_EXPERTS_ADAM_V, -1},
+    {"layer 18 dense", RT_GROUP_FSDP, 41984000, 1312000, L18_DENSE_MASTER, L18_DENSE_GRAD, L18_DENSE_ADAM_M, L18_DENSE_ADAM_V, -1},
+    {"layer 18 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L18_EXPERTS_MASTER, L18_EXPERTS_GRAD, L18_EXPERTS_ADAM_M, L18_EXPERTS_ADAM_V, -1},
+    {"layer 19 dense", RT_GROUP_FSDP, 41984000, 1312000, L19_DENSE_MASTER, L19_DENSE_GRAD, L19_DENSE_ADAM_M, L19_DENSE_ADAM_V, -1},
+    {"layer 19 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L19_EXPERTS_MASTER, L19_EXPERTS_GRAD, L19_EXPERTS_ADAM_M, L19_EXPERTS_ADAM_V, -1},
+    {"layer 20 dense", RT_GROUP_FSDP, 41984000, 1312000, L20_DENSE_MASTER, L20_DENSE_GRAD, L20_DENSE_ADAM_M, L20_DENSE_ADAM_V, -1},
+    {"layer 20 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L20_EXPERTS_MASTER, L20_EXPERTS_GRAD, L20_EXPERTS_ADAM_M, L20_EXPERTS_ADAM_V, -1},
+    {"layer 21 dense", RT_GROUP_FSDP, 41984000, 1312000, L21_DENSE_MASTER, L21_DENSE_GRAD, L21_DENSE_ADAM_M, L21_DENSE_ADAM_V, -1},
+    {"layer 21 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L21_EXPERTS_MASTER, L21_EXPERTS_GRAD, L21_EXPERTS_ADAM_M, L21_EXPERTS_ADAM_V, -1},
+    {"layer 22 dense", RT_GROUP_FSDP, 41984000, 1312000, L22_DENSE_MASTER, L22_DENSE_GRAD, L22_DENSE_ADAM_M, L22_DENSE_ADAM_V, -1},
+    {"layer 22 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L22_EXPERTS_MASTER, L22_EXPERTS_GRAD, L22_EXPERTS_ADAM_M, L22_EXPERTS_ADAM_V, -1},
+    {"layer 23 dense", RT_GROUP_FSDP, 41984000, 1312000, L23_DENSE_MASTER, L23_DENSE_GRAD, L23_DENSE_ADAM_M, L23_DENSE_ADAM_V, -1},
+    {"layer 23 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L23_EXPERTS_MASTER, L23_EXPERTS_GRAD, L23_EXPERTS_ADAM_M, L23_EXPERTS_ADAM_V, -1},
+    {"layer 24 dense", RT_GROUP_FSDP, 41984000, 1312000, L24_DENSE_MASTER, L24_DENSE_GRAD, L24_DENSE_ADAM_M, L24_DENSE_ADAM_V, -1},
+    {"layer 24 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L24_EXPERTS_MASTER, L24_EXPERTS_GRAD, L24_EXPERTS_ADAM_M, L24_EXPERTS_ADAM_V, -1},
+    {"layer 25 dense", RT_GROUP_FSDP, 41984000, 1312000, L25_DENSE_MASTER, L25_DENSE_GRAD, L25_DENSE_ADAM_M, L25_DENSE_ADAM_V, -1},
+    {"layer 25 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L25_EXPERTS_MASTER, L25_EXPERTS_GRAD, L25_EXPERTS_ADAM_M, L25_EXPERTS_ADAM_V, -1},
+    {"layer 26 dense", RT_GROUP_FSDP, 41984000, 1312000, L26_DENSE_MASTER, L26_DENSE_GRAD, L26_DENSE_ADAM_M, L26_DENSE_ADAM_V, -1},
+    {"layer 26 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L26_EXPERTS_MASTER, L26_EXPERTS_GRAD, L26_EXPERTS_ADAM_M, L26_EXPERTS_ADAM_V, -1},
+    {"layer 27 dense", RT_GROUP_FSDP, 41984000, 1312000, L27_DENSE_MASTER, L27_DENSE_GRAD, L27_DENSE_ADAM_M, L27_DENSE_ADAM_V, -1},
+    {"layer 27 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L27_EXPERTS_MASTER, L27_EXPERTS_GRAD, L27_EXPERTS_ADAM_M, L27_EXPERTS_ADAM_V, -1},
+    {"layer 28 dense", RT_GROUP_FSDP, 41984000, 1312000, L28_DENSE_MASTER, L28_DENSE_GRAD, L28_DENSE_ADAM_M, L28_DENSE_ADAM_V, -1},
+    {"layer 28 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L28_EXPERTS_MASTER, L28_EXPERTS_GRAD, L28_EXPERTS_ADAM_M, L28_EXPERTS_ADAM_V, -1},
+    {"layer 29 dense", RT_GROUP_FSDP, 41984000, 1312000, L29_DENSE_MASTER, L29_DENSE_GRAD, L29_DENSE_ADAM_M, L29_DENSE_ADAM_V, -1},
+    {"layer 29 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L29_EXPERTS_MASTER, L29_EXPERTS_GRAD, L29_EXPERTS_ADAM_M, L29_EXPERTS_ADAM_V, -1},
+    {"layer 30 dense", RT_GROUP_FSDP, 41984000, 1312000, L30_DENSE_MASTER, L30_DENSE_GRAD, L30_DENSE_ADAM_M, L30_DENSE_ADAM_V, -1},
+    {"layer 30 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L30_EXPERTS_MASTER, L30_EXPERTS_GRAD, L30_EXPERTS_ADAM_M, L30_EXPERTS_ADAM_V, -1},
+    {"layer 31 dense", RT_GROUP_FSDP, 41984000, 1312000, L31_DENSE_MASTER, L31_DENSE_GRAD, L31_DENSE_ADAM_M, L31_DENSE_ADAM_V, -1},
+    {"layer 31 experts", RT_GROUP_EXPERT_SHARD, 352321536, 44040192, L31_EXPERTS_MASTER, L31_EXPERTS_GRAD, L31_EXPERTS_ADAM_M, L31_EXPERTS_ADAM_V, -1},
+    {"head", RT_GROUP_FSDP, 131076096, 4096128, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V, -1},
 };
 
 /* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,
@@ -3376,234 +3380,234 @@ static void layer0_backward(RtCtx *c) {
  * cross-entropy of the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(EMBED_MASTER), 4096000, 0); /* embedding: 32 ranks x 4096000 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(EMBED_MASTER), 4096000, 0); /* embedding: 32 ranks x 4096000 */
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 44040192, 3); /* layer 0 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L0_DENSE_MASTER), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L0_EXPERTS_MASTER), 44040192, 3); /* layer 0 experts: 8 ranks x 44040192, prefetch */
   rt_embedding_forward(R(X0), I(INPUTS), W(0), 32768, 4096);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 44040192, 1); /* layer 1 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L1_DENSE_MASTER), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L1_EXPERTS_MASTER), 44040192, 1); /* layer 1 experts: 8 ranks x 44040192, prefetch */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 44040192, 3); /* layer 2 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L2_DENSE_MASTER), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L2_EXPERTS_MASTER), 44040192, 3); /* layer 2 experts: 8 ranks x 44040192, prefetch */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 44040192, 1); /* layer 3 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L3_DENSE_MASTER), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L3_EXPERTS_MASTER), 44040192, 1); /* layer 3 experts: 8 ranks x 44040192, prefetch */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_MASTER), 44040192, 3); /* layer 4 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L4_DENSE_MASTER), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L4_EXPERTS_MASTER), 44040192, 3); /* layer 4 experts: 8 ranks x 44040192, prefetch */
   layer3_forward(c, false);
   rt_comm_label("layer 4 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_MASTER), 44040192, 1); /* layer 5 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L5_DENSE_MASTER), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L5_EXPERTS_MASTER), 44040192, 1); /* layer 5 experts: 8 ranks x 44040192, prefetch */
   layer4_forward(c, false);
   rt_comm_label("layer 5 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_MASTER), 44040192, 3); /* layer 6 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L6_DENSE_MASTER), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L6_EXPERTS_MASTER), 44040192, 3); /* layer 6 experts: 8 ranks x 44040192, prefetch */
   layer5_forward(c, false);
   rt_comm_label("layer 6 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_MASTER), 44040192, 1); /* layer 7 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L7_DENSE_MASTER), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L7_EXPERTS_MASTER), 44040192, 1); /* layer 7 experts: 8 ranks x 44040192, prefetch */
   layer6_forward(c, false);
   rt_comm_label("layer 7 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_MASTER), 44040192, 3); /* layer 8 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L8_DENSE_MASTER), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L8_EXPERTS_MASTER), 44040192, 3); /* layer 8 experts: 8 ranks x 44040192, prefetch */
   layer7_forward(c, false);
   rt_comm_label("layer 8 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_MASTER), 44040192, 1); /* layer 9 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L9_DENSE_MASTER), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L9_EXPERTS_MASTER), 44040192, 1); /* layer 9 experts: 8 ranks x 44040192, prefetch */
   layer8_forward(c, false);
   rt_comm_label("layer 9 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_MASTER), 44040192, 3); /* layer 10 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L10_DENSE_MASTER), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L10_EXPERTS_MASTER), 44040192, 3); /* layer 10 experts: 8 ranks x 44040192, prefetch */
   layer9_forward(c, false);
   rt_comm_label("layer 10 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_MASTER), 44040192, 1); /* layer 11 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L11_DENSE_MASTER), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L11_EXPERTS_MASTER), 44040192, 1); /* layer 11 experts: 8 ranks x 44040192, prefetch */
   layer10_forward(c, false);
   rt_comm_label("layer 11 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_MASTER), 44040192, 3); /* layer 12 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L12_DENSE_MASTER), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L12_EXPERTS_MASTER), 44040192, 3); /* layer 12 experts: 8 ranks x 44040192, prefetch */
   layer11_forward(c, false);
   rt_comm_label("layer 12 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_MASTER), 44040192, 1); /* layer 13 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L13_DENSE_MASTER), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L13_EXPERTS_MASTER), 44040192, 1); /* layer 13 experts: 8 ranks x 44040192, prefetch */
   layer12_forward(c, false);
   rt_comm_label("layer 13 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_MASTER), 44040192, 3); /* layer 14 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L14_DENSE_MASTER), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L14_EXPERTS_MASTER), 44040192, 3); /* layer 14 experts: 8 ranks x 44040192, prefetch */
   layer13_forward(c, false);
   rt_comm_label("layer 14 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_MASTER), 44040192, 1); /* layer 15 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L15_DENSE_MASTER), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L15_EXPERTS_MASTER), 44040192, 1); /* layer 15 experts: 8 ranks x 44040192, prefetch */
   layer14_forward(c, false);
   rt_comm_label("layer 15 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_MASTER), 44040192, 3); /* layer 16 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L16_DENSE_MASTER), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L16_EXPERTS_MASTER), 44040192, 3); /* layer 16 experts: 8 ranks x 44040192, prefetch */
   layer15_forward(c, false);
   rt_comm_label("layer 16 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_MASTER), 44040192, 1); /* layer 17 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L17_DENSE_MASTER), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L17_EXPERTS_MASTER), 44040192, 1); /* layer 17 experts: 8 ranks x 44040192, prefetch */
   layer16_forward(c, false);
   rt_comm_label("layer 17 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_MASTER), 44040192, 3); /* layer 18 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L18_DENSE_MASTER), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L18_EXPERTS_MASTER), 44040192, 3); /* layer 18 experts: 8 ranks x 44040192, prefetch */
   layer17_forward(c, false);
   rt_comm_label("layer 18 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_MASTER), 44040192, 1); /* layer 19 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L19_DENSE_MASTER), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L19_EXPERTS_MASTER), 44040192, 1); /* layer 19 experts: 8 ranks x 44040192, prefetch */
   layer18_forward(c, false);
   rt_comm_label("layer 19 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_MASTER), 44040192, 3); /* layer 20 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L20_DENSE_MASTER), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L20_EXPERTS_MASTER), 44040192, 3); /* layer 20 experts: 8 ranks x 44040192, prefetch */
   layer19_forward(c, false);
   rt_comm_label("layer 20 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_MASTER), 44040192, 1); /* layer 21 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L21_DENSE_MASTER), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L21_EXPERTS_MASTER), 44040192, 1); /* layer 21 experts: 8 ranks x 44040192, prefetch */
   layer20_forward(c, false);
   rt_comm_label("layer 21 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_MASTER), 44040192, 3); /* layer 22 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L22_DENSE_MASTER), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L22_EXPERTS_MASTER), 44040192, 3); /* layer 22 experts: 8 ranks x 44040192, prefetch */
   layer21_forward(c, false);
   rt_comm_label("layer 22 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_MASTER), 44040192, 1); /* layer 23 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L23_DENSE_MASTER), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L23_EXPERTS_MASTER), 44040192, 1); /* layer 23 experts: 8 ranks x 44040192, prefetch */
   layer22_forward(c, false);
   rt_comm_label("layer 23 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_MASTER), 44040192, 3); /* layer 24 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L24_DENSE_MASTER), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L24_EXPERTS_MASTER), 44040192, 3); /* layer 24 experts: 8 ranks x 44040192, prefetch */
   layer23_forward(c, false);
   rt_comm_label("layer 24 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_MASTER), 44040192, 1); /* layer 25 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L25_DENSE_MASTER), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L25_EXPERTS_MASTER), 44040192, 1); /* layer 25 experts: 8 ranks x 44040192, prefetch */
   layer24_forward(c, false);
   rt_comm_label("layer 25 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_MASTER), 44040192, 3); /* layer 26 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L26_DENSE_MASTER), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L26_EXPERTS_MASTER), 44040192, 3); /* layer 26 experts: 8 ranks x 44040192, prefetch */
   layer25_forward(c, false);
   rt_comm_label("layer 26 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_MASTER), 44040192, 1); /* layer 27 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L27_DENSE_MASTER), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L27_EXPERTS_MASTER), 44040192, 1); /* layer 27 experts: 8 ranks x 44040192, prefetch */
   layer26_forward(c, false);
   rt_comm_label("layer 27 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_MASTER), 44040192, 3); /* layer 28 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L28_DENSE_MASTER), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L28_EXPERTS_MASTER), 44040192, 3); /* layer 28 experts: 8 ranks x 44040192, prefetch */
   layer27_forward(c, false);
   rt_comm_label("layer 28 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_MASTER), 44040192, 1); /* layer 29 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L29_DENSE_MASTER), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L29_EXPERTS_MASTER), 44040192, 1); /* layer 29 experts: 8 ranks x 44040192, prefetch */
   layer28_forward(c, false);
   rt_comm_label("layer 29 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_MASTER), 44040192, 3); /* layer 30 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L30_DENSE_MASTER), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L30_EXPERTS_MASTER), 44040192, 3); /* layer 30 experts: 8 ranks x 44040192, prefetch */
   layer29_forward(c, false);
   rt_comm_label("layer 30 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_MASTER), 44040192, 1); /* layer 31 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L31_DENSE_MASTER), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L31_EXPERTS_MASTER), 44040192, 1); /* layer 31 experts: 8 ranks x 44040192, prefetch */
   layer30_forward(c, false);
   rt_comm_label("layer 31 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(HEAD_MASTER), 4096128, 2); /* head: 32 ranks x 4096128, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(HEAD_MASTER), 4096128, 2); /* head: 32 ranks x 4096128, prefetch */
   layer31_forward(c, false);
   rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
@@ -3619,479 +3623,479 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_MASTER), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_MASTER), 44040192, 1); /* layer 31 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L31_DENSE_MASTER), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L31_EXPERTS_MASTER), 44040192, 1); /* layer 31 experts: 8 ranks x 44040192, prefetch */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 131076096);
   rt_zero(R(DLN), 134217728);
   rt_lm_head_ce_backward(R(DLN), DW(4096), R(LNF), W(4096), I(TARGETS), R(LSEF), 32768, 4096, 32000, 4096, R(CE), c->dloss);
   rt_zero(R(DX_A), 134217728);
   rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X32), W(0), R(RSTDF), 32768, 4096);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 4096128, (uint16_t *)R(RS_WIRE2), 2); /* head: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 4096128, (uint16_t *)R(RS_WIRE2), 2); /* head: 32 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_MASTER), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_MASTER), 44040192, 3); /* layer 30 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L30_DENSE_MASTER), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L30_EXPERTS_MASTER), 44040192, 3); /* layer 30 experts: 8 ranks x 44040192, prefetch */
   layer31_forward(c, true); /* recompute from X31 (selective checkpointing) */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 41984000);
   rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer31_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 8 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_MASTER), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_MASTER), 44040192, 1); /* layer 29 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L29_DENSE_MASTER), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L29_EXPERTS_MASTER), 44040192, 1); /* layer 29 experts: 8 ranks x 44040192, prefetch */
   layer30_forward(c, true); /* recompute from X30 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffers are free */
   c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
   rt_zero(R(GRAD_DENSE1), 41984000);
   rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer30_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 8 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_MASTER), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_MASTER), 44040192, 3); /* layer 28 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L28_DENSE_MASTER), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L28_EXPERTS_MASTER), 44040192, 3); /* layer 28 experts: 8 ranks x 44040192, prefetch */
   layer29_forward(c, true); /* recompute from X29 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffers are free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 41984000);
   rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer29_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 8 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_MASTER), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_MASTER), 44040192, 1); /* layer 27 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L27_DENSE_MASTER), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L27_EXPERTS_MASTER), 44040192, 1); /* layer 27 experts: 8 ranks x 44040192, prefetch */
   layer28_forward(c, true); /* recompute from X28 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffers are free */
   c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
   rt_zero(R(GRAD_DENSE1), 41984000);
   rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer28_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 8 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_MASTER), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_MASTER), 44040192, 3); /* layer 26 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L26_DENSE_MASTER), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L26_EXPERTS_MASTER), 44040192, 3); /* layer 26 experts: 8 ranks x 44040192, prefetch */
   layer27_forward(c, true); /* recompute from X27 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffers are free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 41984000);
   rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer27_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 8 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_MASTER), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_MASTER), 44040192, 1); /* layer 25 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L25_DENSE_MASTER), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L25_EXPERTS_MASTER), 44040192, 1); /* layer 25 experts: 8 ranks x 44040192, prefetch */
   layer26_forward(c, true); /* recompute from X26 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffers are free */
   c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
   rt_zero(R(GRAD_DENSE1), 41984000);
   rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer26_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 8 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_MASTER), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_MASTER), 44040192, 3); /* layer 24 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L24_DENSE_MASTER), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L24_EXPERTS_MASTER), 44040192, 3); /* layer 24 experts: 8 ranks x 44040192, prefetch */
   layer25_forward(c, true); /* recompute from X25 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffers are free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 41984000);
   rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer25_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 8 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_MASTER), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_MASTER), 44040192, 1); /* layer 23 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L23_DENSE_MASTER), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L23_EXPERTS_MASTER), 44040192, 1); /* layer 23 experts: 8 ranks x 44040192, prefetch */
   layer24_forward(c, true); /* recompute from X24 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffers are free */
   c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
   rt_zero(R(GRAD_DENSE1), 41984000);
   rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer24_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 8 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_MASTER), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_MASTER), 44040192, 3); /* layer 22 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L22_DENSE_MASTER), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L22_EXPERTS_MASTER), 44040192, 3); /* layer 22 experts: 8 ranks x 44040192, prefetch */
   layer23_forward(c, true); /* recompute from X23 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffers are free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 41984000);
   rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer23_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 8 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_MASTER), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_MASTER), 44040192, 1); /* layer 21 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L21_DENSE_MASTER), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L21_EXPERTS_MASTER), 44040192, 1); /* layer 21 experts: 8 ranks x 44040192, prefetch */
   layer22_forward(c, true); /* recompute from X22 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffers are free */
   c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
   rt_zero(R(GRAD_DENSE1), 41984000);
   rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer22_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 8 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_MASTER), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_MASTER), 44040192, 3); /* layer 20 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L20_DENSE_MASTER), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L20_EXPERTS_MASTER), 44040192, 3); /* layer 20 experts: 8 ranks x 44040192, prefetch */
   layer21_forward(c, true); /* recompute from X21 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffers are free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 41984000);
   rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer21_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 8 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_MASTER), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_MASTER), 44040192, 1); /* layer 19 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L19_DENSE_MASTER), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L19_EXPERTS_MASTER), 44040192, 1); /* layer 19 experts: 8 ranks x 44040192, prefetch */
   layer20_forward(c, true); /* recompute from X20 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffers are free */
   c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
   rt_zero(R(GRAD_DENSE1), 41984000);
   rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer20_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 8 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_MASTER), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_MASTER), 44040192, 3); /* layer 18 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L18_DENSE_MASTER), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L18_EXPERTS_MASTER), 44040192, 3); /* layer 18 experts: 8 ranks x 44040192, prefetch */
   layer19_forward(c, true); /* recompute from X19 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffers are free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 41984000);
   rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer19_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 8 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_MASTER), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_MASTER), 44040192, 1); /* layer 17 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L17_DENSE_MASTER), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L17_EXPERTS_MASTER), 44040192, 1); /* layer 17 experts: 8 ranks x 44040192, prefetch */
   layer18_forward(c, true); /* recompute from X18 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffers are free */
   c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
   rt_zero(R(GRAD_DENSE1), 41984000);
   rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer18_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 8 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_MASTER), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_MASTER), 44040192, 3); /* layer 16 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L16_DENSE_MASTER), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L16_EXPERTS_MASTER), 44040192, 3); /* layer 16 experts: 8 ranks x 44040192, prefetch */
   layer17_forward(c, true); /* recompute from X17 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffers are free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 41984000);
   rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer17_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 8 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_MASTER), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_MASTER), 44040192, 1); /* layer 15 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L15_DENSE_MASTER), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L15_EXPERTS_MASTER), 44040192, 1); /* layer 15 experts: 8 ranks x 44040192, prefetch */
   layer16_forward(c, true); /* recompute from X16 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffers are free */
   c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
   rt_zero(R(GRAD_DENSE1), 41984000);
   rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer16_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 8 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_MASTER), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_MASTER), 44040192, 3); /* layer 14 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L14_DENSE_MASTER), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L14_EXPERTS_MASTER), 44040192, 3); /* layer 14 experts: 8 ranks x 44040192, prefetch */
   layer15_forward(c, true); /* recompute from X15 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffers are free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 41984000);
   rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer15_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 8 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_MASTER), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_MASTER), 44040192, 1); /* layer 13 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L13_DENSE_MASTER), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L13_EXPERTS_MASTER), 44040192, 1); /* layer 13 experts: 8 ranks x 44040192, prefetch */
   layer14_forward(c, true); /* recompute from X14 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffers are free */
   c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
   rt_zero(R(GRAD_DENSE1), 41984000);
   rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer14_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 8 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_MASTER), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_MASTER), 44040192, 3); /* layer 12 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L12_DENSE_MASTER), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L12_EXPERTS_MASTER), 44040192, 3); /* layer 12 experts: 8 ranks x 44040192, prefetch */
   layer13_forward(c, true); /* recompute from X13 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffers are free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 41984000);
   rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer13_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 8 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_MASTER), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_MASTER), 44040192, 1); /* layer 11 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L11_DENSE_MASTER), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L11_EXPERTS_MASTER), 44040192, 1); /* layer 11 experts: 8 ranks x 44040192, prefetch */
   layer12_forward(c, true); /* recompute from X12 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffers are free */
   c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
   rt_zero(R(GRAD_DENSE1), 41984000);
   rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer12_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 8 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_MASTER), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_MASTER), 44040192, 3); /* layer 10 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L10_DENSE_MASTER), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L10_EXPERTS_MASTER), 44040192, 3); /* layer 10 experts: 8 ranks x 44040192, prefetch */
   layer11_forward(c, true); /* recompute from X11 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffers are free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 41984000);
   rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer11_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 8 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_MASTER), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_MASTER), 44040192, 1); /* layer 9 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L9_DENSE_MASTER), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L9_EXPERTS_MASTER), 44040192, 1); /* layer 9 experts: 8 ranks x 44040192, prefetch */
   layer10_forward(c, true); /* recompute from X10 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffers are free */
   c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
   rt_zero(R(GRAD_DENSE1), 41984000);
   rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer10_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 8 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_MASTER), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_MASTER), 44040192, 3); /* layer 8 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L8_DENSE_MASTER), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L8_EXPERTS_MASTER), 44040192, 3); /* layer 8 experts: 8 ranks x 44040192, prefetch */
   layer9_forward(c, true); /* recompute from X9 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffers are free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 41984000);
   rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer9_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 8 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_MASTER), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_MASTER), 44040192, 1); /* layer 7 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L7_DENSE_MASTER), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L7_EXPERTS_MASTER), 44040192, 1); /* layer 7 experts: 8 ranks x 44040192, prefetch */
   layer8_forward(c, true); /* recompute from X8 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffers are free */
   c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
   rt_zero(R(GRAD_DENSE1), 41984000);
   rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer8_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 8 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_MASTER), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_MASTER), 44040192, 3); /* layer 6 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L6_DENSE_MASTER), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L6_EXPERTS_MASTER), 44040192, 3); /* layer 6 experts: 8 ranks x 44040192, prefetch */
   layer7_forward(c, true); /* recompute from X7 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffers are free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 41984000);
   rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer7_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 8 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_MASTER), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_MASTER), 44040192, 1); /* layer 5 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L5_DENSE_MASTER), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L5_EXPERTS_MASTER), 44040192, 1); /* layer 5 experts: 8 ranks x 44040192, prefetch */
   layer6_forward(c, true); /* recompute from X6 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffers are free */
   c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
   rt_zero(R(GRAD_DENSE1), 41984000);
   rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer6_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 8 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_MASTER), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_MASTER), 44040192, 3); /* layer 4 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L4_DENSE_MASTER), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L4_EXPERTS_MASTER), 44040192, 3); /* layer 4 experts: 8 ranks x 44040192, prefetch */
   layer5_forward(c, true); /* recompute from X5 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffers are free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 41984000);
   rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer5_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 8 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 44040192, 1); /* layer 3 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L3_DENSE_MASTER), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L3_EXPERTS_MASTER), 44040192, 1); /* layer 3 experts: 8 ranks x 44040192, prefetch */
   layer4_forward(c, true); /* recompute from X4 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffers are free */
   c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
   rt_zero(R(GRAD_DENSE1), 41984000);
   rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer4_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 8 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 44040192, 3); /* layer 2 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L2_DENSE_MASTER), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L2_EXPERTS_MASTER), 44040192, 3); /* layer 2 experts: 8 ranks x 44040192, prefetch */
   layer3_forward(c, true); /* recompute from X3 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffers are free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 41984000);
   rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer3_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 8 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 44040192, 1); /* layer 1 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L1_DENSE_MASTER), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L1_EXPERTS_MASTER), 44040192, 1); /* layer 1 experts: 8 ranks x 44040192, prefetch */
   layer2_forward(c, true); /* recompute from X2 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffers are free */
   c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
   rt_zero(R(GRAD_DENSE1), 41984000);
   rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer2_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 8 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 44040192, 3); /* layer 0 experts: 8 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L0_DENSE_MASTER), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L0_EXPERTS_MASTER), 44040192, 3); /* layer 0 experts: 8 ranks x 44040192, prefetch */
   layer1_forward(c, true); /* recompute from X1 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffers are free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 41984000);
   rt_zero(R(GRAD_EXPERTS0), 352321536);
   layer1_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 8 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
@@ -4103,15 +4107,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 41984000);
   rt_zero(R(GRAD_EXPERTS1), 352321536);
   layer0_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 8 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 8 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 131072000);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 32768, 4096);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 32 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }

@@ -46,10 +46,18 @@
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
 
-/* the arena: 35241972288 elements of real */
-#define ARENA_ELEMS 35241972288
+/* the state arena: 5837849088 elements of real (fp32 master shards, gradients, moments) in
+ * device (HBM) memory; the optimizer step runs on the GPU */
+#define STATE_ELEMS 5837849088
+#define STATE_ON_HOST 0
+#define OPT_STEP_ON_HOST 0
+/* the arena: 29404123200 elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before
+ * reading them */
+#define ARENA_ELEMS 29404123200
+#define ARENA_SCRATCH 65536
 #define INPUTS 0
 #define TARGETS 32768
+#define STATE_STAGING 1933656064 /* a device buffer of the largest shard (RS_OUT0), free between steps */
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
 #define N_GROUPS 66

@@ -2,8 +2,8 @@
  *
  * The plan: 2 ranks = 1 replica(s) x 2-way FSDP, EP 1 (8 experts per rank),
  * none activation checkpointing; 2 micro-batch(es) of 2 x 256 tokens per rank and step.
- * Every buffer is an offset into one arena of `real` (float; double with -DMTC_REAL=double),
- * allocated once at start-up: the map below. Tokens are B x T = 512 rows of hidden 128.
+ * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),
+ * each allocated once at start-up: the maps below. Tokens are B x T = 512 rows of hidden 128.
  */
 #include <stdbool.h>
 #include <string.h>
@@ -12,6 +12,7 @@
 #include "mtrt_ops.h"
 #include "step.h"
 
+#define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
@@ -20,198 +21,201 @@
 #define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 
+/* ---- the state arena map (elements) ---- */
+#define EMBED_MASTER                      0 /*      16384: embedding: this rank's fp32 master shard */
+#define EMBED_GRAD                    16384 /*      16384: its gradient, accumulated over micro-batches */
+#define EMBED_ADAM_M                  32768 /*      16384: AdamW first moment (fp32) */
+#define EMBED_ADAM_V                  49152 /*      16384: AdamW second moment (fp32) */
+#define L0_DENSE_MASTER               65536 /*      74368: layer 0 dense: this rank's fp32 master shard */
+#define L0_DENSE_GRAD                139904 /*      74368: its gradient, accumulated over micro-batches */
+#define L0_DENSE_ADAM_M              214272 /*      74368: AdamW first moment (fp32) */
+#define L0_DENSE_ADAM_V              288640 /*      74368: AdamW second moment (fp32) */
+#define L0_EXPERTS_MASTER            363008 /*     393216: layer 0 experts: this rank's fp32 master shard */
+#define L0_EXPERTS_GRAD              756224 /*     393216: its gradient, accumulated over micro-batches */
+#define L0_EXPERTS_ADAM_M           1149440 /*     393216: AdamW first moment (fp32) */
+#define L0_EXPERTS_ADAM_V           1542656 /*     393216: AdamW second moment (fp32) */
+#define L1_DENSE_MASTER             1935872 /*      74368: layer 1 dense: this rank's fp32 master shard */
+#define L1_DENSE_GRAD               2010240 /*      74368: its gradient, accumulated over micro-batches */
+#define L1_DENSE_ADAM_M             2084608 /*      74368: AdamW first moment (fp32) */
+#define L1_DENSE_ADAM_V             2158976 /*      74368: AdamW second moment (fp32) */
+#define L1_EXPERTS_MASTER           2233344 /*     393216: layer 1 experts: this rank's fp32 master shard */
+#define L1_EXPERTS_GRAD             2626560 /*     393216: its gradient, accumulated over micro-batches */
+#define L1_EXPERTS_ADAM_M           3019776 /*     393216: AdamW first moment (fp32) */
+#define L1_EXPERTS_ADAM_V           3412992 /*     393216: AdamW second moment (fp32) */
+#define L2_DENSE_MASTER             3806208 /*      74368: layer 2 dense: this rank's fp32 master shard */
+#define L2_DENSE_GRAD               3880576 /*      74368: its gradient, accumulated over micro-batches */
+#define L2_DENSE_ADAM_M             3954944 /*      74368: AdamW first moment (fp32) */
+#define L2_DENSE_ADAM_V             4029312 /*      74368: AdamW second moment (fp32) */
+#define L2_EXPERTS_MASTER           4103680 /*     393216: layer 2 experts: this rank's fp32 master shard */
+#define L2_EXPERTS_GRAD             4496896 /*     393216: its gradient, accumulated over micro-batches */
+#define L2_EXPERTS_ADAM_M           4890112 /*     393216: AdamW first moment (fp32) */
+#define L2_EXPERTS_ADAM_V           5283328 /*     393216: AdamW second moment (fp32) */
+#define L3_DENSE_MASTER             5676544 /*      74368: layer 3 dense: this rank's fp32 master shard */
+#define L3_DENSE_GRAD               5750912 /*      74368: its gradient, accumulated over micro-batches */
+#define L3_DENSE_ADAM_M             5825280 /*      74368: AdamW first moment (fp32) */
+#define L3_DENSE_ADAM_V             5899648 /*      74368: AdamW second moment (fp32) */
+#define L3_EXPERTS_MASTER           5974016 /*     393216: layer 3 experts: this rank's fp32 master shard */
+#define L3_EXPERTS_GRAD             6367232 /*     393216: its gradient, accumulated over micro-batches */
+#define L3_EXPERTS_ADAM_M           6760448 /*     393216: AdamW first moment (fp32) */
+#define L3_EXPERTS_ADAM_V           7153664 /*     393216: AdamW second moment (fp32) */
+#define HEAD_MASTER                 7546880 /*      16448: head: this rank's fp32 master shard */
+#define HEAD_GRAD                   7563328 /*      16448: its gradient, accumulated over micro-batches */
+#define HEAD_ADAM_M                 7579776 /*      16448: AdamW first moment (fp32) */
+#define HEAD_ADAM_V                 7596224 /*      16448: AdamW second moment (fp32) */
 /* ---- the arena map (elements) ---- */
-#define EMBED_MASTER                   1024 /*      16384: embedding: this rank's fp32 master shard */
-#define EMBED_GRAD                    17408 /*      16384: its gradient, accumulated over micro-batches */
-#define EMBED_ADAM_M                  33792 /*      16384: AdamW first moment (fp32) */
-#define EMBED_ADAM_V                  50176 /*      16384: AdamW second moment (fp32) */
-#define L0_DENSE_MASTER               66560 /*      74368: layer 0 dense: this rank's fp32 master shard */
-#define L0_DENSE_GRAD                140928 /*      74368: its gradient, accumulated over micro-batches */
-#define L0_DENSE_ADAM_M              215296 /*      74368: AdamW first moment (fp32) */
-#define L0_DENSE_ADAM_V              289664 /*      74368: AdamW second moment (fp32) */
-#define L0_EXPERTS_MASTER            364032 /*     393216: layer 0 experts: this rank's fp32 master shard */
-#define L0_EXPERTS_GRAD              757248 /*     393216: its gradient, accumulated over micro-batches */
-#define L0_EXPERTS_ADAM_M           1150464 /*     393216: AdamW first moment (fp32) */
-#define L0_EXPERTS_ADAM_V           1543680 /*     393216: AdamW second moment (fp32) */
-#define L1_DENSE_MASTER             1936896 /*      74368: layer 1 dense: this rank's fp32 master shard */
-#define L1_DENSE_GRAD               2011264 /*      74368: its gradient, accumulated over micro-batches */
-#define L1_DENSE_ADAM_M             2085632 /*      74368: AdamW first moment (fp32) */
-#define L1_DENSE_ADAM_V             2160000 /*      74368: AdamW second moment (fp32) */
-#define L1_EXPERTS_MASTER           2234368 /*     393216: layer 1 experts: this rank's fp32 master shard */
-#define L1_EXPERTS_GRAD             2627584 /*     393216: its gradient, accumulated over micro-batches */
-#define L1_EXPERTS_ADAM_M           3020800 /*     393216: AdamW first moment (fp32) */
-#define L1_EXPERTS_ADAM_V           3414016 /*     393216: AdamW second moment (fp32) */
-#define L2_DENSE_MASTER             3807232 /*      74368: layer 2 dense: this rank's fp32 master shard */
-#define L2_DENSE_GRAD               3881600 /*      74368: its gradient, accumulated over micro-batches */
-#define L2_DENSE_ADAM_M             3955968 /*      74368: AdamW first moment (fp32) */
-#define L2_DENSE_ADAM_V             4030336 /*      74368: AdamW second moment (fp32) */
-#define L2_EXPERTS_MASTER           4104704 /*     393216: layer 2 experts: this rank's fp32 master shard */
-#define L2_EXPERTS_GRAD             4497920 /*     393216: its gradient, accumulated over micro-batches */
-#define L2_EXPERTS_ADAM_M           4891136 /*     393216: AdamW first moment (fp32) */
-#define L2_EXPERTS_ADAM_V           5284352 /*     393216: AdamW second moment (fp32) */
-#define L3_DENSE_MASTER             5677568 /*      74368: layer 3 dense: this rank's fp32 master shard */
-#define L3_DENSE_GRAD               5751936 /*      74368: its gradient, accumulated over micro-batches */
-#define L3_DENSE_ADAM_M             5826304 /*      74368: AdamW first moment (fp32) */
-#define L3_DENSE_ADAM_V             5900672 /*      74368: AdamW second moment (fp32) */
-#define L3_EXPERTS_MASTER           5975040 /*     393216: layer 3 experts: this rank's fp32 master shard */
-#define L3_EXPERTS_GRAD             6368256 /*     393216: its gradient, accumulated over micro-batches */
-#define L3_EXPERTS_ADAM_M           6761472 /*     393216: AdamW first moment (fp32) */
-#define L3_EXPERTS_ADAM_V           7154688 /*     393216: AdamW second moment (fp32) */
-#define HEAD_MASTER                 7547904 /*      16448: head: this rank's fp32 master shard */
-#define HEAD_GRAD                   7564352 /*      16448: its gradient, accumulated over micro-batches */
-#define HEAD_ADAM_M                 7580800 /*      16448: AdamW first moment (fp32) */
-#define HEAD_ADAM_V                 7597248 /*      16448: AdamW second moment (fp32) */
-#define GATHERED_DENSE0             7613696 /*     148736: a dense group all-gathered (even units: embedding, odd layers) */
-#define GATHERED_DENSE1             7762432 /*     148736: the next one, prefetched (odd units: even layers; the head if L is even) */
-#define GRAD_DENSE0                 7911168 /*     148736: an even unit's dense gradient, then its reduce-scatter's input */
-#define GRAD_DENSE1                 8059904 /*     148736: an odd unit's (in flight while the next unit's backward runs) */
-#define GATHERED_EXPERTS0           8208640 /*     786432: this EP rank's experts of one layer, all-gathered (odd layers) */
-#define GATHERED_EXPERTS1           8995072 /*     786432: the next layer's, prefetched (even layers) */
-#define GRAD_EXPERTS0               9781504 /*     786432: an odd layer's experts' gradient, then its reduce-scatter's input */
-#define GRAD_EXPERTS1              10567936 /*     786432: an even layer's */
-#define RS_OUT0                    11354368 /*     393216: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                   11747584 /*      74368: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                    11821952 /*     393216: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE1                   12215168 /*     393216: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT2                    12608384 /*     393216: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                   13001600 /*      74368: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                    13075968 /*     393216: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE3                   13469184 /*     393216: its bf16 send buffer (2 bytes per gathered value) */
-#define X0                         13862400 /*      65536: boundary: input of layer 0 (residual stream) */
-#define X1                         13927936 /*      65536: boundary: input of layer 1 (residual stream) */
-#define X2                         13993472 /*      65536: boundary: input of layer 2 (residual stream) */
-#define X3                         14059008 /*      65536: boundary: input of layer 3 (residual stream) */
-#define X4                         14124544 /*      65536: output of the last layer */
-#define L0_LN1                     14190080 /*      65536: attention norm output */
-#define L0_RSTD1                   14255616 /*        512: its 1/rms per token */
-#define L0_Q                       14256128 /*      65536: queries (rotated) */
-#define L0_K                       14321664 /*      32768: keys (rotated) */
-#define L0_V                       14354432 /*      32768: values */
-#define L0_ATT                     14387200 /*      65536: attention output */
-#define L0_LSE                     14452736 /*       2048: attention log-sum-exp per head and query */
-#define L0_RES                     14454784 /*      65536: residual stream after attention */
-#define L0_LN2                     14520320 /*      65536: mlp norm output */
-#define L0_RSTD2                   14585856 /*        512: its 1/rms per token */
-#define L0_LOGITS                  14586368 /*       4096: router logits */
-#define L0_IDX                     14590464 /*       1024: selected experts (int32) */
-#define L0_WTS                     14591488 /*       1024: their weights */
-#define L0_POS                     14592512 /*       1024: row of each assignment in expert order (int32) */
-#define L0_OFFSETS                 14593536 /*          9: first row of each expert (int32) */
-#define L0_XP                      14593552 /*     131072: token copies in expert order: the experts' input */
-#define L0_YP                      14724624 /*     131072: expert outputs in that order */
-#define L0_EG                      14855696 /*     262144: routed experts' gate */
-#define L0_EU                      15117840 /*     262144: routed experts' up */
-#define L0_EH                      15379984 /*     262144: routed experts' activation */
-#define L0_SG                      15642128 /*     131072: shared experts' gate */
-#define L0_SU                      15773200 /*     131072: shared experts' up */
-#define L0_SH                      15904272 /*     131072: shared experts' activation */
-#define L1_LN1                     16035344 /*      65536: attention norm output */
-#define L1_RSTD1                   16100880 /*        512: its 1/rms per token */
-#define L1_Q                       16101392 /*      65536: queries (rotated) */
-#define L1_K                       16166928 /*      32768: keys (rotated) */
-#define L1_V                       16199696 /*      32768: values */
-#define L1_ATT                     16232464 /*      65536: attention output */
-#define L1_LSE                     16298000 /*       2048: attention log-sum-exp per head and query */
-#define L1_RES                     16300048 /*      65536: residual stream after attention */
-#define L1_LN2                     16365584 /*      65536: mlp norm output */
-#define L1_RSTD2                   16431120 /*        512: its 1/rms per token */
-#define L1_LOGITS                  16431632 /*       4096: router logits */
-#define L1_IDX                     16435728 /*       1024: selected experts (int32) */
-#define L1_WTS                     16436752 /*       1024: their weights */
-#define L1_POS                     16437776 /*       1024: row of each assignment in expert order (int32) */
-#define L1_OFFSETS                 16438800 /*          9: first row of each expert (int32) */
-#define L1_XP                      16438816 /*     131072: token copies in expert order: the experts' input */
-#define L1_YP                      16569888 /*     131072: expert outputs in that order */
-#define L1_EG                      16700960 /*     262144: routed experts' gate */
-#define L1_EU                      16963104 /*     262144: routed experts' up */
-#define L1_EH                      17225248 /*     262144: routed experts' activation */
-#define L1_SG                      17487392 /*     131072: shared experts' gate */
-#define L1_SU                      17618464 /*     131072: shared experts' up */
-#define L1_SH                      17749536 /*     131072: shared experts' activation */
-#define L2_LN1                     17880608 /*      65536: attention norm output */
-#define L2_RSTD1                   17946144 /*        512: its 1/rms per token */
-#define L2_Q                       17946656 /*      65536: queries (rotated) */
-#define L2_K                       18012192 /*      32768: keys (rotated) */
-#define L2_V                       18044960 /*      32768: values */
-#define L2_ATT                     18077728 /*      65536: attention output */
-#define L2_LSE                     18143264 /*       2048: attention log-sum-exp per head and query */
-#define L2_RES                     18145312 /*      65536: residual stream after attention */
-#define L2_LN2                     18210848 /*      65536: mlp norm output */
-#define L2_RSTD2                   18276384 /*        512: its 1/rms per token */
-#define L2_LOGITS                  18276896 /*       4096: router logits */
-#define L2_IDX                     18280992 /*       1024: selected experts (int32) */
-#define L2_WTS                     18282016 /*       1024: their weights */
-#define L2_POS                     18283040 /*       1024: row of each assignment in expert order (int32) */
-#define L2_OFFSETS                 18284064 /*          9: first row of each expert (int32) */
-#define L2_XP                      18284080 /*     131072: token copies in expert order: the experts' input */
-#define L2_YP                      18415152 /*     131072: expert outputs in that order */
-#define L2_EG                      18546224 /*     262144: routed experts' gate */
-#define L2_EU                      18808368 /*     262144: routed experts' up */
-#define L2_EH                      19070512 /*     262144: routed experts' activation */
-#define L2_SG                      19332656 /*     131072: shared experts' gate */
-#define L2_SU                      19463728 /*     131072: shared experts' up */
-#define L2_SH                      19594800 /*     131072: shared experts' activation */
-#define L3_LN1                     19725872 /*      65536: attention norm output */
-#define L3_RSTD1                   19791408 /*        512: its 1/rms per token */
-#define L3_Q                       19791920 /*      65536: queries (rotated) */
-#define L3_K                       19857456 /*      32768: keys (rotated) */
-#define L3_V                       19890224 /*      32768: values */
-#define L3_ATT                     19922992 /*      65536: attention output */
-#define L3_LSE                     19988528 /*       2048: attention log-sum-exp per head and query */
-#define L3_RES                     19990576 /*      65536: residual stream after attention */
-#define L3_LN2                     20056112 /*      65536: mlp norm output */
-#define L3_RSTD2                   20121648 /*        512: its 1/rms per token */
-#define L3_LOGITS                  20122160 /*       4096: router logits */
-#define L3_IDX                     20126256 /*       1024: selected experts (int32) */
-#define L3_WTS                     20127280 /*       1024: their weights */
-#define L3_POS                     20128304 /*       1024: row of each assignment in expert order (int32) */
-#define L3_OFFSETS                 20129328 /*          9: first row of each expert (int32) */
-#define L3_XP                      20129344 /*     131072: token copies in expert order: the experts' input */
-#define L3_YP                      20260416 /*     131072: expert outputs in that order */
-#define L3_EG                      20391488 /*     262144: routed experts' gate */
-#define L3_EU                      20653632 /*     262144: routed experts' up */
-#define L3_EH                      20915776 /*     262144: routed experts' activation */
-#define L3_SG                      21177920 /*     131072: shared experts' gate */
-#define L3_SU                      21308992 /*     131072: shared experts' up */
-#define L3_SH                      21440064 /*     131072: shared experts' activation */
-#define WS_Y                       21571136 /*      65536: a block's output before the residual add */
-#define WS_Y2                      21636672 /*      65536: shared experts' output */
-#define DX_A                       21702208 /*      65536: gradient of the residual stream (even layers' output) */
-#define DX_B                       21767744 /*      65536: gradient of the residual stream (odd layers' output) */
-#define DLN                        21833280 /*      65536: gradient of a norm's output */
-#define DATT                       21898816 /*      65536: gradient of the attention output */
-#define DQ                         21964352 /*      65536: gradient of the queries */
-#define DK                         22029888 /*      32768: gradient of the keys */
-#define DV                         22062656 /*      32768: gradient of the values */
-#define DLOGITS                    22095424 /*       4096: gradient of the router logits */
-#define DWTS                       22099520 /*       1024: gradient of the routing weights */
-#define DYP                        22100544 /*     131072: gradient of the expert outputs */
-#define DXP                        22231616 /*     131072: gradient of the token copies */
-#define EDG                        22362688 /*     262144: routed experts' gate gradient */
-#define EDU                        22624832 /*     262144: routed experts' up gradient */
-#define EDH                        22886976 /*     262144: routed experts' activation gradient */
-#define DSG                        23149120 /*     131072: shared experts' gate gradient */
-#define DSU                        23280192 /*     131072: shared experts' up gradient */
-#define DSH                        23411264 /*     131072: shared experts' activation gradient */
-#define AUX                        23542336 /*         24: load-balancing loss scratch */
-#define LNF                        23542368 /*      65536: final norm output */
-#define RSTDF                      23607904 /*        512: its 1/rms per token */
-#define LSEF                       23608416 /*        512: log-sum-exp of each token's logits */
-#define CE                         23608928 /*     262144: logits of one vocabulary chunk and their gradient */
+#define GATHERED_DENSE0                1024 /*     148736: a dense group all-gathered (even units: embedding, odd layers) */
+#define GATHERED_DENSE1              149760 /*     148736: the next one, prefetched (odd units: even layers; the head if L is even) */
+#define GRAD_DENSE0                  298496 /*     148736: an even unit's dense gradient, then its reduce-scatter's input */
+#define GRAD_DENSE1                  447232 /*     148736: an odd unit's (in flight while the next unit's backward runs) */
+#define GATHERED_EXPERTS0            595968 /*     786432: this EP rank's experts of one layer, all-gathered (odd layers) */
+#define GATHERED_EXPERTS1           1382400 /*     786432: the next layer's, prefetched (even layers) */
+#define GRAD_EXPERTS0               2168832 /*     786432: an odd layer's experts' gradient, then its reduce-scatter's input */
+#define GRAD_EXPERTS1               2955264 /*     786432: an even layer's */
+#define RS_OUT0                     3741696 /*     393216: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE0                    4134912 /*      74368: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT1                     4209280 /*     393216: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE1                    4602496 /*     393216: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT2                     4995712 /*     393216: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE2                    5388928 /*      74368: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT3                     5463296 /*     393216: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE3                    5856512 /*     393216: its bf16 send buffer (2 bytes per gathered value) */
+#define X0                          6249728 /*      65536: boundary: input of layer 0 (residual stream) */
+#define X1                          6315264 /*      65536: boundary: input of layer 1 (residual stream) */
+#define X2                          6380800 /*      65536: boundary: input of layer 2 (residual stream) */
+#define X3                          6446336 /*      65536: boundary: input of layer 3 (residual stream) */
+#define X4                          6511872 /*      65536: output of the last layer */
+#define L0_LN1                      6577408 /*      65536: attention norm output */
+#define L0_RSTD1                    6642944 /*        512: its 1/rms per token */
+#define L0_Q                        6643456 /*      65536: queries (rotated) */
+#define L0_K                        6708992 /*      32768: keys (rotated) */
+#define L0_V                        6741760 /*      32768: values */
+#define L0_ATT                      6774528 /*      65536: attention output */
+#define L0_LSE                      6840064 /*       2048: attention log-sum-exp per head and query */
+#define L0_RES                      6842112 /*      65536: residual stream after attention */
+#define L0_LN2                      6907648 /*      65536: mlp norm output */
+#define L0_RSTD2                    6973184 /*        512: its 1/rms per token */
+#define L0_LOGITS                   6973696 /*       4096: router logits */
+#define L0_IDX                      6977792 /*       1024: selected experts (int32) */
+#define L0_WTS                      6978816 /*       1024: their weights */
+#define L0_POS                      6979840 /*       1024: row of each assignment in expert order (int32) */
+#define L0_OFFSETS                  6980864 /*          9: first row of each expert (int32) */
+#define L0_XP                       6980880 /*     131072: token copies in expert order: the experts' input */
+#define L0_YP                       7111952 /*     131072: expert outputs in that order */
+#define L0_EG                       7243024 /*     262144: routed experts' gate */
+#define L0_EU                       7505168 /*     262144: routed experts' up */
+#define L0_EH                       7767312 /*     262144: routed experts' activation */
+#define L0_SG                       8029456 /*     131072: shared experts' gate */
+#define L0_SU                       8160528 /*     131072: shared experts' up */
+#define L0_SH                       8291600 /*     131072: shared experts' activation */
+#define L1_LN1                      8422672 /*      65536: attention norm output */
+#define L1_RSTD1                    8488208 /*        512: its 1/rms per token */
+#define L1_Q                        8488720 /*      65536: queries (rotated) */
+#define L1_K                        8554256 /*      32768: keys (rotated) */
+#define L1_V                        8587024 /*      32768: values */
+#define L1_ATT                      8619792 /*      65536: attention output */
+#define L1_LSE                      8685328 /*       2048: attention log-sum-exp per head and query */
+#define L1_RES                      8687376 /*      65536: residual stream after attention */
+#define L1_LN2                      8752912 /*      65536: mlp norm output */
+#define L1_RSTD2                    8818448 /*        512: its 1/rms per token */
+#define L1_LOGITS                   8818960 /*       4096: router logits */
+#define L1_IDX                      8823056 /*       1024: selected experts (int32) */
+#define L1_WTS                      8824080 /*       1024: their weights */
+#define L1_POS                      8825104 /*       1024: row of each assignment in expert order (int32) */
+#define L1_OFFSETS                  8826128 /*          9: first row of each expert (int32) */
+#define L1_XP                       8826144 /*     131072: token copies in expert order: the experts' input */
+#define L1_YP                       8957216 /*     131072: expert outputs in that order */
+#define L1_EG                       9088288 /*     262144: routed experts' gate */
+#define L1_EU                       9350432 /*     262144: routed experts' up */
+#define L1_EH                       9612576 /*     262144: routed experts' activation */
+#define L1_SG                       9874720 /*     131072: shared experts' gate */
+#define L1_SU                      10005792 /*     131072: shared experts' up */
+#define L1_SH                      10136864 /*     131072: shared experts' activation */
+#define L2_LN1                     10267936 /*      65536: attention norm output */
+#define L2_RSTD1                   10333472 /*        512: its 1/rms per token */
+#define L2_Q                       10333984 /*      65536: queries (rotated) */
+#define L2_K                       10399520 /*      32768: keys (rotated) */
+#define L2_V                       10432288 /*      32768: values */
+#define L2_ATT                     10465056 /*      65536: attention output */
+#define L2_LSE                     10530592 /*       2048: attention log-sum-exp per head and query */
+#define L2_RES                     10532640 /*      65536: residual stream after attention */
+#define L2_LN2                     10598176 /*      65536: mlp norm output */
+#define L2_RSTD2                   10663712 /*        512: its 1/rms per token */
+#define L2_LOGITS                  10664224 /*       4096: router logits */
+#define L2_IDX                     10668320 /*       1024: selected experts (int32) */
+#define L2_WTS                     10669344 /*       1024: their weights */
+#define L2_POS                     10670368 /*       1024: row of each assignment in expert order (int32) */
+#define L2_OFFSETS                 10671392 /*          9: first row of each expert (int32) */
+#define L2_XP                      10671408 /*     131072: token copies in expert order: the experts' input */
+#define L2_YP                      10802480 /*     131072: expert outputs in that order */
+#define L2_EG                      10933552 /*     262144: routed experts' gate */
+#define L2_EU                      11195696 /*     262144: routed experts' up */
+#define L2_EH                      11457840 /*     262144: routed experts' activation */
+#define L2_SG                      11719984 /*     131072: shared experts' gate */
+#define L2_SU                      11851056 /*     131072: shared experts' up */
+#define L2_SH                      11982128 /*     131072: shared experts' activation */
+#define L3_LN1                     12113200 /*      65536: attention norm output */
+#define L3_RSTD1                   12178736 /*        512: its 1/rms per token */
+#define L3_Q                       12179248 /*      65536: queries (rotated) */
+#define L3_K                       12244784 /*      32768: keys (rotated) */
+#define L3_V                       12277552 /*      32768: values */
+#define L3_ATT                     12310320 /*      65536: attention output */
+#define L3_LSE                     12375856 /*       2048: attention log-sum-exp per head and query */
+#define L3_RES                     12377904 /*      65536: residual stream after attention */
+#define L3_LN2                     12443440 /*      65536: mlp norm output */
+#define L3_RSTD2                   12508976 /*        512: its 1/rms per token */
+#define L3_LOGITS                  12509488 /*       4096: router logits */
+#define L3_IDX                     12513584 /*       1024: selected experts (int32) */
+#define L3_WTS                     12514608 /*       1024: their weights */
+#define L3_POS                     12515632 /*       1024: row of each assignment in expert order (int32) */
+#define L3_OFFSETS                 12516656 /*          9: first row of each expert (int32) */
+#define L3_XP                      12516672 /*     131072: token copies in expert order: the experts' input */
+#define L3_YP                      12647744 /*     131072: expert outputs in that order */
+#define L3_EG                      12778816 /*     262144: routed experts' gate */
+#define L3_EU                      13040960 /*     262144: routed experts' up */
+#define L3_EH                      13303104 /*     262144: routed experts' activation */
+#define L3_SG                      13565248 /*     131072: shared experts' gate */
+#define L3_SU                      13696320 /*     131072: shared experts' up */
+#define L3_SH                      13827392 /*     131072: shared experts' activation */
+#define WS_Y                       13958464 /*      65536: a block's output before the residual add */
+#define WS_Y2                      14024000 /*      65536: shared experts' output */
+#define DX_A                       14089536 /*      65536: gradient of the residual stream (even layers' output) */
+#define DX_B                       14155072 /*      65536: gradient of the residual stream (odd layers' output) */
+#define DLN                        14220608 /*      65536: gradient of a norm's output */
+#define DATT                       14286144 /*      65536: gradient of the attention output */
+#define DQ                         14351680 /*      65536: gradient of the queries */
+#define DK                         14417216 /*      32768: gradient of the keys */
+#define DV                         14449984 /*      32768: gradient of the values */
+#define DLOGITS                    14482752 /*       4096: gradient of the router logits */
+#define DWTS                       14486848 /*       1024: gradient of the routing weights */
+#define DYP                        14487872 /*     131072: gradient of the expert outputs */
+#define DXP                        14618944 /*     131072: gradient of the token copies */
+#define EDG                        14750016 /*     262144: routed experts' gate gradient */
+#define EDU                        15012160 /*     262144: routed experts' up gradient */
+#define EDH                        15274304 /*     262144: routed experts' activation gradient */
+#define DSG                        15536448 /*     131072: shared experts' gate gradient */
+#define DSU                        15667520 /*     131072: shared experts' up gradient */
+#define DSH                        15798592 /*     131072: shared experts' activation gradient */
+#define AUX                        15929664 /*         24: load-balancing loss scratch */
+#define LNF                        15929696 /*      65536: final norm output */
+#define RSTDF                      15995232 /*        512: its 1/rms per token */
+#define LSEF                       15995744 /*        512: log-sum-exp of each token's logits */
+#define CE                         15996256 /*     262144: logits of one vocabulary chunk and their gradient */
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
- * 2 ranks that share an EP rank. Offsets of this rank's buffers in the arena. */
+ * 2 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
+ * state arena (-1: a group of Muon matrices has no second moment), of its gathered-from shard
+ * in the arena (-1: gathered from the master). */
 const RtGroup step_groups[N_GROUPS] = {
-    {"embedding", RT_GROUP_FSDP, 32768, 16384, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V},
-    {"layer 0 dense", RT_GROUP_FSDP, 148736, 74368, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V},
-    {"layer 0 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L0_EXPERTS_MASTER, L0_EXPERTS_GRAD, L0_EXPERTS_ADAM_M, L0_EXPERTS_ADAM_V},
-    {"layer 1 dense", RT_GROUP_FSDP, 148736, 74368, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V},
-    {"layer 1 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L1_EXPERTS_MASTER, L1_EXPERTS_GRAD, L1_EXPERTS_ADAM_M, L1_EXPERTS_ADAM_V},
-    {"layer 2 dense", RT_GROUP_FSDP, 148736, 74368, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V},
-    {"layer 2 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L2_EXPERTS_MASTER, L2_EXPERTS_GRAD, L2_EXPERTS_ADAM_M, L2_EXPERTS_ADAM_V},
-    {"layer 3 dense", RT_GROUP_FSDP, 148736, 74368, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V},
-    {"layer 3 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L3_EXPERTS_MASTER, L3_EXPERTS_GRAD, L3_EXPERTS_ADAM_M, L3_EXPERTS_ADAM_V},
-    {"head", RT_GROUP_FSDP, 32896, 16448, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V},
+    {"embedding", RT_GROUP_FSDP, 32768, 16384, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, -1},
+    {"layer 0 dense", RT_GROUP_FSDP, 148736, 74368, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, -1},
+    {"layer 0 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L0_EXPERTS_MASTER, L0_EXPERTS_GRAD, L0_EXPERTS_ADAM_M, L0_EXPERTS_ADAM_V, -1},
+    {"layer 1 dense", RT_GROUP_FSDP, 148736, 74368, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V, -1},
+    {"layer 1 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L1_EXPERTS_MASTER, L1_EXPERTS_GRAD, L1_EXPERTS_ADAM_M, L1_EXPERTS_ADAM_V, -1},
+    {"layer 2 dense", RT_GROUP_FSDP, 148736, 74368, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V, -1},
+    {"layer 2 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L2_EXPERTS_MASTER, L2_EXPERTS_GRAD, L2_EXPERTS_ADAM_M, L2_EXPERTS_ADAM_V, -1},
+    {"layer 3 dense", RT_GROUP_FSDP, 148736, 74368, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V, -1},
+    {"layer 3 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L3_EXPERTS_MASTER, L3_EXPERTS_GRAD, L3_EXPERTS_ADAM_M, L3_EXPERTS_ADAM_V, -1},
+    {"head", RT_GROUP_FSDP, 32896, 16448, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V, -1},
 };
 
 /* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,
@@ -550,38 +554,38 @@ static void layer0_backward(RtCtx *c) {
  * cross-entropy of the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(EMBED_MASTER), 16384, 0); /* embedding: 2 ranks x 16384 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(EMBED_MASTER), 16384, 0); /* embedding: 2 ranks x 16384 */
   rt_comm_all_gather_wait(0);
   c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
   rt_embedding_forward(R(X0), I(INPUTS), W(0), 512, 128);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(HEAD_MASTER), 16448, 2); /* head: 2 ranks x 16448, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(HEAD_MASTER), 16448, 2); /* head: 2 ranks x 16448, prefetch */
   layer3_forward(c, false);
   rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
@@ -597,56 +601,56 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
   c->dwd = R(GRAD_DENSE1);
   rt_zero(R(GRAD_DENSE1), 32896);
   rt_zero(R(DLN), 65536);
   rt_lm_head_ce_backward(R(DLN), DW(128), R(LNF), W(128), I(TARGETS), R(LSEF), 512, 128, 256, 256, R(CE), c->dloss);
   rt_zero(R(DX_A), 65536);
   rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X4), W(0), R(RSTDF), 512, 128);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 16448, (uint16_t *)R(RS_WIRE2), 2); /* head: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 16448, (uint16_t *)R(RS_WIRE2), 2); /* head: 2 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 148736);
   rt_zero(R(GRAD_EXPERTS0), 786432);
   layer3_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 74368, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 2 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 393216, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 74368, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 393216, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 2 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffers are free */
   c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
   rt_zero(R(GRAD_DENSE1), 148736);
   rt_zero(R(GRAD_EXPERTS1), 786432);
   layer2_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 74368, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 2 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 393216, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 74368, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 393216, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 2 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffers are free */
   c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
   rt_zero(R(GRAD_DENSE0), 148736);
   rt_zero(R(GRAD_EXPERTS0), 786432);
   layer1_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 74368, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 2 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 393216, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 74368, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 393216, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 2 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
@@ -657,15 +661,15 @@ void step_backward(RtCtx *c) {
   rt_zero(R(GRAD_DENSE1), 148736);
   rt_zero(R(GRAD_EXPERTS1), 786432);
   layer0_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 74368, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 2 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, R(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 393216, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 74368, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 393216, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 2 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffers are free */
   c->dwd = R(GRAD_DENSE0);
   rt_zero(R(GRAD_DENSE0), 32768);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 512, 128);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, R(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 16384, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 16384, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 2 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }

@@ -46,10 +46,18 @@
 #define PLAN_HOST_RESERVE_BYTES 67108864 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 1048576 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
 
-/* the arena: 23871072 elements of real */
-#define ARENA_ELEMS 23871072
+/* the state arena: 7612672 elements of real (fp32 master shards, gradients, moments) in
+ * device (HBM) memory; the optimizer step runs on the GPU */
+#define STATE_ELEMS 7612672
+#define STATE_ON_HOST 0
+#define OPT_STEP_ON_HOST 0
+/* the arena: 16258400 elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before
+ * reading them */
+#define ARENA_ELEMS 16258400
+#define ARENA_SCRATCH 1024
 #define INPUTS 0
 #define TARGETS 512
+#define STATE_STAGING 3741696 /* a device buffer of the largest shard (RS_OUT0), free between steps */
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
 #define N_GROUPS 10

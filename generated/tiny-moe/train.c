@@ -7,15 +7,17 @@
  *   train --data PATH --grad-check          (one rank, built with -DMTC_REAL=double)
  *   train --check-kernels [--arch sm_90a]   (cuda build: compile kernels.cu with NVRTC, exit)
  *   train --memory                          (bytes this build allocates per GPU at start-up, JSON)
- * The cuda build runs the same step.c with its arena on the GPU (one cudaMalloc at start-up);
- * the host keeps a mirror of the arena's state part (tokens, master shards, gradients, moments)
- * for initialization, the data loader and checkpoints, and the optimizer runs on the GPU.
+ * The cuda build runs the same step.c with its arena on the GPU (one cudaMalloc at start-up) and
+ * its state arena (master shards, gradients, moments) where the plan keeps the optimizer state:
+ * in pinned host memory that the GPU reads and writes over C2C (the host reads it directly for
+ * initialization and checkpoints), or on the GPU with a host mirror for those. The optimizer
+ * step runs where the plan says (Muon's Newton-Schulz on the host for now).
  * With --checkpoint-dir, a run resumes from the newest complete checkpoint there and saves
  * every K steps and at the end; --steps counts from the start of training. A step whose loss
  * or gradient norm is not finite is skipped (no update); K consecutive skips (default 5) save
  * the last good state and stop.
  *
- * It runs the plan in step.h: one arena allocated at start-up, parameters initialized shard by
+ * It runs the plan in step.h: two arenas allocated at start-up, parameters initialized shard by
  * shard, then per optimizer step ACCUM micro-batches of forward and backward (step.c), the
  * gradients' global norm and clipping, AdamW on this rank's shards, and one line of metrics
  * (rank 0 prints it and appends it to the metrics file as JSON). */
@@ -33,54 +35,95 @@
 #include "mtrt_ops.h"
 #include "step.h"
 
-/* Where the host reads and writes the training state (HOST), and the copies between it and the
- * arena: the arena itself on the cpu backend (the copies do nothing), a host mirror of the
- * arena's first STATE elements on the cuda backend. The optimizer and the gradient norm run
- * where the arena is. */
+/* Where the host reads and writes the training state (HOST): the state arena itself when the
+ * host can read it (the cpu backend; the cuda backend when the plan keeps the state in host
+ * memory), else a host mirror of it, copied to (to_device) and from (to_host) the GPU. to_host
+ * also waits for the GPU's writes to a state arena in host memory. The optimizer and the gradient
+ * norm run where the state is, unless OPT_ON_HOST. */
 #ifdef MTC_BACKEND_CUDA
 #include "mtrt_cuda.h"
-static real *host_mirror;
-#define HOST(c) host_mirror
+static real *state_mirror;   /* STATE_ELEMS, when the state arena is on the GPU */
+static int32_t *host_tokens; /* a micro-batch's inputs and targets (2 x TOKENS), uploaded */
+#define HOST(c) (STATE_ON_HOST ? (c)->state : state_mirror)
 static void to_device(RtCtx *c, int64_t off, int64_t n) {
-  rt_cuda_upload(c->arena + off, host_mirror + off, (size_t)n * sizeof(real));
+  if (!STATE_ON_HOST) rt_cuda_upload(c->state + off, state_mirror + off, (size_t)n * sizeof(real));
 }
 static void to_host(RtCtx *c, int64_t off, int64_t n) {
-  rt_cuda_download(host_mirror + off, c->arena + off, (size_t)n * sizeof(real));
+  if (STATE_ON_HOST) rt_cuda_sync("reading the state arena on the host");
+  else rt_cuda_download(state_mirror + off, c->state + off, (size_t)n * sizeof(real));
+}
+#define TOKENS_HOST(c) host_tokens
+static void tokens_to_device(RtCtx *c) {
+  rt_cuda_upload(c->arena + INPUTS, host_tokens, TOKENS * sizeof(int32_t));
+  rt_cuda_upload(c->arena + TARGETS, host_tokens + TOKENS, TOKENS * sizeof(int32_t));
 }
 #define ADAMW_SHARD rt_cu_adamw_shard
 #define SUM_SQUARES rt_cu_sum_squares
 #define GRAD_ALL_REDUCE rt_cu_all_reduce
-/* Muon runs on the host (Grace, on GH200), as the cpu backend runs it: the host mirror then
- * holds the master weights and moments, gradients come down and master weights go up each step */
-#define OPT_ON_HOST (strcmp(OPTIMIZER, "muon") == 0)
+/* Muon runs on the host (Grace, on GH200), as the cpu backend runs it, until its Newton-Schulz
+ * runs on the GPU: with the state on the GPU, gradients come down and master weights go up */
+#define OPT_ON_HOST (OPT_STEP_ON_HOST || strcmp(OPTIMIZER, "muon") == 0)
 #else
 #define OPT_ON_HOST 0
-#define HOST(c) ((c)->arena)
+#define HOST(c) ((c)->state)
 static void to_device(RtCtx *c, int64_t off, int64_t n) { (void)c, (void)off, (void)n; }
 static void to_host(RtCtx *c, int64_t off, int64_t n) { (void)c, (void)off, (void)n; }
+#define TOKENS_HOST(c) host_tokens
+static int32_t host_tokens[2 * TOKENS]; /* the loader's batch, copied into INPUTS and TARGETS */
+static void tokens_to_device(RtCtx *c) {
+  memcpy(c->arena + INPUTS, host_tokens, TOKENS * sizeof(int32_t));
+  memcpy(c->arena + TARGETS, host_tokens + TOKENS, TOKENS * sizeof(int32_t));
+}
 #define ADAMW_SHARD rt_adamw_shard
 #define SUM_SQUARES rt_sum_squares
 #define GRAD_ALL_REDUCE rt_comm_all_reduce
 #endif
 
-/* Elements [0, state_elems()) of the arena hold the tokens and every group's master shard,
- * gradient and moments. */
-static int64_t state_elems(void) {
-  int64_t top = TARGETS + TOKENS;
+/* Zeroes every group's gradient shard (a new step). A state arena in host memory is zeroed by the
+ * host once the GPU is done with it (no device memset of host memory). */
+static void zero_grads(RtCtx *c) {
+#ifdef MTC_BACKEND_CUDA
+  if (STATE_ON_HOST) to_host(c, 0, 0);
+  for (int g = 0; g < N_GROUPS; g++)
+    if (STATE_ON_HOST) memset(c->state + step_groups[g].grad, 0, sizeof(real) * (size_t)step_groups[g].shard);
+    else rt_zero(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+#else
+  for (int g = 0; g < N_GROUPS; g++) rt_zero(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+#endif
+}
+
+/* The all-gathers read each group's copy of its master shard in the arena when the plan keeps
+ * the master on the host (RtGroup.param): refreshed after every change of the master. */
+static void refresh_params(RtCtx *c) {
+  for (int g = 0; g < N_GROUPS; g++)
+    if (step_groups[g].param >= 0)
+      rt_copy(c->arena + step_groups[g].param, c->state + step_groups[g].master, (size_t)step_groups[g].shard);
+}
+
+/* The gradient shards summed over the data-parallel replicas. NCCL reads device memory: a state
+ * arena in host memory goes through STATE_STAGING, a device buffer of the largest shard. */
+static void grads_all_reduce(RtCtx *c) {
   for (int g = 0; g < N_GROUPS; g++) {
-    const RtGroup *G = &step_groups[g];
-    int64_t a = G->master > G->grad ? G->master : G->grad, b = G->adam_m > G->adam_v ? G->adam_m : G->adam_v;
-    a = (a > b ? a : b) + G->shard;
-    if (a > top) top = a;
+    real *grad = c->state + step_groups[g].grad;
+    size_t n = (size_t)step_groups[g].shard;
+#ifdef MTC_BACKEND_CUDA
+    if (STATE_ON_HOST) {
+      real *st = c->arena + STATE_STAGING;
+      rt_copy(st, grad, n), GRAD_ALL_REDUCE(c->comm.replicate_comm, st, n), rt_copy(grad, st, n);
+      continue;
+    }
+#endif
+    GRAD_ALL_REDUCE(c->comm.replicate_comm, grad, n);
   }
-  return top;
 }
 
 /* ---- memory: what this build allocates per GPU (rank 0) at start-up ----
- * hbm: the device arena (on the cpu backend, the arena that stands in for it) and the runtime's
- * device buffers (cuBLAS's workspace, the ops' scratch); host: everything else the program
- * allocates at start-up, pinned (the activation-offload arena) and pageable (the cuda build's
- * mirror of the state, Muon's host scratch, the runtime's host scratch, count arrays). Not in
+ * hbm: the device arena and the state arena when the plan keeps the state in HBM (on the cpu
+ * backend, the memory that stands in for them) and the runtime's device buffers (cuBLAS's
+ * workspace, the ops' scratch); host: everything else the program allocates at start-up, pinned
+ * (the activation-offload arena, the state arena when the plan keeps it on the host) and pageable
+ * (the cuda build's mirror of a state arena on the GPU, its token buffer, Muon's host scratch,
+ * the runtime's host scratch, count arrays). Not in
  * it: the CUDA context, NCCL's buffers, MPI's and the libraries' own memory, and the data file
  * (mapped read-only, never copied) — the plan's reserve items stand for the first two. */
 typedef struct {
@@ -97,14 +140,17 @@ static RtCudaConfig cuda_config(void) {
 #endif
 
 static Footprint footprint(void) {
-  Footprint f = {(int64_t)ARENA_ELEMS * (int64_t)sizeof(real), 0, (int64_t)HOST_ELEMS * (int64_t)sizeof(real)};
+  const int64_t R = (int64_t)sizeof(real), state = (int64_t)STATE_ELEMS * R;
+  Footprint f = {(int64_t)ARENA_ELEMS * R + (STATE_ON_HOST ? 0 : state), 0,
+                 (int64_t)HOST_ELEMS * R + (STATE_ON_HOST ? state : 0)};
   f.host = f.pinned + 2 * PLAN_FSDP * (int64_t)sizeof(int) /* Muon's counts */
+           + 2 * TOKENS * (int64_t)sizeof(int32_t) /* the loader's tokens */
            + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0);
 #ifdef MTC_BACKEND_CUDA
   RtCudaConfig cfg = cuda_config();
   size_t scratch_host = 0;
   f.hbm += (int64_t)rt_cuda_scratch_bytes(&cfg, &scratch_host);
-  f.host += (int64_t)scratch_host + state_elems() * (int64_t)sizeof(real);
+  f.host += (int64_t)scratch_host + (STATE_ON_HOST ? 0 : state);
 #ifdef MUON_WORK
   if (OPT_ON_HOST) f.host += (int64_t)MUON_WORK_ELEMS * (int64_t)sizeof(real);
 #endif
@@ -232,12 +278,12 @@ static int64_t shard_lo(const RtCtx *c, int g) {
 static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t seed, double *aux) {
   double loss = 0;
   *aux = 0;
-  for (int g = 0; g < N_GROUPS; g++) rt_zero(c->arena + step_groups[g].grad, (size_t)step_groups[g].shard);
+  zero_grads(c);
   c->moe_load = 0, c->moe_extra_rounds = 0;
   for (int micro = 0; micro < ACCUM; micro++) {
-    rt_data_batch(d, (int32_t *)(HOST(c) + INPUTS), (int32_t *)(HOST(c) + TARGETS), MICRO_BATCH, SEQ_LEN, step,
-                  ACCUM, micro, c->comm.rank, c->comm.world, seed);
-    to_device(c, INPUTS, TOKENS), to_device(c, TARGETS, TOKENS);
+    rt_data_batch(d, TOKENS_HOST(c), TOKENS_HOST(c) + TOKENS, MICRO_BATCH, SEQ_LEN, step, ACCUM, micro, c->comm.rank,
+                  c->comm.world, seed);
+    tokens_to_device(c);
     c->dloss = (real)(1.0 / ((double)ACCUM * c->comm.world));
     c->aux_loss = 0;
     loss += (double)step_forward(c);
@@ -285,7 +331,7 @@ static int grad_check(RtCtx *c, const RtData *d, uint64_t seed) {
     const RtTensor *T = &step_tensors[t];
     const RtGroup *G = &step_groups[T->group];
     int64_t n = T->count * (T->experts ? T->experts : 1), pick[4] = {0, n / 3, 2 * n / 3, 0};
-    real *w = c->arena + G->master + T->offset, *gr = c->arena + G->grad + T->offset;
+    real *w = c->state + G->master + T->offset, *gr = c->state + G->grad + T->offset;
     for (int64_t i = 1; i < n; i++)
       if (fabs(gr[i]) > fabs(gr[pick[3]])) pick[3] = i;
     double tmax = 0;
@@ -424,12 +470,15 @@ int main(int argc, char **argv) {
 #ifdef MTC_BACKEND_CUDA
   if (!status) status = cuda_start(&c, &a);
   if (!status) {
+    const size_t state = (size_t)STATE_ELEMS * sizeof(real);
     c.arena = rt_cuda_alloc((size_t)ARENA_ELEMS * sizeof(real), err, sizeof err);
-    host_mirror = calloc((size_t)state_elems(), sizeof(real));
-    if (host_mirror) rt_prefault(host_mirror, (size_t)state_elems() * sizeof(real)); /* as the cpu arena */
-    if (!c.arena || !host_mirror) {
-      fprintf(stderr, "error: rank %d: %s; expected a plan that fits this GPU (mtc compile ... --set ...)\n", c.comm.rank,
-              c.arena ? "no host memory for the state's mirror" : err);
+    if (c.arena) c.state = STATE_ON_HOST ? rt_cuda_alloc_host(state, err, sizeof err) : rt_cuda_alloc(state, err, sizeof err);
+    if (c.state && STATE_ON_HOST) memset(c.state, 0, state); /* (pinned memory comes uninitialized) */
+    if (c.state && !STATE_ON_HOST && (state_mirror = calloc(1, state))) rt_prefault(state_mirror, state);
+    host_tokens = calloc(2 * TOKENS, sizeof(int32_t));
+    if (!c.arena || !c.state || (!STATE_ON_HOST && !state_mirror) || !host_tokens) {
+      fprintf(stderr, "error: rank %d: %s; expected a plan that fits this GPU and host (mtc compile ... --set ...)\n",
+              c.comm.rank, c.arena && c.state ? "no host memory for the state's mirror or the tokens" : err);
       status = 2;
     }
   }
@@ -449,9 +498,11 @@ int main(int argc, char **argv) {
     status = 2;
   }
   c.arena = status ? NULL : calloc((size_t)ARENA_ELEMS, sizeof(real));
-  if (!status && !c.arena) {
-    fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB arena; expected that much free memory\n",
-            c.comm.rank, (double)ARENA_ELEMS * sizeof(real) / 1048576.0);
+  c.state = status ? NULL : calloc((size_t)STATE_ELEMS, sizeof(real));
+  if (!status && (!c.arena || !c.state)) {
+    fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB arena and %.1f MiB state arena; expected that much "
+            "free memory\n", c.comm.rank, (double)ARENA_ELEMS * sizeof(real) / 1048576.0,
+            (double)STATE_ELEMS * sizeof(real) / 1048576.0);
     status = 2;
   }
   if (!status && PLAN_EP > 1 &&
@@ -462,6 +513,7 @@ int main(int argc, char **argv) {
   /* touched now, as the cuda backend zeroes its arena: memory that is not there fails at start-up,
    * not in the middle of a step, and the resident growth below measures what was allocated */
   if (!status) rt_prefault(c.arena, (size_t)ARENA_ELEMS * sizeof(real));
+  if (!status) rt_prefault(c.state, (size_t)STATE_ELEMS * sizeof(real));
   if (!status && c.host) rt_prefault(c.host, (size_t)HOST_ELEMS * sizeof(real));
 #endif
   if (!status && rt_offload_init(OFFLOAD_IDS) != 0) {
@@ -476,7 +528,8 @@ int main(int argc, char **argv) {
   for (int g = 0; g < N_GROUPS; g++)
     rt_init_shard(HOST(&c) + step_groups[g].master, step_tensors, N_TENSORS, g, shard_lo(&c, g),
                   shard_lo(&c, g) + step_groups[g].shard, c.comm.ep_rank, a.seed);
-  to_device(&c, 0, state_elems());
+  to_device(&c, 0, STATE_ELEMS);
+  refresh_params(&c);
   int *muon_counts = calloc(2 * PLAN_FSDP, sizeof(int)); /* Muon's gather/scatter counts, displacements */
 #ifdef MUON_WORK /* Muon's scratch: in the arena, or on the host beside the optimizer state */
   real *muon_work = OPT_ON_HOST ? malloc((size_t)MUON_WORK_ELEMS * sizeof(real)) : c.arena + MUON_WORK;
@@ -527,7 +580,7 @@ int main(int argc, char **argv) {
         printf("note: --seed %llu ignored: a resumed run keeps the checkpoint's seed %llu\n", a.seed,
                (unsigned long long)seed);
     }
-    if (saved) start = (long)at, a.seed = seed, to_device(&c, 0, state_elems());
+    if (saved) start = (long)at, a.seed = seed, to_device(&c, 0, STATE_ELEMS), refresh_params(&c);
     if (start >= a.steps) {
       if (rank0) printf("nothing to train: the checkpoint is at step %ld, --steps is %ld\n", start, a.steps);
       goto done;
@@ -566,16 +619,15 @@ int main(int argc, char **argv) {
     double t0 = rt_now(), aux;
     double loss = run_micro_batches(&c, &data, step, data_seed, &aux);
     if (rank0 && step + 1 >= a.nan_first && step + 1 < a.nan_first + a.nan_count) {
+      to_host(&c, step_groups[0].grad, 1);
       HOST(&c)[step_groups[0].grad] = NAN; /* --inject-nan */
       to_device(&c, step_groups[0].grad, 1);
     }
-    if (PLAN_DP_REPLICATE > 1)
-      for (int g = 0; g < N_GROUPS; g++)
-        GRAD_ALL_REDUCE(c.comm.replicate_comm, c.arena + step_groups[g].grad, (size_t)step_groups[g].shard);
+    if (PLAN_DP_REPLICATE > 1) grads_all_reduce(&c);
     /* global gradient norm: the shards of one replica partition every parameter */
     real sq = 0;
     for (int g = 0; g < N_GROUPS; g++)
-      sq += (real)SUM_SQUARES(c.arena + step_groups[g].grad, (size_t)step_groups[g].shard);
+      sq += (real)SUM_SQUARES(c.state + step_groups[g].grad, (size_t)step_groups[g].shard);
     rt_comm_all_reduce(c.comm.fsdp_comm, &sq, 1);
     rt_comm_all_reduce(c.comm.replicate_comm, &sq, 1); /* a NaN on any replica reaches every rank */
     double norm = sqrt((double)sq / PLAN_DP_REPLICATE);
@@ -596,12 +648,13 @@ int main(int argc, char **argv) {
     int skip = !isfinite(mean) || !isfinite(norm); /* the same decision on every rank */
     adam.lr = lr, adam.step = (int)step + 1;
     float scale = rt_clip_scale(norm, (float)GRAD_CLIP);
-    real *opt = OPT_ON_HOST ? HOST(&c) : c.arena; /* where the optimizer state is updated */
+    real *opt = OPT_ON_HOST ? HOST(&c) : c.state; /* where the optimizer state is updated */
     for (int g = 0; g < N_GROUPS && !skip; g++) {
       const RtGroup *G = &step_groups[g];
       if (OPT_ON_HOST) to_host(&c, G->grad, G->shard);
-      (OPT_ON_HOST ? rt_adamw_shard : ADAMW_SHARD)(opt + G->master, (float *)(opt + G->adam_m), (float *)(opt + G->adam_v),
-                                                   opt + G->grad, step_tensors, N_TENSORS, g, shard_lo(&c, g),
+      float *v = G->adam_v < 0 ? NULL : (float *)(opt + G->adam_v); /* (none: Muon matrices only) */
+      (OPT_ON_HOST ? rt_adamw_shard : ADAMW_SHARD)(opt + G->master, (float *)(opt + G->adam_m), v, opt + G->grad,
+                                                   step_tensors, N_TENSORS, g, shard_lo(&c, g),
                                                    shard_lo(&c, g) + G->shard, scale, &adam);
 #ifdef MUON_WORK
       /* Muon: each matrix gathered to its owner, orthogonalized there, the update scattered */
@@ -614,6 +667,7 @@ int main(int argc, char **argv) {
       if (OPT_ON_HOST) to_device(&c, G->master, G->shard);
     }
     step_end(&c, !skip);
+    if (!skip) refresh_params(&c);
     skips = skip ? skips + 1 : 0, skipped += skip;
     double dt = rt_now() - t0, tps = (double)GLOBAL_BATCH * SEQ_LEN / dt;
     if (step > start) seconds += dt, timed++;
@@ -630,7 +684,8 @@ int main(int argc, char **argv) {
     long done_steps = step + 1 - skips; /* the state holds the updates of this many steps */
     int stop = skip && skips >= a.max_skips;
     int save = a.ckpt_dir && (stop || (!skip && (step + 1 == a.steps || (a.ckpt_every && (step + 1) % a.ckpt_every == 0))));
-    if (save && !OPT_ON_HOST) to_host(&c, 0, state_elems()); /* (with the optimizer on the host, it is current) */
+    if (save && (STATE_ON_HOST || !OPT_ON_HOST)) /* (a host step keeps the mirror current) */
+      to_host(&c, 0, STATE_ELEMS);
     if (save && rt_ckpt_save(a.ckpt_dir, done_steps, a.seed, &c.comm, HOST(&c), step_groups, N_GROUPS, step_tensors,
                              N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, OPTIMIZER, a.kill_at_save == done_steps, err,
                              sizeof err) != 0) {
@@ -672,11 +727,15 @@ done:
 #ifdef MTC_BACKEND_CUDA
   rt_cuda_free(c.arena);
   rt_cuda_free_host(c.host);
-  free(host_mirror);
+  if (STATE_ON_HOST) rt_cuda_free_host(c.state);
+  else rt_cuda_free(c.state);
+  free(state_mirror);
+  free(host_tokens);
   rt_comm_nccl_free();
   rt_cuda_teardown();
 #else
   free(c.arena);
+  free(c.state);
   free(c.host);
 #endif
   rt_comm_finalize(&c.comm);

@@ -210,7 +210,8 @@ void rt_accumulate(real *acc, const real *x, size_t n) {
 void rt_zero(real *x, size_t n) { cu_check(cudaMemsetAsync(x, 0, n * sizeof(real), cu.stream), "rt_zero"); }
 
 void rt_copy(real *dst, const real *src, size_t n) {
-  cu_check(cudaMemcpyAsync(dst, src, n * sizeof(real), cudaMemcpyDeviceToDevice, cu.stream), "rt_copy");
+  /* Default: either side may be the state arena in pinned host memory (unified addressing) */
+  cu_check(cudaMemcpyAsync(dst, src, n * sizeof(real), cudaMemcpyDefault, cu.stream), "rt_copy");
 }
 
 void rt_embedding_forward(real *out, const int32_t *tok, const real *wte, int N, int C) {

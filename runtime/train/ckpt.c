@@ -43,6 +43,16 @@ static void sync_dir(const char *dir) {
   if (fd >= 0) fsync(fd), close(fd);
 }
 
+/* Writes n zero floats (the second moment of a group that has none: Muon matrices only). */
+static int write_zeros(int fd, size_t n, uint64_t *h) {
+  static const float zeros[4096];
+  for (size_t k; n; n -= k) {
+    k = n < 4096 ? n : 4096;
+    if (write_all(fd, zeros, k * sizeof(float), h)) return 1;
+  }
+  return 0;
+}
+
 static int write_shard(const char *stepdir, const RtComm *c, const real *arena, const RtGroup *g, int ng,
                        int64_t step, int64_t *bytes, uint64_t *sum, char *err, size_t errlen) {
   char path[1200], tmp[1300];
@@ -59,7 +69,7 @@ static int write_shard(const char *stepdir, const RtComm *c, const real *arena, 
     size_t n = (size_t)g[i].shard;
     bad = write_all(fd, arena + g[i].master, n * sizeof(real), &h) ||
           write_all(fd, arena + g[i].adam_m, n * sizeof(float), &h) ||
-          write_all(fd, arena + g[i].adam_v, n * sizeof(float), &h);
+          (g[i].adam_v < 0 ? write_zeros(fd, n, &h) : write_all(fd, arena + g[i].adam_v, n * sizeof(float), &h));
   }
   *bytes = RT_CKPT_HEADER;
   for (int i = 0; i < ng; i++) *bytes += g[i].shard * (int64_t)(sizeof(real) + 8);
@@ -194,7 +204,7 @@ int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *
           break;
         }
       }
-      for (int which = 0; !bad && which < 3; which++) {
+      for (int which = 0; !bad && which < (G->adam_v < 0 ? 2 : 3); which++) {
         bad = rt_ckpt_read(&k, T->name, e, first, n, which, buf, err, errlen) != 0;
         for (int64_t i = 0; !bad && i < n; i++) {
           if (which == 0) arena[G->master + at + i] = (real)buf[i];

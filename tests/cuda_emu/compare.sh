@@ -11,6 +11,10 @@
 #   2rank        2 ranks (FSDP 2, NCCL over MPI, bf16 reduce-scatter), fp32, flash (tol 1e-3)
 #   offload      1 rank, full checkpointing + activation offload, EMU_STREAMS=lazy, fp32, flash (tol 1e-3)
 #   lazy2        2 ranks as 2rank, EMU_STREAMS=lazy (prefetching all-gathers deferred)  (tol 1e-3)
+#   statehost    1 rank, HBM too small for the optimizer state: the state arena in pinned host
+#                memory, the step on the GPU (a slow host), EMU_STREAMS=lazy, fp32        (tol 1e-4)
+#   statehost2   2 replicas (dp_replicate 2), the state and the step on the host: the gradient
+#                all-reduce through a device staging buffer, EMU_STREAMS=lazy, fp32        (tol 1e-3)
 # A case may also be given as NAME:NP:TOL:ARG,ARG,... where an ARG is a spec key=value (--set)
 # or an environment VAR=value or a cmake -DVAR=value, e.g. ep2:2:1e-3:plan.ep=2,MTC_GEMM=fp32
 # Environment: SPEC (another spec than specs/tiny-moe.yaml), STEPS, DATA (default /usr/share/games/fortunes/cookie), WORK (default
@@ -94,7 +98,7 @@ case_run() {
   check "$name" "$tol"
 }
 
-cases=${*:-fp32-simple fp32-flash fp32-exact bf16 2rank offload lazy2}
+cases=${*:-fp32-simple fp32-flash fp32-exact bf16 2rank offload lazy2 statehost statehost2}
 for c in $cases; do
   case $c in
   fp32-simple) case_run "$c" 1 1e-4 MTC_GEMM=fp32 MTC_ATTENTION=simple ;;
@@ -104,6 +108,10 @@ for c in $cases; do
   2rank) case_run "$c" 2 1e-3 MTC_GEMM=fp32 ;;
   offload) case_run "$c" 1 1e-3 plan.activation_checkpoint=full plan.offload_activations=host MTC_GEMM=fp32 EMU_STREAMS=lazy ;;
   lazy2) case_run "$c" 2 1e-3 MTC_GEMM=fp32 EMU_STREAMS=lazy ;;
+  statehost) case_run "$c" 1 1e-4 cluster.gpu.hbm=150MB cluster.host.fp32_flops=1e9 cluster.host.bandwidth=1e9 \
+    MTC_GEMM=fp32 MTC_ATTENTION=simple EMU_STREAMS=lazy ;;
+  statehost2) case_run "$c" 2 1e-3 cluster.gpu.hbm=150MB cluster.gpus_per_node=2 plan.fsdp=1 plan.dp_replicate=2 \
+    MTC_GEMM=fp32 EMU_STREAMS=lazy ;;
   *:*:*:*)
     IFS=: read -r n np tol args <<<"$c"
     IFS=, read -r -a list <<<"$args"

@@ -150,7 +150,8 @@ static const char *where_name(const void *p) {
   return !p ? "NULL" : !a ? "pageable host" : a->kind == K_DEVICE ? "device" : "pinned host";
 }
 // [p, p + bytes) must lie in one allocation the device can read (device or pinned host).
-// EMU_ARENA_MAP=DIR/step.c: the arena's buffers (`#define NAME offset /* count: what */`), so that
+// EMU_ARENA_MAP=DIR/step.c: the arena's buffers (`#define NAME offset /* count: what */` after the
+// state arena's map), so that
 // a device range must also stay inside one buffer of the arena (the allocation of step.h's
 // ARENA_ELEMS): a GEMM, copy, memset or collective that runs into the next buffer is reported.
 struct Named {
@@ -168,8 +169,11 @@ static void load_map(void) {
   if (!f) return;
   char line[512], name[128];
   long off, n;
+  bool state = false; // step.c's state arena map comes first: its buffers are not in the arena
   while (fgets(line, sizeof line, f))
-    if (sscanf(line, "#define %127s %ld /* %ld:", name, &off, &n) == 3) {
+    if (strstr(line, "---- the state arena map")) state = true;
+    else if (strstr(line, "---- the arena map")) state = false;
+    else if (!state && sscanf(line, "#define %127s %ld /* %ld:", name, &off, &n) == 3) {
       arena_map.push_back({name, off, n});
       if (off + n > arena_elems) arena_elems = off + n;
     }
