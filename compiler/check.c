@@ -177,6 +177,14 @@ static bool check_plan(Diag *d, Spec *s) {
   if (p->offload_activations == OFF_NVME && !c->nvme.present)
     FAIL("plan.offload_activations", "offload to nvme, but the cluster has no NVMe tier; expected "
          "a cluster.nvme section (capacity, bandwidth) or offload_activations: host");
+  if (p->optimizer_step == PIN_STEP_HOST && p->optimizer_tier == PIN_TIER_HBM)
+    FAIL("plan.optimizer_step", "optimizer_step host runs the step on the host cores, but optimizer_tier "
+         "hbm keeps the master weights and optimizer state in HBM; expected optimizer_tier: host (or auto) "
+         "or optimizer_step: gpu");
+  if (p->prefetch > 1 && p->prefetch >= s->model.layers)
+    FAIL("plan.prefetch", "prefetch %lld gathers at least as many layers ahead as the model's %lld; "
+         "expected at most %lld, or auto", (long long)p->prefetch, (long long)s->model.layers,
+         (long long)(s->model.layers > 1 ? s->model.layers - 1 : 1));
   int64_t world = c->nodes * c->gpus_per_node;
   if (p->fsdp && world % p->fsdp != 0)
     FAIL("plan.fsdp", "fsdp %lld does not divide the %lld GPUs; expected a divisor of "

@@ -14,14 +14,18 @@
 
 #include "mtc.h"
 
-/* Per-GPU bandwidth of a group of g ranks, `stride` apart, in bytes/s. Inside a node the GPUs
- * are fully connected (a GH200 node: NVLink between every pair), so a GPU drives g − 1 pair
- * links at once (NCCL runs several rings; an all-to-all sends to every peer in parallel);
- * between nodes its share of the InfiniBand rails is the limit. */
+/* Per-GPU bandwidth of a group of g ranks, `stride` apart, in bytes/s. Inside a node it
+ * depends on the node's topology (cluster.links.topology): in a point-to-point mesh (a GH200
+ * node: an NVLink 4 link between every pair) a GPU drives its g − 1 pair links to the group
+ * at once (NCCL runs several rings; an all-to-all sends to every peer in parallel), g − 1 ×
+ * links.nvlink; behind an NVSwitch every GPU reaches every other through the switch at its
+ * full NVLink bandwidth, links.nvlink whatever g. Between nodes its share of the InfiniBand
+ * rails is the limit. */
 static double group_bw(const Spec *s, int64_t g, int64_t stride) {
   const ClusterSpec *c = &s->cluster;
   if (g * stride > c->gpus_per_node) return c->links.internode * c->efficiency.network;
-  return (double)(g > 1 ? g - 1 : 1) * c->links.nvlink * c->efficiency.network;
+  double links = c->links.topology == TOPO_NVSWITCH ? 1 : (double)(g > 1 ? g - 1 : 1);
+  return links * c->links.nvlink * c->efficiency.network;
 }
 
 static double ring(double bytes, int64_t g, double bw) {
@@ -45,8 +49,11 @@ void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   const Layer *ly = &md->layers[l];
   double seq = (double)s->training.seq_len, T = (double)s->training.micro_batch * seq;
   *t = (LayerTime){0};
+  /* the routed experts' GEMMs run on the busiest EP rank's rows: moe_imbalance x the mean */
+  double imbalance = plan_moe_imbalance(s, ch->ep);
   for (int i = ly->first_op; i < ly->first_op + ly->nops; i++) {
     double f = op_fwd(s, &md->ops[i], T, seq);
+    if (md->ops[i].kind == OP_EXPERTS) f *= imbalance;
     t->fwd += f;
     /* backward: 2x forward, but flash attention's recomputes S and P: 5 GEMMs vs 2 forward,
      * 2.5x (Dao, FlashAttention-2, 2023, §3.1.2) */
@@ -134,6 +141,38 @@ static double simulate(const double *ag, const double *rs, const double *compute
   return comm_free > compute_free ? comm_free : compute_free;
 }
 
+/* Seconds per step to bring the gradient shard to host memory when it lives there (host
+ * optimizer tier): each of the A micro-batches' reduce-scattered bf16 shards crosses NVLink-C2C
+ * (2 B per parameter, c2c bytes/s) and lands in the fp32 shard in host memory, the first by a
+ * conversion (read 2, write 4 B), the others by accumulation (read 2 + 4, write 4 B), at
+ * host_bw bytes/s. Exposed: conservative, it could overlap the next micro-batch. */
+double cost_host_grad(double shard, double A, bool on_host, double c2c, double host_bw) {
+  if (!on_host) return 0;
+  return shard * (A * 2 / c2c + (6 + 10 * (A - 1)) / host_bw);
+}
+
+/* A placement depends on the graph, fsdp and ep only, so the search's candidates share one
+ * per (graph, fsdp, ep) in a small memo. */
+double cost_ns_flops_busiest(const Model *md, const Choice *ch) {
+  enum { MEMO = 32 };
+  static struct { const Op *ops; int nops; double ns_flops; int64_t fsdp, ep; double v; } memo[MEMO];
+  static int next;
+  for (int i = 0; i < MEMO; i++)
+    if (memo[i].ops == md->ops && memo[i].nops == md->nops && memo[i].ns_flops == md->ns_flops &&
+        memo[i].fsdp == ch->fsdp && memo[i].ep == ch->ep)
+      return memo[i].v;
+  double r = (double)md->muon_max_rows, cc = (double)md->muon_max_cols;
+  double v = fmax(md->ns_flops / (double)ch->fsdp, 5 * (4 * r * r * cc + 2 * r * r * r));
+  Mem m = {0};
+  const Placement *pl = plan_placement(&m, md, ch);
+  if (pl->muon && !pl->too_large) v = pl->ns_flops_max_rank;
+  mem_free(&m);
+  memo[next].ops = md->ops, memo[next].nops = md->nops, memo[next].ns_flops = md->ns_flops;
+  memo[next].fsdp = ch->fsdp, memo[next].ep = ch->ep, memo[next].v = v;
+  next = (next + 1) % MEMO;
+  return v;
+}
+
 void cost_step(const Model *md, Candidate *c) { cost_step_trace(md, c, NULL); }
 
 void cost_step_trace(const Model *md, Candidate *c, void *trace) {
@@ -195,12 +234,8 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   event(events, TR_COMPUTE, "embedding, LM head and loss", emb_ag + pass_f, edge, -1);
   for (int l = 0; l < L && events; l++) /* boundaries out after each layer's forward (overlapped) */
     event(events, TR_D2H, "boundary to host", emb_ag + pass_f * (l + 1) / L, copy_f[l], l);
-  /* gradients kept on host: each micro-batch's reduce-scattered bf16 shard crosses C2C and is
-   * added into the fp32 shard in host memory (read 2 + 4, write 4 bytes per parameter);
-   * counted as exposed offload (conservative: it could overlap the next micro-batch) */
   double P = (double)md->params_total, shard = P / (double)ch->fsdp;
-  if (ch->opt_tier == TIER_HOST && ch->accum > 1)
-    offload += shard * (2 / c2c + 10 / cl->host.bandwidth);
+  double host_bw = cl->host.bandwidth * e->host_memory; /* bytes/s the host cores stream */
   double per_micro = pass + edge + emb_ag + offload;
   double A = (double)ch->accum;
   Cost *k = &c->cost;
@@ -209,6 +244,7 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   k->recompute = A * recompute;
   k->a2a = A * a2a;
   k->exposed_offload = A * offload;
+  k->host_grad = cost_host_grad(shard, A, ch->opt_tier == TIER_HOST, c2c, host_bw);
   k->exposed_comm = A * (per_micro - offload - compute - a2a);
   if (k->exposed_comm < 0) k->exposed_comm = 0;
   k->comm_total = A * (comm_total + emb_ag);
@@ -225,22 +261,21 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   if (muon) {
     /* gradient shards to each matrix's owner and updates back (fp32), inside the FSDP group */
     opt += 2 * ring(4 * p_muon / (double)ch->fsdp, ch->fsdp, group_bw(s, ch->fsdp, 1));
-    double r = (double)md->muon_max_rows, cc = (double)md->muon_max_cols;
-    double largest = 5 * (4 * r * r * cc + 2 * r * r * r);
-    double per_rank = fmax(md->ns_flops / (double)ch->fsdp, largest);
+    double per_rank = cost_ns_flops_busiest(md, ch); /* the busiest owner rank's */
     opt += ch->opt_on_host ? per_rank / (cl->host.fp32_flops * e->host_gemm)
                            : per_rank / (cl->gpu.bf16_flops * e->dense_gemm);
   }
   /* elementwise update: AdamW reads master, grad, 2 moments and writes them + bf16 param
    * (30 B/param); Muon's reads master, grad, momentum and writes them + bf16 (22 B/param) */
   double touched = (30 * p_adam + 22 * p_muon) / (double)ch->fsdp;
-  opt += ch->opt_on_host ? touched / cl->host.bandwidth : touched / (cl->gpu.hbm_bandwidth * e->elementwise);
+  opt += ch->opt_on_host ? touched / host_bw : touched / (cl->gpu.hbm_bandwidth * e->elementwise);
   if (ch->opt_tier == TIER_HOST && !ch->opt_on_host) /* stream state over C2C, both ways */
     opt += 2 * (16 * p_adam + 12 * p_muon) / (double)ch->fsdp / c2c;
   if (ch->opt_on_host) opt += 2 * shard / c2c; /* updated bf16 parameters back to HBM */
   k->optimizer = opt;
 
-  k->step = k->compute + k->exposed_comm + k->a2a + k->exposed_offload + k->optimizer + k->dp_allreduce;
+  k->step = k->compute + k->exposed_comm + k->a2a + k->exposed_offload + k->host_grad + k->optimizer +
+            k->dp_allreduce;
   if (events) { /* the other micro-batches as one event per track, then the step's tail */
     double t = per_micro;
     if (A > 1) {
@@ -249,7 +284,9 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
       event(events, TR_COMM, "micro-batches 2..N: FSDP collectives", t, (A - 1) * (comm_total + emb_ag), -1);
       t += (A - 1) * per_micro;
     }
-    if (offload > 0) event(events, TR_D2H, "exposed offload and host gradient accumulation", t - offload, offload, -1);
+    if (offload > 0) event(events, TR_D2H, "exposed activation offload", t - offload, offload, -1);
+    event(events, TR_D2H, "gradient shard to host, accumulated in fp32", t, k->host_grad, -1);
+    t += k->host_grad;
     event(events, TR_COMM, "data-parallel all-reduce", t, k->dp_allreduce, -1);
     event(events, TR_OPT, ch->opt_on_host ? "optimizer step (host)" : "optimizer step", t + k->dp_allreduce, k->optimizer, -1);
   }
@@ -259,10 +296,11 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   struct { const char *name; double v; } parts[] = {
       {"compute", k->compute}, {"exposed FSDP communication", k->exposed_comm},
       {"MoE all-to-all", k->a2a}, {"activation offload", k->exposed_offload},
+      {"host gradient accumulation", k->host_grad},
       {"optimizer step", k->optimizer}, {"data-parallel all-reduce", k->dp_allreduce}};
   k->bottleneck = parts[0].name;
   double best = parts[0].v;
-  for (int i = 1; i < 6; i++)
+  for (int i = 1; i < (int)(sizeof parts / sizeof parts[0]); i++)
     if (parts[i].v > best) best = parts[i].v, k->bottleneck = parts[i].name;
   mem_free(&m);
 }

@@ -39,10 +39,11 @@ bool emit_report_html(Diag *d, const Plan *p, const char *path) {
             c->cost.step, c->cost.tokens_per_s_per_gpu, 100 * c->cost.mfu, c->cost.bottleneck);
     fputs("<table><tr><th>component</th><th>seconds per step</th></tr>\n", f);
     const Cost *k = &c->cost;
-    const char *names[] = {"compute", "exposed FSDP communication", "MoE all-to-all", "exposed offload",
-                           "optimizer step", "data-parallel all-reduce"};
-    double vals[] = {k->compute, k->exposed_comm, k->a2a, k->exposed_offload, k->optimizer, k->dp_allreduce};
-    for (int i = 0; i < 6; i++) fprintf(f, "<tr><td>%s</td><td>%.3f</td></tr>\n", names[i], vals[i]);
+    const char *names[] = {"compute", "exposed FSDP communication", "MoE all-to-all", "exposed activation offload",
+                           "host gradient accumulation", "optimizer step", "data-parallel all-reduce"};
+    double vals[] = {k->compute, k->exposed_comm, k->a2a, k->exposed_offload, k->host_grad, k->optimizer,
+                     k->dp_allreduce};
+    for (int i = 0; i < 7; i++) fprintf(f, "<tr><td>%s</td><td>%.3f</td></tr>\n", names[i], vals[i]);
     fputs("</table>\n", f);
   } else {
     fputs("<p class=\"big bad\">No plan fits. ", f);

@@ -525,6 +525,8 @@ static void header(Em *e, const char *spec_base) {
     e->md->flops_per_token);
   P(e, "#define PREDICTED_TOKENS_PER_S_PER_GPU %.6g /* the plan's prediction for the spec's cluster */\n",
     b->cost.tokens_per_s_per_gpu);
+  P(e, "#define PEAK_FLOPS_PER_GPU %.6e /* the MFU denominator: bf16 peak per GPU (plan.json "
+       "cluster.peak_bf16_flops_per_gpu) */\n", s->cluster.gpu.bf16_flops);
   P(e, "#define SPEC_GPUS_PER_NODE %lld /* to say which mtc compile --set fits another launch */\n",
     (long long)s->cluster.gpus_per_node);
   P(e, "#define PLAN_HBM_BYTES %lld /* the plan's packed HBM arena per GPU (plan.json memory) */\n"

@@ -173,6 +173,8 @@ typedef enum { OPT_MUON, OPT_ADAMW } Optimizer;                         /* ORDER
 typedef enum { WIRE_BF16, WIRE_FP32 } WireDtype;                        /* ORDER wire_names */
 typedef enum { AC_AUTO, AC_NONE, AC_SELECTIVE, AC_FULL } CheckpointPolicy; /* ORDER ac_names */
 typedef enum { OFF_AUTO, OFF_NONE, OFF_HOST, OFF_NVME } OffloadPolicy;  /* ORDER off_names */
+typedef enum { PIN_TIER_AUTO, PIN_TIER_HBM, PIN_TIER_HOST } PinTier;     /* ORDER opt_tier_names */
+typedef enum { PIN_STEP_AUTO, PIN_STEP_GPU, PIN_STEP_HOST } PinStep;     /* ORDER opt_step_names */
 
 /* Every struct below mirrors one section of the spec; spec.c's tables name each field's key,
  * type, default and range. Counts are plain integers; sizes are bytes, rates bytes/s,
@@ -242,6 +244,7 @@ typedef struct {
 typedef struct {
   bool present;
   double dense_gemm, grouped_gemm, attention, elementwise, host_gemm, network, c2c;
+  double host_memory; /* of host.bandwidth the host cores' streaming reaches */
 } EfficiencySpec;
 
 /* Fixed per-GPU memory the plan reserves (bytes). */
@@ -257,10 +260,15 @@ typedef struct {
   double bandwidth; /* bytes/s per GPU */
 } NvmeSpec;
 
+/* How the GPUs of a node are connected: a link between every pair (mesh: nvlink is one pair
+ * link) or through an NVSwitch (nvlink is one GPU's bandwidth into the switch). */
+typedef enum { TOPO_MESH, TOPO_NVSWITCH } NodeTopology; /* ORDER topo_names */
+
 typedef struct {
   bool present;
+  NodeTopology topology;
   double c2c;       /* GPU <-> its host memory, bytes/s per direction */
-  double nvlink;    /* GPU <-> GPU in a node, bytes/s per direction */
+  double nvlink;    /* GPU <-> GPU in a node, bytes/s per direction (see topology) */
   double internode; /* per GPU between nodes, bytes/s per direction */
 } LinksSpec;
 
@@ -294,6 +302,9 @@ typedef struct {
   CheckpointPolicy activation_checkpoint;
   OffloadPolicy offload_activations;
   double moe_imbalance;           /* most tokens an EP rank receives / the mean */
+  PinTier optimizer_tier;         /* where master, gradient shard and optimizer state live */
+  PinStep optimizer_step;         /* where the optimizer step runs */
+  int64_t prefetch;               /* all-gathers in flight; 0 = auto */
 } PlanSpec;
 
 /* A parsed, validated spec. root is the YAML tree after --set and preset merge; its marks
@@ -515,6 +526,7 @@ typedef struct {
   double exposed_comm;      /* FSDP all-gather / reduce-scatter not hidden behind compute */
   double a2a;               /* MoE all-to-all (exposed: on the compute stream) */
   double exposed_offload;   /* activation copies to/from host not hidden behind compute */
+  double host_grad;         /* gradient shards to host memory, accumulated there in fp32 */
   double optimizer;         /* optimizer step incl. Muon gathers and host streaming */
   double dp_allreduce;      /* gradient all-reduce across replicas */
   double step;
@@ -604,6 +616,13 @@ double plan_moe_imbalance(const Spec *s, int64_t ep);
 double plan_moe_imbalance_max(const Spec *s, int64_t ep);
 /* Builds the memory items of choice ch and packs them (plan.c). */
 void plan_memory(Mem *m, const Model *md, Candidate *c);
+/* Seconds per step to move the gradient shard (shard parameters) to host memory over A
+ * micro-batches, when on_host; c2c and host_bw in bytes/s, efficiencies applied (cost.c). */
+double cost_host_grad(double shard, double A, bool on_host, double c2c, double host_bw);
+/* Newton-Schulz FLOPs of the busiest owner rank, as plan.json's placement reports it
+ * (plan_placement): the optimizer step waits for it. For groups too large to list, the mean or
+ * the largest matrix, whichever is more (cost.c). */
+double cost_ns_flops_busiest(const Model *md, const Choice *ch);
 /* Predicts the step time of candidate c (cost.c). */
 void cost_step(const Model *md, Candidate *c);
 /* The same, also appending the predicted step's events to trace (a json_t array of Chrome

@@ -156,6 +156,7 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
             k->exposed_comm, k->comm_total);
     fprintf(out, "  MoE all-to-all             %9.3f\n", k->a2a);
     fprintf(out, "  exposed activation offload %9.3f\n", k->exposed_offload);
+    fprintf(out, "  host gradient accumulation %9.3f\n", k->host_grad);
     fprintf(out, "  optimizer step             %9.3f\n", k->optimizer);
     fprintf(out, "  data-parallel all-reduce   %9.3f\n", k->dp_allreduce);
     fprintf(out, "  step                       %9.3f  -> %.0f tokens/s per GPU, MFU %.1f%%; bottleneck: %s\n",
@@ -258,6 +259,11 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
   json_object_set_new(tr, "global_batch", jint(s->training.global_batch));
   json_object_set_new(tr, "seq_len", jint(s->training.seq_len));
   json_object_set_new(root, "training", tr);
+  json_t *cl = json_object(); /* what MFU is measured against: tools read it from here */
+  json_object_set_new(cl, "gpus_per_node", jint(s->cluster.gpus_per_node));
+  json_object_set_new(cl, "topology", json_string(s->cluster.links.topology == TOPO_NVSWITCH ? "nvswitch" : "mesh"));
+  json_object_set_new(cl, "peak_bf16_flops_per_gpu", json_real(s->cluster.gpu.bf16_flops));
+  json_object_set_new(root, "cluster", cl);
 
   int64_t T = s->training.micro_batch * s->training.seq_len, offloaded = 0;
   for (int i = 0; i < c->nitems; i++)
@@ -310,6 +316,7 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
     json_object_set_new(br, "exposed_comm", json_real(k->exposed_comm));
     json_object_set_new(br, "moe_all_to_all", json_real(k->a2a));
     json_object_set_new(br, "exposed_offload", json_real(k->exposed_offload));
+    json_object_set_new(br, "host_grad_accumulation", json_real(k->host_grad));
     json_object_set_new(br, "optimizer", json_real(k->optimizer));
     json_object_set_new(br, "dp_all_reduce", json_real(k->dp_allreduce));
     json_object_set_new(pr, "breakdown", br);

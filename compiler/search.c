@@ -79,6 +79,15 @@ static void evaluate(Mem *scratch, const Model *md, const Choice *ch, Found *f) 
   keep_alt(f, &c);
 }
 
+/* Whether the optimizer's state tier and step place agree with the spec's pins. */
+static bool pinned_optimizer(const PlanSpec *pin, Tier tier, bool host_step) {
+  if (pin->optimizer_tier == PIN_TIER_HBM && tier != TIER_HBM) return false;
+  if (pin->optimizer_tier == PIN_TIER_HOST && tier != TIER_HOST) return false;
+  if (pin->optimizer_step == PIN_STEP_GPU && host_step) return false;
+  if (pin->optimizer_step == PIN_STEP_HOST && !host_step) return false;
+  return true;
+}
+
 /* One search over md's spec. */
 static void search_once(const Model *md, Found *f) {
   const Spec *s = md->spec;
@@ -110,12 +119,15 @@ static void search_once(const Model *md, Found *f) {
           if (pin->offload_activations != OFF_AUTO && off != (int)pin->offload_activations) continue;
           if (off != OFF_NONE && acs[a] != AC_FULL) continue; /* offload moves layer boundaries */
           if (off == OFF_NVME && !s->cluster.nvme.present) continue;
-          for (int o = 0; o < 3; o++)
-            for (int depth = 1; depth <= 2; depth++) {
+          for (int o = 0; o < 3; o++) {
+            if (!pinned_optimizer(pin, opts[o].tier, opts[o].host_step)) continue;
+            int d0 = pin->prefetch ? (int)pin->prefetch : 1, d1 = pin->prefetch ? (int)pin->prefetch : 2;
+            for (int depth = d0; depth <= d1; depth++) {
               Choice ch = {fsdp, ep, W / fsdp, fsdp / ep, s->training.global_batch / per_step,
                            acs[a], (OffloadPolicy)off, opts[o].tier, opts[o].host_step, depth};
               evaluate(&scratch, md, &ch, f);
             }
+          }
         }
       }
     }
@@ -175,10 +187,12 @@ static const char *advise(Mem *m, const Model *md) {
       break;
     }
   const PlanSpec *p = &s->plan;
-  if (p->activation_checkpoint != AC_AUTO || p->offload_activations != OFF_AUTO || p->fsdp || p->ep) {
+  if (p->activation_checkpoint != AC_AUTO || p->offload_activations != OFF_AUTO || p->fsdp || p->ep ||
+      p->optimizer_tier != PIN_TIER_AUTO || p->optimizer_step != PIN_STEP_AUTO || p->prefetch) {
     Spec *u = mem_alloc(m, sizeof *u);
     *u = *s;
     u->plan.activation_checkpoint = AC_AUTO, u->plan.offload_activations = OFF_AUTO;
+    u->plan.optimizer_tier = PIN_TIER_AUTO, u->plan.optimizer_step = PIN_STEP_AUTO, u->plan.prefetch = 0;
     u->plan.fsdp = u->plan.ep = u->plan.dp_replicate = 0;
     Found g = search_variant(m, md, u, &spent);
     if (g.feasible)

@@ -47,6 +47,9 @@ static const char *const opt_names[] = {"muon", "adamw", NULL};
 static const char *const wire_names[] = {"bf16", "fp32", NULL};
 static const char *const ac_names[] = {"auto", "none", "selective", "full", NULL};
 static const char *const off_names[] = {"auto", "none", "host", "nvme", NULL};
+static const char *const opt_tier_names[] = {"auto", "hbm", "host", NULL};
+static const char *const opt_step_names[] = {"auto", "gpu", "host", NULL};
+static const char *const topo_names[] = {"mesh", "nvswitch", NULL};
 
 const char *spec_attn_name(AttnKind k) { return attn_names[k]; }
 const char *spec_act_name(Activation a) { return act_names[a]; }
@@ -136,6 +139,7 @@ static const Field efficiency_fields[] = {
     {"host_gemm", F_REAL, O(EfficiencySpec, host_gemm), "0.5", 0, 0, NULL, NULL, "fraction of host.fp32_flops a CPU GEMM reaches (assumption)", FRACTION},
     {"network", F_REAL, O(EfficiencySpec, network), "0.8", 0, 0, NULL, NULL, "fraction of a link's rate NCCL collectives reach (assumption)", FRACTION},
     {"c2c", F_REAL, O(EfficiencySpec, c2c), "0.8", 0, 0, NULL, NULL, "fraction of links.c2c host copies reach (assumption)", FRACTION},
+    {"host_memory", F_REAL, O(EfficiencySpec, host_memory), "0.8", 0, 0, NULL, NULL, "fraction of host.bandwidth the host cores' streaming (gradient accumulation, optimizer step) reaches (assumption)", FRACTION},
     END};
 
 static const Field reserve_fields[] = {
@@ -151,8 +155,9 @@ static const Field nvme_fields[] = {
     END};
 
 static const Field links_fields[] = {
+    {"topology", F_ENUM, O(LinksSpec, topology), "mesh", 0, 0, topo_names, NULL, "how a node's GPUs connect: mesh (nvlink is one pair link; a GPU drives g - 1 of them in a group of g) or nvswitch (nvlink is a GPU's bandwidth into the switch, whatever the group)"},
     {"c2c", F_RATE, O(LinksSpec, c2c), NULL, 0, 0, NULL, NULL, "GPU to its host memory, per direction"},
-    {"nvlink", F_RATE, O(LinksSpec, nvlink), NULL, 0, 0, NULL, NULL, "GPU to GPU inside a node, per direction"},
+    {"nvlink", F_RATE, O(LinksSpec, nvlink), NULL, 0, 0, NULL, NULL, "GPU to GPU inside a node, per direction (per pair link or into the switch: see topology)"},
     {"internode", F_RATE, O(LinksSpec, internode), NULL, 0, 0, NULL, NULL, "per GPU between nodes, per direction"},
     END};
 
@@ -198,7 +203,10 @@ static const Field plan_fields[] = {
     {"cp", F_INT, O(PlanSpec, cp), "1", 1, 1024, NULL, NULL, "context parallelism (only 1 is supported yet)"},
     {"activation_checkpoint", F_ENUM, O(PlanSpec, activation_checkpoint), "auto", 0, 0, ac_names, NULL, "none, selective, full or auto"},
     {"offload_activations", F_ENUM, O(PlanSpec, offload_activations), "auto", 0, 0, off_names, NULL, "where layer-boundary activations wait for backward: none (HBM), host, nvme (needs cluster.nvme) or auto"},
-    {"moe_imbalance", F_REAL, O(PlanSpec, moe_imbalance), "1.25", 0, 0, NULL, NULL, "tokens the busiest EP rank receives / the mean: sizes MoE buffers", 1, INFINITY, false, true},
+    {"moe_imbalance", F_REAL, O(PlanSpec, moe_imbalance), "1.25", 0, 0, NULL, NULL, "tokens the busiest EP rank receives / the mean: sizes MoE buffers and prices the busiest rank's expert GEMMs", 1, INFINITY, false, true},
+    {"optimizer_tier", F_ENUM, O(PlanSpec, optimizer_tier), "auto", 0, 0, opt_tier_names, NULL, "where fp32 master weights, the gradient shard and optimizer state live: hbm, host or auto"},
+    {"optimizer_step", F_ENUM, O(PlanSpec, optimizer_step), "auto", 0, 0, opt_step_names, NULL, "where the optimizer step runs: gpu, host (needs optimizer_tier host or auto) or auto"},
+    {"prefetch", F_AUTO, O(PlanSpec, prefetch), "auto", 1, 64, NULL, NULL, "all-gathers in flight ahead of the computing layer (1, 2, ... below the layer count) or auto (the search tries 1 and 2)"},
     END};
 
 static const Section model_sec = {"model", model_fields};

@@ -256,6 +256,107 @@ static void imbalance_cap(void) {
   mem_free(&m);
 }
 
+/* The cost model's fixes of issue 14 against hand computations on tests/specs/cost_hand.yaml:
+ * 3 MoE layers, hidden 64, GQA 4 heads of 16 (2 KV heads), 8 experts of 32 top-2, 4 GPUs of
+ * 100 TFLOP/s on one node, 100 GB/s links and host memory; default efficiencies. */
+static Model *hand_model(Mem *m, const char *const *sets, int n) {
+  Diag d = {.mem = m};
+  Spec *s = spec_load(m, &d, mem_printf(m, "%s/tests/specs/cost_hand.yaml", src_dir), NULL, 0, sets, n);
+  Model *md = s ? model_build(m, &d, s) : NULL;
+  if (!md) fprintf(stderr, "unexpected error:\n%s", d.msg ? d.msg : "(none)\n");
+  return md;
+}
+
+/* Choice: fsdp, ep, dp_replicate, efsdp, accum, ac, offload, opt_tier, opt_on_host, prefetch */
+static Choice hand_choice(int64_t ep, int64_t accum, Tier tier) {
+  return (Choice){4, ep, 1, 4 / ep, accum, AC_FULL, OFF_NONE, tier, false, 1};
+}
+
+static void cost_by_hand(void) {
+  Mem m = {0};
+  Model *md = hand_model(&m, NULL, 0);
+  CHECK(md != NULL);
+  if (!md) return;
+  Spec *s = (Spec *)md->spec;
+  /* one layer: q, o 64x64, k, v 32x64 = 12288; norms 2 x 64; router 8 x 64; experts
+   * 8 x 3 x 64 x 32 = 49152 */
+  CHECK_EQ(md->layers[0].params, 12288 + 128 + 512 + 49152);
+  CHECK_EQ(md->layers[0].routed_params, 49152);
+
+  /* 1. the busiest EP rank's expert GEMMs: moe_imbalance x the mean. Forward FLOPs of the
+   * experts per token: 2 x top_k x 3 x 64 x 32 = 24576; 128 tokens at 100 TFLOP/s x 0.45 */
+  Choice ch = hand_choice(2, 1, TIER_HBM);
+  LayerTime a, b;
+  s->plan.moe_imbalance = 1;
+  cost_layer(md, &ch, 0, &a);
+  s->plan.moe_imbalance = 2; /* the maximum for ep 2: 2 x min(2, 4) / 2 */
+  cost_layer(md, &ch, 0, &b);
+  double mean = 128.0 * 24576 / (100e12 * 0.45); /* 6.990507e-8 s */
+  CHECK_NEAR(b.fwd - a.fwd, mean, 1e-9);
+  CHECK_NEAR(b.bwd - a.bwd, 2 * mean, 1e-9);
+  CHECK_NEAR(b.recompute - a.recompute, mean, 1e-9); /* full checkpointing re-runs them */
+  s->plan.moe_imbalance = 1.25;
+
+  /* 5. the link model: an all-gather of a layer over the 4 GPUs of the node moves 3/4 of its
+   * 2 B x 62080 bytes; a mesh GPU drives 3 pair links (3 x 100 GB/s x 0.8), an NVSwitch GPU its
+   * 100 GB/s x 0.8 into the switch */
+  ch = hand_choice(1, 1, TIER_HBM);
+  cost_layer(md, &ch, 0, &a);
+  CHECK_NEAR(a.ag, 2.0 * 62080 * 0.75 / 240e9, 1e-9); /* 3.88e-7 s */
+  s->cluster.links.topology = TOPO_NVSWITCH;
+  cost_layer(md, &ch, 0, &b);
+  CHECK_NEAR(b.ag, 2.0 * 62080 * 0.75 / 80e9, 1e-9);
+  s->cluster.links.topology = TOPO_MESH;
+
+  /* 2 and 4. gradient shard on host with one micro-batch: 2 B per parameter over C2C
+   * (100 GB/s x 0.8), converted into fp32 in host memory (read 2, write 4 B at 100 GB/s x 0.8):
+   * shard x 8 B / 80 GB/s; its own line, not activation offload */
+  double shard = (double)md->params_total / 4;
+  Candidate c = {.ch = hand_choice(1, 1, TIER_HOST)};
+  cost_step(md, &c);
+  CHECK_NEAR(c.cost.host_grad, shard * 8 / 80e9, 1e-9);
+  CHECK(c.cost.exposed_offload == 0);
+  /* two micro-batches: 2 x 2 B over C2C, then 6 + 10 B in host memory */
+  c = (Candidate){.ch = hand_choice(1, 2, TIER_HOST)};
+  cost_step(md, &c);
+  CHECK_NEAR(c.cost.host_grad, shard * (4 + 16) / 80e9, 1e-9);
+  c = (Candidate){.ch = hand_choice(1, 1, TIER_HBM)};
+  cost_step(md, &c);
+  CHECK(c.cost.host_grad == 0);
+
+  /* 3. Newton-Schulz on the busiest rank: per matrix 5 (4 r^2 c + 2 r^3), r <= c: q, o
+   * 7,864,320; k, v and every expert matrix 1,638,400. Each rank owns 2 of each layer's 8
+   * experts per matrix kind: 18 x 1,638,400 = 29,491,200; the 6 large and 6 small dense
+   * matrices go largest first to the least loaded: ranks 0 and 1 get 2 large ones. Busiest
+   * 29,491,200 + 2 x 7,864,320 = 45,219,840; the mean 29,491,200 + 14,254,080 = 43,745,280 */
+  ch = hand_choice(1, 1, TIER_HBM);
+  CHECK_NEAR(cost_ns_flops_busiest(md, &ch), 45219840.0, 1e-12);
+  CHECK_NEAR(md->ns_flops / 4, 43745280.0, 1e-12);
+  Placement *pl = plan_placement(&m, md, &ch);
+  CHECK_NEAR(pl->ns_flops_max_rank, 45219840.0, 1e-12);
+  mem_free(&m);
+}
+
+/* plan.optimizer_tier, plan.optimizer_step and plan.prefetch pin the search. */
+static void optimizer_pins(void) {
+  Mem m = {0};
+  const char *a[] = {"plan.optimizer_tier=host", "plan.prefetch=2"};
+  Plan *p = plan(&m, "tests/specs/cost_hand.yaml", a, 2);
+  CHECK(p && p->feasible);
+  if (p) CHECK(p->best.ch.opt_tier == TIER_HOST && p->best.ch.prefetch == 2);
+  const char *b[] = {"plan.optimizer_step=host"};
+  p = plan(&m, "tests/specs/cost_hand.yaml", b, 1);
+  CHECK(p && p->feasible);
+  if (p) CHECK(p->best.ch.opt_tier == TIER_HOST && p->best.ch.opt_on_host);
+  const char *c[] = {"plan.optimizer_tier=hbm", "plan.optimizer_step=gpu", "plan.prefetch=1"};
+  p = plan(&m, "tests/specs/cost_hand.yaml", c, 3);
+  CHECK(p && p->feasible);
+  if (p) CHECK(p->best.ch.opt_tier == TIER_HBM && !p->best.ch.opt_on_host && p->best.ch.prefetch == 1);
+  for (int i = 0; p && i < p->nalts; i++) /* every alternative honours the pins too */
+    CHECK(p->alts[i].ch.opt_tier == TIER_HBM && p->alts[i].ch.prefetch == 1);
+  mem_free(&m);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: test_plan SOURCE_DIR\n");
@@ -269,5 +370,7 @@ int main(int argc, char **argv) {
   nvme();
   tiny_items_by_hand();
   imbalance_cap();
+  cost_by_hand();
+  optimizer_pins();
   return CHECK_DONE("test_plan");
 }

@@ -86,7 +86,26 @@ gradients)
 sharding)
   small+=(--set training.grad_reduce_dtype=fp32)
   build w1 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=1 --set plan.fsdp=1 || exit 1
-  (cd "$work" && ./w1/build/train --data "$text" --metrics w1.jsonl >/dev/null) || die "1 rank run"
+  (cd "$work" && ./w1/build/train --data "$text" --metrics w1.jsonl >w1.log) || die "1 rank run"
+  # the end-of-run line: MFU = tokens/s x plan.json's flops_per_token / its peak per GPU, and
+  # the ratio to the plan's prediction
+  python3 - "$work/w1.log" "$work/w1/plan.json" <<'PY' || die "w1: the throughput line's MFU"
+import json, re, sys
+line = [l for l in open(sys.argv[1]) if l.startswith("throughput: ")][-1]
+print(line.strip())
+plan = json.load(open(sys.argv[2]))
+m = re.match(r"throughput: (\d+) tokens/s per rank over (\d+) steps \([0-9.]+ s per step\), MFU ([0-9.]+)% of "
+             r"([0-9.e+]+) TFLOP/s; the plan predicted (\d+) per GPU of its cluster, MFU ([0-9.]+)%: "
+             r"measured / predicted ([0-9.]+)$", line.strip())
+assert m, "unexpected form"
+tps, mfu, peak, pred, pmfu, ratio = (float(m.group(i)) for i in (1, 3, 4, 5, 6, 7))
+fpt, want_peak = plan["model"]["flops_per_token"], plan["cluster"]["peak_bf16_flops_per_gpu"]
+assert abs(peak * 1e12 - want_peak) <= 1e-3 * want_peak, (peak, want_peak)
+# printed to 0.01%, from tokens/s printed to the unit
+assert abs(mfu - 100 * tps * fpt / want_peak) <= 0.005 + 100 * 0.5 * fpt / want_peak, (mfu, tps)
+assert abs(pmfu - 100 * plan["predicted"]["mfu"]) <= 0.01, (pmfu, plan["predicted"]["mfu"])
+assert abs(ratio - tps / pred) <= 0.001 + 0.5 / pred + 0.5 / tps, (ratio, tps, pred)
+PY
   for ep in 2 4; do
     build "w4ep$ep" "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=$ep || continue
     grep -q "^#define PLAN_EP $ep$" "$work/w4ep$ep/step.h" || die "w4ep$ep: the plan did not take ep $ep"

@@ -96,7 +96,8 @@ if "$mtc" compile specs/bench/moe-1b.yaml -o "$bench" >"$out/bench-compile.log" 
   echo "mtc exit $?"; tail -4 "$out/bench.log"
   mt=$(grep -o "throughput: [0-9.]* tokens/s" "$out/bench.log" | grep -o "[0-9.]*" | head -1)
   flops=$(python3 -c "import json;print(json.load(open('$bench/plan.json'))['model']['flops_per_token'])")
-  mfu=$(python3 -c "print(f'{${mt:-0} * $flops / 989e12:.3f}')")
+  peak=$(python3 -c "import json;print(json.load(open('$bench/plan.json'))['cluster']['peak_bf16_flops_per_gpu'])")
+  mfu=$(python3 -c "print(f'{${mt:-0} * $flops / $peak:.3f}')")
   say "(b) bench $(mem_line bench)"
   timeout 120 python3 tools/torch_moe_bench.py --selftest >"$out/torch-selftest.log" 2>&1 || { tail -5 "$out/torch-selftest.log"; echo "torch selftest FAILED"; }
   timeout 240 python3 tools/torch_moe_bench.py --plan "$bench/plan.json" --steps 6 --warmup 2 >"$out/torch.log" 2>&1
@@ -104,7 +105,7 @@ if "$mtc" compile specs/bench/moe-1b.yaml -o "$bench" >"$out/bench-compile.log" 
   tl=$(grep "^TORCH_BENCH" "$out/torch.log" | tail -1)
   tt=$(echo "$tl" | grep -o "tokens_per_s=[0-9.]*" | cut -d= -f2)
   ratio=$(python3 -c "print(f'{${mt:-0} / ${tt:-0}:.2f}' if ${tt:-0} else 'n/a')")
-  say "(c) moe-1b: mtc ${mt:-?} tokens/s, MFU ${mfu} (989 TFLOPS peak); PyTorch eager: ${tl:-no result}; mtc/torch ${ratio}"
+  say "(c) moe-1b: mtc ${mt:-?} tokens/s, MFU ${mfu} (of the plan's peak $(python3 -c "print(f'{$peak / 1e12:.0f}')") TFLOP/s); PyTorch eager: ${tl:-no result}; mtc/torch ${ratio}"
 else
   tail -5 "$out/bench-compile.log" "$out/bench-build.log"
   say "(c) moe-1b: FAIL (compile or build; logs in $out)"

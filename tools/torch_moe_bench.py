@@ -16,7 +16,7 @@ compiled with --set is read right; the spec named in plan.json (looked up next t
 then in specs/) gives rope_theta, aux_loss_coef, lr, weight_decay, grad_clip.
 
   python3 tools/torch_moe_bench.py --plan /tmp/bench/plan.json [--steps 10] [--warmup 3]
-      [--compile] [--device cuda] [--peak-tflops 989] [--spec SPEC.yaml]
+      [--compile] [--device cuda] [--peak-tflops T] [--spec SPEC.yaml]
   python3 tools/torch_moe_bench.py --selftest [--plan generated/tiny-moe/plan.json] [--compile]
 Exit: 0 ok, 1 selftest failed, 2 bad/unsupported plan, 3 out of memory, 4 parameter mismatch.
 """
@@ -403,13 +403,23 @@ def bench(args):
         return 3
     step_s = sum(times) / len(times)
     tps = tokens / step_s
-    mfu = tps * plan["model"]["flops_per_token"] / (args.peak_tflops * 1e12)
+    mfu = tps * plan["model"]["flops_per_token"] / peak_flops(plan, args.peak_tflops)
     peak = torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else 0.0
     pred = plan.get("predicted", {})
     print(f"timed {len(times)} steps of {tokens} tokens; mtc predicts {pred.get('step_seconds', 0):.4f} s, "
           f"{pred.get('tokens_per_second_per_gpu', 0):.0f} tokens/s, MFU {pred.get('mfu', 0):.3f}")
     print(f"TORCH_BENCH tokens_per_s={tps:.1f} mfu={mfu:.4f} step_s={step_s:.4f} peak_mem_gib={peak:.2f} mode={mode} params={n}")
     return 0
+
+
+def peak_flops(plan, tflops):
+    """The MFU denominator in FLOP/s: --peak-tflops if given, else the plan's peak per GPU."""
+    if tflops is not None:
+        return tflops * 1e12
+    peak = plan.get("cluster", {}).get("peak_bf16_flops_per_gpu")
+    if not peak:
+        die("plan.json has no cluster.peak_bf16_flops_per_gpu (written by an older mtc): pass --peak-tflops")
+    return float(peak)
 
 
 def main():
@@ -420,7 +430,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     ap.add_argument("--compile", action="store_true", help="torch.compile the attention, norms, router, experts and head")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak for MFU (H100/H200: 989)")
+    ap.add_argument("--peak-tflops", type=float, default=None,
+                    help="bf16 dense peak for MFU (default: plan.json cluster.peak_bf16_flops_per_gpu)")
     ap.add_argument("--fp32", action="store_true", help="no autocast (debugging)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--selftest", action="store_true", help="CPU checks and 2 steps of the tiny plan (generated/tiny-moe)")

@@ -705,10 +705,16 @@ int main(int argc, char **argv) {
     }
   }
   if (rank0 && skipped) printf("%ld step(s) skipped for non-finite values\n", skipped);
-  if (rank0 && timed)
-    printf("throughput: %.0f tokens/s per rank over %ld steps (%.3f s per step); the plan predicted %.0f per GPU "
-           "of its cluster\n", (double)GLOBAL_BATCH * SEQ_LEN * timed / seconds / c.comm.world, timed, seconds / timed,
-           (double)PREDICTED_TOKENS_PER_S_PER_GPU);
+  if (rank0 && timed) {
+    /* MFU = FLOPS_PER_TOKEN x tokens/s / the plan's peak per GPU, as plan.json's predicted.mfu */
+    double tps = (double)GLOBAL_BATCH * SEQ_LEN * timed / seconds / c.comm.world;
+    double mfu = tps * FLOPS_PER_TOKEN / PEAK_FLOPS_PER_GPU;
+    double predicted_mfu = PREDICTED_TOKENS_PER_S_PER_GPU * FLOPS_PER_TOKEN / PEAK_FLOPS_PER_GPU;
+    printf("throughput: %.0f tokens/s per rank over %ld steps (%.3f s per step), MFU %.2f%% of %.4g TFLOP/s; the plan "
+           "predicted %.0f per GPU of its cluster, MFU %.2f%%: measured / predicted %.3f\n", tps, timed, seconds / timed,
+           100 * mfu, PEAK_FLOPS_PER_GPU / 1e12, (double)PREDICTED_TOKENS_PER_S_PER_GPU, 100 * predicted_mfu,
+           tps / (double)PREDICTED_TOKENS_PER_S_PER_GPU);
+  }
 #ifdef MTC_BACKEND_CUDA
   rt_cuda_sync("the last step");
   rt_cuda_mem_info(&free_b, &total_b);
