@@ -17,7 +17,7 @@ typedef struct {
   bool feasible, any;
   Candidate closest; /* smallest overage, when nothing fits */
   Candidate *alts;
-  int nalts, n;
+  int nalts, n, nfit;         /* candidates evaluated, and how many fit */
   Candidate in_node, across; /* the fastest fitting with ep <= / > gpus_per_node */
   bool has_in_node, has_across;
   bool program;              /* only what the generated program implements */
@@ -70,6 +70,7 @@ static void evaluate(Mem *scratch, const Model *md, const Choice *ch, Found *f) 
   plan_memory(scratch, md, &c);
   c.items = NULL, c.nitems = 0;
   f->n++;
+  f->nfit += c.fits;
   if (c.fits) {
     cost_step(md, &c);
     bool across = ch->ep > md->spec->cluster.gpus_per_node;
@@ -134,7 +135,10 @@ static void search_once(const Model *md, Found *f) {
     for (int64_t ei = 0; ei < nep; ei++) {
       int64_t ep = eps[ei];
       if (!ep_allowed(s, ep, fsdp) || (pin->ep && ep != pin->ep)) continue;
-      for (int64_t mi = 0; mi < nmb; mi++)
+      /* micro-batch sizes ascending: memory only grows with the size, so once nothing fits at
+       * one size, nothing fits at a larger one (for this fsdp and ep) */
+      for (int64_t mi = 0, fit = f->nfit; mi < nmb && (mi == 0 || f->nfit > fit); mi++) {
+        fit = f->nfit;
         for (int a = 0; a < 3; a++) {
           if (pin->activation_checkpoint != AC_AUTO && acs[a] != pin->activation_checkpoint) continue;
           for (int off = OFF_NONE; off <= OFF_NVME; off++) {
@@ -156,6 +160,7 @@ static void search_once(const Model *md, Found *f) {
             }
           }
         }
+      }
     }
   }
   free(divs);
@@ -241,7 +246,8 @@ static const char *advise(Mem *m, const Model *md, bool program) {
       break;
     }
     if (seq < 128 * 2 || spent >= ADVICE_BUDGET) /* the last one tried */
-      tried = mem_printf(m, "%s%sseq_len %lld: %s", tried, tried[0] ? ", " : "", (long long)seq, why_not(m, &g));
+      tried = mem_printf(m, "%s%sseq_len %lld down to %lld (at %lld: %s)", tried, tried[0] ? ", " : "",
+                         (long long)(s->training.seq_len / 2), (long long)seq, (long long)seq, why_not(m, &g));
   }
   const PlanSpec *p = &s->plan;
   bool pinned = p->activation_checkpoint != AC_AUTO || p->offload_activations != OFF_AUTO || p->fsdp || p->ep ||

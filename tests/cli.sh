@@ -59,6 +59,8 @@ expect 1 '^closest candidate: (hbm|host) over by' "$mtc" plan specs/europa-1t.ya
 expect 1 '^advice: it fits on 96 nodes' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48
 expect 1 '"feasible": false' "$mtc" plan --json specs/europa-1t.yaml --set plan.activation_checkpoint=none
 expect 1 'not a multiple of micro_batch x GPUs' "$mtc" plan specs/europa-1t.yaml --set training.global_batch=100
+# the advice names what it tried, and the --set that lets a larger node count be tried
+expect 1 '^advice: no tried change fits \(tried 24 nodes: hbm over by .*192 nodes and more were not tried: global_batch 384 is not a multiple of micro_batch x GPUs = 768 \(--set training.global_batch=768 would allow 192 nodes\)' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=12 --set cluster.gpu.hbm=4GB
 # explain and sweep
 expect 0 '^chosen     fsdp 384 x dp 1, ep 4, micro_batch 1, full checkpointing' "$mtc" explain specs/europa-1t.yaml
 expect 0 'rejected: (hbm|host) over by' "$mtc" explain specs/europa-1t.yaml --set plan.ep=4
