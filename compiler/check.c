@@ -198,9 +198,15 @@ static bool check_plan(Diag *d, Spec *s) {
   if (p->ep) {
     if (!s->model.moe.present && p->ep > 1)
       FAIL("plan.ep", "ep %lld but the model has no experts; expected ep: 1 or auto", (long long)p->ep);
-    if (c->gpus_per_node % p->ep != 0)
-      FAIL("plan.ep", "ep %lld does not divide gpus_per_node %lld; expected a divisor, so that "
-           "the token all-to-all stays inside a node", (long long)p->ep, (long long)c->gpus_per_node);
+    /* an EP group is ep consecutive ranks: inside one node, or whole nodes side by side */
+    if (c->gpus_per_node % p->ep != 0 && p->ep % c->gpus_per_node != 0)
+      FAIL("plan.ep", "ep %lld neither divides nor is a multiple of gpus_per_node %lld; expected a "
+           "divisor (the all-to-all inside a node) or a multiple (whole nodes per EP group)",
+           (long long)p->ep, (long long)c->gpus_per_node);
+    if (world % p->ep != 0 || (p->fsdp && p->fsdp % p->ep != 0))
+      FAIL("plan.ep", "ep %lld does not divide fsdp (%lld) of the %lld GPUs; expected a divisor of the "
+           "FSDP group, which holds every expert", (long long)p->ep, (long long)(p->fsdp ? p->fsdp : world),
+           (long long)world);
     if (s->model.moe.present && s->model.moe.experts % p->ep != 0)
       FAIL("plan.ep", "ep %lld does not divide the %lld experts; expected whole experts per "
            "rank", (long long)p->ep, (long long)s->model.moe.experts);

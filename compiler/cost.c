@@ -32,6 +32,27 @@ static double ring(double bytes, int64_t g, double bw) {
   return g > 1 ? bytes * (double)(g - 1) / (double)g / bw : 0;
 }
 
+/* An all-to-all over ep consecutive ranks (the EP group: inside one node, or ep / gpus_per_node
+ * whole nodes). Each rank sends `bytes`, 1/ep of it to each rank of the group (uniform routing;
+ * the imbalance is already in bytes). Of the ep − 1 peers, l = min(ep, gpus_per_node) − 1 are
+ * in the node and r = ep − min(ep, gpus_per_node) are not; the two shares travel at once on
+ * different links, so
+ *   t = max( bytes·l/ep / (l · nvlink · eff),  bytes·r/ep / (internode · eff) )
+ * — NVLink: one pair link per peer, all driven in parallel (NCCL's all-to-all posts every
+ * send/recv at once); between nodes: the GPU's share of the InfiniBand rails. This is the
+ * link-by-link bound of a flat all-to-all (DeepSeek-V3 technical report, arXiv:2412.19437,
+ * §3.2.2: the cross-node dispatch is limited by IB, NVLink carrying the intra-node part).
+ * Inside a node (r = 0) it equals ring(bytes, ep, group_bw(ep)) as before. */
+double cost_all_to_all(const Spec *s, double bytes, int64_t ep) {
+  if (ep <= 1) return 0;
+  const ClusterSpec *c = &s->cluster;
+  int64_t in_node = ep < c->gpus_per_node ? ep : c->gpus_per_node;
+  double l = (double)(in_node - 1), r = (double)(ep - in_node), e = c->efficiency.network;
+  double t_nv = l > 0 ? bytes * l / (double)ep / (l * c->links.nvlink * e) : 0;
+  double t_ib = r > 0 ? bytes * r / (double)ep / (c->links.internode * e) : 0;
+  return t_nv > t_ib ? t_nv : t_ib;
+}
+
 /* Kernel seconds of op o for T tokens of sequences of length seq, forward. */
 static double op_fwd(const Spec *s, const Op *o, double T, double seq) {
   const GpuSpec *g = &s->cluster.gpu;
@@ -47,7 +68,7 @@ static double op_fwd(const Spec *s, const Op *o, double T, double seq) {
 void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   const Spec *s = md->spec;
   const Layer *ly = &md->layers[l];
-  double seq = (double)s->training.seq_len, T = (double)s->training.micro_batch * seq;
+  double seq = (double)s->training.seq_len, T = (double)ch->micro_batch * seq;
   *t = (LayerTime){0};
   /* the routed experts' GEMMs run on the busiest EP rank's rows: moe_imbalance x the mean */
   double imbalance = plan_moe_imbalance(s, ch->ep);
@@ -61,9 +82,9 @@ void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
     if (plan_recomputes(ch->ac, md->ops[i].kind)) t->recompute += f;
   }
   if (ly->kind == LAYER_MOE && ch->ep > 1) {
-    /* dispatch and combine: the token copies that leave the rank, on NVLink */
+    /* dispatch and combine: the token copies that leave the rank, on the links they cross */
     double b = T * (double)s->model.moe.top_k * (double)s->model.hidden * 2 * plan_moe_imbalance(s, ch->ep);
-    double one = ring(b, ch->ep, group_bw(s, ch->ep, 1));
+    double one = cost_all_to_all(s, b, ch->ep);
     t->a2a_fwd = 2 * one;
     t->a2a_bwd = 2 * one + (ch->ac == AC_NONE ? 0 : 2 * one); /* recompute re-dispatches */
   }
@@ -182,7 +203,7 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   const ClusterSpec *cl = &s->cluster;
   const EfficiencySpec *e = &cl->efficiency;
   const int L = md->nlayers;
-  const double seq = (double)s->training.seq_len, T = (double)s->training.micro_batch * seq;
+  const double seq = (double)s->training.seq_len, T = (double)ch->micro_batch * seq;
   Mem m = {0};
   double *comm_f = mem_array(&m, (size_t)L, sizeof(double)), *comp_f = mem_array(&m, (size_t)L, sizeof(double));
   double *comm_b = mem_array(&m, (size_t)L, sizeof(double)), *comp_b = mem_array(&m, (size_t)L, sizeof(double));
@@ -222,21 +243,35 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   /* embedding and LM head: gathered for forward and again for backward, their gradients
    * reduce-scattered; counted as exposed (they bracket the layer pipeline) */
   double wire_rs = s->training.grad_reduce_dtype == WIRE_BF16 ? 1.0 : 2.0;
-  double emb_ag = (2 + wire_rs) * ring(2.0 * (double)(md->by_kind_total[PK_EMBEDDING] + md->by_kind_total[PK_HEAD]),
-                                       ch->fsdp, group_bw(s, ch->fsdp, 1));
+  double emb_one = ring(2.0 * (double)(md->by_kind_total[PK_EMBEDDING] + md->by_kind_total[PK_HEAD]), ch->fsdp,
+                        group_bw(s, ch->fsdp, 1));
+  /* reshard after_step keeps what the first micro-batch's forward gathered until the
+   * optimizer step: its backward and every later micro-batch gather nothing (their gradients
+   * are still reduce-scattered per micro-batch) */
+  bool keep = ch->reshard == RESHARD_AFTER_STEP;
+  double *none = mem_array(&m, (size_t)L, sizeof(double));
+  double emb_ag = (keep ? 1 + wire_rs : 2 + wire_rs) * emb_one, emb_rest = keep ? wire_rs * emb_one : emb_ag;
+  if (keep) /* the backward's re-gathers are gone: comm_total is then Σ (ag + rs) */
+    for (int l = 0; l < L; l++) comm_total -= comm_b[l];
   /* one micro-batch: embedding/head gathers, forward pass, head and loss, backward pass */
   int flows = 0;
   Sink fwd = {events, emb_ag, "forward", order_f, a2a_f, &flows};
   double pass_f = simulate(comm_f, NULL, comp_f, L, ch->prefetch, &m, &fwd);
   Sink bwd = {events, emb_ag + pass_f + edge, "backward", order_b, a2a_b, &flows};
-  double pass = pass_f + simulate(comm_b, rs_b, comp_b, L, ch->prefetch, &m, &bwd);
+  double pass = pass_f + simulate(keep ? none : comm_b, rs_b, comp_b, L, ch->prefetch, &m, &bwd);
+  /* the later micro-batches: the same, or with nothing to gather */
+  double pass_rest = keep ? simulate(none, NULL, comp_f, L, ch->prefetch, &m, NULL) +
+                                simulate(none, rs_b, comp_b, L, ch->prefetch, &m, NULL)
+                          : pass;
+  double ag_once = 0; /* after_step: the forward gathers, once per step */
+  for (int l = 0; keep && l < L; l++) ag_once += comm_f[l];
   event(events, TR_COMM, "embedding + LM head gathers, their reduce-scatter", 0, emb_ag, -1);
   event(events, TR_COMPUTE, "embedding, LM head and loss", emb_ag + pass_f, edge, -1);
   for (int l = 0; l < L && events; l++) /* boundaries out after each layer's forward (overlapped) */
     event(events, TR_D2H, "boundary to host", emb_ag + pass_f * (l + 1) / L, copy_f[l], l);
   double P = (double)md->params_total, shard = P / (double)ch->fsdp;
   double host_bw = cl->host.bandwidth * e->host_memory; /* bytes/s the host cores stream */
-  double per_micro = pass + edge + emb_ag + offload;
+  double per_micro = pass + edge + emb_ag + offload, per_rest = pass_rest + edge + emb_rest + offload;
   double A = (double)ch->accum;
   Cost *k = &c->cost;
   *k = (Cost){0};
@@ -245,9 +280,12 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   k->a2a = A * a2a;
   k->exposed_offload = A * offload;
   k->host_grad = cost_host_grad(shard, A, ch->opt_tier == TIER_HOST, c2c, host_bw);
-  k->exposed_comm = A * (per_micro - offload - compute - a2a);
+  k->exposed_comm = per_micro + (A - 1) * per_rest - A * (offload + compute + a2a);
   if (k->exposed_comm < 0) k->exposed_comm = 0;
-  k->comm_total = A * (comm_total + emb_ag);
+  /* every_micro_batch: each micro-batch gathers twice and reduce-scatters once (comm_total);
+   * after_step: the gathers once per step, the reduce-scatters per micro-batch */
+  k->comm_total = keep ? ag_once + A * (comm_total - ag_once) + emb_ag + (A - 1) * emb_rest
+                       : A * (comm_total + emb_ag);
 
   /* gradients across replicas: ring all-reduce of the shard, between nodes */
   double wire_b = s->training.grad_reduce_dtype == WIRE_BF16 ? 2 : 4;
@@ -281,8 +319,9 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
     if (A > 1) {
       event(events, TR_COMPUTE, "micro-batches 2..N: compute", t, (A - 1) * compute, -1);
       event(events, TR_A2A, "micro-batches 2..N: all-to-all", t, (A - 1) * a2a, -1);
-      event(events, TR_COMM, "micro-batches 2..N: FSDP collectives", t, (A - 1) * (comm_total + emb_ag), -1);
-      t += (A - 1) * per_micro;
+      event(events, TR_COMM, "micro-batches 2..N: FSDP collectives", t,
+            (A - 1) * (keep ? comm_total - ag_once + emb_rest : comm_total + emb_ag), -1);
+      t += (A - 1) * per_rest;
     }
     if (offload > 0) event(events, TR_D2H, "exposed activation offload", t - offload, offload, -1);
     event(events, TR_D2H, "gradient shard to host, accumulated in fp32", t, k->host_grad, -1);

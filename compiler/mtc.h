@@ -175,6 +175,10 @@ typedef enum { AC_AUTO, AC_NONE, AC_SELECTIVE, AC_FULL } CheckpointPolicy; /* OR
 typedef enum { OFF_AUTO, OFF_NONE, OFF_HOST, OFF_NVME } OffloadPolicy;  /* ORDER off_names */
 typedef enum { PIN_TIER_AUTO, PIN_TIER_HBM, PIN_TIER_HOST } PinTier;     /* ORDER opt_tier_names */
 typedef enum { PIN_STEP_AUTO, PIN_STEP_GPU, PIN_STEP_HOST } PinStep;     /* ORDER opt_step_names */
+/* When gathered parameters are freed: after each micro-batch's use (re-gathered for the next
+ * micro-batch's forward and backward), or kept from the first micro-batch's forward until the
+ * optimizer step (one all-gather per layer and step). */
+typedef enum { RESHARD_AUTO, RESHARD_EVERY_MICRO_BATCH, RESHARD_AFTER_STEP } ReshardPolicy; /* ORDER reshard_names */
 
 /* Every struct below mirrors one section of the spec; spec.c's tables name each field's key,
  * type, default and range. Counts are plain integers; sizes are bytes, rates bytes/s,
@@ -301,6 +305,7 @@ typedef struct {
   int64_t tp, pp, cp;             /* only 1 is supported */
   CheckpointPolicy activation_checkpoint;
   OffloadPolicy offload_activations;
+  ReshardPolicy reshard;          /* when gathered parameters are freed (auto: searched) */
   double moe_imbalance;           /* most tokens an EP rank receives / the mean */
   PinTier optimizer_tier;         /* where master, gradient shard and optimizer state live */
   PinStep optimizer_step;         /* where the optimizer step runs */
@@ -511,7 +516,9 @@ typedef struct {
 typedef struct {
   int64_t fsdp, ep, dp_replicate;
   int64_t efsdp;            /* ranks an expert's parameters are sharded over: fsdp / ep */
+  int64_t micro_batch;      /* sequences per rank per forward/backward */
   int64_t accum;            /* micro-batches per step: global_batch / (micro_batch × world) */
+  ReshardPolicy reshard;    /* every_micro_batch or after_step */
   CheckpointPolicy ac;      /* none, selective or full */
   OffloadPolicy offload;    /* none, host or nvme: where boundary activations wait */
   Tier opt_tier;            /* fp32 master weights, gradients and optimizer state */
@@ -594,6 +601,10 @@ typedef struct {
   int nalts;
   int ncandidates;
   double search_seconds;
+  Candidate in_node; /* the fastest fitting plan with ep <= gpus_per_node (its EP group in a node) */
+  Candidate across;  /* the fastest fitting plan with ep > gpus_per_node (EP groups span nodes) */
+  bool has_in_node, has_across;
+  bool program;      /* searched for `mtc compile`: only what the program implements */
   const char *advice;/* when infeasible: what would make it fit, computed */
   const char *hint;  /* when feasible but communication-bound: a faster setting, computed */
   Placement *placement;
@@ -638,8 +649,19 @@ typedef struct {
   double ag, rs;              /* FSDP all-gather and reduce-scatter, on the comm stream */
 } LayerTime;
 void cost_layer(const Model *md, const Choice *ch, int layer, LayerTime *t);
-/* Enumerates every layout × policy allowed by the spec's pins, keeps the fastest that fits. */
+/* Enumerates every layout × policy × micro-batch size allowed by the spec's pins, keeps the
+ * fastest that fits. The plan's md is a copy whose spec carries the chosen micro_batch. */
 Plan *plan_search(Mem *m, const Model *md);
+/* The same; with program, only choices the generated program implements (reshard
+ * every_micro_batch): what `mtc compile` plans. */
+Plan *plan_search_for(Mem *m, const Model *md, bool program);
+/* The name of a reshard policy: "auto", "every_micro_batch", "after_step". */
+const char *plan_reshard_name(ReshardPolicy r);
+/* Seconds of one MoE all-to-all (dispatch or combine) in which each rank sends `bytes` spread
+ * evenly over the ep ranks of its EP group (ep consecutive ranks): the share for peers in the
+ * node goes over NVLink, the share for other nodes over the GPU's InfiniBand share, both at
+ * once (cost.c). */
+double cost_all_to_all(const Spec *s, double bytes, int64_t ep);
 const char *plan_tier_name(Tier t);
 const char *plan_cat_name(ItemCategory c);
 const char *plan_ac_name(CheckpointPolicy p);

@@ -57,6 +57,15 @@ static double gathered_bytes(const Model *md, int64_t ep) {
   return 2.0 * best;
 }
 
+/* bf16 bytes one GPU holds with every parameter gathered (reshard after_step): all of the
+ * model but the routed experts whole, and the routed experts of its EP rank (E / ep of them):
+ * 2 B × (P − P_routed + P_routed / ep). */
+static double kept_gathered_bytes(const Model *md, int64_t ep) {
+  double routed = 0;
+  for (int l = 0; l < md->nlayers; l++) routed += (double)md->layers[l].routed_params;
+  return 2.0 * ((double)md->params_total - routed + routed / (double)ep);
+}
+
 bool plan_keeps(CheckpointPolicy ac, SaveClass cls) {
   if (cls == SAVE_BOUNDARY || ac == AC_NONE) return true;
   return ac == AC_SELECTIVE && cls == SAVE_ATTN;
@@ -110,7 +119,7 @@ static void build_items(Items *it, const Model *md) {
   const Spec *s = md->spec;
   const Choice *ch = &it->c->ch;
   const int L = md->nlayers, END = PHASE_END(L);
-  const double T = (double)s->training.micro_batch * (double)s->training.seq_len;
+  const double T = (double)ch->micro_batch * (double)s->training.seq_len;
   const double P = (double)md->params_total, H = (double)s->model.hidden;
   const double shard = P / (double)ch->fsdp;
   const bool muon = s->training.optimizer == OPT_MUON;
@@ -138,9 +147,14 @@ static void build_items(Items *it, const Model *md) {
 
   /* per-layer working buffers: a pool of gathered layers (the computing one + prefetch) and
    * two unsharded bf16 gradient buffers (one computing, one in reduce-scatter) */
-  for (int i = 0; i <= ch->prefetch; i++)
-    item(it, mem_printf(it->m, "gathered.params[%d]", i), CAT_GATHERED, TIER_HBM, g, 1, PHASE_OPT(L),
-         "2 B x (dense params of the largest layer + its routed experts / ep)");
+  if (ch->reshard == RESHARD_AFTER_STEP)
+    item(it, "gathered.params_kept", CAT_GATHERED, TIER_HBM, kept_gathered_bytes(md, ch->ep), 1, PHASE_OPT(L),
+         "2 B x (params - routed params + routed params / ep): every layer, embedding and head kept "
+         "gathered from the first forward to the optimizer step (reshard after_step)");
+  else
+    for (int i = 0; i <= ch->prefetch; i++)
+      item(it, mem_printf(it->m, "gathered.params[%d]", i), CAT_GATHERED, TIER_HBM, g, 1, PHASE_OPT(L),
+           "2 B x (dense params of the largest layer + its routed experts / ep)");
   for (int i = 0; i < 2; i++)
     item(it, mem_printf(it->m, "grads.bf16_unsharded[%d]", i), CAT_GRADS, TIER_HBM, g,
          PHASE_LOSS(L), PHASE_OPT(L), "as gathered.params: one layer's gradient before reduce-scatter");

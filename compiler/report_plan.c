@@ -1,6 +1,7 @@
 /* report_plan.c — the plan as `mtc plan` text and as plan.json keys (layout, checkpoint,
  * memory, predicted, search, feasible). */
 #include <jansson.h>
+#include <math.h>
 #include <string.h>
 
 #include "mtc.h"
@@ -25,12 +26,14 @@ static const char *lifetime(Mem *m, int L, const MemItem *x, bool per_layer) {
 }
 
 static const char *choice_text(Mem *m, const Choice *ch) {
-  return mem_printf(m, "fsdp %lld x dp %lld, ep %lld, %s checkpointing%s, optimizer state in %s%s, prefetch %d",
-                    (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep,
+  return mem_printf(m, "fsdp %lld x dp %lld, ep %lld, micro_batch %lld, %s checkpointing%s, optimizer state in %s%s, "
+                    "%s",
+                    (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep, (long long)ch->micro_batch,
                     ch->ac == AC_NONE ? "no" : plan_ac_name(ch->ac),
                     ch->offload == OFF_HOST ? " + boundaries on host" : ch->offload == OFF_NVME ? " + boundaries on NVMe" : "",
                     plan_tier_name(ch->opt_tier), ch->opt_on_host ? " (step on host CPU)" : "",
-                    ch->prefetch);
+                    ch->reshard == RESHARD_AFTER_STEP ? "parameters kept gathered until the optimizer step"
+                                                      : mem_printf(m, "prefetch %d", ch->prefetch));
 }
 
 /* Rows of identical items ("activations.boundary[0]", "[1]"...) fold into one. */
@@ -68,6 +71,15 @@ static void print_placement(FILE *out, const Plan *p) {
                  "sharded over the %lld ranks of its FSDP group with that EP rank\n",
             (long long)ch->ep, (long long)pl->experts_per_rank, (long long)pl->experts_per_rank,
             (long long)pl->experts_per_rank, (long long)ch->efsdp);
+  int64_t gpn = p->md->spec->cluster.gpus_per_node;
+  if (pl->experts_per_rank && ch->ep > gpn) /* EP groups of whole nodes (consecutive ranks) */
+    fprintf(out, "           across nodes: an EP group is %lld consecutive ranks on %lld nodes; the group's node j "
+                 "(j < %lld) holds experts [%lld j, %lld j + %lld), %lld per GPU; the all-to-all sends %lld/%lld of "
+                 "the token copies over InfiniBand, %lld/%lld over NVLink\n",
+            (long long)ch->ep, (long long)(ch->ep / gpn), (long long)(ch->ep / gpn),
+            (long long)(gpn * pl->experts_per_rank), (long long)(gpn * pl->experts_per_rank),
+            (long long)(gpn * pl->experts_per_rank), (long long)pl->experts_per_rank, (long long)(ch->ep - gpn),
+            (long long)ch->ep, (long long)(gpn - 1), (long long)ch->ep);
   if (!pl->muon) {
     fprintf(out, "           AdamW: every parameter sharded elementwise over its FSDP group\n");
     return;
@@ -106,9 +118,15 @@ static void print_schedule(FILE *out, const Plan *p) {
     fprintf(out, "  %-12s %9.1f %9.1f %9.1f %9.1f | %9.1f %9.1f\n", name, 1e3 * t.fwd, 1e3 * t.bwd,
             1e3 * t.recompute, 1e3 * (t.a2a_fwd + t.a2a_bwd), 1e3 * 2 * t.ag, 1e3 * t.rs);
   }
-  fprintf(out, "  order: forward, layer l computes while layers up to l+%d are gathered; backward, layer l "
-               "%sruns backward while layers down to l-%d are gathered (again), then its gradient is "
-               "reduce-scattered\n", ch->prefetch, ch->ac == AC_NONE ? "" : "recomputes and ", ch->prefetch);
+  if (ch->reshard == RESHARD_AFTER_STEP)
+    fprintf(out, "  order: the first micro-batch's forward gathers layer l+%d while layer l computes and keeps every "
+                 "layer gathered until the optimizer step (gather column: once per step, forward only); backward, "
+                 "layer l %sruns backward, then its gradient is reduce-scattered (every micro-batch)\n",
+            ch->prefetch, ch->ac == AC_NONE ? "" : "recomputes and ");
+  else
+    fprintf(out, "  order: forward, layer l computes while layers up to l+%d are gathered; backward, layer l "
+                 "%sruns backward while layers down to l-%d are gathered (again), then its gradient is "
+                 "reduce-scattered\n", ch->prefetch, ch->ac == AC_NONE ? "" : "recomputes and ", ch->prefetch);
 }
 
 void report_plan_text(FILE *out, const Plan *p, bool timing) {
@@ -128,11 +146,17 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
   fprintf(out, "layout     %lld GPUs = %lld replica(s) x %lld-way FSDP", (long long)p->world,
           (long long)ch->dp_replicate, (long long)ch->fsdp);
   if (s->model.moe.present)
-    fprintf(out, "; EP %lld inside a node (%lld experts per rank, each sharded over %lld ranks)",
-            (long long)ch->ep, (long long)(s->model.moe.experts / ch->ep), (long long)ch->efsdp);
+    fprintf(out, "; EP %lld %s (%lld experts per rank, each sharded over %lld ranks)", (long long)ch->ep,
+            ch->ep > s->cluster.gpus_per_node
+                ? mem_printf(&m, "across %lld nodes", (long long)(ch->ep / s->cluster.gpus_per_node))
+                : "inside a node",
+            (long long)(s->model.moe.experts / ch->ep), (long long)ch->efsdp);
   fprintf(out, "; %lld micro-batch(es) of %lld sequence(s) per GPU per step\n", (long long)ch->accum,
           (long long)s->training.micro_batch);
   fprintf(out, "policy     %s\n", choice_text(&m, ch));
+  if (ch->reshard == RESHARD_AFTER_STEP)
+    fprintf(out, "note       reshard after_step is planned but `mtc compile` does not emit it yet: compile plans with "
+                 "every_micro_batch\n");
   print_placement(out, p);
   for (int t = 0; t < TIER__COUNT; t++) {
     if (!c->capacity[t] && !c->arena[t]) continue;
@@ -196,6 +220,47 @@ void report_summary(FILE *out, const Plan *p) {
   mem_free(&m);
 }
 
+/* The fastest plan with its EP group inside a node against the fastest with EP groups across
+ * nodes, component by component, and the components that decided it. */
+static void explain_ep(FILE *out, Mem *m, const Plan *p) {
+  if (!p->feasible || !p->has_in_node || !p->has_across) {
+    if (p->feasible && p->md->spec->model.moe.present && !p->has_across)
+      fprintf(out, "\nEP across nodes: no plan with ep > gpus_per_node fits or is allowed (ep must be a multiple "
+                   "of gpus_per_node dividing the experts and fsdp, or pinned otherwise)\n");
+    return;
+  }
+  const Candidate *a = &p->in_node, *b = &p->across;
+  bool won_in = p->best.ch.ep <= p->md->spec->cluster.gpus_per_node;
+  fprintf(out, "\nEP inside a node against EP across nodes (the best of each)\n");
+  fprintf(out, "  in a node   %s\n              step %.3f s%s\n", choice_text(m, &a->ch), a->cost.step,
+          won_in ? " (chosen)" : "");
+  fprintf(out, "  across      %s\n              step %.3f s%s\n", choice_text(m, &b->ch), b->cost.step,
+          won_in ? "" : " (chosen)");
+  struct { const char *name; double x, y; } rows[] = {
+      {"compute", a->cost.compute, b->cost.compute},
+      {"exposed FSDP communication", a->cost.exposed_comm, b->cost.exposed_comm},
+      {"MoE all-to-all", a->cost.a2a, b->cost.a2a},
+      {"exposed activation offload", a->cost.exposed_offload, b->cost.exposed_offload},
+      {"optimizer step", a->cost.optimizer, b->cost.optimizer},
+      {"data-parallel all-reduce", a->cost.dp_allreduce, b->cost.dp_allreduce}};
+  fprintf(out, "  %-28s %12s %12s %12s\n", "seconds per step", "in a node", "across", "across - in");
+  int most = 0;
+  for (int i = 0; i < 6; i++) {
+    double dlt = rows[i].y - rows[i].x;
+    fprintf(out, "  %-28s %12.3f %12.3f %+12.3f\n", rows[i].name, rows[i].x, rows[i].y, dlt);
+    double best = rows[most].y - rows[most].x;
+    if (won_in ? dlt > best : dlt < best) most = i;
+  }
+  double gpn = (double)p->md->spec->cluster.gpus_per_node;
+  fprintf(out, "  why: %s wins by %.3f s, most of it in %s. Across nodes, %lld of the %lld peers of the all-to-all are "
+               "on other nodes: their share of the token copies goes over InfiniBand (%.0f GB/s per GPU against "
+               "NVLink's %.0f GB/s per pair); across nodes also shrinks what FSDP gathers (experts / ep per rank, "
+               "sharded over fsdp / ep ranks)\n",
+          won_in ? "EP inside a node" : "EP across nodes", fabs(b->cost.step - a->cost.step), rows[most].name,
+          (long long)(b->ch.ep - (int64_t)gpn), (long long)(b->ch.ep - 1),
+          p->md->spec->cluster.links.internode / 1e9, p->md->spec->cluster.links.nvlink / 1e9);
+}
+
 void report_explain(FILE *out, const Plan *p) {
   Mem m = {0};
   const Candidate *c = &p->best;
@@ -213,6 +278,7 @@ void report_explain(FILE *out, const Plan *p) {
     units_fmt_bytes_bin(a, sizeof a, (double)c->over_bytes),
     fprintf(out, "nothing fits; closest: %s, %s over by %s\nadvice: %s\n", choice_text(&m, &c->ch),
             plan_tier_name(c->over_tier), a, p->advice);
+  explain_ep(out, &m, p);
   fprintf(out, "\nalternatives (fitting ones by step time, then rejected ones by overage)\n");
   for (int i = 0; i < p->nalts; i++) {
     const Candidate *x = &p->alts[i];
@@ -249,6 +315,10 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
   json_object_set_new(lay, "pp", json_integer(1));
   json_object_set_new(lay, "cp", json_integer(1));
   json_object_set_new(lay, "prefetch", json_integer(ch->prefetch));
+  json_object_set_new(lay, "micro_batch", jint(ch->micro_batch));
+  json_object_set_new(lay, "reshard", json_string(plan_reshard_name(ch->reshard)));
+  /* nodes one EP group spans: 1 inside a node, else ep / gpus_per_node whole nodes */
+  json_object_set_new(lay, "ep_nodes", jint(ch->ep > s->cluster.gpus_per_node ? ch->ep / s->cluster.gpus_per_node : 1));
   /* the imbalance the MoE buffers are sized by: the spec's, capped at its physical maximum */
   json_object_set_new(lay, "moe_imbalance", json_real(plan_moe_imbalance(s, ch->ep)));
   json_object_set_new(root, "layout", lay);

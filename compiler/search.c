@@ -1,5 +1,6 @@
-/* search.c — the planner's search: every layout × checkpoint policy × activation offload ×
- * optimizer-state tier × prefetch depth the spec's pins allow; those over a memory budget
+/* search.c — the planner's search: every layout (fsdp, ep inside a node or across whole nodes)
+ * × micro-batch size × checkpoint policy × activation offload × optimizer-state tier ×
+ * reshard policy × prefetch depth the spec's pins allow; those over a memory budget
  * are rejected with the tier and the overage; the fastest predicted step wins, ties going to
  * the first in enumeration order (deterministic). When nothing fits, the advice is computed
  * by searching again with more nodes and with shorter sequences. */
@@ -16,10 +17,12 @@ typedef struct {
   bool feasible, any;
   Candidate closest; /* smallest overage, when nothing fits */
   Candidate *alts;
-  int nalts, n;
+  int nalts, n, nfit;         /* candidates evaluated, and how many fit */
+  Candidate in_node, across; /* the fastest fitting with ep <= / > gpus_per_node */
+  bool has_in_node, has_across;
+  bool program;              /* only what the generated program implements */
 } Found;
 
-static int64_t gcd(int64_t a, int64_t b) { return b ? gcd(b, a % b) : a; }
 
 /* Candidates worth showing next to the best: fitting ones by step time, then rejected ones
  * by overage. */
@@ -32,7 +35,8 @@ static bool better_alt(const Candidate *a, const Candidate *b) {
 /* The same decisions but for the prefetch depth: alternatives list one of them. */
 static bool same_but_depth(const Choice *a, const Choice *b) {
   return a->fsdp == b->fsdp && a->ep == b->ep && a->ac == b->ac && a->offload == b->offload &&
-         a->opt_tier == b->opt_tier && a->opt_on_host == b->opt_on_host;
+         a->opt_tier == b->opt_tier && a->opt_on_host == b->opt_on_host &&
+         a->micro_batch == b->micro_batch && a->reshard == b->reshard;
 }
 
 static void keep_alt(Found *f, const Candidate *c) {
@@ -66,8 +70,13 @@ static void evaluate(Mem *scratch, const Model *md, const Choice *ch, Found *f) 
   plan_memory(scratch, md, &c);
   c.items = NULL, c.nitems = 0;
   f->n++;
+  f->nfit += c.fits;
   if (c.fits) {
     cost_step(md, &c);
+    bool across = ch->ep > md->spec->cluster.gpus_per_node;
+    Candidate *cls = across ? &f->across : &f->in_node;
+    bool *has = across ? &f->has_across : &f->has_in_node;
+    if (!*has || c.cost.step < cls->cost.step) *cls = c, *has = true;
     if (!f->feasible || c.cost.step < f->best.cost.step) {
       if (f->feasible) keep_alt(f, &f->best);
       f->best = c, f->feasible = true;
@@ -88,44 +97,78 @@ static bool pinned_optimizer(const PlanSpec *pin, Tier tier, bool host_step) {
   return true;
 }
 
+/* Whether the spec wrote training.micro_batch (in the file or by --set): then it is pinned. */
+static bool micro_batch_pinned(const Spec *s) { return yaml_path(s->root, "training.micro_batch") != NULL; }
+
+/* Divisors of n, ascending, into d (capacity cap); returns how many. */
+static int64_t divisors(int64_t n, int64_t *d, int64_t cap) {
+  int64_t k = 0;
+  for (int64_t x = 1; x * x <= n && k < cap; x++)
+    if (n % x == 0) d[k++] = x;
+  for (int64_t i = k - 1; i >= 0 && k < cap; i--)
+    if (d[i] * d[i] != n) d[k++] = n / d[i];
+  return k;
+}
+
+/* Whether ep ranks make an EP group the program and the cost model lay out: ep consecutive
+ * ranks inside one node (ep divides gpus_per_node) or whole nodes side by side (a multiple of
+ * it); ep divides the experts and the FSDP group. */
+static bool ep_allowed(const Spec *s, int64_t ep, int64_t fsdp) {
+  int64_t gpn = s->cluster.gpus_per_node, experts = s->model.moe.present ? s->model.moe.experts : 1;
+  return experts % ep == 0 && fsdp % ep == 0 && (gpn % ep == 0 || ep % gpn == 0);
+}
+
 /* One search over md's spec. */
 static void search_once(const Model *md, Found *f) {
   const Spec *s = md->spec;
   const PlanSpec *pin = &s->plan;
   int64_t gpn = s->cluster.gpus_per_node, W = s->cluster.nodes * gpn;
-  int64_t per_step = s->training.micro_batch * W;
-  if (s->training.global_batch % per_step != 0) return; /* no layout: reported by the caller */
-  int64_t experts = s->model.moe.present ? s->model.moe.experts : 1;
-  int64_t ep_max = gcd(gpn, experts);
+  int64_t G = s->training.global_batch;
+  if (G % W != 0) return; /* no layout: reported by the caller */
+  if (micro_batch_pinned(s) && G % (s->training.micro_batch * W) != 0) return;
   static const CheckpointPolicy acs[] = {AC_NONE, AC_SELECTIVE, AC_FULL};
   static const struct { Tier tier; bool host_step; } opts[] = {
       {TIER_HBM, false}, {TIER_HOST, false}, {TIER_HOST, true}};
   Mem scratch = {0}; /* reused by every candidate */
-  int64_t *divs = malloc(sizeof(int64_t) * 4096), nd = 0; /* W <= 12.8M has < 4096 divisors */
+  int64_t *divs = malloc(sizeof(int64_t) * 3 * 4096); /* W <= 12.8M has < 4096 divisors */
   if (!divs) return;
-  for (int64_t d = 1; d * d <= W; d++)
-    if (W % d == 0) divs[nd++] = d;
-  for (int64_t i = nd - 1; i >= 0; i--)
-    if (divs[i] * divs[i] != W) divs[nd++] = W / divs[i];
+  int64_t *mbs = divs + 4096, *eps = divs + 2 * 4096;
+  int64_t nd = divisors(W, divs, 4096), nmb = 1;
+  int64_t nep = divisors(s->model.moe.present ? s->model.moe.experts : 1, eps, 4096);
+  if (micro_batch_pinned(s)) mbs[0] = s->training.micro_batch;
+  else nmb = divisors(G / W, mbs, 4096);
   for (int64_t di = 0; di < nd; di++) {
     int64_t fsdp = divs[di];
     if (pin->fsdp && fsdp != pin->fsdp) continue;
     if (pin->dp_replicate && W / fsdp != pin->dp_replicate) continue;
-    for (int64_t ep = 1; ep <= ep_max; ep++) {
-      if (ep_max % ep || fsdp % ep || (pin->ep && ep != pin->ep)) continue;
-      for (int a = 0; a < 3; a++) {
-        if (pin->activation_checkpoint != AC_AUTO && acs[a] != pin->activation_checkpoint) continue;
-        for (int off = OFF_NONE; off <= OFF_NVME; off++) {
-          if (pin->offload_activations != OFF_AUTO && off != (int)pin->offload_activations) continue;
-          if (off != OFF_NONE && acs[a] != AC_FULL) continue; /* offload moves layer boundaries */
-          if (off == OFF_NVME && !s->cluster.nvme.present) continue;
-          for (int o = 0; o < 3; o++) {
-            if (!pinned_optimizer(pin, opts[o].tier, opts[o].host_step)) continue;
-            int d0 = pin->prefetch ? (int)pin->prefetch : 1, d1 = pin->prefetch ? (int)pin->prefetch : 2;
-            for (int depth = d0; depth <= d1; depth++) {
-              Choice ch = {fsdp, ep, W / fsdp, fsdp / ep, s->training.global_batch / per_step,
-                           acs[a], (OffloadPolicy)off, opts[o].tier, opts[o].host_step, depth};
-              evaluate(&scratch, md, &ch, f);
+    for (int64_t ei = 0; ei < nep; ei++) {
+      int64_t ep = eps[ei];
+      if (!ep_allowed(s, ep, fsdp) || (pin->ep && ep != pin->ep)) continue;
+      /* micro-batch sizes ascending: memory only grows with the size, so once nothing fits at
+       * one size, nothing fits at a larger one (for this fsdp and ep) */
+      for (int64_t mi = 0, fit = f->nfit; mi < nmb && (mi == 0 || f->nfit > fit); mi++) {
+        fit = f->nfit;
+        for (int a = 0; a < 3; a++) {
+          if (pin->activation_checkpoint != AC_AUTO && acs[a] != pin->activation_checkpoint) continue;
+          for (int off = OFF_NONE; off <= OFF_NVME; off++) {
+            if (pin->offload_activations != OFF_AUTO && off != (int)pin->offload_activations) continue;
+            if (off != OFF_NONE && acs[a] != AC_FULL) continue; /* offload moves layer boundaries */
+            if (off == OFF_NVME && !s->cluster.nvme.present) continue;
+            for (int r = RESHARD_EVERY_MICRO_BATCH; r <= RESHARD_AFTER_STEP; r++) {
+              if (pin->reshard != RESHARD_AUTO && r != (int)pin->reshard) continue;
+              if (f->program && r == RESHARD_AFTER_STEP) continue; /* not emitted yet */
+              for (int o = 0; o < 3; o++) {
+                if (!pinned_optimizer(pin, opts[o].tier, opts[o].host_step)) continue;
+                int d0 = pin->prefetch ? (int)pin->prefetch : 1, d1 = pin->prefetch ? (int)pin->prefetch : 2;
+                for (int depth = d0; depth <= d1; depth++) {
+                  if (r == RESHARD_AFTER_STEP && depth > 1) continue; /* every layer stays gathered */
+                  Choice ch = {.fsdp = fsdp, .ep = ep, .dp_replicate = W / fsdp, .efsdp = fsdp / ep,
+                               .micro_batch = mbs[mi], .accum = G / (mbs[mi] * W), .reshard = (ReshardPolicy)r,
+                               .ac = acs[a], .offload = (OffloadPolicy)off, .opt_tier = opts[o].tier,
+                               .opt_on_host = opts[o].host_step, .prefetch = depth};
+                  evaluate(&scratch, md, &ch, f);
+                }
+              }
             }
           }
         }
@@ -142,87 +185,126 @@ enum { ADVICE_BUDGET = 20000 };
 
 /* The search over md with spec u instead of md's (u changes values that do not change the
  * model graph); adds the candidates it tried to *spent. */
-static Found search_variant(Mem *m, const Model *md, const Spec *u, int *spent) {
+static Found search_variant(Mem *m, const Model *md, const Spec *u, int *spent, bool program) {
   Model *copy = mem_alloc(m, sizeof *copy);
   *copy = *md, copy->spec = u;
-  Found f = {0};
+  Found f = {.program = program};
   f.alts = mem_array(m, MAX_ALTS, sizeof *f.alts);
   search_once(copy, &f);
   *spent += f.n;
   return f;
 }
 
-/* Whether md fits with another node count and sequence length, for "what would make it fit". */
-static bool fits_with(Mem *m, const Model *md, int64_t nodes, int64_t seq, int *spent) {
+/* The search with another node count and sequence length, for "what would make it fit". */
+static Found search_with(Mem *m, const Model *md, int64_t nodes, int64_t seq, int *spent, bool program) {
   Spec *s = mem_alloc(m, sizeof *s);
   *s = *md->spec;
   s->cluster.nodes = nodes;
   s->training.seq_len = seq;
   s->plan.fsdp = s->plan.dp_replicate = 0; /* pins that name the old world size are dropped */
-  return search_variant(m, md, s, spent).feasible;
+  if (s->plan.ep && !ep_allowed(s, s->plan.ep, nodes * s->cluster.gpus_per_node)) s->plan.ep = 0;
+  return search_variant(m, md, s, spent, program);
 }
 
-static const char *advise(Mem *m, const Model *md) {
+/* Sequences per step that every rank must divide: micro_batch × GPUs when micro_batch is
+ * pinned, else GPUs (micro_batch 1 is always tried). */
+static int64_t batch_quantum(const Spec *s, int64_t nodes) {
+  return (micro_batch_pinned(s) ? s->training.micro_batch : 1) * nodes * s->cluster.gpus_per_node;
+}
+
+/* "hbm over by 3.2 GiB" for the closest candidate of a search that found nothing. */
+static const char *why_not(Mem *m, const Found *g) {
+  if (!g->any) return "no layout";
+  char b[32];
+  units_fmt_bytes_bin(b, sizeof b, (double)g->closest.over_bytes);
+  return mem_printf(m, "%s over by %s", plan_tier_name(g->closest.over_tier), b);
+}
+
+/* What would make an infeasible spec fit, from searches really run: more nodes (where the
+ * batch divides), shorter sequences, no pins. When nothing fits, says what each try came to
+ * and what kept larger node counts from being tried, with the --set that would allow them. */
+static const char *advise(Mem *m, const Model *md, bool program) {
   const Spec *s = md->spec;
-  int64_t W = s->cluster.nodes * s->cluster.gpus_per_node;
-  if (s->training.global_batch % (s->training.micro_batch * W) != 0)
+  int64_t N = s->cluster.nodes, G = s->training.global_batch;
+  if (G % batch_quantum(s, N) != 0)
     return mem_printf(m, "global_batch %lld is not a multiple of micro_batch x GPUs = %lld x %lld; "
                       "choose a global_batch that is, or another node count",
-                      (long long)s->training.global_batch, (long long)s->training.micro_batch, (long long)W);
-  char *out = "";
+                      (long long)G, (long long)(micro_batch_pinned(s) ? s->training.micro_batch : 1),
+                      (long long)(N * s->cluster.gpus_per_node));
+  char *out = "", *tried = "", *blocked = "";
   int spent = 0;
   for (int64_t k = 2; k <= 64 && spent < ADVICE_BUDGET; k *= 2) { /* more nodes, if the batch divides */
-    int64_t nodes = s->cluster.nodes * k;
-    if (s->training.global_batch % (s->training.micro_batch * nodes * s->cluster.gpus_per_node) == 0 &&
-        fits_with(m, md, nodes, s->training.seq_len, &spent)) {
-      out = mem_printf(m, "it fits on %lld nodes (--set cluster.nodes=%lld, with global_batch a "
-                       "multiple of micro_batch x GPUs)", (long long)nodes, (long long)nodes);
+    int64_t nodes = N * k, q = batch_quantum(s, nodes);
+    if (G % q) {
+      if (!blocked[0]) /* the first node count the batch keeps out, and how to let it in */
+        blocked = mem_printf(m, "%lld nodes and more were not tried: global_batch %lld is not a multiple of %s"
+                             "GPUs = %lld (--set training.global_batch=%lld would allow %lld nodes)",
+                             (long long)nodes, (long long)G, micro_batch_pinned(s) ? "micro_batch x " : "",
+                             (long long)q, (long long)((G + q - 1) / q * q), (long long)nodes);
+      continue;
+    }
+    Found g = search_with(m, md, nodes, s->training.seq_len, &spent, program);
+    if (g.feasible) {
+      out = mem_printf(m, "it fits on %lld nodes (--set cluster.nodes=%lld)", (long long)nodes, (long long)nodes);
       break;
     }
+    tried = mem_printf(m, "%s%s%lld nodes: %s", tried, tried[0] ? ", " : "", (long long)nodes, why_not(m, &g));
   }
-  for (int64_t seq = s->training.seq_len / 2; seq >= 128 && spent < ADVICE_BUDGET; seq /= 2)
-    if (fits_with(m, md, s->cluster.nodes, seq, &spent)) {
+  for (int64_t seq = s->training.seq_len / 2; seq >= 128 && spent < ADVICE_BUDGET; seq /= 2) {
+    Found g = search_with(m, md, N, seq, &spent, program);
+    if (g.feasible) {
       out = mem_printf(m, "%s%sit fits at seq_len %lld (--set training.seq_len=%lld)", out,
                        out[0] ? "; " : "", (long long)seq, (long long)seq);
       break;
     }
+    if (seq < 128 * 2 || spent >= ADVICE_BUDGET) /* the last one tried */
+      tried = mem_printf(m, "%s%sseq_len %lld down to %lld (at %lld: %s)", tried, tried[0] ? ", " : "",
+                         (long long)(s->training.seq_len / 2), (long long)seq, (long long)seq, why_not(m, &g));
+  }
   const PlanSpec *p = &s->plan;
-  if (p->activation_checkpoint != AC_AUTO || p->offload_activations != OFF_AUTO || p->fsdp || p->ep ||
-      p->optimizer_tier != PIN_TIER_AUTO || p->optimizer_step != PIN_STEP_AUTO || p->prefetch) {
+  bool pinned = p->activation_checkpoint != AC_AUTO || p->offload_activations != OFF_AUTO || p->fsdp || p->ep ||
+                p->reshard != RESHARD_AUTO || p->optimizer_tier != PIN_TIER_AUTO || p->optimizer_step != PIN_STEP_AUTO ||
+                p->prefetch;
+  if (pinned) {
     Spec *u = mem_alloc(m, sizeof *u);
     *u = *s;
     u->plan.activation_checkpoint = AC_AUTO, u->plan.offload_activations = OFF_AUTO;
     u->plan.optimizer_tier = PIN_TIER_AUTO, u->plan.optimizer_step = PIN_STEP_AUTO, u->plan.prefetch = 0;
     u->plan.fsdp = u->plan.ep = u->plan.dp_replicate = 0;
-    Found g = search_variant(m, md, u, &spent);
+    u->plan.reshard = RESHARD_AUTO;
+    Found g = search_variant(m, md, u, &spent, program);
     if (g.feasible)
       out = mem_printf(m, "%s%sunpinned, the search finds fsdp %lld, ep %lld, %s checkpointing%s", out,
                        out[0] ? "; " : "", (long long)g.best.ch.fsdp, (long long)g.best.ch.ep,
                        plan_ac_name(g.best.ch.ac), g.best.ch.offload == OFF_NONE ? "" :
                        g.best.ch.offload == OFF_HOST ? " with host offload" : " with NVMe offload");
+    else
+      tried = mem_printf(m, "%s%swithout the plan pins: %s", tried, tried[0] ? ", " : "", why_not(m, &g));
   }
   if (out[0]) return out;
-  return spent >= ADVICE_BUDGET ? "no tried change fits (the advice search stopped at its budget of 20000 candidates)"
-                                : "no tried change fits (up to 64x the nodes, seq_len down to 128)";
+  return mem_printf(m, "no tried change fits (tried %s%s%s%s)", tried[0] ? tried : "nothing",
+                    blocked[0] ? "; " : "", blocked,
+                    spent >= ADVICE_BUDGET ? "; the advice search stopped at its budget of 20000 candidates" : "");
 }
 
-/* A plan that is communication-bound with gradient accumulation re-gathers every parameter
- * for each micro-batch: fewer, larger micro-batches cut that. Searches again with the
- * micro-batch doubled while the batch divides; returns the advice if some size is at least
- * 10% faster, else NULL. */
-static const char *micro_batch_hint(Mem *m, const Model *md, const Candidate *best) {
+/* A plan with a pinned micro_batch that is communication-bound with gradient accumulation
+ * re-gathers every parameter for each micro-batch: fewer, larger micro-batches cut that.
+ * Searches again with every other micro-batch size the batch allows; returns the advice if
+ * some size is at least 10% faster, else NULL. (Unpinned, the search tried them all.) */
+static const char *micro_batch_hint(Mem *m, const Model *md, const Candidate *best, bool program) {
   const Spec *s = md->spec;
-  if (best->ch.accum < 2 || best->cost.exposed_comm < 0.3 * best->cost.step) return NULL;
+  if (!micro_batch_pinned(s) || best->ch.accum < 2 || best->cost.exposed_comm < 0.3 * best->cost.step) return NULL;
   int64_t W = s->cluster.nodes * s->cluster.gpus_per_node, best_mb = 0;
   double best_step = 0.9 * best->cost.step;
   int spent = 0;
-  for (int64_t mb = 2 * s->training.micro_batch; mb * W <= s->training.global_batch && spent < ADVICE_BUDGET; mb *= 2) {
-    if (s->training.global_batch % (mb * W)) continue;
+  int64_t mbs[4096], n = divisors(s->training.global_batch / W, mbs, 4096);
+  for (int64_t i = 0; i < n && spent < ADVICE_BUDGET; i++) {
+    if (mbs[i] == s->training.micro_batch) continue;
     Spec *u = mem_alloc(m, sizeof *u);
     *u = *s;
-    u->training.micro_batch = mb;
-    Found f = search_variant(m, md, u, &spent);
-    if (f.feasible && f.best.cost.step < best_step) best_step = f.best.cost.step, best_mb = mb;
+    u->training.micro_batch = mbs[i];
+    Found f = search_variant(m, md, u, &spent, program);
+    if (f.feasible && f.best.cost.step < best_step) best_step = f.best.cost.step, best_mb = mbs[i];
   }
   if (!best_mb) return NULL;
   return mem_printf(m, "FSDP re-gathers every parameter for each of the %lld micro-batches of a step; "
@@ -231,13 +313,31 @@ static const char *micro_batch_hint(Mem *m, const Model *md, const Candidate *be
                     (long long)(s->training.global_batch / (best_mb * W)), best_step, best->cost.step);
 }
 
-Plan *plan_search(Mem *m, const Model *md) {
+/* A copy of md whose spec carries micro_batch mb (the model graph does not depend on it). */
+static const Model *with_micro_batch(Mem *m, const Model *md, int64_t mb) {
+  if (md->spec->training.micro_batch == mb) return md;
+  Spec *s = mem_alloc(m, sizeof *s);
+  *s = *md->spec;
+  s->training.micro_batch = mb;
+  Model *copy = mem_alloc(m, sizeof *copy);
+  *copy = *md, copy->spec = s;
+  return copy;
+}
+
+const char *plan_reshard_name(ReshardPolicy r) {
+  static const char *const names[] = {"auto", "every_micro_batch", "after_step"}; /* ORDER ReshardPolicy */
+  return names[r];
+}
+
+Plan *plan_search(Mem *m, const Model *md) { return plan_search_for(m, md, false); }
+
+Plan *plan_search_for(Mem *m, const Model *md, bool program) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   Plan *p = mem_alloc(m, sizeof *p);
-  p->md = md;
   p->world = md->spec->cluster.nodes * md->spec->cluster.gpus_per_node;
-  Found f = {0};
+  p->program = program;
+  Found f = {.program = program};
   f.alts = mem_array(m, MAX_ALTS, sizeof *f.alts);
   search_once(md, &f);
   clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -246,11 +346,14 @@ Plan *plan_search(Mem *m, const Model *md) {
   p->feasible = f.feasible;
   p->best = f.feasible ? f.best : f.closest;
   p->best.quick = false;
-  if (p->ncandidates) plan_memory(m, md, &p->best); /* items again, in the caller's arena */
-  if (p->feasible) cost_step(md, &p->best);
+  p->md = p->ncandidates ? with_micro_batch(m, md, p->best.ch.micro_batch) : md;
+  if (p->ncandidates) plan_memory(m, p->md, &p->best); /* items again, in the caller's arena */
+  if (p->feasible) cost_step(p->md, &p->best);
   p->alts = f.alts, p->nalts = f.nalts;
-  if (!p->feasible) p->advice = advise(m, md);
-  else p->hint = micro_batch_hint(m, md, &p->best);
-  if (p->ncandidates) p->placement = plan_placement(m, md, &p->best.ch);
+  p->in_node = f.in_node, p->has_in_node = f.has_in_node;
+  p->across = f.across, p->has_across = f.has_across;
+  if (!p->feasible) p->advice = advise(m, md, program);
+  else p->hint = micro_batch_hint(m, md, &p->best, program);
+  if (p->ncandidates) p->placement = plan_placement(m, p->md, &p->best.ch);
   return p;
 }

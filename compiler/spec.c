@@ -50,6 +50,7 @@ static const char *const off_names[] = {"auto", "none", "host", "nvme", NULL};
 static const char *const opt_tier_names[] = {"auto", "hbm", "host", NULL};
 static const char *const opt_step_names[] = {"auto", "gpu", "host", NULL};
 static const char *const topo_names[] = {"mesh", "nvswitch", NULL};
+static const char *const reshard_names[] = {"auto", "every_micro_batch", "after_step", NULL};
 
 const char *spec_attn_name(AttnKind k) { return attn_names[k]; }
 const char *spec_act_name(Activation a) { return act_names[a]; }
@@ -183,7 +184,7 @@ static const Field cluster_fields[] = {
 static const Field training_fields[] = {
     {"seq_len", F_INT, O(TrainingSpec, seq_len), NULL, 1, MAXDIM, NULL, NULL, "tokens per sequence"},
     {"global_batch", F_INT, O(TrainingSpec, global_batch), NULL, 1, MAXDIM, NULL, NULL, "sequences per optimizer step"},
-    {"micro_batch", F_INT, O(TrainingSpec, micro_batch), "1", 1, MAXDIM, NULL, NULL, "sequences per rank per forward/backward"},
+    {"micro_batch", F_INT, O(TrainingSpec, micro_batch), "1", 1, MAXDIM, NULL, NULL, "sequences per rank per forward/backward; not written: searched (every divisor of global_batch / GPUs that fits)"},
     {"optimizer", F_ENUM, O(TrainingSpec, optimizer), "adamw", 0, 0, opt_names, NULL, "muon (AdamW for embeddings, router, norms) or adamw"},
     {"grad_reduce_dtype", F_ENUM, O(TrainingSpec, grad_reduce_dtype), "bf16", 0, 0, wire_names, NULL, "gradients on the wire: bf16 (fp32 accumulation) or fp32"},
     {"lr", F_REAL, O(TrainingSpec, lr), NULL, 0, 0, NULL, NULL, "peak learning rate", 0, 1, true, true},
@@ -196,13 +197,14 @@ static const Field training_fields[] = {
 
 static const Field plan_fields[] = {
     {"fsdp", F_AUTO, O(PlanSpec, fsdp), "auto", 1, 1 << 24, NULL, NULL, "ranks a parameter is sharded over"},
-    {"ep", F_AUTO, O(PlanSpec, ep), "auto", 1, 1024, NULL, NULL, "expert-parallel ranks (inside a node)"},
+    {"ep", F_AUTO, O(PlanSpec, ep), "auto", 1, 1024, NULL, NULL, "expert-parallel ranks: a divisor of gpus_per_node (inside a node) or a multiple of it (across nodes); divides the experts and fsdp"},
     {"dp_replicate", F_AUTO, O(PlanSpec, dp_replicate), "auto", 1, 1 << 24, NULL, NULL, "replicas of the FSDP group"},
     {"tp", F_INT, O(PlanSpec, tp), "1", 1, 1024, NULL, NULL, "tensor parallelism (only 1 is supported yet)"},
     {"pp", F_INT, O(PlanSpec, pp), "1", 1, 1024, NULL, NULL, "pipeline parallelism (only 1 is supported yet)"},
     {"cp", F_INT, O(PlanSpec, cp), "1", 1, 1024, NULL, NULL, "context parallelism (only 1 is supported yet)"},
     {"activation_checkpoint", F_ENUM, O(PlanSpec, activation_checkpoint), "auto", 0, 0, ac_names, NULL, "none, selective, full or auto"},
     {"offload_activations", F_ENUM, O(PlanSpec, offload_activations), "auto", 0, 0, off_names, NULL, "where layer-boundary activations wait for backward: none (HBM), host, nvme (needs cluster.nvme) or auto"},
+    {"reshard", F_ENUM, O(PlanSpec, reshard), "auto", 0, 0, reshard_names, NULL, "when gathered parameters are freed: every_micro_batch (re-gathered per micro-batch), after_step (kept from the first forward to the optimizer step; planned, not yet emitted by compile) or auto"},
     {"moe_imbalance", F_REAL, O(PlanSpec, moe_imbalance), "1.25", 0, 0, NULL, NULL, "tokens the busiest EP rank receives / the mean: sizes MoE buffers and prices the busiest rank's expert GEMMs", 1, INFINITY, false, true},
     {"optimizer_tier", F_ENUM, O(PlanSpec, optimizer_tier), "auto", 0, 0, opt_tier_names, NULL, "where fp32 master weights, the gradient shard and optimizer state live: hbm, host or auto"},
     {"optimizer_step", F_ENUM, O(PlanSpec, optimizer_step), "auto", 0, 0, opt_step_names, NULL, "where the optimizer step runs: gpu, host (needs optimizer_tier host or auto) or auto"},

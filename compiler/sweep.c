@@ -54,10 +54,10 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
   const char *sep = csv ? "," : " ";
   for (int i = 0; i < nover; i++) printf(csv ? "%s%s" : "%-14s%s", ax[i].key, sep);
   if (csv)
-    printf("fits,fsdp,dp_replicate,ep,checkpoint,offload,optimizer_state,prefetch,tokens_per_s_per_gpu,mfu,hbm_peak_bytes,host_peak_bytes,step_seconds,bottleneck_or_reason\n");
+    printf("fits,fsdp,dp_replicate,ep,checkpoint,offload,optimizer_state,prefetch,micro_batch,reshard,tokens_per_s_per_gpu,mfu,hbm_peak_bytes,host_peak_bytes,step_seconds,bottleneck_or_reason\n");
   else
-    printf("%-4s %-11s %-3s %-9s %-5s %-8s %-2s %10s %6s %9s %9s %9s  %s\n", "fits", "fsdp x dp", "ep", "ckpt",
-           "offl", "opt", "pf", "tok/s/GPU", "MFU", "HBM GiB", "host GiB", "step s", "bottleneck / why not");
+    printf("%-4s %-11s %-3s %-9s %-5s %-8s %-2s %-4s %-5s %10s %6s %9s %9s %9s  %s\n", "fits", "fsdp x dp", "ep", "ckpt",
+           "offl", "opt", "pf", "mb", "keep", "tok/s/GPU", "MFU", "HBM GiB", "host GiB", "step s", "bottleneck / why not");
   int *idx = mem_array(&mem, (size_t)nover + 1, sizeof *idx);
   for (int64_t pt = 0; pt < points; pt++) {
     Mem m = {0};
@@ -88,22 +88,24 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
     }
     const char *opt = ch->opt_tier == TIER_HBM ? "hbm" : ch->opt_on_host ? "host-cpu" : "host";
     if (csv) {
-      printf("%s,%lld,%lld,%lld,%s,%s,%s,%d,%.1f,%.4f,%lld,%lld,%.3f,%s\n", p->feasible ? "yes" : "no",
+      printf("%s,%lld,%lld,%lld,%s,%s,%s,%d,%lld,%s,%.1f,%.4f,%lld,%lld,%.3f,%s\n", p->feasible ? "yes" : "no",
              (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep, plan_ac_name(ch->ac),
-             plan_offload_name(ch->offload), opt, ch->prefetch, p->feasible ? c->cost.tokens_per_s_per_gpu : 0,
+             plan_offload_name(ch->offload), opt, ch->prefetch, (long long)ch->micro_batch,
+             plan_reshard_name(ch->reshard), p->feasible ? c->cost.tokens_per_s_per_gpu : 0,
              p->feasible ? c->cost.mfu : 0, (long long)c->arena[TIER_HBM], (long long)c->arena[TIER_HOST],
              p->feasible ? c->cost.step : 0, p->feasible ? c->cost.bottleneck : why);
     } else {
       char lay[32];
       snprintf(lay, sizeof lay, "%lld x %lld", (long long)ch->fsdp, (long long)ch->dp_replicate);
       if (p->feasible)
-        printf("%-4s %-11s %-3lld %-9s %-5s %-8s %-2d %10.0f %5.1f%% %9.1f %9.1f %9.2f  %s\n", "yes", lay, (long long)ch->ep,
-               plan_ac_name(ch->ac), plan_offload_name(ch->offload), opt, ch->prefetch, c->cost.tokens_per_s_per_gpu,
+        printf("%-4s %-11s %-3lld %-9s %-5s %-8s %-2d %-4lld %-5s %10.0f %5.1f%% %9.1f %9.1f %9.2f  %s\n", "yes", lay,
+               (long long)ch->ep, plan_ac_name(ch->ac), plan_offload_name(ch->offload), opt, ch->prefetch,
+               (long long)ch->micro_batch, ch->reshard == RESHARD_AFTER_STEP ? "step" : "micro", c->cost.tokens_per_s_per_gpu,
                100 * c->cost.mfu, (double)c->arena[TIER_HBM] / 0x1p30, (double)c->arena[TIER_HOST] / 0x1p30,
                c->cost.step, c->cost.bottleneck);
       else
-        printf("%-4s %-11s %-3s %-9s %-5s %-8s %-2s %10s %6s %9s %9s %9s  %s\n", "no", p->ncandidates ? lay : "-",
-               "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", why);
+        printf("%-4s %-11s %-3s %-9s %-5s %-8s %-2s %-4s %-5s %10s %6s %9s %9s %9s  %s\n", "no",
+               p->ncandidates ? lay : "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", why);
     }
     mem_free(&m);
   }

@@ -53,16 +53,25 @@ expect 2 'not a regular file' timeout 5 "$mtc" check "$tmpf/f.yaml"
 expect 2 'empty.yaml:1:1: error: the file is empty; expected a cluster preset' env MTC_PRESET_DIR="$tmpf" "$mtc" check specs/tiny-moe.yaml --set cluster.preset=empty
 rm -rf "$tmpf"
 # the plan: the reference run's layout; exit 1 with the tier and computed advice when nothing fits
-expect 0 '^policy     fsdp 384 x dp 1, ep 4, full checkpointing \+ boundaries on host' "$mtc" plan specs/europa-1t.yaml
+expect 0 '^policy     fsdp 384 x dp 1, ep 4, micro_batch 1, full checkpointing \+ boundaries on host' "$mtc" plan specs/europa-1t.yaml
 expect 0 '"feasible": true' "$mtc" plan --json specs/europa-1t.yaml
 expect 1 '^closest candidate: (hbm|host) over by' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48
 expect 1 '^advice: it fits on 96 nodes' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48
 expect 1 '"feasible": false' "$mtc" plan --json specs/europa-1t.yaml --set plan.activation_checkpoint=none
 expect 1 'not a multiple of micro_batch x GPUs' "$mtc" plan specs/europa-1t.yaml --set training.global_batch=100
+# the advice names what it tried, and the --set that lets a larger node count be tried
+expect 1 '^advice: no tried change fits \(tried 24 nodes: hbm over by .*192 nodes and more were not tried: global_batch 384 is not a multiple of micro_batch x GPUs = 768 \(--set training.global_batch=768 would allow 192 nodes\)' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=12 --set cluster.gpu.hbm=4GB
 # explain and sweep
-expect 0 '^chosen     fsdp 384 x dp 1, ep 4, full checkpointing' "$mtc" explain specs/europa-1t.yaml
-expect 0 'rejected: (hbm|host) over by' "$mtc" explain specs/europa-1t.yaml
-expect 0 '^hint: FSDP re-gathers every parameter for each of the 60 micro-batches' "$mtc" plan specs/deepseek-v3.yaml
+expect 0 '^chosen     fsdp 384 x dp 1, ep 4, micro_batch 1, full checkpointing' "$mtc" explain specs/europa-1t.yaml
+expect 0 'rejected: (hbm|host) over by' "$mtc" explain specs/europa-1t.yaml --set plan.ep=4
+# EP inside a node against across nodes: europa-1t keeps it in the node, deepseek-v3 on 64 nodes too
+expect 0 '^  why: EP inside a node wins by .*most of it in MoE all-to-all' "$mtc" explain specs/europa-1t.yaml
+expect 0 '^  why: EP inside a node wins by' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
+expect 0 'across nodes: an EP group is 64 consecutive ranks on 16 nodes' "$mtc" plan specs/deepseek-v3.yaml --set plan.ep=64
+# a pinned micro_batch is honoured; the hint names a faster one from every divisor tried
+expect 0 '^hint: FSDP re-gathers every parameter for each of the 60 micro-batches.*micro_batch=12 ' "$mtc" plan specs/deepseek-v3.yaml --set training.micro_batch=1 --set plan.ep=4 --set plan.reshard=every_micro_batch
+expect 0 '^policy     fsdp 256 x dp 1, ep 4, micro_batch 12, ' "$mtc" plan specs/deepseek-v3.yaml
+expect 2 "'plan.reshard' is after_step: .*planned but not yet emitted" "$mtc" compile specs/tiny-moe.yaml -o /nonexistent/x --set plan.reshard=after_step
 expect 1 '^nothing fits; closest' "$mtc" explain specs/europa-1t.yaml --set cluster.nodes=48
 expect 0 '^96 +65536 +yes +384 x 1 +4 +full +host +host +1 ' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=48,96 --over training.seq_len=65536
 expect 0 '^48 +65536 +no .*(hbm|host) over by' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=48,96 --over training.seq_len=65536

@@ -6,7 +6,8 @@
 #              for a dense + MoE(shared expert) + GQA model, a sigmoid/aux-free router variant,
 #              and GELU with full recomputation
 #   sharding   10 steps of one model and global batch on 1 rank and on 4 MPI ranks (fsdp 4 with
-#              ep 2, and with ep 4), gradients reduced in fp32: the same loss at every step
+#              ep 2, with ep 4, and with ep 4 laid out as 2 nodes x 2 ranks: an EP group spanning
+#              nodes), gradients reduced in fp32: the same loss at every step
 #              within 1e-4 relative; with bf16 on the wire (the default), within 1e-2
 #   policies   none, selective and full activation checkpointing, and full with the boundaries
 #              offloaded to host memory: bitwise identical losses
@@ -106,15 +107,19 @@ assert abs(mfu - 100 * tps * fpt / want_peak) <= 0.005 + 100 * 0.5 * fpt / want_
 assert abs(pmfu - 100 * plan["predicted"]["mfu"]) <= 0.01, (pmfu, plan["predicted"]["mfu"])
 assert abs(ratio - tps / pred) <= 0.001 + 0.5 / pred + 0.5 / tps, (ratio, tps, pred)
 PY
-  for ep in 2 4; do
-    build "w4ep$ep" "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=$ep || continue
-    grep -q "^#define PLAN_EP $ep$" "$work/w4ep$ep/step.h" || die "w4ep$ep: the plan did not take ep $ep"
+  # ep 2 and 4 inside one 4-rank node, and ep 4 across 2 nodes x 2 ranks (an EP group of whole nodes)
+  for ep in 2 4 4x; do
+    layout=(--set cluster.gpus_per_node=4)
+    [ "$ep" = 4x ] && layout=(--set cluster.nodes=2 --set cluster.gpus_per_node=2)
+    build "w4ep$ep" "$tiny" float "${small[@]}" "${layout[@]}" --set plan.fsdp=4 --set plan.ep=${ep%x} || continue
+    grep -q "^#define PLAN_EP ${ep%x}$" "$work/w4ep$ep/step.h" || die "w4ep$ep: the plan did not take ep ${ep%x}"
+    [ "$ep" = 4x ] && { grep -q "EP 4 across 2 nodes" "$work/w4ep$ep/plan.txt" || die "w4ep4x: plan.txt does not lay EP across 2 nodes"; }
     (cd "$work" && "${mpirun[@]}" -np 4 "./w4ep$ep/build/train" --data "$text" --metrics "w4ep$ep.jsonl" >/dev/null) ||
       { die "4 rank run (ep $ep)"; continue; }
     paste <(losses "$work/w1.jsonl") <(losses "$work/w4ep$ep.jsonl") | awk -v ep=$ep '
       { n++; d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > worst) worst = r
-        if (r > 1e-4) { printf "step %d: 1 rank %s, 4 ranks (ep %d) %s\n", n, $1, ep, $2; bad = 1 } }
-      END { printf "1 vs 4 ranks (fsdp 4, ep %d): %d steps, worst relative difference %.2e\n", ep, n, worst
+        if (r > 1e-4) { printf "step %d: 1 rank %s, 4 ranks (ep %s) %s\n", n, $1, ep, $2; bad = 1 } }
+      END { printf "1 vs 4 ranks (fsdp 4, ep %s): %d steps, worst relative difference %.2e\n", ep, n, worst
             exit (bad || n != 10) }' || die "losses differ between 1 and 4 ranks (ep $ep)"
   done
   build w4bf16 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=2 \

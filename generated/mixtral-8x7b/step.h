@@ -10,27 +10,27 @@
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 32
 #define PLAN_FSDP 32
-#define PLAN_EP 4
+#define PLAN_EP 1
 #define PLAN_DP_REPLICATE 1
-#define EXPERTS_PER_RANK 2
-#define CHECKPOINT_POLICY "selective"
+#define EXPERTS_PER_RANK 8
+#define CHECKPOINT_POLICY "full"
 #define OPTIMIZER "adamw" /* muon: Muon for hidden matrices, AdamW for the rest */
 #define GRAD_REDUCE_DTYPE "bf16"
 /* training */
 #define GLOBAL_BATCH 256
-#define MICRO_BATCH 1
-#define ACCUM 8
+#define MICRO_BATCH 4
+#define ACCUM 2
 #define SEQ_LEN 32768
 #define VOCAB 32000
-#define TOKENS 32768 /* per micro-batch and rank */
+#define TOKENS 131072 /* per micro-batch and rank */
 /* model shapes the cuda runtime sizes its scratch by (kernels.cu has them all) */
 #define HIDDEN 4096
 #define HEADS 32
 #define EXPERTS 8
 #define TOP_K 2
 #define AUX_FREE 0
-#define MOE_CAP_ROWS 81920 /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */
-#define MOE_MEAN_ROWS 65536 /* rows a rank sends per MoE layer pass: tokens x top_k */
+#define MOE_CAP_ROWS 262144 /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */
+#define MOE_MEAN_ROWS 262144 /* rows a rank sends per MoE layer pass: tokens x top_k */
 #define TRAIN_STEPS 1000
 #define LR 0.0001
 #define WARMUP_STEPS 0
@@ -38,29 +38,29 @@
 #define WEIGHT_DECAY 0.1
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 1.022550e+11 /* training FLOPs per token (plan.json model.flops_per_token) */
-#define PREDICTED_TOKENS_PER_S_PER_GPU 2846.27 /* the plan's prediction for the spec's cluster */
+#define PREDICTED_TOKENS_PER_S_PER_GPU 3207.84 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 77300437504 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 4294967296 /* its host (Grace) arena per GPU */
+#define PLAN_HBM_BYTES 80622928128 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HOST_BYTES 62006102016 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
 
 /* the state arena: 5837849088 elements of real (fp32 master shards, gradients, moments) in
- * device (HBM) memory; the optimizer step runs on the GPU */
+ * host (Grace) memory; the optimizer step runs on the host CPU */
 #define STATE_ELEMS 5837849088
-#define STATE_ON_HOST 0
-#define OPT_STEP_ON_HOST 0
-/* the arena: 29404123200 elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before
+#define STATE_ON_HOST 1
+#define OPT_STEP_ON_HOST 1
+/* the arena: 46389653680 elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before
  * reading them */
-#define ARENA_ELEMS 29404123200
-#define ARENA_SCRATCH 65536
+#define ARENA_ELEMS 46389653680
+#define ARENA_SCRATCH 1459724416
 #define INPUTS 0
-#define TARGETS 32768
-#define STATE_STAGING 1933656064 /* a device buffer of the largest shard (RS_OUT0), free between steps */
-#define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */
-#define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
+#define TARGETS 131072
+#define STATE_STAGING 7621173376 /* a device buffer of the largest shard (RS_OUT0), free between steps */
+#define HOST_ELEMS 16106127360 /* the host arena (activation offload): boundaries waiting for the backward */
+#define OFFLOAD_IDS 30 /* boundaries that go to the host and back */
 #define N_GROUPS 66
 #define N_TENSORS 323
 extern const RtGroup step_groups[N_GROUPS];

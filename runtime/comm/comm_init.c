@@ -61,6 +61,11 @@ int rt_comm_init(RtComm *c, int *argc, char ***argv, int fsdp, int ep, int dp_re
   c->fsdp_rank = c->rank % fsdp;
   c->ep_rank = c->fsdp_rank % ep;
   c->shard_rank = c->fsdp_rank / ep;
+  /* EP group: ep consecutive ranks of an FSDP group (ep_rank = fsdp_rank % ep), as the plan lays
+   * them out: inside one node when ep divides gpus_per_node, else ep / gpus_per_node whole nodes,
+   * given that ranks fill nodes in blocks (launch.sbatch's --ntasks-per-node with srun's default
+   * block distribution; mpirun --map-by slot). The shard group: the fsdp / ep ranks with one
+   * ep_rank, ep apart. */
   int groups_per_replica = fsdp / ep;
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->replica, c->fsdp_rank, &c->fsdp_comm));
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->replica * groups_per_replica + c->shard_rank, c->ep_rank,
