@@ -148,11 +148,39 @@ int64_t rt_peak_rss_bytes(void);
 void rt_prefault(void *p, size_t bytes);
 /* Seconds from a monotonic clock. */
 double rt_now(void);
-/* One metrics line as JSON (non-finite numbers as null; "skipped":true on a skipped step):
- * {"step":1,"loss":5.54,...}. With expert parallelism (moe_load >= 0) also "moe_load", the
- * busiest EP rank's rows over the mean in the step's worst MoE layer pass, and
- * "moe_extra_rounds", the all-to-all rounds past the first (buffers of moe_imbalance × the mean). */
-void rt_metrics_json(FILE *f, int step, double loss, double aux_loss, double lr, double grad_norm,
-                     double tokens_per_s, int skipped, double moe_load, long moe_extra_rounds);
+/* The figures of one optimizer step, as a metrics line reports them. */
+typedef struct {
+  int64_t step;          /* 1-based (64-bit: training.steps allows 2^40) */
+  double loss, aux_loss, lr, grad_norm, tokens_per_s;
+  int skipped;           /* the step was not finite: no update */
+  double moe_load;       /* with expert parallelism: the busiest EP rank's rows over the mean in the
+                            step's worst MoE layer pass; < 0 without (the key is left out) */
+  int64_t moe_extra_rounds; /* the all-to-all rounds past the first (buffers of moe_imbalance x the mean) */
+} RtStepMetrics;
+
+/* One metrics line as JSON in b (n bytes), '\n' included (non-finite numbers as null;
+ * "skipped":true on a skipped step): {"step":1,"loss":5.54,...}. Returns its length, or -1 when
+ * it does not fit. */
+int rt_metrics_line(char *b, size_t n, const RtStepMetrics *s);
+
+/* The metrics file of a run (rank 0's): path, its descriptor (opened O_APPEND) and its length. */
+typedef struct {
+  const char *path;
+  int fd;
+  int64_t bytes;
+} RtMetrics;
+
+/* Opens path for appending (created if missing): a regular file, or a character device such as
+ * /dev/null; a FIFO, a directory or a socket is refused. In a regular file a cut last line (a
+ * killed run's) is dropped, and with resume_step >= 0 (a run resumed from the checkpoint of
+ * that step) so are the last lines whose step is past it, up to the first that is not. 0, or -1
+ * with "PATH: why; expected ..." in err. */
+int rt_metrics_open(RtMetrics *m, const char *path, int64_t resume_step, char *err, size_t errlen);
+/* Appends the line of s with one write(): it is in the file (the kernel's page cache) when this
+ * returns 0. A failed or short write (disk full) removes what part of the line was written and
+ * returns -1 with "PATH: No space left on device (writing step N); expected ..." in err. */
+int rt_metrics_write(RtMetrics *m, const RtStepMetrics *s, char *err, size_t errlen);
+/* Closes the file: 0, or -1 with err set when the close reports a write error. */
+int rt_metrics_close(RtMetrics *m, char *err, size_t errlen);
 
 #endif

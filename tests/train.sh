@@ -157,7 +157,7 @@ checkpoints)
   # a checkpoint of another model or optimizer is refused
   build c2h64 "$tiny" float "${ck[@]}" --set model.hidden=64 --set cluster.gpus_per_node=2 --set plan.fsdp=2 || exit 1
   out=$(cd "$work" && "${mpirun[@]}" -np 2 ./c2h64/build/train --data "$text" --metrics y.jsonl --checkpoint-dir ckA 2>&1); rc=$?
-  [ $rc -eq 2 ] && echo "$out" | grep -q "expected a checkpoint of the same model" || die "other model resumed: exit $rc, $out"
+  [ $rc -eq 2 ] && echo "$out" | grep -q "error: resuming from .*: tensor model[a-z_.0-9]* is [0-9]*x128 in the checkpoint and [0-9]*x64 in this program; expected a checkpoint of this program's model" || die "other model resumed: exit $rc, $out"
   build c2mu "$tiny" float "${ck[@]}" --set training.optimizer=muon --set cluster.gpus_per_node=2 --set plan.fsdp=2 || exit 1
   out=$(cd "$work" && "${mpirun[@]}" -np 2 ./c2mu/build/train --data "$text" --metrics y.jsonl --checkpoint-dir ckA 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q "trained with adamw, but this program uses muon" || die "other optimizer resumed: exit $rc, $out"
