@@ -128,14 +128,18 @@ void rt_router_bias_update(real *shard, int64_t lo, int64_t n, int64_t off, cons
 
 /* Saves the training state after `step` optimizer steps into dir/step-NNNNNNNN (format in
  * mtrt_ckpt.h): collective over the world; replica 0's ranks write their shards, rank 0 the
- * manifest, last. kill_halfway (tests only): rank 0 kills itself with SIGKILL after the shards
- * are written and before the manifest. Returns 0, or -1 on every rank (err says why). */
+ * manifest, last. A complete checkpoint already at dir/step-NNNNNNNN is kept as it is (0). On a
+ * failure every rank removes what it wrote (temporary, shard; rank 0 the step directory if
+ * empty) and returns -1 (err names the file and why). kill_halfway (tests only): rank 0 kills
+ * itself with SIGKILL after the shards are written and before the manifest. */
 int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, const real *arena, const RtGroup *g,
                  int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer, bool kill_halfway,
                  char *err, size_t errlen);
 /* Loads checkpoint directory path (saved under any layout) into this rank's master shards and
  * optimizer moments; sets *step and *seed. Refuses a checkpoint of another optimizer, or one
- * whose tensors differ from the program's in name or shape. Collective; -1 on every rank if
+ * whose tensors differ from the program's: one missing on either side (a checkpoint with more
+ * layers than the program is not cut), or of another shape or number of experts; err names the
+ * tensor, both shapes and what to do. Collective; -1 on every rank if
  * any failed (a corrupt or truncated shard is named in err). */
 int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *arena, const RtGroup *g,
                  int ng, const RtTensor *t, int nt, const char *optimizer, char *err, size_t errlen);
