@@ -565,6 +565,8 @@ static void header(Em *e, const char *spec_base) {
     (long long)e->host_elems);
   P(e, "#define OFFLOAD_IDS %lld /* boundaries that go to the host and back */\n",
     (long long)(e->host_elems ? e->L - 2 : 0));
+  if (e->host_elems && e->p->best.ch.offload == OFF_NVME)
+    P(e, "#define PLAN_OFFLOAD_NVME 1 /* the plan says NVMe; this program keeps the boundaries in host memory */\n");
   P(e, "#define N_GROUPS %d\n#define N_TENSORS %d\n", e->ngroups, e->ntensors);
   P(e, "extern const RtGroup step_groups[N_GROUPS];\nextern const RtTensor step_tensors[N_TENSORS];\n\n");
   P(e, "/* One micro-batch (inputs and targets in the arena): forward returns the mean cross-entropy\n"
@@ -672,6 +674,14 @@ void em_init(Em *e, Mem *m, const Plan *p) {
   em_layout(e);
 }
 
+/* The program has no NVMe tier yet: it keeps what the plan puts on NVMe in host memory. */
+static void nvme_warning(const Em *e) {
+  fprintf(stderr, "warning: the plan puts the layer boundaries on NVMe, but the program keeps them in host memory: "
+          "%.1f MiB per GPU that the plan's host memory does not count; expected that much free host memory, or "
+          "--set plan.offload_activations=host for a plan that counts it\n",
+          (double)e->host_elems * (double)sizeof(float) / 1048576.0);
+}
+
 bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base) {
   const Model *md = p->md;
   const Spec *s = md->spec;
@@ -682,6 +692,7 @@ bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec
     return diag_error(d, spec_loc(s, "plan.moe_imbalance"), "one all-to-all round would take %lld rows per rank "
                       "(moe_imbalance x tokens x top_k), more than 2^31 - 1; expected a lower plan.moe_imbalance, "
                       "training.micro_batch or training.seq_len", (long long)e.R);
+  if (e.host_elems && p->best.ch.offload == OFF_NVME) nvme_warning(&e);
   const char *names[2] = {"step.h", "step.c"};
   for (int i = 0; i < 2; i++) {
     const char *path = mem_printf(m, "%s/%s", dir, names[i]);

@@ -21,7 +21,7 @@ static const char usage_main[] =
     "                        and the training program (step.c, train.c, CMakeLists.txt,\n"
     "                        launch.sbatch)\n"
     "  build DIR [--backend cpu|cuda] [--real float|double]\n"
-    "                        build DIR/build/train against mtc's runtime (CMake)\n"
+    "                        build DIR/build/train, or DIR/build-cuda/train for cuda (CMake)\n"
     "  export CKPT OUT       a checkpoint's weights as one safetensors file (HF names)\n"
     "  explain SPEC          the chosen plan and the best alternatives, with why each lost\n"
     "  sweep SPEC --over KEY=V1,V2,... [--over ...] [--csv]\n"
@@ -61,8 +61,9 @@ static const char *const usage_cmd[][2] = {
               "(DIR/build-double/train with --real double, for gradient checks), against the\n"
               "runtime in $MTC_ROOT or in the source tree this mtc was built from: its cpu\n"
               "backend (OpenBLAS, MPI), or with --backend cuda the GPU one (NVRTC, cuBLAS,\n"
-              "NCCL; `train --check-kernels` compiles the kernels without a GPU). A thin\n"
-              "wrapper over cmake -S DIR -B DIR/build -DMTC_ROOT=... && cmake --build.\n"},
+              "NCCL; `train --check-kernels` compiles the kernels without a GPU) in\n"
+              "DIR/build-cuda/train: each backend builds in its own directory. A thin wrapper\n"
+              "over cmake -S DIR -B DIR/build -DMTC_ROOT=... && cmake --build.\n"},
     {"export", "usage: mtc export CKPT OUT.safetensors\n\n"
                "Writes the fp32 master weights of checkpoint CKPT (a step-N directory, or the\n"
                "--checkpoint-dir holding them: the newest complete one) as one safetensors file\n"

@@ -12,7 +12,9 @@
  *
  * A checkpoint is complete once its manifest exists: shards are written to a temporary name,
  * fsync'ed and renamed, then rank 0 writes the manifest the same way, last. A process killed
- * mid-save leaves a step directory without a manifest, which loading skips.
+ * mid-save leaves a step directory without a manifest, which loading skips. A save that fails
+ * removes its temporaries, the shards it wrote and its step directory; a step directory that
+ * already holds a complete checkpoint is never rewritten.
  *
  * Loading reads any layout: every element of every tensor is found by name, expert index and
  * position, so a checkpoint saved with one world size, fsdp or ep resumes under another.

@@ -35,7 +35,8 @@ typedef struct {
 
 /* Opens path for a model with `vocab` tokens and sequences of seq_len. Fails (returns -1 and
  * writes "path: what; expected ..." into err) on a missing, unreadable or empty file, a shard
- * whose header disagrees with its size, a Megatron index that is malformed, of another dtype
+ * whose header disagrees with its size, a path that is not a regular file (a FIFO is refused at
+ * once, never waited on), a Megatron index that is malformed, of another dtype
  * or whose sequences are not stored back to back, fewer than seq_len + 1 tokens, raw bytes
  * with a vocabulary under 256, or a token outside [0, vocab). Returns 0 on success. */
 int rt_data_open(RtData *d, const char *path, int vocab, int seq_len, char *err, size_t errlen);

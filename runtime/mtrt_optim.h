@@ -18,7 +18,7 @@ typedef struct {
   float beta1, beta2; /* 0.9, 0.95 as in most LLM pretraining */
   float eps;          /* 1e-8 */
   float weight_decay; /* decoupled: param -= lr · wd · param; 0 for norms and biases */
-  int step;           /* 1-based, for bias correction */
+  int64_t step;       /* 1-based, for bias correction (64-bit: training.steps allows 2^40) */
 } RtAdamW;
 
 /* One AdamW update of n parameters: m, v (n, fp32 moments) and param (n, real: fp32 master weights) updated in place
@@ -51,8 +51,9 @@ void rt_muon_matrix(MPI_Comm comm, int owner, real *param, float *mom, const rea
                     int rows, int cols, float grad_scale, const RtMuon *h, real *work, int *counts, int *displs);
 
 /* Learning rate at step s (0-based) of `steps`: linear warmup from lr/warmup to lr over
- * `warmup` steps, then cosine decay to min_ratio × lr at the last step. */
-float rt_lr_at(int s, int steps, int warmup, float lr, float min_ratio);
+ * `warmup` steps, then cosine decay to min_ratio × lr at the last step. Steps are 64-bit
+ * (training.steps allows 2^40); the fractions are computed in double. */
+float rt_lr_at(int64_t s, int64_t steps, int64_t warmup, float lr, float min_ratio);
 
 /* Sum of squares of n gradient values (the caller sums over tensors and ranks, then takes the
  * square root: the global norm). */

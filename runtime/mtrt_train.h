@@ -133,15 +133,19 @@ void rt_router_bias_update(real *shard, int64_t lo, int64_t n, int64_t off, cons
 
 /* Saves the training state after `step` optimizer steps into dir/step-NNNNNNNN (format in
  * mtrt_ckpt.h): collective over the world; replica 0's ranks write their shards, rank 0 the
- * manifest, last. kill_halfway (tests only): rank 0 kills itself with SIGKILL after the shards
- * are written and before the manifest. Returns 0, or -1 on every rank (err says why). */
+ * manifest, last. A complete checkpoint already at dir/step-NNNNNNNN is kept as it is (0). On a
+ * failure every rank removes what it wrote (temporary, shard; rank 0 the step directory if
+ * empty) and returns -1 (err names the file and why). kill_halfway (tests only): rank 0 kills
+ * itself with SIGKILL after the shards are written and before the manifest. */
 int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, const real *state, const RtGroup *g,
                  int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer, bool kill_halfway,
                  char *err, size_t errlen);
 /* Loads checkpoint directory path (saved under any layout) into this rank's master shards and
  * optimizer moments (in state, the state arena on the host; a group without a second moment
  * skips the checkpoint's); sets *step and *seed. Refuses a checkpoint of another optimizer, or one
- * whose tensors differ from the program's in name or shape. Collective; -1 on every rank if
+ * whose tensors differ from the program's: one missing on either side (a checkpoint with more
+ * layers than the program is not cut), or of another shape or number of experts; err names the
+ * tensor, both shapes and what to do. Collective; -1 on every rank if
  * any failed (a corrupt or truncated shard is named in err). */
 int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *state, const RtGroup *g,
                  int ng, const RtTensor *t, int nt, const char *optimizer, char *err, size_t errlen);
@@ -154,11 +158,39 @@ int64_t rt_peak_rss_bytes(void);
 void rt_prefault(void *p, size_t bytes);
 /* Seconds from a monotonic clock. */
 double rt_now(void);
-/* One metrics line as JSON (non-finite numbers as null; "skipped":true on a skipped step):
- * {"step":1,"loss":5.54,...}. With expert parallelism (moe_load >= 0) also "moe_load", the
- * busiest EP rank's rows over the mean in the step's worst MoE layer pass, and
- * "moe_extra_rounds", the all-to-all rounds past the first (buffers of moe_imbalance × the mean). */
-void rt_metrics_json(FILE *f, int step, double loss, double aux_loss, double lr, double grad_norm,
-                     double tokens_per_s, int skipped, double moe_load, long moe_extra_rounds);
+/* The figures of one optimizer step, as a metrics line reports them. */
+typedef struct {
+  int64_t step;          /* 1-based (64-bit: training.steps allows 2^40) */
+  double loss, aux_loss, lr, grad_norm, tokens_per_s;
+  int skipped;           /* the step was not finite: no update */
+  double moe_load;       /* with expert parallelism: the busiest EP rank's rows over the mean in the
+                            step's worst MoE layer pass; < 0 without (the key is left out) */
+  int64_t moe_extra_rounds; /* the all-to-all rounds past the first (buffers of moe_imbalance x the mean) */
+} RtStepMetrics;
+
+/* One metrics line as JSON in b (n bytes), '\n' included (non-finite numbers as null;
+ * "skipped":true on a skipped step): {"step":1,"loss":5.54,...}. Returns its length, or -1 when
+ * it does not fit. */
+int rt_metrics_line(char *b, size_t n, const RtStepMetrics *s);
+
+/* The metrics file of a run (rank 0's): path, its descriptor (opened O_APPEND) and its length. */
+typedef struct {
+  const char *path;
+  int fd;
+  int64_t bytes;
+} RtMetrics;
+
+/* Opens path for appending (created if missing): a regular file, or a character device such as
+ * /dev/null; a FIFO, a directory or a socket is refused. In a regular file a cut last line (a
+ * killed run's) is dropped, and with resume_step >= 0 (a run resumed from the checkpoint of
+ * that step) so are the last lines whose step is past it, up to the first that is not. 0, or -1
+ * with "PATH: why; expected ..." in err. */
+int rt_metrics_open(RtMetrics *m, const char *path, int64_t resume_step, char *err, size_t errlen);
+/* Appends the line of s with one write(): it is in the file (the kernel's page cache) when this
+ * returns 0. A failed or short write (disk full) removes what part of the line was written and
+ * returns -1 with "PATH: No space left on device (writing step N); expected ..." in err. */
+int rt_metrics_write(RtMetrics *m, const RtStepMetrics *s, char *err, size_t errlen);
+/* Closes the file: 0, or -1 with err set when the close reports a write error. */
+int rt_metrics_close(RtMetrics *m, char *err, size_t errlen);
 
 #endif

@@ -114,5 +114,19 @@ for i in range(99000): sys.stdout.write(" k%x: 0\n" % i)' >"$tmp/many-keys.yaml"
 expect 2 "unknown key 'x'" timeout 20 "$mtc" check "$tmp/many-keys.yaml"
 expect 0 'wrote .*step.c' timeout 20 "$mtc" compile specs/tiny-moe.yaml -o "$tmp/deep" --set model.layers=4096 \
   --set cluster.gpu.hbm=400GiB --set cluster.host.memory=400GiB
+# a plan that puts the layer boundaries on NVMe: the program keeps them in host memory, and
+# compile says so (and step.h, for the program's start-up warning) (issue 16 item 13)
+expect 0 'warning: the plan puts the layer boundaries on NVMe, but the program keeps them in host memory: [0-9.]* MiB per GPU' \
+  "$mtc" compile specs/tiny-moe.yaml -o "$tmp/nvme" --set plan.offload_activations=nvme \
+  --set plan.activation_checkpoint=full --set "cluster.nvme.capacity=1 TB" --set "cluster.nvme.bandwidth=5 GB/s"
+grep -q '^#define PLAN_OFFLOAD_NVME 1' "$tmp/nvme/step.h" || { echo "FAIL: no PLAN_OFFLOAD_NVME in step.h"; fail=1; }
+"$mtc" compile specs/tiny-moe.yaml -o "$tmp/host" --set plan.offload_activations=host \
+  --set plan.activation_checkpoint=full 2>&1 | grep -q "warning:" && { echo "FAIL: a warning for host offload"; fail=1; }
+# each backend builds in its own directory: the cuda build is DIR/build-cuda, never DIR/build
+# (a runtime that is not there stops the build at its configuration, after the directory is made)
+expect 2 'building .*/host/build-cuda failed' env MTC_ROOT="$tmp/no-runtime" "$mtc" build "$tmp/host" --backend cuda
+[ -d "$tmp/host/build-cuda" ] && [ ! -e "$tmp/host/build" ] || { echo "FAIL: mtc build --backend cuda did not use DIR/build-cuda"; fail=1; }
+grep -q '^  ./build-cuda/train --data' generated/europa-1t/launch.sbatch &&
+  grep -q '^  ./build/train --data' generated/tiny-moe/launch.sbatch || { echo "FAIL: launch.sbatch runs the wrong build"; fail=1; }
 [ $fail -eq 0 ] && echo "ok: command line"
 exit $fail

@@ -7,6 +7,13 @@
 #   manifest  copies of the checkpoint, each with one manifest field corrupted, are refused by
 #             mtc export (exit 2, naming manifest.json and the field) and by a resume (exit 2),
 #             never a crash
+#   model     the 4-layer checkpoint resumed by a 3-layer and by a 5-layer program: refused
+#             (exit 2), naming the tensor, what the checkpoint has and what the program expects
+#   crash     (items 4 and 13) a run killed mid-save and resumed leaves a metrics file equal to
+#             an uninterrupted run's (the lines past the checkpoint and a cut last line dropped);
+#             a save that fails (RLIMIT_FSIZE: "File too large") exits 1 naming the shard and
+#             leaves no step directory, shard or .tmp file; a metrics write that fails exits 1
+#             at once leaving whole lines; a FIFO as --data or --metrics is refused, not waited on
 #   usage: files.sh MTC SOURCE_DIR
 set -u
 mtc=$(realpath "$1"); src=$(realpath "$2")
@@ -106,4 +113,50 @@ corrupt shard_file       "shards\[0\] file is '../x'"    "m['shards'][0]['file']
 corrupt header_step      'header does not match'         "m['step'] = 2"
 corrupt not_a_number     'groups\[0\] is malformed'      "m['groups'][0]['shard'] = 'many'"
 [ $fail -eq 0 ] && echo "ok: corrupt manifests are refused by export and by resume, by file and field"
+
+# ---- model: a checkpoint of another number of layers is refused, plainly
+for L in 3 5; do
+  "$mtc" compile "$src/specs/tiny-moe.yaml" -o "t1-$L" --set training.steps=1 --set training.warmup_steps=0 \
+    --set training.seq_len=64 --set cluster.gpus_per_node=1 --set plan.fsdp=1 --set model.layers=$L >/dev/null &&
+    "$mtc" build "t1-$L" >"build-$L.log" 2>&1 || { cat "build-$L.log"; die "build of $L layers"; continue; }
+  out=$(timeout 60 "t1-$L/build/train" --data "$text" --checkpoint-dir ck --metrics m$L.jsonl 2>&1); rc=$?
+  if [ $L = 3 ]; then want="the checkpoint has tensor model\.layers\.3\.[a-z_.]* ([0-9]*x[0-9]*), which this program lacks (resuming would drop it)"
+  else want="this program has tensor model\.layers\.4\.[a-z_.*]* ([0-9]*x[0-9]*[^)]*), which the checkpoint lacks"; fi
+  [ $rc -eq 2 ] && echo "$out" | grep -q "^error: resuming from ck/step-00000001: $want; expected a checkpoint of this program's model: resume" ||
+    die "a $L-layer program resumed the 4-layer checkpoint: exit $rc, $out"
+done
+[ $fail -eq 0 ] && echo "ok: a 4-layer checkpoint is refused by 3- and 5-layer programs, naming the tensor"
+
+# ---- crash: metrics and checkpoints after a kill, a failed save, a failed metrics write
+strip() { sed 's/,"tokens_per_s".*//' "$1"; }
+t1/build/train --data "$text" --steps 4 --metrics straight.jsonl >/dev/null || die "straight run"
+(t1/build/train --data "$text" --steps 4 --metrics killed.jsonl --checkpoint-dir ckk --checkpoint-every 1 \
+  --inject-kill-at-save 3; exit $?) >/dev/null 2>&1 && die "the kill did not happen"
+[ "$(wc -l <killed.jsonl)" -eq 3 ] || die "expected the killed run's 3 lines"
+printf '{"step":4,"loss":5.1' >>killed.jsonl # and a line cut by the kill
+out=$(t1/build/train --data "$text" --steps 4 --metrics killed.jsonl --checkpoint-dir ckk 2>&1) || die "resume: $out"
+echo "$out" | grep -q "resumed from ckk/step-00000002" || die "expected a resume from step 2: $out"
+cmp -s <(strip straight.jsonl) <(strip killed.jsonl) ||
+  { diff <(strip straight.jsonl) <(strip killed.jsonl); die "metrics after a kill and a resume differ from a straight run's"; }
+# a failing save (files over 20 MB refused; the shard is larger): exit 1, nothing of it stays
+cp -r ck ckf
+out=$( (trap '' XFSZ; ulimit -f 20000; timeout 60 t1/build/train --data "$text" --steps 2 --metrics f.jsonl \
+  --checkpoint-dir ckf) 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -q "error: saving the checkpoint of step 2: ckf/step-00000002/rank-00000.bin: File too large" &&
+  [ ! -e ckf/step-00000002 ] && [ -z "$(find ckf -name '*.tmp')" ] && cmp -s ck/step-00000001/manifest.json ckf/step-00000001/manifest.json ||
+  die "a failed save: exit $rc, $(ls -R ckf), $out"
+# a failing metrics write: exit 1 at once, the file keeps whole lines
+python3 -c "open('full.jsonl', 'w').write('{\"step\":0}\n' * (20480000 // 11 - 2))"
+size=$(stat -c %s full.jsonl)
+out=$( (trap '' XFSZ; ulimit -f 20000; timeout 60 t1/build/train --data "$text" --steps 3 --metrics full.jsonl) 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -q "error: --metrics full.jsonl: File too large (writing step 1)" &&
+  ! echo "$out" | grep -q "step     2/" && [ "$(stat -c %s full.jsonl)" -eq "$size" ] ||
+  die "a failed metrics write: exit $rc, size $(stat -c %s full.jsonl) (was $size), $out"
+# FIFOs: refused at once
+mkfifo data.fifo metrics.fifo
+out=$(timeout 20 t1/build/train --data data.fifo --steps 1 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "data.fifo: a FIFO, not a regular file" || die "--data FIFO: exit $rc, $out"
+out=$(timeout 20 t1/build/train --data "$text" --steps 1 --metrics metrics.fifo 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "metrics.fifo: a FIFO; expected a regular file" || die "--metrics FIFO: exit $rc, $out"
+[ $fail -eq 0 ] && echo "ok: metrics and checkpoints after a kill, a failed save and a failed write; FIFOs refused"
 exit $fail

@@ -15,11 +15,11 @@ for spec in "$src"/specs/*.yaml; do
     cat "$work/$name.err"; echo "FAIL $name: compile"; fail=1; continue
   fi
   "$mtc" build "$work/$name" --backend cuda >"$work/$name.log" 2>&1 || { tail -20 "$work/$name.log"; echo "FAIL $name: cuda build"; fail=1; continue; }
-  ldd "$work/$name/build/train" | grep -q "libcuda\.so" && { echo "FAIL $name: links libcuda"; fail=1; }
+  ldd "$work/$name/build-cuda/train" | grep -q "libcuda\.so" && { echo "FAIL $name: links libcuda"; fail=1; }
   for lib in libcudart libcublas libnvrtc libnccl; do
-    ldd "$work/$name/build/train" | grep -q "$lib" || { echo "FAIL $name: does not link $lib"; fail=1; }
+    ldd "$work/$name/build-cuda/train" | grep -q "$lib" || { echo "FAIL $name: does not link $lib"; fail=1; }
   done
-  "$work/$name/build/train" --check-kernels --arch sm_90a || { echo "FAIL $name: NVRTC"; fail=1; continue; }
+  "$work/$name/build-cuda/train" --check-kernels --arch sm_90a || { echo "FAIL $name: NVRTC"; fail=1; continue; }
   n=$((n + 1))
 done
 # the cuda program itself: without a GPU it stops at start with the reason (exit 2), and what
@@ -27,12 +27,12 @@ done
 if ! nvidia-smi >/dev/null 2>&1; then
   "$mtc" compile "$src/specs/tiny-moe.yaml" -o "$work/one" --set cluster.nodes=1 --set cluster.gpus_per_node=1 >/dev/null &&
     "$mtc" build "$work/one" --backend cuda >"$work/one.log" 2>&1 || { tail -20 "$work/one.log"; echo "FAIL: cuda build of tiny-moe on 1 GPU"; fail=1; }
-  "$work/one/build/train" --data "$src/README.md" --steps 1 >"$work/one.out" 2>&1; rc=$?
+  "$work/one/build-cuda/train" --data "$src/README.md" --steps 1 >"$work/one.out" 2>&1; rc=$?
   { [ $rc -eq 2 ] && grep -q "no usable GPU" "$work/one.out"; } || { cat "$work/one.out"; echo "FAIL: train without a GPU: exit $rc"; fail=1; }
   "$mtc" compile "$src/specs/tiny-moe.yaml" -o "$work/af" --set cluster.nodes=1 --set cluster.gpus_per_node=1 \
     --set model.moe.router_bias=true --set model.moe.load_balance=aux_free >/dev/null &&
     "$mtc" build "$work/af" --backend cuda >/dev/null 2>&1 || { echo "FAIL: cuda build with aux_free"; fail=1; }
-  "$work/af/build/train" --data "$src/README.md" --steps 1 >"$work/af.out" 2>&1; rc=$?
+  "$work/af/build-cuda/train" --data "$src/README.md" --steps 1 >"$work/af.out" 2>&1; rc=$?
   { [ $rc -eq 2 ] && grep -q "does not run auxiliary-loss-free balancing" "$work/af.out"; } || { cat "$work/af.out"; echo "FAIL: aux_free on cuda: exit $rc"; fail=1; }
   [ $fail -eq 0 ] && echo "ok: without a GPU the cuda program stops at start with the reason; aux_free is refused by name"
 fi

@@ -26,6 +26,12 @@ int main(void) {
   CHECK_NEAR(rt_lr_at(99, 100, 10, 1e-3f, 0.1f), 1e-4, 1e-5);
   CHECK_NEAR(rt_lr_at(54, 100, 10, 1e-3f, 0.1f), 1e-3 * (0.1 + 0.9 * 0.5 * (1 + cos(M_PI * 44.0 / 89.0))), 1e-5);
   for (int s = 10; s < 99; s++) CHECK(rt_lr_at(s + 1, 100, 10, 1e-3f, 0.1f) <= rt_lr_at(s, 100, 10, 1e-3f, 0.1f));
+  /* steps past 2^31 (issue 16 item 10): 2^32 + 40 steps is not 40 steps, and the middle is halfway */
+  const int64_t big = ((int64_t)1 << 32) + 40;
+  CHECK_NEAR(rt_lr_at(40, big, 0, 1e-3f, 0.1f), 1e-3, 1e-6);
+  CHECK_NEAR(rt_lr_at(big / 2, big, 0, 1e-3f, 0.1f), 1e-3 * 0.55, 1e-5);
+  CHECK_NEAR(rt_lr_at(big - 1, big, 0, 1e-3f, 0.1f), 1e-4, 1e-5);
+  CHECK_NEAR(rt_lr_at(((int64_t)1 << 33) - 1, (int64_t)1 << 40, (int64_t)1 << 33, 1e-3f, 0.1f), 1e-3, 1e-6);
 
   /* clipping */
   float gg[3] = {3, 4, 0};

@@ -37,7 +37,7 @@ for spec in specs/*.yaml; do
   name=$(basename "$spec" .yaml)
   "$mtc" compile "$spec" -o "$build/gen/$name" >/dev/null 2>&1 || continue # MLA: no program yet
   "$mtc" build "$build/gen/$name" --backend cuda >/dev/null 2>&1 &&
-    "$build/gen/$name/build/train" --check-kernels --arch "$arch" | head -1 || bad=$((bad + 1))
+    "$build/gen/$name/build-cuda/train" --check-kernels --arch "$arch" | head -1 || bad=$((bad + 1))
   n=$((n + 1))
 done
 say "kernels: test_kernels exit $k (0 pass, 77 no GPU); kernels.cu of $n specs for $arch, $bad failed"
@@ -47,17 +47,17 @@ data=$out/text.txt
 cat README.md BENCHMARKS.md templates/*.c runtime/*/*.c compiler/*.c >"$data"
 one=$build/tiny1
 "$mtc" compile specs/tiny-moe.yaml -o "$one" --set cluster.nodes=1 --set cluster.gpus_per_node=1 >/dev/null &&
-  "$mtc" build "$one" >/dev/null 2>&1 && cp -r "$one" "$one-cuda" && rm -rf "$one-cuda/build" &&
-  "$mtc" build "$one-cuda" --backend cuda >"$out/tiny-cuda-build.log" 2>&1 || { tail "$out/tiny-cuda-build.log"; echo "tiny-moe builds failed"; }
-run_tiny() { # NAME DIR [ENV...]: 20 steps, metrics in $out/NAME.jsonl
-  local name=$1 dir=$2; shift 2
+  "$mtc" build "$one" >/dev/null 2>&1 &&
+  "$mtc" build "$one" --backend cuda >"$out/tiny-cuda-build.log" 2>&1 || { tail "$out/tiny-cuda-build.log"; echo "tiny-moe builds failed"; }
+run_tiny() { # NAME TRAIN [ENV...]: 20 steps of the program TRAIN, metrics in $out/NAME.jsonl
+  local name=$1 train=$2; shift 2
   rm -f "$out/$name.jsonl"
-  env "$@" timeout 300 "$dir/build/train" --data "$data" --steps 20 --seed 7 --metrics "$out/$name.jsonl" >"$out/$name.log" 2>&1
+  env "$@" timeout 300 "$train" --data "$data" --steps 20 --seed 7 --metrics "$out/$name.jsonl" >"$out/$name.log" 2>&1
   local rc=$?; tail -3 "$out/$name.log"; return $rc
 }
-run_tiny cpu "$one" OMP_NUM_THREADS=8
-run_tiny cuda-fp32 "$one-cuda" MTC_GEMM=fp32 MTC_ATTENTION=simple # flash rounds P to bf16: 8e-3 by step 20 (emulated)
-run_tiny cuda-bf16 "$one-cuda" MTC_GEMM=bf16
+run_tiny cpu "$one/build/train" OMP_NUM_THREADS=8
+run_tiny cuda-fp32 "$one/build-cuda/train" MTC_GEMM=fp32 MTC_ATTENTION=simple # flash rounds P to bf16: 8e-3 by step 20 (emulated)
+run_tiny cuda-bf16 "$one/build-cuda/train" MTC_GEMM=bf16
 compare() { # A B TOL: per-step relative loss difference
   python3 - "$out/$1.jsonl" "$out/$2.jsonl" "$3" <<'EOF'
 import json, sys
@@ -73,10 +73,10 @@ EOF
 }
 muon=$build/tiny1-muon
 "$mtc" compile specs/tiny-moe.yaml -o "$muon" --set cluster.nodes=1 --set cluster.gpus_per_node=1 \
-  --set training.optimizer=muon >/dev/null && "$mtc" build "$muon" >/dev/null 2>&1 && cp -r "$muon" "$muon-cuda" &&
-  rm -rf "$muon-cuda/build" && "$mtc" build "$muon-cuda" --backend cuda >/dev/null 2>&1 || echo "muon builds failed"
-run_tiny cpu-muon "$muon" OMP_NUM_THREADS=8
-run_tiny cuda-muon "$muon-cuda" MTC_GEMM=fp32 MTC_ATTENTION=simple
+  --set training.optimizer=muon >/dev/null && "$mtc" build "$muon" >/dev/null 2>&1 &&
+  "$mtc" build "$muon" --backend cuda >/dev/null 2>&1 || echo "muon builds failed"
+run_tiny cpu-muon "$muon/build/train" OMP_NUM_THREADS=8
+run_tiny cuda-muon "$muon/build-cuda/train" MTC_GEMM=fp32 MTC_ATTENTION=simple
 ra=$(compare cpu cuda-fp32 1e-3 2>&1); a1=$?
 rb=$(compare cpu cuda-bf16 2e-2 2>&1); a2=$?
 say "(a) tiny-moe cuda vs cpu, fp32 GEMMs: $([ $a1 = 0 ] && echo PASS || echo FAIL) $ra"
@@ -92,7 +92,7 @@ say "(b) tiny-moe $(mem_line cuda-bf16)"
 bench=$build/bench
 if "$mtc" compile specs/bench/moe-1b.yaml -o "$bench" >"$out/bench-compile.log" 2>&1 &&
   "$mtc" build "$bench" --backend cuda >"$out/bench-build.log" 2>&1; then
-  timeout 240 "$bench/build/train" --data "$data" --steps 6 --metrics "$out/bench.jsonl" >"$out/bench.log" 2>&1
+  timeout 240 "$bench/build-cuda/train" --data "$data" --steps 6 --metrics "$out/bench.jsonl" >"$out/bench.log" 2>&1
   echo "mtc exit $?"; tail -4 "$out/bench.log"
   mt=$(grep -o "throughput: [0-9.]* tokens/s" "$out/bench.log" | grep -o "[0-9.]*" | head -1)
   flops=$(python3 -c "import json;print(json.load(open('$bench/plan.json'))['model']['flops_per_token'])")
@@ -117,7 +117,7 @@ for off in none host; do
   "$mtc" compile specs/tiny-moe.yaml -o "$d" --set cluster.nodes=1 --set cluster.gpus_per_node=1 --set model.layers=8 \
     --set plan.activation_checkpoint=full --set plan.offload_activations=$off >/dev/null &&
     "$mtc" build "$d" --backend cuda >"$out/off-$off-build.log" 2>&1 || tail -5 "$out/off-$off-build.log"
-  run_tiny "off-$off" "$d" MTC_GEMM=fp32 MTC_ATTENTION=simple
+  run_tiny "off-$off" "$d/build-cuda/train" MTC_GEMM=fp32 MTC_ATTENTION=simple
 done
 rd=$(compare off-none off-host 1e-4 2>&1); d1=$? # atomics (RMSNorm and embedding weight gradients) make GPU runs differ in the last bits
 sn=$(grep -o "(.*s per step)" "$out/off-none.log" | head -1); sh=$(grep -o "(.*s per step)" "$out/off-host.log" | head -1)

@@ -13,8 +13,7 @@ for spec in specs/europa-1t.yaml specs/mixtral-8x7b.yaml specs/llama-3.1-8b.yaml
   name=$(basename "$spec" .yaml)
   "$mtc" compile "$spec" -o "$work/$name" >/dev/null 2>&1 || { echo "| $name | no program | | | | | | |"; continue; }
   "$mtc" build "$work/$name" --backend cuda >"$work/$name.cuda.log" 2>&1 || { tail -5 "$work/$name.cuda.log"; continue; }
-  cuda=$("$work/$name/build/train" --memory)
-  mv "$work/$name/build" "$work/$name/build-cuda"
+  cuda=$("$work/$name/build-cuda/train" --memory)
   "$mtc" build "$work/$name" >"$work/$name.cpu.log" 2>&1 || { tail -5 "$work/$name.cpu.log"; continue; }
   cpu=$("$work/$name/build/train" --memory)
   python3 - "$work/$name/plan.json" "$cuda" "$cpu" "$name" <<'PY'

@@ -20,7 +20,8 @@
  * It runs the plan in step.h: two arenas allocated at start-up, parameters initialized shard by
  * shard, then per optimizer step ACCUM micro-batches of forward and backward (step.c), the
  * gradients' global norm and clipping, AdamW on this rank's shards, and one line of metrics
- * (rank 0 prints it and appends it to the metrics file as JSON). */
+ * (rank 0 prints it and appends it to the metrics file as JSON, written whole at once; a write
+ * error stops the run with exit 1, and a resumed run first drops the lines past its checkpoint). */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -185,7 +186,8 @@ static const char usage_text[] =
     "                         indexed dataset (PREFIX, PREFIX.idx or PREFIX.bin)\n"
     "  --steps N              stop after optimizer step N (default: the spec's training.steps,\n"
     "                         which the learning-rate schedule always spans)\n"
-    "  --metrics PATH         JSON lines appended per step (default metrics.jsonl)\n"
+    "  --metrics PATH         JSON lines appended per step (default metrics.jsonl); a resume\n"
+    "                         first drops the lines past its checkpoint's step\n"
     "  --seed S               initialization and data order (default 1; a resume keeps the\n"
     "                         checkpoint's)\n"
     "  --checkpoint-dir DIR   resume from the newest complete checkpoint there; save at the end\n"
@@ -560,7 +562,7 @@ int main(int argc, char **argv) {
     status = grad_check(&c, &data, a.seed + 1);
     goto done;
   }
-  long start = 0;
+  long start = 0, resumed = -1; /* resumed: the step of the checkpoint this run resumed from */
   if (a.ckpt_dir) { /* resume from the newest complete checkpoint, found by rank 0 */
     char path[1100] = "";
     int64_t saved = rank0 ? rt_ckpt_latest(a.ckpt_dir, path, sizeof path) : 0;
@@ -580,7 +582,7 @@ int main(int argc, char **argv) {
         printf("note: --seed %llu ignored: a resumed run keeps the checkpoint's seed %llu\n", a.seed,
                (unsigned long long)seed);
     }
-    if (saved) start = (long)at, a.seed = seed, to_device(&c, 0, STATE_ELEMS), refresh_params(&c);
+    if (saved) start = resumed = (long)at, a.seed = seed, to_device(&c, 0, STATE_ELEMS), refresh_params(&c);
     if (start >= a.steps) {
       if (rank0) printf("nothing to train: the checkpoint is at step %ld, --steps is %ld\n", start, a.steps);
       goto done;
@@ -597,6 +599,13 @@ int main(int argc, char **argv) {
     printf("activation offload: %d layer boundaries wait for the backward in a %.1f MiB host arena per rank (the plan's "
            "host arena: %.1f MiB)\n", OFFLOAD_IDS, (double)HOST_ELEMS * sizeof(real) / 1048576.0,
            PLAN_HOST_BYTES / 1048576.0);
+#ifdef PLAN_OFFLOAD_NVME
+  if (rank0)
+    fprintf(stderr, "warning: the plan puts the layer boundaries on NVMe, but this program keeps them in host memory: "
+                    "%.1f MiB per rank that the plan's host memory does not count; expected that much free host memory "
+                    "(or mtc compile ... --set plan.offload_activations=host for a plan that counts it)\n",
+            (double)HOST_ELEMS * sizeof(real) / 1048576.0);
+#endif
 #ifdef MTC_BACKEND_CUDA
   size_t free_b = 0, total_b = 0;
   rt_cuda_mem_info(&free_b, &total_b);
@@ -604,9 +613,10 @@ int main(int argc, char **argv) {
     printf("memory: %.2f GiB of the GPU's %.2f GiB in use after start-up (this program, the CUDA context and NCCL)\n",
            (double)(total_b - free_b) / 1073741824.0, (double)total_b / 1073741824.0);
 #endif
-  FILE *mf = rank0 ? fopen(a.metrics, "a") : NULL;
-  int no_metrics = rank0 && !mf;
-  if (no_metrics) fprintf(stderr, "error: --metrics %s: %s; expected a writable file path\n", a.metrics, strerror(errno));
+  /* rank 0's metrics file; a resumed run first drops the lines past its checkpoint's step */
+  RtMetrics mf = {.fd = -1};
+  int no_metrics = rank0 && rt_metrics_open(&mf, a.metrics, resumed, err, sizeof err) != 0;
+  if (no_metrics) fprintf(stderr, "error: --metrics %s\n", err);
   MPI_Bcast(&no_metrics, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (no_metrics) {
     status = 2;
@@ -614,6 +624,7 @@ int main(int argc, char **argv) {
   }
   RtAdamW adam = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = (float)WEIGHT_DECAY};
   long skips = 0, skipped = 0, timed = 0;
+  int metrics_bad = 0; /* rank 0 could not write a metrics line */
   double seconds = 0; /* steps after the first (which includes warm-up effects) */
   for (long step = start; step < a.steps; step++) {
     double t0 = rt_now(), aux;
@@ -644,9 +655,9 @@ int main(int argc, char **argv) {
     double aux_mean = (double)sums[1] / ((double)ACCUM * c.comm.world);
     /* the schedule spans the spec's training.steps whatever --steps says: a run stopped early and
      * resumed follows the same learning rates as one that was not */
-    float lr = rt_lr_at((int)step, TRAIN_STEPS, WARMUP_STEPS, (float)LR, (float)MIN_LR_RATIO);
+    float lr = rt_lr_at(step, TRAIN_STEPS, WARMUP_STEPS, (float)LR, (float)MIN_LR_RATIO);
     int skip = !isfinite(mean) || !isfinite(norm); /* the same decision on every rank */
-    adam.lr = lr, adam.step = (int)step + 1;
+    adam.lr = lr, adam.step = step + 1;
     float scale = rt_clip_scale(norm, (float)GRAD_CLIP);
     real *opt = OPT_ON_HOST ? HOST(&c) : c.state; /* where the optimizer state is updated */
     for (int g = 0; g < N_GROUPS && !skip; g++) {
@@ -678,22 +689,36 @@ int main(int argc, char **argv) {
              step + 1, a.steps, mean, aux_mean, lr, norm, tps, tps / c.comm.world, moe,
              skip ? " | SKIPPED: not finite" : "");
       fflush(stdout);
-      if (mf) rt_metrics_json(mf, (int)step + 1, mean, aux_mean, lr, norm, tps, skip, PLAN_EP > 1 ? moe_load : -1,
-                              moe_rounds);
+      RtStepMetrics sm = {step + 1, mean, aux_mean, lr, norm, tps, skip, PLAN_EP > 1 ? moe_load : -1, moe_rounds};
+      if (!metrics_bad && rt_metrics_write(&mf, &sm, err, sizeof err) != 0) {
+        fprintf(stderr, "error: --metrics %s\n", err);
+        metrics_bad = 1;
+      }
     }
+    MPI_Bcast(&metrics_bad, 1, MPI_INT, 0, MPI_COMM_WORLD); /* a lost metrics line stops every rank */
     long done_steps = step + 1 - skips; /* the state holds the updates of this many steps */
-    int stop = skip && skips >= a.max_skips;
+    int stop = (skip && skips >= a.max_skips) || metrics_bad;
     int save = a.ckpt_dir && (stop || (!skip && (step + 1 == a.steps || (a.ckpt_every && (step + 1) % a.ckpt_every == 0))));
     if (save && (STATE_ON_HOST || !OPT_ON_HOST)) /* (a host step keeps the mirror current) */
       to_host(&c, 0, STATE_ELEMS);
     if (save && rt_ckpt_save(a.ckpt_dir, done_steps, a.seed, &c.comm, HOST(&c), step_groups, N_GROUPS, step_tensors,
                              N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, OPTIMIZER, a.kill_at_save == done_steps, err,
                              sizeof err) != 0) {
-      if (rank0) fprintf(stderr, "error: saving the checkpoint of step %ld: %s\n", done_steps, err);
+      if (rank0)
+        fprintf(stderr, "error: saving the checkpoint of step %ld: %s; the run stops, and its partial files are "
+                        "removed (a resume takes the checkpoint before)\n", done_steps, err);
       status = 1;
       break;
     }
     if (save && rank0) printf("saved checkpoint %s/step-%08ld\n", a.ckpt_dir, done_steps);
+    if (stop && metrics_bad) {
+      if (rank0)
+        fprintf(stderr, "error: stopped after step %ld: its metrics line could not be written%s%s; expected room "
+                        "for --metrics %s\n", step + 1, a.ckpt_dir ? "; the state is saved in " : "",
+                a.ckpt_dir ? a.ckpt_dir : "", a.metrics);
+      status = 1;
+      break;
+    }
     if (stop) {
       if (rank0)
         fprintf(stderr, "error: %ld consecutive steps had a non-finite loss or gradient norm (steps %ld-%ld); "
@@ -722,7 +747,10 @@ int main(int argc, char **argv) {
     printf("memory: %.2f GiB of the GPU's %.2f GiB in use after the last step (arena, runtime scratch, cuBLAS and "
            "NCCL buffers)\n", (double)(total_b - free_b) / 1073741824.0, (double)total_b / 1073741824.0);
 #endif
-  if (mf && fclose(mf) != 0) fprintf(stderr, "warning: error writing %s\n", a.metrics);
+  if (rt_metrics_close(&mf, err, sizeof err) != 0) {
+    fprintf(stderr, "error: --metrics %s\n", err);
+    status = 1;
+  }
 done:
   rt_data_close(&data);
   if (PLAN_EP > 1) rt_a2a_free(&c.a2a);

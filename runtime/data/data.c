@@ -61,7 +61,7 @@ int rt_data_open(RtData *d, const char *path, int vocab, int seq_len, char *err,
     }
     return check_tokens(d, path, vocab, seq_len, err, errlen);
   }
-  int fd = open(path, O_RDONLY);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* O_NONBLOCK: a FIFO is refused below, not waited on */
   if (fd < 0) {
     char msg[256];
     snprintf(msg, sizeof msg, "cannot open: %s; expected a token file (raw text or an llm.c .bin shard)",
@@ -71,7 +71,8 @@ int rt_data_open(RtData *d, const char *path, int vocab, int seq_len, char *err,
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
-    return fail(err, errlen, path, "not a regular file; expected a token file");
+    return fail(err, errlen, path, S_ISFIFO(st.st_mode) ? "a FIFO, not a regular file; expected a token file (mtc maps "
+                                   "it into memory: a file on disk)" : "not a regular file; expected a token file");
   }
   if (st.st_size == 0) {
     close(fd);

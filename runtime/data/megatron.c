@@ -17,7 +17,7 @@ static int fail(char *err, size_t n, const char *path, const char *what) {
 }
 
 static const uint8_t *map_file(const char *path, size_t *bytes) {
-  int fd = open(path, O_RDONLY);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO: refused below, not waited on */
   if (fd < 0) return NULL;
   struct stat st;
   void *m = MAP_FAILED;
@@ -38,9 +38,11 @@ int rt_data_megatron_prefix(const char *path, char *prefix, size_t n) {
   char idx[4200];
   snprintf(idx, sizeof idx, "%s.idx", prefix);
   char head[9];
-  FILE *f = fopen(idx, "rb");
-  int ok = f && fread(head, 1, 9, f) == 9 && memcmp(head, MAGIC, 9) == 0;
-  if (f) fclose(f);
+  struct stat st; /* only a regular file is read: a FIFO would block */
+  int fd = open(idx, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  int ok = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, head, 9, 0) == 9 &&
+           memcmp(head, MAGIC, 9) == 0;
+  if (fd >= 0) close(fd);
   return ok;
 }
 

@@ -15,10 +15,10 @@ void rt_adamw_update(real *param, float *m, float *v, const real *grad, size_t n
   }
 }
 
-float rt_lr_at(int s, int steps, int warmup, float lr, float min_ratio) {
-  if (s < warmup) return lr * (float)(s + 1) / (float)warmup;
+float rt_lr_at(int64_t s, int64_t steps, int64_t warmup, float lr, float min_ratio) {
+  if (s < warmup) return (float)((double)lr * (double)(s + 1) / (double)warmup);
   if (steps <= warmup + 1) return lr;
-  float progress = (float)(s - warmup) / (float)(steps - warmup - 1);
+  float progress = (float)((double)(s - warmup) / (double)(steps - warmup - 1));
   if (progress > 1) progress = 1;
   float cosine = 0.5f * (1 + cosf((float)M_PI * progress));
   return lr * (min_ratio + (1 - min_ratio) * cosine);

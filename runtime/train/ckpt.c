@@ -74,12 +74,13 @@ static int write_shard(const char *stepdir, const RtComm *c, const real *arena, 
   *bytes = RT_CKPT_HEADER;
   for (int i = 0; i < ng; i++) *bytes += g[i].shard * (int64_t)(sizeof(real) + 8);
   *sum = h;
-  if (bad || fsync(fd) != 0) {
-    snprintf(err, errlen, "%s: %s; expected room for the checkpoint", tmp, strerror(errno));
-    close(fd);
-    return -1;
+  if (!bad) bad = fsync(fd) != 0;
+  int e = errno;
+  if (close(fd) != 0 && !bad) bad = 1, e = errno;
+  if (bad) {
+    unlink(tmp);
+    return snprintf(err, errlen, "%s: %s; expected room for the checkpoint", path, strerror(e)), -1;
   }
-  if (close(fd) != 0) return snprintf(err, errlen, "%s: %s", tmp, strerror(errno)), -1;
   return rt_replace_commit(tmp, path, err, errlen);
 }
 
@@ -116,13 +117,30 @@ static int write_manifest(const char *stepdir, int64_t step, uint64_t seed, cons
   FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
   if (fd >= 0 && !f) close(fd);
   int bad = !f || json_dumpf(root, f, JSON_INDENT(1)) != 0 || fflush(f) != 0 || fsync(fileno(f)) != 0;
-  if (f && fclose(f) != 0) bad = 1;
+  int e = errno;
+  if (f && fclose(f) != 0) bad = 1, e = errno;
   json_decref(root);
   if (fd < 0) return -1;
-  if (bad) return snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", path, strerror(errno)), -1;
+  if (bad) {
+    unlink(tmp);
+    return snprintf(err, errlen, "%s: %s; expected room for the checkpoint", path, strerror(e)), -1;
+  }
   if (rt_replace_commit(tmp, path, err, errlen) != 0) return -1;
   sync_dir(stepdir);
   return 0;
+}
+
+/* After a failed save (collective): each rank removes the shard it wrote, then rank 0 the step
+ * directory if nothing else is in it, so that no incomplete checkpoint stays. Returns -1. */
+static int discard(const char *stepdir, const RtComm *c, bool wrote) {
+  if (wrote) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/rank-%05d.bin", stepdir, c->fsdp_rank);
+    unlink(path);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (c->rank == 0) rmdir(stepdir); /* fails, harmlessly, where other files are */
+  return -1;
 }
 
 int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, const real *arena, const RtGroup *g,
@@ -130,17 +148,26 @@ int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, 
                  char *err, size_t errlen) {
   char stepdir[1100];
   snprintf(stepdir, sizeof stepdir, "%s/step-%08lld", dir, (long long)step);
-  int bad = 0;
+  int bad = 0, complete = 0;
   if (c->rank == 0) {
     if ((mkdir(dir, 0777) != 0 && errno != EEXIST) || (mkdir(stepdir, 0777) != 0 && errno != EEXIST))
       bad = 1, snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", stepdir, strerror(errno));
     sync_dir(dir);
+    char man[1200];
+    struct stat st;
+    snprintf(man, sizeof man, "%s/manifest.json", stepdir);
+    complete = !bad && stat(man, &st) == 0 && S_ISREG(st.st_mode);
   }
   if (agree(bad, err, errlen)) return -1;
+  /* a complete checkpoint of this step is there: the state it was resumed from, saved again after
+   * steps that were all skipped; it stays as it is */
+  MPI_Bcast(&complete, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (complete) return 0;
   int64_t bytes = 0;
   uint64_t sum = 0;
   if (c->replica == 0) bad = write_shard(stepdir, c, arena, g, ng, step, &bytes, &sum, err, errlen) != 0;
-  if (agree(bad, err, errlen)) return -1;
+  bool wrote = c->replica == 0 && !bad;
+  if (agree(bad, err, errlen)) return discard(stepdir, c, wrote);
   if (kill_halfway && c->rank == 0) raise(SIGKILL); /* tests: the shards are there, the manifest is not */
   uint64_t mine[2] = {(uint64_t)bytes, sum}, *all = c->rank == 0 ? malloc(sizeof mine * (size_t)c->world) : NULL;
   MPI_Gather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
@@ -151,28 +178,64 @@ int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, 
     bad = write_manifest(stepdir, step, seed, c, g, ng, t, nt, El, model, optimizer, b, s, err, errlen) != 0;
     free(b), free(s), free(all);
   }
-  return agree(bad, err, errlen);
+  return agree(bad, err, errlen) ? discard(stepdir, c, wrote) : 0;
 }
 
-/* The checkpoint holds every tensor of this program with the same shape, and moments of the
- * same optimizer. */
+/* name for a message: a routed tensor's pattern with "*" where the expert's number goes. */
+static void shown(char *dst, size_t n, const char *name) {
+  const char *slot = strstr(name, "%d");
+  if (slot) snprintf(dst, n, "%.*s*%s", (int)(slot - name), name, slot + 2);
+  else snprintf(dst, n, "%s", name);
+}
+
+static int by_name(const void *a, const void *b) {
+  return strcmp((*(const RtCkptTensor *const *)a)->name, (*(const RtCkptTensor *const *)b)->name);
+}
+
+/* What a checkpoint of another model is told to do. */
+#define OTHER_MODEL "; expected a checkpoint of this program's model: resume with the spec it was trained with, " \
+                    "or point --checkpoint-dir at another directory"
+
+/* The checkpoint holds exactly the tensors of this program (none missing, none more), each with
+ * the same shape and number of experts, and moments of the same optimizer. k's tensors are looked
+ * up by name in a sorted index: n log n for a model of thousands of layers. */
 static int compatible(const RtCkpt *k, const RtTensor *t, int nt, int ep, const char *optimizer, char *err,
                       size_t errlen) {
   if (strcmp(k->optimizer, optimizer) != 0)
-    return snprintf(err, errlen, "%s: trained with %s, but this program uses %s; expected a checkpoint of the same "
-                    "optimizer (its state would be misread)", k->dir, k->optimizer, optimizer), -1;
-  for (int i = 0; i < nt; i++) {
-    const RtCkptTensor *c = NULL;
-    for (int j = 0; j < k->ntensors && !c; j++)
-      if (strcmp(k->tensors[j].name, t[i].name) == 0) c = &k->tensors[j];
+    return snprintf(err, errlen, "trained with %s, but this program uses %s; expected a checkpoint of the same "
+                    "optimizer (its state would be misread)", k->optimizer, optimizer), -1;
+  const RtCkptTensor **idx = malloc(sizeof *idx * ((size_t)k->ntensors + 1));
+  bool *used = calloc((size_t)k->ntensors + 1, sizeof *used);
+  int st = !idx || !used ? snprintf(err, errlen, "out of memory"), -1 : 0;
+  for (int j = 0; !st && j < k->ntensors; j++) idx[j] = &k->tensors[j];
+  if (!st) qsort(idx, (size_t)k->ntensors, sizeof *idx, by_name);
+  char name[256];
+  for (int i = 0; !st && i < nt; i++) {
+    RtCkptTensor key = {.name = (char *)t[i].name};
+    const RtCkptTensor *pk = &key, **hit = bsearch(&pk, idx, (size_t)k->ntensors, sizeof *idx, by_name);
+    const RtCkptTensor *c = hit ? *hit : NULL;
     int mine = t[i].experts * ep, theirs = c ? c->experts * k->ep : 0;
-    if (!c || c->rows != t[i].rows || c->cols != t[i].cols || mine != theirs)
-      return snprintf(err, errlen, "%s: tensor %s is %s%lldx%lld (%d experts) there, %lldx%lld (%d experts) in this "
-                      "program; expected a checkpoint of the same model", k->dir, t[i].name, c ? "" : "missing, not ",
-                      c ? (long long)c->rows : 0LL, c ? (long long)c->cols : 0LL, theirs, (long long)t[i].rows,
-                      (long long)t[i].cols, mine), -1;
+    shown(name, sizeof name, t[i].name);
+    if (!c)
+      st = -1, snprintf(err, errlen, "this program has tensor %s (%lldx%lld%s), which the checkpoint lacks" OTHER_MODEL,
+                        name, (long long)t[i].rows, (long long)t[i].cols, mine ? ", one per expert" : "");
+    else if (c->rows != t[i].rows || c->cols != t[i].cols)
+      st = -1, snprintf(err, errlen, "tensor %s is %lldx%lld in the checkpoint and %lldx%lld in this program"
+                        OTHER_MODEL, name, (long long)c->rows, (long long)c->cols, (long long)t[i].rows,
+                        (long long)t[i].cols);
+    else if (mine != theirs)
+      st = -1, snprintf(err, errlen, "tensor %s has %d experts in the checkpoint and %d in this program" OTHER_MODEL,
+                        name, theirs, mine);
+    else used[hit - idx] = true;
   }
-  return 0;
+  for (int j = 0; !st && j < k->ntensors; j++)
+    if (!used[j]) {
+      shown(name, sizeof name, idx[j]->name);
+      st = -1, snprintf(err, errlen, "the checkpoint has tensor %s (%lldx%lld), which this program lacks (resuming would "
+                        "drop it)" OTHER_MODEL, name, (long long)idx[j]->rows, (long long)idx[j]->cols);
+    }
+  free(idx), free(used);
+  return st;
 }
 
 int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *arena, const RtGroup *g,

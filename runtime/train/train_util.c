@@ -1,4 +1,4 @@
-/* train_util.c — initialization, the sharded AdamW step and metrics of generated programs. */
+/* train_util.c — initialization and the sharded AdamW step of generated programs. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -81,27 +81,6 @@ double rt_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void num(FILE *f, const char *key, double x, const char *fmt) {
-  fprintf(f, ",\"%s\":", key);
-  if (isfinite(x)) fprintf(f, fmt, x);
-  else fputs("null", f);
-}
-
-void rt_metrics_json(FILE *f, int step, double loss, double aux_loss, double lr, double grad_norm,
-                     double tokens_per_s, int skipped, double moe_load, long moe_extra_rounds) {
-  fprintf(f, "{\"step\":%d", step);
-  num(f, "loss", loss, "%.17g"); /* every digit: runs are compared bit for bit */
-  num(f, "aux_loss", aux_loss, "%.6g");
-  num(f, "lr", lr, "%.6g");
-  num(f, "grad_norm", grad_norm, "%.6g");
-  num(f, "tokens_per_s", tokens_per_s, "%.1f");
-  if (moe_load >= 0) {
-    num(f, "moe_load", moe_load, "%.4f");
-    fprintf(f, ",\"moe_extra_rounds\":%ld", moe_extra_rounds);
-  }
-  fputs(skipped ? ",\"skipped\":true}\n" : "}\n", f);
 }
 
 int64_t rt_peak_rss_bytes(void) {

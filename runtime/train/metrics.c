@@ -1,0 +1,135 @@
+/* metrics.c — the metrics file of a training run (see mtrt_train.h): one JSON line per step,
+ * each formatted whole and written with one write() on an O_APPEND descriptor, so a killed run
+ * leaves whole lines (at most one cut last line, which the next open drops); a resumed run drops
+ * the lines past its checkpoint's step first. No MPI: rank 0 calls these. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mtrt_train.h"
+
+/* The offset just past the last '\n' in bytes [0, end) of fd: the start of the line that ends at
+ * end; 0 when there is none. -1 on a read error. */
+static off_t line_start(int fd, off_t end) {
+  char buf[4096];
+  while (end > 0) {
+    off_t lo = end > (off_t)sizeof buf ? end - (off_t)sizeof buf : 0;
+    ssize_t got = pread(fd, buf, (size_t)(end - lo), lo);
+    if (got != (ssize_t)(end - lo)) return -1;
+    for (off_t i = end - lo - 1; i >= 0; i--)
+      if (buf[i] == '\n') return lo + i + 1;
+    end = lo;
+  }
+  return 0;
+}
+
+/* The step of the line at offset at ({"step":N,...}): 0, or -1 when it has none. */
+static int line_step(int fd, off_t at, int64_t *step) {
+  char buf[48] = {0};
+  long long s;
+  if (pread(fd, buf, sizeof buf - 1, at) <= 0 || sscanf(buf, "{\"step\":%lld", &s) != 1) return -1;
+  *step = s;
+  return 0;
+}
+
+/* Drops a cut last line, and with resume_step >= 0 the last lines whose step is past it (up to
+ * the first line that is not: earlier runs in the same file stay). Sets m->bytes. */
+static int trim(RtMetrics *m, int64_t resume_step, char *err, size_t errlen) {
+  struct stat st;
+  if (fstat(m->fd, &st) != 0) return snprintf(err, errlen, "%s: %s", m->path, strerror(errno)), -1;
+  m->bytes = st.st_size;
+  if (!S_ISREG(st.st_mode)) return 0; /* a character device (/dev/null): nothing to trim */
+  off_t keep = line_start(m->fd, st.st_size); /* a last line without its '\n' was cut */
+  while (keep > 0 && resume_step >= 0) {
+    off_t at = line_start(m->fd, keep - 1);
+    int64_t s;
+    if (at < 0 || line_step(m->fd, at, &s) != 0 || s <= resume_step) break;
+    keep = at;
+  }
+  if (keep < 0) return snprintf(err, errlen, "%s: %s; expected a readable metrics file", m->path, strerror(errno)), -1;
+  if (keep < st.st_size && ftruncate(m->fd, keep) != 0)
+    return snprintf(err, errlen, "%s: cannot drop its last lines: %s", m->path, strerror(errno)), -1;
+  m->bytes = keep;
+  return 0;
+}
+
+int rt_metrics_open(RtMetrics *m, const char *path, int64_t resume_step, char *err, size_t errlen) {
+  *m = (RtMetrics){.fd = -1, .path = path};
+  struct stat st; /* a FIFO would block the open (and a reader would get cut lines) */
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode))
+    return snprintf(err, errlen, "%s: %s; expected a regular file, a path that does not exist, or a character "
+                    "device such as /dev/null", path, S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory"
+                    : "not a regular file"), -1;
+  m->fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (m->fd < 0) return snprintf(err, errlen, "%s: %s; expected a writable file path", path, strerror(errno)), -1;
+  if (trim(m, resume_step, err, errlen) != 0) {
+    close(m->fd);
+    m->fd = -1;
+    return -1;
+  }
+  return 0;
+}
+
+static int num(char *b, size_t n, const char *key, double x, const char *fmt) {
+  int k = snprintf(b, n, ",\"%s\":", key);
+  if (k < 0 || (size_t)k >= n) return k;
+  return k + (isfinite(x) ? snprintf(b + k, n - (size_t)k, fmt, x) : snprintf(b + k, n - (size_t)k, "null"));
+}
+
+int rt_metrics_line(char *b, size_t n, const RtStepMetrics *s) {
+  size_t k = 0;
+#define ADD(expr)                                              \
+  do {                                                         \
+    int w_ = (expr);                                           \
+    if (w_ < 0 || (size_t)w_ >= n - k) return -1;              \
+    k += (size_t)w_;                                           \
+  } while (0)
+  ADD(snprintf(b, n, "{\"step\":%lld", (long long)s->step));
+  ADD(num(b + k, n - k, "loss", s->loss, "%.17g")); /* every digit: runs are compared bit for bit */
+  ADD(num(b + k, n - k, "aux_loss", s->aux_loss, "%.6g"));
+  ADD(num(b + k, n - k, "lr", s->lr, "%.6g"));
+  ADD(num(b + k, n - k, "grad_norm", s->grad_norm, "%.6g"));
+  ADD(num(b + k, n - k, "tokens_per_s", s->tokens_per_s, "%.1f"));
+  if (s->moe_load >= 0) {
+    ADD(num(b + k, n - k, "moe_load", s->moe_load, "%.4f"));
+    ADD(snprintf(b + k, n - k, ",\"moe_extra_rounds\":%lld", (long long)s->moe_extra_rounds));
+  }
+  ADD(snprintf(b + k, n - k, s->skipped ? ",\"skipped\":true}\n" : "}\n"));
+#undef ADD
+  return (int)k;
+}
+
+int rt_metrics_write(RtMetrics *m, const RtStepMetrics *s, char *err, size_t errlen) {
+  char line[1024];
+  int n = rt_metrics_line(line, sizeof line, s);
+  if (n < 0) return snprintf(err, errlen, "%s: a metrics line too long", m->path), -1;
+  size_t done = 0; /* one write() unless the file system is full or the call is interrupted */
+  ssize_t w = 0;
+  while (done < (size_t)n) {
+    w = write(m->fd, line + done, (size_t)n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    done += (size_t)w;
+  }
+  if (done == (size_t)n) {
+    m->bytes += n;
+    return 0;
+  }
+  int e = w == 0 ? ENOSPC : errno;
+  if (done) (void)!ftruncate(m->fd, m->bytes); /* no cut line stays behind */
+  snprintf(err, errlen, "%s: %s (writing step %lld); expected room for the metrics file", m->path, strerror(e),
+           (long long)s->step);
+  return -1;
+}
+
+int rt_metrics_close(RtMetrics *m, char *err, size_t errlen) {
+  if (m->fd < 0) return 0;
+  int bad = close(m->fd) != 0;
+  m->fd = -1;
+  if (bad) return snprintf(err, errlen, "%s: %s; expected room for the metrics file", m->path, strerror(errno)), -1;
+  return 0;
+}
