@@ -11,6 +11,10 @@
 
 #include "mtc.h"
 
+/* All-gathers the program's runtime keeps in flight at most (runtime/mtrt_comm.h RT_AG_SLOTS):
+ * 2 per unit of the prefetch pool, so a plan's prefetch depth is at most 7. */
+enum { EM_AG_SLOTS = 16 };
+
 /* One buffer of the generated program: offset and size in elements of `real` (int32 buffers
  * take one element per value) in one of its two arenas: the state arena (fp32 master shards,
  * their gradients and optimizer moments, in the tier the plan chose for them) or the arena
@@ -55,6 +59,7 @@ typedef struct {
    * width (all shared experts), R rows an EP rank's experts may receive, chunk of the vocab */
   int64_t B, T, N, C, V, nh, nkv, hd, Q, KV, E, El, K, Fe, Fs, R, chunk, L;
   int64_t fsdp, ep, efsdp, dpr, accum, world;
+  int prefetch; /* the plan's prefetch depth P: units u+1..u+P are gathered while u computes */
   CheckpointPolicy ac;
   bool aux_free, sigmoid;
   /* activation offload (full checkpointing with boundaries on host or NVMe): boundary l lives

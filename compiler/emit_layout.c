@@ -178,16 +178,22 @@ void em_layout(Em *e) {
   for (int l = 0; e->aux_free && l < e->L; l++)
     if (md->layers[l].kind == LAYER_MOE) buf(e, mem_printf(e->m, "L%d_LOAD", l), e->E, "tokens per expert this step (aux_free)");
   e->scratch = e->top;
-  /* units (embedding 0, layer l = l + 1, head L + 1) alternate between buffers 0 and 1 by parity:
-   * one computes while the other's gather (forward) or reduce-scatter (backward) is in flight */
-  buf(e, "GATHERED_DENSE0", max_dense, "a dense group all-gathered (even units: embedding, odd layers)");
-  buf(e, "GATHERED_DENSE1", max_dense, "the next one, prefetched (odd units: even layers; the head if L is even)");
-  buf(e, "GRAD_DENSE0", max_dense, "an even unit's dense gradient, then its reduce-scatter's input");
-  buf(e, "GRAD_DENSE1", max_dense, "an odd unit's (in flight while the next unit's backward runs)");
-  buf(e, "GATHERED_EXPERTS0", max_expert, "this EP rank's experts of one layer, all-gathered (odd layers)");
-  buf(e, "GATHERED_EXPERTS1", max_expert, "the next layer's, prefetched (even layers)");
-  buf(e, "GRAD_EXPERTS0", max_expert, "an odd layer's experts' gradient, then its reduce-scatter's input");
-  buf(e, "GRAD_EXPERTS1", max_expert, "an even layer's");
+  /* units (embedding 0, layer l = l + 1, head L + 1): while one computes, the next P units' gathers
+   * (P the plan's prefetch depth) are in flight into the other buffers of the pool, and in the
+   * backward the previous unit's gradient is reduce-scattered from the other of two gradient
+   * buffers. A unit's dense group and its experts share one buffer (dense first), as the plan's
+   * gathered.params[i] and grads.bf16_unsharded[i] items hold a layer: sized by the largest unit */
+  int64_t max_unit = e->groups[e->g_embed].full > e->groups[e->g_head].full ? e->groups[e->g_embed].full
+                                                                             : e->groups[e->g_head].full;
+  for (int l = 0; l < e->L; l++) {
+    int64_t u = e->groups[e->layer_dense[l]].full + (e->layer_experts[l] >= 0 ? e->groups[e->layer_experts[l]].full : 0);
+    if (u > max_unit) max_unit = u;
+  }
+  for (int i = 0; i <= e->prefetch; i++) /* the plan's gathered.params[i]: unit u in GATHERED<u % (P + 1)> */
+    buf(e, mem_printf(e->m, "GATHERED%d", i), max_unit,
+        mem_printf(e->m, "units u with u %% %d = %d: parameters all-gathered, dense then experts", e->prefetch + 1, i));
+  buf(e, "GRAD0", max_unit, "an even unit's gradient, dense then experts, then its reduce-scatters' input");
+  buf(e, "GRAD1", max_unit, "an odd unit's (in flight while the next unit's backward runs)");
   buf(e, "MUON_WORK", e->muon_work, "Muon: a matrix's gathered gradient, its update and Newton-Schulz scratch");
   /* reduce-scatter slot 2 x (unit % 2) + (0 dense, 1 experts) */
   bool bf16 = e->s->training.grad_reduce_dtype == WIRE_BF16;

@@ -292,53 +292,62 @@ static void layer_backward(Em *e, int l, const char *dy, const char *dx) {
 /* ---- the schedule --------------------------------------------------------------------------- */
 
 /* Units of the schedule: 0 the embedding, 1..L the layers, L+1 the head. Unit u's group k (0
- * dense, 1 experts; -1 when the unit has none) is gathered into GATHERED_DENSE<u % 2> or
- * GATHERED_EXPERTS<u % 2> (prefetch slot 2(u % 2) + k), so unit u+1's gather overlaps unit u's
- * compute; in the backward its gradient goes to GRAD_DENSE/EXPERTS<u % 2> and is
- * reduce-scattered in slot 2(u % 2) + k while the next unit's backward runs. */
+ * dense, 1 experts; -1 when the unit has none) is gathered into GATHERED<u % (P + 1)> (dense
+ * first, then experts; all-gather slot 2(u % (P + 1)) + k), P the plan's prefetch depth, so the
+ * gathers of units u+1..u+P overlap unit u's compute; in the backward its gradient goes to
+ * GRAD<u % 2> and is reduce-scattered in slot 2(u % 2) + k while the next unit's backward runs. */
 static int unit_group(const Em *e, int u, int k) {
   if (k) return u >= 1 && u <= e->L ? e->layer_experts[u - 1] : -1;
   return u == 0 ? e->g_embed : u == e->L + 1 ? e->g_head : e->layer_dense[u - 1];
 }
 
-static const char *const kind_buf[2] = {"DENSE", "EXPERTS"};
 static const char *const kind_comm[2] = {"fsdp_comm", "shard_comm"};
+
+/* Where group kind k (0 dense, 1 experts) of unit u starts in its unit's buffer (GATHERED<u % 2>,
+ * GRAD<u % 2>): "" for the dense group, " + <the dense group's size>" for the experts. */
+static const char *in_unit(Em *e, int u, int k) {
+  int g = unit_group(e, u, 0);
+  return k && g >= 0 ? mem_printf(e->m, " + %lld", (long long)e->groups[g].full) : "";
+}
 
 /* Starts the all-gathers of unit u's groups (a prefetch: waited for in use_unit). */
 static void start_unit(Em *e, int u, const char *why) {
+  if (u > e->L + 1) return; /* past the head: nothing to prefetch */
   for (int k = 0; k < 2; k++) {
     int g = unit_group(e, u, k);
     if (g < 0) continue;
     const EmGroup *G = &e->groups[g];
-    P(e, "  rt_comm_all_gather_start(c->comm.%s, R(GATHERED_%s%d), %s(%s_%s), %lld, %d); /* %s: %lld ranks x %lld%s */\n",
-      kind_comm[k], kind_buf[k], u % 2, e->state_host ? "R" : "S", G->cname, e->state_host ? "PARAM" : "MASTER", (long long)G->shard, 2 * (u % 2) + k, G->name,
-      (long long)(k ? e->efsdp : e->fsdp), (long long)G->shard, why);
+    int b = u % (e->prefetch + 1);
+    P(e, "  rt_comm_all_gather_start(c->comm.%s, R(GATHERED%d)%s, %s(%s_%s), %lld, %d); /* %s: %lld ranks x %lld%s */\n",
+      kind_comm[k], b, in_unit(e, u, k), e->state_host ? "R" : "S", G->cname, e->state_host ? "PARAM" : "MASTER",
+      (long long)G->shard, 2 * b + k, G->name, (long long)(k ? e->efsdp : e->fsdp), (long long)G->shard, why);
   }
 }
 
 /* Waits for unit u's gathers and points W and WE at them. */
 static void use_unit(Em *e, int u) {
   bool experts = unit_group(e, u, 1) >= 0;
-  P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * (u % 2));
-  if (experts) P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * (u % 2) + 1);
-  P(e, "  c->wd = R(GATHERED_DENSE%d)%s;\n", u % 2,
-    experts ? mem_printf(e->m, ", c->we = R(GATHERED_EXPERTS%d)", u % 2) : "");
+  int b = u % (e->prefetch + 1);
+  P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * b);
+  if (experts) P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * b + 1);
+  P(e, "  c->wd = R(GATHERED%d)%s;\n", b,
+    experts ? mem_printf(e->m, ", c->we = R(GATHERED%d)%s", b, in_unit(e, u, 1)) : "");
 }
 
-/* Unit u's backward begins: the reduce-scatters that last used its parity's gradient buffers are
- * waited for (their results added to the shards), then DW and DWE point at those buffers, zeroed
- * for the groups of the unit. */
+/* Unit u's backward begins: the reduce-scatters that last used its parity's gradient buffer are
+ * waited for (their results added to the shards), then DW and DWE point into that buffer, zeroed
+ * over the unit's groups. */
 static void begin_grads(Em *e, int u) {
   int p = u % 2;
   if (u + 2 <= e->L + 1) /* the backward runs the units from L + 1 down: unit u + 2 used these buffers */
-    P(e, "  rt_comm_reduce_scatter_wait(%d), rt_comm_reduce_scatter_wait(%d); /* unit %d's: the buffers are free */\n",
+    P(e, "  rt_comm_reduce_scatter_wait(%d), rt_comm_reduce_scatter_wait(%d); /* unit %d's: the buffer is free */\n",
       2 * p, 2 * p + 1, u + 2);
-  P(e, "  c->dwd = R(GRAD_DENSE%d)%s;\n", p,
-    unit_group(e, u, 1) >= 0 ? mem_printf(e->m, ", c->dwe = R(GRAD_EXPERTS%d)", p) : "");
-  for (int k = 0; k < 2; k++) {
-    int g = unit_group(e, u, k);
-    if (g >= 0) P(e, "  rt_zero(R(GRAD_%s%d), %lld);\n", kind_buf[k], p, (long long)e->groups[g].full);
-  }
+  P(e, "  c->dwd = R(GRAD%d)%s;\n", p,
+    unit_group(e, u, 1) >= 0 ? mem_printf(e->m, ", c->dwe = R(GRAD%d)%s", p, in_unit(e, u, 1)) : "");
+  int64_t n = 0;
+  for (int k = 0; k < 2; k++)
+    if (unit_group(e, u, k) >= 0) n += e->groups[unit_group(e, u, k)].full;
+  P(e, "  rt_zero(R(GRAD%d), %lld);\n", p, (long long)n);
 }
 
 /* Unit u's gradients: each group's reduce-scatter starts, overlapping what follows. */
@@ -350,9 +359,9 @@ static void reduce_scatter(Em *e, int u) {
     int64_t ranks = k ? e->efsdp : e->fsdp;
     int slot = 2 * (u % 2) + k;
     bool bf16 = ranks > 1 && e->s->training.grad_reduce_dtype == WIRE_BF16;
-    P(e, "  rt_comm_reduce_scatter_start(c->comm.%s, S(%s_GRAD), R(RS_OUT%d), R(GRAD_%s%d), %lld, %s, %d); /* %s: %lld "
+    P(e, "  rt_comm_reduce_scatter_start(c->comm.%s, S(%s_GRAD), R(RS_OUT%d), R(GRAD%d)%s, %lld, %s, %d); /* %s: %lld "
          "ranks%s */\n",
-      kind_comm[k], G->cname, slot, kind_buf[k], u % 2, (long long)G->shard,
+      kind_comm[k], G->cname, slot, u % 2, in_unit(e, u, k), (long long)G->shard,
       bf16 ? mem_printf(e->m, "(uint16_t *)R(RS_WIRE%d)", slot) : "NULL", slot, G->name, (long long)ranks,
       bf16 ? ", bf16 on the wire" : "");
   }
@@ -363,21 +372,22 @@ static void schedule(Em *e) {
   int L = (int)e->L;
   int gh = e->g_head;
   P(e, "\n/* ---- one micro-batch ---------------------------------------------------------------- */\n\n");
-  P(e, "/* Forward: embedding, layers 0-%d, final norm and loss. The next unit's parameters are\n"
-       " * all-gathered while this one computes (prefetch depth 1; the plan's is %d. The cpu\n"
-       " * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean\n"
-       " * cross-entropy of the micro-batch. */\n",
-    L - 1, e->p->best.ch.prefetch);
+  int D = e->prefetch;
+  P(e, "/* Forward: embedding, layers 0-%d, final norm and loss. The next %d unit(s)' parameters are\n"
+       " * all-gathered while this one computes (the plan's prefetch depth; the cpu backend's MPI\n"
+       " * all-gathers block, so there it only orders the calls). Returns the mean cross-entropy of\n"
+       " * the micro-batch. */\n",
+    L - 1, D);
   P(e, "real step_forward(RtCtx *c) {\n");
   P(e, "  rt_comm_label(\"embedding forward\");\n");
-  start_unit(e, 0, "");
+  for (int u = 0; u < D; u++) start_unit(e, u, u ? ", prefetch" : "");
   use_unit(e, 0);
-  start_unit(e, 1, ", prefetch");
+  start_unit(e, D, ", prefetch");
   P(e, "  rt_embedding_forward(R(X0), I(INPUTS), W(0), %lld, %lld);\n", N, C);
   for (int l = 0; l < L; l++) {
     P(e, "  rt_comm_label(\"layer %d forward\");\n", l);
     use_unit(e, l + 1);
-    start_unit(e, l + 2, ", prefetch");
+    start_unit(e, l + 1 + D, ", prefetch");
     if (e->host_elems && l >= 2 && l - 2 <= L - 3)
       P(e, "  rt_offload_wait(c, %d); /* X%d is on the host: its slot takes X%d */\n", l - 2, l - 2, l + 1);
     P(e, "  layer%d_forward(c, false);\n", l);
@@ -398,7 +408,7 @@ static void schedule(Em *e) {
   P(e, "void step_backward(RtCtx *c) {\n");
   P(e, "  /* head (its parameters are still gathered from the forward) */\n");
   P(e, "  rt_comm_label(\"head backward\");\n");
-  start_unit(e, L, ", prefetch");
+  for (int u = L; u > L - D && u >= 1; u--) start_unit(e, u, ", prefetch");
   begin_grads(e, L + 1);
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
   int64_t o = off(e, gh, "lm_head.weight");
@@ -415,7 +425,7 @@ static void schedule(Em *e) {
     P(e, "  /* layer %d */\n", l);
     P(e, "  rt_comm_label(\"layer %d backward\");\n", l);
     use_unit(e, l + 1);
-    if (l > 0) start_unit(e, l, ", prefetch");
+    if (l + 1 - D >= 1) start_unit(e, l + 1 - D, ", prefetch");
     if (e->host_elems && l <= L - 3) P(e, "  rt_offload_wait(c, %d); /* X%d is back */\n", l, l);
     if (e->ac != AC_NONE) P(e, "  layer%d_forward(c, true); /* recompute from X%d (%s checkpointing) */\n", l, l, plan_ac_name(e->ac));
     if (e->host_elems && l >= 2 && l - 2 <= L - 3)
@@ -593,9 +603,9 @@ static void body(Em *e, const char *spec_base) {
   P(e, "#define R(o) (c->arena + (o))                    /* real buffer at arena offset o */\n");
   P(e, "#define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */\n");
   P(e, "#define W(o) (c->wd + (o))                      /* a gathered dense parameter */\n");
-  P(e, "#define DW(o) (c->dwd + (o))                    /* its gradient (GRAD_DENSE0 or 1) */\n");
+  P(e, "#define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */\n");
   P(e, "#define WE(o) (c->we + (o))                     /* a gathered expert parameter */\n");
-  P(e, "#define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */\n");
+  P(e, "#define DWE(o) (c->dwe + (o))                   /* its gradient (in GRAD0 or 1) */\n");
   P(e, "#define EPS ((real)1e-5)                          /* RMSNorm epsilon */\n");
   if (e->offload) P(e, "#define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */\n");
   P(e, "\n");
@@ -658,7 +668,7 @@ void em_init(Em *e, Mem *m, const Plan *p) {
   e->nh = s->model.attention.heads, e->nkv = s->model.attention.kv_heads, e->hd = s->model.attention.head_dim;
   e->Q = e->nh * e->hd, e->KV = e->nkv * e->hd;
   e->fsdp = ch->fsdp, e->ep = ch->ep, e->efsdp = ch->efsdp, e->dpr = ch->dp_replicate, e->accum = ch->accum;
-  e->world = p->world, e->ac = ch->ac;
+  e->world = p->world, e->ac = ch->ac, e->prefetch = ch->prefetch;
   e->offload = (ch->offload == OFF_HOST || ch->offload == OFF_NVME) && ch->ac == AC_FULL;
   e->state_host = ch->opt_tier == TIER_HOST, e->step_host = ch->opt_on_host;
   if (s->model.moe.present) {
@@ -688,6 +698,10 @@ bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec
   if (!supported(d, s)) return false;
   Em e;
   em_init(&e, m, p);
+  if (2 * (e.prefetch + 1) > EM_AG_SLOTS)
+    return diag_error(d, spec_loc(s, "plan.prefetch"), "prefetch depth %d needs %d all-gathers in flight; the program "
+                      "keeps at most %d (prefetch %d); expected plan.prefetch %d or less", e.prefetch,
+                      2 * (e.prefetch + 1), EM_AG_SLOTS, EM_AG_SLOTS / 2 - 1, EM_AG_SLOTS / 2 - 1);
   if (e.R > INT32_MAX) /* the runtime counts a round's rows in int (its offsets are int32) */
     return diag_error(d, spec_loc(s, "plan.moe_imbalance"), "one all-to-all round would take %lld rows per rank "
                       "(moe_imbalance x tokens x top_k), more than 2^31 - 1; expected a lower plan.moe_imbalance, "

@@ -16,9 +16,9 @@
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
-#define DW(o) (c->dwd + (o))                    /* its gradient (GRAD_DENSE0 or 1) */
+#define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
-#define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */
+#define DWE(o) (c->dwe + (o))                   /* its gradient (in GRAD0 or 1) */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 #define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
@@ -700,78 +700,74 @@
 #define L73_DENSE_PARAM          2441294112 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
 #define L73_EXPERTS_PARAM        2441648448 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
 #define HEAD_PARAM               2474678592 /*    4096016: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define GATHERED_DENSE0          2478774608 /* 1572870144: a dense group all-gathered (even units: embedding, odd layers) */
-#define GATHERED_DENSE1          4051644752 /* 1572870144: the next one, prefetched (odd units: even layers; the head if L is even) */
-#define GRAD_DENSE0              5624514896 /* 1572870144: an even unit's dense gradient, then its reduce-scatter's input */
-#define GRAD_DENSE1              7197385040 /* 1572870144: an odd unit's (in flight while the next unit's backward runs) */
-#define GATHERED_EXPERTS0        8770255184 /* 3170893824: this EP rank's experts of one layer, all-gathered (odd layers) */
-#define GATHERED_EXPERTS1       11941149008 /* 3170893824: the next layer's, prefetched (even layers) */
-#define GRAD_EXPERTS0           15112042832 /* 3170893824: an odd layer's experts' gradient, then its reduce-scatter's input */
-#define GRAD_EXPERTS1           18282936656 /* 3170893824: an even layer's */
-#define RS_OUT0                 21680322896 /*   33030144: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                21713353040 /*  786435072: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                 22499788112 /*   33030144: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE1                22532818256 /* 1585446912: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT2                 24118265168 /*   33030144: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                24151295312 /*  786435072: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                 24937730384 /*   33030144: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE3                24970760528 /* 1585446912: its bf16 send buffer (2 bytes per gathered value) */
-#define XSLOT0                  26556207440 /*  402653184: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                  26958860624 /*  402653184: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                  27361513808 /*  402653184: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  27764166992 /*  402653184: attention norm output */
-#define WS_RSTD1                28166820176 /*      65536: its 1/rms per token */
-#define WS_Q                    28166885712 /*  402653184: queries (rotated) */
-#define WS_K                    28569538896 /*  134217728: keys (rotated) */
-#define WS_V                    28703756624 /*  134217728: values */
-#define WS_ATT                  28837974352 /*  402653184: attention output */
-#define WS_LSE                  29240627536 /*    3145728: attention log-sum-exp per head and query */
-#define WS_RES                  29243773264 /*  402653184: residual stream after attention */
-#define WS_LN2                  29646426448 /*  402653184: mlp norm output */
-#define WS_RSTD2                30049079632 /*      65536: its 1/rms per token */
-#define WS_LOGITS               30049145168 /*   25165824: router logits */
-#define WS_IDX                  30074310992 /*     524288: selected experts (int32) */
-#define WS_WTS                  30074835280 /*     524288: their weights */
-#define WS_POS                  30075359568 /*     524288: row of each assignment in expert order (int32) */
-#define WS_OFFSETS              30075883856 /*        385: first row of each expert (int32) */
-#define WS_YP                   30075884256 /* 3221225472: expert outputs in that order */
-#define WS_XP                   33297109728 /* 3221225472: token copies in expert order, to send (all-to-all) */
-#define WS_XE                   36518335200 /* 4026531840: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                   40544867040 /* 4026531840: their outputs, before going back */
-#define WS_EOFF                 44571398880 /*         97: first row of each local expert in the round (int32) */
-#define WS_EG                   44571398992 /* 1174405120: routed experts' gate */
-#define WS_EU                   45745804112 /* 1174405120: routed experts' up */
-#define WS_EH                   46920209232 /* 1174405120: routed experts' activation */
-#define WS_SG                   48094614352 /*  117440512: shared experts' gate */
-#define WS_SU                   48212054864 /*  117440512: shared experts' up */
-#define WS_SH                   48329495376 /*  117440512: shared experts' activation */
-#define WS_Y                    48446935888 /*  402653184: a block's output before the residual add */
-#define WS_Y2                   48849589072 /*  402653184: shared experts' output */
-#define DX_A                    49252242256 /*  402653184: gradient of the residual stream (even layers' output) */
-#define DX_B                    49654895440 /*  402653184: gradient of the residual stream (odd layers' output) */
-#define DLN                     50057548624 /*  402653184: gradient of a norm's output */
-#define DATT                    50460201808 /*  402653184: gradient of the attention output */
-#define DQ                      50862854992 /*  402653184: gradient of the queries */
-#define DK                      51265508176 /*  134217728: gradient of the keys */
-#define DV                      51399725904 /*  134217728: gradient of the values */
-#define DLOGITS                 51533943632 /*   25165824: gradient of the router logits */
-#define DWTS                    51559109456 /*     524288: gradient of the routing weights */
-#define DYP                     51559633744 /* 3221225472: gradient of the expert outputs */
-#define DXP                     54780859216 /* 3221225472: gradient of the token copies */
-#define DYE                     58002084688 /* 4026531840: gradient of the received rows' outputs */
-#define DXE                     62028616528 /* 4026531840: gradient of the received rows */
-#define A2A                     66055148368 /* 4026531840: all-to-all staging of one round (source-rank order) */
-#define EDG                     70081680208 /* 1174405120: routed experts' gate gradient */
-#define EDU                     71256085328 /* 1174405120: routed experts' up gradient */
-#define EDH                     72430490448 /* 1174405120: routed experts' activation gradient */
-#define DSG                     73604895568 /*  117440512: shared experts' gate gradient */
-#define DSU                     73722336080 /*  117440512: shared experts' up gradient */
-#define DSH                     73839776592 /*  117440512: shared experts' activation gradient */
-#define AUX                     73957217104 /*       1152: load-balancing loss scratch */
-#define LNF                     73957218256 /*  402653184: final norm output */
-#define RSTDF                   74359871440 /*      65536: its 1/rms per token */
-#define LSEF                    74359936976 /*      65536: log-sum-exp of each token's logits */
-#define CE                      74360002512 /*  536870912: logits of one vocabulary chunk and their gradient */
+#define GATHERED0                2478774608 /* 3306958848: units u with u % 2 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1                5785733456 /* 3306958848: units u with u % 2 = 1: parameters all-gathered, dense then experts */
+#define GRAD0                    9092692304 /* 3306958848: an even unit's gradient, dense then experts, then its reduce-scatters' input */
+#define GRAD1                   12399651152 /* 3306958848: an odd unit's (in flight while the next unit's backward runs) */
+#define RS_OUT0                 15933102416 /*   33030144: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE0                15966132560 /*  786435072: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT1                 16752567632 /*   33030144: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE1                16785597776 /* 1585446912: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT2                 18371044688 /*   33030144: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE2                18404074832 /*  786435072: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT3                 19190509904 /*   33030144: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE3                19223540048 /* 1585446912: its bf16 send buffer (2 bytes per gathered value) */
+#define XSLOT0                  20808986960 /*  402653184: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                  21211640144 /*  402653184: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                  21614293328 /*  402653184: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                  22016946512 /*  402653184: attention norm output */
+#define WS_RSTD1                22419599696 /*      65536: its 1/rms per token */
+#define WS_Q                    22419665232 /*  402653184: queries (rotated) */
+#define WS_K                    22822318416 /*  134217728: keys (rotated) */
+#define WS_V                    22956536144 /*  134217728: values */
+#define WS_ATT                  23090753872 /*  402653184: attention output */
+#define WS_LSE                  23493407056 /*    3145728: attention log-sum-exp per head and query */
+#define WS_RES                  23496552784 /*  402653184: residual stream after attention */
+#define WS_LN2                  23899205968 /*  402653184: mlp norm output */
+#define WS_RSTD2                24301859152 /*      65536: its 1/rms per token */
+#define WS_LOGITS               24301924688 /*   25165824: router logits */
+#define WS_IDX                  24327090512 /*     524288: selected experts (int32) */
+#define WS_WTS                  24327614800 /*     524288: their weights */
+#define WS_POS                  24328139088 /*     524288: row of each assignment in expert order (int32) */
+#define WS_OFFSETS              24328663376 /*        385: first row of each expert (int32) */
+#define WS_YP                   24328663776 /* 3221225472: expert outputs in that order */
+#define WS_XP                   27549889248 /* 3221225472: token copies in expert order, to send (all-to-all) */
+#define WS_XE                   30771114720 /* 4026531840: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                   34797646560 /* 4026531840: their outputs, before going back */
+#define WS_EOFF                 38824178400 /*         97: first row of each local expert in the round (int32) */
+#define WS_EG                   38824178512 /* 1174405120: routed experts' gate */
+#define WS_EU                   39998583632 /* 1174405120: routed experts' up */
+#define WS_EH                   41172988752 /* 1174405120: routed experts' activation */
+#define WS_SG                   42347393872 /*  117440512: shared experts' gate */
+#define WS_SU                   42464834384 /*  117440512: shared experts' up */
+#define WS_SH                   42582274896 /*  117440512: shared experts' activation */
+#define WS_Y                    42699715408 /*  402653184: a block's output before the residual add */
+#define WS_Y2                   43102368592 /*  402653184: shared experts' output */
+#define DX_A                    43505021776 /*  402653184: gradient of the residual stream (even layers' output) */
+#define DX_B                    43907674960 /*  402653184: gradient of the residual stream (odd layers' output) */
+#define DLN                     44310328144 /*  402653184: gradient of a norm's output */
+#define DATT                    44712981328 /*  402653184: gradient of the attention output */
+#define DQ                      45115634512 /*  402653184: gradient of the queries */
+#define DK                      45518287696 /*  134217728: gradient of the keys */
+#define DV                      45652505424 /*  134217728: gradient of the values */
+#define DLOGITS                 45786723152 /*   25165824: gradient of the router logits */
+#define DWTS                    45811888976 /*     524288: gradient of the routing weights */
+#define DYP                     45812413264 /* 3221225472: gradient of the expert outputs */
+#define DXP                     49033638736 /* 3221225472: gradient of the token copies */
+#define DYE                     52254864208 /* 4026531840: gradient of the received rows' outputs */
+#define DXE                     56281396048 /* 4026531840: gradient of the received rows */
+#define A2A                     60307927888 /* 4026531840: all-to-all staging of one round (source-rank order) */
+#define EDG                     64334459728 /* 1174405120: routed experts' gate gradient */
+#define EDU                     65508864848 /* 1174405120: routed experts' up gradient */
+#define EDH                     66683269968 /* 1174405120: routed experts' activation gradient */
+#define DSG                     67857675088 /*  117440512: shared experts' gate gradient */
+#define DSU                     67975115600 /*  117440512: shared experts' up gradient */
+#define DSH                     68092556112 /*  117440512: shared experts' activation gradient */
+#define AUX                     68209996624 /*       1152: load-balancing loss scratch */
+#define LNF                     68209997776 /*  402653184: final norm output */
+#define RSTDF                   68612650960 /*      65536: its 1/rms per token */
+#define LSEF                    68612716496 /*      65536: log-sum-exp of each token's logits */
+#define CE                      68612782032 /*  536870912: logits of one vocabulary chunk and their gradient */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-71 go to the
  * host arena after their layer's forward and come back two layers before their backward. */
@@ -8416,682 +8412,682 @@ static void layer0_backward(RtCtx *c) {
 
 /* ---- one micro-batch ---------------------------------------------------------------- */
 
-/* Forward: embedding, layers 0-73, final norm and loss. The next unit's parameters are
- * all-gathered while this one computes (prefetch depth 1; the plan's is 1. The cpu
- * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean
- * cross-entropy of the micro-batch. */
+/* Forward: embedding, layers 0-73, final norm and loss. The next 1 unit(s)' parameters are
+ * all-gathered while this one computes (the plan's prefetch depth; the cpu backend's MPI
+ * all-gathers block, so there it only orders the calls). Returns the mean cross-entropy of
+ * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(EMBED_PARAM), 4096000, 0); /* embedding: 384 ranks x 4096000 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(EMBED_PARAM), 4096000, 0); /* embedding: 384 ranks x 4096000 */
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_PARAM), 354336, 2); /* layer 0 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_PARAM), 33030144, 3); /* layer 0 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L0_DENSE_PARAM), 354336, 2); /* layer 0 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L0_EXPERTS_PARAM), 33030144, 3); /* layer 0 experts: 96 ranks x 33030144, prefetch */
   rt_embedding_forward(R(X0), I(INPUTS), W(0), 65536, 6144);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_PARAM), 354336, 0); /* layer 1 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_PARAM), 33030144, 1); /* layer 1 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L1_DENSE_PARAM), 354336, 0); /* layer 1 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L1_EXPERTS_PARAM), 33030144, 1); /* layer 1 experts: 96 ranks x 33030144, prefetch */
   layer0_forward(c, false);
   rt_offload_store(c, 0, H(HX0), R(X0), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_PARAM), 354336, 2); /* layer 2 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_PARAM), 33030144, 3); /* layer 2 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L2_DENSE_PARAM), 354336, 2); /* layer 2 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L2_EXPERTS_PARAM), 33030144, 3); /* layer 2 experts: 96 ranks x 33030144, prefetch */
   layer1_forward(c, false);
   rt_offload_store(c, 1, H(HX1), R(X1), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_PARAM), 354336, 0); /* layer 3 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_PARAM), 33030144, 1); /* layer 3 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L3_DENSE_PARAM), 354336, 0); /* layer 3 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L3_EXPERTS_PARAM), 33030144, 1); /* layer 3 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 0); /* X0 is on the host: its slot takes X3 */
   layer2_forward(c, false);
   rt_offload_store(c, 2, H(HX2), R(X2), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_PARAM), 354336, 2); /* layer 4 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_PARAM), 33030144, 3); /* layer 4 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L4_DENSE_PARAM), 354336, 2); /* layer 4 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L4_EXPERTS_PARAM), 33030144, 3); /* layer 4 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 1); /* X1 is on the host: its slot takes X4 */
   layer3_forward(c, false);
   rt_offload_store(c, 3, H(HX3), R(X3), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 4 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_PARAM), 354336, 0); /* layer 5 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_PARAM), 33030144, 1); /* layer 5 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L5_DENSE_PARAM), 354336, 0); /* layer 5 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L5_EXPERTS_PARAM), 33030144, 1); /* layer 5 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 2); /* X2 is on the host: its slot takes X5 */
   layer4_forward(c, false);
   rt_offload_store(c, 4, H(HX4), R(X4), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 5 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_PARAM), 354336, 2); /* layer 6 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_PARAM), 33030144, 3); /* layer 6 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L6_DENSE_PARAM), 354336, 2); /* layer 6 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L6_EXPERTS_PARAM), 33030144, 3); /* layer 6 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 3); /* X3 is on the host: its slot takes X6 */
   layer5_forward(c, false);
   rt_offload_store(c, 5, H(HX5), R(X5), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 6 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_PARAM), 354336, 0); /* layer 7 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_PARAM), 33030144, 1); /* layer 7 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L7_DENSE_PARAM), 354336, 0); /* layer 7 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L7_EXPERTS_PARAM), 33030144, 1); /* layer 7 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 4); /* X4 is on the host: its slot takes X7 */
   layer6_forward(c, false);
   rt_offload_store(c, 6, H(HX6), R(X6), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 7 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_PARAM), 354336, 2); /* layer 8 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_PARAM), 33030144, 3); /* layer 8 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L8_DENSE_PARAM), 354336, 2); /* layer 8 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L8_EXPERTS_PARAM), 33030144, 3); /* layer 8 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 5); /* X5 is on the host: its slot takes X8 */
   layer7_forward(c, false);
   rt_offload_store(c, 7, H(HX7), R(X7), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 8 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_PARAM), 354336, 0); /* layer 9 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_PARAM), 33030144, 1); /* layer 9 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L9_DENSE_PARAM), 354336, 0); /* layer 9 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L9_EXPERTS_PARAM), 33030144, 1); /* layer 9 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 6); /* X6 is on the host: its slot takes X9 */
   layer8_forward(c, false);
   rt_offload_store(c, 8, H(HX8), R(X8), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 9 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_PARAM), 354336, 2); /* layer 10 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_PARAM), 33030144, 3); /* layer 10 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L10_DENSE_PARAM), 354336, 2); /* layer 10 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L10_EXPERTS_PARAM), 33030144, 3); /* layer 10 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 7); /* X7 is on the host: its slot takes X10 */
   layer9_forward(c, false);
   rt_offload_store(c, 9, H(HX9), R(X9), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 10 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_PARAM), 354336, 0); /* layer 11 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_PARAM), 33030144, 1); /* layer 11 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L11_DENSE_PARAM), 354336, 0); /* layer 11 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L11_EXPERTS_PARAM), 33030144, 1); /* layer 11 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 8); /* X8 is on the host: its slot takes X11 */
   layer10_forward(c, false);
   rt_offload_store(c, 10, H(HX10), R(X10), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 11 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_PARAM), 354336, 2); /* layer 12 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_PARAM), 33030144, 3); /* layer 12 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L12_DENSE_PARAM), 354336, 2); /* layer 12 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L12_EXPERTS_PARAM), 33030144, 3); /* layer 12 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 9); /* X9 is on the host: its slot takes X12 */
   layer11_forward(c, false);
   rt_offload_store(c, 11, H(HX11), R(X11), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 12 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_PARAM), 354336, 0); /* layer 13 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_PARAM), 33030144, 1); /* layer 13 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L13_DENSE_PARAM), 354336, 0); /* layer 13 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L13_EXPERTS_PARAM), 33030144, 1); /* layer 13 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 10); /* X10 is on the host: its slot takes X13 */
   layer12_forward(c, false);
   rt_offload_store(c, 12, H(HX12), R(X12), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 13 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_PARAM), 354336, 2); /* layer 14 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_PARAM), 33030144, 3); /* layer 14 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L14_DENSE_PARAM), 354336, 2); /* layer 14 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L14_EXPERTS_PARAM), 33030144, 3); /* layer 14 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 11); /* X11 is on the host: its slot takes X14 */
   layer13_forward(c, false);
   rt_offload_store(c, 13, H(HX13), R(X13), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 14 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_PARAM), 354336, 0); /* layer 15 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_PARAM), 33030144, 1); /* layer 15 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L15_DENSE_PARAM), 354336, 0); /* layer 15 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L15_EXPERTS_PARAM), 33030144, 1); /* layer 15 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 12); /* X12 is on the host: its slot takes X15 */
   layer14_forward(c, false);
   rt_offload_store(c, 14, H(HX14), R(X14), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 15 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_PARAM), 354336, 2); /* layer 16 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_PARAM), 33030144, 3); /* layer 16 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L16_DENSE_PARAM), 354336, 2); /* layer 16 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L16_EXPERTS_PARAM), 33030144, 3); /* layer 16 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 13); /* X13 is on the host: its slot takes X16 */
   layer15_forward(c, false);
   rt_offload_store(c, 15, H(HX15), R(X15), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 16 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_PARAM), 354336, 0); /* layer 17 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_PARAM), 33030144, 1); /* layer 17 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L17_DENSE_PARAM), 354336, 0); /* layer 17 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L17_EXPERTS_PARAM), 33030144, 1); /* layer 17 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 14); /* X14 is on the host: its slot takes X17 */
   layer16_forward(c, false);
   rt_offload_store(c, 16, H(HX16), R(X16), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 17 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_PARAM), 354336, 2); /* layer 18 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_PARAM), 33030144, 3); /* layer 18 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L18_DENSE_PARAM), 354336, 2); /* layer 18 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L18_EXPERTS_PARAM), 33030144, 3); /* layer 18 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 15); /* X15 is on the host: its slot takes X18 */
   layer17_forward(c, false);
   rt_offload_store(c, 17, H(HX17), R(X17), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 18 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_PARAM), 354336, 0); /* layer 19 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_PARAM), 33030144, 1); /* layer 19 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L19_DENSE_PARAM), 354336, 0); /* layer 19 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L19_EXPERTS_PARAM), 33030144, 1); /* layer 19 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 16); /* X16 is on the host: its slot takes X19 */
   layer18_forward(c, false);
   rt_offload_store(c, 18, H(HX18), R(X18), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 19 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_PARAM), 354336, 2); /* layer 20 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_PARAM), 33030144, 3); /* layer 20 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L20_DENSE_PARAM), 354336, 2); /* layer 20 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L20_EXPERTS_PARAM), 33030144, 3); /* layer 20 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 17); /* X17 is on the host: its slot takes X20 */
   layer19_forward(c, false);
   rt_offload_store(c, 19, H(HX19), R(X19), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 20 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_PARAM), 354336, 0); /* layer 21 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_PARAM), 33030144, 1); /* layer 21 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L21_DENSE_PARAM), 354336, 0); /* layer 21 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L21_EXPERTS_PARAM), 33030144, 1); /* layer 21 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 18); /* X18 is on the host: its slot takes X21 */
   layer20_forward(c, false);
   rt_offload_store(c, 20, H(HX20), R(X20), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 21 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_PARAM), 354336, 2); /* layer 22 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_PARAM), 33030144, 3); /* layer 22 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L22_DENSE_PARAM), 354336, 2); /* layer 22 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L22_EXPERTS_PARAM), 33030144, 3); /* layer 22 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 19); /* X19 is on the host: its slot takes X22 */
   layer21_forward(c, false);
   rt_offload_store(c, 21, H(HX21), R(X21), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 22 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_PARAM), 354336, 0); /* layer 23 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_PARAM), 33030144, 1); /* layer 23 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L23_DENSE_PARAM), 354336, 0); /* layer 23 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L23_EXPERTS_PARAM), 33030144, 1); /* layer 23 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 20); /* X20 is on the host: its slot takes X23 */
   layer22_forward(c, false);
   rt_offload_store(c, 22, H(HX22), R(X22), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 23 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_PARAM), 354336, 2); /* layer 24 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_PARAM), 33030144, 3); /* layer 24 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L24_DENSE_PARAM), 354336, 2); /* layer 24 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L24_EXPERTS_PARAM), 33030144, 3); /* layer 24 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 21); /* X21 is on the host: its slot takes X24 */
   layer23_forward(c, false);
   rt_offload_store(c, 23, H(HX23), R(X23), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 24 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_PARAM), 354336, 0); /* layer 25 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_PARAM), 33030144, 1); /* layer 25 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L25_DENSE_PARAM), 354336, 0); /* layer 25 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L25_EXPERTS_PARAM), 33030144, 1); /* layer 25 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 22); /* X22 is on the host: its slot takes X25 */
   layer24_forward(c, false);
   rt_offload_store(c, 24, H(HX24), R(X24), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 25 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_PARAM), 354336, 2); /* layer 26 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_PARAM), 33030144, 3); /* layer 26 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L26_DENSE_PARAM), 354336, 2); /* layer 26 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L26_EXPERTS_PARAM), 33030144, 3); /* layer 26 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 23); /* X23 is on the host: its slot takes X26 */
   layer25_forward(c, false);
   rt_offload_store(c, 25, H(HX25), R(X25), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 26 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_PARAM), 354336, 0); /* layer 27 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_PARAM), 33030144, 1); /* layer 27 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L27_DENSE_PARAM), 354336, 0); /* layer 27 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L27_EXPERTS_PARAM), 33030144, 1); /* layer 27 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 24); /* X24 is on the host: its slot takes X27 */
   layer26_forward(c, false);
   rt_offload_store(c, 26, H(HX26), R(X26), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 27 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_PARAM), 354336, 2); /* layer 28 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_PARAM), 33030144, 3); /* layer 28 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L28_DENSE_PARAM), 354336, 2); /* layer 28 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L28_EXPERTS_PARAM), 33030144, 3); /* layer 28 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 25); /* X25 is on the host: its slot takes X28 */
   layer27_forward(c, false);
   rt_offload_store(c, 27, H(HX27), R(X27), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 28 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_PARAM), 354336, 0); /* layer 29 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_PARAM), 33030144, 1); /* layer 29 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L29_DENSE_PARAM), 354336, 0); /* layer 29 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L29_EXPERTS_PARAM), 33030144, 1); /* layer 29 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 26); /* X26 is on the host: its slot takes X29 */
   layer28_forward(c, false);
   rt_offload_store(c, 28, H(HX28), R(X28), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 29 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_PARAM), 354336, 2); /* layer 30 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_PARAM), 33030144, 3); /* layer 30 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L30_DENSE_PARAM), 354336, 2); /* layer 30 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L30_EXPERTS_PARAM), 33030144, 3); /* layer 30 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 27); /* X27 is on the host: its slot takes X30 */
   layer29_forward(c, false);
   rt_offload_store(c, 29, H(HX29), R(X29), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 30 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_PARAM), 354336, 0); /* layer 31 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_PARAM), 33030144, 1); /* layer 31 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L31_DENSE_PARAM), 354336, 0); /* layer 31 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L31_EXPERTS_PARAM), 33030144, 1); /* layer 31 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 28); /* X28 is on the host: its slot takes X31 */
   layer30_forward(c, false);
   rt_offload_store(c, 30, H(HX30), R(X30), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 31 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L32_DENSE_PARAM), 354336, 2); /* layer 32 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L32_EXPERTS_PARAM), 33030144, 3); /* layer 32 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L32_DENSE_PARAM), 354336, 2); /* layer 32 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L32_EXPERTS_PARAM), 33030144, 3); /* layer 32 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 29); /* X29 is on the host: its slot takes X32 */
   layer31_forward(c, false);
   rt_offload_store(c, 31, H(HX31), R(X31), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 32 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L33_DENSE_PARAM), 354336, 0); /* layer 33 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L33_EXPERTS_PARAM), 33030144, 1); /* layer 33 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L33_DENSE_PARAM), 354336, 0); /* layer 33 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L33_EXPERTS_PARAM), 33030144, 1); /* layer 33 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 30); /* X30 is on the host: its slot takes X33 */
   layer32_forward(c, false);
   rt_offload_store(c, 32, H(HX32), R(X32), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 33 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L34_DENSE_PARAM), 354336, 2); /* layer 34 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L34_EXPERTS_PARAM), 33030144, 3); /* layer 34 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L34_DENSE_PARAM), 354336, 2); /* layer 34 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L34_EXPERTS_PARAM), 33030144, 3); /* layer 34 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 31); /* X31 is on the host: its slot takes X34 */
   layer33_forward(c, false);
   rt_offload_store(c, 33, H(HX33), R(X33), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 34 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L35_DENSE_PARAM), 354336, 0); /* layer 35 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L35_EXPERTS_PARAM), 33030144, 1); /* layer 35 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L35_DENSE_PARAM), 354336, 0); /* layer 35 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L35_EXPERTS_PARAM), 33030144, 1); /* layer 35 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 32); /* X32 is on the host: its slot takes X35 */
   layer34_forward(c, false);
   rt_offload_store(c, 34, H(HX34), R(X34), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 35 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L36_DENSE_PARAM), 354336, 2); /* layer 36 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L36_EXPERTS_PARAM), 33030144, 3); /* layer 36 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L36_DENSE_PARAM), 354336, 2); /* layer 36 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L36_EXPERTS_PARAM), 33030144, 3); /* layer 36 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 33); /* X33 is on the host: its slot takes X36 */
   layer35_forward(c, false);
   rt_offload_store(c, 35, H(HX35), R(X35), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 36 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L37_DENSE_PARAM), 354336, 0); /* layer 37 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L37_EXPERTS_PARAM), 33030144, 1); /* layer 37 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L37_DENSE_PARAM), 354336, 0); /* layer 37 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L37_EXPERTS_PARAM), 33030144, 1); /* layer 37 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 34); /* X34 is on the host: its slot takes X37 */
   layer36_forward(c, false);
   rt_offload_store(c, 36, H(HX36), R(X36), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 37 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L38_DENSE_PARAM), 354336, 2); /* layer 38 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L38_EXPERTS_PARAM), 33030144, 3); /* layer 38 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L38_DENSE_PARAM), 354336, 2); /* layer 38 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L38_EXPERTS_PARAM), 33030144, 3); /* layer 38 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 35); /* X35 is on the host: its slot takes X38 */
   layer37_forward(c, false);
   rt_offload_store(c, 37, H(HX37), R(X37), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 38 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L39_DENSE_PARAM), 354336, 0); /* layer 39 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L39_EXPERTS_PARAM), 33030144, 1); /* layer 39 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L39_DENSE_PARAM), 354336, 0); /* layer 39 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L39_EXPERTS_PARAM), 33030144, 1); /* layer 39 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 36); /* X36 is on the host: its slot takes X39 */
   layer38_forward(c, false);
   rt_offload_store(c, 38, H(HX38), R(X38), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 39 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L40_DENSE_PARAM), 354336, 2); /* layer 40 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L40_EXPERTS_PARAM), 33030144, 3); /* layer 40 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L40_DENSE_PARAM), 354336, 2); /* layer 40 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L40_EXPERTS_PARAM), 33030144, 3); /* layer 40 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 37); /* X37 is on the host: its slot takes X40 */
   layer39_forward(c, false);
   rt_offload_store(c, 39, H(HX39), R(X39), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 40 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L41_DENSE_PARAM), 354336, 0); /* layer 41 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L41_EXPERTS_PARAM), 33030144, 1); /* layer 41 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L41_DENSE_PARAM), 354336, 0); /* layer 41 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L41_EXPERTS_PARAM), 33030144, 1); /* layer 41 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 38); /* X38 is on the host: its slot takes X41 */
   layer40_forward(c, false);
   rt_offload_store(c, 40, H(HX40), R(X40), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 41 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L42_DENSE_PARAM), 354336, 2); /* layer 42 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L42_EXPERTS_PARAM), 33030144, 3); /* layer 42 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L42_DENSE_PARAM), 354336, 2); /* layer 42 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L42_EXPERTS_PARAM), 33030144, 3); /* layer 42 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 39); /* X39 is on the host: its slot takes X42 */
   layer41_forward(c, false);
   rt_offload_store(c, 41, H(HX41), R(X41), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 42 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L43_DENSE_PARAM), 354336, 0); /* layer 43 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L43_EXPERTS_PARAM), 33030144, 1); /* layer 43 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L43_DENSE_PARAM), 354336, 0); /* layer 43 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L43_EXPERTS_PARAM), 33030144, 1); /* layer 43 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 40); /* X40 is on the host: its slot takes X43 */
   layer42_forward(c, false);
   rt_offload_store(c, 42, H(HX42), R(X42), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 43 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L44_DENSE_PARAM), 354336, 2); /* layer 44 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L44_EXPERTS_PARAM), 33030144, 3); /* layer 44 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L44_DENSE_PARAM), 354336, 2); /* layer 44 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L44_EXPERTS_PARAM), 33030144, 3); /* layer 44 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 41); /* X41 is on the host: its slot takes X44 */
   layer43_forward(c, false);
   rt_offload_store(c, 43, H(HX43), R(X43), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 44 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L45_DENSE_PARAM), 354336, 0); /* layer 45 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L45_EXPERTS_PARAM), 33030144, 1); /* layer 45 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L45_DENSE_PARAM), 354336, 0); /* layer 45 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L45_EXPERTS_PARAM), 33030144, 1); /* layer 45 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 42); /* X42 is on the host: its slot takes X45 */
   layer44_forward(c, false);
   rt_offload_store(c, 44, H(HX44), R(X44), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 45 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L46_DENSE_PARAM), 354336, 2); /* layer 46 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L46_EXPERTS_PARAM), 33030144, 3); /* layer 46 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L46_DENSE_PARAM), 354336, 2); /* layer 46 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L46_EXPERTS_PARAM), 33030144, 3); /* layer 46 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 43); /* X43 is on the host: its slot takes X46 */
   layer45_forward(c, false);
   rt_offload_store(c, 45, H(HX45), R(X45), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 46 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L47_DENSE_PARAM), 354336, 0); /* layer 47 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L47_EXPERTS_PARAM), 33030144, 1); /* layer 47 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L47_DENSE_PARAM), 354336, 0); /* layer 47 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L47_EXPERTS_PARAM), 33030144, 1); /* layer 47 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 44); /* X44 is on the host: its slot takes X47 */
   layer46_forward(c, false);
   rt_offload_store(c, 46, H(HX46), R(X46), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 47 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L48_DENSE_PARAM), 354336, 2); /* layer 48 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L48_EXPERTS_PARAM), 33030144, 3); /* layer 48 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L48_DENSE_PARAM), 354336, 2); /* layer 48 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L48_EXPERTS_PARAM), 33030144, 3); /* layer 48 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 45); /* X45 is on the host: its slot takes X48 */
   layer47_forward(c, false);
   rt_offload_store(c, 47, H(HX47), R(X47), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 48 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L49_DENSE_PARAM), 354336, 0); /* layer 49 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L49_EXPERTS_PARAM), 33030144, 1); /* layer 49 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L49_DENSE_PARAM), 354336, 0); /* layer 49 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L49_EXPERTS_PARAM), 33030144, 1); /* layer 49 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 46); /* X46 is on the host: its slot takes X49 */
   layer48_forward(c, false);
   rt_offload_store(c, 48, H(HX48), R(X48), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 49 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L50_DENSE_PARAM), 354336, 2); /* layer 50 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L50_EXPERTS_PARAM), 33030144, 3); /* layer 50 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L50_DENSE_PARAM), 354336, 2); /* layer 50 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L50_EXPERTS_PARAM), 33030144, 3); /* layer 50 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 47); /* X47 is on the host: its slot takes X50 */
   layer49_forward(c, false);
   rt_offload_store(c, 49, H(HX49), R(X49), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 50 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L51_DENSE_PARAM), 354336, 0); /* layer 51 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L51_EXPERTS_PARAM), 33030144, 1); /* layer 51 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L51_DENSE_PARAM), 354336, 0); /* layer 51 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L51_EXPERTS_PARAM), 33030144, 1); /* layer 51 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 48); /* X48 is on the host: its slot takes X51 */
   layer50_forward(c, false);
   rt_offload_store(c, 50, H(HX50), R(X50), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 51 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L52_DENSE_PARAM), 354336, 2); /* layer 52 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L52_EXPERTS_PARAM), 33030144, 3); /* layer 52 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L52_DENSE_PARAM), 354336, 2); /* layer 52 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L52_EXPERTS_PARAM), 33030144, 3); /* layer 52 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 49); /* X49 is on the host: its slot takes X52 */
   layer51_forward(c, false);
   rt_offload_store(c, 51, H(HX51), R(X51), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 52 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L53_DENSE_PARAM), 354336, 0); /* layer 53 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L53_EXPERTS_PARAM), 33030144, 1); /* layer 53 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L53_DENSE_PARAM), 354336, 0); /* layer 53 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L53_EXPERTS_PARAM), 33030144, 1); /* layer 53 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 50); /* X50 is on the host: its slot takes X53 */
   layer52_forward(c, false);
   rt_offload_store(c, 52, H(HX52), R(X52), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 53 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L54_DENSE_PARAM), 354336, 2); /* layer 54 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L54_EXPERTS_PARAM), 33030144, 3); /* layer 54 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L54_DENSE_PARAM), 354336, 2); /* layer 54 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L54_EXPERTS_PARAM), 33030144, 3); /* layer 54 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 51); /* X51 is on the host: its slot takes X54 */
   layer53_forward(c, false);
   rt_offload_store(c, 53, H(HX53), R(X53), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 54 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L55_DENSE_PARAM), 354336, 0); /* layer 55 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L55_EXPERTS_PARAM), 33030144, 1); /* layer 55 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L55_DENSE_PARAM), 354336, 0); /* layer 55 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L55_EXPERTS_PARAM), 33030144, 1); /* layer 55 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 52); /* X52 is on the host: its slot takes X55 */
   layer54_forward(c, false);
   rt_offload_store(c, 54, H(HX54), R(X54), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 55 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L56_DENSE_PARAM), 354336, 2); /* layer 56 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L56_EXPERTS_PARAM), 33030144, 3); /* layer 56 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L56_DENSE_PARAM), 354336, 2); /* layer 56 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L56_EXPERTS_PARAM), 33030144, 3); /* layer 56 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 53); /* X53 is on the host: its slot takes X56 */
   layer55_forward(c, false);
   rt_offload_store(c, 55, H(HX55), R(X55), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 56 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L57_DENSE_PARAM), 354336, 0); /* layer 57 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L57_EXPERTS_PARAM), 33030144, 1); /* layer 57 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L57_DENSE_PARAM), 354336, 0); /* layer 57 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L57_EXPERTS_PARAM), 33030144, 1); /* layer 57 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 54); /* X54 is on the host: its slot takes X57 */
   layer56_forward(c, false);
   rt_offload_store(c, 56, H(HX56), R(X56), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 57 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L58_DENSE_PARAM), 354336, 2); /* layer 58 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L58_EXPERTS_PARAM), 33030144, 3); /* layer 58 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L58_DENSE_PARAM), 354336, 2); /* layer 58 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L58_EXPERTS_PARAM), 33030144, 3); /* layer 58 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 55); /* X55 is on the host: its slot takes X58 */
   layer57_forward(c, false);
   rt_offload_store(c, 57, H(HX57), R(X57), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 58 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L59_DENSE_PARAM), 354336, 0); /* layer 59 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L59_EXPERTS_PARAM), 33030144, 1); /* layer 59 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L59_DENSE_PARAM), 354336, 0); /* layer 59 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L59_EXPERTS_PARAM), 33030144, 1); /* layer 59 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 56); /* X56 is on the host: its slot takes X59 */
   layer58_forward(c, false);
   rt_offload_store(c, 58, H(HX58), R(X58), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 59 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L60_DENSE_PARAM), 354336, 2); /* layer 60 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L60_EXPERTS_PARAM), 33030144, 3); /* layer 60 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L60_DENSE_PARAM), 354336, 2); /* layer 60 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L60_EXPERTS_PARAM), 33030144, 3); /* layer 60 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 57); /* X57 is on the host: its slot takes X60 */
   layer59_forward(c, false);
   rt_offload_store(c, 59, H(HX59), R(X59), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 60 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L61_DENSE_PARAM), 354336, 0); /* layer 61 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L61_EXPERTS_PARAM), 33030144, 1); /* layer 61 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L61_DENSE_PARAM), 354336, 0); /* layer 61 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L61_EXPERTS_PARAM), 33030144, 1); /* layer 61 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 58); /* X58 is on the host: its slot takes X61 */
   layer60_forward(c, false);
   rt_offload_store(c, 60, H(HX60), R(X60), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 61 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L62_DENSE_PARAM), 354336, 2); /* layer 62 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L62_EXPERTS_PARAM), 33030144, 3); /* layer 62 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L62_DENSE_PARAM), 354336, 2); /* layer 62 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L62_EXPERTS_PARAM), 33030144, 3); /* layer 62 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 59); /* X59 is on the host: its slot takes X62 */
   layer61_forward(c, false);
   rt_offload_store(c, 61, H(HX61), R(X61), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 62 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L63_DENSE_PARAM), 354336, 0); /* layer 63 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L63_EXPERTS_PARAM), 33030144, 1); /* layer 63 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L63_DENSE_PARAM), 354336, 0); /* layer 63 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L63_EXPERTS_PARAM), 33030144, 1); /* layer 63 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 60); /* X60 is on the host: its slot takes X63 */
   layer62_forward(c, false);
   rt_offload_store(c, 62, H(HX62), R(X62), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 63 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L64_DENSE_PARAM), 354336, 2); /* layer 64 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L64_EXPERTS_PARAM), 33030144, 3); /* layer 64 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L64_DENSE_PARAM), 354336, 2); /* layer 64 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L64_EXPERTS_PARAM), 33030144, 3); /* layer 64 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 61); /* X61 is on the host: its slot takes X64 */
   layer63_forward(c, false);
   rt_offload_store(c, 63, H(HX63), R(X63), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 64 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L65_DENSE_PARAM), 354336, 0); /* layer 65 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L65_EXPERTS_PARAM), 33030144, 1); /* layer 65 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L65_DENSE_PARAM), 354336, 0); /* layer 65 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L65_EXPERTS_PARAM), 33030144, 1); /* layer 65 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 62); /* X62 is on the host: its slot takes X65 */
   layer64_forward(c, false);
   rt_offload_store(c, 64, H(HX64), R(X64), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 65 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L66_DENSE_PARAM), 354336, 2); /* layer 66 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L66_EXPERTS_PARAM), 33030144, 3); /* layer 66 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L66_DENSE_PARAM), 354336, 2); /* layer 66 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L66_EXPERTS_PARAM), 33030144, 3); /* layer 66 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 63); /* X63 is on the host: its slot takes X66 */
   layer65_forward(c, false);
   rt_offload_store(c, 65, H(HX65), R(X65), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 66 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L67_DENSE_PARAM), 354336, 0); /* layer 67 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L67_EXPERTS_PARAM), 33030144, 1); /* layer 67 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L67_DENSE_PARAM), 354336, 0); /* layer 67 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L67_EXPERTS_PARAM), 33030144, 1); /* layer 67 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 64); /* X64 is on the host: its slot takes X67 */
   layer66_forward(c, false);
   rt_offload_store(c, 66, H(HX66), R(X66), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 67 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L68_DENSE_PARAM), 354336, 2); /* layer 68 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L68_EXPERTS_PARAM), 33030144, 3); /* layer 68 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L68_DENSE_PARAM), 354336, 2); /* layer 68 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L68_EXPERTS_PARAM), 33030144, 3); /* layer 68 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 65); /* X65 is on the host: its slot takes X68 */
   layer67_forward(c, false);
   rt_offload_store(c, 67, H(HX67), R(X67), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 68 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L69_DENSE_PARAM), 354336, 0); /* layer 69 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L69_EXPERTS_PARAM), 33030144, 1); /* layer 69 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L69_DENSE_PARAM), 354336, 0); /* layer 69 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L69_EXPERTS_PARAM), 33030144, 1); /* layer 69 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 66); /* X66 is on the host: its slot takes X69 */
   layer68_forward(c, false);
   rt_offload_store(c, 68, H(HX68), R(X68), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 69 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L70_DENSE_PARAM), 354336, 2); /* layer 70 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L70_EXPERTS_PARAM), 33030144, 3); /* layer 70 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L70_DENSE_PARAM), 354336, 2); /* layer 70 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L70_EXPERTS_PARAM), 33030144, 3); /* layer 70 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 67); /* X67 is on the host: its slot takes X70 */
   layer69_forward(c, false);
   rt_offload_store(c, 69, H(HX69), R(X69), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 70 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L71_DENSE_PARAM), 354336, 0); /* layer 71 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L71_EXPERTS_PARAM), 33030144, 1); /* layer 71 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L71_DENSE_PARAM), 354336, 0); /* layer 71 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L71_EXPERTS_PARAM), 33030144, 1); /* layer 71 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 68); /* X68 is on the host: its slot takes X71 */
   layer70_forward(c, false);
   rt_offload_store(c, 70, H(HX70), R(X70), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 71 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L72_DENSE_PARAM), 354336, 2); /* layer 72 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L72_EXPERTS_PARAM), 33030144, 3); /* layer 72 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L72_DENSE_PARAM), 354336, 2); /* layer 72 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L72_EXPERTS_PARAM), 33030144, 3); /* layer 72 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 69); /* X69 is on the host: its slot takes X72 */
   layer71_forward(c, false);
   rt_offload_store(c, 71, H(HX71), R(X71), 402653184); /* to the host while the next layers run */
   rt_comm_label("layer 72 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L73_DENSE_PARAM), 354336, 0); /* layer 73 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L73_EXPERTS_PARAM), 33030144, 1); /* layer 73 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L73_DENSE_PARAM), 354336, 0); /* layer 73 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L73_EXPERTS_PARAM), 33030144, 1); /* layer 73 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 70); /* X70 is on the host: its slot takes X73 */
   layer72_forward(c, false);
   rt_comm_label("layer 73 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(HEAD_PARAM), 4096016, 2); /* head: 384 ranks x 4096016, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(HEAD_PARAM), 4096016, 2); /* head: 384 ranks x 4096016, prefetch */
   rt_offload_wait(c, 71); /* X71 is on the host: its slot takes X74 */
   layer73_forward(c, false);
   rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
+  c->wd = R(GATHERED1);
   rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X74), W(0), 65536, 6144, EPS); /* model.norm */
   return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(6144), I(TARGETS), 65536, 6144, 256000, 4096, R(CE));
 }
@@ -9103,1273 +9099,1199 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L73_DENSE_PARAM), 354336, 0); /* layer 73 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L73_EXPERTS_PARAM), 33030144, 1); /* layer 73 experts: 96 ranks x 33030144, prefetch */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 1572870144);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L73_DENSE_PARAM), 354336, 0); /* layer 73 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L73_EXPERTS_PARAM), 33030144, 1); /* layer 73 experts: 96 ranks x 33030144, prefetch */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 1572870144);
   rt_zero(R(DLN), 402653184);
   rt_lm_head_ce_backward(R(DLN), DW(6144), R(LNF), W(6144), I(TARGETS), R(LSEF), 65536, 6144, 256000, 4096, R(CE), c->dloss);
   rt_zero(R(DX_A), 402653184);
   rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X74), W(0), R(RSTDF), 65536, 6144);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 4096016, (uint16_t *)R(RS_WIRE2), 2); /* head: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD1), 4096016, (uint16_t *)R(RS_WIRE2), 2); /* head: 384 ranks, bf16 on the wire */
   /* layer 73 */
   rt_comm_label("layer 73 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L72_DENSE_PARAM), 354336, 2); /* layer 72 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L72_EXPERTS_PARAM), 33030144, 3); /* layer 72 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L72_DENSE_PARAM), 354336, 2); /* layer 72 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L72_EXPERTS_PARAM), 33030144, 3); /* layer 72 experts: 96 ranks x 33030144, prefetch */
   layer73_forward(c, true); /* recompute from X73 (full checkpointing) */
   rt_offload_load(c, 71, R(X71), H(HX71), 402653184); /* prefetch: X74's slot is free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer73_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L73_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 73 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L73_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 73 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L73_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 73 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L73_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 73 experts: 96 ranks, bf16 on the wire */
   /* layer 72 */
   rt_comm_label("layer 72 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L71_DENSE_PARAM), 354336, 0); /* layer 71 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L71_EXPERTS_PARAM), 33030144, 1); /* layer 71 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L71_DENSE_PARAM), 354336, 0); /* layer 71 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L71_EXPERTS_PARAM), 33030144, 1); /* layer 71 experts: 96 ranks x 33030144, prefetch */
   layer72_forward(c, true); /* recompute from X72 (full checkpointing) */
   rt_offload_load(c, 70, R(X70), H(HX70), 402653184); /* prefetch: X73's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 75's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 75's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer72_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L72_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 72 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L72_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 72 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L72_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 72 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L72_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 72 experts: 96 ranks, bf16 on the wire */
   /* layer 71 */
   rt_comm_label("layer 71 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L70_DENSE_PARAM), 354336, 2); /* layer 70 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L70_EXPERTS_PARAM), 33030144, 3); /* layer 70 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L70_DENSE_PARAM), 354336, 2); /* layer 70 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L70_EXPERTS_PARAM), 33030144, 3); /* layer 70 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 71); /* X71 is back */
   layer71_forward(c, true); /* recompute from X71 (full checkpointing) */
   rt_offload_load(c, 69, R(X69), H(HX69), 402653184); /* prefetch: X72's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 74's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 74's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer71_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L71_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 71 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L71_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 71 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L71_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 71 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L71_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 71 experts: 96 ranks, bf16 on the wire */
   /* layer 70 */
   rt_comm_label("layer 70 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L69_DENSE_PARAM), 354336, 0); /* layer 69 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L69_EXPERTS_PARAM), 33030144, 1); /* layer 69 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L69_DENSE_PARAM), 354336, 0); /* layer 69 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L69_EXPERTS_PARAM), 33030144, 1); /* layer 69 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 70); /* X70 is back */
   layer70_forward(c, true); /* recompute from X70 (full checkpointing) */
   rt_offload_load(c, 68, R(X68), H(HX68), 402653184); /* prefetch: X71's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 73's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 73's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer70_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L70_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 70 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L70_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 70 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L70_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 70 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L70_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 70 experts: 96 ranks, bf16 on the wire */
   /* layer 69 */
   rt_comm_label("layer 69 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L68_DENSE_PARAM), 354336, 2); /* layer 68 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L68_EXPERTS_PARAM), 33030144, 3); /* layer 68 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L68_DENSE_PARAM), 354336, 2); /* layer 68 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L68_EXPERTS_PARAM), 33030144, 3); /* layer 68 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 69); /* X69 is back */
   layer69_forward(c, true); /* recompute from X69 (full checkpointing) */
   rt_offload_load(c, 67, R(X67), H(HX67), 402653184); /* prefetch: X70's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 72's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 72's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer69_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L69_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 69 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L69_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 69 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L69_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 69 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L69_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 69 experts: 96 ranks, bf16 on the wire */
   /* layer 68 */
   rt_comm_label("layer 68 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L67_DENSE_PARAM), 354336, 0); /* layer 67 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L67_EXPERTS_PARAM), 33030144, 1); /* layer 67 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L67_DENSE_PARAM), 354336, 0); /* layer 67 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L67_EXPERTS_PARAM), 33030144, 1); /* layer 67 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 68); /* X68 is back */
   layer68_forward(c, true); /* recompute from X68 (full checkpointing) */
   rt_offload_load(c, 66, R(X66), H(HX66), 402653184); /* prefetch: X69's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 71's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 71's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer68_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L68_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 68 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L68_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 68 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L68_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 68 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L68_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 68 experts: 96 ranks, bf16 on the wire */
   /* layer 67 */
   rt_comm_label("layer 67 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L66_DENSE_PARAM), 354336, 2); /* layer 66 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L66_EXPERTS_PARAM), 33030144, 3); /* layer 66 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L66_DENSE_PARAM), 354336, 2); /* layer 66 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L66_EXPERTS_PARAM), 33030144, 3); /* layer 66 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 67); /* X67 is back */
   layer67_forward(c, true); /* recompute from X67 (full checkpointing) */
   rt_offload_load(c, 65, R(X65), H(HX65), 402653184); /* prefetch: X68's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 70's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 70's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer67_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L67_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 67 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L67_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 67 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L67_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 67 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L67_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 67 experts: 96 ranks, bf16 on the wire */
   /* layer 66 */
   rt_comm_label("layer 66 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L65_DENSE_PARAM), 354336, 0); /* layer 65 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L65_EXPERTS_PARAM), 33030144, 1); /* layer 65 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L65_DENSE_PARAM), 354336, 0); /* layer 65 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L65_EXPERTS_PARAM), 33030144, 1); /* layer 65 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 66); /* X66 is back */
   layer66_forward(c, true); /* recompute from X66 (full checkpointing) */
   rt_offload_load(c, 64, R(X64), H(HX64), 402653184); /* prefetch: X67's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 69's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 69's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer66_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L66_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 66 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L66_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 66 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L66_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 66 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L66_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 66 experts: 96 ranks, bf16 on the wire */
   /* layer 65 */
   rt_comm_label("layer 65 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L64_DENSE_PARAM), 354336, 2); /* layer 64 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L64_EXPERTS_PARAM), 33030144, 3); /* layer 64 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L64_DENSE_PARAM), 354336, 2); /* layer 64 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L64_EXPERTS_PARAM), 33030144, 3); /* layer 64 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 65); /* X65 is back */
   layer65_forward(c, true); /* recompute from X65 (full checkpointing) */
   rt_offload_load(c, 63, R(X63), H(HX63), 402653184); /* prefetch: X66's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 68's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 68's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer65_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L65_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 65 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L65_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 65 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L65_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 65 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L65_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 65 experts: 96 ranks, bf16 on the wire */
   /* layer 64 */
   rt_comm_label("layer 64 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L63_DENSE_PARAM), 354336, 0); /* layer 63 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L63_EXPERTS_PARAM), 33030144, 1); /* layer 63 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L63_DENSE_PARAM), 354336, 0); /* layer 63 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L63_EXPERTS_PARAM), 33030144, 1); /* layer 63 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 64); /* X64 is back */
   layer64_forward(c, true); /* recompute from X64 (full checkpointing) */
   rt_offload_load(c, 62, R(X62), H(HX62), 402653184); /* prefetch: X65's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 67's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 67's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer64_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L64_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 64 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L64_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 64 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L64_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 64 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L64_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 64 experts: 96 ranks, bf16 on the wire */
   /* layer 63 */
   rt_comm_label("layer 63 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L62_DENSE_PARAM), 354336, 2); /* layer 62 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L62_EXPERTS_PARAM), 33030144, 3); /* layer 62 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L62_DENSE_PARAM), 354336, 2); /* layer 62 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L62_EXPERTS_PARAM), 33030144, 3); /* layer 62 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 63); /* X63 is back */
   layer63_forward(c, true); /* recompute from X63 (full checkpointing) */
   rt_offload_load(c, 61, R(X61), H(HX61), 402653184); /* prefetch: X64's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 66's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 66's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer63_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L63_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 63 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L63_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 63 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L63_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 63 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L63_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 63 experts: 96 ranks, bf16 on the wire */
   /* layer 62 */
   rt_comm_label("layer 62 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L61_DENSE_PARAM), 354336, 0); /* layer 61 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L61_EXPERTS_PARAM), 33030144, 1); /* layer 61 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L61_DENSE_PARAM), 354336, 0); /* layer 61 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L61_EXPERTS_PARAM), 33030144, 1); /* layer 61 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 62); /* X62 is back */
   layer62_forward(c, true); /* recompute from X62 (full checkpointing) */
   rt_offload_load(c, 60, R(X60), H(HX60), 402653184); /* prefetch: X63's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 65's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 65's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer62_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L62_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 62 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L62_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 62 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L62_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 62 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L62_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 62 experts: 96 ranks, bf16 on the wire */
   /* layer 61 */
   rt_comm_label("layer 61 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L60_DENSE_PARAM), 354336, 2); /* layer 60 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L60_EXPERTS_PARAM), 33030144, 3); /* layer 60 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L60_DENSE_PARAM), 354336, 2); /* layer 60 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L60_EXPERTS_PARAM), 33030144, 3); /* layer 60 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 61); /* X61 is back */
   layer61_forward(c, true); /* recompute from X61 (full checkpointing) */
   rt_offload_load(c, 59, R(X59), H(HX59), 402653184); /* prefetch: X62's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 64's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 64's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer61_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L61_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 61 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L61_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 61 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L61_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 61 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L61_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 61 experts: 96 ranks, bf16 on the wire */
   /* layer 60 */
   rt_comm_label("layer 60 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L59_DENSE_PARAM), 354336, 0); /* layer 59 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L59_EXPERTS_PARAM), 33030144, 1); /* layer 59 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L59_DENSE_PARAM), 354336, 0); /* layer 59 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L59_EXPERTS_PARAM), 33030144, 1); /* layer 59 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 60); /* X60 is back */
   layer60_forward(c, true); /* recompute from X60 (full checkpointing) */
   rt_offload_load(c, 58, R(X58), H(HX58), 402653184); /* prefetch: X61's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 63's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 63's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer60_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L60_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 60 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L60_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 60 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L60_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 60 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L60_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 60 experts: 96 ranks, bf16 on the wire */
   /* layer 59 */
   rt_comm_label("layer 59 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L58_DENSE_PARAM), 354336, 2); /* layer 58 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L58_EXPERTS_PARAM), 33030144, 3); /* layer 58 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L58_DENSE_PARAM), 354336, 2); /* layer 58 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L58_EXPERTS_PARAM), 33030144, 3); /* layer 58 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 59); /* X59 is back */
   layer59_forward(c, true); /* recompute from X59 (full checkpointing) */
   rt_offload_load(c, 57, R(X57), H(HX57), 402653184); /* prefetch: X60's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 62's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 62's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer59_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L59_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 59 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L59_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 59 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L59_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 59 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L59_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 59 experts: 96 ranks, bf16 on the wire */
   /* layer 58 */
   rt_comm_label("layer 58 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L57_DENSE_PARAM), 354336, 0); /* layer 57 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L57_EXPERTS_PARAM), 33030144, 1); /* layer 57 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L57_DENSE_PARAM), 354336, 0); /* layer 57 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L57_EXPERTS_PARAM), 33030144, 1); /* layer 57 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 58); /* X58 is back */
   layer58_forward(c, true); /* recompute from X58 (full checkpointing) */
   rt_offload_load(c, 56, R(X56), H(HX56), 402653184); /* prefetch: X59's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 61's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 61's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer58_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L58_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 58 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L58_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 58 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L58_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 58 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L58_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 58 experts: 96 ranks, bf16 on the wire */
   /* layer 57 */
   rt_comm_label("layer 57 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L56_DENSE_PARAM), 354336, 2); /* layer 56 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L56_EXPERTS_PARAM), 33030144, 3); /* layer 56 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L56_DENSE_PARAM), 354336, 2); /* layer 56 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L56_EXPERTS_PARAM), 33030144, 3); /* layer 56 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 57); /* X57 is back */
   layer57_forward(c, true); /* recompute from X57 (full checkpointing) */
   rt_offload_load(c, 55, R(X55), H(HX55), 402653184); /* prefetch: X58's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 60's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 60's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer57_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L57_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 57 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L57_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 57 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L57_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 57 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L57_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 57 experts: 96 ranks, bf16 on the wire */
   /* layer 56 */
   rt_comm_label("layer 56 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L55_DENSE_PARAM), 354336, 0); /* layer 55 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L55_EXPERTS_PARAM), 33030144, 1); /* layer 55 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L55_DENSE_PARAM), 354336, 0); /* layer 55 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L55_EXPERTS_PARAM), 33030144, 1); /* layer 55 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 56); /* X56 is back */
   layer56_forward(c, true); /* recompute from X56 (full checkpointing) */
   rt_offload_load(c, 54, R(X54), H(HX54), 402653184); /* prefetch: X57's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 59's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 59's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer56_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L56_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 56 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L56_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 56 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L56_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 56 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L56_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 56 experts: 96 ranks, bf16 on the wire */
   /* layer 55 */
   rt_comm_label("layer 55 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L54_DENSE_PARAM), 354336, 2); /* layer 54 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L54_EXPERTS_PARAM), 33030144, 3); /* layer 54 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L54_DENSE_PARAM), 354336, 2); /* layer 54 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L54_EXPERTS_PARAM), 33030144, 3); /* layer 54 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 55); /* X55 is back */
   layer55_forward(c, true); /* recompute from X55 (full checkpointing) */
   rt_offload_load(c, 53, R(X53), H(HX53), 402653184); /* prefetch: X56's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 58's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 58's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer55_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L55_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 55 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L55_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 55 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L55_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 55 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L55_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 55 experts: 96 ranks, bf16 on the wire */
   /* layer 54 */
   rt_comm_label("layer 54 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L53_DENSE_PARAM), 354336, 0); /* layer 53 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L53_EXPERTS_PARAM), 33030144, 1); /* layer 53 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L53_DENSE_PARAM), 354336, 0); /* layer 53 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L53_EXPERTS_PARAM), 33030144, 1); /* layer 53 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 54); /* X54 is back */
   layer54_forward(c, true); /* recompute from X54 (full checkpointing) */
   rt_offload_load(c, 52, R(X52), H(HX52), 402653184); /* prefetch: X55's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 57's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 57's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer54_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L54_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 54 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L54_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 54 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L54_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 54 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L54_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 54 experts: 96 ranks, bf16 on the wire */
   /* layer 53 */
   rt_comm_label("layer 53 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L52_DENSE_PARAM), 354336, 2); /* layer 52 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L52_EXPERTS_PARAM), 33030144, 3); /* layer 52 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L52_DENSE_PARAM), 354336, 2); /* layer 52 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L52_EXPERTS_PARAM), 33030144, 3); /* layer 52 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 53); /* X53 is back */
   layer53_forward(c, true); /* recompute from X53 (full checkpointing) */
   rt_offload_load(c, 51, R(X51), H(HX51), 402653184); /* prefetch: X54's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 56's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 56's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer53_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L53_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 53 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L53_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 53 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L53_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 53 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L53_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 53 experts: 96 ranks, bf16 on the wire */
   /* layer 52 */
   rt_comm_label("layer 52 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L51_DENSE_PARAM), 354336, 0); /* layer 51 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L51_EXPERTS_PARAM), 33030144, 1); /* layer 51 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L51_DENSE_PARAM), 354336, 0); /* layer 51 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L51_EXPERTS_PARAM), 33030144, 1); /* layer 51 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 52); /* X52 is back */
   layer52_forward(c, true); /* recompute from X52 (full checkpointing) */
   rt_offload_load(c, 50, R(X50), H(HX50), 402653184); /* prefetch: X53's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 55's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 55's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer52_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L52_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 52 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L52_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 52 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L52_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 52 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L52_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 52 experts: 96 ranks, bf16 on the wire */
   /* layer 51 */
   rt_comm_label("layer 51 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L50_DENSE_PARAM), 354336, 2); /* layer 50 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L50_EXPERTS_PARAM), 33030144, 3); /* layer 50 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L50_DENSE_PARAM), 354336, 2); /* layer 50 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L50_EXPERTS_PARAM), 33030144, 3); /* layer 50 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 51); /* X51 is back */
   layer51_forward(c, true); /* recompute from X51 (full checkpointing) */
   rt_offload_load(c, 49, R(X49), H(HX49), 402653184); /* prefetch: X52's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 54's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 54's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer51_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L51_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 51 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L51_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 51 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L51_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 51 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L51_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 51 experts: 96 ranks, bf16 on the wire */
   /* layer 50 */
   rt_comm_label("layer 50 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L49_DENSE_PARAM), 354336, 0); /* layer 49 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L49_EXPERTS_PARAM), 33030144, 1); /* layer 49 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L49_DENSE_PARAM), 354336, 0); /* layer 49 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L49_EXPERTS_PARAM), 33030144, 1); /* layer 49 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 50); /* X50 is back */
   layer50_forward(c, true); /* recompute from X50 (full checkpointing) */
   rt_offload_load(c, 48, R(X48), H(HX48), 402653184); /* prefetch: X51's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 53's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 53's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer50_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L50_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 50 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L50_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 50 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L50_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 50 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L50_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 50 experts: 96 ranks, bf16 on the wire */
   /* layer 49 */
   rt_comm_label("layer 49 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L48_DENSE_PARAM), 354336, 2); /* layer 48 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L48_EXPERTS_PARAM), 33030144, 3); /* layer 48 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L48_DENSE_PARAM), 354336, 2); /* layer 48 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L48_EXPERTS_PARAM), 33030144, 3); /* layer 48 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 49); /* X49 is back */
   layer49_forward(c, true); /* recompute from X49 (full checkpointing) */
   rt_offload_load(c, 47, R(X47), H(HX47), 402653184); /* prefetch: X50's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 52's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 52's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer49_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L49_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 49 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L49_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 49 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L49_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 49 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L49_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 49 experts: 96 ranks, bf16 on the wire */
   /* layer 48 */
   rt_comm_label("layer 48 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L47_DENSE_PARAM), 354336, 0); /* layer 47 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L47_EXPERTS_PARAM), 33030144, 1); /* layer 47 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L47_DENSE_PARAM), 354336, 0); /* layer 47 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L47_EXPERTS_PARAM), 33030144, 1); /* layer 47 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 48); /* X48 is back */
   layer48_forward(c, true); /* recompute from X48 (full checkpointing) */
   rt_offload_load(c, 46, R(X46), H(HX46), 402653184); /* prefetch: X49's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 51's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 51's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer48_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L48_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 48 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L48_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 48 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L48_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 48 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L48_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 48 experts: 96 ranks, bf16 on the wire */
   /* layer 47 */
   rt_comm_label("layer 47 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L46_DENSE_PARAM), 354336, 2); /* layer 46 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L46_EXPERTS_PARAM), 33030144, 3); /* layer 46 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L46_DENSE_PARAM), 354336, 2); /* layer 46 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L46_EXPERTS_PARAM), 33030144, 3); /* layer 46 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 47); /* X47 is back */
   layer47_forward(c, true); /* recompute from X47 (full checkpointing) */
   rt_offload_load(c, 45, R(X45), H(HX45), 402653184); /* prefetch: X48's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 50's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 50's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer47_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L47_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 47 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L47_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 47 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L47_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 47 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L47_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 47 experts: 96 ranks, bf16 on the wire */
   /* layer 46 */
   rt_comm_label("layer 46 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L45_DENSE_PARAM), 354336, 0); /* layer 45 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L45_EXPERTS_PARAM), 33030144, 1); /* layer 45 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L45_DENSE_PARAM), 354336, 0); /* layer 45 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L45_EXPERTS_PARAM), 33030144, 1); /* layer 45 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 46); /* X46 is back */
   layer46_forward(c, true); /* recompute from X46 (full checkpointing) */
   rt_offload_load(c, 44, R(X44), H(HX44), 402653184); /* prefetch: X47's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 49's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 49's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer46_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L46_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 46 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L46_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 46 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L46_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 46 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L46_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 46 experts: 96 ranks, bf16 on the wire */
   /* layer 45 */
   rt_comm_label("layer 45 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L44_DENSE_PARAM), 354336, 2); /* layer 44 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L44_EXPERTS_PARAM), 33030144, 3); /* layer 44 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L44_DENSE_PARAM), 354336, 2); /* layer 44 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L44_EXPERTS_PARAM), 33030144, 3); /* layer 44 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 45); /* X45 is back */
   layer45_forward(c, true); /* recompute from X45 (full checkpointing) */
   rt_offload_load(c, 43, R(X43), H(HX43), 402653184); /* prefetch: X46's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 48's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 48's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer45_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L45_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 45 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L45_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 45 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L45_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 45 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L45_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 45 experts: 96 ranks, bf16 on the wire */
   /* layer 44 */
   rt_comm_label("layer 44 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L43_DENSE_PARAM), 354336, 0); /* layer 43 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L43_EXPERTS_PARAM), 33030144, 1); /* layer 43 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L43_DENSE_PARAM), 354336, 0); /* layer 43 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L43_EXPERTS_PARAM), 33030144, 1); /* layer 43 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 44); /* X44 is back */
   layer44_forward(c, true); /* recompute from X44 (full checkpointing) */
   rt_offload_load(c, 42, R(X42), H(HX42), 402653184); /* prefetch: X45's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 47's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 47's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer44_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L44_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 44 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L44_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 44 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L44_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 44 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L44_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 44 experts: 96 ranks, bf16 on the wire */
   /* layer 43 */
   rt_comm_label("layer 43 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L42_DENSE_PARAM), 354336, 2); /* layer 42 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L42_EXPERTS_PARAM), 33030144, 3); /* layer 42 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L42_DENSE_PARAM), 354336, 2); /* layer 42 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L42_EXPERTS_PARAM), 33030144, 3); /* layer 42 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 43); /* X43 is back */
   layer43_forward(c, true); /* recompute from X43 (full checkpointing) */
   rt_offload_load(c, 41, R(X41), H(HX41), 402653184); /* prefetch: X44's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 46's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 46's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer43_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L43_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 43 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L43_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 43 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L43_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 43 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L43_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 43 experts: 96 ranks, bf16 on the wire */
   /* layer 42 */
   rt_comm_label("layer 42 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L41_DENSE_PARAM), 354336, 0); /* layer 41 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L41_EXPERTS_PARAM), 33030144, 1); /* layer 41 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L41_DENSE_PARAM), 354336, 0); /* layer 41 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L41_EXPERTS_PARAM), 33030144, 1); /* layer 41 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 42); /* X42 is back */
   layer42_forward(c, true); /* recompute from X42 (full checkpointing) */
   rt_offload_load(c, 40, R(X40), H(HX40), 402653184); /* prefetch: X43's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 45's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 45's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer42_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L42_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 42 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L42_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 42 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L42_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 42 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L42_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 42 experts: 96 ranks, bf16 on the wire */
   /* layer 41 */
   rt_comm_label("layer 41 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L40_DENSE_PARAM), 354336, 2); /* layer 40 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L40_EXPERTS_PARAM), 33030144, 3); /* layer 40 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L40_DENSE_PARAM), 354336, 2); /* layer 40 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L40_EXPERTS_PARAM), 33030144, 3); /* layer 40 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 41); /* X41 is back */
   layer41_forward(c, true); /* recompute from X41 (full checkpointing) */
   rt_offload_load(c, 39, R(X39), H(HX39), 402653184); /* prefetch: X42's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 44's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 44's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer41_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L41_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 41 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L41_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 41 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L41_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 41 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L41_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 41 experts: 96 ranks, bf16 on the wire */
   /* layer 40 */
   rt_comm_label("layer 40 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L39_DENSE_PARAM), 354336, 0); /* layer 39 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L39_EXPERTS_PARAM), 33030144, 1); /* layer 39 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L39_DENSE_PARAM), 354336, 0); /* layer 39 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L39_EXPERTS_PARAM), 33030144, 1); /* layer 39 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 40); /* X40 is back */
   layer40_forward(c, true); /* recompute from X40 (full checkpointing) */
   rt_offload_load(c, 38, R(X38), H(HX38), 402653184); /* prefetch: X41's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 43's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 43's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer40_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L40_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 40 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L40_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 40 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L40_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 40 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L40_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 40 experts: 96 ranks, bf16 on the wire */
   /* layer 39 */
   rt_comm_label("layer 39 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L38_DENSE_PARAM), 354336, 2); /* layer 38 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L38_EXPERTS_PARAM), 33030144, 3); /* layer 38 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L38_DENSE_PARAM), 354336, 2); /* layer 38 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L38_EXPERTS_PARAM), 33030144, 3); /* layer 38 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 39); /* X39 is back */
   layer39_forward(c, true); /* recompute from X39 (full checkpointing) */
   rt_offload_load(c, 37, R(X37), H(HX37), 402653184); /* prefetch: X40's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 42's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 42's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer39_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L39_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 39 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L39_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 39 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L39_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 39 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L39_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 39 experts: 96 ranks, bf16 on the wire */
   /* layer 38 */
   rt_comm_label("layer 38 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L37_DENSE_PARAM), 354336, 0); /* layer 37 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L37_EXPERTS_PARAM), 33030144, 1); /* layer 37 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L37_DENSE_PARAM), 354336, 0); /* layer 37 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L37_EXPERTS_PARAM), 33030144, 1); /* layer 37 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 38); /* X38 is back */
   layer38_forward(c, true); /* recompute from X38 (full checkpointing) */
   rt_offload_load(c, 36, R(X36), H(HX36), 402653184); /* prefetch: X39's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 41's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 41's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer38_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L38_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 38 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L38_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 38 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L38_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 38 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L38_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 38 experts: 96 ranks, bf16 on the wire */
   /* layer 37 */
   rt_comm_label("layer 37 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L36_DENSE_PARAM), 354336, 2); /* layer 36 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L36_EXPERTS_PARAM), 33030144, 3); /* layer 36 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L36_DENSE_PARAM), 354336, 2); /* layer 36 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L36_EXPERTS_PARAM), 33030144, 3); /* layer 36 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 37); /* X37 is back */
   layer37_forward(c, true); /* recompute from X37 (full checkpointing) */
   rt_offload_load(c, 35, R(X35), H(HX35), 402653184); /* prefetch: X38's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 40's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 40's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer37_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L37_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 37 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L37_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 37 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L37_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 37 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L37_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 37 experts: 96 ranks, bf16 on the wire */
   /* layer 36 */
   rt_comm_label("layer 36 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L35_DENSE_PARAM), 354336, 0); /* layer 35 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L35_EXPERTS_PARAM), 33030144, 1); /* layer 35 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L35_DENSE_PARAM), 354336, 0); /* layer 35 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L35_EXPERTS_PARAM), 33030144, 1); /* layer 35 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 36); /* X36 is back */
   layer36_forward(c, true); /* recompute from X36 (full checkpointing) */
   rt_offload_load(c, 34, R(X34), H(HX34), 402653184); /* prefetch: X37's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 39's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 39's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer36_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L36_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 36 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L36_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 36 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L36_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 36 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L36_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 36 experts: 96 ranks, bf16 on the wire */
   /* layer 35 */
   rt_comm_label("layer 35 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L34_DENSE_PARAM), 354336, 2); /* layer 34 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L34_EXPERTS_PARAM), 33030144, 3); /* layer 34 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L34_DENSE_PARAM), 354336, 2); /* layer 34 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L34_EXPERTS_PARAM), 33030144, 3); /* layer 34 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 35); /* X35 is back */
   layer35_forward(c, true); /* recompute from X35 (full checkpointing) */
   rt_offload_load(c, 33, R(X33), H(HX33), 402653184); /* prefetch: X36's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 38's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 38's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer35_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L35_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 35 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L35_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 35 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L35_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 35 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L35_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 35 experts: 96 ranks, bf16 on the wire */
   /* layer 34 */
   rt_comm_label("layer 34 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L33_DENSE_PARAM), 354336, 0); /* layer 33 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L33_EXPERTS_PARAM), 33030144, 1); /* layer 33 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L33_DENSE_PARAM), 354336, 0); /* layer 33 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L33_EXPERTS_PARAM), 33030144, 1); /* layer 33 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 34); /* X34 is back */
   layer34_forward(c, true); /* recompute from X34 (full checkpointing) */
   rt_offload_load(c, 32, R(X32), H(HX32), 402653184); /* prefetch: X35's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 37's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 37's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer34_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L34_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 34 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L34_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 34 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L34_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 34 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L34_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 34 experts: 96 ranks, bf16 on the wire */
   /* layer 33 */
   rt_comm_label("layer 33 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L32_DENSE_PARAM), 354336, 2); /* layer 32 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L32_EXPERTS_PARAM), 33030144, 3); /* layer 32 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L32_DENSE_PARAM), 354336, 2); /* layer 32 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L32_EXPERTS_PARAM), 33030144, 3); /* layer 32 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 33); /* X33 is back */
   layer33_forward(c, true); /* recompute from X33 (full checkpointing) */
   rt_offload_load(c, 31, R(X31), H(HX31), 402653184); /* prefetch: X34's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 36's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 36's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer33_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L33_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 33 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L33_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 33 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L33_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 33 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L33_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 33 experts: 96 ranks, bf16 on the wire */
   /* layer 32 */
   rt_comm_label("layer 32 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_PARAM), 354336, 0); /* layer 31 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_PARAM), 33030144, 1); /* layer 31 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L31_DENSE_PARAM), 354336, 0); /* layer 31 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L31_EXPERTS_PARAM), 33030144, 1); /* layer 31 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 32); /* X32 is back */
   layer32_forward(c, true); /* recompute from X32 (full checkpointing) */
   rt_offload_load(c, 30, R(X30), H(HX30), 402653184); /* prefetch: X33's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 35's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 35's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer32_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L32_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 32 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L32_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 32 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L32_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 32 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L32_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 32 experts: 96 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_PARAM), 354336, 2); /* layer 30 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_PARAM), 33030144, 3); /* layer 30 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L30_DENSE_PARAM), 354336, 2); /* layer 30 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L30_EXPERTS_PARAM), 33030144, 3); /* layer 30 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 31); /* X31 is back */
   layer31_forward(c, true); /* recompute from X31 (full checkpointing) */
   rt_offload_load(c, 29, R(X29), H(HX29), 402653184); /* prefetch: X32's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 34's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 34's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer31_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 96 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_PARAM), 354336, 0); /* layer 29 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_PARAM), 33030144, 1); /* layer 29 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L29_DENSE_PARAM), 354336, 0); /* layer 29 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L29_EXPERTS_PARAM), 33030144, 1); /* layer 29 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 30); /* X30 is back */
   layer30_forward(c, true); /* recompute from X30 (full checkpointing) */
   rt_offload_load(c, 28, R(X28), H(HX28), 402653184); /* prefetch: X31's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer30_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 96 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_PARAM), 354336, 2); /* layer 28 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_PARAM), 33030144, 3); /* layer 28 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L28_DENSE_PARAM), 354336, 2); /* layer 28 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L28_EXPERTS_PARAM), 33030144, 3); /* layer 28 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 29); /* X29 is back */
   layer29_forward(c, true); /* recompute from X29 (full checkpointing) */
   rt_offload_load(c, 27, R(X27), H(HX27), 402653184); /* prefetch: X30's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer29_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 96 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_PARAM), 354336, 0); /* layer 27 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_PARAM), 33030144, 1); /* layer 27 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L27_DENSE_PARAM), 354336, 0); /* layer 27 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L27_EXPERTS_PARAM), 33030144, 1); /* layer 27 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 28); /* X28 is back */
   layer28_forward(c, true); /* recompute from X28 (full checkpointing) */
   rt_offload_load(c, 26, R(X26), H(HX26), 402653184); /* prefetch: X29's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer28_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 96 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_PARAM), 354336, 2); /* layer 26 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_PARAM), 33030144, 3); /* layer 26 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L26_DENSE_PARAM), 354336, 2); /* layer 26 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L26_EXPERTS_PARAM), 33030144, 3); /* layer 26 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 27); /* X27 is back */
   layer27_forward(c, true); /* recompute from X27 (full checkpointing) */
   rt_offload_load(c, 25, R(X25), H(HX25), 402653184); /* prefetch: X28's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer27_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 96 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_PARAM), 354336, 0); /* layer 25 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_PARAM), 33030144, 1); /* layer 25 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L25_DENSE_PARAM), 354336, 0); /* layer 25 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L25_EXPERTS_PARAM), 33030144, 1); /* layer 25 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 26); /* X26 is back */
   layer26_forward(c, true); /* recompute from X26 (full checkpointing) */
   rt_offload_load(c, 24, R(X24), H(HX24), 402653184); /* prefetch: X27's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer26_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 96 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_PARAM), 354336, 2); /* layer 24 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_PARAM), 33030144, 3); /* layer 24 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L24_DENSE_PARAM), 354336, 2); /* layer 24 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L24_EXPERTS_PARAM), 33030144, 3); /* layer 24 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 25); /* X25 is back */
   layer25_forward(c, true); /* recompute from X25 (full checkpointing) */
   rt_offload_load(c, 23, R(X23), H(HX23), 402653184); /* prefetch: X26's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer25_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 96 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_PARAM), 354336, 0); /* layer 23 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_PARAM), 33030144, 1); /* layer 23 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L23_DENSE_PARAM), 354336, 0); /* layer 23 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L23_EXPERTS_PARAM), 33030144, 1); /* layer 23 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 24); /* X24 is back */
   layer24_forward(c, true); /* recompute from X24 (full checkpointing) */
   rt_offload_load(c, 22, R(X22), H(HX22), 402653184); /* prefetch: X25's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer24_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 96 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_PARAM), 354336, 2); /* layer 22 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_PARAM), 33030144, 3); /* layer 22 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L22_DENSE_PARAM), 354336, 2); /* layer 22 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L22_EXPERTS_PARAM), 33030144, 3); /* layer 22 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 23); /* X23 is back */
   layer23_forward(c, true); /* recompute from X23 (full checkpointing) */
   rt_offload_load(c, 21, R(X21), H(HX21), 402653184); /* prefetch: X24's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer23_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 96 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_PARAM), 354336, 0); /* layer 21 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_PARAM), 33030144, 1); /* layer 21 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L21_DENSE_PARAM), 354336, 0); /* layer 21 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L21_EXPERTS_PARAM), 33030144, 1); /* layer 21 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 22); /* X22 is back */
   layer22_forward(c, true); /* recompute from X22 (full checkpointing) */
   rt_offload_load(c, 20, R(X20), H(HX20), 402653184); /* prefetch: X23's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer22_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 96 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_PARAM), 354336, 2); /* layer 20 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_PARAM), 33030144, 3); /* layer 20 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L20_DENSE_PARAM), 354336, 2); /* layer 20 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L20_EXPERTS_PARAM), 33030144, 3); /* layer 20 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 21); /* X21 is back */
   layer21_forward(c, true); /* recompute from X21 (full checkpointing) */
   rt_offload_load(c, 19, R(X19), H(HX19), 402653184); /* prefetch: X22's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer21_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 96 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_PARAM), 354336, 0); /* layer 19 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_PARAM), 33030144, 1); /* layer 19 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L19_DENSE_PARAM), 354336, 0); /* layer 19 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L19_EXPERTS_PARAM), 33030144, 1); /* layer 19 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 20); /* X20 is back */
   layer20_forward(c, true); /* recompute from X20 (full checkpointing) */
   rt_offload_load(c, 18, R(X18), H(HX18), 402653184); /* prefetch: X21's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer20_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 96 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_PARAM), 354336, 2); /* layer 18 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_PARAM), 33030144, 3); /* layer 18 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L18_DENSE_PARAM), 354336, 2); /* layer 18 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L18_EXPERTS_PARAM), 33030144, 3); /* layer 18 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 19); /* X19 is back */
   layer19_forward(c, true); /* recompute from X19 (full checkpointing) */
   rt_offload_load(c, 17, R(X17), H(HX17), 402653184); /* prefetch: X20's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer19_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 96 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_PARAM), 354336, 0); /* layer 17 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_PARAM), 33030144, 1); /* layer 17 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L17_DENSE_PARAM), 354336, 0); /* layer 17 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L17_EXPERTS_PARAM), 33030144, 1); /* layer 17 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 18); /* X18 is back */
   layer18_forward(c, true); /* recompute from X18 (full checkpointing) */
   rt_offload_load(c, 16, R(X16), H(HX16), 402653184); /* prefetch: X19's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer18_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 96 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_PARAM), 354336, 2); /* layer 16 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_PARAM), 33030144, 3); /* layer 16 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L16_DENSE_PARAM), 354336, 2); /* layer 16 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L16_EXPERTS_PARAM), 33030144, 3); /* layer 16 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 17); /* X17 is back */
   layer17_forward(c, true); /* recompute from X17 (full checkpointing) */
   rt_offload_load(c, 15, R(X15), H(HX15), 402653184); /* prefetch: X18's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer17_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 96 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_PARAM), 354336, 0); /* layer 15 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_PARAM), 33030144, 1); /* layer 15 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L15_DENSE_PARAM), 354336, 0); /* layer 15 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L15_EXPERTS_PARAM), 33030144, 1); /* layer 15 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 16); /* X16 is back */
   layer16_forward(c, true); /* recompute from X16 (full checkpointing) */
   rt_offload_load(c, 14, R(X14), H(HX14), 402653184); /* prefetch: X17's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer16_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 96 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_PARAM), 354336, 2); /* layer 14 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_PARAM), 33030144, 3); /* layer 14 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L14_DENSE_PARAM), 354336, 2); /* layer 14 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L14_EXPERTS_PARAM), 33030144, 3); /* layer 14 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 15); /* X15 is back */
   layer15_forward(c, true); /* recompute from X15 (full checkpointing) */
   rt_offload_load(c, 13, R(X13), H(HX13), 402653184); /* prefetch: X16's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer15_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 96 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_PARAM), 354336, 0); /* layer 13 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_PARAM), 33030144, 1); /* layer 13 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L13_DENSE_PARAM), 354336, 0); /* layer 13 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L13_EXPERTS_PARAM), 33030144, 1); /* layer 13 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 14); /* X14 is back */
   layer14_forward(c, true); /* recompute from X14 (full checkpointing) */
   rt_offload_load(c, 12, R(X12), H(HX12), 402653184); /* prefetch: X15's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer14_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 96 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_PARAM), 354336, 2); /* layer 12 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_PARAM), 33030144, 3); /* layer 12 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L12_DENSE_PARAM), 354336, 2); /* layer 12 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L12_EXPERTS_PARAM), 33030144, 3); /* layer 12 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 13); /* X13 is back */
   layer13_forward(c, true); /* recompute from X13 (full checkpointing) */
   rt_offload_load(c, 11, R(X11), H(HX11), 402653184); /* prefetch: X14's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer13_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 96 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_PARAM), 354336, 0); /* layer 11 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_PARAM), 33030144, 1); /* layer 11 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L11_DENSE_PARAM), 354336, 0); /* layer 11 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L11_EXPERTS_PARAM), 33030144, 1); /* layer 11 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 12); /* X12 is back */
   layer12_forward(c, true); /* recompute from X12 (full checkpointing) */
   rt_offload_load(c, 10, R(X10), H(HX10), 402653184); /* prefetch: X13's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer12_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 96 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_PARAM), 354336, 2); /* layer 10 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_PARAM), 33030144, 3); /* layer 10 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L10_DENSE_PARAM), 354336, 2); /* layer 10 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L10_EXPERTS_PARAM), 33030144, 3); /* layer 10 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 11); /* X11 is back */
   layer11_forward(c, true); /* recompute from X11 (full checkpointing) */
   rt_offload_load(c, 9, R(X9), H(HX9), 402653184); /* prefetch: X12's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer11_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 96 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_PARAM), 354336, 0); /* layer 9 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_PARAM), 33030144, 1); /* layer 9 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L9_DENSE_PARAM), 354336, 0); /* layer 9 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L9_EXPERTS_PARAM), 33030144, 1); /* layer 9 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 10); /* X10 is back */
   layer10_forward(c, true); /* recompute from X10 (full checkpointing) */
   rt_offload_load(c, 8, R(X8), H(HX8), 402653184); /* prefetch: X11's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer10_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 96 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_PARAM), 354336, 2); /* layer 8 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_PARAM), 33030144, 3); /* layer 8 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L8_DENSE_PARAM), 354336, 2); /* layer 8 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L8_EXPERTS_PARAM), 33030144, 3); /* layer 8 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 9); /* X9 is back */
   layer9_forward(c, true); /* recompute from X9 (full checkpointing) */
   rt_offload_load(c, 7, R(X7), H(HX7), 402653184); /* prefetch: X10's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer9_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 96 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_PARAM), 354336, 0); /* layer 7 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_PARAM), 33030144, 1); /* layer 7 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L7_DENSE_PARAM), 354336, 0); /* layer 7 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L7_EXPERTS_PARAM), 33030144, 1); /* layer 7 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 8); /* X8 is back */
   layer8_forward(c, true); /* recompute from X8 (full checkpointing) */
   rt_offload_load(c, 6, R(X6), H(HX6), 402653184); /* prefetch: X9's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer8_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 96 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_PARAM), 354336, 2); /* layer 6 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_PARAM), 33030144, 3); /* layer 6 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L6_DENSE_PARAM), 354336, 2); /* layer 6 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L6_EXPERTS_PARAM), 33030144, 3); /* layer 6 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 7); /* X7 is back */
   layer7_forward(c, true); /* recompute from X7 (full checkpointing) */
   rt_offload_load(c, 5, R(X5), H(HX5), 402653184); /* prefetch: X8's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer7_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 96 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_PARAM), 354336, 0); /* layer 5 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_PARAM), 33030144, 1); /* layer 5 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L5_DENSE_PARAM), 354336, 0); /* layer 5 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L5_EXPERTS_PARAM), 33030144, 1); /* layer 5 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 6); /* X6 is back */
   layer6_forward(c, true); /* recompute from X6 (full checkpointing) */
   rt_offload_load(c, 4, R(X4), H(HX4), 402653184); /* prefetch: X7's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer6_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 96 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_PARAM), 354336, 2); /* layer 4 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_PARAM), 33030144, 3); /* layer 4 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L4_DENSE_PARAM), 354336, 2); /* layer 4 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L4_EXPERTS_PARAM), 33030144, 3); /* layer 4 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 5); /* X5 is back */
   layer5_forward(c, true); /* recompute from X5 (full checkpointing) */
   rt_offload_load(c, 3, R(X3), H(HX3), 402653184); /* prefetch: X6's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer5_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 96 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_PARAM), 354336, 0); /* layer 3 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_PARAM), 33030144, 1); /* layer 3 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L3_DENSE_PARAM), 354336, 0); /* layer 3 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L3_EXPERTS_PARAM), 33030144, 1); /* layer 3 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 4); /* X4 is back */
   layer4_forward(c, true); /* recompute from X4 (full checkpointing) */
   rt_offload_load(c, 2, R(X2), H(HX2), 402653184); /* prefetch: X5's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer4_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 96 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_PARAM), 354336, 2); /* layer 2 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_PARAM), 33030144, 3); /* layer 2 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L2_DENSE_PARAM), 354336, 2); /* layer 2 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L2_EXPERTS_PARAM), 33030144, 3); /* layer 2 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 3); /* X3 is back */
   layer3_forward(c, true); /* recompute from X3 (full checkpointing) */
   rt_offload_load(c, 1, R(X1), H(HX1), 402653184); /* prefetch: X4's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer3_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 96 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_PARAM), 354336, 0); /* layer 1 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_PARAM), 33030144, 1); /* layer 1 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L1_DENSE_PARAM), 354336, 0); /* layer 1 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 136065024, R(L1_EXPERTS_PARAM), 33030144, 1); /* layer 1 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 2); /* X2 is back */
   layer2_forward(c, true); /* recompute from X2 (full checkpointing) */
   rt_offload_load(c, 0, R(X0), H(HX0), 402653184); /* prefetch: X3's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer2_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 96 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_PARAM), 354336, 2); /* layer 0 dense: 384 ranks x 354336, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_PARAM), 33030144, 3); /* layer 0 experts: 96 ranks x 33030144, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 136065024;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L0_DENSE_PARAM), 354336, 2); /* layer 0 dense: 384 ranks x 354336, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 136065024, R(L0_EXPERTS_PARAM), 33030144, 3); /* layer 0 experts: 96 ranks x 33030144, prefetch */
   rt_offload_wait(c, 1); /* X1 is back */
   layer1_forward(c, true); /* recompute from X1 (full checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 136065024);
-  rt_zero(R(GRAD_EXPERTS0), 3170893824);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
+  rt_zero(R(GRAD0), 3306958848);
   layer1_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 96 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 136065024;
   rt_offload_wait(c, 0); /* X0 is back */
   layer0_forward(c, true); /* recompute from X0 (full checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 136065024);
-  rt_zero(R(GRAD_EXPERTS1), 3170893824);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
+  rt_zero(R(GRAD1), 3306958848);
   layer0_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 96 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 1572864000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 1572864000);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 65536, 6144);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 384 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }

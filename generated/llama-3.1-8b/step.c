@@ -16,9 +16,9 @@
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
-#define DW(o) (c->dwd + (o))                    /* its gradient (GRAD_DENSE0 or 1) */
+#define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
-#define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */
+#define DWE(o) (c->dwe + (o))                   /* its gradient (in GRAD0 or 1) */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 
 /* ---- the state arena map (elements) ---- */
@@ -159,10 +159,10 @@
 #define HEAD_ADAM_M              7767590912 /*  131335168: AdamW first moment (fp32) */
 #define HEAD_ADAM_V              7898926080 /*  131335168: AdamW second moment (fp32) */
 /* ---- the arena map (elements) ---- */
-#define GATHERED_DENSE0               16384 /*  525340672: a dense group all-gathered (even units: embedding, odd layers) */
-#define GATHERED_DENSE1           525357056 /*  525340672: the next one, prefetched (odd units: even layers; the head if L is even) */
-#define GRAD_DENSE0              1050697728 /*  525340672: an even unit's dense gradient, then its reduce-scatter's input */
-#define GRAD_DENSE1              1576038400 /*  525340672: an odd unit's (in flight while the next unit's backward runs) */
+#define GATHERED0                     16384 /*  525340672: units u with u % 2 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1                 525357056 /*  525340672: units u with u % 2 = 1: parameters all-gathered, dense then experts */
+#define GRAD0                    1050697728 /*  525340672: an even unit's gradient, dense then experts, then its reduce-scatters' input */
+#define GRAD1                    1576038400 /*  525340672: an odd unit's (in flight while the next unit's backward runs) */
 #define RS_OUT0                  2101379072 /*  131335168: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
 #define RS_WIRE0                 2232714240 /*  262670336: its bf16 send buffer (2 bytes per gathered value) */
 #define RS_OUT1                  2495384576 /*  131335168: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
@@ -2574,180 +2574,180 @@ static void layer0_backward(RtCtx *c) {
 
 /* ---- one micro-batch ---------------------------------------------------------------- */
 
-/* Forward: embedding, layers 0-31, final norm and loss. The next unit's parameters are
- * all-gathered while this one computes (prefetch depth 1; the plan's is 1. The cpu
- * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean
- * cross-entropy of the micro-batch. */
+/* Forward: embedding, layers 0-31, final norm and loss. The next 1 unit(s)' parameters are
+ * all-gathered while this one computes (the plan's prefetch depth; the cpu backend's MPI
+ * all-gathers block, so there it only orders the calls). Returns the mean cross-entropy of
+ * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(EMBED_MASTER), 131334144, 0); /* embedding: 4 ranks x 131334144 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(EMBED_MASTER), 131334144, 0); /* embedding: 4 ranks x 131334144 */
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
   rt_embedding_forward(R(X0), I(INPUTS), W(0), 8192, 4096);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
   layer3_forward(c, false);
   rt_comm_label("layer 4 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
   layer4_forward(c, false);
   rt_comm_label("layer 5 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
   layer5_forward(c, false);
   rt_comm_label("layer 6 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
   layer6_forward(c, false);
   rt_comm_label("layer 7 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
   layer7_forward(c, false);
   rt_comm_label("layer 8 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
   layer8_forward(c, false);
   rt_comm_label("layer 9 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
   layer9_forward(c, false);
   rt_comm_label("layer 10 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
   layer10_forward(c, false);
   rt_comm_label("layer 11 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
   layer11_forward(c, false);
   rt_comm_label("layer 12 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
   layer12_forward(c, false);
   rt_comm_label("layer 13 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
   layer13_forward(c, false);
   rt_comm_label("layer 14 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
   layer14_forward(c, false);
   rt_comm_label("layer 15 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
   layer15_forward(c, false);
   rt_comm_label("layer 16 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
   layer16_forward(c, false);
   rt_comm_label("layer 17 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
   layer17_forward(c, false);
   rt_comm_label("layer 18 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
   layer18_forward(c, false);
   rt_comm_label("layer 19 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
   layer19_forward(c, false);
   rt_comm_label("layer 20 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
   layer20_forward(c, false);
   rt_comm_label("layer 21 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
   layer21_forward(c, false);
   rt_comm_label("layer 22 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
   layer22_forward(c, false);
   rt_comm_label("layer 23 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
   layer23_forward(c, false);
   rt_comm_label("layer 24 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
   layer24_forward(c, false);
   rt_comm_label("layer 25 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
   layer25_forward(c, false);
   rt_comm_label("layer 26 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
   layer26_forward(c, false);
   rt_comm_label("layer 27 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
   layer27_forward(c, false);
   rt_comm_label("layer 28 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
   layer28_forward(c, false);
   rt_comm_label("layer 29 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
   layer29_forward(c, false);
   rt_comm_label("layer 30 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
   layer30_forward(c, false);
   rt_comm_label("layer 31 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(HEAD_MASTER), 131335168, 2); /* head: 4 ranks x 131335168, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(HEAD_MASTER), 131335168, 2); /* head: 4 ranks x 131335168, prefetch */
   layer31_forward(c, false);
   rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
+  c->wd = R(GATHERED1);
   rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X32), W(0), 8192, 4096, EPS); /* model.norm */
   return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(4096), I(TARGETS), 8192, 4096, 128256, 4096, R(CE));
 }
@@ -2759,339 +2759,339 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 525340672);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 525340672);
   rt_zero(R(DLN), 33554432);
   rt_lm_head_ce_backward(R(DLN), DW(4096), R(LNF), W(4096), I(TARGETS), R(LSEF), 8192, 4096, 128256, 4096, R(CE), c->dloss);
   rt_zero(R(DX_A), 33554432);
   rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X32), W(0), R(RSTDF), 8192, 4096);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 131335168, (uint16_t *)R(RS_WIRE2), 2); /* head: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD1), 131335168, (uint16_t *)R(RS_WIRE2), 2); /* head: 4 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 218112000);
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 218112000);
   layer31_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 4 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 218112000);
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 218112000);
   layer30_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 4 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 218112000);
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 218112000);
   layer29_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 4 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 218112000);
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 218112000);
   layer28_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 4 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 218112000);
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 218112000);
   layer27_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 4 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 218112000);
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 218112000);
   layer26_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 4 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 218112000);
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 218112000);
   layer25_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 4 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 218112000);
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 218112000);
   layer24_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 4 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 218112000);
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 218112000);
   layer23_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 4 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 218112000);
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 218112000);
   layer22_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 4 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 218112000);
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 218112000);
   layer21_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 4 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 218112000);
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 218112000);
   layer20_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 4 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 218112000);
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 218112000);
   layer19_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 4 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 218112000);
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 218112000);
   layer18_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 4 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 218112000);
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 218112000);
   layer17_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 4 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 218112000);
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 218112000);
   layer16_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 4 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 218112000);
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 218112000);
   layer15_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 4 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 218112000);
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 218112000);
   layer14_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 4 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 218112000);
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 218112000);
   layer13_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 4 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 218112000);
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 218112000);
   layer12_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 4 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 218112000);
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 218112000);
   layer11_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 4 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 218112000);
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 218112000);
   layer10_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 4 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 218112000);
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 218112000);
   layer9_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 4 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 218112000);
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 218112000);
   layer8_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 4 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 218112000);
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 218112000);
   layer7_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 4 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 218112000);
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 218112000);
   layer6_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 4 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 218112000);
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 218112000);
   layer5_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 4 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 218112000);
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 218112000);
   layer4_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 4 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 218112000);
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 218112000);
   layer3_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 4 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 218112000);
+  c->wd = R(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 218112000);
   layer2_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 4 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 218112000);
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 218112000);
   layer1_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 4 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 218112000);
+  c->wd = R(GATHERED1);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 218112000);
   layer0_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 4 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 525336576);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 525336576);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 8192, 4096);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 131334144, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 131334144, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 4 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }

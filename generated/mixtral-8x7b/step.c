@@ -16,9 +16,9 @@
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
-#define DW(o) (c->dwd + (o))                    /* its gradient (GRAD_DENSE0 or 1) */
+#define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
-#define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */
+#define DWE(o) (c->dwe + (o))                   /* its gradient (in GRAD0 or 1) */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 #define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
@@ -354,66 +354,62 @@
 #define L31_DENSE_PARAM          1410276096 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
 #define L31_EXPERTS_PARAM        1411588096 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
 #define HEAD_PARAM               1455628288 /*    4096128: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define GATHERED_DENSE0          1459724416 /*  131076096: a dense group all-gathered (even units: embedding, odd layers) */
-#define GATHERED_DENSE1          1590800512 /*  131076096: the next one, prefetched (odd units: even layers; the head if L is even) */
-#define GRAD_DENSE0              1721876608 /*  131076096: an even unit's dense gradient, then its reduce-scatter's input */
-#define GRAD_DENSE1              1852952704 /*  131076096: an odd unit's (in flight while the next unit's backward runs) */
-#define GATHERED_EXPERTS0        1984028800 /* 1409286144: this EP rank's experts of one layer, all-gathered (odd layers) */
-#define GATHERED_EXPERTS1        3393314944 /* 1409286144: the next layer's, prefetched (even layers) */
-#define GRAD_EXPERTS0            4802601088 /* 1409286144: an odd layer's experts' gradient, then its reduce-scatter's input */
-#define GRAD_EXPERTS1            6211887232 /* 1409286144: an even layer's */
-#define RS_OUT0                  7621173376 /*   44040192: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                 7665213568 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                  7730751616 /*   44040192: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE1                 7774791808 /*  704643072: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT2                  8479434880 /*   44040192: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                 8523475072 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                  8589013120 /*   44040192: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE3                 8633053312 /*  704643072: its bf16 send buffer (2 bytes per gathered value) */
-#define XSLOT0                   9337696384 /*  536870912: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                   9874567296 /*  536870912: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                  10411438208 /*  536870912: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  10948309120 /*  536870912: attention norm output */
-#define WS_RSTD1                11485180032 /*     131072: its 1/rms per token */
-#define WS_Q                    11485311104 /*  536870912: queries (rotated) */
-#define WS_K                    12022182016 /*  134217728: keys (rotated) */
-#define WS_V                    12156399744 /*  134217728: values */
-#define WS_ATT                  12290617472 /*  536870912: attention output */
-#define WS_LSE                  12827488384 /*    4194304: attention log-sum-exp per head and query */
-#define WS_RES                  12831682688 /*  536870912: residual stream after attention */
-#define WS_LN2                  13368553600 /*  536870912: mlp norm output */
-#define WS_RSTD2                13905424512 /*     131072: its 1/rms per token */
-#define WS_LOGITS               13905555584 /*    1048576: router logits */
-#define WS_IDX                  13906604160 /*     262144: selected experts (int32) */
-#define WS_WTS                  13906866304 /*     262144: their weights */
-#define WS_POS                  13907128448 /*     262144: row of each assignment in expert order (int32) */
-#define WS_OFFSETS              13907390592 /*          9: first row of each expert (int32) */
-#define WS_XP                   13907390608 /* 1073741824: token copies in expert order: the experts' input */
-#define WS_YP                   14981132432 /* 1073741824: expert outputs in that order */
-#define WS_EG                   16054874256 /* 3758096384: routed experts' gate */
-#define WS_EU                   19812970640 /* 3758096384: routed experts' up */
-#define WS_EH                   23571067024 /* 3758096384: routed experts' activation */
-#define WS_Y                    27329163408 /*  536870912: a block's output before the residual add */
-#define WS_Y2                   27866034320 /*  536870912: shared experts' output */
-#define DX_A                    28402905232 /*  536870912: gradient of the residual stream (even layers' output) */
-#define DX_B                    28939776144 /*  536870912: gradient of the residual stream (odd layers' output) */
-#define DLN                     29476647056 /*  536870912: gradient of a norm's output */
-#define DATT                    30013517968 /*  536870912: gradient of the attention output */
-#define DQ                      30550388880 /*  536870912: gradient of the queries */
-#define DK                      31087259792 /*  134217728: gradient of the keys */
-#define DV                      31221477520 /*  134217728: gradient of the values */
-#define DLOGITS                 31355695248 /*    1048576: gradient of the router logits */
-#define DWTS                    31356743824 /*     262144: gradient of the routing weights */
-#define DYP                     31357005968 /* 1073741824: gradient of the expert outputs */
-#define DXP                     32430747792 /* 1073741824: gradient of the token copies */
-#define EDG                     33504489616 /* 3758096384: routed experts' gate gradient */
-#define EDU                     37262586000 /* 3758096384: routed experts' up gradient */
-#define EDH                     41020682384 /* 3758096384: routed experts' activation gradient */
-#define AUX                     44778778768 /*         24: load-balancing loss scratch */
-#define LNF                     44778778800 /*  536870912: final norm output */
-#define RSTDF                   45315649712 /*     131072: its 1/rms per token */
-#define LSEF                    45315780784 /*     131072: log-sum-exp of each token's logits */
-#define CE                      45315911856 /* 1073741824: logits of one vocabulary chunk and their gradient */
+#define GATHERED0                1459724416 /* 1451270144: units u with u % 2 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1                2910994560 /* 1451270144: units u with u % 2 = 1: parameters all-gathered, dense then experts */
+#define GRAD0                    4362264704 /* 1451270144: an even unit's gradient, dense then experts, then its reduce-scatters' input */
+#define GRAD1                    5813534848 /* 1451270144: an odd unit's (in flight while the next unit's backward runs) */
+#define RS_OUT0                  7264804992 /*   44040192: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE0                 7308845184 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT1                  7374383232 /*   44040192: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE1                 7418423424 /*  704643072: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT2                  8123066496 /*   44040192: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE2                 8167106688 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT3                  8232644736 /*   44040192: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE3                 8276684928 /*  704643072: its bf16 send buffer (2 bytes per gathered value) */
+#define XSLOT0                   8981328000 /*  536870912: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                   9518198912 /*  536870912: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                  10055069824 /*  536870912: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                  10591940736 /*  536870912: attention norm output */
+#define WS_RSTD1                11128811648 /*     131072: its 1/rms per token */
+#define WS_Q                    11128942720 /*  536870912: queries (rotated) */
+#define WS_K                    11665813632 /*  134217728: keys (rotated) */
+#define WS_V                    11800031360 /*  134217728: values */
+#define WS_ATT                  11934249088 /*  536870912: attention output */
+#define WS_LSE                  12471120000 /*    4194304: attention log-sum-exp per head and query */
+#define WS_RES                  12475314304 /*  536870912: residual stream after attention */
+#define WS_LN2                  13012185216 /*  536870912: mlp norm output */
+#define WS_RSTD2                13549056128 /*     131072: its 1/rms per token */
+#define WS_LOGITS               13549187200 /*    1048576: router logits */
+#define WS_IDX                  13550235776 /*     262144: selected experts (int32) */
+#define WS_WTS                  13550497920 /*     262144: their weights */
+#define WS_POS                  13550760064 /*     262144: row of each assignment in expert order (int32) */
+#define WS_OFFSETS              13551022208 /*          9: first row of each expert (int32) */
+#define WS_XP                   13551022224 /* 1073741824: token copies in expert order: the experts' input */
+#define WS_YP                   14624764048 /* 1073741824: expert outputs in that order */
+#define WS_EG                   15698505872 /* 3758096384: routed experts' gate */
+#define WS_EU                   19456602256 /* 3758096384: routed experts' up */
+#define WS_EH                   23214698640 /* 3758096384: routed experts' activation */
+#define WS_Y                    26972795024 /*  536870912: a block's output before the residual add */
+#define WS_Y2                   27509665936 /*  536870912: shared experts' output */
+#define DX_A                    28046536848 /*  536870912: gradient of the residual stream (even layers' output) */
+#define DX_B                    28583407760 /*  536870912: gradient of the residual stream (odd layers' output) */
+#define DLN                     29120278672 /*  536870912: gradient of a norm's output */
+#define DATT                    29657149584 /*  536870912: gradient of the attention output */
+#define DQ                      30194020496 /*  536870912: gradient of the queries */
+#define DK                      30730891408 /*  134217728: gradient of the keys */
+#define DV                      30865109136 /*  134217728: gradient of the values */
+#define DLOGITS                 30999326864 /*    1048576: gradient of the router logits */
+#define DWTS                    31000375440 /*     262144: gradient of the routing weights */
+#define DYP                     31000637584 /* 1073741824: gradient of the expert outputs */
+#define DXP                     32074379408 /* 1073741824: gradient of the token copies */
+#define EDG                     33148121232 /* 3758096384: routed experts' gate gradient */
+#define EDU                     36906217616 /* 3758096384: routed experts' up gradient */
+#define EDH                     40664314000 /* 3758096384: routed experts' activation gradient */
+#define AUX                     44422410384 /*         24: load-balancing loss scratch */
+#define LNF                     44422410416 /*  536870912: final norm output */
+#define RSTDF                   44959281328 /*     131072: its 1/rms per token */
+#define LSEF                    44959412400 /*     131072: log-sum-exp of each token's logits */
+#define CE                      44959543472 /* 1073741824: logits of one vocabulary chunk and their gradient */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-29 go to the
  * host arena after their layer's forward and come back two layers before their backward. */
@@ -2644,304 +2640,304 @@ static void layer0_backward(RtCtx *c) {
 
 /* ---- one micro-batch ---------------------------------------------------------------- */
 
-/* Forward: embedding, layers 0-31, final norm and loss. The next unit's parameters are
- * all-gathered while this one computes (prefetch depth 1; the plan's is 1. The cpu
- * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean
- * cross-entropy of the micro-batch. */
+/* Forward: embedding, layers 0-31, final norm and loss. The next 1 unit(s)' parameters are
+ * all-gathered while this one computes (the plan's prefetch depth; the cpu backend's MPI
+ * all-gathers block, so there it only orders the calls). Returns the mean cross-entropy of
+ * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(EMBED_PARAM), 4096000, 0); /* embedding: 32 ranks x 4096000 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(EMBED_PARAM), 4096000, 0); /* embedding: 32 ranks x 4096000 */
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_PARAM), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_PARAM), 44040192, 3); /* layer 0 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L0_DENSE_PARAM), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L0_EXPERTS_PARAM), 44040192, 3); /* layer 0 experts: 32 ranks x 44040192, prefetch */
   rt_embedding_forward(R(X0), I(INPUTS), W(0), 131072, 4096);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_PARAM), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_PARAM), 44040192, 1); /* layer 1 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L1_DENSE_PARAM), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L1_EXPERTS_PARAM), 44040192, 1); /* layer 1 experts: 32 ranks x 44040192, prefetch */
   layer0_forward(c, false);
   rt_offload_store(c, 0, H(HX0), R(X0), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_PARAM), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_PARAM), 44040192, 3); /* layer 2 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L2_DENSE_PARAM), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L2_EXPERTS_PARAM), 44040192, 3); /* layer 2 experts: 32 ranks x 44040192, prefetch */
   layer1_forward(c, false);
   rt_offload_store(c, 1, H(HX1), R(X1), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_PARAM), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_PARAM), 44040192, 1); /* layer 3 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L3_DENSE_PARAM), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L3_EXPERTS_PARAM), 44040192, 1); /* layer 3 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 0); /* X0 is on the host: its slot takes X3 */
   layer2_forward(c, false);
   rt_offload_store(c, 2, H(HX2), R(X2), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_PARAM), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_PARAM), 44040192, 3); /* layer 4 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L4_DENSE_PARAM), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L4_EXPERTS_PARAM), 44040192, 3); /* layer 4 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 1); /* X1 is on the host: its slot takes X4 */
   layer3_forward(c, false);
   rt_offload_store(c, 3, H(HX3), R(X3), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 4 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_PARAM), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L5_DENSE_PARAM), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 2); /* X2 is on the host: its slot takes X5 */
   layer4_forward(c, false);
   rt_offload_store(c, 4, H(HX4), R(X4), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 5 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_PARAM), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L6_DENSE_PARAM), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 3); /* X3 is on the host: its slot takes X6 */
   layer5_forward(c, false);
   rt_offload_store(c, 5, H(HX5), R(X5), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 6 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_PARAM), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_PARAM), 44040192, 1); /* layer 7 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L7_DENSE_PARAM), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L7_EXPERTS_PARAM), 44040192, 1); /* layer 7 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 4); /* X4 is on the host: its slot takes X7 */
   layer6_forward(c, false);
   rt_offload_store(c, 6, H(HX6), R(X6), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 7 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_PARAM), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_PARAM), 44040192, 3); /* layer 8 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L8_DENSE_PARAM), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L8_EXPERTS_PARAM), 44040192, 3); /* layer 8 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 5); /* X5 is on the host: its slot takes X8 */
   layer7_forward(c, false);
   rt_offload_store(c, 7, H(HX7), R(X7), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 8 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_PARAM), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_PARAM), 44040192, 1); /* layer 9 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L9_DENSE_PARAM), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L9_EXPERTS_PARAM), 44040192, 1); /* layer 9 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 6); /* X6 is on the host: its slot takes X9 */
   layer8_forward(c, false);
   rt_offload_store(c, 8, H(HX8), R(X8), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 9 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_PARAM), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_PARAM), 44040192, 3); /* layer 10 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L10_DENSE_PARAM), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L10_EXPERTS_PARAM), 44040192, 3); /* layer 10 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 7); /* X7 is on the host: its slot takes X10 */
   layer9_forward(c, false);
   rt_offload_store(c, 9, H(HX9), R(X9), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 10 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_PARAM), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L11_DENSE_PARAM), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 8); /* X8 is on the host: its slot takes X11 */
   layer10_forward(c, false);
   rt_offload_store(c, 10, H(HX10), R(X10), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 11 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_PARAM), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L12_DENSE_PARAM), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 9); /* X9 is on the host: its slot takes X12 */
   layer11_forward(c, false);
   rt_offload_store(c, 11, H(HX11), R(X11), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 12 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_PARAM), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_PARAM), 44040192, 1); /* layer 13 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L13_DENSE_PARAM), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L13_EXPERTS_PARAM), 44040192, 1); /* layer 13 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 10); /* X10 is on the host: its slot takes X13 */
   layer12_forward(c, false);
   rt_offload_store(c, 12, H(HX12), R(X12), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 13 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_PARAM), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_PARAM), 44040192, 3); /* layer 14 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L14_DENSE_PARAM), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L14_EXPERTS_PARAM), 44040192, 3); /* layer 14 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 11); /* X11 is on the host: its slot takes X14 */
   layer13_forward(c, false);
   rt_offload_store(c, 13, H(HX13), R(X13), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 14 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_PARAM), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_PARAM), 44040192, 1); /* layer 15 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L15_DENSE_PARAM), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L15_EXPERTS_PARAM), 44040192, 1); /* layer 15 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 12); /* X12 is on the host: its slot takes X15 */
   layer14_forward(c, false);
   rt_offload_store(c, 14, H(HX14), R(X14), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 15 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_PARAM), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_PARAM), 44040192, 3); /* layer 16 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L16_DENSE_PARAM), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L16_EXPERTS_PARAM), 44040192, 3); /* layer 16 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 13); /* X13 is on the host: its slot takes X16 */
   layer15_forward(c, false);
   rt_offload_store(c, 15, H(HX15), R(X15), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 16 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_PARAM), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L17_DENSE_PARAM), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 14); /* X14 is on the host: its slot takes X17 */
   layer16_forward(c, false);
   rt_offload_store(c, 16, H(HX16), R(X16), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 17 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_PARAM), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L18_DENSE_PARAM), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 15); /* X15 is on the host: its slot takes X18 */
   layer17_forward(c, false);
   rt_offload_store(c, 17, H(HX17), R(X17), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 18 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_PARAM), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_PARAM), 44040192, 1); /* layer 19 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L19_DENSE_PARAM), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L19_EXPERTS_PARAM), 44040192, 1); /* layer 19 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 16); /* X16 is on the host: its slot takes X19 */
   layer18_forward(c, false);
   rt_offload_store(c, 18, H(HX18), R(X18), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 19 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_PARAM), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_PARAM), 44040192, 3); /* layer 20 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L20_DENSE_PARAM), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L20_EXPERTS_PARAM), 44040192, 3); /* layer 20 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 17); /* X17 is on the host: its slot takes X20 */
   layer19_forward(c, false);
   rt_offload_store(c, 19, H(HX19), R(X19), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 20 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_PARAM), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_PARAM), 44040192, 1); /* layer 21 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L21_DENSE_PARAM), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L21_EXPERTS_PARAM), 44040192, 1); /* layer 21 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 18); /* X18 is on the host: its slot takes X21 */
   layer20_forward(c, false);
   rt_offload_store(c, 20, H(HX20), R(X20), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 21 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_PARAM), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_PARAM), 44040192, 3); /* layer 22 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L22_DENSE_PARAM), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L22_EXPERTS_PARAM), 44040192, 3); /* layer 22 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 19); /* X19 is on the host: its slot takes X22 */
   layer21_forward(c, false);
   rt_offload_store(c, 21, H(HX21), R(X21), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 22 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_PARAM), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L23_DENSE_PARAM), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 20); /* X20 is on the host: its slot takes X23 */
   layer22_forward(c, false);
   rt_offload_store(c, 22, H(HX22), R(X22), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 23 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_PARAM), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L24_DENSE_PARAM), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 21); /* X21 is on the host: its slot takes X24 */
   layer23_forward(c, false);
   rt_offload_store(c, 23, H(HX23), R(X23), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 24 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_PARAM), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_PARAM), 44040192, 1); /* layer 25 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L25_DENSE_PARAM), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L25_EXPERTS_PARAM), 44040192, 1); /* layer 25 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 22); /* X22 is on the host: its slot takes X25 */
   layer24_forward(c, false);
   rt_offload_store(c, 24, H(HX24), R(X24), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 25 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_PARAM), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_PARAM), 44040192, 3); /* layer 26 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L26_DENSE_PARAM), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L26_EXPERTS_PARAM), 44040192, 3); /* layer 26 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 23); /* X23 is on the host: its slot takes X26 */
   layer25_forward(c, false);
   rt_offload_store(c, 25, H(HX25), R(X25), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 26 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_PARAM), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_PARAM), 44040192, 1); /* layer 27 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L27_DENSE_PARAM), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L27_EXPERTS_PARAM), 44040192, 1); /* layer 27 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 24); /* X24 is on the host: its slot takes X27 */
   layer26_forward(c, false);
   rt_offload_store(c, 26, H(HX26), R(X26), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 27 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_PARAM), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_PARAM), 44040192, 3); /* layer 28 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L28_DENSE_PARAM), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L28_EXPERTS_PARAM), 44040192, 3); /* layer 28 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 25); /* X25 is on the host: its slot takes X28 */
   layer27_forward(c, false);
   rt_offload_store(c, 27, H(HX27), R(X27), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 28 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_PARAM), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L29_DENSE_PARAM), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 26); /* X26 is on the host: its slot takes X29 */
   layer28_forward(c, false);
   rt_offload_store(c, 28, H(HX28), R(X28), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 29 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_PARAM), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L30_DENSE_PARAM), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 27); /* X27 is on the host: its slot takes X30 */
   layer29_forward(c, false);
   rt_offload_store(c, 29, H(HX29), R(X29), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 30 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_PARAM), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L31_DENSE_PARAM), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 28); /* X28 is on the host: its slot takes X31 */
   layer30_forward(c, false);
   rt_comm_label("layer 31 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(HEAD_PARAM), 4096128, 2); /* head: 32 ranks x 4096128, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(HEAD_PARAM), 4096128, 2); /* head: 32 ranks x 4096128, prefetch */
   rt_offload_wait(c, 29); /* X29 is on the host: its slot takes X32 */
   layer31_forward(c, false);
   rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
+  c->wd = R(GATHERED1);
   rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X32), W(0), 131072, 4096, EPS); /* model.norm */
   return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(4096), I(TARGETS), 131072, 4096, 32000, 4096, R(CE));
 }
@@ -2953,559 +2949,527 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_PARAM), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 32 ranks x 44040192, prefetch */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 131076096);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L31_DENSE_PARAM), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 32 ranks x 44040192, prefetch */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 131076096);
   rt_zero(R(DLN), 536870912);
   rt_lm_head_ce_backward(R(DLN), DW(4096), R(LNF), W(4096), I(TARGETS), R(LSEF), 131072, 4096, 32000, 4096, R(CE), c->dloss);
   rt_zero(R(DX_A), 536870912);
   rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X32), W(0), R(RSTDF), 131072, 4096);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 4096128, (uint16_t *)R(RS_WIRE2), 2); /* head: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD1), 4096128, (uint16_t *)R(RS_WIRE2), 2); /* head: 32 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_PARAM), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L30_DENSE_PARAM), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 32 ranks x 44040192, prefetch */
   layer31_forward(c, true); /* recompute from X31 (full checkpointing) */
   rt_offload_load(c, 29, R(X29), H(HX29), 536870912); /* prefetch: X32's slot is free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero(R(GRAD0), 1451270144);
   layer31_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 32 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_PARAM), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L29_DENSE_PARAM), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 32 ranks x 44040192, prefetch */
   layer30_forward(c, true); /* recompute from X30 (full checkpointing) */
   rt_offload_load(c, 28, R(X28), H(HX28), 536870912); /* prefetch: X31's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero(R(GRAD1), 1451270144);
   layer30_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 32 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_PARAM), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_PARAM), 44040192, 3); /* layer 28 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L28_DENSE_PARAM), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L28_EXPERTS_PARAM), 44040192, 3); /* layer 28 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 29); /* X29 is back */
   layer29_forward(c, true); /* recompute from X29 (full checkpointing) */
   rt_offload_load(c, 27, R(X27), H(HX27), 536870912); /* prefetch: X30's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero(R(GRAD0), 1451270144);
   layer29_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 32 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_PARAM), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_PARAM), 44040192, 1); /* layer 27 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L27_DENSE_PARAM), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L27_EXPERTS_PARAM), 44040192, 1); /* layer 27 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 28); /* X28 is back */
   layer28_forward(c, true); /* recompute from X28 (full checkpointing) */
   rt_offload_load(c, 26, R(X26), H(HX26), 536870912); /* prefetch: X29's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero(R(GRAD1), 1451270144);
   layer28_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 32 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_PARAM), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_PARAM), 44040192, 3); /* layer 26 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L26_DENSE_PARAM), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L26_EXPERTS_PARAM), 44040192, 3); /* layer 26 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 27); /* X27 is back */
   layer27_forward(c, true); /* recompute from X27 (full checkpointing) */
   rt_offload_load(c, 25, R(X25), H(HX25), 536870912); /* prefetch: X28's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero(R(GRAD0), 1451270144);
   layer27_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 32 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_PARAM), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_PARAM), 44040192, 1); /* layer 25 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L25_DENSE_PARAM), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L25_EXPERTS_PARAM), 44040192, 1); /* layer 25 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 26); /* X26 is back */
   layer26_forward(c, true); /* recompute from X26 (full checkpointing) */
   rt_offload_load(c, 24, R(X24), H(HX24), 536870912); /* prefetch: X27's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero(R(GRAD1), 1451270144);
   layer26_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 32 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_PARAM), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L24_DENSE_PARAM), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 25); /* X25 is back */
   layer25_forward(c, true); /* recompute from X25 (full checkpointing) */
   rt_offload_load(c, 23, R(X23), H(HX23), 536870912); /* prefetch: X26's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero(R(GRAD0), 1451270144);
   layer25_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 32 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_PARAM), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L23_DENSE_PARAM), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 24); /* X24 is back */
   layer24_forward(c, true); /* recompute from X24 (full checkpointing) */
   rt_offload_load(c, 22, R(X22), H(HX22), 536870912); /* prefetch: X25's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero(R(GRAD1), 1451270144);
   layer24_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 32 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_PARAM), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_PARAM), 44040192, 3); /* layer 22 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L22_DENSE_PARAM), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L22_EXPERTS_PARAM), 44040192, 3); /* layer 22 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 23); /* X23 is back */
   layer23_forward(c, true); /* recompute from X23 (full checkpointing) */
   rt_offload_load(c, 21, R(X21), H(HX21), 536870912); /* prefetch: X24's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero(R(GRAD0), 1451270144);
   layer23_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 32 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_PARAM), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_PARAM), 44040192, 1); /* layer 21 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L21_DENSE_PARAM), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L21_EXPERTS_PARAM), 44040192, 1); /* layer 21 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 22); /* X22 is back */
   layer22_forward(c, true); /* recompute from X22 (full checkpointing) */
   rt_offload_load(c, 20, R(X20), H(HX20), 536870912); /* prefetch: X23's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero(R(GRAD1), 1451270144);
   layer22_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 32 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_PARAM), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_PARAM), 44040192, 3); /* layer 20 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L20_DENSE_PARAM), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L20_EXPERTS_PARAM), 44040192, 3); /* layer 20 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 21); /* X21 is back */
   layer21_forward(c, true); /* recompute from X21 (full checkpointing) */
   rt_offload_load(c, 19, R(X19), H(HX19), 536870912); /* prefetch: X22's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero(R(GRAD0), 1451270144);
   layer21_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 32 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_PARAM), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_PARAM), 44040192, 1); /* layer 19 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L19_DENSE_PARAM), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L19_EXPERTS_PARAM), 44040192, 1); /* layer 19 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 20); /* X20 is back */
   layer20_forward(c, true); /* recompute from X20 (full checkpointing) */
   rt_offload_load(c, 18, R(X18), H(HX18), 536870912); /* prefetch: X21's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero(R(GRAD1), 1451270144);
   layer20_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 32 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_PARAM), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L18_DENSE_PARAM), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 19); /* X19 is back */
   layer19_forward(c, true); /* recompute from X19 (full checkpointing) */
   rt_offload_load(c, 17, R(X17), H(HX17), 536870912); /* prefetch: X20's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero(R(GRAD0), 1451270144);
   layer19_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 32 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_PARAM), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L17_DENSE_PARAM), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 18); /* X18 is back */
   layer18_forward(c, true); /* recompute from X18 (full checkpointing) */
   rt_offload_load(c, 16, R(X16), H(HX16), 536870912); /* prefetch: X19's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero(R(GRAD1), 1451270144);
   layer18_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 32 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_PARAM), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_PARAM), 44040192, 3); /* layer 16 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L16_DENSE_PARAM), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L16_EXPERTS_PARAM), 44040192, 3); /* layer 16 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 17); /* X17 is back */
   layer17_forward(c, true); /* recompute from X17 (full checkpointing) */
   rt_offload_load(c, 15, R(X15), H(HX15), 536870912); /* prefetch: X18's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero(R(GRAD0), 1451270144);
   layer17_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 32 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_PARAM), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_PARAM), 44040192, 1); /* layer 15 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L15_DENSE_PARAM), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L15_EXPERTS_PARAM), 44040192, 1); /* layer 15 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 16); /* X16 is back */
   layer16_forward(c, true); /* recompute from X16 (full checkpointing) */
   rt_offload_load(c, 14, R(X14), H(HX14), 536870912); /* prefetch: X17's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero(R(GRAD1), 1451270144);
   layer16_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 32 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_PARAM), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_PARAM), 44040192, 3); /* layer 14 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L14_DENSE_PARAM), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L14_EXPERTS_PARAM), 44040192, 3); /* layer 14 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 15); /* X15 is back */
   layer15_forward(c, true); /* recompute from X15 (full checkpointing) */
   rt_offload_load(c, 13, R(X13), H(HX13), 536870912); /* prefetch: X16's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero(R(GRAD0), 1451270144);
   layer15_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 32 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_PARAM), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_PARAM), 44040192, 1); /* layer 13 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L13_DENSE_PARAM), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L13_EXPERTS_PARAM), 44040192, 1); /* layer 13 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 14); /* X14 is back */
   layer14_forward(c, true); /* recompute from X14 (full checkpointing) */
   rt_offload_load(c, 12, R(X12), H(HX12), 536870912); /* prefetch: X15's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero(R(GRAD1), 1451270144);
   layer14_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 32 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_PARAM), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L12_DENSE_PARAM), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 13); /* X13 is back */
   layer13_forward(c, true); /* recompute from X13 (full checkpointing) */
   rt_offload_load(c, 11, R(X11), H(HX11), 536870912); /* prefetch: X14's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero(R(GRAD0), 1451270144);
   layer13_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 32 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_PARAM), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L11_DENSE_PARAM), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 12); /* X12 is back */
   layer12_forward(c, true); /* recompute from X12 (full checkpointing) */
   rt_offload_load(c, 10, R(X10), H(HX10), 536870912); /* prefetch: X13's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero(R(GRAD1), 1451270144);
   layer12_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 32 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_PARAM), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_PARAM), 44040192, 3); /* layer 10 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L10_DENSE_PARAM), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L10_EXPERTS_PARAM), 44040192, 3); /* layer 10 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 11); /* X11 is back */
   layer11_forward(c, true); /* recompute from X11 (full checkpointing) */
   rt_offload_load(c, 9, R(X9), H(HX9), 536870912); /* prefetch: X12's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero(R(GRAD0), 1451270144);
   layer11_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 32 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_PARAM), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_PARAM), 44040192, 1); /* layer 9 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L9_DENSE_PARAM), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L9_EXPERTS_PARAM), 44040192, 1); /* layer 9 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 10); /* X10 is back */
   layer10_forward(c, true); /* recompute from X10 (full checkpointing) */
   rt_offload_load(c, 8, R(X8), H(HX8), 536870912); /* prefetch: X11's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero(R(GRAD1), 1451270144);
   layer10_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 32 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_PARAM), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_PARAM), 44040192, 3); /* layer 8 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L8_DENSE_PARAM), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L8_EXPERTS_PARAM), 44040192, 3); /* layer 8 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 9); /* X9 is back */
   layer9_forward(c, true); /* recompute from X9 (full checkpointing) */
   rt_offload_load(c, 7, R(X7), H(HX7), 536870912); /* prefetch: X10's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero(R(GRAD0), 1451270144);
   layer9_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 32 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_PARAM), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_PARAM), 44040192, 1); /* layer 7 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L7_DENSE_PARAM), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L7_EXPERTS_PARAM), 44040192, 1); /* layer 7 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 8); /* X8 is back */
   layer8_forward(c, true); /* recompute from X8 (full checkpointing) */
   rt_offload_load(c, 6, R(X6), H(HX6), 536870912); /* prefetch: X9's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero(R(GRAD1), 1451270144);
   layer8_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 32 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_PARAM), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L6_DENSE_PARAM), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 7); /* X7 is back */
   layer7_forward(c, true); /* recompute from X7 (full checkpointing) */
   rt_offload_load(c, 5, R(X5), H(HX5), 536870912); /* prefetch: X8's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero(R(GRAD0), 1451270144);
   layer7_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 32 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_PARAM), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L5_DENSE_PARAM), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 6); /* X6 is back */
   layer6_forward(c, true); /* recompute from X6 (full checkpointing) */
   rt_offload_load(c, 4, R(X4), H(HX4), 536870912); /* prefetch: X7's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero(R(GRAD1), 1451270144);
   layer6_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 32 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_PARAM), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_PARAM), 44040192, 3); /* layer 4 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L4_DENSE_PARAM), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L4_EXPERTS_PARAM), 44040192, 3); /* layer 4 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 5); /* X5 is back */
   layer5_forward(c, true); /* recompute from X5 (full checkpointing) */
   rt_offload_load(c, 3, R(X3), H(HX3), 536870912); /* prefetch: X6's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero(R(GRAD0), 1451270144);
   layer5_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 32 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_PARAM), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_PARAM), 44040192, 1); /* layer 3 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L3_DENSE_PARAM), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L3_EXPERTS_PARAM), 44040192, 1); /* layer 3 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 4); /* X4 is back */
   layer4_forward(c, true); /* recompute from X4 (full checkpointing) */
   rt_offload_load(c, 2, R(X2), H(HX2), 536870912); /* prefetch: X5's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero(R(GRAD1), 1451270144);
   layer4_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 32 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_PARAM), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_PARAM), 44040192, 3); /* layer 2 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L2_DENSE_PARAM), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L2_EXPERTS_PARAM), 44040192, 3); /* layer 2 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 3); /* X3 is back */
   layer3_forward(c, true); /* recompute from X3 (full checkpointing) */
   rt_offload_load(c, 1, R(X1), H(HX1), 536870912); /* prefetch: X4's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero(R(GRAD0), 1451270144);
   layer3_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 32 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_PARAM), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_PARAM), 44040192, 1); /* layer 1 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), R(L1_DENSE_PARAM), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 41984000, R(L1_EXPERTS_PARAM), 44040192, 1); /* layer 1 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 2); /* X2 is back */
   layer2_forward(c, true); /* recompute from X2 (full checkpointing) */
   rt_offload_load(c, 0, R(X0), H(HX0), 536870912); /* prefetch: X3's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero(R(GRAD1), 1451270144);
   layer2_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 32 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_PARAM), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_PARAM), 44040192, 3); /* layer 0 experts: 32 ranks x 44040192, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), R(L0_DENSE_PARAM), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 41984000, R(L0_EXPERTS_PARAM), 44040192, 3); /* layer 0 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 1); /* X1 is back */
   layer1_forward(c, true); /* recompute from X1 (full checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero(R(GRAD0), 1451270144);
   layer1_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 32 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 41984000;
   rt_offload_wait(c, 0); /* X0 is back */
   layer0_forward(c, true); /* recompute from X0 (full checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero(R(GRAD1), 1451270144);
   layer0_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 32 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 131072000);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 131072000);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 131072, 4096);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 32 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }

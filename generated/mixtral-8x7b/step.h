@@ -52,13 +52,13 @@
 #define STATE_ELEMS 5837849088
 #define STATE_ON_HOST 1
 #define OPT_STEP_ON_HOST 1
-/* the arena: 46389653680 elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before
+/* the arena: 46033285296 elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before
  * reading them */
-#define ARENA_ELEMS 46389653680
+#define ARENA_ELEMS 46033285296
 #define ARENA_SCRATCH 1459724416
 #define INPUTS 0
 #define TARGETS 131072
-#define STATE_STAGING 7621173376 /* a device buffer of the largest shard (RS_OUT0), free between steps */
+#define STATE_STAGING 7264804992 /* a device buffer of the largest shard (RS_OUT0), free between steps */
 #define HOST_ELEMS 16106127360 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 30 /* boundaries that go to the host and back */
 #define N_GROUPS 66

@@ -16,9 +16,9 @@
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
-#define DW(o) (c->dwd + (o))                    /* its gradient (GRAD_DENSE0 or 1) */
+#define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
-#define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */
+#define DWE(o) (c->dwe + (o))                   /* its gradient (in GRAD0 or 1) */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 
 /* ---- the state arena map (elements) ---- */
@@ -63,14 +63,10 @@
 #define HEAD_ADAM_M                 7579776 /*      16448: AdamW first moment (fp32) */
 #define HEAD_ADAM_V                 7596224 /*      16448: AdamW second moment (fp32) */
 /* ---- the arena map (elements) ---- */
-#define GATHERED_DENSE0                1024 /*     148736: a dense group all-gathered (even units: embedding, odd layers) */
-#define GATHERED_DENSE1              149760 /*     148736: the next one, prefetched (odd units: even layers; the head if L is even) */
-#define GRAD_DENSE0                  298496 /*     148736: an even unit's dense gradient, then its reduce-scatter's input */
-#define GRAD_DENSE1                  447232 /*     148736: an odd unit's (in flight while the next unit's backward runs) */
-#define GATHERED_EXPERTS0            595968 /*     786432: this EP rank's experts of one layer, all-gathered (odd layers) */
-#define GATHERED_EXPERTS1           1382400 /*     786432: the next layer's, prefetched (even layers) */
-#define GRAD_EXPERTS0               2168832 /*     786432: an odd layer's experts' gradient, then its reduce-scatter's input */
-#define GRAD_EXPERTS1               2955264 /*     786432: an even layer's */
+#define GATHERED0                      1024 /*     935168: units u with u % 2 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1                    936192 /*     935168: units u with u % 2 = 1: parameters all-gathered, dense then experts */
+#define GRAD0                       1871360 /*     935168: an even unit's gradient, dense then experts, then its reduce-scatters' input */
+#define GRAD1                       2806528 /*     935168: an odd unit's (in flight while the next unit's backward runs) */
 #define RS_OUT0                     3741696 /*     393216: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
 #define RS_WIRE0                    4134912 /*      74368: its bf16 send buffer (2 bytes per gathered value) */
 #define RS_OUT1                     4209280 /*     393216: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
@@ -548,48 +544,48 @@ static void layer0_backward(RtCtx *c) {
 
 /* ---- one micro-batch ---------------------------------------------------------------- */
 
-/* Forward: embedding, layers 0-3, final norm and loss. The next unit's parameters are
- * all-gathered while this one computes (prefetch depth 1; the plan's is 1. The cpu
- * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean
- * cross-entropy of the micro-batch. */
+/* Forward: embedding, layers 0-3, final norm and loss. The next 1 unit(s)' parameters are
+ * all-gathered while this one computes (the plan's prefetch depth; the cpu backend's MPI
+ * all-gathers block, so there it only orders the calls). Returns the mean cross-entropy of
+ * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(EMBED_MASTER), 16384, 0); /* embedding: 2 ranks x 16384 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(EMBED_MASTER), 16384, 0); /* embedding: 2 ranks x 16384 */
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
+  c->wd = R(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 148736, S(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
   rt_embedding_forward(R(X0), I(INPUTS), W(0), 512, 128);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 148736;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 148736, S(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 148736;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 148736, S(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 148736;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 148736, S(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(HEAD_MASTER), 16448, 2); /* head: 2 ranks x 16448, prefetch */
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 148736;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(HEAD_MASTER), 16448, 2); /* head: 2 ranks x 16448, prefetch */
   layer3_forward(c, false);
   rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
+  c->wd = R(GATHERED1);
   rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X4), W(0), 512, 128, EPS); /* model.norm */
   return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(128), I(TARGETS), 512, 128, 256, 256, R(CE));
 }
@@ -601,75 +597,71 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 32896);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 148736, S(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
+  c->dwd = R(GRAD1);
+  rt_zero(R(GRAD1), 32896);
   rt_zero(R(DLN), 65536);
   rt_lm_head_ce_backward(R(DLN), DW(128), R(LNF), W(128), I(TARGETS), R(LSEF), 512, 128, 256, 256, R(CE), c->dloss);
   rt_zero(R(DX_A), 65536);
   rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X4), W(0), R(RSTDF), 512, 128);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 16448, (uint16_t *)R(RS_WIRE2), 2); /* head: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD1), 16448, (uint16_t *)R(RS_WIRE2), 2); /* head: 2 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 148736);
-  rt_zero(R(GRAD_EXPERTS0), 786432);
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 148736;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 148736, S(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 148736;
+  rt_zero(R(GRAD0), 935168);
   layer3_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 74368, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 2 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 393216, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 74368, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 148736, 393216, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 2 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 148736);
-  rt_zero(R(GRAD_EXPERTS1), 786432);
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 148736;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 148736, S(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 148736;
+  rt_zero(R(GRAD1), 935168);
   layer2_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 74368, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 2 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 393216, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 74368, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 148736, 393216, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 2 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 148736);
-  rt_zero(R(GRAD_EXPERTS0), 786432);
+  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 148736;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 148736, S(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 148736;
+  rt_zero(R(GRAD0), 935168);
   layer1_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 74368, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 2 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 393216, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 74368, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 148736, 393216, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 2 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 148736);
-  rt_zero(R(GRAD_EXPERTS1), 786432);
+  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 148736;
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 148736;
+  rt_zero(R(GRAD1), 935168);
   layer0_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 74368, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 2 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 393216, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 74368, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 148736, 393216, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 2 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 32768);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero(R(GRAD0), 32768);
   rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 512, 128);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 16384, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 16384, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 2 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }
