@@ -15,10 +15,11 @@ bool emit_report_html(Diag *d, const Plan *p, const char *path) {
   report_text(mf, p->md);
   report_plan_text(mf, p, false);
   fclose(mf);
-  FILE *f = fopen(path, "w");
+  OutFile o;
+  FILE *f = out_open(d, &o, path);
   if (!f) {
     free(text);
-    return diag_error(d, (Loc){0}, "cannot write '%s'; expected a writable directory", path);
+    return false;
   }
   const Spec *s = p->md->spec;
   const Candidate *c = &p->best;
@@ -56,6 +57,5 @@ bool emit_report_html(Diag *d, const Plan *p, const char *path) {
   fputs("</pre>\n<p>Written by mtc " MTC_VERSION ". The predicted step is in timeline.json "
         "(open it in Perfetto or chrome://tracing).</p>\n</body></html>\n", f);
   free(text);
-  if (fclose(f) != 0) return diag_error(d, (Loc){0}, "error writing '%s'", path);
-  return true;
+  return out_close(d, &o);
 }

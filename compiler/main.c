@@ -124,13 +124,12 @@ static bool make_dirs(Diag *d, const char *path) {
 }
 
 static bool write_text(Diag *d, const char *path, const Plan *p) {
-  FILE *f = fopen(path, "w");
-  if (!f) return diag_error(d, (Loc){0}, "cannot write '%s': %s; expected a writable directory",
-                            path, strerror(errno));
+  OutFile o;
+  FILE *f = out_open(d, &o, path);
+  if (!f) return false;
   report_text(f, p->md);
   report_plan_text(f, p, false);
-  if (fclose(f) != 0) return diag_error(d, (Loc){0}, "error writing '%s'", path);
-  return true;
+  return out_close(d, &o);
 }
 
 static int import_cmd(const char *config, const char *out) {
@@ -138,11 +137,11 @@ static int import_cmd(const char *config, const char *out) {
   Diag d = {.mem = &mem};
   char *spec = import_hf(&mem, &d, config);
   int status = EXIT_DONE;
-  if (spec) {
-    FILE *f = out ? fopen(out, "w") : stdout;
-    if (!f) diag_error(&d, (Loc){0}, "cannot write '%s': %s; expected a writable path", out, strerror(errno));
-    else if (fputs(spec, f) == EOF || (out && fclose(f) != 0))
-      diag_error(&d, (Loc){0}, "error writing '%s'", out ? out : "stdout");
+  if (spec && out) {
+    OutFile o;
+    if (out_open(&d, &o, out)) fputs(spec, o.f), out_close(&d, &o);
+  } else if (spec) {
+    fputs(spec, stdout);
   }
   if (d.msg) fputs(d.msg, stderr), status = EXIT_BAD_INPUT;
   mem_free(&mem);
@@ -155,6 +154,7 @@ typedef struct {
   const char **sets, **overs;
   int nsets, nover;
   bool json, csv, all;
+  bool force; /* compile: write into a non-empty directory that is not mtc's */
 } Args;
 
 static int run(Args *a) {
@@ -191,8 +191,8 @@ static int run(Args *a) {
     char *dir = a->out ? mem_strdup(&mem, a->out) : mem_printf(&mem, "generated/%s", s->name);
     json_t *j = report_json(md);
     report_plan_json(j, p, false);
-    bool ok = make_dirs(&d, dir) &&
-              report_write_json(&d, j, mem_printf(&mem, "%s/plan.json", dir)) &&
+    bool ours = out_dir_prepare(&d, dir, a->force) && make_dirs(&d, dir); /* mtc may write here */
+    bool ok = ours && report_write_json(&d, j, mem_printf(&mem, "%s/plan.json", dir)) &&
               write_text(&d, mem_printf(&mem, "%s/plan.txt", dir), p) &&
               emit_memory_svg(&d, p, mem_printf(&mem, "%s/memory.svg", dir)) &&
               emit_timeline(&d, p, mem_printf(&mem, "%s/timeline.json", dir)) &&
@@ -201,13 +201,22 @@ static int run(Args *a) {
     if (ok) report_summary(stdout, p);
     if (ok) printf("wrote %s/plan.json, plan.txt, memory.svg, timeline.json and report.html%s\n", dir,
                    p->feasible ? "" : " (no feasible plan: see plan.txt)");
+    bool program = false;
+    char hash[17];
     if (ok && p->feasible) {
       const char *base = strrchr(a->spec, '/') ? strrchr(a->spec, '/') + 1 : a->spec;
-      ok = emit_step(&mem, &d, p, dir, base) && emit_program(&mem, &d, p, dir, base);
-      if (ok) printf("wrote %s/step.h, step.c, train.c, kernels.cu, CMakeLists.txt and launch.sbatch; build with: "
-                     "mtc build %s\n",
-                     dir, dir);
+      if (!out_hash_file(mem_printf(&mem, "%s/plan.json", dir), hash))
+        ok = diag_error(&d, (Loc){0}, "cannot read back %s/plan.json: %s", dir, strerror(errno));
+      program = ok && emit_step(&mem, &d, p, dir, base, hash) && emit_program(&mem, &d, p, dir, base);
+      ok = ok && program;
+      const char *note = program ? emit_program_note(&mem, p) : NULL;
+      if (program) printf("wrote %s/step.h, step.c, train.c, kernels.cu, CMakeLists.txt and launch.sbatch; build with: "
+                          "mtc build %s\n%s", dir, dir, note ? note : "");
     }
+    /* no program written (infeasible, a model with no program yet, an error): none of an earlier compile stays */
+    if (ours && !program && out_remove_program(dir) > 0)
+      printf("removed the program an earlier compile wrote in %s (step.h, step.c, train.c, ...): this plan has "
+             "none\n", dir);
     if (!ok) status = EXIT_BAD_INPUT;
     else if (!p->feasible) status = EXIT_NO_PLAN;
   }
@@ -255,6 +264,7 @@ int main(int argc, char **argv) {
       {"version", no_argument, NULL, LONG + 'V'}, {"over", required_argument, NULL, LONG + 'O'},
       {"csv", no_argument, NULL, LONG + 'c'}, {"all", no_argument, NULL, LONG + 'a'},
       {"backend", required_argument, NULL, LONG + 'b'}, {"real", required_argument, NULL, LONG + 'r'},
+      {"force", no_argument, NULL, LONG + 'f'},
       {NULL, 0, NULL, 0}};
   Args a = {.cmd = cmd};
   a.sets = calloc((size_t)argc, sizeof *a.sets);
@@ -287,6 +297,10 @@ int main(int argc, char **argv) {
     case 'c':
       if (strcmp(cmd, "sweep") != 0) status = usage_error(cmd, "--csv applies to 'sweep' only");
       a.csv = true;
+      break;
+    case 'f':
+      if (strcmp(cmd, "compile") != 0) status = usage_error(cmd, "--force applies to 'compile' only");
+      a.force = true;
       break;
     case 'a':
       if (strcmp(cmd, "diff") != 0) status = usage_error(cmd, "--all applies to 'diff' only");

@@ -661,16 +661,58 @@ int diff_run(const char *a, const char *b, const char *const *sets, int nsets, b
  * missing, malformed or unsupported. */
 char *import_hf(Mem *m, Diag *d, const char *path);
 
+/* ------------------------------------------------------------------ output.c */
+
+/* A file mtc writes (every compile output, import-hf -o): written to PATH.tmp and renamed over
+ * PATH by out_close, so a failure (a full disk) leaves PATH as it was. Only a regular file or a
+ * missing path is replaced (rt_replace_begin in runtime/mtrt_ckpt.h): never a device or FIFO. */
+typedef struct {
+  FILE *f;
+  const char *path;
+  char tmp[4200];
+} OutFile;
+/* Starts writing path: the stream (o->f), or NULL after a diagnostic naming the path. */
+FILE *out_open(Diag *d, OutFile *o, const char *path);
+/* Checks, flushes, syncs and closes o, then renames it into place; false after a diagnostic
+ * (the temporary file removed, the old file unchanged). */
+bool out_close(Diag *d, OutFile *o);
+/* Accepts dir for compile output when it is missing, empty, or holds a plan.json of mtc's (an
+ * earlier compile); any other non-empty directory is refused (false, a diagnostic naming a
+ * file in it) unless force. */
+bool out_dir_prepare(Diag *d, const char *dir, bool force);
+/* The files of a generated program (NULL-terminated): step.h, step.c, train.c, ... */
+extern const char *const out_program_files[];
+/* Removes the program files (regular files only) an earlier compile left in dir, for a compile
+ * that writes no program; returns how many it removed. */
+int out_remove_program(const char *dir);
+/* The FNV-1a 64-bit hash of a file's bytes as 16 hex digits (plan.json's identity in step.h);
+ * false when it cannot be read. */
+bool out_hash_file(const char *path, char buf[17]);
+/* Whether DIR/step.h's PLAN_HASH is the hash of DIR/plan.json (the program is that plan's);
+ * false with the reason in err (both model names and hashes, and what to run). */
+bool out_program_matches(const char *dir, char *err, size_t n);
+/* s as the inside of a C string literal: quotes, backslashes, control bytes and "?" escaped. */
+char *out_c_string(Mem *m, const char *s);
+/* s as text inside one comment line of C, CUDA, CMake or shell: control bytes (a newline),
+ * backslashes and "??" as \ooo escapes, and a "*" before "/" as "*\", so it can neither end the
+ * line nor the comment. */
+char *out_comment(Mem *m, const char *s);
+
 /* ------------------------------------------------------------------ emit_step.c / emit_prog.c */
 
 /* Writes DIR/step.h and DIR/step.c: the plan's step code (see emit.h). Refuses, with an error
- * at the spec key, model features the generated program does not implement yet. */
-bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base);
+ * at the spec key, model features the generated program does not implement yet. spec_base (the
+ * spec's file name) is escaped where it appears; plan_hash (out_hash_file of plan.json) becomes
+ * step.h's PLAN_HASH, which mtc build checks against DIR/plan.json. */
+bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base, const char *plan_hash);
 /* Writes DIR/train.c (templates/train.c, embedded in mtc), DIR/kernels.cu (the plan's shapes
  * as #defines, then templates/kernels.cu), DIR/CMakeLists.txt and DIR/launch.sbatch. */
 bool emit_program(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base);
-/* `mtc build DIR`: configures and builds DIR/build (DIR/build-double for real "double")
- * against the runtime in $MTC_ROOT or this mtc's source tree. Returns the exit status. */
+/* What compile says about launch.sbatch (its --time capped below the run's need), or NULL. */
+const char *emit_program_note(Mem *m, const Plan *p);
+/* `mtc build DIR`: checks that DIR's program is the one of DIR/plan.json (step.h's PLAN_HASH),
+ * then configures and builds DIR/build (DIR/build-double for real "double") against the
+ * runtime in $MTC_ROOT or this mtc's source tree. Returns the exit status. */
 int build_run(const char *dir, const char *backend, const char *real);
 
 /* `mtc export CKPT OUT`: the master weights of checkpoint CKPT (a step directory, or the
