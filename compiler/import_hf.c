@@ -249,7 +249,8 @@ char *import_hf(Mem *m, Diag *d, const char *path) {
   h.family = type ? type : "(none)";
   const char *base = strrchr(path, '/');
   emit(&h, "# Imported by `mtc import-hf` from %s (model_type %s). Check the model section\n"
-           "# against the model card; set cluster and training for your run.\n", base ? base + 1 : path, h.family);
+           "# against the model card; set cluster and training for your run.\n", out_comment(m, base ? base + 1 : path),
+       out_comment(m, h.family)); /* a YAML comment: no line break can end it */
   const char *name = ok ? get_str(&h, "_name_or_path", &ok) : NULL;
   const char *slash = name ? strrchr(name, '/') : NULL;
   char safe[65] = "imported";

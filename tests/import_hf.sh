@@ -38,6 +38,10 @@ expect_err "{$llama, \"tie_word_embeddings\": \"yes\"}" '"tie_word_embeddings" i
 expect_err "{$llama, \"hidden_size\": -64}" '"hidden_size" is -64; expected an integer >= 1'
 expect_err '{"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "intermediate_size": 8, "num_local_experts": 4, "num_experts_per_tok": 2, "hidden_act": "relu"}' "\"hidden_act\" is 'relu', but model_type 'mixtral' has gated MLPs"
 expect_err '[1]' 'not a JSON object'
+# the config's file name is data in the spec (a YAML comment), whatever it holds
+odd=$(printf '%s/a\nname: evil\n#.json' "$tmp"); cp tests/hf/llama-3.1-8b.json "$odd"
+"$mtc" import-hf "$odd" -o "$tmp/odd.yaml" && "$mtc" check "$tmp/odd.yaml" >/dev/null && ! grep -q '^name: evil' "$tmp/odd.yaml" ||
+  { echo "FAIL: a config file name with a line break changed the spec"; fail=1; }
 printf '{%s, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}' "$llama" >"$tmp/scaled.json"
 "$mtc" import-hf "$tmp/scaled.json" | grep -q "# rope_scaling is not represented" ||
   { echo "FAIL: rope_scaling is dropped without a note"; fail=1; }
