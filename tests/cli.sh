@@ -96,6 +96,21 @@ done
 "$mtc" compile specs/tiny-moe.yaml -o "$tmp/zeros" --set training.grad_clip=0 --set training.weight_decay=0 >/dev/null &&
   grep -qx '#define GRAD_CLIP 0' "$tmp/zeros/step.h" && grep -qx '#define WEIGHT_DECAY 0' "$tmp/zeros/step.h" ||
   { echo "FAIL: grad_clip=0 and weight_decay=0 do not reach step.h"; fail=1; }
+# launch.sbatch (issue 16 item 8): europa-1t needs more than 24 h, so --time is capped and both
+# the script and compile say so; the GPU job's build command names the cuda backend; srun
+# checkpoints, keeps the newest few, and Slurm signals the job before its limit
+expect 0 "note: launch.sbatch asks for --time=24:00:00.*needs about 29:10:00.*2 jobs" \
+  "$mtc" compile specs/europa-1t.yaml -o "$tmp/europa"
+sb=$tmp/europa/launch.sbatch
+grep -q '^# --time is capped at 24:00:00' "$sb" && grep -q '^#SBATCH --time=24:00:00$' "$sb" &&
+  grep -q 'after `mtc build . --backend cuda`' "$sb" && grep -Eq '^#SBATCH --signal=USR1@[0-9]+$' "$sb" &&
+  grep -q -- '--checkpoint-dir "${CHECKPOINT_DIR:-checkpoints}" --checkpoint-every [0-9]' "$sb" &&
+  grep -q -- '--keep-checkpoints "${KEEP_CHECKPOINTS:-2}"' "$sb" && bash -n "$sb" ||
+  { echo "FAIL: europa-1t's launch.sbatch"; fail=1; }
+"$mtc" compile specs/tiny-moe.yaml -o "$tmp/tinysb" | grep -q "note: launch.sbatch" &&
+  { echo "FAIL: tiny-moe's 14-minute job is said to be capped"; fail=1; }
+grep -q 'after `mtc build .`)' "$tmp/tinysb/launch.sbatch" && ! grep -q 'time is capped' "$tmp/tinysb/launch.sbatch" ||
+  { echo "FAIL: tiny-moe's launch.sbatch (cpu preset: mtc build ., no cap)"; fail=1; }
 # near-linear on large valid input (issue 16 item 9). The bounds are generous on purpose: they
 # catch a quadratic regression (31 s and 34 s before the fix, under 1 s after), not slowness.
 python3 -c '
