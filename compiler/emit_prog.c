@@ -62,6 +62,9 @@ static void cmakelists(FILE *f, const Spec *s, const char *origin) {
         f);
 }
 
+/* hidden must be a multiple of this for templates/kernels.cu (rows read 16 bytes at a time, 8
+ * bf16 values); mtc build --backend cuda checks it (kernels.cu's #error is the last guard) */
+enum { CUDA_HIDDEN_MULTIPLE = 8 };
 enum { MAX_JOB_MINUTES = 24 * 60 }; /* the longest --time launch.sbatch asks for: the usual partition maximum */
 
 /* The job's time: the predicted run + 20% + 10 minutes for start-up, in minutes (need), and
@@ -82,11 +85,15 @@ static long long ckpt_every(const Plan *p) {
 const char *emit_program_note(Mem *m, const Plan *p) {
   double need;
   int limit = job_minutes(p, &need);
-  if (limit >= need) return NULL;
-  return mem_printf(m, "note: launch.sbatch asks for --time=%02d:00:00, the usual maximum of a partition, but the run "
+  const char *hidden = p->md->spec->model.hidden % CUDA_HIDDEN_MULTIPLE == 0 ? "" :
+      mem_printf(m, "note: hidden %lld is not a multiple of %d, which the cuda backend's kernels need (16-byte row "
+                 "accesses): this program builds for the cpu backend only\n", (long long)p->md->spec->model.hidden,
+                 CUDA_HIDDEN_MULTIPLE);
+  if (limit >= need) return hidden[0] ? hidden : NULL;
+  return mem_printf(m, "%snote: launch.sbatch asks for --time=%02d:00:00, the usual maximum of a partition, but the run "
                     "needs about %lld:%02lld:00 (with a 20%% margin): it takes %lld jobs; each saves a checkpoint before "
                     "its limit, and sbatch-ing the script again resumes from it\n",
-                    limit / 60, (long long)need / 60, (long long)need % 60, (long long)ceil(need / limit));
+                    hidden, limit / 60, (long long)need / 60, (long long)need % 60, (long long)ceil(need / limit));
 }
 
 /* Slurm: one task per GPU, the train command with checkpoints (every hour or so, the newest
@@ -121,7 +128,7 @@ static void sbatch(FILE *f, const Plan *p, const char *origin) {
   if (gpus) fprintf(f, "#SBATCH --gpus-per-node=%lld\n", (long long)cl->gpus_per_node);
   fprintf(f, "#SBATCH --cpus-per-task=%lld\n#SBATCH --time=%02d:%02d:00\n#SBATCH --signal=USR1@%d\n",
           (long long)cl->host.cores, limit / 60, limit % 60, lead);
-  fputs("#SBATCH --output=%x-%j.out\n\nset -euo pipefail\n: \"${DATA:?set DATA to a token file (raw bytes or an llm.c shard)}\"\n\n", f);
+  fputs("#SBATCH --output=%x-%j.out\n\nset -euo pipefail\n: \"${DATA:?set DATA to raw text, an llm.c token shard or a Megatron PREFIX}\"\n\n", f);
   if (gpus) {
     fputs("# NCCL over InfiniBand: fail fast and say why, keep the default transport selection;\n"
           "# one channel per connection for compute/communication overlap.\n"
@@ -211,6 +218,14 @@ int build_run(const char *dir, const char *backend, const char *real) {
   }
   if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
     fprintf(stderr, "error: --backend %s; expected cpu or cuda\n", backend);
+    return 2;
+  }
+  long long hidden = 0;
+  snprintf(path, sizeof path, "%s/step.h", dir);
+  if (strcmp(backend, "cuda") == 0 && out_define_int(path, "HIDDEN", &hidden) && hidden % CUDA_HIDDEN_MULTIPLE != 0) {
+    fprintf(stderr, "error: %s: HIDDEN is %lld, not a multiple of %d, which the cuda backend's kernels need (they "
+            "read rows 16 bytes at a time); expected model.hidden a multiple of %d for --backend cuda (the cpu "
+            "backend builds any)\n", path, hidden, CUDA_HIDDEN_MULTIPLE, CUDA_HIDDEN_MULTIPLE);
     return 2;
   }
   if (strcmp(real, "float") != 0 && strcmp(real, "double") != 0) {

@@ -558,7 +558,7 @@ static void body(Em *e, const char *spec_base) {
   P(e, " * The plan: %lld ranks = %lld replica(s) x %lld-way FSDP, EP %lld (%lld experts per rank),\n"
        " * %s activation checkpointing; %lld micro-batch(es) of %lld x %lld tokens per rank and step.\n",
     (long long)e->world, (long long)e->dpr, (long long)e->fsdp, (long long)e->ep, (long long)e->El,
-    plan_ac_name(e->ac), (long long)e->accum, (long long)e->B, (long long)e->T);
+    plan_ac_words(e->ac), (long long)e->accum, (long long)e->B, (long long)e->T);
   P(e, " * Every buffer is an offset into one arena of `real` (float; double with -DMTC_REAL=double),\n"
        " * allocated once at start-up: the map below. Tokens are B x T = %lld rows of hidden %lld.\n */\n",
     (long long)e->N, (long long)e->C);

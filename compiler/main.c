@@ -1,4 +1,6 @@
-/* main.c — the mtc command line: check, plan, compile, keys. */
+/* main.c — the mtc command line: check, plan, compile, build, export, explain, sweep, diff,
+ * import-hf and keys (the options, the help texts, the exit statuses; each command's work is in
+ * its own file). */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -9,20 +11,23 @@
 #include "mtc.h"
 
 static const char usage_main[] =
-    "usage: mtc COMMAND [OPTIONS] SPEC\n"
+    "usage: mtc COMMAND [OPTIONS] ARGUMENTS (a SPEC, or as each command below says)\n"
     "\n"
     "mtc plans a Mixture-of-Experts (or dense) transformer training run on a GPU cluster from\n"
     "one YAML spec, and writes the training program that does what the plan says.\n"
     "\n"
     "commands:\n"
     "  check SPEC            parse and validate the spec\n"
-    "  plan SPEC [--json]    print the plan (now: the model accounting) as text or plan.json\n"
-    "  compile SPEC [-o DIR] write plan.json, plan.txt, memory.svg, timeline.json, report.html\n"
-    "                        and the training program (step.c, train.c, CMakeLists.txt,\n"
-    "                        launch.sbatch)\n"
+    "  plan SPEC [--json]    print the plan (model accounting, layout, memory per tier,\n"
+    "                        predicted step) as text, or as plan.json\n"
+    "  compile SPEC [-o DIR] [--force]\n"
+    "                        write plan.json, plan.txt, memory.svg, timeline.json, report.html\n"
+    "                        and the training program (step.h, step.c, train.c, kernels.cu,\n"
+    "                        CMakeLists.txt, launch.sbatch)\n"
     "  build DIR [--backend cpu|cuda] [--real float|double]\n"
     "                        build DIR/build/train against mtc's runtime (CMake)\n"
-    "  export CKPT OUT       a checkpoint's weights as one safetensors file (HF names)\n"
+    "  export CKPT OUT.safetensors\n"
+    "                        a checkpoint's weights as one safetensors file (HF names)\n"
     "  explain SPEC          the chosen plan and the best alternatives, with why each lost\n"
     "  sweep SPEC --over KEY=V1,V2,... [--over ...] [--csv]\n"
     "                        the best plan for every point of a grid, one row each\n"
@@ -34,7 +39,8 @@ static const char usage_main[] =
     "  keys                  print the spec reference (every key, type, default) as markdown\n"
     "\n"
     "options of every command:\n"
-    "  -s, --set KEY=VALUE   override a spec key before validation (repeatable), e.g.\n"
+    "  -s, --set KEY=VALUE   override a spec key before validation (repeatable; not for build,\n"
+    "                        export or keys), e.g.\n"
     "                        --set training.seq_len=32768 --set cluster.nodes=48\n"
     "  -h, --help            help for the command\n"
     "      --version         print the version\n"
@@ -46,18 +52,25 @@ static const char *const usage_cmd[][2] = {
               "Parses and validates SPEC (with its cluster preset and the --set overrides) and\n"
               "prints one line; errors name FILE:LINE:COL and exit 2.\n"},
     {"plan", "usage: mtc plan SPEC [--json] [--set KEY=VALUE]...\n\n"
-             "Prints the plan for SPEC. This version prints the model accounting: parameters\n"
-             "by kind, total and active, per-layer weights, training FLOPs per token, saved\n"
-             "activations. --json prints plan.json (model.* keys) instead.\n"},
-    {"compile", "usage: mtc compile SPEC [-o DIR] [--set KEY=VALUE]...\n\n"
+             "Prints the plan for SPEC: the model accounting (parameters by kind, total and\n"
+             "active, FLOPs per token, saved activations), the chosen layout and checkpoint\n"
+             "policy, every memory item per tier, the schedule and the predicted step (tokens/s,\n"
+             "MFU, bottleneck). --json prints plan.json instead. Exit 1 when nothing fits.\n"},
+    {"compile", "usage: mtc compile SPEC [-o DIR] [--force] [--set KEY=VALUE]...\n\n"
                 "Writes DIR/plan.json, plan.txt, memory.svg, timeline.json (a Chrome trace of the\n"
                 "predicted step) and report.html (one page), and the training program: step.h and\n"
                 "step.c (every layer's forward and backward as the plan schedules them), train.c,\n"
                 "kernels.cu (the cuda backend's kernels), CMakeLists.txt and launch.sbatch. DIR\n"
-                "defaults to generated/NAME/. Build the program with `mtc build DIR`, run it with\n"
-                "`DIR/build/train --data FILE`.\n"},
+                "defaults to generated/NAME/; it must be new, empty or an earlier compile's (it\n"
+                "holds mtc's plan.json): --force writes into another. Every file is written whole\n"
+                "(FILE.tmp, renamed); a compile that writes no program removes an earlier one.\n"
+                "Build the program with `mtc build DIR` (or --backend cuda), run it on the plan's\n"
+                "ranks with `mpirun -np WORLD DIR/build/train --data FILE` (WORLD: plan.txt's\n"
+                "layout; FILE raw text, an llm.c shard or a Megatron PREFIX), or sbatch\n"
+                "DIR/launch.sbatch on a Slurm cluster.\n"},
     {"build", "usage: mtc build DIR [--backend cpu|cuda] [--real float|double]\n\n"
-              "Configures and builds the program `mtc compile` wrote in DIR: DIR/build/train\n"
+              "Configures and builds the program `mtc compile` wrote in DIR (refused when\n"
+              "step.h is not the program of DIR/plan.json): DIR/build/train\n"
               "(DIR/build-double/train with --real double, for gradient checks), against the\n"
               "runtime in $MTC_ROOT or in the source tree this mtc was built from: its cpu\n"
               "backend (OpenBLAS, MPI), or with --backend cuda the GPU one (NVRTC, cuBLAS,\n"

@@ -1,16 +1,34 @@
 /*
  * mtc.h — the compiler's one internal header, in sections per file (as chibicc does).
  *
- *   arena.c   mem_    one arena per compile, overflow-checked sizes, a hash map in it
- *   diag.c    diag_   sources and FILE:LINE:COL diagnostics with a caret
- *   units.c   units_  sizes, rates and FLOP/s with units
- *   yaml.c    yaml_   libyaml events -> a small tree with marks; --set; preset merge
- *   spec.c    spec_   the spec schema (one table of keys, types, defaults) -> typed structs
- *   check.c   spec_   semantic validation and derived defaults
- *   presets.c preset_ cluster presets (embedded copies of specs/clusters/ + search path)
- *   model.c   model_  the model graph: layers × ops, parameters, activations, FLOPs
- *   report.c  report_ the model accounting as text and as plan.json (jansson)
- *   main.c            the CLI
+ * Every file of compiler/ (tests/keys.sh checks that this index and the README's repository
+ * section name them all):
+ *   arena.c       mem_     one arena per compile, overflow-checked sizes, a hash map in it
+ *   diag.c        diag_    sources and FILE:LINE:COL diagnostics with a caret
+ *   units.c       units_   sizes, rates and FLOP/s with units
+ *   yaml.c        yaml_    libyaml events -> a small tree with marks; --set; preset merge
+ *   spec.c        spec_    the spec schema (one table of keys, types, defaults) -> typed structs
+ *   check.c       spec_    loading (file, --set, preset), semantic validation, derived defaults
+ *   presets.c     preset_  cluster presets (embedded copies of specs/clusters/ + search path)
+ *   model.c       model_   the model graph: layers × ops, parameters, activations, FLOPs
+ *   plan.c        plan_    memory items of a candidate, their tiers and lifetimes, the arenas
+ *   placement.c   plan_    which rank owns which experts and orthogonalizes which matrix (Muon)
+ *   cost.c        cost_    the predicted step time of a candidate (and its Chrome trace)
+ *   search.c      plan_    every layout × policy the pins allow; the fastest that fits; advice
+ *   report.c      report_  the model accounting as text and as plan.json (jansson)
+ *   report_plan.c report_  the plan as text, summary, explain and plan.json keys
+ *   emit_svg.c    emit_    memory.svg, and emit_escape for HTML/SVG text
+ *   emit_trace.c  emit_    timeline.json (the predicted step as a Chrome trace)
+ *   emit_html.c   emit_    report.html
+ *   emit_layout.c em_      the program's parameter groups, tensors and arena (emit.h)
+ *   emit_step.c   emit_    step.h and step.c: every layer's forward and backward
+ *   emit_prog.c   emit_    train.c, kernels.cu, CMakeLists.txt, launch.sbatch; mtc build
+ *   output.c      out_     atomic compile outputs, output directories, plan identity, escaping
+ *   export.c      export_  mtc export: a checkpoint as safetensors
+ *   import_hf.c   import_  mtc import-hf: a spec from a Hugging Face config.json
+ *   diff.c        diff_    mtc diff: what changes between two plans
+ *   sweep.c       sweep_   mtc sweep: the best plan at every point of a grid
+ *   main.c                 the command line
  *
  * Errors never exit: a function that can fail returns false (or NULL) after recording one
  * diagnostic in the Diag it was given; main prints it and chooses the exit status.
@@ -25,7 +43,7 @@
 
 #define MTC_VERSION "0.1.0"
 
-/* Exit statuses of every command (design.md, "Commands"). */
+/* Exit statuses of every command (README.md, "Commands"). */
 enum { EXIT_DONE = 0, EXIT_NO_PLAN = 1, EXIT_BAD_INPUT = 2 };
 
 /* ------------------------------------------------------------------ arena.c */
@@ -448,7 +466,7 @@ typedef struct {
   int64_t params_total, params_active, params_active_nonembedding;
   int64_t by_kind_total[PK__COUNT], by_kind_active[PK__COUNT];
   int64_t active_matmul;           /* LM head in; input embedding and router out */
-  /* training FLOPs per token, without recomputation (design.md):
+  /* training FLOPs per token, without recomputation (README.md, plan.json):
    * 6 × active_matmul + 6 · layers · seq · heads · (qk + v) / 2 */
   double flops_matmul, flops_attention, flops_per_token;
 
@@ -624,6 +642,8 @@ Plan *plan_search(Mem *m, const Model *md);
 const char *plan_tier_name(Tier t);
 const char *plan_cat_name(ItemCategory c);
 const char *plan_ac_name(CheckpointPolicy p);
+/* The policy before the word "checkpointing" in prose: "no", "selective", "full". */
+const char *plan_ac_words(CheckpointPolicy p);
 const char *plan_offload_name(OffloadPolicy p); /* "none", "host", "nvme" */
 
 /* ------------------------------------------------------------------ sweep.c */
@@ -688,6 +708,8 @@ int out_remove_program(const char *dir);
 /* The FNV-1a 64-bit hash of a file's bytes as 16 hex digits (plan.json's identity in step.h);
  * false when it cannot be read. */
 bool out_hash_file(const char *path, char buf[17]);
+/* The integer of `#define NAME 123` in the header at path: false when absent. */
+bool out_define_int(const char *path, const char *name, long long *v);
 /* Whether DIR/step.h's PLAN_HASH is the hash of DIR/plan.json (the program is that plan's);
  * false with the reason in err (both model names and hashes, and what to run). */
 bool out_program_matches(const char *dir, char *err, size_t n);

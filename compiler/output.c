@@ -137,6 +137,18 @@ static void define_value(const char *path, const char *name, char *out, size_t n
   fclose(f);
 }
 
+bool out_define_int(const char *path, const char *name, long long *v) {
+  char line[512], key[128];
+  int n = snprintf(key, sizeof key, "#define %s ", name);
+  bool found = false;
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  while (!found && fgets(line, sizeof line, f))
+    found = strncmp(line, key, (size_t)n) == 0 && sscanf(line + n, "%lld", v) == 1;
+  fclose(f);
+  return found;
+}
+
 bool out_program_matches(const char *dir, char *err, size_t n) {
   char step_h[4096], plan[4096], want[17], have[64], model[128];
   snprintf(step_h, sizeof step_h, "%s/step.h", dir);

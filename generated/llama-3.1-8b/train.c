@@ -228,7 +228,7 @@ static int parse_args(Args *a, int argc, char **argv) {
     snprintf(msg, sizeof msg, "unexpected argument '%s'", argv[optind]);
     return usage(msg);
   }
-  if (!a->data) return usage("--data PATH is required (raw text bytes or an llm.c token shard)");
+  if (!a->data) return usage("--data PATH is required (raw text bytes, an llm.c token shard or a Megatron PREFIX)");
   if (a->ckpt_every && !a->ckpt_dir) return usage("--checkpoint-every needs --checkpoint-dir DIR");
   if (a->keep_ckpts && !a->ckpt_dir) return usage("--keep-checkpoints needs --checkpoint-dir DIR");
   return 0;
