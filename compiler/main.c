@@ -228,8 +228,8 @@ static int run(Args *a) {
     }
     /* no program written (infeasible, a model with no program yet, an error): none of an earlier compile stays */
     if (ours && !program && out_remove_program(dir) > 0)
-      printf("removed the program an earlier compile wrote in %s (step.h, step.c, train.c, ...): this plan has "
-             "none\n", dir);
+      printf("removed the program an earlier compile wrote in %s (step.h, step.c, train.c, ..., build/train): "
+             "this plan has none\n", dir);
     if (!ok) status = EXIT_BAD_INPUT;
     else if (!p->feasible) status = EXIT_NO_PLAN;
   }

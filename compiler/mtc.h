@@ -702,8 +702,9 @@ bool out_close(Diag *d, OutFile *o);
 bool out_dir_prepare(Diag *d, const char *dir, bool force);
 /* The files of a generated program (NULL-terminated): step.h, step.c, train.c, ... */
 extern const char *const out_program_files[];
-/* Removes the program files (regular files only) an earlier compile left in dir, for a compile
- * that writes no program; returns how many it removed. */
+/* Removes the program files (regular files only) an earlier compile left in dir, and the
+ * programs mtc build made of them (dir/build.../train), for a compile that writes no program;
+ * returns how many it removed. */
 int out_remove_program(const char *dir);
 /* The FNV-1a 64-bit hash of a file's bytes as 16 hex digits (plan.json's identity in step.h);
  * false when it cannot be read. */

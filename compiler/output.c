@@ -70,14 +70,24 @@ bool out_dir_prepare(Diag *d, const char *dir, bool force) {
                     "new directory for -o (or --force to write there anyway)", dir, first);
 }
 
+/* Removes dir/name when it is a regular file: 1 when removed. */
+static int remove_file(const char *dir, const char *name) {
+  char path[4400];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && unlink(path) == 0;
+}
+
 int out_remove_program(const char *dir) {
   int n = 0;
-  for (int i = 0; out_program_files[i]; i++) {
-    char path[4096];
-    struct stat st;
-    snprintf(path, sizeof path, "%s/%s", dir, out_program_files[i]);
-    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && unlink(path) == 0) n++;
+  for (int i = 0; out_program_files[i]; i++) n += remove_file(dir, out_program_files[i]);
+  DIR *dd = opendir(dir); /* and the programs mtc build made of them: build.../train */
+  for (struct dirent *de; dd && (de = readdir(dd));) {
+    char train[300];
+    snprintf(train, sizeof train, "%s/train", de->d_name);
+    if (strncmp(de->d_name, "build", 5) == 0) n += remove_file(dir, train);
   }
+  if (dd) closedir(dd);
   return n;
 }
 

@@ -97,12 +97,13 @@ out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o own $small 2>&1); rc=$?
   [ ! -e own/plan.json ] || die "compile into a directory of the user's: exit $rc, $out"
 "$mtc" compile "$src/specs/tiny-moe.yaml" -o own $small --force >/dev/null && grep -q rt_ckpt own/train.c ||
   die "compile --force"
+"$mtc" build own >build.log 2>&1 && [ -x own/build/train ] || { cat build.log; die "mtc build own"; }
 "$mtc" compile "$src/specs/tiny-moe.yaml" -o own $small >/dev/null || die "a recompile into mtc's own directory"
 mkdir empty && "$mtc" compile "$src/specs/tiny-moe.yaml" -o empty $small >/dev/null || die "compile into an empty directory"
 # a recompile with no program (an MLA model; an infeasible plan) removes the old program
 out=$("$mtc" compile "$src/specs/deepseek-v3.yaml" -o own 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "removed the program" && [ ! -e own/step.c ] && [ ! -e own/train.c ] &&
-  [ ! -e own/CMakeLists.txt ] || die "an MLA recompile left the old program: exit $rc, $out"
+  [ ! -e own/CMakeLists.txt ] && [ ! -e own/build/train ] || die "an MLA recompile left the old program: exit $rc, $out"
 out=$("$mtc" build own 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "no generated program here" || die "mtc build of a plan without a program: $rc, $out"
 "$mtc" compile "$src/specs/tiny-moe.yaml" -o own $small >/dev/null || die "compile"
