@@ -1,6 +1,8 @@
 /*
- * mtrt_ops.h — libmtrt's cpu ops: forward and backward of every op of mtc's model graph,
- * the cpu backend's numerical reference (the cuda backend is checked against it).
+ * mtrt_ops.h — libmtrt's ops: forward and backward of every op of mtc's model graph, the
+ * contract both backends implement. runtime/cpu/ implements it over host pointers with OpenBLAS
+ * (the numerical reference); runtime/cuda/ the same calls over device pointers (mtrt_cuda.h),
+ * checked against the cpu ones.
  *
  * Compute type `real`: float, or double when built with MTRT_REAL_DOUBLE (gradient checks).
  * Row-major tensors; shape comments use N tokens (= B sequences × T positions), C hidden,

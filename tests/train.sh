@@ -15,7 +15,9 @@
 #              by SIGKILL before its manifest resumes from the checkpoint before (bitwise); a
 #              checkpoint saved on 4 ranks (fsdp 4, ep 2) resumes on 2 (fsdp 2, ep 1) within
 #              1e-5; a corrupt shard is refused with its name; non-finite steps are skipped,
-#              and K in a row stop the run with the last good state saved
+#              and K in a row stop the run with the last good state saved; SIGUSR1 mid-run
+#              saves and stops, and the resumed run equals the straight one (bitwise);
+#              --keep-checkpoints 2 keeps two
 #   export     mtc export of a 2-rank checkpoint, read back by tests/safetensors_check.py (its own
 #              safetensors and checkpoint readers): every tensor equals the master weights
 #   errors     a launch with the wrong world size, a missing data file, bad arguments; a run of
@@ -213,7 +215,25 @@ checkpoints)
     --checkpoint-dir ckD 2>&1); rc=$?
   [ $rc -eq 1 ] && echo "$out" | grep -q "3 consecutive steps had a non-finite" && [ -f "$work/ckD/step-00000003/manifest.json" ] &&
     echo "non-finite steps: one is skipped; 3 in a row stop the run with step 3's state saved" ||
-    die "guard rail: exit $rc, $out" ;;
+    die "guard rail: exit $rc, $out"
+  # SIGUSR1 mid-run (what launch.sbatch has Slurm send before the time limit; mpirun forwards
+  # it): the run saves at the end of the step and stops with status 0; --keep-checkpoints 2
+  # leaves the newest two; resuming from it gives the straight run's losses bit for bit
+  build c2l "$tiny" float "${ck[@]}" --set training.steps=400 --set cluster.gpus_per_node=2 --set plan.fsdp=2 || exit 1
+  (cd "$work" && exec "${mpirun[@]}" -np 2 ./c2l/build/train --data "$text" --metrics sig.jsonl --checkpoint-dir ckS \
+    --checkpoint-every 2 --keep-checkpoints 2 >sig.log 2>&1) & pid=$!
+  for _ in $(seq 1200); do grep -Eq '^step +5/' "$work/sig.log" 2>/dev/null && break; sleep 0.1; done
+  kill -USR1 $pid; wait $pid; rc=$?
+  at=$(ls "$work/ckS" | tail -1 | sed 's/^step-0*//')
+  [ $rc -eq 0 ] && grep -q "stopped after step $at on SIGUSR1; run the same command again" "$work/sig.log" &&
+    [ "$at" -lt 400 ] && [ -f "$work/ckS/step-$(printf %08d "$at")/manifest.json" ] && [ "$(ls "$work/ckS" | wc -l)" -eq 2 ] ||
+    die "SIGUSR1: exit $rc, checkpoints $(ls "$work/ckS" | tr '\n' ' '), $(tail -3 "$work/sig.log")"
+  (cd "$work" && "${mpirun[@]}" -np 2 ./c2l/build/train --data "$text" --metrics sig.jsonl --checkpoint-dir ckS \
+    --steps $((at + 3)) >/dev/null && "${mpirun[@]}" -np 2 ./c2l/build/train --data "$text" --metrics sig0.jsonl \
+    --steps $((at + 3)) >/dev/null) || die "resume after SIGUSR1"
+  cmp -s <(strip "$work/sig0.jsonl") <(strip "$work/sig.jsonl") &&
+    echo "SIGUSR1 at step $at: saved, stopped, resumed bit for bit; --keep-checkpoints 2 kept two" ||
+    die "the run resumed after SIGUSR1 differs from the straight one" ;;
 export)
   build x2 "$tiny" float "${small[@]}" --set training.steps=3 --set cluster.gpus_per_node=2 --set plan.fsdp=2 --set plan.ep=1 || exit 1
   (cd "$work" && "${mpirun[@]}" -np 2 ./x2/build/train --data "$text" --metrics x.jsonl --checkpoint-dir ckX >/dev/null) ||

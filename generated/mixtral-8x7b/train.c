@@ -3,7 +3,8 @@
  *
  *   train --data PATH [--steps N] [--metrics PATH] [--seed S]     (N: stop after step N; the
  *         learning-rate schedule always spans the spec's training.steps)
- *         [--checkpoint-dir DIR [--checkpoint-every K]] [--max-skips K]
+ *         [--checkpoint-dir DIR [--checkpoint-every K] [--keep-checkpoints N]] [--max-skips K]
+ *         [--inject-nan FIRST:COUNT] [--inject-kill-at-save STEP]       (fault injection, for tests)
  *   train --data PATH --grad-check          (one rank, built with -DMTC_REAL=double)
  *   train --check-kernels [--arch sm_90a]   (cuda build: compile kernels.cu with NVRTC, exit)
  *   train --memory                          (bytes this build allocates per GPU at start-up, JSON)
@@ -15,7 +16,8 @@
  * With --checkpoint-dir, a run resumes from the newest complete checkpoint there and saves
  * every K steps and at the end; --steps counts from the start of training. A step whose loss
  * or gradient norm is not finite is skipped (no update); K consecutive skips (default 5) save
- * the last good state and stop.
+ * the last good state and stop. SIGUSR1 (what launch.sbatch has Slurm send before the job's
+ * time limit) or SIGTERM stops the run at the end of the step, with a checkpoint saved.
  *
  * It runs the plan in step.h: two arenas allocated at start-up, parameters initialized shard by
  * shard, then per optimizer step ACCUM micro-batches of forward and backward (step.c), the
@@ -25,6 +27,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,7 +176,7 @@ static int print_memory(int argc) {
 
 typedef struct {
   const char *data, *metrics, *ckpt_dir;
-  long steps, ckpt_every, max_skips;
+  long steps, ckpt_every, max_skips, keep_ckpts; /* keep_ckpts: 0 keeps every checkpoint */
   unsigned long long seed;
   int seed_given, grad_check;
   long nan_first, nan_count, kill_at_save; /* fault injection for tests: --inject-nan, --inject-kill-at-save */
@@ -192,8 +195,13 @@ static const char usage_text[] =
     "                         checkpoint's)\n"
     "  --checkpoint-dir DIR   resume from the newest complete checkpoint there; save at the end\n"
     "  --checkpoint-every K   and every K steps\n"
+    "  --keep-checkpoints N   remove all but the newest N complete checkpoints after each save\n"
+    "                         (default: keep all)\n"
     "  --max-skips K          stop after K consecutive non-finite steps (default 5)\n"
     "  --grad-check           gradients against finite differences (double build, one rank)\n"
+    "  --inject-nan FIRST:COUNT      for tests: steps FIRST.. FIRST+COUNT-1 get a NaN gradient\n"
+    "  --inject-kill-at-save STEP    for tests: SIGKILL itself in the save of STEP, before its manifest\n"
+    "  SIGUSR1 or SIGTERM     save a checkpoint at the end of the step (with DIR) and stop\n"
     "       train --memory    what this build allocates per GPU at start-up, as JSON\n"
     "                         {\"hbm\": B, \"host\": B, \"host_pinned\": B}; no GPU or mpirun needed\n";
 
@@ -211,6 +219,7 @@ static int parse_args(Args *a, int argc, char **argv) {
                                        {"checkpoint-dir", required_argument, 0, 'c'},
                                        {"checkpoint-every", required_argument, 0, 'e'},
                                        {"max-skips", required_argument, 0, 'k'},
+                                       {"keep-checkpoints", required_argument, 0, 'N'},
                                        {"inject-nan", required_argument, 0, 'n'},
                                        {"inject-kill-at-save", required_argument, 0, 'K'},
                                        {0, 0, 0, 0}};
@@ -241,12 +250,14 @@ static int parse_args(Args *a, int argc, char **argv) {
     case 'c': a->ckpt_dir = optarg; break;
     case 'e':
     case 'k':
+    case 'N':
     case 'K': {
       long v = strtol(optarg, &end, 10);
-      const char *name = o == 'e' ? "--checkpoint-every" : o == 'k' ? "--max-skips" : "--inject-kill-at-save";
+      const char *name = o == 'e' ? "--checkpoint-every" : o == 'k' ? "--max-skips" : o == 'N' ? "--keep-checkpoints"
+                                                                                                 : "--inject-kill-at-save";
       snprintf(msg, sizeof msg, "%s expects a positive integer, not '%s'", name, optarg);
-      if (*end || v < 1) return usage(msg);
-      *(o == 'e' ? &a->ckpt_every : o == 'k' ? &a->max_skips : &a->kill_at_save) = v;
+      if (*end || !*optarg || v < 1 || (o == 'N' && v > 1000000)) return usage(msg);
+      *(o == 'e' ? &a->ckpt_every : o == 'k' ? &a->max_skips : o == 'N' ? &a->keep_ckpts : &a->kill_at_save) = v;
       break;
     }
     case 'n':
@@ -265,8 +276,9 @@ static int parse_args(Args *a, int argc, char **argv) {
     snprintf(msg, sizeof msg, "unexpected argument '%s'", argv[optind]);
     return usage(msg);
   }
-  if (!a->data) return usage("--data PATH is required (raw text bytes or an llm.c token shard)");
+  if (!a->data) return usage("--data PATH is required (raw text bytes, an llm.c token shard or a Megatron PREFIX)");
   if (a->ckpt_every && !a->ckpt_dir) return usage("--checkpoint-every needs --checkpoint-dir DIR");
+  if (a->keep_ckpts && !a->ckpt_dir) return usage("--keep-checkpoints needs --checkpoint-dir DIR");
   return 0;
 }
 
@@ -426,6 +438,11 @@ static int cuda_start(RtCtx *c, const Args *a) {
 }
 #endif
 
+/* The signal that asked the run to stop (SIGUSR1 from Slurm's --signal before the time limit,
+ * or SIGTERM), or 0. The handler only records it; the loop saves and stops at the step's end. */
+static volatile sig_atomic_t stop_signal;
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "--memory") == 0) return print_memory(argc);
@@ -440,6 +457,9 @@ int main(int argc, char **argv) {
   int world_rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   quiet = world_rank != 0; /* usage errors: one report, from rank 0 */
+  struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL);
   int status = parse_args(&a, argc, argv);
   if (status || rt_comm_init(&c.comm, &argc, &argv, PLAN_FSDP, PLAN_EP, PLAN_DP_REPLICATE, SPEC_FILE,
                              SPEC_GPUS_PER_NODE) != 0) {
@@ -698,7 +718,10 @@ int main(int argc, char **argv) {
     MPI_Bcast(&metrics_bad, 1, MPI_INT, 0, MPI_COMM_WORLD); /* a lost metrics line stops every rank */
     long done_steps = step + 1 - skips; /* the state holds the updates of this many steps */
     int stop = (skip && skips >= a.max_skips) || metrics_bad;
-    int save = a.ckpt_dir && (stop || (!skip && (step + 1 == a.steps || (a.ckpt_every && (step + 1) % a.ckpt_every == 0))));
+    int sig = stop_signal; /* a signal to any rank stops every rank, at this step */
+    RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    int save = a.ckpt_dir && (stop || sig ||
+                              (!skip && (step + 1 == a.steps || (a.ckpt_every && (step + 1) % a.ckpt_every == 0))));
     if (save && (STATE_ON_HOST || !OPT_ON_HOST)) /* (a host step keeps the mirror current) */
       to_host(&c, 0, STATE_ELEMS);
     if (save && rt_ckpt_save(a.ckpt_dir, done_steps, a.seed, &c.comm, HOST(&c), step_groups, N_GROUPS, step_tensors,
@@ -711,12 +734,22 @@ int main(int argc, char **argv) {
       break;
     }
     if (save && rank0) printf("saved checkpoint %s/step-%08ld\n", a.ckpt_dir, done_steps);
+    if (save && rank0 && a.keep_ckpts && rt_ckpt_prune(a.ckpt_dir, (int)a.keep_ckpts, err, sizeof err) < 0)
+      fprintf(stderr, "warning: --keep-checkpoints %ld: %s\n", a.keep_ckpts, err);
     if (stop && metrics_bad) {
       if (rank0)
         fprintf(stderr, "error: stopped after step %ld: its metrics line could not be written%s%s; expected room "
                         "for --metrics %s\n", step + 1, a.ckpt_dir ? "; the state is saved in " : "",
                 a.ckpt_dir ? a.ckpt_dir : "", a.metrics);
       status = 1;
+      break;
+    }
+    if (sig && !stop) {
+      if (rank0)
+        printf("stopped after step %ld on %s%s%s\n", step + 1, sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
+               a.ckpt_dir ? "; run the same command again to resume from " : " with nothing saved (no --checkpoint-dir)",
+               a.ckpt_dir ? a.ckpt_dir : "");
+      status = a.ckpt_dir ? 0 : 1;
       break;
     }
     if (stop) {
