@@ -4,18 +4,50 @@
  * that a person can follow one layer's step; the schedule (gathers, recomputation,
  * reduce-scatters) reads top to bottom in forward() and backward(). */
 #include <errno.h>
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "emit.h"
 
+/* Writes text to e->f. The emitters write every arena buffer as R(NAME); for a buffer of the
+ * activation arena (em_arena_of) it is written A(NAME), so that one spelling serves code and
+ * the buffer's type follows the layout. */
+static void put_text(Em *e, const char *text) {
+  for (const char *p = text; *p;) {
+    const char *r = strstr(p, "R(");
+    if (!r) {
+      fputs(p, e->f);
+      break;
+    }
+    fwrite(p, 1, (size_t)(r - p), e->f);
+    bool word = r > text && (isalnum((unsigned char)r[-1]) || r[-1] == '_'); /* e.g. "STDERR(" */
+    size_t len = strspn(r + 2, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_");
+    char name[128];
+    if (!word && len && len < sizeof name && r[2 + len] == ')') {
+      memcpy(name, r + 2, len), name[len] = 0;
+      fputs(em_arena_of(e, name) == EM_ACT ? "A(" : "R(", e->f);
+    } else {
+      fputs("R(", e->f);
+    }
+    p = r + 2;
+  }
+}
+
 static void P(Em *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void P(Em *e, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vfprintf(e->f, fmt, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
+  char small[4096], *text = (size_t)n < sizeof small ? small : malloc((size_t)n + 1);
+  if (!text) abort(); /* out of memory */
+  va_start(ap, fmt);
+  vsnprintf(text, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  put_text(e, text);
+  if (text != small) free(text);
 }
 
 /* Offset of tensor key (model.c's name) in group g; the emitter asks only for tensors the
@@ -561,13 +593,14 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
   int64_t staging = buf_offset(e, "RS_OUT0");
   P(e, "\n/* the state arena: %lld elements of real (fp32 master shards, gradients, moments) in\n"
        " * %s memory; the optimizer step runs on the %s */\n#define STATE_ELEMS %lld\n#define STATE_ON_HOST %d\n#define OPT_STEP_ON_HOST %d\n",
-    (long long)e->state_top, e->state_host ? "host (Grace)" : "device (HBM)",
-    e->step_host ? "host CPU" : e->state_host ? "GPU, over C2C" : "GPU", (long long)e->state_top, e->state_host ? 1 : 0,
-    e->step_host ? 1 : 0);
-  P(e, "/* the arena: %lld elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before\n"
-       " * reading them */\n#define ARENA_ELEMS %lld\n#define ARENA_SCRATCH %lld\n#define INPUTS %lld\n#define TARGETS %lld\n",
-    (long long)e->top, (long long)e->top, (long long)e->scratch, (long long)buf_offset(e, "INPUTS"),
-    (long long)buf_offset(e, "TARGETS"));
+    (long long)e->top[EM_STATE], e->state_host ? "host (Grace)" : "device (HBM)",
+    e->step_host ? "host CPU" : e->state_host ? "GPU, over C2C" : "GPU", (long long)e->top[EM_STATE],
+    e->state_host ? 1 : 0, e->step_host ? 1 : 0);
+  P(e, "/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each\n"
+       " * micro-batch writes before reading them */\n#define ARENA_ELEMS %lld\n#define ARENA_SCRATCH %lld\n"
+       "#define ACT_ELEMS %lld\n#define ACT_SCRATCH %lld\n#define INPUTS %lld\n#define TARGETS %lld\n",
+    (long long)e->top[EM_REAL], (long long)e->scratch[EM_REAL], (long long)e->top[EM_ACT],
+    (long long)e->scratch[EM_ACT], (long long)buf_offset(e, "INPUTS"), (long long)buf_offset(e, "TARGETS"));
   P(e, "#define STATE_STAGING %lld /* a device buffer of the largest shard (RS_OUT0), free between steps */\n",
     (long long)staging);
   for (int i = 0; i < e->nbufs; i++)
@@ -605,6 +638,7 @@ static void body(Em *e, const char *spec_base) {
   P(e, "#include <stdbool.h>\n#include <string.h>\n\n#include \"mtrt_comm.h\"\n#include \"mtrt_ops.h\"\n#include \"step.h\"\n\n");
   P(e, "#define S(o) (c->state + (o))                    /* state buffer at state arena offset o */\n");
   P(e, "#define R(o) (c->arena + (o))                    /* real buffer at arena offset o */\n");
+  P(e, "#define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */\n");
   P(e, "#define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */\n");
   P(e, "#define W(o) (c->wd + (o))                      /* a gathered dense parameter */\n");
   P(e, "#define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */\n");
@@ -613,11 +647,14 @@ static void body(Em *e, const char *spec_base) {
   P(e, "#define EPS ((real)1e-5)                          /* RMSNorm epsilon */\n");
   if (e->offload) P(e, "#define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */\n");
   P(e, "\n");
-  for (int st = 1; st >= 0; st--) {
-    P(e, st ? "/* ---- the state arena map (elements) ---- */\n" : "/* ---- the arena map (elements) ---- */\n");
+  static const char *const maps[EM__ARENAS] = {"the state arena map (elements of real)",
+                                               "the arena map (elements of real; int32 buffers: one per value)",
+                                               "the activation arena map (elements of act)"};
+  for (int a = 0; a < EM__ARENAS; a++) {
+    P(e, "%s/* ---- %s ---- */\n", a ? "\n" : "", maps[a]);
     for (int i = 0; i < e->nbufs; i++) {
       const EmBuf *bf = &e->bufs[i];
-      if (bf->state != st || in_header(bf->name)) continue;
+      if ((int)bf->arena != a || in_header(bf->name)) continue;
       P(e, "#define %-22s %12lld /* %10lld: %s */\n", bf->name, (long long)bf->offset, (long long)bf->elems, bf->what);
     }
   }

@@ -152,7 +152,7 @@ policies)
   cmp -s <(losses "$work/ac-none.jsonl") <(losses "$work/ac-full.jsonl") || die "full differs from none"
   cmp -s <(losses "$work/ac-none.jsonl") <(losses "$work/ac-full-host.jsonl") || die "full with host offload differs from none"
   cmp -s <(losses "$work/ac-none.jsonl") <(losses "$work/ac-full-pf3.jsonl") || die "full with prefetch 3 differs from none"
-  grep -q "R(GATHERED3)" "$work/ac-full-pf3/step.c" && ! grep -q "GATHERED4" "$work/ac-full-pf3/step.c" ||
+  grep -q "A(GATHERED3)" "$work/ac-full-pf3/step.c" && ! grep -q "GATHERED4" "$work/ac-full-pf3/step.c" ||
     die "full-pf3: expected a pool of 4 gathered units (GATHERED0-3)"
   # each unit's gathers start 3 units ahead: layer 2's (unit 3) while the embedding computes
   sed -n '/^real step_forward/,/rt_embedding_forward/p' "$work/ac-full-pf3/step.c" | grep -q "L2_DENSE_\(MASTER\|PARAM\)" ||
@@ -322,18 +322,19 @@ memory)
     js=$("$work/$m/build/train" --memory) || { die "$m: train --memory failed"; continue; }
     def() { sed -n "s/^#define $1 \\([0-9]*\\).*/\\1/p" "$work/$m/step.h"; }
     arena=$(def ARENA_ELEMS) host=$(def HOST_ELEMS) state=$(def STATE_ELEMS) on_host=$(def STATE_ON_HOST)
+    acts=$(def ACT_ELEMS)
     python3 -c "
 import json, sys
-j = json.loads(sys.argv[1]); arena, host, state, on_host = (int(x) for x in sys.argv[2:6])
-arena, host, state = arena * 4, host * 4, state * 4
+j = json.loads(sys.argv[1]); arena, host, state, on_host, acts = (int(x) for x in sys.argv[2:7])
+arena, host, state = (arena + acts) * 4, host * 4, state * 4   # the cpu build's act is its real
 hbm = arena + (0 if on_host else state)                    # the cpu build: its memory stands in for HBM
 pinned = host + (state if on_host else 0)                  # and for pinned host memory
 assert set(j) == {'hbm', 'host', 'host_pinned'}, j
 assert j['hbm'] == hbm, (j, hbm)
 assert j['host_pinned'] == pinned and j['host'] >= pinned, (j, pinned)
 assert j['host'] - pinned < 1 << 20, j                     # besides those: tokens and count arrays only
-" "$js" "$arena" "$host" "$state" "$on_host" ||
-      die "$m: --memory $js does not match step.h (ARENA_ELEMS $arena, HOST_ELEMS $host, STATE_ELEMS $state)"
+" "$js" "$arena" "$host" "$state" "$on_host" "$acts" ||
+      die "$m: --memory $js does not match step.h (ARENA_ELEMS $arena, ACT_ELEMS $acts, HOST_ELEMS $host, STATE_ELEMS $state)"
     np=1; [ $m = m2 ] && np=2
     out=$(cd "$work" && "${mpirun[@]}" -np $np "./$m/build/train" --data "$text" --steps 1 --metrics "$m.jsonl" 2>&1) ||
       { echo "$out" | tail -5; die "$m: run"; continue; }

@@ -14,6 +14,7 @@
 
 #define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
+#define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
@@ -21,7 +22,7 @@
 #define DWE(o) (c->dwe + (o))                   /* its gradient (in GRAD0 or 1) */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 
-/* ---- the state arena map (elements) ---- */
+/* ---- the state arena map (elements of real) ---- */
 #define EMBED_MASTER                      0 /*  131334144: embedding: this rank's fp32 master shard */
 #define EMBED_GRAD                131334144 /*  131334144: its gradient, accumulated over micro-batches */
 #define EMBED_ADAM_M              262668288 /*  131334144: AdamW first moment (fp32) */
@@ -158,482 +159,485 @@
 #define HEAD_GRAD                7636255744 /*  131335168: its gradient, accumulated over micro-batches */
 #define HEAD_ADAM_M              7767590912 /*  131335168: AdamW first moment (fp32) */
 #define HEAD_ADAM_V              7898926080 /*  131335168: AdamW second moment (fp32) */
-/* ---- the arena map (elements) ---- */
-#define GATHERED0                     16384 /*  525340672: units u with u % 2 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                 525357056 /*  525340672: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define GRAD0                    1050697728 /*  525340672: an even unit's gradient, dense then experts, then its reduce-scatters' input */
-#define GRAD1                    1576038400 /*  525340672: an odd unit's (in flight while the next unit's backward runs) */
-#define RS_OUT0                  2101379072 /*  131335168: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                 2232714240 /*  262670336: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                  2495384576 /*  131335168: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_OUT2                  2626719744 /*  131335168: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                 2758054912 /*  262670336: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                  3020725248 /*  131335168: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define X0                       3152060416 /*   33554432: boundary: input of layer 0 (residual stream) */
-#define X1                       3185614848 /*   33554432: boundary: input of layer 1 (residual stream) */
-#define X2                       3219169280 /*   33554432: boundary: input of layer 2 (residual stream) */
-#define X3                       3252723712 /*   33554432: boundary: input of layer 3 (residual stream) */
-#define X4                       3286278144 /*   33554432: boundary: input of layer 4 (residual stream) */
-#define X5                       3319832576 /*   33554432: boundary: input of layer 5 (residual stream) */
-#define X6                       3353387008 /*   33554432: boundary: input of layer 6 (residual stream) */
-#define X7                       3386941440 /*   33554432: boundary: input of layer 7 (residual stream) */
-#define X8                       3420495872 /*   33554432: boundary: input of layer 8 (residual stream) */
-#define X9                       3454050304 /*   33554432: boundary: input of layer 9 (residual stream) */
-#define X10                      3487604736 /*   33554432: boundary: input of layer 10 (residual stream) */
-#define X11                      3521159168 /*   33554432: boundary: input of layer 11 (residual stream) */
-#define X12                      3554713600 /*   33554432: boundary: input of layer 12 (residual stream) */
-#define X13                      3588268032 /*   33554432: boundary: input of layer 13 (residual stream) */
-#define X14                      3621822464 /*   33554432: boundary: input of layer 14 (residual stream) */
-#define X15                      3655376896 /*   33554432: boundary: input of layer 15 (residual stream) */
-#define X16                      3688931328 /*   33554432: boundary: input of layer 16 (residual stream) */
-#define X17                      3722485760 /*   33554432: boundary: input of layer 17 (residual stream) */
-#define X18                      3756040192 /*   33554432: boundary: input of layer 18 (residual stream) */
-#define X19                      3789594624 /*   33554432: boundary: input of layer 19 (residual stream) */
-#define X20                      3823149056 /*   33554432: boundary: input of layer 20 (residual stream) */
-#define X21                      3856703488 /*   33554432: boundary: input of layer 21 (residual stream) */
-#define X22                      3890257920 /*   33554432: boundary: input of layer 22 (residual stream) */
-#define X23                      3923812352 /*   33554432: boundary: input of layer 23 (residual stream) */
-#define X24                      3957366784 /*   33554432: boundary: input of layer 24 (residual stream) */
-#define X25                      3990921216 /*   33554432: boundary: input of layer 25 (residual stream) */
-#define X26                      4024475648 /*   33554432: boundary: input of layer 26 (residual stream) */
-#define X27                      4058030080 /*   33554432: boundary: input of layer 27 (residual stream) */
-#define X28                      4091584512 /*   33554432: boundary: input of layer 28 (residual stream) */
-#define X29                      4125138944 /*   33554432: boundary: input of layer 29 (residual stream) */
-#define X30                      4158693376 /*   33554432: boundary: input of layer 30 (residual stream) */
-#define X31                      4192247808 /*   33554432: boundary: input of layer 31 (residual stream) */
-#define X32                      4225802240 /*   33554432: output of the last layer */
-#define L0_LN1                   4259356672 /*   33554432: attention norm output */
-#define L0_RSTD1                 4292911104 /*       8192: its 1/rms per token */
-#define L0_Q                     4292919296 /*   33554432: queries (rotated) */
-#define L0_K                     4326473728 /*    8388608: keys (rotated) */
-#define L0_V                     4334862336 /*    8388608: values */
-#define L0_ATT                   4343250944 /*   33554432: attention output */
-#define L0_LSE                   4376805376 /*     262144: attention log-sum-exp per head and query */
-#define L0_RES                   4377067520 /*   33554432: residual stream after attention */
-#define L0_LN2                   4410621952 /*   33554432: mlp norm output */
-#define L0_RSTD2                 4444176384 /*       8192: its 1/rms per token */
-#define L0_G                     4444184576 /*  117440512: mlp gate */
-#define L0_U                     4561625088 /*  117440512: mlp up */
-#define L0_H                     4679065600 /*  117440512: mlp activation */
-#define L1_LN1                   4796506112 /*   33554432: attention norm output */
-#define L1_RSTD1                 4830060544 /*       8192: its 1/rms per token */
-#define L1_Q                     4830068736 /*   33554432: queries (rotated) */
-#define L1_K                     4863623168 /*    8388608: keys (rotated) */
-#define L1_V                     4872011776 /*    8388608: values */
-#define L1_ATT                   4880400384 /*   33554432: attention output */
-#define L1_LSE                   4913954816 /*     262144: attention log-sum-exp per head and query */
-#define L1_RES                   4914216960 /*   33554432: residual stream after attention */
-#define L1_LN2                   4947771392 /*   33554432: mlp norm output */
-#define L1_RSTD2                 4981325824 /*       8192: its 1/rms per token */
-#define L1_G                     4981334016 /*  117440512: mlp gate */
-#define L1_U                     5098774528 /*  117440512: mlp up */
-#define L1_H                     5216215040 /*  117440512: mlp activation */
-#define L2_LN1                   5333655552 /*   33554432: attention norm output */
-#define L2_RSTD1                 5367209984 /*       8192: its 1/rms per token */
-#define L2_Q                     5367218176 /*   33554432: queries (rotated) */
-#define L2_K                     5400772608 /*    8388608: keys (rotated) */
-#define L2_V                     5409161216 /*    8388608: values */
-#define L2_ATT                   5417549824 /*   33554432: attention output */
-#define L2_LSE                   5451104256 /*     262144: attention log-sum-exp per head and query */
-#define L2_RES                   5451366400 /*   33554432: residual stream after attention */
-#define L2_LN2                   5484920832 /*   33554432: mlp norm output */
-#define L2_RSTD2                 5518475264 /*       8192: its 1/rms per token */
-#define L2_G                     5518483456 /*  117440512: mlp gate */
-#define L2_U                     5635923968 /*  117440512: mlp up */
-#define L2_H                     5753364480 /*  117440512: mlp activation */
-#define L3_LN1                   5870804992 /*   33554432: attention norm output */
-#define L3_RSTD1                 5904359424 /*       8192: its 1/rms per token */
-#define L3_Q                     5904367616 /*   33554432: queries (rotated) */
-#define L3_K                     5937922048 /*    8388608: keys (rotated) */
-#define L3_V                     5946310656 /*    8388608: values */
-#define L3_ATT                   5954699264 /*   33554432: attention output */
-#define L3_LSE                   5988253696 /*     262144: attention log-sum-exp per head and query */
-#define L3_RES                   5988515840 /*   33554432: residual stream after attention */
-#define L3_LN2                   6022070272 /*   33554432: mlp norm output */
-#define L3_RSTD2                 6055624704 /*       8192: its 1/rms per token */
-#define L3_G                     6055632896 /*  117440512: mlp gate */
-#define L3_U                     6173073408 /*  117440512: mlp up */
-#define L3_H                     6290513920 /*  117440512: mlp activation */
-#define L4_LN1                   6407954432 /*   33554432: attention norm output */
-#define L4_RSTD1                 6441508864 /*       8192: its 1/rms per token */
-#define L4_Q                     6441517056 /*   33554432: queries (rotated) */
-#define L4_K                     6475071488 /*    8388608: keys (rotated) */
-#define L4_V                     6483460096 /*    8388608: values */
-#define L4_ATT                   6491848704 /*   33554432: attention output */
-#define L4_LSE                   6525403136 /*     262144: attention log-sum-exp per head and query */
-#define L4_RES                   6525665280 /*   33554432: residual stream after attention */
-#define L4_LN2                   6559219712 /*   33554432: mlp norm output */
-#define L4_RSTD2                 6592774144 /*       8192: its 1/rms per token */
-#define L4_G                     6592782336 /*  117440512: mlp gate */
-#define L4_U                     6710222848 /*  117440512: mlp up */
-#define L4_H                     6827663360 /*  117440512: mlp activation */
-#define L5_LN1                   6945103872 /*   33554432: attention norm output */
-#define L5_RSTD1                 6978658304 /*       8192: its 1/rms per token */
-#define L5_Q                     6978666496 /*   33554432: queries (rotated) */
-#define L5_K                     7012220928 /*    8388608: keys (rotated) */
-#define L5_V                     7020609536 /*    8388608: values */
-#define L5_ATT                   7028998144 /*   33554432: attention output */
-#define L5_LSE                   7062552576 /*     262144: attention log-sum-exp per head and query */
-#define L5_RES                   7062814720 /*   33554432: residual stream after attention */
-#define L5_LN2                   7096369152 /*   33554432: mlp norm output */
-#define L5_RSTD2                 7129923584 /*       8192: its 1/rms per token */
-#define L5_G                     7129931776 /*  117440512: mlp gate */
-#define L5_U                     7247372288 /*  117440512: mlp up */
-#define L5_H                     7364812800 /*  117440512: mlp activation */
-#define L6_LN1                   7482253312 /*   33554432: attention norm output */
-#define L6_RSTD1                 7515807744 /*       8192: its 1/rms per token */
-#define L6_Q                     7515815936 /*   33554432: queries (rotated) */
-#define L6_K                     7549370368 /*    8388608: keys (rotated) */
-#define L6_V                     7557758976 /*    8388608: values */
-#define L6_ATT                   7566147584 /*   33554432: attention output */
-#define L6_LSE                   7599702016 /*     262144: attention log-sum-exp per head and query */
-#define L6_RES                   7599964160 /*   33554432: residual stream after attention */
-#define L6_LN2                   7633518592 /*   33554432: mlp norm output */
-#define L6_RSTD2                 7667073024 /*       8192: its 1/rms per token */
-#define L6_G                     7667081216 /*  117440512: mlp gate */
-#define L6_U                     7784521728 /*  117440512: mlp up */
-#define L6_H                     7901962240 /*  117440512: mlp activation */
-#define L7_LN1                   8019402752 /*   33554432: attention norm output */
-#define L7_RSTD1                 8052957184 /*       8192: its 1/rms per token */
-#define L7_Q                     8052965376 /*   33554432: queries (rotated) */
-#define L7_K                     8086519808 /*    8388608: keys (rotated) */
-#define L7_V                     8094908416 /*    8388608: values */
-#define L7_ATT                   8103297024 /*   33554432: attention output */
-#define L7_LSE                   8136851456 /*     262144: attention log-sum-exp per head and query */
-#define L7_RES                   8137113600 /*   33554432: residual stream after attention */
-#define L7_LN2                   8170668032 /*   33554432: mlp norm output */
-#define L7_RSTD2                 8204222464 /*       8192: its 1/rms per token */
-#define L7_G                     8204230656 /*  117440512: mlp gate */
-#define L7_U                     8321671168 /*  117440512: mlp up */
-#define L7_H                     8439111680 /*  117440512: mlp activation */
-#define L8_LN1                   8556552192 /*   33554432: attention norm output */
-#define L8_RSTD1                 8590106624 /*       8192: its 1/rms per token */
-#define L8_Q                     8590114816 /*   33554432: queries (rotated) */
-#define L8_K                     8623669248 /*    8388608: keys (rotated) */
-#define L8_V                     8632057856 /*    8388608: values */
-#define L8_ATT                   8640446464 /*   33554432: attention output */
-#define L8_LSE                   8674000896 /*     262144: attention log-sum-exp per head and query */
-#define L8_RES                   8674263040 /*   33554432: residual stream after attention */
-#define L8_LN2                   8707817472 /*   33554432: mlp norm output */
-#define L8_RSTD2                 8741371904 /*       8192: its 1/rms per token */
-#define L8_G                     8741380096 /*  117440512: mlp gate */
-#define L8_U                     8858820608 /*  117440512: mlp up */
-#define L8_H                     8976261120 /*  117440512: mlp activation */
-#define L9_LN1                   9093701632 /*   33554432: attention norm output */
-#define L9_RSTD1                 9127256064 /*       8192: its 1/rms per token */
-#define L9_Q                     9127264256 /*   33554432: queries (rotated) */
-#define L9_K                     9160818688 /*    8388608: keys (rotated) */
-#define L9_V                     9169207296 /*    8388608: values */
-#define L9_ATT                   9177595904 /*   33554432: attention output */
-#define L9_LSE                   9211150336 /*     262144: attention log-sum-exp per head and query */
-#define L9_RES                   9211412480 /*   33554432: residual stream after attention */
-#define L9_LN2                   9244966912 /*   33554432: mlp norm output */
-#define L9_RSTD2                 9278521344 /*       8192: its 1/rms per token */
-#define L9_G                     9278529536 /*  117440512: mlp gate */
-#define L9_U                     9395970048 /*  117440512: mlp up */
-#define L9_H                     9513410560 /*  117440512: mlp activation */
-#define L10_LN1                  9630851072 /*   33554432: attention norm output */
-#define L10_RSTD1                9664405504 /*       8192: its 1/rms per token */
-#define L10_Q                    9664413696 /*   33554432: queries (rotated) */
-#define L10_K                    9697968128 /*    8388608: keys (rotated) */
-#define L10_V                    9706356736 /*    8388608: values */
-#define L10_ATT                  9714745344 /*   33554432: attention output */
-#define L10_LSE                  9748299776 /*     262144: attention log-sum-exp per head and query */
-#define L10_RES                  9748561920 /*   33554432: residual stream after attention */
-#define L10_LN2                  9782116352 /*   33554432: mlp norm output */
-#define L10_RSTD2                9815670784 /*       8192: its 1/rms per token */
-#define L10_G                    9815678976 /*  117440512: mlp gate */
-#define L10_U                    9933119488 /*  117440512: mlp up */
-#define L10_H                   10050560000 /*  117440512: mlp activation */
-#define L11_LN1                 10168000512 /*   33554432: attention norm output */
-#define L11_RSTD1               10201554944 /*       8192: its 1/rms per token */
-#define L11_Q                   10201563136 /*   33554432: queries (rotated) */
-#define L11_K                   10235117568 /*    8388608: keys (rotated) */
-#define L11_V                   10243506176 /*    8388608: values */
-#define L11_ATT                 10251894784 /*   33554432: attention output */
-#define L11_LSE                 10285449216 /*     262144: attention log-sum-exp per head and query */
-#define L11_RES                 10285711360 /*   33554432: residual stream after attention */
-#define L11_LN2                 10319265792 /*   33554432: mlp norm output */
-#define L11_RSTD2               10352820224 /*       8192: its 1/rms per token */
-#define L11_G                   10352828416 /*  117440512: mlp gate */
-#define L11_U                   10470268928 /*  117440512: mlp up */
-#define L11_H                   10587709440 /*  117440512: mlp activation */
-#define L12_LN1                 10705149952 /*   33554432: attention norm output */
-#define L12_RSTD1               10738704384 /*       8192: its 1/rms per token */
-#define L12_Q                   10738712576 /*   33554432: queries (rotated) */
-#define L12_K                   10772267008 /*    8388608: keys (rotated) */
-#define L12_V                   10780655616 /*    8388608: values */
-#define L12_ATT                 10789044224 /*   33554432: attention output */
-#define L12_LSE                 10822598656 /*     262144: attention log-sum-exp per head and query */
-#define L12_RES                 10822860800 /*   33554432: residual stream after attention */
-#define L12_LN2                 10856415232 /*   33554432: mlp norm output */
-#define L12_RSTD2               10889969664 /*       8192: its 1/rms per token */
-#define L12_G                   10889977856 /*  117440512: mlp gate */
-#define L12_U                   11007418368 /*  117440512: mlp up */
-#define L12_H                   11124858880 /*  117440512: mlp activation */
-#define L13_LN1                 11242299392 /*   33554432: attention norm output */
-#define L13_RSTD1               11275853824 /*       8192: its 1/rms per token */
-#define L13_Q                   11275862016 /*   33554432: queries (rotated) */
-#define L13_K                   11309416448 /*    8388608: keys (rotated) */
-#define L13_V                   11317805056 /*    8388608: values */
-#define L13_ATT                 11326193664 /*   33554432: attention output */
-#define L13_LSE                 11359748096 /*     262144: attention log-sum-exp per head and query */
-#define L13_RES                 11360010240 /*   33554432: residual stream after attention */
-#define L13_LN2                 11393564672 /*   33554432: mlp norm output */
-#define L13_RSTD2               11427119104 /*       8192: its 1/rms per token */
-#define L13_G                   11427127296 /*  117440512: mlp gate */
-#define L13_U                   11544567808 /*  117440512: mlp up */
-#define L13_H                   11662008320 /*  117440512: mlp activation */
-#define L14_LN1                 11779448832 /*   33554432: attention norm output */
-#define L14_RSTD1               11813003264 /*       8192: its 1/rms per token */
-#define L14_Q                   11813011456 /*   33554432: queries (rotated) */
-#define L14_K                   11846565888 /*    8388608: keys (rotated) */
-#define L14_V                   11854954496 /*    8388608: values */
-#define L14_ATT                 11863343104 /*   33554432: attention output */
-#define L14_LSE                 11896897536 /*     262144: attention log-sum-exp per head and query */
-#define L14_RES                 11897159680 /*   33554432: residual stream after attention */
-#define L14_LN2                 11930714112 /*   33554432: mlp norm output */
-#define L14_RSTD2               11964268544 /*       8192: its 1/rms per token */
-#define L14_G                   11964276736 /*  117440512: mlp gate */
-#define L14_U                   12081717248 /*  117440512: mlp up */
-#define L14_H                   12199157760 /*  117440512: mlp activation */
-#define L15_LN1                 12316598272 /*   33554432: attention norm output */
-#define L15_RSTD1               12350152704 /*       8192: its 1/rms per token */
-#define L15_Q                   12350160896 /*   33554432: queries (rotated) */
-#define L15_K                   12383715328 /*    8388608: keys (rotated) */
-#define L15_V                   12392103936 /*    8388608: values */
-#define L15_ATT                 12400492544 /*   33554432: attention output */
-#define L15_LSE                 12434046976 /*     262144: attention log-sum-exp per head and query */
-#define L15_RES                 12434309120 /*   33554432: residual stream after attention */
-#define L15_LN2                 12467863552 /*   33554432: mlp norm output */
-#define L15_RSTD2               12501417984 /*       8192: its 1/rms per token */
-#define L15_G                   12501426176 /*  117440512: mlp gate */
-#define L15_U                   12618866688 /*  117440512: mlp up */
-#define L15_H                   12736307200 /*  117440512: mlp activation */
-#define L16_LN1                 12853747712 /*   33554432: attention norm output */
-#define L16_RSTD1               12887302144 /*       8192: its 1/rms per token */
-#define L16_Q                   12887310336 /*   33554432: queries (rotated) */
-#define L16_K                   12920864768 /*    8388608: keys (rotated) */
-#define L16_V                   12929253376 /*    8388608: values */
-#define L16_ATT                 12937641984 /*   33554432: attention output */
-#define L16_LSE                 12971196416 /*     262144: attention log-sum-exp per head and query */
-#define L16_RES                 12971458560 /*   33554432: residual stream after attention */
-#define L16_LN2                 13005012992 /*   33554432: mlp norm output */
-#define L16_RSTD2               13038567424 /*       8192: its 1/rms per token */
-#define L16_G                   13038575616 /*  117440512: mlp gate */
-#define L16_U                   13156016128 /*  117440512: mlp up */
-#define L16_H                   13273456640 /*  117440512: mlp activation */
-#define L17_LN1                 13390897152 /*   33554432: attention norm output */
-#define L17_RSTD1               13424451584 /*       8192: its 1/rms per token */
-#define L17_Q                   13424459776 /*   33554432: queries (rotated) */
-#define L17_K                   13458014208 /*    8388608: keys (rotated) */
-#define L17_V                   13466402816 /*    8388608: values */
-#define L17_ATT                 13474791424 /*   33554432: attention output */
-#define L17_LSE                 13508345856 /*     262144: attention log-sum-exp per head and query */
-#define L17_RES                 13508608000 /*   33554432: residual stream after attention */
-#define L17_LN2                 13542162432 /*   33554432: mlp norm output */
-#define L17_RSTD2               13575716864 /*       8192: its 1/rms per token */
-#define L17_G                   13575725056 /*  117440512: mlp gate */
-#define L17_U                   13693165568 /*  117440512: mlp up */
-#define L17_H                   13810606080 /*  117440512: mlp activation */
-#define L18_LN1                 13928046592 /*   33554432: attention norm output */
-#define L18_RSTD1               13961601024 /*       8192: its 1/rms per token */
-#define L18_Q                   13961609216 /*   33554432: queries (rotated) */
-#define L18_K                   13995163648 /*    8388608: keys (rotated) */
-#define L18_V                   14003552256 /*    8388608: values */
-#define L18_ATT                 14011940864 /*   33554432: attention output */
-#define L18_LSE                 14045495296 /*     262144: attention log-sum-exp per head and query */
-#define L18_RES                 14045757440 /*   33554432: residual stream after attention */
-#define L18_LN2                 14079311872 /*   33554432: mlp norm output */
-#define L18_RSTD2               14112866304 /*       8192: its 1/rms per token */
-#define L18_G                   14112874496 /*  117440512: mlp gate */
-#define L18_U                   14230315008 /*  117440512: mlp up */
-#define L18_H                   14347755520 /*  117440512: mlp activation */
-#define L19_LN1                 14465196032 /*   33554432: attention norm output */
-#define L19_RSTD1               14498750464 /*       8192: its 1/rms per token */
-#define L19_Q                   14498758656 /*   33554432: queries (rotated) */
-#define L19_K                   14532313088 /*    8388608: keys (rotated) */
-#define L19_V                   14540701696 /*    8388608: values */
-#define L19_ATT                 14549090304 /*   33554432: attention output */
-#define L19_LSE                 14582644736 /*     262144: attention log-sum-exp per head and query */
-#define L19_RES                 14582906880 /*   33554432: residual stream after attention */
-#define L19_LN2                 14616461312 /*   33554432: mlp norm output */
-#define L19_RSTD2               14650015744 /*       8192: its 1/rms per token */
-#define L19_G                   14650023936 /*  117440512: mlp gate */
-#define L19_U                   14767464448 /*  117440512: mlp up */
-#define L19_H                   14884904960 /*  117440512: mlp activation */
-#define L20_LN1                 15002345472 /*   33554432: attention norm output */
-#define L20_RSTD1               15035899904 /*       8192: its 1/rms per token */
-#define L20_Q                   15035908096 /*   33554432: queries (rotated) */
-#define L20_K                   15069462528 /*    8388608: keys (rotated) */
-#define L20_V                   15077851136 /*    8388608: values */
-#define L20_ATT                 15086239744 /*   33554432: attention output */
-#define L20_LSE                 15119794176 /*     262144: attention log-sum-exp per head and query */
-#define L20_RES                 15120056320 /*   33554432: residual stream after attention */
-#define L20_LN2                 15153610752 /*   33554432: mlp norm output */
-#define L20_RSTD2               15187165184 /*       8192: its 1/rms per token */
-#define L20_G                   15187173376 /*  117440512: mlp gate */
-#define L20_U                   15304613888 /*  117440512: mlp up */
-#define L20_H                   15422054400 /*  117440512: mlp activation */
-#define L21_LN1                 15539494912 /*   33554432: attention norm output */
-#define L21_RSTD1               15573049344 /*       8192: its 1/rms per token */
-#define L21_Q                   15573057536 /*   33554432: queries (rotated) */
-#define L21_K                   15606611968 /*    8388608: keys (rotated) */
-#define L21_V                   15615000576 /*    8388608: values */
-#define L21_ATT                 15623389184 /*   33554432: attention output */
-#define L21_LSE                 15656943616 /*     262144: attention log-sum-exp per head and query */
-#define L21_RES                 15657205760 /*   33554432: residual stream after attention */
-#define L21_LN2                 15690760192 /*   33554432: mlp norm output */
-#define L21_RSTD2               15724314624 /*       8192: its 1/rms per token */
-#define L21_G                   15724322816 /*  117440512: mlp gate */
-#define L21_U                   15841763328 /*  117440512: mlp up */
-#define L21_H                   15959203840 /*  117440512: mlp activation */
-#define L22_LN1                 16076644352 /*   33554432: attention norm output */
-#define L22_RSTD1               16110198784 /*       8192: its 1/rms per token */
-#define L22_Q                   16110206976 /*   33554432: queries (rotated) */
-#define L22_K                   16143761408 /*    8388608: keys (rotated) */
-#define L22_V                   16152150016 /*    8388608: values */
-#define L22_ATT                 16160538624 /*   33554432: attention output */
-#define L22_LSE                 16194093056 /*     262144: attention log-sum-exp per head and query */
-#define L22_RES                 16194355200 /*   33554432: residual stream after attention */
-#define L22_LN2                 16227909632 /*   33554432: mlp norm output */
-#define L22_RSTD2               16261464064 /*       8192: its 1/rms per token */
-#define L22_G                   16261472256 /*  117440512: mlp gate */
-#define L22_U                   16378912768 /*  117440512: mlp up */
-#define L22_H                   16496353280 /*  117440512: mlp activation */
-#define L23_LN1                 16613793792 /*   33554432: attention norm output */
-#define L23_RSTD1               16647348224 /*       8192: its 1/rms per token */
-#define L23_Q                   16647356416 /*   33554432: queries (rotated) */
-#define L23_K                   16680910848 /*    8388608: keys (rotated) */
-#define L23_V                   16689299456 /*    8388608: values */
-#define L23_ATT                 16697688064 /*   33554432: attention output */
-#define L23_LSE                 16731242496 /*     262144: attention log-sum-exp per head and query */
-#define L23_RES                 16731504640 /*   33554432: residual stream after attention */
-#define L23_LN2                 16765059072 /*   33554432: mlp norm output */
-#define L23_RSTD2               16798613504 /*       8192: its 1/rms per token */
-#define L23_G                   16798621696 /*  117440512: mlp gate */
-#define L23_U                   16916062208 /*  117440512: mlp up */
-#define L23_H                   17033502720 /*  117440512: mlp activation */
-#define L24_LN1                 17150943232 /*   33554432: attention norm output */
-#define L24_RSTD1               17184497664 /*       8192: its 1/rms per token */
-#define L24_Q                   17184505856 /*   33554432: queries (rotated) */
-#define L24_K                   17218060288 /*    8388608: keys (rotated) */
-#define L24_V                   17226448896 /*    8388608: values */
-#define L24_ATT                 17234837504 /*   33554432: attention output */
-#define L24_LSE                 17268391936 /*     262144: attention log-sum-exp per head and query */
-#define L24_RES                 17268654080 /*   33554432: residual stream after attention */
-#define L24_LN2                 17302208512 /*   33554432: mlp norm output */
-#define L24_RSTD2               17335762944 /*       8192: its 1/rms per token */
-#define L24_G                   17335771136 /*  117440512: mlp gate */
-#define L24_U                   17453211648 /*  117440512: mlp up */
-#define L24_H                   17570652160 /*  117440512: mlp activation */
-#define L25_LN1                 17688092672 /*   33554432: attention norm output */
-#define L25_RSTD1               17721647104 /*       8192: its 1/rms per token */
-#define L25_Q                   17721655296 /*   33554432: queries (rotated) */
-#define L25_K                   17755209728 /*    8388608: keys (rotated) */
-#define L25_V                   17763598336 /*    8388608: values */
-#define L25_ATT                 17771986944 /*   33554432: attention output */
-#define L25_LSE                 17805541376 /*     262144: attention log-sum-exp per head and query */
-#define L25_RES                 17805803520 /*   33554432: residual stream after attention */
-#define L25_LN2                 17839357952 /*   33554432: mlp norm output */
-#define L25_RSTD2               17872912384 /*       8192: its 1/rms per token */
-#define L25_G                   17872920576 /*  117440512: mlp gate */
-#define L25_U                   17990361088 /*  117440512: mlp up */
-#define L25_H                   18107801600 /*  117440512: mlp activation */
-#define L26_LN1                 18225242112 /*   33554432: attention norm output */
-#define L26_RSTD1               18258796544 /*       8192: its 1/rms per token */
-#define L26_Q                   18258804736 /*   33554432: queries (rotated) */
-#define L26_K                   18292359168 /*    8388608: keys (rotated) */
-#define L26_V                   18300747776 /*    8388608: values */
-#define L26_ATT                 18309136384 /*   33554432: attention output */
-#define L26_LSE                 18342690816 /*     262144: attention log-sum-exp per head and query */
-#define L26_RES                 18342952960 /*   33554432: residual stream after attention */
-#define L26_LN2                 18376507392 /*   33554432: mlp norm output */
-#define L26_RSTD2               18410061824 /*       8192: its 1/rms per token */
-#define L26_G                   18410070016 /*  117440512: mlp gate */
-#define L26_U                   18527510528 /*  117440512: mlp up */
-#define L26_H                   18644951040 /*  117440512: mlp activation */
-#define L27_LN1                 18762391552 /*   33554432: attention norm output */
-#define L27_RSTD1               18795945984 /*       8192: its 1/rms per token */
-#define L27_Q                   18795954176 /*   33554432: queries (rotated) */
-#define L27_K                   18829508608 /*    8388608: keys (rotated) */
-#define L27_V                   18837897216 /*    8388608: values */
-#define L27_ATT                 18846285824 /*   33554432: attention output */
-#define L27_LSE                 18879840256 /*     262144: attention log-sum-exp per head and query */
-#define L27_RES                 18880102400 /*   33554432: residual stream after attention */
-#define L27_LN2                 18913656832 /*   33554432: mlp norm output */
-#define L27_RSTD2               18947211264 /*       8192: its 1/rms per token */
-#define L27_G                   18947219456 /*  117440512: mlp gate */
-#define L27_U                   19064659968 /*  117440512: mlp up */
-#define L27_H                   19182100480 /*  117440512: mlp activation */
-#define L28_LN1                 19299540992 /*   33554432: attention norm output */
-#define L28_RSTD1               19333095424 /*       8192: its 1/rms per token */
-#define L28_Q                   19333103616 /*   33554432: queries (rotated) */
-#define L28_K                   19366658048 /*    8388608: keys (rotated) */
-#define L28_V                   19375046656 /*    8388608: values */
-#define L28_ATT                 19383435264 /*   33554432: attention output */
-#define L28_LSE                 19416989696 /*     262144: attention log-sum-exp per head and query */
-#define L28_RES                 19417251840 /*   33554432: residual stream after attention */
-#define L28_LN2                 19450806272 /*   33554432: mlp norm output */
-#define L28_RSTD2               19484360704 /*       8192: its 1/rms per token */
-#define L28_G                   19484368896 /*  117440512: mlp gate */
-#define L28_U                   19601809408 /*  117440512: mlp up */
-#define L28_H                   19719249920 /*  117440512: mlp activation */
-#define L29_LN1                 19836690432 /*   33554432: attention norm output */
-#define L29_RSTD1               19870244864 /*       8192: its 1/rms per token */
-#define L29_Q                   19870253056 /*   33554432: queries (rotated) */
-#define L29_K                   19903807488 /*    8388608: keys (rotated) */
-#define L29_V                   19912196096 /*    8388608: values */
-#define L29_ATT                 19920584704 /*   33554432: attention output */
-#define L29_LSE                 19954139136 /*     262144: attention log-sum-exp per head and query */
-#define L29_RES                 19954401280 /*   33554432: residual stream after attention */
-#define L29_LN2                 19987955712 /*   33554432: mlp norm output */
-#define L29_RSTD2               20021510144 /*       8192: its 1/rms per token */
-#define L29_G                   20021518336 /*  117440512: mlp gate */
-#define L29_U                   20138958848 /*  117440512: mlp up */
-#define L29_H                   20256399360 /*  117440512: mlp activation */
-#define L30_LN1                 20373839872 /*   33554432: attention norm output */
-#define L30_RSTD1               20407394304 /*       8192: its 1/rms per token */
-#define L30_Q                   20407402496 /*   33554432: queries (rotated) */
-#define L30_K                   20440956928 /*    8388608: keys (rotated) */
-#define L30_V                   20449345536 /*    8388608: values */
-#define L30_ATT                 20457734144 /*   33554432: attention output */
-#define L30_LSE                 20491288576 /*     262144: attention log-sum-exp per head and query */
-#define L30_RES                 20491550720 /*   33554432: residual stream after attention */
-#define L30_LN2                 20525105152 /*   33554432: mlp norm output */
-#define L30_RSTD2               20558659584 /*       8192: its 1/rms per token */
-#define L30_G                   20558667776 /*  117440512: mlp gate */
-#define L30_U                   20676108288 /*  117440512: mlp up */
-#define L30_H                   20793548800 /*  117440512: mlp activation */
-#define L31_LN1                 20910989312 /*   33554432: attention norm output */
-#define L31_RSTD1               20944543744 /*       8192: its 1/rms per token */
-#define L31_Q                   20944551936 /*   33554432: queries (rotated) */
-#define L31_K                   20978106368 /*    8388608: keys (rotated) */
-#define L31_V                   20986494976 /*    8388608: values */
-#define L31_ATT                 20994883584 /*   33554432: attention output */
-#define L31_LSE                 21028438016 /*     262144: attention log-sum-exp per head and query */
-#define L31_RES                 21028700160 /*   33554432: residual stream after attention */
-#define L31_LN2                 21062254592 /*   33554432: mlp norm output */
-#define L31_RSTD2               21095809024 /*       8192: its 1/rms per token */
-#define L31_G                   21095817216 /*  117440512: mlp gate */
-#define L31_U                   21213257728 /*  117440512: mlp up */
-#define L31_H                   21330698240 /*  117440512: mlp activation */
-#define WS_Y                    21448138752 /*   33554432: a block's output before the residual add */
-#define WS_Y2                   21481693184 /*   33554432: shared experts' output */
-#define DX_A                    21515247616 /*   33554432: gradient of the residual stream (even layers' output) */
-#define DX_B                    21548802048 /*   33554432: gradient of the residual stream (odd layers' output) */
-#define DLN                     21582356480 /*   33554432: gradient of a norm's output */
-#define DATT                    21615910912 /*   33554432: gradient of the attention output */
-#define DQ                      21649465344 /*   33554432: gradient of the queries */
-#define DK                      21683019776 /*    8388608: gradient of the keys */
-#define DV                      21691408384 /*    8388608: gradient of the values */
-#define DG                      21699796992 /*  117440512: gradient of the mlp gate */
-#define DU                      21817237504 /*  117440512: gradient of the mlp up */
-#define DH                      21934678016 /*  117440512: gradient of the mlp activation */
-#define LNF                     22052118528 /*   33554432: final norm output */
-#define RSTDF                   22085672960 /*       8192: its 1/rms per token */
-#define LSEF                    22085681152 /*       8192: log-sum-exp of each token's logits */
-#define CE                      22085689344 /*   67108864: logits of one vocabulary chunk and their gradient */
+
+/* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
+#define GRAD0                         16384 /*  525340672: an even unit's gradient, dense then experts, then its reduce-scatters' input */
+#define GRAD1                     525357056 /*  525340672: an odd unit's (in flight while the next unit's backward runs) */
+#define RS_OUT0                  1050697728 /*  131335168: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE0                 1182032896 /*  262670336: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT1                  1444703232 /*  131335168: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
+#define RS_OUT2                  1576038400 /*  131335168: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE2                 1707373568 /*  262670336: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT3                  1970043904 /*  131335168: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
+#define L0_RSTD1                 2101379072 /*       8192: its 1/rms per token */
+#define L0_LSE                   2101387264 /*     262144: attention log-sum-exp per head and query */
+#define L0_RSTD2                 2101649408 /*       8192: its 1/rms per token */
+#define L1_RSTD1                 2101657600 /*       8192: its 1/rms per token */
+#define L1_LSE                   2101665792 /*     262144: attention log-sum-exp per head and query */
+#define L1_RSTD2                 2101927936 /*       8192: its 1/rms per token */
+#define L2_RSTD1                 2101936128 /*       8192: its 1/rms per token */
+#define L2_LSE                   2101944320 /*     262144: attention log-sum-exp per head and query */
+#define L2_RSTD2                 2102206464 /*       8192: its 1/rms per token */
+#define L3_RSTD1                 2102214656 /*       8192: its 1/rms per token */
+#define L3_LSE                   2102222848 /*     262144: attention log-sum-exp per head and query */
+#define L3_RSTD2                 2102484992 /*       8192: its 1/rms per token */
+#define L4_RSTD1                 2102493184 /*       8192: its 1/rms per token */
+#define L4_LSE                   2102501376 /*     262144: attention log-sum-exp per head and query */
+#define L4_RSTD2                 2102763520 /*       8192: its 1/rms per token */
+#define L5_RSTD1                 2102771712 /*       8192: its 1/rms per token */
+#define L5_LSE                   2102779904 /*     262144: attention log-sum-exp per head and query */
+#define L5_RSTD2                 2103042048 /*       8192: its 1/rms per token */
+#define L6_RSTD1                 2103050240 /*       8192: its 1/rms per token */
+#define L6_LSE                   2103058432 /*     262144: attention log-sum-exp per head and query */
+#define L6_RSTD2                 2103320576 /*       8192: its 1/rms per token */
+#define L7_RSTD1                 2103328768 /*       8192: its 1/rms per token */
+#define L7_LSE                   2103336960 /*     262144: attention log-sum-exp per head and query */
+#define L7_RSTD2                 2103599104 /*       8192: its 1/rms per token */
+#define L8_RSTD1                 2103607296 /*       8192: its 1/rms per token */
+#define L8_LSE                   2103615488 /*     262144: attention log-sum-exp per head and query */
+#define L8_RSTD2                 2103877632 /*       8192: its 1/rms per token */
+#define L9_RSTD1                 2103885824 /*       8192: its 1/rms per token */
+#define L9_LSE                   2103894016 /*     262144: attention log-sum-exp per head and query */
+#define L9_RSTD2                 2104156160 /*       8192: its 1/rms per token */
+#define L10_RSTD1                2104164352 /*       8192: its 1/rms per token */
+#define L10_LSE                  2104172544 /*     262144: attention log-sum-exp per head and query */
+#define L10_RSTD2                2104434688 /*       8192: its 1/rms per token */
+#define L11_RSTD1                2104442880 /*       8192: its 1/rms per token */
+#define L11_LSE                  2104451072 /*     262144: attention log-sum-exp per head and query */
+#define L11_RSTD2                2104713216 /*       8192: its 1/rms per token */
+#define L12_RSTD1                2104721408 /*       8192: its 1/rms per token */
+#define L12_LSE                  2104729600 /*     262144: attention log-sum-exp per head and query */
+#define L12_RSTD2                2104991744 /*       8192: its 1/rms per token */
+#define L13_RSTD1                2104999936 /*       8192: its 1/rms per token */
+#define L13_LSE                  2105008128 /*     262144: attention log-sum-exp per head and query */
+#define L13_RSTD2                2105270272 /*       8192: its 1/rms per token */
+#define L14_RSTD1                2105278464 /*       8192: its 1/rms per token */
+#define L14_LSE                  2105286656 /*     262144: attention log-sum-exp per head and query */
+#define L14_RSTD2                2105548800 /*       8192: its 1/rms per token */
+#define L15_RSTD1                2105556992 /*       8192: its 1/rms per token */
+#define L15_LSE                  2105565184 /*     262144: attention log-sum-exp per head and query */
+#define L15_RSTD2                2105827328 /*       8192: its 1/rms per token */
+#define L16_RSTD1                2105835520 /*       8192: its 1/rms per token */
+#define L16_LSE                  2105843712 /*     262144: attention log-sum-exp per head and query */
+#define L16_RSTD2                2106105856 /*       8192: its 1/rms per token */
+#define L17_RSTD1                2106114048 /*       8192: its 1/rms per token */
+#define L17_LSE                  2106122240 /*     262144: attention log-sum-exp per head and query */
+#define L17_RSTD2                2106384384 /*       8192: its 1/rms per token */
+#define L18_RSTD1                2106392576 /*       8192: its 1/rms per token */
+#define L18_LSE                  2106400768 /*     262144: attention log-sum-exp per head and query */
+#define L18_RSTD2                2106662912 /*       8192: its 1/rms per token */
+#define L19_RSTD1                2106671104 /*       8192: its 1/rms per token */
+#define L19_LSE                  2106679296 /*     262144: attention log-sum-exp per head and query */
+#define L19_RSTD2                2106941440 /*       8192: its 1/rms per token */
+#define L20_RSTD1                2106949632 /*       8192: its 1/rms per token */
+#define L20_LSE                  2106957824 /*     262144: attention log-sum-exp per head and query */
+#define L20_RSTD2                2107219968 /*       8192: its 1/rms per token */
+#define L21_RSTD1                2107228160 /*       8192: its 1/rms per token */
+#define L21_LSE                  2107236352 /*     262144: attention log-sum-exp per head and query */
+#define L21_RSTD2                2107498496 /*       8192: its 1/rms per token */
+#define L22_RSTD1                2107506688 /*       8192: its 1/rms per token */
+#define L22_LSE                  2107514880 /*     262144: attention log-sum-exp per head and query */
+#define L22_RSTD2                2107777024 /*       8192: its 1/rms per token */
+#define L23_RSTD1                2107785216 /*       8192: its 1/rms per token */
+#define L23_LSE                  2107793408 /*     262144: attention log-sum-exp per head and query */
+#define L23_RSTD2                2108055552 /*       8192: its 1/rms per token */
+#define L24_RSTD1                2108063744 /*       8192: its 1/rms per token */
+#define L24_LSE                  2108071936 /*     262144: attention log-sum-exp per head and query */
+#define L24_RSTD2                2108334080 /*       8192: its 1/rms per token */
+#define L25_RSTD1                2108342272 /*       8192: its 1/rms per token */
+#define L25_LSE                  2108350464 /*     262144: attention log-sum-exp per head and query */
+#define L25_RSTD2                2108612608 /*       8192: its 1/rms per token */
+#define L26_RSTD1                2108620800 /*       8192: its 1/rms per token */
+#define L26_LSE                  2108628992 /*     262144: attention log-sum-exp per head and query */
+#define L26_RSTD2                2108891136 /*       8192: its 1/rms per token */
+#define L27_RSTD1                2108899328 /*       8192: its 1/rms per token */
+#define L27_LSE                  2108907520 /*     262144: attention log-sum-exp per head and query */
+#define L27_RSTD2                2109169664 /*       8192: its 1/rms per token */
+#define L28_RSTD1                2109177856 /*       8192: its 1/rms per token */
+#define L28_LSE                  2109186048 /*     262144: attention log-sum-exp per head and query */
+#define L28_RSTD2                2109448192 /*       8192: its 1/rms per token */
+#define L29_RSTD1                2109456384 /*       8192: its 1/rms per token */
+#define L29_LSE                  2109464576 /*     262144: attention log-sum-exp per head and query */
+#define L29_RSTD2                2109726720 /*       8192: its 1/rms per token */
+#define L30_RSTD1                2109734912 /*       8192: its 1/rms per token */
+#define L30_LSE                  2109743104 /*     262144: attention log-sum-exp per head and query */
+#define L30_RSTD2                2110005248 /*       8192: its 1/rms per token */
+#define L31_RSTD1                2110013440 /*       8192: its 1/rms per token */
+#define L31_LSE                  2110021632 /*     262144: attention log-sum-exp per head and query */
+#define L31_RSTD2                2110283776 /*       8192: its 1/rms per token */
+#define RSTDF                    2110291968 /*       8192: its 1/rms per token */
+#define LSEF                     2110300160 /*       8192: log-sum-exp of each token's logits */
+#define CE                       2110308352 /*   67108864: logits of one vocabulary chunk and their gradient */
+
+/* ---- the activation arena map (elements of act) ---- */
+#define GATHERED0                         0 /*  525340672: units u with u % 2 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1                 525340672 /*  525340672: units u with u % 2 = 1: parameters all-gathered, dense then experts */
+#define X0                       1050681344 /*   33554432: boundary: input of layer 0 (residual stream) */
+#define X1                       1084235776 /*   33554432: boundary: input of layer 1 (residual stream) */
+#define X2                       1117790208 /*   33554432: boundary: input of layer 2 (residual stream) */
+#define X3                       1151344640 /*   33554432: boundary: input of layer 3 (residual stream) */
+#define X4                       1184899072 /*   33554432: boundary: input of layer 4 (residual stream) */
+#define X5                       1218453504 /*   33554432: boundary: input of layer 5 (residual stream) */
+#define X6                       1252007936 /*   33554432: boundary: input of layer 6 (residual stream) */
+#define X7                       1285562368 /*   33554432: boundary: input of layer 7 (residual stream) */
+#define X8                       1319116800 /*   33554432: boundary: input of layer 8 (residual stream) */
+#define X9                       1352671232 /*   33554432: boundary: input of layer 9 (residual stream) */
+#define X10                      1386225664 /*   33554432: boundary: input of layer 10 (residual stream) */
+#define X11                      1419780096 /*   33554432: boundary: input of layer 11 (residual stream) */
+#define X12                      1453334528 /*   33554432: boundary: input of layer 12 (residual stream) */
+#define X13                      1486888960 /*   33554432: boundary: input of layer 13 (residual stream) */
+#define X14                      1520443392 /*   33554432: boundary: input of layer 14 (residual stream) */
+#define X15                      1553997824 /*   33554432: boundary: input of layer 15 (residual stream) */
+#define X16                      1587552256 /*   33554432: boundary: input of layer 16 (residual stream) */
+#define X17                      1621106688 /*   33554432: boundary: input of layer 17 (residual stream) */
+#define X18                      1654661120 /*   33554432: boundary: input of layer 18 (residual stream) */
+#define X19                      1688215552 /*   33554432: boundary: input of layer 19 (residual stream) */
+#define X20                      1721769984 /*   33554432: boundary: input of layer 20 (residual stream) */
+#define X21                      1755324416 /*   33554432: boundary: input of layer 21 (residual stream) */
+#define X22                      1788878848 /*   33554432: boundary: input of layer 22 (residual stream) */
+#define X23                      1822433280 /*   33554432: boundary: input of layer 23 (residual stream) */
+#define X24                      1855987712 /*   33554432: boundary: input of layer 24 (residual stream) */
+#define X25                      1889542144 /*   33554432: boundary: input of layer 25 (residual stream) */
+#define X26                      1923096576 /*   33554432: boundary: input of layer 26 (residual stream) */
+#define X27                      1956651008 /*   33554432: boundary: input of layer 27 (residual stream) */
+#define X28                      1990205440 /*   33554432: boundary: input of layer 28 (residual stream) */
+#define X29                      2023759872 /*   33554432: boundary: input of layer 29 (residual stream) */
+#define X30                      2057314304 /*   33554432: boundary: input of layer 30 (residual stream) */
+#define X31                      2090868736 /*   33554432: boundary: input of layer 31 (residual stream) */
+#define X32                      2124423168 /*   33554432: output of the last layer */
+#define L0_LN1                   2157977600 /*   33554432: attention norm output */
+#define L0_Q                     2191532032 /*   33554432: queries (rotated) */
+#define L0_K                     2225086464 /*    8388608: keys (rotated) */
+#define L0_V                     2233475072 /*    8388608: values */
+#define L0_ATT                   2241863680 /*   33554432: attention output */
+#define L0_RES                   2275418112 /*   33554432: residual stream after attention */
+#define L0_LN2                   2308972544 /*   33554432: mlp norm output */
+#define L0_G                     2342526976 /*  117440512: mlp gate */
+#define L0_U                     2459967488 /*  117440512: mlp up */
+#define L0_H                     2577408000 /*  117440512: mlp activation */
+#define L1_LN1                   2694848512 /*   33554432: attention norm output */
+#define L1_Q                     2728402944 /*   33554432: queries (rotated) */
+#define L1_K                     2761957376 /*    8388608: keys (rotated) */
+#define L1_V                     2770345984 /*    8388608: values */
+#define L1_ATT                   2778734592 /*   33554432: attention output */
+#define L1_RES                   2812289024 /*   33554432: residual stream after attention */
+#define L1_LN2                   2845843456 /*   33554432: mlp norm output */
+#define L1_G                     2879397888 /*  117440512: mlp gate */
+#define L1_U                     2996838400 /*  117440512: mlp up */
+#define L1_H                     3114278912 /*  117440512: mlp activation */
+#define L2_LN1                   3231719424 /*   33554432: attention norm output */
+#define L2_Q                     3265273856 /*   33554432: queries (rotated) */
+#define L2_K                     3298828288 /*    8388608: keys (rotated) */
+#define L2_V                     3307216896 /*    8388608: values */
+#define L2_ATT                   3315605504 /*   33554432: attention output */
+#define L2_RES                   3349159936 /*   33554432: residual stream after attention */
+#define L2_LN2                   3382714368 /*   33554432: mlp norm output */
+#define L2_G                     3416268800 /*  117440512: mlp gate */
+#define L2_U                     3533709312 /*  117440512: mlp up */
+#define L2_H                     3651149824 /*  117440512: mlp activation */
+#define L3_LN1                   3768590336 /*   33554432: attention norm output */
+#define L3_Q                     3802144768 /*   33554432: queries (rotated) */
+#define L3_K                     3835699200 /*    8388608: keys (rotated) */
+#define L3_V                     3844087808 /*    8388608: values */
+#define L3_ATT                   3852476416 /*   33554432: attention output */
+#define L3_RES                   3886030848 /*   33554432: residual stream after attention */
+#define L3_LN2                   3919585280 /*   33554432: mlp norm output */
+#define L3_G                     3953139712 /*  117440512: mlp gate */
+#define L3_U                     4070580224 /*  117440512: mlp up */
+#define L3_H                     4188020736 /*  117440512: mlp activation */
+#define L4_LN1                   4305461248 /*   33554432: attention norm output */
+#define L4_Q                     4339015680 /*   33554432: queries (rotated) */
+#define L4_K                     4372570112 /*    8388608: keys (rotated) */
+#define L4_V                     4380958720 /*    8388608: values */
+#define L4_ATT                   4389347328 /*   33554432: attention output */
+#define L4_RES                   4422901760 /*   33554432: residual stream after attention */
+#define L4_LN2                   4456456192 /*   33554432: mlp norm output */
+#define L4_G                     4490010624 /*  117440512: mlp gate */
+#define L4_U                     4607451136 /*  117440512: mlp up */
+#define L4_H                     4724891648 /*  117440512: mlp activation */
+#define L5_LN1                   4842332160 /*   33554432: attention norm output */
+#define L5_Q                     4875886592 /*   33554432: queries (rotated) */
+#define L5_K                     4909441024 /*    8388608: keys (rotated) */
+#define L5_V                     4917829632 /*    8388608: values */
+#define L5_ATT                   4926218240 /*   33554432: attention output */
+#define L5_RES                   4959772672 /*   33554432: residual stream after attention */
+#define L5_LN2                   4993327104 /*   33554432: mlp norm output */
+#define L5_G                     5026881536 /*  117440512: mlp gate */
+#define L5_U                     5144322048 /*  117440512: mlp up */
+#define L5_H                     5261762560 /*  117440512: mlp activation */
+#define L6_LN1                   5379203072 /*   33554432: attention norm output */
+#define L6_Q                     5412757504 /*   33554432: queries (rotated) */
+#define L6_K                     5446311936 /*    8388608: keys (rotated) */
+#define L6_V                     5454700544 /*    8388608: values */
+#define L6_ATT                   5463089152 /*   33554432: attention output */
+#define L6_RES                   5496643584 /*   33554432: residual stream after attention */
+#define L6_LN2                   5530198016 /*   33554432: mlp norm output */
+#define L6_G                     5563752448 /*  117440512: mlp gate */
+#define L6_U                     5681192960 /*  117440512: mlp up */
+#define L6_H                     5798633472 /*  117440512: mlp activation */
+#define L7_LN1                   5916073984 /*   33554432: attention norm output */
+#define L7_Q                     5949628416 /*   33554432: queries (rotated) */
+#define L7_K                     5983182848 /*    8388608: keys (rotated) */
+#define L7_V                     5991571456 /*    8388608: values */
+#define L7_ATT                   5999960064 /*   33554432: attention output */
+#define L7_RES                   6033514496 /*   33554432: residual stream after attention */
+#define L7_LN2                   6067068928 /*   33554432: mlp norm output */
+#define L7_G                     6100623360 /*  117440512: mlp gate */
+#define L7_U                     6218063872 /*  117440512: mlp up */
+#define L7_H                     6335504384 /*  117440512: mlp activation */
+#define L8_LN1                   6452944896 /*   33554432: attention norm output */
+#define L8_Q                     6486499328 /*   33554432: queries (rotated) */
+#define L8_K                     6520053760 /*    8388608: keys (rotated) */
+#define L8_V                     6528442368 /*    8388608: values */
+#define L8_ATT                   6536830976 /*   33554432: attention output */
+#define L8_RES                   6570385408 /*   33554432: residual stream after attention */
+#define L8_LN2                   6603939840 /*   33554432: mlp norm output */
+#define L8_G                     6637494272 /*  117440512: mlp gate */
+#define L8_U                     6754934784 /*  117440512: mlp up */
+#define L8_H                     6872375296 /*  117440512: mlp activation */
+#define L9_LN1                   6989815808 /*   33554432: attention norm output */
+#define L9_Q                     7023370240 /*   33554432: queries (rotated) */
+#define L9_K                     7056924672 /*    8388608: keys (rotated) */
+#define L9_V                     7065313280 /*    8388608: values */
+#define L9_ATT                   7073701888 /*   33554432: attention output */
+#define L9_RES                   7107256320 /*   33554432: residual stream after attention */
+#define L9_LN2                   7140810752 /*   33554432: mlp norm output */
+#define L9_G                     7174365184 /*  117440512: mlp gate */
+#define L9_U                     7291805696 /*  117440512: mlp up */
+#define L9_H                     7409246208 /*  117440512: mlp activation */
+#define L10_LN1                  7526686720 /*   33554432: attention norm output */
+#define L10_Q                    7560241152 /*   33554432: queries (rotated) */
+#define L10_K                    7593795584 /*    8388608: keys (rotated) */
+#define L10_V                    7602184192 /*    8388608: values */
+#define L10_ATT                  7610572800 /*   33554432: attention output */
+#define L10_RES                  7644127232 /*   33554432: residual stream after attention */
+#define L10_LN2                  7677681664 /*   33554432: mlp norm output */
+#define L10_G                    7711236096 /*  117440512: mlp gate */
+#define L10_U                    7828676608 /*  117440512: mlp up */
+#define L10_H                    7946117120 /*  117440512: mlp activation */
+#define L11_LN1                  8063557632 /*   33554432: attention norm output */
+#define L11_Q                    8097112064 /*   33554432: queries (rotated) */
+#define L11_K                    8130666496 /*    8388608: keys (rotated) */
+#define L11_V                    8139055104 /*    8388608: values */
+#define L11_ATT                  8147443712 /*   33554432: attention output */
+#define L11_RES                  8180998144 /*   33554432: residual stream after attention */
+#define L11_LN2                  8214552576 /*   33554432: mlp norm output */
+#define L11_G                    8248107008 /*  117440512: mlp gate */
+#define L11_U                    8365547520 /*  117440512: mlp up */
+#define L11_H                    8482988032 /*  117440512: mlp activation */
+#define L12_LN1                  8600428544 /*   33554432: attention norm output */
+#define L12_Q                    8633982976 /*   33554432: queries (rotated) */
+#define L12_K                    8667537408 /*    8388608: keys (rotated) */
+#define L12_V                    8675926016 /*    8388608: values */
+#define L12_ATT                  8684314624 /*   33554432: attention output */
+#define L12_RES                  8717869056 /*   33554432: residual stream after attention */
+#define L12_LN2                  8751423488 /*   33554432: mlp norm output */
+#define L12_G                    8784977920 /*  117440512: mlp gate */
+#define L12_U                    8902418432 /*  117440512: mlp up */
+#define L12_H                    9019858944 /*  117440512: mlp activation */
+#define L13_LN1                  9137299456 /*   33554432: attention norm output */
+#define L13_Q                    9170853888 /*   33554432: queries (rotated) */
+#define L13_K                    9204408320 /*    8388608: keys (rotated) */
+#define L13_V                    9212796928 /*    8388608: values */
+#define L13_ATT                  9221185536 /*   33554432: attention output */
+#define L13_RES                  9254739968 /*   33554432: residual stream after attention */
+#define L13_LN2                  9288294400 /*   33554432: mlp norm output */
+#define L13_G                    9321848832 /*  117440512: mlp gate */
+#define L13_U                    9439289344 /*  117440512: mlp up */
+#define L13_H                    9556729856 /*  117440512: mlp activation */
+#define L14_LN1                  9674170368 /*   33554432: attention norm output */
+#define L14_Q                    9707724800 /*   33554432: queries (rotated) */
+#define L14_K                    9741279232 /*    8388608: keys (rotated) */
+#define L14_V                    9749667840 /*    8388608: values */
+#define L14_ATT                  9758056448 /*   33554432: attention output */
+#define L14_RES                  9791610880 /*   33554432: residual stream after attention */
+#define L14_LN2                  9825165312 /*   33554432: mlp norm output */
+#define L14_G                    9858719744 /*  117440512: mlp gate */
+#define L14_U                    9976160256 /*  117440512: mlp up */
+#define L14_H                   10093600768 /*  117440512: mlp activation */
+#define L15_LN1                 10211041280 /*   33554432: attention norm output */
+#define L15_Q                   10244595712 /*   33554432: queries (rotated) */
+#define L15_K                   10278150144 /*    8388608: keys (rotated) */
+#define L15_V                   10286538752 /*    8388608: values */
+#define L15_ATT                 10294927360 /*   33554432: attention output */
+#define L15_RES                 10328481792 /*   33554432: residual stream after attention */
+#define L15_LN2                 10362036224 /*   33554432: mlp norm output */
+#define L15_G                   10395590656 /*  117440512: mlp gate */
+#define L15_U                   10513031168 /*  117440512: mlp up */
+#define L15_H                   10630471680 /*  117440512: mlp activation */
+#define L16_LN1                 10747912192 /*   33554432: attention norm output */
+#define L16_Q                   10781466624 /*   33554432: queries (rotated) */
+#define L16_K                   10815021056 /*    8388608: keys (rotated) */
+#define L16_V                   10823409664 /*    8388608: values */
+#define L16_ATT                 10831798272 /*   33554432: attention output */
+#define L16_RES                 10865352704 /*   33554432: residual stream after attention */
+#define L16_LN2                 10898907136 /*   33554432: mlp norm output */
+#define L16_G                   10932461568 /*  117440512: mlp gate */
+#define L16_U                   11049902080 /*  117440512: mlp up */
+#define L16_H                   11167342592 /*  117440512: mlp activation */
+#define L17_LN1                 11284783104 /*   33554432: attention norm output */
+#define L17_Q                   11318337536 /*   33554432: queries (rotated) */
+#define L17_K                   11351891968 /*    8388608: keys (rotated) */
+#define L17_V                   11360280576 /*    8388608: values */
+#define L17_ATT                 11368669184 /*   33554432: attention output */
+#define L17_RES                 11402223616 /*   33554432: residual stream after attention */
+#define L17_LN2                 11435778048 /*   33554432: mlp norm output */
+#define L17_G                   11469332480 /*  117440512: mlp gate */
+#define L17_U                   11586772992 /*  117440512: mlp up */
+#define L17_H                   11704213504 /*  117440512: mlp activation */
+#define L18_LN1                 11821654016 /*   33554432: attention norm output */
+#define L18_Q                   11855208448 /*   33554432: queries (rotated) */
+#define L18_K                   11888762880 /*    8388608: keys (rotated) */
+#define L18_V                   11897151488 /*    8388608: values */
+#define L18_ATT                 11905540096 /*   33554432: attention output */
+#define L18_RES                 11939094528 /*   33554432: residual stream after attention */
+#define L18_LN2                 11972648960 /*   33554432: mlp norm output */
+#define L18_G                   12006203392 /*  117440512: mlp gate */
+#define L18_U                   12123643904 /*  117440512: mlp up */
+#define L18_H                   12241084416 /*  117440512: mlp activation */
+#define L19_LN1                 12358524928 /*   33554432: attention norm output */
+#define L19_Q                   12392079360 /*   33554432: queries (rotated) */
+#define L19_K                   12425633792 /*    8388608: keys (rotated) */
+#define L19_V                   12434022400 /*    8388608: values */
+#define L19_ATT                 12442411008 /*   33554432: attention output */
+#define L19_RES                 12475965440 /*   33554432: residual stream after attention */
+#define L19_LN2                 12509519872 /*   33554432: mlp norm output */
+#define L19_G                   12543074304 /*  117440512: mlp gate */
+#define L19_U                   12660514816 /*  117440512: mlp up */
+#define L19_H                   12777955328 /*  117440512: mlp activation */
+#define L20_LN1                 12895395840 /*   33554432: attention norm output */
+#define L20_Q                   12928950272 /*   33554432: queries (rotated) */
+#define L20_K                   12962504704 /*    8388608: keys (rotated) */
+#define L20_V                   12970893312 /*    8388608: values */
+#define L20_ATT                 12979281920 /*   33554432: attention output */
+#define L20_RES                 13012836352 /*   33554432: residual stream after attention */
+#define L20_LN2                 13046390784 /*   33554432: mlp norm output */
+#define L20_G                   13079945216 /*  117440512: mlp gate */
+#define L20_U                   13197385728 /*  117440512: mlp up */
+#define L20_H                   13314826240 /*  117440512: mlp activation */
+#define L21_LN1                 13432266752 /*   33554432: attention norm output */
+#define L21_Q                   13465821184 /*   33554432: queries (rotated) */
+#define L21_K                   13499375616 /*    8388608: keys (rotated) */
+#define L21_V                   13507764224 /*    8388608: values */
+#define L21_ATT                 13516152832 /*   33554432: attention output */
+#define L21_RES                 13549707264 /*   33554432: residual stream after attention */
+#define L21_LN2                 13583261696 /*   33554432: mlp norm output */
+#define L21_G                   13616816128 /*  117440512: mlp gate */
+#define L21_U                   13734256640 /*  117440512: mlp up */
+#define L21_H                   13851697152 /*  117440512: mlp activation */
+#define L22_LN1                 13969137664 /*   33554432: attention norm output */
+#define L22_Q                   14002692096 /*   33554432: queries (rotated) */
+#define L22_K                   14036246528 /*    8388608: keys (rotated) */
+#define L22_V                   14044635136 /*    8388608: values */
+#define L22_ATT                 14053023744 /*   33554432: attention output */
+#define L22_RES                 14086578176 /*   33554432: residual stream after attention */
+#define L22_LN2                 14120132608 /*   33554432: mlp norm output */
+#define L22_G                   14153687040 /*  117440512: mlp gate */
+#define L22_U                   14271127552 /*  117440512: mlp up */
+#define L22_H                   14388568064 /*  117440512: mlp activation */
+#define L23_LN1                 14506008576 /*   33554432: attention norm output */
+#define L23_Q                   14539563008 /*   33554432: queries (rotated) */
+#define L23_K                   14573117440 /*    8388608: keys (rotated) */
+#define L23_V                   14581506048 /*    8388608: values */
+#define L23_ATT                 14589894656 /*   33554432: attention output */
+#define L23_RES                 14623449088 /*   33554432: residual stream after attention */
+#define L23_LN2                 14657003520 /*   33554432: mlp norm output */
+#define L23_G                   14690557952 /*  117440512: mlp gate */
+#define L23_U                   14807998464 /*  117440512: mlp up */
+#define L23_H                   14925438976 /*  117440512: mlp activation */
+#define L24_LN1                 15042879488 /*   33554432: attention norm output */
+#define L24_Q                   15076433920 /*   33554432: queries (rotated) */
+#define L24_K                   15109988352 /*    8388608: keys (rotated) */
+#define L24_V                   15118376960 /*    8388608: values */
+#define L24_ATT                 15126765568 /*   33554432: attention output */
+#define L24_RES                 15160320000 /*   33554432: residual stream after attention */
+#define L24_LN2                 15193874432 /*   33554432: mlp norm output */
+#define L24_G                   15227428864 /*  117440512: mlp gate */
+#define L24_U                   15344869376 /*  117440512: mlp up */
+#define L24_H                   15462309888 /*  117440512: mlp activation */
+#define L25_LN1                 15579750400 /*   33554432: attention norm output */
+#define L25_Q                   15613304832 /*   33554432: queries (rotated) */
+#define L25_K                   15646859264 /*    8388608: keys (rotated) */
+#define L25_V                   15655247872 /*    8388608: values */
+#define L25_ATT                 15663636480 /*   33554432: attention output */
+#define L25_RES                 15697190912 /*   33554432: residual stream after attention */
+#define L25_LN2                 15730745344 /*   33554432: mlp norm output */
+#define L25_G                   15764299776 /*  117440512: mlp gate */
+#define L25_U                   15881740288 /*  117440512: mlp up */
+#define L25_H                   15999180800 /*  117440512: mlp activation */
+#define L26_LN1                 16116621312 /*   33554432: attention norm output */
+#define L26_Q                   16150175744 /*   33554432: queries (rotated) */
+#define L26_K                   16183730176 /*    8388608: keys (rotated) */
+#define L26_V                   16192118784 /*    8388608: values */
+#define L26_ATT                 16200507392 /*   33554432: attention output */
+#define L26_RES                 16234061824 /*   33554432: residual stream after attention */
+#define L26_LN2                 16267616256 /*   33554432: mlp norm output */
+#define L26_G                   16301170688 /*  117440512: mlp gate */
+#define L26_U                   16418611200 /*  117440512: mlp up */
+#define L26_H                   16536051712 /*  117440512: mlp activation */
+#define L27_LN1                 16653492224 /*   33554432: attention norm output */
+#define L27_Q                   16687046656 /*   33554432: queries (rotated) */
+#define L27_K                   16720601088 /*    8388608: keys (rotated) */
+#define L27_V                   16728989696 /*    8388608: values */
+#define L27_ATT                 16737378304 /*   33554432: attention output */
+#define L27_RES                 16770932736 /*   33554432: residual stream after attention */
+#define L27_LN2                 16804487168 /*   33554432: mlp norm output */
+#define L27_G                   16838041600 /*  117440512: mlp gate */
+#define L27_U                   16955482112 /*  117440512: mlp up */
+#define L27_H                   17072922624 /*  117440512: mlp activation */
+#define L28_LN1                 17190363136 /*   33554432: attention norm output */
+#define L28_Q                   17223917568 /*   33554432: queries (rotated) */
+#define L28_K                   17257472000 /*    8388608: keys (rotated) */
+#define L28_V                   17265860608 /*    8388608: values */
+#define L28_ATT                 17274249216 /*   33554432: attention output */
+#define L28_RES                 17307803648 /*   33554432: residual stream after attention */
+#define L28_LN2                 17341358080 /*   33554432: mlp norm output */
+#define L28_G                   17374912512 /*  117440512: mlp gate */
+#define L28_U                   17492353024 /*  117440512: mlp up */
+#define L28_H                   17609793536 /*  117440512: mlp activation */
+#define L29_LN1                 17727234048 /*   33554432: attention norm output */
+#define L29_Q                   17760788480 /*   33554432: queries (rotated) */
+#define L29_K                   17794342912 /*    8388608: keys (rotated) */
+#define L29_V                   17802731520 /*    8388608: values */
+#define L29_ATT                 17811120128 /*   33554432: attention output */
+#define L29_RES                 17844674560 /*   33554432: residual stream after attention */
+#define L29_LN2                 17878228992 /*   33554432: mlp norm output */
+#define L29_G                   17911783424 /*  117440512: mlp gate */
+#define L29_U                   18029223936 /*  117440512: mlp up */
+#define L29_H                   18146664448 /*  117440512: mlp activation */
+#define L30_LN1                 18264104960 /*   33554432: attention norm output */
+#define L30_Q                   18297659392 /*   33554432: queries (rotated) */
+#define L30_K                   18331213824 /*    8388608: keys (rotated) */
+#define L30_V                   18339602432 /*    8388608: values */
+#define L30_ATT                 18347991040 /*   33554432: attention output */
+#define L30_RES                 18381545472 /*   33554432: residual stream after attention */
+#define L30_LN2                 18415099904 /*   33554432: mlp norm output */
+#define L30_G                   18448654336 /*  117440512: mlp gate */
+#define L30_U                   18566094848 /*  117440512: mlp up */
+#define L30_H                   18683535360 /*  117440512: mlp activation */
+#define L31_LN1                 18800975872 /*   33554432: attention norm output */
+#define L31_Q                   18834530304 /*   33554432: queries (rotated) */
+#define L31_K                   18868084736 /*    8388608: keys (rotated) */
+#define L31_V                   18876473344 /*    8388608: values */
+#define L31_ATT                 18884861952 /*   33554432: attention output */
+#define L31_RES                 18918416384 /*   33554432: residual stream after attention */
+#define L31_LN2                 18951970816 /*   33554432: mlp norm output */
+#define L31_G                   18985525248 /*  117440512: mlp gate */
+#define L31_U                   19102965760 /*  117440512: mlp up */
+#define L31_H                   19220406272 /*  117440512: mlp activation */
+#define WS_Y                    19337846784 /*   33554432: a block's output before the residual add */
+#define WS_Y2                   19371401216 /*   33554432: shared experts' output */
+#define DX_A                    19404955648 /*   33554432: gradient of the residual stream (even layers' output) */
+#define DX_B                    19438510080 /*   33554432: gradient of the residual stream (odd layers' output) */
+#define DLN                     19472064512 /*   33554432: gradient of a norm's output */
+#define DATT                    19505618944 /*   33554432: gradient of the attention output */
+#define DQ                      19539173376 /*   33554432: gradient of the queries */
+#define DK                      19572727808 /*    8388608: gradient of the keys */
+#define DV                      19581116416 /*    8388608: gradient of the values */
+#define DG                      19589505024 /*  117440512: gradient of the mlp gate */
+#define DU                      19706945536 /*  117440512: gradient of the mlp up */
+#define DH                      19824386048 /*  117440512: gradient of the mlp activation */
+#define LNF                     19941826560 /*   33554432: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (4 ranks) or, for experts, over the
  * 4 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
@@ -976,1600 +980,1600 @@ const RtTensor step_tensors[N_TENSORS] = {
  * checkpointing: recompute is always false). */
 static void layer0_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L0_LN1), R(L0_RSTD1), R(X0), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L0_Q), R(L0_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L0_K), R(L0_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L0_V), R(L0_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L0_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L0_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L0_ATT), R(L0_LSE), R(L0_Q), R(L0_K), R(L0_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L0_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L0_RES), R(X0), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L0_LN2), R(L0_RSTD2), R(L0_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L0_U), R(L0_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L0_G), R(L0_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L0_H), R(L0_G), R(L0_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L0_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X1), R(L0_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L0_LN1), R(L0_RSTD1), A(X0), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L0_Q), A(L0_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L0_K), A(L0_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L0_V), A(L0_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L0_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L0_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L0_ATT), R(L0_LSE), A(L0_Q), A(L0_K), A(L0_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L0_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L0_RES), A(X0), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L0_LN2), R(L0_RSTD2), A(L0_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L0_U), A(L0_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L0_G), A(L0_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L0_H), A(L0_G), A(L0_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L0_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X1), A(L0_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 1 (dense), forward: X1 -> X2; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer1_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L1_LN1), R(L1_RSTD1), R(X1), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L1_Q), R(L1_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L1_K), R(L1_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L1_V), R(L1_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L1_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L1_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L1_ATT), R(L1_LSE), R(L1_Q), R(L1_K), R(L1_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L1_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L1_RES), R(X1), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L1_LN2), R(L1_RSTD2), R(L1_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L1_U), R(L1_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L1_G), R(L1_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L1_H), R(L1_G), R(L1_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L1_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X2), R(L1_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L1_LN1), R(L1_RSTD1), A(X1), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L1_Q), A(L1_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L1_K), A(L1_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L1_V), A(L1_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L1_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L1_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L1_ATT), R(L1_LSE), A(L1_Q), A(L1_K), A(L1_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L1_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L1_RES), A(X1), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L1_LN2), R(L1_RSTD2), A(L1_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L1_U), A(L1_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L1_G), A(L1_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L1_H), A(L1_G), A(L1_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L1_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X2), A(L1_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 2 (dense), forward: X2 -> X3; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer2_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L2_LN1), R(L2_RSTD1), R(X2), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L2_Q), R(L2_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L2_K), R(L2_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L2_V), R(L2_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L2_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L2_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L2_ATT), R(L2_LSE), R(L2_Q), R(L2_K), R(L2_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L2_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L2_RES), R(X2), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L2_LN2), R(L2_RSTD2), R(L2_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L2_U), R(L2_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L2_G), R(L2_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L2_H), R(L2_G), R(L2_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L2_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X3), R(L2_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L2_LN1), R(L2_RSTD1), A(X2), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L2_Q), A(L2_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L2_K), A(L2_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L2_V), A(L2_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L2_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L2_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L2_ATT), R(L2_LSE), A(L2_Q), A(L2_K), A(L2_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L2_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L2_RES), A(X2), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L2_LN2), R(L2_RSTD2), A(L2_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L2_U), A(L2_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L2_G), A(L2_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L2_H), A(L2_G), A(L2_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L2_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X3), A(L2_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 3 (dense), forward: X3 -> X4; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer3_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L3_LN1), R(L3_RSTD1), R(X3), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L3_Q), R(L3_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L3_K), R(L3_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L3_V), R(L3_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L3_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L3_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L3_ATT), R(L3_LSE), R(L3_Q), R(L3_K), R(L3_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L3_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L3_RES), R(X3), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L3_LN2), R(L3_RSTD2), R(L3_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L3_U), R(L3_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L3_G), R(L3_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L3_H), R(L3_G), R(L3_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L3_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X4), R(L3_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L3_LN1), R(L3_RSTD1), A(X3), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L3_Q), A(L3_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L3_K), A(L3_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L3_V), A(L3_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L3_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L3_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L3_ATT), R(L3_LSE), A(L3_Q), A(L3_K), A(L3_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L3_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L3_RES), A(X3), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L3_LN2), R(L3_RSTD2), A(L3_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L3_U), A(L3_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L3_G), A(L3_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L3_H), A(L3_G), A(L3_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L3_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X4), A(L3_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 4 (dense), forward: X4 -> X5; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer4_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L4_LN1), R(L4_RSTD1), R(X4), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L4_Q), R(L4_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L4_K), R(L4_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L4_V), R(L4_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L4_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L4_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L4_ATT), R(L4_LSE), R(L4_Q), R(L4_K), R(L4_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L4_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L4_RES), R(X4), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L4_LN2), R(L4_RSTD2), R(L4_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L4_U), R(L4_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L4_G), R(L4_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L4_H), R(L4_G), R(L4_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L4_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X5), R(L4_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L4_LN1), R(L4_RSTD1), A(X4), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L4_Q), A(L4_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L4_K), A(L4_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L4_V), A(L4_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L4_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L4_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L4_ATT), R(L4_LSE), A(L4_Q), A(L4_K), A(L4_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L4_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L4_RES), A(X4), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L4_LN2), R(L4_RSTD2), A(L4_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L4_U), A(L4_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L4_G), A(L4_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L4_H), A(L4_G), A(L4_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L4_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X5), A(L4_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 5 (dense), forward: X5 -> X6; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer5_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L5_LN1), R(L5_RSTD1), R(X5), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L5_Q), R(L5_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L5_K), R(L5_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L5_V), R(L5_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L5_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L5_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L5_ATT), R(L5_LSE), R(L5_Q), R(L5_K), R(L5_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L5_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L5_RES), R(X5), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L5_LN2), R(L5_RSTD2), R(L5_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L5_U), R(L5_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L5_G), R(L5_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L5_H), R(L5_G), R(L5_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L5_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X6), R(L5_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L5_LN1), R(L5_RSTD1), A(X5), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L5_Q), A(L5_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L5_K), A(L5_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L5_V), A(L5_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L5_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L5_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L5_ATT), R(L5_LSE), A(L5_Q), A(L5_K), A(L5_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L5_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L5_RES), A(X5), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L5_LN2), R(L5_RSTD2), A(L5_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L5_U), A(L5_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L5_G), A(L5_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L5_H), A(L5_G), A(L5_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L5_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X6), A(L5_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 6 (dense), forward: X6 -> X7; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer6_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L6_LN1), R(L6_RSTD1), R(X6), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L6_Q), R(L6_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L6_K), R(L6_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L6_V), R(L6_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L6_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L6_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L6_ATT), R(L6_LSE), R(L6_Q), R(L6_K), R(L6_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L6_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L6_RES), R(X6), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L6_LN2), R(L6_RSTD2), R(L6_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L6_U), R(L6_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L6_G), R(L6_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L6_H), R(L6_G), R(L6_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L6_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X7), R(L6_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L6_LN1), R(L6_RSTD1), A(X6), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L6_Q), A(L6_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L6_K), A(L6_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L6_V), A(L6_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L6_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L6_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L6_ATT), R(L6_LSE), A(L6_Q), A(L6_K), A(L6_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L6_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L6_RES), A(X6), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L6_LN2), R(L6_RSTD2), A(L6_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L6_U), A(L6_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L6_G), A(L6_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L6_H), A(L6_G), A(L6_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L6_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X7), A(L6_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 7 (dense), forward: X7 -> X8; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer7_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L7_LN1), R(L7_RSTD1), R(X7), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L7_Q), R(L7_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L7_K), R(L7_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L7_V), R(L7_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L7_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L7_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L7_ATT), R(L7_LSE), R(L7_Q), R(L7_K), R(L7_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L7_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L7_RES), R(X7), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L7_LN2), R(L7_RSTD2), R(L7_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L7_U), R(L7_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L7_G), R(L7_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L7_H), R(L7_G), R(L7_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L7_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X8), R(L7_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L7_LN1), R(L7_RSTD1), A(X7), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L7_Q), A(L7_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L7_K), A(L7_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L7_V), A(L7_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L7_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L7_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L7_ATT), R(L7_LSE), A(L7_Q), A(L7_K), A(L7_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L7_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L7_RES), A(X7), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L7_LN2), R(L7_RSTD2), A(L7_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L7_U), A(L7_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L7_G), A(L7_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L7_H), A(L7_G), A(L7_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L7_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X8), A(L7_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 8 (dense), forward: X8 -> X9; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer8_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L8_LN1), R(L8_RSTD1), R(X8), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L8_Q), R(L8_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L8_K), R(L8_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L8_V), R(L8_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L8_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L8_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L8_ATT), R(L8_LSE), R(L8_Q), R(L8_K), R(L8_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L8_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L8_RES), R(X8), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L8_LN2), R(L8_RSTD2), R(L8_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L8_U), R(L8_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L8_G), R(L8_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L8_H), R(L8_G), R(L8_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L8_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X9), R(L8_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L8_LN1), R(L8_RSTD1), A(X8), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L8_Q), A(L8_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L8_K), A(L8_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L8_V), A(L8_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L8_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L8_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L8_ATT), R(L8_LSE), A(L8_Q), A(L8_K), A(L8_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L8_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L8_RES), A(X8), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L8_LN2), R(L8_RSTD2), A(L8_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L8_U), A(L8_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L8_G), A(L8_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L8_H), A(L8_G), A(L8_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L8_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X9), A(L8_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 9 (dense), forward: X9 -> X10; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer9_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L9_LN1), R(L9_RSTD1), R(X9), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L9_Q), R(L9_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L9_K), R(L9_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L9_V), R(L9_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L9_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L9_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L9_ATT), R(L9_LSE), R(L9_Q), R(L9_K), R(L9_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L9_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L9_RES), R(X9), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L9_LN2), R(L9_RSTD2), R(L9_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L9_U), R(L9_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L9_G), R(L9_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L9_H), R(L9_G), R(L9_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L9_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X10), R(L9_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L9_LN1), R(L9_RSTD1), A(X9), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L9_Q), A(L9_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L9_K), A(L9_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L9_V), A(L9_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L9_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L9_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L9_ATT), R(L9_LSE), A(L9_Q), A(L9_K), A(L9_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L9_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L9_RES), A(X9), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L9_LN2), R(L9_RSTD2), A(L9_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L9_U), A(L9_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L9_G), A(L9_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L9_H), A(L9_G), A(L9_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L9_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X10), A(L9_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 10 (dense), forward: X10 -> X11; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer10_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L10_LN1), R(L10_RSTD1), R(X10), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L10_Q), R(L10_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L10_K), R(L10_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L10_V), R(L10_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L10_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L10_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L10_ATT), R(L10_LSE), R(L10_Q), R(L10_K), R(L10_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L10_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L10_RES), R(X10), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L10_LN2), R(L10_RSTD2), R(L10_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L10_U), R(L10_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L10_G), R(L10_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L10_H), R(L10_G), R(L10_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L10_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X11), R(L10_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L10_LN1), R(L10_RSTD1), A(X10), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L10_Q), A(L10_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L10_K), A(L10_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L10_V), A(L10_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L10_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L10_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L10_ATT), R(L10_LSE), A(L10_Q), A(L10_K), A(L10_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L10_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L10_RES), A(X10), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L10_LN2), R(L10_RSTD2), A(L10_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L10_U), A(L10_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L10_G), A(L10_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L10_H), A(L10_G), A(L10_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L10_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X11), A(L10_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 11 (dense), forward: X11 -> X12; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer11_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L11_LN1), R(L11_RSTD1), R(X11), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L11_Q), R(L11_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L11_K), R(L11_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L11_V), R(L11_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L11_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L11_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L11_ATT), R(L11_LSE), R(L11_Q), R(L11_K), R(L11_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L11_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L11_RES), R(X11), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L11_LN2), R(L11_RSTD2), R(L11_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L11_U), R(L11_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L11_G), R(L11_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L11_H), R(L11_G), R(L11_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L11_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X12), R(L11_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L11_LN1), R(L11_RSTD1), A(X11), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L11_Q), A(L11_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L11_K), A(L11_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L11_V), A(L11_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L11_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L11_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L11_ATT), R(L11_LSE), A(L11_Q), A(L11_K), A(L11_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L11_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L11_RES), A(X11), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L11_LN2), R(L11_RSTD2), A(L11_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L11_U), A(L11_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L11_G), A(L11_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L11_H), A(L11_G), A(L11_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L11_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X12), A(L11_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 12 (dense), forward: X12 -> X13; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer12_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L12_LN1), R(L12_RSTD1), R(X12), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L12_Q), R(L12_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L12_K), R(L12_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L12_V), R(L12_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L12_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L12_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L12_ATT), R(L12_LSE), R(L12_Q), R(L12_K), R(L12_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L12_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L12_RES), R(X12), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L12_LN2), R(L12_RSTD2), R(L12_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L12_U), R(L12_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L12_G), R(L12_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L12_H), R(L12_G), R(L12_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L12_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X13), R(L12_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L12_LN1), R(L12_RSTD1), A(X12), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L12_Q), A(L12_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L12_K), A(L12_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L12_V), A(L12_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L12_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L12_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L12_ATT), R(L12_LSE), A(L12_Q), A(L12_K), A(L12_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L12_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L12_RES), A(X12), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L12_LN2), R(L12_RSTD2), A(L12_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L12_U), A(L12_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L12_G), A(L12_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L12_H), A(L12_G), A(L12_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L12_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X13), A(L12_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 13 (dense), forward: X13 -> X14; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer13_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L13_LN1), R(L13_RSTD1), R(X13), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L13_Q), R(L13_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L13_K), R(L13_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L13_V), R(L13_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L13_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L13_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L13_ATT), R(L13_LSE), R(L13_Q), R(L13_K), R(L13_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L13_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L13_RES), R(X13), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L13_LN2), R(L13_RSTD2), R(L13_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L13_U), R(L13_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L13_G), R(L13_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L13_H), R(L13_G), R(L13_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L13_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X14), R(L13_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L13_LN1), R(L13_RSTD1), A(X13), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L13_Q), A(L13_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L13_K), A(L13_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L13_V), A(L13_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L13_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L13_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L13_ATT), R(L13_LSE), A(L13_Q), A(L13_K), A(L13_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L13_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L13_RES), A(X13), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L13_LN2), R(L13_RSTD2), A(L13_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L13_U), A(L13_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L13_G), A(L13_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L13_H), A(L13_G), A(L13_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L13_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X14), A(L13_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 14 (dense), forward: X14 -> X15; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer14_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L14_LN1), R(L14_RSTD1), R(X14), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L14_Q), R(L14_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L14_K), R(L14_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L14_V), R(L14_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L14_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L14_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L14_ATT), R(L14_LSE), R(L14_Q), R(L14_K), R(L14_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L14_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L14_RES), R(X14), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L14_LN2), R(L14_RSTD2), R(L14_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L14_U), R(L14_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L14_G), R(L14_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L14_H), R(L14_G), R(L14_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L14_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X15), R(L14_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L14_LN1), R(L14_RSTD1), A(X14), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L14_Q), A(L14_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L14_K), A(L14_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L14_V), A(L14_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L14_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L14_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L14_ATT), R(L14_LSE), A(L14_Q), A(L14_K), A(L14_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L14_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L14_RES), A(X14), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L14_LN2), R(L14_RSTD2), A(L14_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L14_U), A(L14_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L14_G), A(L14_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L14_H), A(L14_G), A(L14_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L14_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X15), A(L14_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 15 (dense), forward: X15 -> X16; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer15_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L15_LN1), R(L15_RSTD1), R(X15), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L15_Q), R(L15_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L15_K), R(L15_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L15_V), R(L15_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L15_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L15_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L15_ATT), R(L15_LSE), R(L15_Q), R(L15_K), R(L15_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L15_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L15_RES), R(X15), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L15_LN2), R(L15_RSTD2), R(L15_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L15_U), R(L15_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L15_G), R(L15_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L15_H), R(L15_G), R(L15_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L15_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X16), R(L15_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L15_LN1), R(L15_RSTD1), A(X15), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L15_Q), A(L15_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L15_K), A(L15_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L15_V), A(L15_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L15_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L15_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L15_ATT), R(L15_LSE), A(L15_Q), A(L15_K), A(L15_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L15_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L15_RES), A(X15), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L15_LN2), R(L15_RSTD2), A(L15_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L15_U), A(L15_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L15_G), A(L15_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L15_H), A(L15_G), A(L15_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L15_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X16), A(L15_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 16 (dense), forward: X16 -> X17; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer16_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L16_LN1), R(L16_RSTD1), R(X16), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L16_Q), R(L16_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L16_K), R(L16_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L16_V), R(L16_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L16_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L16_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L16_ATT), R(L16_LSE), R(L16_Q), R(L16_K), R(L16_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L16_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L16_RES), R(X16), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L16_LN2), R(L16_RSTD2), R(L16_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L16_U), R(L16_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L16_G), R(L16_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L16_H), R(L16_G), R(L16_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L16_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X17), R(L16_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L16_LN1), R(L16_RSTD1), A(X16), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L16_Q), A(L16_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L16_K), A(L16_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L16_V), A(L16_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L16_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L16_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L16_ATT), R(L16_LSE), A(L16_Q), A(L16_K), A(L16_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L16_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L16_RES), A(X16), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L16_LN2), R(L16_RSTD2), A(L16_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L16_U), A(L16_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L16_G), A(L16_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L16_H), A(L16_G), A(L16_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L16_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X17), A(L16_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 17 (dense), forward: X17 -> X18; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer17_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L17_LN1), R(L17_RSTD1), R(X17), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L17_Q), R(L17_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L17_K), R(L17_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L17_V), R(L17_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L17_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L17_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L17_ATT), R(L17_LSE), R(L17_Q), R(L17_K), R(L17_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L17_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L17_RES), R(X17), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L17_LN2), R(L17_RSTD2), R(L17_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L17_U), R(L17_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L17_G), R(L17_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L17_H), R(L17_G), R(L17_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L17_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X18), R(L17_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L17_LN1), R(L17_RSTD1), A(X17), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L17_Q), A(L17_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L17_K), A(L17_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L17_V), A(L17_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L17_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L17_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L17_ATT), R(L17_LSE), A(L17_Q), A(L17_K), A(L17_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L17_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L17_RES), A(X17), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L17_LN2), R(L17_RSTD2), A(L17_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L17_U), A(L17_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L17_G), A(L17_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L17_H), A(L17_G), A(L17_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L17_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X18), A(L17_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 18 (dense), forward: X18 -> X19; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer18_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L18_LN1), R(L18_RSTD1), R(X18), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L18_Q), R(L18_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L18_K), R(L18_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L18_V), R(L18_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L18_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L18_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L18_ATT), R(L18_LSE), R(L18_Q), R(L18_K), R(L18_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L18_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L18_RES), R(X18), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L18_LN2), R(L18_RSTD2), R(L18_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L18_U), R(L18_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L18_G), R(L18_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L18_H), R(L18_G), R(L18_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L18_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X19), R(L18_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L18_LN1), R(L18_RSTD1), A(X18), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L18_Q), A(L18_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L18_K), A(L18_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L18_V), A(L18_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L18_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L18_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L18_ATT), R(L18_LSE), A(L18_Q), A(L18_K), A(L18_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L18_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L18_RES), A(X18), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L18_LN2), R(L18_RSTD2), A(L18_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L18_U), A(L18_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L18_G), A(L18_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L18_H), A(L18_G), A(L18_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L18_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X19), A(L18_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 19 (dense), forward: X19 -> X20; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer19_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L19_LN1), R(L19_RSTD1), R(X19), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L19_Q), R(L19_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L19_K), R(L19_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L19_V), R(L19_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L19_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L19_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L19_ATT), R(L19_LSE), R(L19_Q), R(L19_K), R(L19_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L19_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L19_RES), R(X19), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L19_LN2), R(L19_RSTD2), R(L19_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L19_U), R(L19_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L19_G), R(L19_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L19_H), R(L19_G), R(L19_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L19_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X20), R(L19_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L19_LN1), R(L19_RSTD1), A(X19), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L19_Q), A(L19_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L19_K), A(L19_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L19_V), A(L19_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L19_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L19_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L19_ATT), R(L19_LSE), A(L19_Q), A(L19_K), A(L19_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L19_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L19_RES), A(X19), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L19_LN2), R(L19_RSTD2), A(L19_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L19_U), A(L19_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L19_G), A(L19_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L19_H), A(L19_G), A(L19_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L19_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X20), A(L19_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 20 (dense), forward: X20 -> X21; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer20_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L20_LN1), R(L20_RSTD1), R(X20), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L20_Q), R(L20_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L20_K), R(L20_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L20_V), R(L20_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L20_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L20_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L20_ATT), R(L20_LSE), R(L20_Q), R(L20_K), R(L20_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L20_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L20_RES), R(X20), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L20_LN2), R(L20_RSTD2), R(L20_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L20_U), R(L20_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L20_G), R(L20_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L20_H), R(L20_G), R(L20_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L20_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X21), R(L20_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L20_LN1), R(L20_RSTD1), A(X20), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L20_Q), A(L20_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L20_K), A(L20_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L20_V), A(L20_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L20_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L20_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L20_ATT), R(L20_LSE), A(L20_Q), A(L20_K), A(L20_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L20_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L20_RES), A(X20), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L20_LN2), R(L20_RSTD2), A(L20_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L20_U), A(L20_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L20_G), A(L20_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L20_H), A(L20_G), A(L20_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L20_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X21), A(L20_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 21 (dense), forward: X21 -> X22; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer21_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L21_LN1), R(L21_RSTD1), R(X21), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L21_Q), R(L21_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L21_K), R(L21_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L21_V), R(L21_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L21_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L21_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L21_ATT), R(L21_LSE), R(L21_Q), R(L21_K), R(L21_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L21_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L21_RES), R(X21), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L21_LN2), R(L21_RSTD2), R(L21_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L21_U), R(L21_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L21_G), R(L21_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L21_H), R(L21_G), R(L21_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L21_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X22), R(L21_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L21_LN1), R(L21_RSTD1), A(X21), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L21_Q), A(L21_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L21_K), A(L21_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L21_V), A(L21_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L21_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L21_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L21_ATT), R(L21_LSE), A(L21_Q), A(L21_K), A(L21_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L21_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L21_RES), A(X21), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L21_LN2), R(L21_RSTD2), A(L21_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L21_U), A(L21_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L21_G), A(L21_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L21_H), A(L21_G), A(L21_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L21_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X22), A(L21_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 22 (dense), forward: X22 -> X23; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer22_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L22_LN1), R(L22_RSTD1), R(X22), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L22_Q), R(L22_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L22_K), R(L22_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L22_V), R(L22_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L22_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L22_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L22_ATT), R(L22_LSE), R(L22_Q), R(L22_K), R(L22_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L22_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L22_RES), R(X22), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L22_LN2), R(L22_RSTD2), R(L22_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L22_U), R(L22_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L22_G), R(L22_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L22_H), R(L22_G), R(L22_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L22_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X23), R(L22_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L22_LN1), R(L22_RSTD1), A(X22), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L22_Q), A(L22_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L22_K), A(L22_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L22_V), A(L22_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L22_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L22_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L22_ATT), R(L22_LSE), A(L22_Q), A(L22_K), A(L22_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L22_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L22_RES), A(X22), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L22_LN2), R(L22_RSTD2), A(L22_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L22_U), A(L22_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L22_G), A(L22_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L22_H), A(L22_G), A(L22_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L22_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X23), A(L22_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 23 (dense), forward: X23 -> X24; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer23_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L23_LN1), R(L23_RSTD1), R(X23), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L23_Q), R(L23_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L23_K), R(L23_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L23_V), R(L23_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L23_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L23_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L23_ATT), R(L23_LSE), R(L23_Q), R(L23_K), R(L23_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L23_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L23_RES), R(X23), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L23_LN2), R(L23_RSTD2), R(L23_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L23_U), R(L23_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L23_G), R(L23_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L23_H), R(L23_G), R(L23_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L23_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X24), R(L23_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L23_LN1), R(L23_RSTD1), A(X23), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L23_Q), A(L23_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L23_K), A(L23_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L23_V), A(L23_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L23_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L23_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L23_ATT), R(L23_LSE), A(L23_Q), A(L23_K), A(L23_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L23_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L23_RES), A(X23), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L23_LN2), R(L23_RSTD2), A(L23_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L23_U), A(L23_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L23_G), A(L23_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L23_H), A(L23_G), A(L23_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L23_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X24), A(L23_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 24 (dense), forward: X24 -> X25; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer24_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L24_LN1), R(L24_RSTD1), R(X24), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L24_Q), R(L24_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L24_K), R(L24_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L24_V), R(L24_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L24_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L24_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L24_ATT), R(L24_LSE), R(L24_Q), R(L24_K), R(L24_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L24_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L24_RES), R(X24), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L24_LN2), R(L24_RSTD2), R(L24_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L24_U), R(L24_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L24_G), R(L24_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L24_H), R(L24_G), R(L24_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L24_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X25), R(L24_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L24_LN1), R(L24_RSTD1), A(X24), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L24_Q), A(L24_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L24_K), A(L24_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L24_V), A(L24_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L24_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L24_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L24_ATT), R(L24_LSE), A(L24_Q), A(L24_K), A(L24_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L24_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L24_RES), A(X24), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L24_LN2), R(L24_RSTD2), A(L24_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L24_U), A(L24_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L24_G), A(L24_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L24_H), A(L24_G), A(L24_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L24_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X25), A(L24_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 25 (dense), forward: X25 -> X26; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer25_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L25_LN1), R(L25_RSTD1), R(X25), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L25_Q), R(L25_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L25_K), R(L25_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L25_V), R(L25_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L25_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L25_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L25_ATT), R(L25_LSE), R(L25_Q), R(L25_K), R(L25_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L25_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L25_RES), R(X25), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L25_LN2), R(L25_RSTD2), R(L25_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L25_U), R(L25_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L25_G), R(L25_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L25_H), R(L25_G), R(L25_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L25_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X26), R(L25_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L25_LN1), R(L25_RSTD1), A(X25), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L25_Q), A(L25_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L25_K), A(L25_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L25_V), A(L25_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L25_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L25_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L25_ATT), R(L25_LSE), A(L25_Q), A(L25_K), A(L25_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L25_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L25_RES), A(X25), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L25_LN2), R(L25_RSTD2), A(L25_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L25_U), A(L25_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L25_G), A(L25_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L25_H), A(L25_G), A(L25_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L25_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X26), A(L25_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 26 (dense), forward: X26 -> X27; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer26_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L26_LN1), R(L26_RSTD1), R(X26), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L26_Q), R(L26_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L26_K), R(L26_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L26_V), R(L26_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L26_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L26_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L26_ATT), R(L26_LSE), R(L26_Q), R(L26_K), R(L26_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L26_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L26_RES), R(X26), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L26_LN2), R(L26_RSTD2), R(L26_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L26_U), R(L26_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L26_G), R(L26_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L26_H), R(L26_G), R(L26_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L26_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X27), R(L26_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L26_LN1), R(L26_RSTD1), A(X26), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L26_Q), A(L26_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L26_K), A(L26_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L26_V), A(L26_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L26_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L26_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L26_ATT), R(L26_LSE), A(L26_Q), A(L26_K), A(L26_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L26_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L26_RES), A(X26), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L26_LN2), R(L26_RSTD2), A(L26_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L26_U), A(L26_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L26_G), A(L26_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L26_H), A(L26_G), A(L26_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L26_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X27), A(L26_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 27 (dense), forward: X27 -> X28; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer27_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L27_LN1), R(L27_RSTD1), R(X27), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L27_Q), R(L27_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L27_K), R(L27_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L27_V), R(L27_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L27_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L27_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L27_ATT), R(L27_LSE), R(L27_Q), R(L27_K), R(L27_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L27_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L27_RES), R(X27), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L27_LN2), R(L27_RSTD2), R(L27_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L27_U), R(L27_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L27_G), R(L27_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L27_H), R(L27_G), R(L27_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L27_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X28), R(L27_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L27_LN1), R(L27_RSTD1), A(X27), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L27_Q), A(L27_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L27_K), A(L27_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L27_V), A(L27_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L27_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L27_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L27_ATT), R(L27_LSE), A(L27_Q), A(L27_K), A(L27_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L27_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L27_RES), A(X27), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L27_LN2), R(L27_RSTD2), A(L27_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L27_U), A(L27_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L27_G), A(L27_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L27_H), A(L27_G), A(L27_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L27_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X28), A(L27_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 28 (dense), forward: X28 -> X29; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer28_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L28_LN1), R(L28_RSTD1), R(X28), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L28_Q), R(L28_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L28_K), R(L28_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L28_V), R(L28_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L28_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L28_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L28_ATT), R(L28_LSE), R(L28_Q), R(L28_K), R(L28_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L28_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L28_RES), R(X28), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L28_LN2), R(L28_RSTD2), R(L28_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L28_U), R(L28_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L28_G), R(L28_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L28_H), R(L28_G), R(L28_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L28_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X29), R(L28_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L28_LN1), R(L28_RSTD1), A(X28), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L28_Q), A(L28_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L28_K), A(L28_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L28_V), A(L28_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L28_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L28_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L28_ATT), R(L28_LSE), A(L28_Q), A(L28_K), A(L28_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L28_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L28_RES), A(X28), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L28_LN2), R(L28_RSTD2), A(L28_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L28_U), A(L28_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L28_G), A(L28_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L28_H), A(L28_G), A(L28_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L28_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X29), A(L28_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 29 (dense), forward: X29 -> X30; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer29_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L29_LN1), R(L29_RSTD1), R(X29), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L29_Q), R(L29_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L29_K), R(L29_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L29_V), R(L29_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L29_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L29_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L29_ATT), R(L29_LSE), R(L29_Q), R(L29_K), R(L29_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L29_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L29_RES), R(X29), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L29_LN2), R(L29_RSTD2), R(L29_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L29_U), R(L29_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L29_G), R(L29_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L29_H), R(L29_G), R(L29_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L29_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X30), R(L29_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L29_LN1), R(L29_RSTD1), A(X29), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L29_Q), A(L29_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L29_K), A(L29_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L29_V), A(L29_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L29_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L29_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L29_ATT), R(L29_LSE), A(L29_Q), A(L29_K), A(L29_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L29_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L29_RES), A(X29), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L29_LN2), R(L29_RSTD2), A(L29_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L29_U), A(L29_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L29_G), A(L29_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L29_H), A(L29_G), A(L29_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L29_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X30), A(L29_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 30 (dense), forward: X30 -> X31; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer30_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L30_LN1), R(L30_RSTD1), R(X30), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L30_Q), R(L30_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L30_K), R(L30_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L30_V), R(L30_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L30_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L30_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L30_ATT), R(L30_LSE), R(L30_Q), R(L30_K), R(L30_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L30_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L30_RES), R(X30), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L30_LN2), R(L30_RSTD2), R(L30_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L30_U), R(L30_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L30_G), R(L30_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L30_H), R(L30_G), R(L30_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L30_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X31), R(L30_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L30_LN1), R(L30_RSTD1), A(X30), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L30_Q), A(L30_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L30_K), A(L30_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L30_V), A(L30_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L30_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L30_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L30_ATT), R(L30_LSE), A(L30_Q), A(L30_K), A(L30_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L30_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L30_RES), A(X30), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L30_LN2), R(L30_RSTD2), A(L30_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L30_U), A(L30_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L30_G), A(L30_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L30_H), A(L30_G), A(L30_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L30_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X31), A(L30_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 31 (dense), forward: X31 -> X32; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer31_forward(RtCtx *c, bool recompute) {
   (void)recompute; /* a dense layer recomputes everything or nothing */
-  rt_rmsnorm_forward(R(L31_LN1), R(L31_RSTD1), R(X31), W(0), 8192, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L31_Q), R(L31_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(L31_K), R(L31_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(L31_V), R(L31_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L31_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L31_K), 1, 8192, 8, 128, 500000);
-  rt_attention_forward(R(L31_ATT), R(L31_LSE), R(L31_Q), R(L31_K), R(L31_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L31_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(R(L31_RES), R(X31), R(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(R(L31_LN2), R(L31_RSTD2), R(L31_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L31_U), R(L31_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(R(L31_G), R(L31_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(R(L31_H), R(L31_G), R(L31_U), 117440512);
-  rt_matmul_forward(R(WS_Y), R(L31_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
-  rt_add(R(X32), R(L31_RES), R(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L31_LN1), R(L31_RSTD1), A(X31), W(0), 8192, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L31_Q), A(L31_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(L31_K), A(L31_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(L31_V), A(L31_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(L31_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L31_K), 1, 8192, 8, 128, 500000);
+  rt_attention_forward(A(L31_ATT), R(L31_LSE), A(L31_Q), A(L31_K), A(L31_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L31_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
+  rt_add(A(L31_RES), A(X31), A(WS_Y), 33554432); /* residual */
+  rt_rmsnorm_forward(A(L31_LN2), R(L31_RSTD2), A(L31_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(A(L31_U), A(L31_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
+  rt_matmul_forward(A(L31_G), A(L31_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
+  rt_swiglu_forward(A(L31_H), A(L31_G), A(L31_U), 117440512);
+  rt_matmul_forward(A(WS_Y), A(L31_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
+  rt_add(A(X32), A(L31_RES), A(WS_Y), 33554432); /* residual */
 }
 
 /* layer 31 (dense), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients
  * into DW. */
 static void layer31_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L31_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L31_G), R(L31_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L31_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L31_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L31_RES), W(41947136), R(L31_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L31_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L31_Q), R(L31_K), R(L31_V), R(L31_ATT), R(L31_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L31_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L31_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L31_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X31), W(0), R(L31_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L31_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L31_G), A(L31_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L31_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L31_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L31_RES), W(41947136), R(L31_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L31_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L31_Q), A(L31_K), A(L31_V), A(L31_ATT), R(L31_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L31_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L31_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L31_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X31), W(0), R(L31_RSTD1), 8192, 4096);
 }
 
 /* layer 30 (dense), backward: DX_B (gradient of X31) -> DX_A (gradient of X30); weight gradients
  * into DW. */
 static void layer30_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L30_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L30_G), R(L30_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L30_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L30_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L30_RES), W(41947136), R(L30_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L30_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L30_Q), R(L30_K), R(L30_V), R(L30_ATT), R(L30_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L30_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L30_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L30_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X30), W(0), R(L30_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L30_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L30_G), A(L30_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L30_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L30_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L30_RES), W(41947136), R(L30_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L30_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L30_Q), A(L30_K), A(L30_V), A(L30_ATT), R(L30_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L30_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L30_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L30_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X30), W(0), R(L30_RSTD1), 8192, 4096);
 }
 
 /* layer 29 (dense), backward: DX_A (gradient of X30) -> DX_B (gradient of X29); weight gradients
  * into DW. */
 static void layer29_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L29_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L29_G), R(L29_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L29_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L29_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L29_RES), W(41947136), R(L29_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L29_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L29_Q), R(L29_K), R(L29_V), R(L29_ATT), R(L29_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L29_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L29_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L29_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X29), W(0), R(L29_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L29_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L29_G), A(L29_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L29_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L29_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L29_RES), W(41947136), R(L29_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L29_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L29_Q), A(L29_K), A(L29_V), A(L29_ATT), R(L29_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L29_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L29_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L29_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X29), W(0), R(L29_RSTD1), 8192, 4096);
 }
 
 /* layer 28 (dense), backward: DX_B (gradient of X29) -> DX_A (gradient of X28); weight gradients
  * into DW. */
 static void layer28_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L28_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L28_G), R(L28_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L28_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L28_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L28_RES), W(41947136), R(L28_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L28_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L28_Q), R(L28_K), R(L28_V), R(L28_ATT), R(L28_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L28_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L28_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L28_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X28), W(0), R(L28_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L28_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L28_G), A(L28_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L28_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L28_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L28_RES), W(41947136), R(L28_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L28_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L28_Q), A(L28_K), A(L28_V), A(L28_ATT), R(L28_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L28_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L28_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L28_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X28), W(0), R(L28_RSTD1), 8192, 4096);
 }
 
 /* layer 27 (dense), backward: DX_A (gradient of X28) -> DX_B (gradient of X27); weight gradients
  * into DW. */
 static void layer27_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L27_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L27_G), R(L27_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L27_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L27_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L27_RES), W(41947136), R(L27_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L27_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L27_Q), R(L27_K), R(L27_V), R(L27_ATT), R(L27_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L27_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L27_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L27_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X27), W(0), R(L27_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L27_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L27_G), A(L27_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L27_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L27_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L27_RES), W(41947136), R(L27_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L27_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L27_Q), A(L27_K), A(L27_V), A(L27_ATT), R(L27_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L27_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L27_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L27_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X27), W(0), R(L27_RSTD1), 8192, 4096);
 }
 
 /* layer 26 (dense), backward: DX_B (gradient of X27) -> DX_A (gradient of X26); weight gradients
  * into DW. */
 static void layer26_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L26_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L26_G), R(L26_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L26_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L26_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L26_RES), W(41947136), R(L26_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L26_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L26_Q), R(L26_K), R(L26_V), R(L26_ATT), R(L26_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L26_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L26_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L26_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X26), W(0), R(L26_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L26_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L26_G), A(L26_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L26_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L26_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L26_RES), W(41947136), R(L26_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L26_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L26_Q), A(L26_K), A(L26_V), A(L26_ATT), R(L26_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L26_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L26_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L26_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X26), W(0), R(L26_RSTD1), 8192, 4096);
 }
 
 /* layer 25 (dense), backward: DX_A (gradient of X26) -> DX_B (gradient of X25); weight gradients
  * into DW. */
 static void layer25_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L25_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L25_G), R(L25_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L25_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L25_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L25_RES), W(41947136), R(L25_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L25_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L25_Q), R(L25_K), R(L25_V), R(L25_ATT), R(L25_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L25_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L25_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L25_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X25), W(0), R(L25_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L25_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L25_G), A(L25_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L25_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L25_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L25_RES), W(41947136), R(L25_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L25_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L25_Q), A(L25_K), A(L25_V), A(L25_ATT), R(L25_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L25_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L25_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L25_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X25), W(0), R(L25_RSTD1), 8192, 4096);
 }
 
 /* layer 24 (dense), backward: DX_B (gradient of X25) -> DX_A (gradient of X24); weight gradients
  * into DW. */
 static void layer24_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L24_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L24_G), R(L24_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L24_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L24_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L24_RES), W(41947136), R(L24_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L24_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L24_Q), R(L24_K), R(L24_V), R(L24_ATT), R(L24_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L24_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L24_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L24_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X24), W(0), R(L24_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L24_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L24_G), A(L24_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L24_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L24_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L24_RES), W(41947136), R(L24_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L24_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L24_Q), A(L24_K), A(L24_V), A(L24_ATT), R(L24_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L24_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L24_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L24_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X24), W(0), R(L24_RSTD1), 8192, 4096);
 }
 
 /* layer 23 (dense), backward: DX_A (gradient of X24) -> DX_B (gradient of X23); weight gradients
  * into DW. */
 static void layer23_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L23_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L23_G), R(L23_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L23_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L23_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L23_RES), W(41947136), R(L23_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L23_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L23_Q), R(L23_K), R(L23_V), R(L23_ATT), R(L23_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L23_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L23_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L23_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X23), W(0), R(L23_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L23_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L23_G), A(L23_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L23_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L23_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L23_RES), W(41947136), R(L23_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L23_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L23_Q), A(L23_K), A(L23_V), A(L23_ATT), R(L23_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L23_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L23_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L23_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X23), W(0), R(L23_RSTD1), 8192, 4096);
 }
 
 /* layer 22 (dense), backward: DX_B (gradient of X23) -> DX_A (gradient of X22); weight gradients
  * into DW. */
 static void layer22_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L22_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L22_G), R(L22_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L22_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L22_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L22_RES), W(41947136), R(L22_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L22_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L22_Q), R(L22_K), R(L22_V), R(L22_ATT), R(L22_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L22_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L22_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L22_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X22), W(0), R(L22_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L22_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L22_G), A(L22_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L22_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L22_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L22_RES), W(41947136), R(L22_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L22_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L22_Q), A(L22_K), A(L22_V), A(L22_ATT), R(L22_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L22_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L22_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L22_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X22), W(0), R(L22_RSTD1), 8192, 4096);
 }
 
 /* layer 21 (dense), backward: DX_A (gradient of X22) -> DX_B (gradient of X21); weight gradients
  * into DW. */
 static void layer21_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L21_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L21_G), R(L21_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L21_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L21_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L21_RES), W(41947136), R(L21_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L21_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L21_Q), R(L21_K), R(L21_V), R(L21_ATT), R(L21_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L21_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L21_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L21_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X21), W(0), R(L21_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L21_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L21_G), A(L21_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L21_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L21_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L21_RES), W(41947136), R(L21_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L21_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L21_Q), A(L21_K), A(L21_V), A(L21_ATT), R(L21_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L21_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L21_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L21_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X21), W(0), R(L21_RSTD1), 8192, 4096);
 }
 
 /* layer 20 (dense), backward: DX_B (gradient of X21) -> DX_A (gradient of X20); weight gradients
  * into DW. */
 static void layer20_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L20_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L20_G), R(L20_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L20_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L20_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L20_RES), W(41947136), R(L20_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L20_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L20_Q), R(L20_K), R(L20_V), R(L20_ATT), R(L20_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L20_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L20_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L20_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X20), W(0), R(L20_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L20_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L20_G), A(L20_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L20_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L20_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L20_RES), W(41947136), R(L20_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L20_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L20_Q), A(L20_K), A(L20_V), A(L20_ATT), R(L20_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L20_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L20_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L20_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X20), W(0), R(L20_RSTD1), 8192, 4096);
 }
 
 /* layer 19 (dense), backward: DX_A (gradient of X20) -> DX_B (gradient of X19); weight gradients
  * into DW. */
 static void layer19_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L19_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L19_G), R(L19_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L19_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L19_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L19_RES), W(41947136), R(L19_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L19_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L19_Q), R(L19_K), R(L19_V), R(L19_ATT), R(L19_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L19_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L19_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L19_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X19), W(0), R(L19_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L19_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L19_G), A(L19_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L19_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L19_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L19_RES), W(41947136), R(L19_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L19_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L19_Q), A(L19_K), A(L19_V), A(L19_ATT), R(L19_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L19_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L19_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L19_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X19), W(0), R(L19_RSTD1), 8192, 4096);
 }
 
 /* layer 18 (dense), backward: DX_B (gradient of X19) -> DX_A (gradient of X18); weight gradients
  * into DW. */
 static void layer18_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L18_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L18_G), R(L18_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L18_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L18_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L18_RES), W(41947136), R(L18_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L18_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L18_Q), R(L18_K), R(L18_V), R(L18_ATT), R(L18_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L18_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L18_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L18_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X18), W(0), R(L18_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L18_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L18_G), A(L18_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L18_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L18_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L18_RES), W(41947136), R(L18_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L18_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L18_Q), A(L18_K), A(L18_V), A(L18_ATT), R(L18_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L18_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L18_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L18_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X18), W(0), R(L18_RSTD1), 8192, 4096);
 }
 
 /* layer 17 (dense), backward: DX_A (gradient of X18) -> DX_B (gradient of X17); weight gradients
  * into DW. */
 static void layer17_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L17_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L17_G), R(L17_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L17_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L17_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L17_RES), W(41947136), R(L17_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L17_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L17_Q), R(L17_K), R(L17_V), R(L17_ATT), R(L17_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L17_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L17_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L17_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X17), W(0), R(L17_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L17_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L17_G), A(L17_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L17_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L17_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L17_RES), W(41947136), R(L17_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L17_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L17_Q), A(L17_K), A(L17_V), A(L17_ATT), R(L17_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L17_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L17_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L17_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X17), W(0), R(L17_RSTD1), 8192, 4096);
 }
 
 /* layer 16 (dense), backward: DX_B (gradient of X17) -> DX_A (gradient of X16); weight gradients
  * into DW. */
 static void layer16_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L16_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L16_G), R(L16_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L16_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L16_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L16_RES), W(41947136), R(L16_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L16_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L16_Q), R(L16_K), R(L16_V), R(L16_ATT), R(L16_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L16_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L16_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L16_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X16), W(0), R(L16_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L16_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L16_G), A(L16_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L16_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L16_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L16_RES), W(41947136), R(L16_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L16_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L16_Q), A(L16_K), A(L16_V), A(L16_ATT), R(L16_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L16_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L16_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L16_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X16), W(0), R(L16_RSTD1), 8192, 4096);
 }
 
 /* layer 15 (dense), backward: DX_A (gradient of X16) -> DX_B (gradient of X15); weight gradients
  * into DW. */
 static void layer15_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L15_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L15_G), R(L15_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L15_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L15_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L15_RES), W(41947136), R(L15_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L15_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L15_Q), R(L15_K), R(L15_V), R(L15_ATT), R(L15_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L15_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L15_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L15_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X15), W(0), R(L15_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L15_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L15_G), A(L15_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L15_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L15_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L15_RES), W(41947136), R(L15_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L15_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L15_Q), A(L15_K), A(L15_V), A(L15_ATT), R(L15_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L15_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L15_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L15_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X15), W(0), R(L15_RSTD1), 8192, 4096);
 }
 
 /* layer 14 (dense), backward: DX_B (gradient of X15) -> DX_A (gradient of X14); weight gradients
  * into DW. */
 static void layer14_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L14_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L14_G), R(L14_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L14_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L14_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L14_RES), W(41947136), R(L14_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L14_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L14_Q), R(L14_K), R(L14_V), R(L14_ATT), R(L14_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L14_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L14_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L14_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X14), W(0), R(L14_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L14_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L14_G), A(L14_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L14_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L14_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L14_RES), W(41947136), R(L14_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L14_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L14_Q), A(L14_K), A(L14_V), A(L14_ATT), R(L14_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L14_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L14_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L14_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X14), W(0), R(L14_RSTD1), 8192, 4096);
 }
 
 /* layer 13 (dense), backward: DX_A (gradient of X14) -> DX_B (gradient of X13); weight gradients
  * into DW. */
 static void layer13_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L13_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L13_G), R(L13_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L13_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L13_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L13_RES), W(41947136), R(L13_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L13_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L13_Q), R(L13_K), R(L13_V), R(L13_ATT), R(L13_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L13_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L13_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L13_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X13), W(0), R(L13_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L13_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L13_G), A(L13_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L13_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L13_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L13_RES), W(41947136), R(L13_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L13_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L13_Q), A(L13_K), A(L13_V), A(L13_ATT), R(L13_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L13_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L13_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L13_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X13), W(0), R(L13_RSTD1), 8192, 4096);
 }
 
 /* layer 12 (dense), backward: DX_B (gradient of X13) -> DX_A (gradient of X12); weight gradients
  * into DW. */
 static void layer12_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L12_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L12_G), R(L12_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L12_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L12_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L12_RES), W(41947136), R(L12_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L12_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L12_Q), R(L12_K), R(L12_V), R(L12_ATT), R(L12_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L12_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L12_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L12_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X12), W(0), R(L12_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L12_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L12_G), A(L12_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L12_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L12_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L12_RES), W(41947136), R(L12_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L12_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L12_Q), A(L12_K), A(L12_V), A(L12_ATT), R(L12_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L12_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L12_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L12_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X12), W(0), R(L12_RSTD1), 8192, 4096);
 }
 
 /* layer 11 (dense), backward: DX_A (gradient of X12) -> DX_B (gradient of X11); weight gradients
  * into DW. */
 static void layer11_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L11_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L11_G), R(L11_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L11_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L11_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L11_RES), W(41947136), R(L11_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L11_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L11_Q), R(L11_K), R(L11_V), R(L11_ATT), R(L11_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L11_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L11_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L11_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X11), W(0), R(L11_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L11_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L11_G), A(L11_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L11_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L11_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L11_RES), W(41947136), R(L11_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L11_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L11_Q), A(L11_K), A(L11_V), A(L11_ATT), R(L11_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L11_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L11_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L11_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X11), W(0), R(L11_RSTD1), 8192, 4096);
 }
 
 /* layer 10 (dense), backward: DX_B (gradient of X11) -> DX_A (gradient of X10); weight gradients
  * into DW. */
 static void layer10_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L10_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L10_G), R(L10_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L10_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L10_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L10_RES), W(41947136), R(L10_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L10_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L10_Q), R(L10_K), R(L10_V), R(L10_ATT), R(L10_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L10_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L10_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L10_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X10), W(0), R(L10_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L10_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L10_G), A(L10_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L10_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L10_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L10_RES), W(41947136), R(L10_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L10_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L10_Q), A(L10_K), A(L10_V), A(L10_ATT), R(L10_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L10_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L10_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L10_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X10), W(0), R(L10_RSTD1), 8192, 4096);
 }
 
 /* layer 9 (dense), backward: DX_A (gradient of X10) -> DX_B (gradient of X9); weight gradients
  * into DW. */
 static void layer9_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L9_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L9_G), R(L9_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L9_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L9_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L9_RES), W(41947136), R(L9_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L9_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L9_Q), R(L9_K), R(L9_V), R(L9_ATT), R(L9_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L9_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L9_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L9_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X9), W(0), R(L9_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L9_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L9_G), A(L9_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L9_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L9_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L9_RES), W(41947136), R(L9_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L9_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L9_Q), A(L9_K), A(L9_V), A(L9_ATT), R(L9_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L9_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L9_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L9_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X9), W(0), R(L9_RSTD1), 8192, 4096);
 }
 
 /* layer 8 (dense), backward: DX_B (gradient of X9) -> DX_A (gradient of X8); weight gradients
  * into DW. */
 static void layer8_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L8_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L8_G), R(L8_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L8_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L8_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L8_RES), W(41947136), R(L8_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L8_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L8_Q), R(L8_K), R(L8_V), R(L8_ATT), R(L8_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L8_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L8_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L8_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X8), W(0), R(L8_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L8_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L8_G), A(L8_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L8_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L8_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L8_RES), W(41947136), R(L8_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L8_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L8_Q), A(L8_K), A(L8_V), A(L8_ATT), R(L8_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L8_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L8_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L8_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X8), W(0), R(L8_RSTD1), 8192, 4096);
 }
 
 /* layer 7 (dense), backward: DX_A (gradient of X8) -> DX_B (gradient of X7); weight gradients
  * into DW. */
 static void layer7_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L7_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L7_G), R(L7_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L7_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L7_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L7_RES), W(41947136), R(L7_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L7_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L7_Q), R(L7_K), R(L7_V), R(L7_ATT), R(L7_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L7_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L7_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L7_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X7), W(0), R(L7_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L7_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L7_G), A(L7_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L7_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L7_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L7_RES), W(41947136), R(L7_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L7_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L7_Q), A(L7_K), A(L7_V), A(L7_ATT), R(L7_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L7_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L7_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L7_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X7), W(0), R(L7_RSTD1), 8192, 4096);
 }
 
 /* layer 6 (dense), backward: DX_B (gradient of X7) -> DX_A (gradient of X6); weight gradients
  * into DW. */
 static void layer6_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L6_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L6_G), R(L6_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L6_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L6_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L6_RES), W(41947136), R(L6_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L6_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L6_Q), R(L6_K), R(L6_V), R(L6_ATT), R(L6_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L6_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L6_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L6_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X6), W(0), R(L6_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L6_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L6_G), A(L6_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L6_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L6_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L6_RES), W(41947136), R(L6_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L6_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L6_Q), A(L6_K), A(L6_V), A(L6_ATT), R(L6_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L6_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L6_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L6_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X6), W(0), R(L6_RSTD1), 8192, 4096);
 }
 
 /* layer 5 (dense), backward: DX_A (gradient of X6) -> DX_B (gradient of X5); weight gradients
  * into DW. */
 static void layer5_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L5_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L5_G), R(L5_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L5_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L5_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L5_RES), W(41947136), R(L5_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L5_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L5_Q), R(L5_K), R(L5_V), R(L5_ATT), R(L5_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L5_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L5_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L5_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X5), W(0), R(L5_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L5_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L5_G), A(L5_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L5_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L5_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L5_RES), W(41947136), R(L5_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L5_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L5_Q), A(L5_K), A(L5_V), A(L5_ATT), R(L5_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L5_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L5_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L5_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X5), W(0), R(L5_RSTD1), 8192, 4096);
 }
 
 /* layer 4 (dense), backward: DX_B (gradient of X5) -> DX_A (gradient of X4); weight gradients
  * into DW. */
 static void layer4_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L4_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L4_G), R(L4_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L4_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L4_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L4_RES), W(41947136), R(L4_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L4_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L4_Q), R(L4_K), R(L4_V), R(L4_ATT), R(L4_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L4_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L4_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L4_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X4), W(0), R(L4_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L4_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L4_G), A(L4_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L4_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L4_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L4_RES), W(41947136), R(L4_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L4_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L4_Q), A(L4_K), A(L4_V), A(L4_ATT), R(L4_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L4_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L4_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L4_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X4), W(0), R(L4_RSTD1), 8192, 4096);
 }
 
 /* layer 3 (dense), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into DW. */
 static void layer3_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L3_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L3_G), R(L3_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L3_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L3_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L3_RES), W(41947136), R(L3_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L3_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L3_Q), R(L3_K), R(L3_V), R(L3_ATT), R(L3_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L3_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L3_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L3_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X3), W(0), R(L3_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L3_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L3_G), A(L3_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L3_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L3_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L3_RES), W(41947136), R(L3_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L3_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L3_Q), A(L3_K), A(L3_V), A(L3_ATT), R(L3_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L3_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L3_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L3_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X3), W(0), R(L3_RSTD1), 8192, 4096);
 }
 
 /* layer 2 (dense), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into DW. */
 static void layer2_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L2_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L2_G), R(L2_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L2_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L2_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L2_RES), W(41947136), R(L2_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L2_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L2_Q), R(L2_K), R(L2_V), R(L2_ATT), R(L2_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L2_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L2_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L2_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X2), W(0), R(L2_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L2_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L2_G), A(L2_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L2_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L2_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L2_RES), W(41947136), R(L2_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L2_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L2_Q), A(L2_K), A(L2_V), A(L2_ATT), R(L2_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L2_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L2_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L2_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X2), W(0), R(L2_RSTD1), 8192, 4096);
 }
 
 /* layer 1 (dense), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into DW. */
 static void layer1_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_A), R(L1_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L1_G), R(L1_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L1_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L1_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_B), R(DX_A), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(L1_RES), W(41947136), R(L1_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(L1_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L1_Q), R(L1_K), R(L1_V), R(L1_ATT), R(L1_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L1_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L1_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L1_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X1), W(0), R(L1_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L1_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L1_G), A(L1_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L1_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L1_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L1_RES), W(41947136), R(L1_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L1_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L1_Q), A(L1_K), A(L1_V), A(L1_ATT), R(L1_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L1_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L1_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L1_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X1), W(0), R(L1_RSTD1), 8192, 4096);
 }
 
 /* layer 0 (dense), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into DW. */
 static void layer0_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 33554432);
-  rt_zero(R(DH), 117440512);
-  rt_matmul_backward(R(DH), DW(159391744), NULL, R(DX_B), R(L0_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(R(DU), 117440512);
-  rt_zero(R(DG), 117440512);
-  rt_swiglu_backward(R(DG), R(DU), R(DH), R(L0_G), R(L0_U), 117440512);
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DG), R(L0_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(R(DLN), DW(100671488), NULL, R(DU), R(L0_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
-  rt_copy(R(DX_A), R(DX_B), 33554432); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(L0_RES), W(41947136), R(L0_RSTD2), 8192, 4096);
-  rt_zero(R(DATT), 33554432);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(L0_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 33554432);
-  rt_zero(R(DK), 8388608);
-  rt_zero(R(DV), 8388608);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L0_Q), R(L0_K), R(L0_V), R(L0_ATT), R(L0_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
-  rt_zero(R(DLN), 33554432);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L0_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L0_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(L0_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X0), W(0), R(L0_RSTD1), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_zero(A(DH), 117440512);
+  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L0_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_zero(A(DU), 117440512);
+  rt_zero(A(DG), 117440512);
+  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L0_G), A(L0_U), 117440512);
+  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L0_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L0_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L0_RES), W(41947136), R(L0_RSTD2), 8192, 4096);
+  rt_zero(A(DATT), 33554432);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L0_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 33554432);
+  rt_zero(A(DK), 8388608);
+  rt_zero(A(DV), 8388608);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L0_Q), A(L0_K), A(L0_V), A(L0_ATT), R(L0_LSE), 1, 8192, 32, 8, 128);
+  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
+  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_zero(A(DLN), 33554432);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L0_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L0_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L0_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X0), W(0), R(L0_RSTD1), 8192, 4096);
 }
 
 /* ---- one micro-batch ---------------------------------------------------------------- */
@@ -2580,176 +2584,176 @@ static void layer0_backward(RtCtx *c) {
  * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(EMBED_MASTER), 131334144, 0); /* embedding: 4 ranks x 131334144 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(EMBED_MASTER), 131334144, 0); /* embedding: 4 ranks x 131334144 */
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
-  rt_embedding_forward(R(X0), I(INPUTS), W(0), 8192, 4096);
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
+  rt_embedding_forward(A(X0), I(INPUTS), W(0), 8192, 4096);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
   layer3_forward(c, false);
   rt_comm_label("layer 4 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
   layer4_forward(c, false);
   rt_comm_label("layer 5 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
   layer5_forward(c, false);
   rt_comm_label("layer 6 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
   layer6_forward(c, false);
   rt_comm_label("layer 7 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
   layer7_forward(c, false);
   rt_comm_label("layer 8 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
   layer8_forward(c, false);
   rt_comm_label("layer 9 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
   layer9_forward(c, false);
   rt_comm_label("layer 10 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
   layer10_forward(c, false);
   rt_comm_label("layer 11 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
   layer11_forward(c, false);
   rt_comm_label("layer 12 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
   layer12_forward(c, false);
   rt_comm_label("layer 13 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
   layer13_forward(c, false);
   rt_comm_label("layer 14 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
   layer14_forward(c, false);
   rt_comm_label("layer 15 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
   layer15_forward(c, false);
   rt_comm_label("layer 16 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
   layer16_forward(c, false);
   rt_comm_label("layer 17 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
   layer17_forward(c, false);
   rt_comm_label("layer 18 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
   layer18_forward(c, false);
   rt_comm_label("layer 19 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
   layer19_forward(c, false);
   rt_comm_label("layer 20 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
   layer20_forward(c, false);
   rt_comm_label("layer 21 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
   layer21_forward(c, false);
   rt_comm_label("layer 22 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
   layer22_forward(c, false);
   rt_comm_label("layer 23 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
   layer23_forward(c, false);
   rt_comm_label("layer 24 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
   layer24_forward(c, false);
   rt_comm_label("layer 25 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
   layer25_forward(c, false);
   rt_comm_label("layer 26 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
   layer26_forward(c, false);
   rt_comm_label("layer 27 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
   layer27_forward(c, false);
   rt_comm_label("layer 28 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
   layer28_forward(c, false);
   rt_comm_label("layer 29 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
   layer29_forward(c, false);
   rt_comm_label("layer 30 forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
   layer30_forward(c, false);
   rt_comm_label("layer 31 forward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(HEAD_MASTER), 131335168, 2); /* head: 4 ranks x 131335168, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(HEAD_MASTER), 131335168, 2); /* head: 4 ranks x 131335168, prefetch */
   layer31_forward(c, false);
   rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X32), W(0), 8192, 4096, EPS); /* model.norm */
-  return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(4096), I(TARGETS), 8192, 4096, 128256, 4096, R(CE));
+  c->wd = A(GATHERED1);
+  rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X32), W(0), 8192, 4096, EPS); /* model.norm */
+  return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(4096), I(TARGETS), 8192, 4096, 128256, 4096, R(CE));
 }
 
 /* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as
@@ -2759,19 +2763,19 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 525340672);
-  rt_zero(R(DLN), 33554432);
-  rt_lm_head_ce_backward(R(DLN), DW(4096), R(LNF), W(4096), I(TARGETS), R(LSEF), 8192, 4096, 128256, 4096, R(CE), c->dloss);
-  rt_zero(R(DX_A), 33554432);
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X32), W(0), R(RSTDF), 8192, 4096);
+  rt_zero(A(DLN), 33554432);
+  rt_lm_head_ce_backward(A(DLN), DW(4096), A(LNF), W(4096), I(TARGETS), R(LSEF), 8192, 4096, 128256, 4096, R(CE), c->dloss);
+  rt_zero(A(DX_A), 33554432);
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X32), W(0), R(RSTDF), 8192, 4096);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD1), 131335168, (uint16_t *)R(RS_WIRE2), 2); /* head: 4 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 218112000);
   layer31_backward(c);
@@ -2779,8 +2783,8 @@ void step_backward(RtCtx *c) {
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 218112000);
@@ -2789,8 +2793,8 @@ void step_backward(RtCtx *c) {
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 218112000);
@@ -2799,8 +2803,8 @@ void step_backward(RtCtx *c) {
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 218112000);
@@ -2809,8 +2813,8 @@ void step_backward(RtCtx *c) {
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 218112000);
@@ -2819,8 +2823,8 @@ void step_backward(RtCtx *c) {
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 218112000);
@@ -2829,8 +2833,8 @@ void step_backward(RtCtx *c) {
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 218112000);
@@ -2839,8 +2843,8 @@ void step_backward(RtCtx *c) {
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 218112000);
@@ -2849,8 +2853,8 @@ void step_backward(RtCtx *c) {
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 218112000);
@@ -2859,8 +2863,8 @@ void step_backward(RtCtx *c) {
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 218112000);
@@ -2869,8 +2873,8 @@ void step_backward(RtCtx *c) {
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 218112000);
@@ -2879,8 +2883,8 @@ void step_backward(RtCtx *c) {
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 218112000);
@@ -2889,8 +2893,8 @@ void step_backward(RtCtx *c) {
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 218112000);
@@ -2899,8 +2903,8 @@ void step_backward(RtCtx *c) {
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 218112000);
@@ -2909,8 +2913,8 @@ void step_backward(RtCtx *c) {
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 218112000);
@@ -2919,8 +2923,8 @@ void step_backward(RtCtx *c) {
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 218112000);
@@ -2929,8 +2933,8 @@ void step_backward(RtCtx *c) {
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 218112000);
@@ -2939,8 +2943,8 @@ void step_backward(RtCtx *c) {
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 218112000);
@@ -2949,8 +2953,8 @@ void step_backward(RtCtx *c) {
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 218112000);
@@ -2959,8 +2963,8 @@ void step_backward(RtCtx *c) {
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 218112000);
@@ -2969,8 +2973,8 @@ void step_backward(RtCtx *c) {
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 218112000);
@@ -2979,8 +2983,8 @@ void step_backward(RtCtx *c) {
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 218112000);
@@ -2989,8 +2993,8 @@ void step_backward(RtCtx *c) {
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 218112000);
@@ -2999,8 +3003,8 @@ void step_backward(RtCtx *c) {
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 218112000);
@@ -3009,8 +3013,8 @@ void step_backward(RtCtx *c) {
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 218112000);
@@ -3019,8 +3023,8 @@ void step_backward(RtCtx *c) {
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 218112000);
@@ -3029,8 +3033,8 @@ void step_backward(RtCtx *c) {
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 218112000);
@@ -3039,8 +3043,8 @@ void step_backward(RtCtx *c) {
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 218112000);
@@ -3049,8 +3053,8 @@ void step_backward(RtCtx *c) {
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 218112000);
@@ -3059,8 +3063,8 @@ void step_backward(RtCtx *c) {
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 218112000);
@@ -3069,8 +3073,8 @@ void step_backward(RtCtx *c) {
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 218112000);
@@ -3079,7 +3083,7 @@ void step_backward(RtCtx *c) {
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
+  c->wd = A(GATHERED1);
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 218112000);
@@ -3090,7 +3094,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 525336576);
-  rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 8192, 4096);
+  rt_embedding_backward(DW(0), A(DX_A), I(INPUTS), 8192, 4096);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 131334144, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 4 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);

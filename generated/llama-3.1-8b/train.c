@@ -101,7 +101,7 @@ static void zero_grads(RtCtx *c) {
 static void refresh_params(RtCtx *c) {
   for (int g = 0; g < N_GROUPS; g++)
     if (step_groups[g].param >= 0)
-      rt_copy(c->arena + step_groups[g].param, c->state + step_groups[g].master, (size_t)step_groups[g].shard);
+      rt_cast_to_act(c->acts + step_groups[g].param, c->state + step_groups[g].master, (size_t)step_groups[g].shard);
 }
 
 /* The gradient shards summed over the data-parallel replicas. NCCL reads device memory: a state
@@ -145,8 +145,9 @@ static RtCudaConfig cuda_config(void) {
 
 static Footprint footprint(void) {
   const int64_t R = (int64_t)sizeof(real), state = (int64_t)STATE_ELEMS * R;
-  Footprint f = {(int64_t)ARENA_ELEMS * R + (STATE_ON_HOST ? 0 : state), 0,
-                 (int64_t)HOST_ELEMS * R + (STATE_ON_HOST ? state : 0)};
+  const int64_t acts = (int64_t)ACT_ELEMS * (int64_t)sizeof(act);
+  Footprint f = {(int64_t)ARENA_ELEMS * R + acts + (STATE_ON_HOST ? 0 : state), 0,
+                 (int64_t)HOST_ELEMS * (int64_t)sizeof(act) + (STATE_ON_HOST ? state : 0)};
   f.host = f.pinned + 2 * PLAN_FSDP * (int64_t)sizeof(int) /* Muon's counts */
            + 2 * TOKENS * (int64_t)sizeof(int32_t) /* the loader's tokens */
            + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0);
@@ -494,13 +495,14 @@ int main(int argc, char **argv) {
   if (!status) {
     const size_t state = (size_t)STATE_ELEMS * sizeof(real);
     c.arena = rt_cuda_alloc((size_t)ARENA_ELEMS * sizeof(real), err, sizeof err);
-    if (c.arena) c.state = STATE_ON_HOST ? rt_cuda_alloc_host(state, err, sizeof err) : rt_cuda_alloc(state, err, sizeof err);
+    if (c.arena) c.acts = rt_cuda_alloc((size_t)ACT_ELEMS * sizeof(act), err, sizeof err);
+    if (c.acts) c.state = STATE_ON_HOST ? rt_cuda_alloc_host(state, err, sizeof err) : rt_cuda_alloc(state, err, sizeof err);
     if (c.state && STATE_ON_HOST) memset(c.state, 0, state); /* (pinned memory comes uninitialized) */
     if (c.state && !STATE_ON_HOST && (state_mirror = calloc(1, state))) rt_prefault(state_mirror, state);
     host_tokens = calloc(2 * TOKENS, sizeof(int32_t));
-    if (!c.arena || !c.state || (!STATE_ON_HOST && !state_mirror) || !host_tokens) {
+    if (!c.arena || !c.acts || !c.state || (!STATE_ON_HOST && !state_mirror) || !host_tokens) {
       fprintf(stderr, "error: rank %d: %s; expected a plan that fits this GPU and host (mtc compile ... --set ...)\n",
-              c.comm.rank, c.arena && c.state ? "no host memory for the state's mirror or the tokens" : err);
+              c.comm.rank, c.arena && c.acts && c.state ? "no host memory for the state's mirror or the tokens" : err);
       status = 2;
     }
   }
@@ -509,22 +511,23 @@ int main(int argc, char **argv) {
     fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c.comm.rank);
     status = 2;
   }
-  if (!status && HOST_ELEMS > 0 && !(c.host = rt_cuda_alloc_host((size_t)HOST_ELEMS * sizeof(real), err, sizeof err))) {
+  if (!status && HOST_ELEMS > 0 && !(c.host = rt_cuda_alloc_host((size_t)HOST_ELEMS * sizeof(act), err, sizeof err))) {
     fprintf(stderr, "error: rank %d: activation offload: %s\n", c.comm.rank, err);
     status = 2;
   }
 #else
-  if (!status && HOST_ELEMS > 0 && !(c.host = calloc((size_t)HOST_ELEMS, sizeof(real)))) {
+  if (!status && HOST_ELEMS > 0 && !(c.host = calloc((size_t)HOST_ELEMS, sizeof(act)))) {
     fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB host arena of activation offload\n", c.comm.rank,
-            (double)HOST_ELEMS * sizeof(real) / 1048576.0);
+            (double)HOST_ELEMS * sizeof(act) / 1048576.0);
     status = 2;
   }
   c.arena = status ? NULL : calloc((size_t)ARENA_ELEMS, sizeof(real));
+  c.acts = status ? NULL : calloc((size_t)ACT_ELEMS, sizeof(act));
   c.state = status ? NULL : calloc((size_t)STATE_ELEMS, sizeof(real));
-  if (!status && (!c.arena || !c.state)) {
-    fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB arena and %.1f MiB state arena; expected that much "
-            "free memory\n", c.comm.rank, (double)ARENA_ELEMS * sizeof(real) / 1048576.0,
-            (double)STATE_ELEMS * sizeof(real) / 1048576.0);
+  if (!status && (!c.arena || !c.acts || !c.state)) {
+    fprintf(stderr, "error: rank %d: cannot allocate the arenas (%.1f MiB, %.1f MiB of activations, %.1f MiB of state); "
+            "expected that much free memory\n", c.comm.rank, (double)ARENA_ELEMS * sizeof(real) / 1048576.0,
+            (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0);
     status = 2;
   }
   if (!status && PLAN_EP > 1 &&
@@ -535,8 +538,9 @@ int main(int argc, char **argv) {
   /* touched now, as the cuda backend zeroes its arena: memory that is not there fails at start-up,
    * not in the middle of a step, and the resident growth below measures what was allocated */
   if (!status) rt_prefault(c.arena, (size_t)ARENA_ELEMS * sizeof(real));
+  if (!status) rt_prefault(c.acts, (size_t)ACT_ELEMS * sizeof(act));
   if (!status) rt_prefault(c.state, (size_t)STATE_ELEMS * sizeof(real));
-  if (!status && c.host) rt_prefault(c.host, (size_t)HOST_ELEMS * sizeof(real));
+  if (!status && c.host) rt_prefault(c.host, (size_t)HOST_ELEMS * sizeof(act));
 #endif
   if (!status && rt_offload_init(OFFLOAD_IDS) != 0) {
     fprintf(stderr, "error: rank %d: cannot create the streams and events of activation offload\n", c.comm.rank);
@@ -611,13 +615,15 @@ int main(int argc, char **argv) {
   uint64_t data_seed = a.seed + 1;
   if (rank0)
     printf("%s: %d rank(s) = %d x fsdp %d, ep %d, activation checkpointing %s; %d micro-batch(es) of %d x %d tokens per rank; "
-           "%s, gradients reduced in %s; arena %.1f MiB per rank; data %s (%lld tokens)\n",
+           "%s, gradients reduced in %s; arenas %.1f MiB (fp32) + %.1f MiB (activations) + %.1f MiB (state) per "
+           "rank; data %s (%lld tokens)\n",
            MODEL_NAME, c.comm.world, PLAN_DP_REPLICATE, PLAN_FSDP, PLAN_EP, CHECKPOINT_POLICY, ACCUM, MICRO_BATCH,
-           SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE,
-           (double)ARENA_ELEMS * sizeof(real) / 1048576.0, a.data, (long long)data.ntokens);
+           SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE, (double)ARENA_ELEMS * sizeof(real) / 1048576.0,
+           (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0, a.data,
+           (long long)data.ntokens);
   if (rank0 && HOST_ELEMS > 0)
     printf("activation offload: %d layer boundaries wait for the backward in a %.1f MiB host arena per rank (the plan's "
-           "host arena: %.1f MiB)\n", OFFLOAD_IDS, (double)HOST_ELEMS * sizeof(real) / 1048576.0,
+           "host arena: %.1f MiB)\n", OFFLOAD_IDS, (double)HOST_ELEMS * sizeof(act) / 1048576.0,
            PLAN_HOST_BYTES / 1048576.0);
 #ifdef PLAN_OFFLOAD_NVME
   if (rank0)
@@ -793,6 +799,7 @@ done:
 #endif
 #ifdef MTC_BACKEND_CUDA
   rt_cuda_free(c.arena);
+  rt_cuda_free(c.acts);
   rt_cuda_free_host(c.host);
   if (STATE_ON_HOST) rt_cuda_free_host(c.state);
   else rt_cuda_free(c.state);
@@ -802,6 +809,7 @@ done:
   rt_cuda_teardown();
 #else
   free(c.arena);
+  free(c.acts);
   free(c.state);
   free(c.host);
 #endif

@@ -54,13 +54,15 @@
 #define STATE_ELEMS 5837849088
 #define STATE_ON_HOST 1
 #define OPT_STEP_ON_HOST 1
-/* the arena: 46033285296 elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before
- * reading them */
-#define ARENA_ELEMS 46033285296
-#define ARENA_SCRATCH 1459724416
+/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
+ * micro-batch writes before reading them */
+#define ARENA_ELEMS 5700931632
+#define ARENA_SCRATCH 262144
+#define ACT_ELEMS 40332353664
+#define ACT_SCRATCH 1459462272
 #define INPUTS 0
 #define TARGETS 131072
-#define STATE_STAGING 7264804992 /* a device buffer of the largest shard (RS_OUT0), free between steps */
+#define STATE_STAGING 2902802432 /* a device buffer of the largest shard (RS_OUT0), free between steps */
 #define HOST_ELEMS 16106127360 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 30 /* boundaries that go to the host and back */
 #define N_GROUPS 66

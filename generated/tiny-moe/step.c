@@ -14,6 +14,7 @@
 
 #define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
+#define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
@@ -21,7 +22,7 @@
 #define DWE(o) (c->dwe + (o))                   /* its gradient (in GRAD0 or 1) */
 #define EPS ((real)1e-5)                          /* RMSNorm epsilon */
 
-/* ---- the state arena map (elements) ---- */
+/* ---- the state arena map (elements of real) ---- */
 #define EMBED_MASTER                      0 /*      16384: embedding: this rank's fp32 master shard */
 #define EMBED_GRAD                    16384 /*      16384: its gradient, accumulated over micro-batches */
 #define EMBED_ADAM_M                  32768 /*      16384: AdamW first moment (fp32) */
@@ -62,140 +63,143 @@
 #define HEAD_GRAD                   7563328 /*      16448: its gradient, accumulated over micro-batches */
 #define HEAD_ADAM_M                 7579776 /*      16448: AdamW first moment (fp32) */
 #define HEAD_ADAM_V                 7596224 /*      16448: AdamW second moment (fp32) */
-/* ---- the arena map (elements) ---- */
-#define GATHERED0                      1024 /*     935168: units u with u % 2 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                    936192 /*     935168: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define GRAD0                       1871360 /*     935168: an even unit's gradient, dense then experts, then its reduce-scatters' input */
-#define GRAD1                       2806528 /*     935168: an odd unit's (in flight while the next unit's backward runs) */
-#define RS_OUT0                     3741696 /*     393216: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                    4134912 /*      74368: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                     4209280 /*     393216: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE1                    4602496 /*     393216: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT2                     4995712 /*     393216: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                    5388928 /*      74368: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                     5463296 /*     393216: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE3                    5856512 /*     393216: its bf16 send buffer (2 bytes per gathered value) */
-#define X0                          6249728 /*      65536: boundary: input of layer 0 (residual stream) */
-#define X1                          6315264 /*      65536: boundary: input of layer 1 (residual stream) */
-#define X2                          6380800 /*      65536: boundary: input of layer 2 (residual stream) */
-#define X3                          6446336 /*      65536: boundary: input of layer 3 (residual stream) */
-#define X4                          6511872 /*      65536: output of the last layer */
-#define L0_LN1                      6577408 /*      65536: attention norm output */
-#define L0_RSTD1                    6642944 /*        512: its 1/rms per token */
-#define L0_Q                        6643456 /*      65536: queries (rotated) */
-#define L0_K                        6708992 /*      32768: keys (rotated) */
-#define L0_V                        6741760 /*      32768: values */
-#define L0_ATT                      6774528 /*      65536: attention output */
-#define L0_LSE                      6840064 /*       2048: attention log-sum-exp per head and query */
-#define L0_RES                      6842112 /*      65536: residual stream after attention */
-#define L0_LN2                      6907648 /*      65536: mlp norm output */
-#define L0_RSTD2                    6973184 /*        512: its 1/rms per token */
-#define L0_LOGITS                   6973696 /*       4096: router logits */
-#define L0_IDX                      6977792 /*       1024: selected experts (int32) */
-#define L0_WTS                      6978816 /*       1024: their weights */
-#define L0_POS                      6979840 /*       1024: row of each assignment in expert order (int32) */
-#define L0_OFFSETS                  6980864 /*          9: first row of each expert (int32) */
-#define L0_XP                       6980880 /*     131072: token copies in expert order: the experts' input */
-#define L0_YP                       7111952 /*     131072: expert outputs in that order */
-#define L0_EG                       7243024 /*     262144: routed experts' gate */
-#define L0_EU                       7505168 /*     262144: routed experts' up */
-#define L0_EH                       7767312 /*     262144: routed experts' activation */
-#define L0_SG                       8029456 /*     131072: shared experts' gate */
-#define L0_SU                       8160528 /*     131072: shared experts' up */
-#define L0_SH                       8291600 /*     131072: shared experts' activation */
-#define L1_LN1                      8422672 /*      65536: attention norm output */
-#define L1_RSTD1                    8488208 /*        512: its 1/rms per token */
-#define L1_Q                        8488720 /*      65536: queries (rotated) */
-#define L1_K                        8554256 /*      32768: keys (rotated) */
-#define L1_V                        8587024 /*      32768: values */
-#define L1_ATT                      8619792 /*      65536: attention output */
-#define L1_LSE                      8685328 /*       2048: attention log-sum-exp per head and query */
-#define L1_RES                      8687376 /*      65536: residual stream after attention */
-#define L1_LN2                      8752912 /*      65536: mlp norm output */
-#define L1_RSTD2                    8818448 /*        512: its 1/rms per token */
-#define L1_LOGITS                   8818960 /*       4096: router logits */
-#define L1_IDX                      8823056 /*       1024: selected experts (int32) */
-#define L1_WTS                      8824080 /*       1024: their weights */
-#define L1_POS                      8825104 /*       1024: row of each assignment in expert order (int32) */
-#define L1_OFFSETS                  8826128 /*          9: first row of each expert (int32) */
-#define L1_XP                       8826144 /*     131072: token copies in expert order: the experts' input */
-#define L1_YP                       8957216 /*     131072: expert outputs in that order */
-#define L1_EG                       9088288 /*     262144: routed experts' gate */
-#define L1_EU                       9350432 /*     262144: routed experts' up */
-#define L1_EH                       9612576 /*     262144: routed experts' activation */
-#define L1_SG                       9874720 /*     131072: shared experts' gate */
-#define L1_SU                      10005792 /*     131072: shared experts' up */
-#define L1_SH                      10136864 /*     131072: shared experts' activation */
-#define L2_LN1                     10267936 /*      65536: attention norm output */
-#define L2_RSTD1                   10333472 /*        512: its 1/rms per token */
-#define L2_Q                       10333984 /*      65536: queries (rotated) */
-#define L2_K                       10399520 /*      32768: keys (rotated) */
-#define L2_V                       10432288 /*      32768: values */
-#define L2_ATT                     10465056 /*      65536: attention output */
-#define L2_LSE                     10530592 /*       2048: attention log-sum-exp per head and query */
-#define L2_RES                     10532640 /*      65536: residual stream after attention */
-#define L2_LN2                     10598176 /*      65536: mlp norm output */
-#define L2_RSTD2                   10663712 /*        512: its 1/rms per token */
-#define L2_LOGITS                  10664224 /*       4096: router logits */
-#define L2_IDX                     10668320 /*       1024: selected experts (int32) */
-#define L2_WTS                     10669344 /*       1024: their weights */
-#define L2_POS                     10670368 /*       1024: row of each assignment in expert order (int32) */
-#define L2_OFFSETS                 10671392 /*          9: first row of each expert (int32) */
-#define L2_XP                      10671408 /*     131072: token copies in expert order: the experts' input */
-#define L2_YP                      10802480 /*     131072: expert outputs in that order */
-#define L2_EG                      10933552 /*     262144: routed experts' gate */
-#define L2_EU                      11195696 /*     262144: routed experts' up */
-#define L2_EH                      11457840 /*     262144: routed experts' activation */
-#define L2_SG                      11719984 /*     131072: shared experts' gate */
-#define L2_SU                      11851056 /*     131072: shared experts' up */
-#define L2_SH                      11982128 /*     131072: shared experts' activation */
-#define L3_LN1                     12113200 /*      65536: attention norm output */
-#define L3_RSTD1                   12178736 /*        512: its 1/rms per token */
-#define L3_Q                       12179248 /*      65536: queries (rotated) */
-#define L3_K                       12244784 /*      32768: keys (rotated) */
-#define L3_V                       12277552 /*      32768: values */
-#define L3_ATT                     12310320 /*      65536: attention output */
-#define L3_LSE                     12375856 /*       2048: attention log-sum-exp per head and query */
-#define L3_RES                     12377904 /*      65536: residual stream after attention */
-#define L3_LN2                     12443440 /*      65536: mlp norm output */
-#define L3_RSTD2                   12508976 /*        512: its 1/rms per token */
-#define L3_LOGITS                  12509488 /*       4096: router logits */
-#define L3_IDX                     12513584 /*       1024: selected experts (int32) */
-#define L3_WTS                     12514608 /*       1024: their weights */
-#define L3_POS                     12515632 /*       1024: row of each assignment in expert order (int32) */
-#define L3_OFFSETS                 12516656 /*          9: first row of each expert (int32) */
-#define L3_XP                      12516672 /*     131072: token copies in expert order: the experts' input */
-#define L3_YP                      12647744 /*     131072: expert outputs in that order */
-#define L3_EG                      12778816 /*     262144: routed experts' gate */
-#define L3_EU                      13040960 /*     262144: routed experts' up */
-#define L3_EH                      13303104 /*     262144: routed experts' activation */
-#define L3_SG                      13565248 /*     131072: shared experts' gate */
-#define L3_SU                      13696320 /*     131072: shared experts' up */
-#define L3_SH                      13827392 /*     131072: shared experts' activation */
-#define WS_Y                       13958464 /*      65536: a block's output before the residual add */
-#define WS_Y2                      14024000 /*      65536: shared experts' output */
-#define DX_A                       14089536 /*      65536: gradient of the residual stream (even layers' output) */
-#define DX_B                       14155072 /*      65536: gradient of the residual stream (odd layers' output) */
-#define DLN                        14220608 /*      65536: gradient of a norm's output */
-#define DATT                       14286144 /*      65536: gradient of the attention output */
-#define DQ                         14351680 /*      65536: gradient of the queries */
-#define DK                         14417216 /*      32768: gradient of the keys */
-#define DV                         14449984 /*      32768: gradient of the values */
-#define DLOGITS                    14482752 /*       4096: gradient of the router logits */
-#define DWTS                       14486848 /*       1024: gradient of the routing weights */
-#define DYP                        14487872 /*     131072: gradient of the expert outputs */
-#define DXP                        14618944 /*     131072: gradient of the token copies */
-#define EDG                        14750016 /*     262144: routed experts' gate gradient */
-#define EDU                        15012160 /*     262144: routed experts' up gradient */
-#define EDH                        15274304 /*     262144: routed experts' activation gradient */
-#define DSG                        15536448 /*     131072: shared experts' gate gradient */
-#define DSU                        15667520 /*     131072: shared experts' up gradient */
-#define DSH                        15798592 /*     131072: shared experts' activation gradient */
-#define AUX                        15929664 /*         24: load-balancing loss scratch */
-#define LNF                        15929696 /*      65536: final norm output */
-#define RSTDF                      15995232 /*        512: its 1/rms per token */
-#define LSEF                       15995744 /*        512: log-sum-exp of each token's logits */
-#define CE                         15996256 /*     262144: logits of one vocabulary chunk and their gradient */
+
+/* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
+#define GRAD0                          1024 /*     935168: an even unit's gradient, dense then experts, then its reduce-scatters' input */
+#define GRAD1                        936192 /*     935168: an odd unit's (in flight while the next unit's backward runs) */
+#define RS_OUT0                     1871360 /*     393216: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE0                    2264576 /*      74368: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT1                     2338944 /*     393216: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE1                    2732160 /*     393216: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT2                     3125376 /*     393216: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE2                    3518592 /*      74368: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT3                     3592960 /*     393216: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE3                    3986176 /*     393216: its bf16 send buffer (2 bytes per gathered value) */
+#define L0_RSTD1                    4379392 /*        512: its 1/rms per token */
+#define L0_LSE                      4379904 /*       2048: attention log-sum-exp per head and query */
+#define L0_RSTD2                    4381952 /*        512: its 1/rms per token */
+#define L0_LOGITS                   4382464 /*       4096: router logits */
+#define L0_IDX                      4386560 /*       1024: selected experts (int32) */
+#define L0_WTS                      4387584 /*       1024: their weights */
+#define L0_POS                      4388608 /*       1024: row of each assignment in expert order (int32) */
+#define L0_OFFSETS                  4389632 /*          9: first row of each expert (int32) */
+#define L1_RSTD1                    4389648 /*        512: its 1/rms per token */
+#define L1_LSE                      4390160 /*       2048: attention log-sum-exp per head and query */
+#define L1_RSTD2                    4392208 /*        512: its 1/rms per token */
+#define L1_LOGITS                   4392720 /*       4096: router logits */
+#define L1_IDX                      4396816 /*       1024: selected experts (int32) */
+#define L1_WTS                      4397840 /*       1024: their weights */
+#define L1_POS                      4398864 /*       1024: row of each assignment in expert order (int32) */
+#define L1_OFFSETS                  4399888 /*          9: first row of each expert (int32) */
+#define L2_RSTD1                    4399904 /*        512: its 1/rms per token */
+#define L2_LSE                      4400416 /*       2048: attention log-sum-exp per head and query */
+#define L2_RSTD2                    4402464 /*        512: its 1/rms per token */
+#define L2_LOGITS                   4402976 /*       4096: router logits */
+#define L2_IDX                      4407072 /*       1024: selected experts (int32) */
+#define L2_WTS                      4408096 /*       1024: their weights */
+#define L2_POS                      4409120 /*       1024: row of each assignment in expert order (int32) */
+#define L2_OFFSETS                  4410144 /*          9: first row of each expert (int32) */
+#define L3_RSTD1                    4410160 /*        512: its 1/rms per token */
+#define L3_LSE                      4410672 /*       2048: attention log-sum-exp per head and query */
+#define L3_RSTD2                    4412720 /*        512: its 1/rms per token */
+#define L3_LOGITS                   4413232 /*       4096: router logits */
+#define L3_IDX                      4417328 /*       1024: selected experts (int32) */
+#define L3_WTS                      4418352 /*       1024: their weights */
+#define L3_POS                      4419376 /*       1024: row of each assignment in expert order (int32) */
+#define L3_OFFSETS                  4420400 /*          9: first row of each expert (int32) */
+#define DLOGITS                     4420416 /*       4096: gradient of the router logits */
+#define DWTS                        4424512 /*       1024: gradient of the routing weights */
+#define AUX                         4425536 /*         24: load-balancing loss scratch */
+#define RSTDF                       4425568 /*        512: its 1/rms per token */
+#define LSEF                        4426080 /*        512: log-sum-exp of each token's logits */
+#define CE                          4426592 /*     262144: logits of one vocabulary chunk and their gradient */
+
+/* ---- the activation arena map (elements of act) ---- */
+#define GATHERED0                         0 /*     935168: units u with u % 2 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1                    935168 /*     935168: units u with u % 2 = 1: parameters all-gathered, dense then experts */
+#define X0                          1870336 /*      65536: boundary: input of layer 0 (residual stream) */
+#define X1                          1935872 /*      65536: boundary: input of layer 1 (residual stream) */
+#define X2                          2001408 /*      65536: boundary: input of layer 2 (residual stream) */
+#define X3                          2066944 /*      65536: boundary: input of layer 3 (residual stream) */
+#define X4                          2132480 /*      65536: output of the last layer */
+#define L0_LN1                      2198016 /*      65536: attention norm output */
+#define L0_Q                        2263552 /*      65536: queries (rotated) */
+#define L0_K                        2329088 /*      32768: keys (rotated) */
+#define L0_V                        2361856 /*      32768: values */
+#define L0_ATT                      2394624 /*      65536: attention output */
+#define L0_RES                      2460160 /*      65536: residual stream after attention */
+#define L0_LN2                      2525696 /*      65536: mlp norm output */
+#define L0_XP                       2591232 /*     131072: token copies in expert order: the experts' input */
+#define L0_YP                       2722304 /*     131072: expert outputs in that order */
+#define L0_EG                       2853376 /*     262144: routed experts' gate */
+#define L0_EU                       3115520 /*     262144: routed experts' up */
+#define L0_EH                       3377664 /*     262144: routed experts' activation */
+#define L0_SG                       3639808 /*     131072: shared experts' gate */
+#define L0_SU                       3770880 /*     131072: shared experts' up */
+#define L0_SH                       3901952 /*     131072: shared experts' activation */
+#define L1_LN1                      4033024 /*      65536: attention norm output */
+#define L1_Q                        4098560 /*      65536: queries (rotated) */
+#define L1_K                        4164096 /*      32768: keys (rotated) */
+#define L1_V                        4196864 /*      32768: values */
+#define L1_ATT                      4229632 /*      65536: attention output */
+#define L1_RES                      4295168 /*      65536: residual stream after attention */
+#define L1_LN2                      4360704 /*      65536: mlp norm output */
+#define L1_XP                       4426240 /*     131072: token copies in expert order: the experts' input */
+#define L1_YP                       4557312 /*     131072: expert outputs in that order */
+#define L1_EG                       4688384 /*     262144: routed experts' gate */
+#define L1_EU                       4950528 /*     262144: routed experts' up */
+#define L1_EH                       5212672 /*     262144: routed experts' activation */
+#define L1_SG                       5474816 /*     131072: shared experts' gate */
+#define L1_SU                       5605888 /*     131072: shared experts' up */
+#define L1_SH                       5736960 /*     131072: shared experts' activation */
+#define L2_LN1                      5868032 /*      65536: attention norm output */
+#define L2_Q                        5933568 /*      65536: queries (rotated) */
+#define L2_K                        5999104 /*      32768: keys (rotated) */
+#define L2_V                        6031872 /*      32768: values */
+#define L2_ATT                      6064640 /*      65536: attention output */
+#define L2_RES                      6130176 /*      65536: residual stream after attention */
+#define L2_LN2                      6195712 /*      65536: mlp norm output */
+#define L2_XP                       6261248 /*     131072: token copies in expert order: the experts' input */
+#define L2_YP                       6392320 /*     131072: expert outputs in that order */
+#define L2_EG                       6523392 /*     262144: routed experts' gate */
+#define L2_EU                       6785536 /*     262144: routed experts' up */
+#define L2_EH                       7047680 /*     262144: routed experts' activation */
+#define L2_SG                       7309824 /*     131072: shared experts' gate */
+#define L2_SU                       7440896 /*     131072: shared experts' up */
+#define L2_SH                       7571968 /*     131072: shared experts' activation */
+#define L3_LN1                      7703040 /*      65536: attention norm output */
+#define L3_Q                        7768576 /*      65536: queries (rotated) */
+#define L3_K                        7834112 /*      32768: keys (rotated) */
+#define L3_V                        7866880 /*      32768: values */
+#define L3_ATT                      7899648 /*      65536: attention output */
+#define L3_RES                      7965184 /*      65536: residual stream after attention */
+#define L3_LN2                      8030720 /*      65536: mlp norm output */
+#define L3_XP                       8096256 /*     131072: token copies in expert order: the experts' input */
+#define L3_YP                       8227328 /*     131072: expert outputs in that order */
+#define L3_EG                       8358400 /*     262144: routed experts' gate */
+#define L3_EU                       8620544 /*     262144: routed experts' up */
+#define L3_EH                       8882688 /*     262144: routed experts' activation */
+#define L3_SG                       9144832 /*     131072: shared experts' gate */
+#define L3_SU                       9275904 /*     131072: shared experts' up */
+#define L3_SH                       9406976 /*     131072: shared experts' activation */
+#define WS_Y                        9538048 /*      65536: a block's output before the residual add */
+#define WS_Y2                       9603584 /*      65536: shared experts' output */
+#define DX_A                        9669120 /*      65536: gradient of the residual stream (even layers' output) */
+#define DX_B                        9734656 /*      65536: gradient of the residual stream (odd layers' output) */
+#define DLN                         9800192 /*      65536: gradient of a norm's output */
+#define DATT                        9865728 /*      65536: gradient of the attention output */
+#define DQ                          9931264 /*      65536: gradient of the queries */
+#define DK                          9996800 /*      32768: gradient of the keys */
+#define DV                         10029568 /*      32768: gradient of the values */
+#define DYP                        10062336 /*     131072: gradient of the expert outputs */
+#define DXP                        10193408 /*     131072: gradient of the token copies */
+#define EDG                        10324480 /*     262144: routed experts' gate gradient */
+#define EDU                        10586624 /*     262144: routed experts' up gradient */
+#define EDH                        10848768 /*     262144: routed experts' activation gradient */
+#define DSG                        11110912 /*     131072: shared experts' gate gradient */
+#define DSU                        11241984 /*     131072: shared experts' up gradient */
+#define DSH                        11373056 /*     131072: shared experts' activation gradient */
+#define LNF                        11504128 /*      65536: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
  * 2 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
@@ -277,269 +281,269 @@ const RtTensor step_tensors[N_TENSORS] = {
 /* layer 0 (MoE), forward: X0 -> X1; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer0_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(L0_LN1), R(L0_RSTD1), R(X0), W(0), 512, 128, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L0_Q), R(L0_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
-  rt_matmul_forward(R(L0_K), R(L0_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
-  rt_matmul_forward(R(L0_V), R(L0_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
-  rt_rope_forward(R(L0_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L0_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(R(L0_ATT), R(L0_LSE), R(L0_Q), R(L0_K), R(L0_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L0_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
-  rt_add(R(L0_RES), R(X0), R(WS_Y), 65536); /* residual */
-  rt_rmsnorm_forward(R(L0_LN2), R(L0_RSTD2), R(L0_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L0_LOGITS), R(L0_LN2), W(49408), NULL, 512, 128, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(L0_LN1), R(L0_RSTD1), A(X0), W(0), 512, 128, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L0_Q), A(L0_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
+  rt_matmul_forward(A(L0_K), A(L0_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
+  rt_matmul_forward(A(L0_V), A(L0_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
+  rt_rope_forward(A(L0_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L0_K), 2, 256, 2, 32, 10000);
+  rt_attention_forward(A(L0_ATT), R(L0_LSE), A(L0_Q), A(L0_K), A(L0_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L0_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
+  rt_add(A(L0_RES), A(X0), A(WS_Y), 65536); /* residual */
+  rt_rmsnorm_forward(A(L0_LN2), R(L0_RSTD2), A(L0_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(R(L0_LOGITS), A(L0_LN2), W(49408), NULL, 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L0_IDX), R(L0_WTS), R(L0_LOGITS), NULL, 512, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L0_POS), I(L0_OFFSETS), I(L0_IDX), 512, 8, 2);
-  rt_moe_gather(R(L0_XP), R(L0_LN2), I(L0_POS), 512, 2, 128);
-  rt_experts_forward(R(L0_YP), R(L0_EG), R(L0_EU), R(L0_EH), R(L0_XP), WE(0), WE(262144), WE(524288), I(L0_OFFSETS), 8, 128, 256); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 65536);
-  rt_moe_combine(R(WS_Y), R(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
-  rt_matmul_forward(R(L0_SG), R(L0_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
-  rt_matmul_forward(R(L0_SU), R(L0_LN2), W(83200), NULL, 512, 128, 256); /* shared_experts.up_proj */
-  rt_swiglu_forward(R(L0_SH), R(L0_SG), R(L0_SU), 131072);
-  rt_matmul_forward(R(WS_Y2), R(L0_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
-  rt_accumulate(R(WS_Y), R(WS_Y2), 65536);
-  rt_add(R(X1), R(L0_RES), R(WS_Y), 65536); /* residual */
+  rt_moe_gather(A(L0_XP), A(L0_LN2), I(L0_POS), 512, 2, 128);
+  rt_experts_forward(A(L0_YP), A(L0_EG), A(L0_EU), A(L0_EH), A(L0_XP), WE(0), WE(262144), WE(524288), I(L0_OFFSETS), 8, 128, 256); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 65536);
+  rt_moe_combine(A(WS_Y), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
+  rt_matmul_forward(A(L0_SG), A(L0_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
+  rt_matmul_forward(A(L0_SU), A(L0_LN2), W(83200), NULL, 512, 128, 256); /* shared_experts.up_proj */
+  rt_swiglu_forward(A(L0_SH), A(L0_SG), A(L0_SU), 131072);
+  rt_matmul_forward(A(WS_Y2), A(L0_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
+  rt_accumulate(A(WS_Y), A(WS_Y2), 65536);
+  rt_add(A(X1), A(L0_RES), A(WS_Y), 65536); /* residual */
 }
 
 /* layer 1 (MoE), forward: X1 -> X2; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer1_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(L1_LN1), R(L1_RSTD1), R(X1), W(0), 512, 128, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L1_Q), R(L1_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
-  rt_matmul_forward(R(L1_K), R(L1_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
-  rt_matmul_forward(R(L1_V), R(L1_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
-  rt_rope_forward(R(L1_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L1_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(R(L1_ATT), R(L1_LSE), R(L1_Q), R(L1_K), R(L1_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L1_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
-  rt_add(R(L1_RES), R(X1), R(WS_Y), 65536); /* residual */
-  rt_rmsnorm_forward(R(L1_LN2), R(L1_RSTD2), R(L1_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L1_LOGITS), R(L1_LN2), W(49408), NULL, 512, 128, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(L1_LN1), R(L1_RSTD1), A(X1), W(0), 512, 128, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L1_Q), A(L1_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
+  rt_matmul_forward(A(L1_K), A(L1_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
+  rt_matmul_forward(A(L1_V), A(L1_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
+  rt_rope_forward(A(L1_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L1_K), 2, 256, 2, 32, 10000);
+  rt_attention_forward(A(L1_ATT), R(L1_LSE), A(L1_Q), A(L1_K), A(L1_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L1_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
+  rt_add(A(L1_RES), A(X1), A(WS_Y), 65536); /* residual */
+  rt_rmsnorm_forward(A(L1_LN2), R(L1_RSTD2), A(L1_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(R(L1_LOGITS), A(L1_LN2), W(49408), NULL, 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L1_IDX), R(L1_WTS), R(L1_LOGITS), NULL, 512, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L1_POS), I(L1_OFFSETS), I(L1_IDX), 512, 8, 2);
-  rt_moe_gather(R(L1_XP), R(L1_LN2), I(L1_POS), 512, 2, 128);
-  rt_experts_forward(R(L1_YP), R(L1_EG), R(L1_EU), R(L1_EH), R(L1_XP), WE(0), WE(262144), WE(524288), I(L1_OFFSETS), 8, 128, 256); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 65536);
-  rt_moe_combine(R(WS_Y), R(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
-  rt_matmul_forward(R(L1_SG), R(L1_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
-  rt_matmul_forward(R(L1_SU), R(L1_LN2), W(83200), NULL, 512, 128, 256); /* shared_experts.up_proj */
-  rt_swiglu_forward(R(L1_SH), R(L1_SG), R(L1_SU), 131072);
-  rt_matmul_forward(R(WS_Y2), R(L1_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
-  rt_accumulate(R(WS_Y), R(WS_Y2), 65536);
-  rt_add(R(X2), R(L1_RES), R(WS_Y), 65536); /* residual */
+  rt_moe_gather(A(L1_XP), A(L1_LN2), I(L1_POS), 512, 2, 128);
+  rt_experts_forward(A(L1_YP), A(L1_EG), A(L1_EU), A(L1_EH), A(L1_XP), WE(0), WE(262144), WE(524288), I(L1_OFFSETS), 8, 128, 256); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 65536);
+  rt_moe_combine(A(WS_Y), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
+  rt_matmul_forward(A(L1_SG), A(L1_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
+  rt_matmul_forward(A(L1_SU), A(L1_LN2), W(83200), NULL, 512, 128, 256); /* shared_experts.up_proj */
+  rt_swiglu_forward(A(L1_SH), A(L1_SG), A(L1_SU), 131072);
+  rt_matmul_forward(A(WS_Y2), A(L1_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
+  rt_accumulate(A(WS_Y), A(WS_Y2), 65536);
+  rt_add(A(X2), A(L1_RES), A(WS_Y), 65536); /* residual */
 }
 
 /* layer 2 (MoE), forward: X2 -> X3; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer2_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(L2_LN1), R(L2_RSTD1), R(X2), W(0), 512, 128, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L2_Q), R(L2_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
-  rt_matmul_forward(R(L2_K), R(L2_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
-  rt_matmul_forward(R(L2_V), R(L2_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
-  rt_rope_forward(R(L2_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L2_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(R(L2_ATT), R(L2_LSE), R(L2_Q), R(L2_K), R(L2_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L2_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
-  rt_add(R(L2_RES), R(X2), R(WS_Y), 65536); /* residual */
-  rt_rmsnorm_forward(R(L2_LN2), R(L2_RSTD2), R(L2_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L2_LOGITS), R(L2_LN2), W(49408), NULL, 512, 128, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(L2_LN1), R(L2_RSTD1), A(X2), W(0), 512, 128, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L2_Q), A(L2_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
+  rt_matmul_forward(A(L2_K), A(L2_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
+  rt_matmul_forward(A(L2_V), A(L2_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
+  rt_rope_forward(A(L2_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L2_K), 2, 256, 2, 32, 10000);
+  rt_attention_forward(A(L2_ATT), R(L2_LSE), A(L2_Q), A(L2_K), A(L2_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L2_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
+  rt_add(A(L2_RES), A(X2), A(WS_Y), 65536); /* residual */
+  rt_rmsnorm_forward(A(L2_LN2), R(L2_RSTD2), A(L2_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(R(L2_LOGITS), A(L2_LN2), W(49408), NULL, 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L2_IDX), R(L2_WTS), R(L2_LOGITS), NULL, 512, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L2_POS), I(L2_OFFSETS), I(L2_IDX), 512, 8, 2);
-  rt_moe_gather(R(L2_XP), R(L2_LN2), I(L2_POS), 512, 2, 128);
-  rt_experts_forward(R(L2_YP), R(L2_EG), R(L2_EU), R(L2_EH), R(L2_XP), WE(0), WE(262144), WE(524288), I(L2_OFFSETS), 8, 128, 256); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 65536);
-  rt_moe_combine(R(WS_Y), R(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
-  rt_matmul_forward(R(L2_SG), R(L2_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
-  rt_matmul_forward(R(L2_SU), R(L2_LN2), W(83200), NULL, 512, 128, 256); /* shared_experts.up_proj */
-  rt_swiglu_forward(R(L2_SH), R(L2_SG), R(L2_SU), 131072);
-  rt_matmul_forward(R(WS_Y2), R(L2_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
-  rt_accumulate(R(WS_Y), R(WS_Y2), 65536);
-  rt_add(R(X3), R(L2_RES), R(WS_Y), 65536); /* residual */
+  rt_moe_gather(A(L2_XP), A(L2_LN2), I(L2_POS), 512, 2, 128);
+  rt_experts_forward(A(L2_YP), A(L2_EG), A(L2_EU), A(L2_EH), A(L2_XP), WE(0), WE(262144), WE(524288), I(L2_OFFSETS), 8, 128, 256); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 65536);
+  rt_moe_combine(A(WS_Y), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
+  rt_matmul_forward(A(L2_SG), A(L2_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
+  rt_matmul_forward(A(L2_SU), A(L2_LN2), W(83200), NULL, 512, 128, 256); /* shared_experts.up_proj */
+  rt_swiglu_forward(A(L2_SH), A(L2_SG), A(L2_SU), 131072);
+  rt_matmul_forward(A(WS_Y2), A(L2_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
+  rt_accumulate(A(WS_Y), A(WS_Y2), 65536);
+  rt_add(A(X3), A(L2_RES), A(WS_Y), 65536); /* residual */
 }
 
 /* layer 3 (MoE), forward: X3 -> X4; every activation stays for the backward (no
  * checkpointing: recompute is always false). */
 static void layer3_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(L3_LN1), R(L3_RSTD1), R(X3), W(0), 512, 128, EPS); /* input_layernorm */
-  rt_matmul_forward(R(L3_Q), R(L3_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
-  rt_matmul_forward(R(L3_K), R(L3_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
-  rt_matmul_forward(R(L3_V), R(L3_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
-  rt_rope_forward(R(L3_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L3_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(R(L3_ATT), R(L3_LSE), R(L3_Q), R(L3_K), R(L3_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(L3_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
-  rt_add(R(L3_RES), R(X3), R(WS_Y), 65536); /* residual */
-  rt_rmsnorm_forward(R(L3_LN2), R(L3_RSTD2), R(L3_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L3_LOGITS), R(L3_LN2), W(49408), NULL, 512, 128, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(L3_LN1), R(L3_RSTD1), A(X3), W(0), 512, 128, EPS); /* input_layernorm */
+  rt_matmul_forward(A(L3_Q), A(L3_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
+  rt_matmul_forward(A(L3_K), A(L3_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
+  rt_matmul_forward(A(L3_V), A(L3_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
+  rt_rope_forward(A(L3_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(L3_K), 2, 256, 2, 32, 10000);
+  rt_attention_forward(A(L3_ATT), R(L3_LSE), A(L3_Q), A(L3_K), A(L3_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(L3_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
+  rt_add(A(L3_RES), A(X3), A(WS_Y), 65536); /* residual */
+  rt_rmsnorm_forward(A(L3_LN2), R(L3_RSTD2), A(L3_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
+  rt_matmul_forward(R(L3_LOGITS), A(L3_LN2), W(49408), NULL, 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L3_IDX), R(L3_WTS), R(L3_LOGITS), NULL, 512, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L3_POS), I(L3_OFFSETS), I(L3_IDX), 512, 8, 2);
-  rt_moe_gather(R(L3_XP), R(L3_LN2), I(L3_POS), 512, 2, 128);
-  rt_experts_forward(R(L3_YP), R(L3_EG), R(L3_EU), R(L3_EH), R(L3_XP), WE(0), WE(262144), WE(524288), I(L3_OFFSETS), 8, 128, 256); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 65536);
-  rt_moe_combine(R(WS_Y), R(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
-  rt_matmul_forward(R(L3_SG), R(L3_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
-  rt_matmul_forward(R(L3_SU), R(L3_LN2), W(83200), NULL, 512, 128, 256); /* shared_experts.up_proj */
-  rt_swiglu_forward(R(L3_SH), R(L3_SG), R(L3_SU), 131072);
-  rt_matmul_forward(R(WS_Y2), R(L3_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
-  rt_accumulate(R(WS_Y), R(WS_Y2), 65536);
-  rt_add(R(X4), R(L3_RES), R(WS_Y), 65536); /* residual */
+  rt_moe_gather(A(L3_XP), A(L3_LN2), I(L3_POS), 512, 2, 128);
+  rt_experts_forward(A(L3_YP), A(L3_EG), A(L3_EU), A(L3_EH), A(L3_XP), WE(0), WE(262144), WE(524288), I(L3_OFFSETS), 8, 128, 256); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 65536);
+  rt_moe_combine(A(WS_Y), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
+  rt_matmul_forward(A(L3_SG), A(L3_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
+  rt_matmul_forward(A(L3_SU), A(L3_LN2), W(83200), NULL, 512, 128, 256); /* shared_experts.up_proj */
+  rt_swiglu_forward(A(L3_SH), A(L3_SG), A(L3_SU), 131072);
+  rt_matmul_forward(A(WS_Y2), A(L3_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
+  rt_accumulate(A(WS_Y), A(WS_Y2), 65536);
+  rt_add(A(X4), A(L3_RES), A(WS_Y), 65536); /* residual */
 }
 
 /* layer 3 (MoE), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into DW and DWE. */
 static void layer3_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 65536);
-  rt_zero(R(DSH), 131072);
-  rt_matmul_backward(R(DSH), DW(115968), NULL, R(DX_A), R(L3_SH), W(115968), 512, 256, 128); /* shared down_proj */
-  rt_zero(R(DSG), 131072);
-  rt_zero(R(DSU), 131072);
-  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(L3_SG), R(L3_SU), 131072);
-  rt_matmul_backward(R(DLN), DW(50432), NULL, R(DSG), R(L3_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
-  rt_matmul_backward(R(DLN), DW(83200), NULL, R(DSU), R(L3_LN2), W(83200), 512, 128, 256); /* shared up_proj */
+  rt_zero(A(DLN), 65536);
+  rt_zero(A(DSH), 131072);
+  rt_matmul_backward(A(DSH), DW(115968), NULL, A(DX_A), A(L3_SH), W(115968), 512, 256, 128); /* shared down_proj */
+  rt_zero(A(DSG), 131072);
+  rt_zero(A(DSU), 131072);
+  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(L3_SG), A(L3_SU), 131072);
+  rt_matmul_backward(A(DLN), DW(50432), NULL, A(DSG), A(L3_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
+  rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L3_LN2), W(83200), 512, 128, 256); /* shared up_proj */
   rt_zero(R(DWTS), 1024);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
-  rt_zero(R(DXP), 131072);
-  rt_experts_backward(R(DXP), DWE(0), DWE(262144), DWE(524288), R(DYP), R(L3_XP), R(L3_EG), R(L3_EU), R(L3_EH), WE(0), WE(262144), WE(524288), I(L3_OFFSETS), 8, 128, 256, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(L3_POS), 512, 2, 128);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
+  rt_zero(A(DXP), 131072);
+  rt_experts_backward(A(DXP), DWE(0), DWE(262144), DWE(524288), A(DYP), A(L3_XP), A(L3_EG), A(L3_EU), A(L3_EH), WE(0), WE(262144), WE(524288), I(L3_OFFSETS), 8, 128, 256, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(L3_POS), 512, 2, 128);
   rt_zero(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L3_LOGITS), I(L3_IDX), R(L3_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(49408), NULL, R(DLOGITS), R(L3_LN2), W(49408), 512, 128, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 65536); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(49280), R(DLN), R(L3_RES), W(49280), R(L3_RSTD2), 512, 128);
-  rt_zero(R(DATT), 65536);
-  rt_matmul_backward(R(DATT), DW(32896), NULL, R(DX_B), R(L3_ATT), W(32896), 512, 128, 128); /* o_proj */
-  rt_zero(R(DQ), 65536);
-  rt_zero(R(DK), 32768);
-  rt_zero(R(DV), 32768);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L3_Q), R(L3_K), R(L3_V), R(L3_ATT), R(L3_LSE), 2, 256, 4, 2, 32);
-  rt_rope_backward(R(DQ), 2, 256, 4, 32, 10000);
-  rt_rope_backward(R(DK), 2, 256, 2, 32, 10000);
-  rt_zero(R(DLN), 65536);
-  rt_matmul_backward(R(DLN), DW(128), NULL, R(DQ), R(L3_LN1), W(128), 512, 128, 128); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16512), NULL, R(DK), R(L3_LN1), W(16512), 512, 128, 64); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(24704), NULL, R(DV), R(L3_LN1), W(24704), 512, 128, 64); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X3), W(0), R(L3_RSTD1), 512, 128);
+  rt_matmul_backward(A(DLN), DW(49408), NULL, R(DLOGITS), A(L3_LN2), W(49408), 512, 128, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 65536); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(49280), A(DLN), A(L3_RES), W(49280), R(L3_RSTD2), 512, 128);
+  rt_zero(A(DATT), 65536);
+  rt_matmul_backward(A(DATT), DW(32896), NULL, A(DX_B), A(L3_ATT), W(32896), 512, 128, 128); /* o_proj */
+  rt_zero(A(DQ), 65536);
+  rt_zero(A(DK), 32768);
+  rt_zero(A(DV), 32768);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L3_Q), A(L3_K), A(L3_V), A(L3_ATT), R(L3_LSE), 2, 256, 4, 2, 32);
+  rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
+  rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
+  rt_zero(A(DLN), 65536);
+  rt_matmul_backward(A(DLN), DW(128), NULL, A(DQ), A(L3_LN1), W(128), 512, 128, 128); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16512), NULL, A(DK), A(L3_LN1), W(16512), 512, 128, 64); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(24704), NULL, A(DV), A(L3_LN1), W(24704), 512, 128, 64); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X3), W(0), R(L3_RSTD1), 512, 128);
 }
 
 /* layer 2 (MoE), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into DW and DWE. */
 static void layer2_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 65536);
-  rt_zero(R(DSH), 131072);
-  rt_matmul_backward(R(DSH), DW(115968), NULL, R(DX_B), R(L2_SH), W(115968), 512, 256, 128); /* shared down_proj */
-  rt_zero(R(DSG), 131072);
-  rt_zero(R(DSU), 131072);
-  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(L2_SG), R(L2_SU), 131072);
-  rt_matmul_backward(R(DLN), DW(50432), NULL, R(DSG), R(L2_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
-  rt_matmul_backward(R(DLN), DW(83200), NULL, R(DSU), R(L2_LN2), W(83200), 512, 128, 256); /* shared up_proj */
+  rt_zero(A(DLN), 65536);
+  rt_zero(A(DSH), 131072);
+  rt_matmul_backward(A(DSH), DW(115968), NULL, A(DX_B), A(L2_SH), W(115968), 512, 256, 128); /* shared down_proj */
+  rt_zero(A(DSG), 131072);
+  rt_zero(A(DSU), 131072);
+  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(L2_SG), A(L2_SU), 131072);
+  rt_matmul_backward(A(DLN), DW(50432), NULL, A(DSG), A(L2_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
+  rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L2_LN2), W(83200), 512, 128, 256); /* shared up_proj */
   rt_zero(R(DWTS), 1024);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
-  rt_zero(R(DXP), 131072);
-  rt_experts_backward(R(DXP), DWE(0), DWE(262144), DWE(524288), R(DYP), R(L2_XP), R(L2_EG), R(L2_EU), R(L2_EH), WE(0), WE(262144), WE(524288), I(L2_OFFSETS), 8, 128, 256, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(L2_POS), 512, 2, 128);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
+  rt_zero(A(DXP), 131072);
+  rt_experts_backward(A(DXP), DWE(0), DWE(262144), DWE(524288), A(DYP), A(L2_XP), A(L2_EG), A(L2_EU), A(L2_EH), WE(0), WE(262144), WE(524288), I(L2_OFFSETS), 8, 128, 256, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(L2_POS), 512, 2, 128);
   rt_zero(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L2_LOGITS), I(L2_IDX), R(L2_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(49408), NULL, R(DLOGITS), R(L2_LN2), W(49408), 512, 128, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 65536); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(49280), R(DLN), R(L2_RES), W(49280), R(L2_RSTD2), 512, 128);
-  rt_zero(R(DATT), 65536);
-  rt_matmul_backward(R(DATT), DW(32896), NULL, R(DX_A), R(L2_ATT), W(32896), 512, 128, 128); /* o_proj */
-  rt_zero(R(DQ), 65536);
-  rt_zero(R(DK), 32768);
-  rt_zero(R(DV), 32768);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L2_Q), R(L2_K), R(L2_V), R(L2_ATT), R(L2_LSE), 2, 256, 4, 2, 32);
-  rt_rope_backward(R(DQ), 2, 256, 4, 32, 10000);
-  rt_rope_backward(R(DK), 2, 256, 2, 32, 10000);
-  rt_zero(R(DLN), 65536);
-  rt_matmul_backward(R(DLN), DW(128), NULL, R(DQ), R(L2_LN1), W(128), 512, 128, 128); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16512), NULL, R(DK), R(L2_LN1), W(16512), 512, 128, 64); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(24704), NULL, R(DV), R(L2_LN1), W(24704), 512, 128, 64); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X2), W(0), R(L2_RSTD1), 512, 128);
+  rt_matmul_backward(A(DLN), DW(49408), NULL, R(DLOGITS), A(L2_LN2), W(49408), 512, 128, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 65536); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(49280), A(DLN), A(L2_RES), W(49280), R(L2_RSTD2), 512, 128);
+  rt_zero(A(DATT), 65536);
+  rt_matmul_backward(A(DATT), DW(32896), NULL, A(DX_A), A(L2_ATT), W(32896), 512, 128, 128); /* o_proj */
+  rt_zero(A(DQ), 65536);
+  rt_zero(A(DK), 32768);
+  rt_zero(A(DV), 32768);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L2_Q), A(L2_K), A(L2_V), A(L2_ATT), R(L2_LSE), 2, 256, 4, 2, 32);
+  rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
+  rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
+  rt_zero(A(DLN), 65536);
+  rt_matmul_backward(A(DLN), DW(128), NULL, A(DQ), A(L2_LN1), W(128), 512, 128, 128); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16512), NULL, A(DK), A(L2_LN1), W(16512), 512, 128, 64); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(24704), NULL, A(DV), A(L2_LN1), W(24704), 512, 128, 64); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X2), W(0), R(L2_RSTD1), 512, 128);
 }
 
 /* layer 1 (MoE), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into DW and DWE. */
 static void layer1_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 65536);
-  rt_zero(R(DSH), 131072);
-  rt_matmul_backward(R(DSH), DW(115968), NULL, R(DX_A), R(L1_SH), W(115968), 512, 256, 128); /* shared down_proj */
-  rt_zero(R(DSG), 131072);
-  rt_zero(R(DSU), 131072);
-  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(L1_SG), R(L1_SU), 131072);
-  rt_matmul_backward(R(DLN), DW(50432), NULL, R(DSG), R(L1_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
-  rt_matmul_backward(R(DLN), DW(83200), NULL, R(DSU), R(L1_LN2), W(83200), 512, 128, 256); /* shared up_proj */
+  rt_zero(A(DLN), 65536);
+  rt_zero(A(DSH), 131072);
+  rt_matmul_backward(A(DSH), DW(115968), NULL, A(DX_A), A(L1_SH), W(115968), 512, 256, 128); /* shared down_proj */
+  rt_zero(A(DSG), 131072);
+  rt_zero(A(DSU), 131072);
+  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(L1_SG), A(L1_SU), 131072);
+  rt_matmul_backward(A(DLN), DW(50432), NULL, A(DSG), A(L1_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
+  rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L1_LN2), W(83200), 512, 128, 256); /* shared up_proj */
   rt_zero(R(DWTS), 1024);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
-  rt_zero(R(DXP), 131072);
-  rt_experts_backward(R(DXP), DWE(0), DWE(262144), DWE(524288), R(DYP), R(L1_XP), R(L1_EG), R(L1_EU), R(L1_EH), WE(0), WE(262144), WE(524288), I(L1_OFFSETS), 8, 128, 256, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(L1_POS), 512, 2, 128);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
+  rt_zero(A(DXP), 131072);
+  rt_experts_backward(A(DXP), DWE(0), DWE(262144), DWE(524288), A(DYP), A(L1_XP), A(L1_EG), A(L1_EU), A(L1_EH), WE(0), WE(262144), WE(524288), I(L1_OFFSETS), 8, 128, 256, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(L1_POS), 512, 2, 128);
   rt_zero(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L1_LOGITS), I(L1_IDX), R(L1_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(49408), NULL, R(DLOGITS), R(L1_LN2), W(49408), 512, 128, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 65536); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(49280), R(DLN), R(L1_RES), W(49280), R(L1_RSTD2), 512, 128);
-  rt_zero(R(DATT), 65536);
-  rt_matmul_backward(R(DATT), DW(32896), NULL, R(DX_B), R(L1_ATT), W(32896), 512, 128, 128); /* o_proj */
-  rt_zero(R(DQ), 65536);
-  rt_zero(R(DK), 32768);
-  rt_zero(R(DV), 32768);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L1_Q), R(L1_K), R(L1_V), R(L1_ATT), R(L1_LSE), 2, 256, 4, 2, 32);
-  rt_rope_backward(R(DQ), 2, 256, 4, 32, 10000);
-  rt_rope_backward(R(DK), 2, 256, 2, 32, 10000);
-  rt_zero(R(DLN), 65536);
-  rt_matmul_backward(R(DLN), DW(128), NULL, R(DQ), R(L1_LN1), W(128), 512, 128, 128); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16512), NULL, R(DK), R(L1_LN1), W(16512), 512, 128, 64); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(24704), NULL, R(DV), R(L1_LN1), W(24704), 512, 128, 64); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X1), W(0), R(L1_RSTD1), 512, 128);
+  rt_matmul_backward(A(DLN), DW(49408), NULL, R(DLOGITS), A(L1_LN2), W(49408), 512, 128, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 65536); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(49280), A(DLN), A(L1_RES), W(49280), R(L1_RSTD2), 512, 128);
+  rt_zero(A(DATT), 65536);
+  rt_matmul_backward(A(DATT), DW(32896), NULL, A(DX_B), A(L1_ATT), W(32896), 512, 128, 128); /* o_proj */
+  rt_zero(A(DQ), 65536);
+  rt_zero(A(DK), 32768);
+  rt_zero(A(DV), 32768);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L1_Q), A(L1_K), A(L1_V), A(L1_ATT), R(L1_LSE), 2, 256, 4, 2, 32);
+  rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
+  rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
+  rt_zero(A(DLN), 65536);
+  rt_matmul_backward(A(DLN), DW(128), NULL, A(DQ), A(L1_LN1), W(128), 512, 128, 128); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16512), NULL, A(DK), A(L1_LN1), W(16512), 512, 128, 64); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(24704), NULL, A(DV), A(L1_LN1), W(24704), 512, 128, 64); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X1), W(0), R(L1_RSTD1), 512, 128);
 }
 
 /* layer 0 (MoE), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into DW and DWE. */
 static void layer0_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 65536);
-  rt_zero(R(DSH), 131072);
-  rt_matmul_backward(R(DSH), DW(115968), NULL, R(DX_B), R(L0_SH), W(115968), 512, 256, 128); /* shared down_proj */
-  rt_zero(R(DSG), 131072);
-  rt_zero(R(DSU), 131072);
-  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(L0_SG), R(L0_SU), 131072);
-  rt_matmul_backward(R(DLN), DW(50432), NULL, R(DSG), R(L0_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
-  rt_matmul_backward(R(DLN), DW(83200), NULL, R(DSU), R(L0_LN2), W(83200), 512, 128, 256); /* shared up_proj */
+  rt_zero(A(DLN), 65536);
+  rt_zero(A(DSH), 131072);
+  rt_matmul_backward(A(DSH), DW(115968), NULL, A(DX_B), A(L0_SH), W(115968), 512, 256, 128); /* shared down_proj */
+  rt_zero(A(DSG), 131072);
+  rt_zero(A(DSU), 131072);
+  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(L0_SG), A(L0_SU), 131072);
+  rt_matmul_backward(A(DLN), DW(50432), NULL, A(DSG), A(L0_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
+  rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L0_LN2), W(83200), 512, 128, 256); /* shared up_proj */
   rt_zero(R(DWTS), 1024);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
-  rt_zero(R(DXP), 131072);
-  rt_experts_backward(R(DXP), DWE(0), DWE(262144), DWE(524288), R(DYP), R(L0_XP), R(L0_EG), R(L0_EU), R(L0_EH), WE(0), WE(262144), WE(524288), I(L0_OFFSETS), 8, 128, 256, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(L0_POS), 512, 2, 128);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
+  rt_zero(A(DXP), 131072);
+  rt_experts_backward(A(DXP), DWE(0), DWE(262144), DWE(524288), A(DYP), A(L0_XP), A(L0_EG), A(L0_EU), A(L0_EH), WE(0), WE(262144), WE(524288), I(L0_OFFSETS), 8, 128, 256, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(L0_POS), 512, 2, 128);
   rt_zero(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L0_LOGITS), I(L0_IDX), R(L0_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(49408), NULL, R(DLOGITS), R(L0_LN2), W(49408), 512, 128, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 65536); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(49280), R(DLN), R(L0_RES), W(49280), R(L0_RSTD2), 512, 128);
-  rt_zero(R(DATT), 65536);
-  rt_matmul_backward(R(DATT), DW(32896), NULL, R(DX_A), R(L0_ATT), W(32896), 512, 128, 128); /* o_proj */
-  rt_zero(R(DQ), 65536);
-  rt_zero(R(DK), 32768);
-  rt_zero(R(DV), 32768);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L0_Q), R(L0_K), R(L0_V), R(L0_ATT), R(L0_LSE), 2, 256, 4, 2, 32);
-  rt_rope_backward(R(DQ), 2, 256, 4, 32, 10000);
-  rt_rope_backward(R(DK), 2, 256, 2, 32, 10000);
-  rt_zero(R(DLN), 65536);
-  rt_matmul_backward(R(DLN), DW(128), NULL, R(DQ), R(L0_LN1), W(128), 512, 128, 128); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16512), NULL, R(DK), R(L0_LN1), W(16512), 512, 128, 64); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(24704), NULL, R(DV), R(L0_LN1), W(24704), 512, 128, 64); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X0), W(0), R(L0_RSTD1), 512, 128);
+  rt_matmul_backward(A(DLN), DW(49408), NULL, R(DLOGITS), A(L0_LN2), W(49408), 512, 128, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 65536); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(49280), A(DLN), A(L0_RES), W(49280), R(L0_RSTD2), 512, 128);
+  rt_zero(A(DATT), 65536);
+  rt_matmul_backward(A(DATT), DW(32896), NULL, A(DX_A), A(L0_ATT), W(32896), 512, 128, 128); /* o_proj */
+  rt_zero(A(DQ), 65536);
+  rt_zero(A(DK), 32768);
+  rt_zero(A(DV), 32768);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L0_Q), A(L0_K), A(L0_V), A(L0_ATT), R(L0_LSE), 2, 256, 4, 2, 32);
+  rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
+  rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
+  rt_zero(A(DLN), 65536);
+  rt_matmul_backward(A(DLN), DW(128), NULL, A(DQ), A(L0_LN1), W(128), 512, 128, 128); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16512), NULL, A(DK), A(L0_LN1), W(16512), 512, 128, 64); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(24704), NULL, A(DV), A(L0_LN1), W(24704), 512, 128, 64); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X0), W(0), R(L0_RSTD1), 512, 128);
 }
 
 /* ---- one micro-batch ---------------------------------------------------------------- */
@@ -550,44 +554,44 @@ static void layer0_backward(RtCtx *c) {
  * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(EMBED_MASTER), 16384, 0); /* embedding: 2 ranks x 16384 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(EMBED_MASTER), 16384, 0); /* embedding: 2 ranks x 16384 */
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 148736, S(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
-  rt_embedding_forward(R(X0), I(INPUTS), W(0), 512, 128);
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, S(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
+  rt_embedding_forward(A(X0), I(INPUTS), W(0), 512, 128);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 148736, S(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, S(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 148736, S(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, S(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 148736, S(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, S(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(HEAD_MASTER), 16448, 2); /* head: 2 ranks x 16448, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(HEAD_MASTER), 16448, 2); /* head: 2 ranks x 16448, prefetch */
   layer3_forward(c, false);
   rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED1);
-  rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X4), W(0), 512, 128, EPS); /* model.norm */
-  return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(128), I(TARGETS), 512, 128, 256, 256, R(CE));
+  c->wd = A(GATHERED1);
+  rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X4), W(0), 512, 128, EPS); /* model.norm */
+  return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(128), I(TARGETS), 512, 128, 256, 256, R(CE));
 }
 
 /* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as
@@ -597,22 +601,22 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 148736, S(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, S(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
   c->dwd = R(GRAD1);
   rt_zero(R(GRAD1), 32896);
-  rt_zero(R(DLN), 65536);
-  rt_lm_head_ce_backward(R(DLN), DW(128), R(LNF), W(128), I(TARGETS), R(LSEF), 512, 128, 256, 256, R(CE), c->dloss);
-  rt_zero(R(DX_A), 65536);
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X4), W(0), R(RSTDF), 512, 128);
+  rt_zero(A(DLN), 65536);
+  rt_lm_head_ce_backward(A(DLN), DW(128), A(LNF), W(128), I(TARGETS), R(LSEF), 512, 128, 256, 256, R(CE), c->dloss);
+  rt_zero(A(DX_A), 65536);
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X4), W(0), R(RSTDF), 512, 128);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD1), 16448, (uint16_t *)R(RS_WIRE2), 2); /* head: 2 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 148736, S(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, S(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 148736;
   rt_zero(R(GRAD0), 935168);
   layer3_backward(c);
@@ -622,9 +626,9 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED0), S(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED0) + 148736, S(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, S(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 148736;
   rt_zero(R(GRAD1), 935168);
@@ -635,9 +639,9 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED0), c->we = R(GATHERED0) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED1), S(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED1) + 148736, S(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, S(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 148736;
   rt_zero(R(GRAD0), 935168);
@@ -648,7 +652,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED1), c->we = R(GATHERED1) + 148736;
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 148736;
   rt_zero(R(GRAD1), 935168);
@@ -660,7 +664,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero(R(GRAD0), 32768);
-  rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 512, 128);
+  rt_embedding_backward(DW(0), A(DX_A), I(INPUTS), 512, 128);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 16384, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 2 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
