@@ -203,6 +203,7 @@ static const Named *buffer_at(const ArenaMap &m, long e) {
 static void check_arena_range(uintptr_t base, const Alloc *a, const void *p, size_t bytes, const char *what) {
   load_map();
   if (!arena_checks || a->kind != K_DEVICE) return;
+  if ((uintptr_t)p == base && bytes == a->bytes) return; /* the whole arena (its zeroing at start-up) */
   for (int k = 0; k < 2; k++) {
     const ArenaMap &m = maps[k];
     size_t es = k == 0 ? 4 : m.elems > 0 && a->bytes % (size_t)m.elems == 0 ? a->bytes / (size_t)m.elems : 0;
