@@ -243,11 +243,11 @@ void em_layout(Em *e) {
       buf(e, "WS_YE", e->R * C, "their outputs, before going back");
       act(e, l, "EOFF", SAVE_EXPERT, e->El + 1, "first row of each local expert in the round (int32)");
     }
-    act(e, l, "EG", SAVE_EXPERT, e->R * e->Fe, "routed experts' gate");
-    act(e, l, "EU", SAVE_EXPERT, e->R * e->Fe, "routed experts' up");
+    if (!e->gelu_experts) act(e, l, "EG", SAVE_EXPERT, e->R * e->Fe, "routed experts' gate");
+    act(e, l, "EU", SAVE_EXPERT, e->R * e->Fe, e->gelu_experts ? "routed experts' up (GELU's input)" : "routed experts' up");
     act(e, l, "EH", SAVE_EXPERT, e->R * e->Fe, "routed experts' activation");
     if (e->Fs) {
-      act(e, l, "SG", SAVE_EXPERT, N * e->Fs, "shared experts' gate");
+      if (!e->gelu_experts) act(e, l, "SG", SAVE_EXPERT, N * e->Fs, "shared experts' gate");
       act(e, l, "SU", SAVE_EXPERT, N * e->Fs, "shared experts' up");
       act(e, l, "SH", SAVE_EXPERT, N * e->Fs, "shared experts' activation");
     }
@@ -279,11 +279,11 @@ void em_layout(Em *e) {
       buf(e, "A2A", e->R * C, "all-to-all staging of one round (source-rank order)");
       buf(e, "WS_EOFF", e->El + 1, "backward's first row of each local expert in the round (int32)");
     }
-    buf(e, "EDG", e->R * e->Fe, "routed experts' gate gradient");
+    if (!e->gelu_experts) buf(e, "EDG", e->R * e->Fe, "routed experts' gate gradient");
     buf(e, "EDU", e->R * e->Fe, "routed experts' up gradient");
     buf(e, "EDH", e->R * e->Fe, "routed experts' activation gradient");
     if (e->Fs) {
-      buf(e, "DSG", N * e->Fs, "shared experts' gate gradient");
+      if (!e->gelu_experts) buf(e, "DSG", N * e->Fs, "shared experts' gate gradient");
       buf(e, "DSU", N * e->Fs, "shared experts' up gradient");
       buf(e, "DSH", N * e->Fs, "shared experts' activation gradient");
     }

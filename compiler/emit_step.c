@@ -86,6 +86,13 @@ static void mlp_forward(Em *e, int l) {
     (long long)off(e, g, "mlp.down_proj.weight"), (long long)N, (long long)F, (long long)C);
 }
 
+/* The routed experts' gate_proj as a call argument through macro m (WE or DWE), or "NULL" for
+ * GELU experts, which have none (rt_experts_forward's contract in mtrt_ops.h). */
+static const char *gate_w(Em *e, int ge, const char *m) {
+  if (e->gelu_experts) return "NULL";
+  return mem_printf(e->m, "%s(%lld)", m, (long long)off(e, ge, "moe.experts.gate_proj.weight"));
+}
+
 static void moe_forward(Em *e, int l) {
   int g = e->layer_dense[l], ge = e->layer_experts[l];
   long long N = e->N, C = e->C, E = e->E, K = e->K;
@@ -107,13 +114,13 @@ static void moe_forward(Em *e, int l) {
       idx, N, E, K, e->s->model.moe.aux_loss_coef);
   P(e, "  rt_moe_permute(I(%s), I(%s), I(%s), %lld, %lld, %lld);\n", pos, offs, idx, N, E, K);
   P(e, "  rt_moe_gather(R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", xp, ln2, pos, N, K, C);
-  long long wg = off(e, ge, "moe.experts.gate_proj.weight"), wu = off(e, ge, "moe.experts.up_proj.weight"),
-            wd = off(e, ge, "moe.experts.down_proj.weight");
-  const char *eg = A(e, l, "EG", EXP), *eu = A(e, l, "EU", EXP), *eh = A(e, l, "EH", EXP);
+  long long wu = off(e, ge, "moe.experts.up_proj.weight"), wd = off(e, ge, "moe.experts.down_proj.weight");
+  const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG", EXP)), *eu = A(e, l, "EU", EXP),
+             *eh = A(e, l, "EH", EXP), *wg = gate_w(e, ge, "WE");
   if (e->ep == 1) {
-    P(e, "  rt_experts_forward(R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld); "
-         "/* experts, hidden, expert width */\n",
-      yp, eg, eu, eh, xp, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe);
+    P(e, "  rt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld); "
+         "/* experts, hidden, expert width%s */\n",
+      yp, eg, eu, eh, xp, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe, e->gelu_experts ? "; GELU: no gate" : "");
   } else {
     const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
     P(e, "  /* expert parallelism over %lld ranks: this rank's experts take the rows routed to them, in rounds\n"
@@ -124,7 +131,7 @@ static void moe_forward(Em *e, int l) {
     P(e, "  for (int r = 0; r < rounds; r++) {\n");
     P(e, "    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld); /* all-to-all */\n", xe, eo,
       xp, C);
-    P(e, "    rt_experts_forward(R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld);\n",
+    P(e, "    rt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld);\n",
       ye, eg, eu, eh, xe, wg, wu, wd, eo, (long long)e->El, C, (long long)e->Fe);
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(%s), R(A2A), R(%s), %lld); /* back to the tokens' ranks */\n",
       yp, ye, C);
@@ -134,12 +141,15 @@ static void moe_forward(Em *e, int l) {
   P(e, "  rt_moe_combine(R(WS_Y), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", yp, wts, pos, N, K, C);
   if (e->Fs) {
     long long Fs = e->Fs;
-    const char *sg = A(e, l, "SG", EXP), *su = A(e, l, "SU", EXP), *sh = A(e, l, "SH", EXP);
-    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.gate_proj */\n", sg,
-      ln2, (long long)off(e, g, "moe.shared_experts.gate_proj.weight"), N, C, Fs);
+    const char *su = A(e, l, "SU", EXP), *sh = A(e, l, "SH", EXP);
+    const char *sg = e->gelu_experts ? NULL : A(e, l, "SG", EXP);
+    if (sg)
+      P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.gate_proj */\n", sg,
+        ln2, (long long)off(e, g, "moe.shared_experts.gate_proj.weight"), N, C, Fs);
     P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.up_proj */\n", su,
       ln2, (long long)off(e, g, "moe.shared_experts.up_proj.weight"), N, C, Fs);
-    P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", sh, sg, su, N * Fs);
+    if (sg) P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", sh, sg, su, N * Fs);
+    else P(e, "  rt_gelu_forward(R(%s), R(%s), %lld); /* GELU shared experts: no gate */\n", sh, su, N * Fs);
     P(e, "  rt_matmul_forward(R(WS_Y2), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.down_proj */\n", sh,
       (long long)off(e, g, "moe.shared_experts.down_proj.weight"), N, Fs, C);
     P(e, "  rt_accumulate(R(WS_Y), R(WS_Y2), %lld);\n", N * C);
@@ -196,11 +206,16 @@ static void moe_backward(Em *e, int l, const char *dy) {
     P(e, "  rt_zero(R(DSH), %lld);\n", N * Fs);
     P(e, "  rt_matmul_backward(R(DSH), DW(%lld), NULL, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* shared down_proj */\n",
       (long long)o, dy, A(e, l, "SH", EXP), (long long)o, N, Fs, C);
-    P(e, "  rt_zero(R(DSG), %lld);\n  rt_zero(R(DSU), %lld);\n", N * Fs, N * Fs);
-    P(e, "  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(%s), R(%s), %lld);\n", A(e, l, "SG", EXP), A(e, l, "SU", EXP), N * Fs);
-    o = off(e, g, "moe.shared_experts.gate_proj.weight");
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DSG), R(%s), W(%lld), %lld, %lld, %lld); /* shared gate_proj */\n",
-      (long long)o, ln2, (long long)o, N, C, Fs);
+    if (e->gelu_experts) {
+      P(e, "  rt_zero(R(DSU), %lld);\n", N * Fs);
+      P(e, "  rt_gelu_backward(R(DSU), R(DSH), R(%s), %lld);\n", A(e, l, "SU", EXP), N * Fs);
+    } else {
+      P(e, "  rt_zero(R(DSG), %lld);\n  rt_zero(R(DSU), %lld);\n", N * Fs, N * Fs);
+      P(e, "  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(%s), R(%s), %lld);\n", A(e, l, "SG", EXP), A(e, l, "SU", EXP), N * Fs);
+      o = off(e, g, "moe.shared_experts.gate_proj.weight");
+      P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DSG), R(%s), W(%lld), %lld, %lld, %lld); /* shared gate_proj */\n",
+        (long long)o, ln2, (long long)o, N, C, Fs);
+    }
     o = off(e, g, "moe.shared_experts.up_proj.weight");
     P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DSU), R(%s), W(%lld), %lld, %lld, %lld); /* shared up_proj */\n",
       (long long)o, ln2, (long long)o, N, C, Fs);
@@ -209,14 +224,15 @@ static void moe_backward(Em *e, int l, const char *dy) {
   P(e, "  rt_moe_combine_backward(R(DYP), R(DWTS), R(%s), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", dy, yp, wts,
     pos, N, K, C);
   int ge = e->layer_experts[l];
-  long long wg = off(e, ge, "moe.experts.gate_proj.weight"), wu = off(e, ge, "moe.experts.up_proj.weight"),
-            wd = off(e, ge, "moe.experts.down_proj.weight");
-  const char *eg = A(e, l, "EG", EXP), *eu = A(e, l, "EU", EXP), *eh = A(e, l, "EH", EXP);
-  const char *bwd = "rt_experts_backward(R(%s), DWE(%lld), DWE(%lld), DWE(%lld), R(%s), R(%s), R(%s), R(%s), R(%s), "
-                    "WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld, R(EDH), R(EDG), R(EDU));\n";
+  long long wu = off(e, ge, "moe.experts.up_proj.weight"), wd = off(e, ge, "moe.experts.down_proj.weight");
+  const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG", EXP)), *eu = A(e, l, "EU", EXP),
+             *eh = A(e, l, "EH", EXP), *wg = gate_w(e, ge, "WE"), *dwg = gate_w(e, ge, "DWE"),
+             *edg = e->gelu_experts ? "NULL" : "R(EDG)";
+  const char *bwd = "rt_experts_backward(R(%s), %s, DWE(%lld), DWE(%lld), R(%s), R(%s), %s, R(%s), R(%s), "
+                    "%s, WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld, R(EDH), %s, R(EDU));\n";
   if (e->ep == 1) {
     P(e, "  rt_zero(R(DXP), %lld);\n  ", N * K * C);
-    P(e, bwd, "DXP", wg, wu, wd, "DYP", xp, eg, eu, eh, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe);
+    P(e, bwd, "DXP", dwg, wu, wd, "DYP", xp, eg, eu, eh, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe, edg);
   } else {
     const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
     P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s)); /* as in the forward */\n", offs);
@@ -225,11 +241,11 @@ static void moe_backward(Em *e, int l, const char *dy) {
     P(e, "  for (int r = 0; r < rounds; r++) {\n");
     P(e, "    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */\n");
     P(e, "      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld);\n", xe, eo, xp, C);
-    P(e, "      rt_experts_forward(R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, "
+    P(e, "      rt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, WE(%lld), WE(%lld), I(%s), %lld, %lld, "
          "%lld);\n    }\n", ye, eg, eu, eh, xe, wg, wu, wd, eo, (long long)e->El, C, (long long)e->Fe);
     P(e, "    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), %lld); /* all-to-all */\n", C);
     P(e, "    rt_zero(R(DXE), %lld);\n    ", (long long)(e->R * e->C));
-    P(e, bwd, "DXE", wg, wu, wd, "DYE", xe, eg, eu, eh, wg, wu, wd, "WS_EOFF", (long long)e->El, C, (long long)e->Fe);
+    P(e, bwd, "DXE", dwg, wu, wd, "DYE", xe, eg, eu, eh, wg, wu, wd, "WS_EOFF", (long long)e->El, C, (long long)e->Fe, edg);
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), %lld); /* all-to-all back */\n  }\n", C);
   }
   P(e, "  rt_moe_gather_backward(R(DLN), R(DXP), I(%s), %lld, %lld, %lld);\n", pos, N, K, C);
@@ -640,7 +656,6 @@ static bool supported(Diag *d, const Spec *s) {
   else if (m->bias) key = "model.bias", what = "biases";
   else if (m->attention.qk_norm != QKN_NONE) key = "model.attention.qk_norm", what = "qk-norm";
   else if (m->tie_embeddings) key = "model.tie_embeddings", what = "tied embeddings";
-  else if (m->moe.present && m->moe.activation != ACT_SWIGLU) key = "model.moe.activation", what = "gelu experts";
   if (!key) return true;
   return diag_error(d, spec_loc(s, key), "the generated training program does not implement %s yet, so no "
                     "program was written (plan.json, plan.txt and the reports were); expected a model without it "
@@ -669,6 +684,7 @@ void em_init(Em *e, Mem *m, const Plan *p) {
     e->R = e->ep > 1 ? (int64_t)ceil(plan_moe_imbalance(s, e->ep) * (double)(e->N * e->K) - 1e-9) : e->N * e->K;
     e->aux_free = s->model.moe.load_balance == LB_AUX_FREE;
     e->sigmoid = s->model.moe.router == ROUTER_SIGMOID;
+    e->gelu_experts = s->model.moe.activation == ACT_GELU;
   }
   e->chunk = e->V < 4096 ? e->V : 4096;
   em_layout(e);

@@ -102,10 +102,13 @@ void rt_moe_combine_backward(real *dyp, real *dwts, const real *dy, const real *
 
 /* The routed experts, SwiGLU FFNs on the permuted rows: rows [offsets[e], offsets[e+1]) of xp
  * (N·K, C) go through expert e: yp = (silu(xp wgₑᵀ) ⊙ xp wuₑᵀ) wdₑᵀ with wg, wu (E,F,C) and
- * wd (E,C,F). g, u, h (N·K, F) are saved for backward. */
+ * wd (E,C,F). g, u, h (N·K, F) are saved for backward.
+ * GELU experts (model.moe.activation gelu; GPT-style FFN, Hendrycks & Gimpel 2016, tanh form):
+ * wg NULL, then yp = gelu(xp wuₑᵀ) wdₑᵀ, g is not used (may be NULL) and h = gelu(u). */
 void rt_experts_forward(real *yp, real *g, real *u, real *h, const real *xp, const real *wg,
                         const real *wu, const real *wd, const int *offsets, int E, int C, int F);
-/* dh, dg, du: scratch of (N·K, F) each. */
+/* dh, dg, du: scratch of (N·K, F) each. With wg NULL (GELU experts) g, dg and dwg are not used
+ * (may be NULL). */
 void rt_experts_backward(real *dxp, real *dwg, real *dwu, real *dwd, const real *dyp, const real *xp,
                          const real *g, const real *u, const real *h, const real *wg, const real *wu,
                          const real *wd, const int *offsets, int E, int C, int F, real *dh, real *dg,

@@ -240,6 +240,30 @@ static void test_moe(void) {
   GRAD_OK(mx_wd, dwd, XE * XC * XF);
 }
 
+/* GELU experts (wg NULL): yp = gelu(xp wuᵀ) wdᵀ; no gate, g and dg unused. */
+static double mx_gelu_loss(void) {
+  rt_moe_gather(mx_xp, mx_x, mx_pos, XN, XK, XC);
+  rt_experts_forward(mx_yp, NULL, mx_u, mx_h, mx_xp, NULL, mx_wu, mx_wd, mx_off, XE, XC, XF);
+  memset(mx_y, 0, sizeof mx_y);
+  rt_moe_combine(mx_y, mx_yp, mx_wts, mx_pos, XN, XK, XC);
+  return sum_prod(mx_y, mx_R, XN * XC);
+}
+static void test_moe_gelu(void) {
+  loss_fn = mx_gelu_loss;
+  mx_gelu_loss();
+  double *dyp = zeros(XN * XK * XC), *dwts = zeros(XN * XK), *dxp = zeros(XN * XK * XC);
+  double *dx = zeros(XN * XC), *dwu = zeros(XE * XF * XC), *dwd = zeros(XE * XC * XF);
+  double *dh = zeros(XN * XK * XF), *du = zeros(XN * XK * XF);
+  rt_moe_combine_backward(dyp, dwts, mx_R, mx_yp, mx_wts, mx_pos, XN, XK, XC);
+  rt_experts_backward(dxp, NULL, dwu, dwd, dyp, mx_xp, NULL, mx_u, mx_h, NULL, mx_wu, mx_wd, mx_off,
+                      XE, XC, XF, dh, NULL, du);
+  rt_moe_gather_backward(dx, dxp, mx_pos, XN, XK, XC);
+  GRAD_OK(mx_x, dx, XN * XC);
+  GRAD_OK(mx_wts, dwts, XN * XK);
+  GRAD_OK(mx_wu, dwu, XE * XF * XC);
+  GRAD_OK(mx_wd, dwd, XE * XC * XF);
+}
+
 /* ---- embedding and the LM head with chunked cross-entropy (chunks of 4 over 10 words) */
 enum { LN = 3, LC = 4, LV = 10 };
 static double *lm_x, *lm_w, lm_lse[LN], lm_scratch[LN * 4];
@@ -282,6 +306,7 @@ int main(void) {
   test_activations();
   test_router();
   test_moe();
+  test_moe_gelu();
   test_head();
   while (nallocs) free(allocs[--nallocs]);
   return CHECK_DONE("test_ops");

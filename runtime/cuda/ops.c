@@ -311,12 +311,12 @@ void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const
 
 void rt_gelu_forward(real *h, const real *x, int64_t n) {
   long ln = (long)n;
-  cu_launch(K_GELU_FORWARD, cu_blocks(ln, 256), 256, (void *[]){&h, &x, &ln});
+  if (ln) cu_launch(K_GELU_FORWARD, cu_blocks(ln, 256), 256, (void *[]){&h, &x, &ln}); /* an expert round may be empty */
 }
 
 void rt_gelu_backward(real *dx, const real *dh, const real *x, int64_t n) {
   long ln = (long)n;
-  cu_launch(K_GELU_BACKWARD, cu_blocks(ln, 256), 256, (void *[]){&dx, &dh, &x, &ln});
+  if (ln) cu_launch(K_GELU_BACKWARD, cu_blocks(ln, 256), 256, (void *[]){&dx, &dh, &x, &ln});
 }
 
 /* Per chunk: cuBLAS logits, then the online log-sum-exp kernel; the loss is summed on the GPU
