@@ -127,7 +127,10 @@ void em_layout(Em *e) {
                               ? add_group(e, mem_printf(e->m, "layer %d experts", l), mem_printf(e->m, "L%d_EXPERTS", l), 1)
                               : -1;
   }
-  e->g_head = add_group(e, "head", "HEAD", 0);
+  /* tied embeddings (model.tie_embeddings): the head is the embedding group again, gathered a
+   * second time for the LM head; its gradient is reduce-scattered after the head's backward and
+   * after the embedding's, both adding into the one shard gradient of embed_tokens.weight */
+  e->g_head = e->s->model.tie_embeddings ? e->g_embed : add_group(e, "head", "HEAD", 0);
   MemMap owners[2] = {{0}}; /* the last entry of a (layer, matrix) wins, as in the placement's lists */
   const Placement *pl = e->p->placement;
   for (int i = 0; pl && i < pl->nruns; i++)
@@ -139,7 +142,7 @@ void em_layout(Em *e) {
     const Op *o = &md->ops[i];
     for (int j = 0; j < o->nparams; j++) {
       const Param *p = &o->params[j];
-      int g = o->layer < 0 ? (o->kind == OP_EMBED ? e->g_embed : e->g_head)
+      int g = o->layer < 0 ? (o->kind == OP_EMBED || o->kind == OP_POS_EMBED ? e->g_embed : e->g_head)
                            : (p->kind == PK_ROUTED ? e->layer_experts[o->layer] : e->layer_dense[o->layer]);
       add_tensor(e, g, o->layer, p, owners);
     }
@@ -208,10 +211,11 @@ void em_layout(Em *e) {
       buf(e, mem_printf(e->m, "X%d", l), N * C,
           l < e->L ? mem_printf(e->m, "boundary: input of layer %d (residual stream)", l) : "output of the last layer");
   e->host_elems = e->offload && e->L >= 3 ? (e->L - 2) * N * C : 0;
+  int64_t st = e->s->model.norm == NORM_LAYERNORM ? 2 : 1; /* norm statistics per token: rstd (and the mean) */
   for (int l = 0; l < e->L; l++) {
     const Layer *ly = &md->layers[l];
     act(e, l, "LN1", SAVE_OTHER, N * C, "attention norm output");
-    act(e, l, "RSTD1", SAVE_OTHER, N, "its 1/rms per token");
+    act(e, l, "RSTD1", SAVE_OTHER, N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
     act(e, l, "Q", SAVE_ATTN, N * e->Q, "queries (rotated)");
     act(e, l, "K", SAVE_ATTN, N * e->KV, "keys (rotated)");
     act(e, l, "V", SAVE_ATTN, N * e->KV, "values");
@@ -219,7 +223,7 @@ void em_layout(Em *e) {
     act(e, l, "LSE", SAVE_ATTN, N * e->nh, "attention log-sum-exp per head and query");
     act(e, l, "RES", SAVE_OTHER, N * C, "residual stream after attention");
     act(e, l, "LN2", SAVE_OTHER, N * C, "mlp norm output");
-    act(e, l, "RSTD2", SAVE_OTHER, N, "its 1/rms per token");
+    act(e, l, "RSTD2", SAVE_OTHER, N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
     if (ly->kind == LAYER_DENSE) {
       int64_t F = e->s->model.mlp.intermediate;
       if (e->s->model.mlp.activation == ACT_SWIGLU) act(e, l, "G", SAVE_OTHER, N * F, "mlp gate");
@@ -290,7 +294,7 @@ void em_layout(Em *e) {
     buf(e, "AUX", 3 * e->E, "load-balancing loss scratch");
   }
   buf(e, "LNF", N * C, "final norm output");
-  buf(e, "RSTDF", N, "its 1/rms per token");
+  buf(e, "RSTDF", N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
   buf(e, "LSEF", N, "log-sum-exp of each token's logits");
   buf(e, "CE", 2 * N * e->chunk, "logits of one vocabulary chunk and their gradient");
 }
