@@ -4,18 +4,50 @@
  * that a person can follow one layer's step; the schedule (gathers, recomputation,
  * reduce-scatters) reads top to bottom in forward() and backward(). */
 #include <errno.h>
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "emit.h"
 
+/* Writes text to e->f. The emitters write every arena buffer as R(NAME); for a buffer of the
+ * activation arena (em_arena_of) it is written A(NAME), so that one spelling serves code and
+ * the buffer's type follows the layout. */
+static void put_text(Em *e, const char *text) {
+  for (const char *p = text; *p;) {
+    const char *r = strstr(p, "R(");
+    if (!r) {
+      fputs(p, e->f);
+      break;
+    }
+    fwrite(p, 1, (size_t)(r - p), e->f);
+    bool word = r > text && (isalnum((unsigned char)r[-1]) || r[-1] == '_'); /* e.g. "STDERR(" */
+    size_t len = strspn(r + 2, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_");
+    char name[128];
+    if (!word && len && len < sizeof name && r[2 + len] == ')') {
+      memcpy(name, r + 2, len), name[len] = 0;
+      fputs(em_arena_of(e, name) == EM_ACT ? "A(" : "R(", e->f);
+    } else {
+      fputs("R(", e->f);
+    }
+    p = r + 2;
+  }
+}
+
 static void P(Em *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void P(Em *e, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vfprintf(e->f, fmt, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
+  char small[4096], *text = (size_t)n < sizeof small ? small : malloc((size_t)n + 1);
+  if (!text) abort(); /* out of memory */
+  va_start(ap, fmt);
+  vsnprintf(text, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  put_text(e, text);
+  if (text != small) free(text);
 }
 
 /* Offset of tensor key (model.c's name) in group g; the emitter asks only for tensors the
@@ -345,53 +377,62 @@ static void layer_backward(Em *e, int l, const char *dy, const char *dx) {
 /* ---- the schedule --------------------------------------------------------------------------- */
 
 /* Units of the schedule: 0 the embedding, 1..L the layers, L+1 the head. Unit u's group k (0
- * dense, 1 experts; -1 when the unit has none) is gathered into GATHERED_DENSE<u % 2> or
- * GATHERED_EXPERTS<u % 2> (prefetch slot 2(u % 2) + k), so unit u+1's gather overlaps unit u's
- * compute; in the backward its gradient goes to GRAD_DENSE/EXPERTS<u % 2> and is
- * reduce-scattered in slot 2(u % 2) + k while the next unit's backward runs. */
+ * dense, 1 experts; -1 when the unit has none) is gathered into GATHERED<u % (P + 1)> (dense
+ * first, then experts; all-gather slot 2(u % (P + 1)) + k), P the plan's prefetch depth, so the
+ * gathers of units u+1..u+P overlap unit u's compute; in the backward its gradient goes to
+ * GRAD<u % 2> and is reduce-scattered in slot 2(u % 2) + k while the next unit's backward runs. */
 static int unit_group(const Em *e, int u, int k) {
   if (k) return u >= 1 && u <= e->L ? e->layer_experts[u - 1] : -1;
   return u == 0 ? e->g_embed : u == e->L + 1 ? e->g_head : e->layer_dense[u - 1];
 }
 
-static const char *const kind_buf[2] = {"DENSE", "EXPERTS"};
 static const char *const kind_comm[2] = {"fsdp_comm", "shard_comm"};
+
+/* Where group kind k (0 dense, 1 experts) of unit u starts in its unit's buffer (GATHERED<u % 2>,
+ * GRAD<u % 2>): "" for the dense group, " + <the dense group's size>" for the experts. */
+static const char *in_unit(Em *e, int u, int k) {
+  int g = unit_group(e, u, 0);
+  return k && g >= 0 ? mem_printf(e->m, " + %lld", (long long)e->groups[g].full) : "";
+}
 
 /* Starts the all-gathers of unit u's groups (a prefetch: waited for in use_unit). */
 static void start_unit(Em *e, int u, const char *why) {
+  if (u > e->L + 1) return; /* past the head: nothing to prefetch */
   for (int k = 0; k < 2; k++) {
     int g = unit_group(e, u, k);
     if (g < 0) continue;
     const EmGroup *G = &e->groups[g];
-    P(e, "  rt_comm_all_gather_start(c->comm.%s, R(GATHERED_%s%d), %s(%s_%s), %lld, %d); /* %s: %lld ranks x %lld%s */\n",
-      kind_comm[k], kind_buf[k], u % 2, e->state_host ? "R" : "S", G->cname, e->state_host ? "PARAM" : "MASTER", (long long)G->shard, 2 * (u % 2) + k, G->name,
-      (long long)(k ? e->efsdp : e->fsdp), (long long)G->shard, why);
+    int b = u % (e->prefetch + 1);
+    P(e, "  rt_comm_all_gather_start(c->comm.%s, R(GATHERED%d)%s, %s(%s_%s), %lld, %d); /* %s: %lld ranks x %lld%s */\n",
+      kind_comm[k], b, in_unit(e, u, k), e->state_host ? "R" : "S", G->cname, e->state_host ? "PARAM" : "MASTER",
+      (long long)G->shard, 2 * b + k, G->name, (long long)(k ? e->efsdp : e->fsdp), (long long)G->shard, why);
   }
 }
 
 /* Waits for unit u's gathers and points W and WE at them. */
 static void use_unit(Em *e, int u) {
   bool experts = unit_group(e, u, 1) >= 0;
-  P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * (u % 2));
-  if (experts) P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * (u % 2) + 1);
-  P(e, "  c->wd = R(GATHERED_DENSE%d)%s;\n", u % 2,
-    experts ? mem_printf(e->m, ", c->we = R(GATHERED_EXPERTS%d)", u % 2) : "");
+  int b = u % (e->prefetch + 1);
+  P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * b);
+  if (experts) P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * b + 1);
+  P(e, "  c->wd = R(GATHERED%d)%s;\n", b,
+    experts ? mem_printf(e->m, ", c->we = R(GATHERED%d)%s", b, in_unit(e, u, 1)) : "");
 }
 
-/* Unit u's backward begins: the reduce-scatters that last used its parity's gradient buffers are
- * waited for (their results added to the shards), then DW and DWE point at those buffers, zeroed
- * for the groups of the unit. */
+/* Unit u's backward begins: the reduce-scatters that last used its parity's gradient buffer are
+ * waited for (their results added to the shards), then DW and DWE point into that buffer, zeroed
+ * over the unit's groups. */
 static void begin_grads(Em *e, int u) {
   int p = u % 2;
   if (u + 2 <= e->L + 1) /* the backward runs the units from L + 1 down: unit u + 2 used these buffers */
-    P(e, "  rt_comm_reduce_scatter_wait(%d), rt_comm_reduce_scatter_wait(%d); /* unit %d's: the buffers are free */\n",
+    P(e, "  rt_comm_reduce_scatter_wait(%d), rt_comm_reduce_scatter_wait(%d); /* unit %d's: the buffer is free */\n",
       2 * p, 2 * p + 1, u + 2);
-  P(e, "  c->dwd = R(GRAD_DENSE%d)%s;\n", p,
-    unit_group(e, u, 1) >= 0 ? mem_printf(e->m, ", c->dwe = R(GRAD_EXPERTS%d)", p) : "");
-  for (int k = 0; k < 2; k++) {
-    int g = unit_group(e, u, k);
-    if (g >= 0) P(e, "  rt_zero(R(GRAD_%s%d), %lld);\n", kind_buf[k], p, (long long)e->groups[g].full);
-  }
+  P(e, "  c->dwd = R(GRAD%d)%s;\n", p,
+    unit_group(e, u, 1) >= 0 ? mem_printf(e->m, ", c->dwe = R(GRAD%d)%s", p, in_unit(e, u, 1)) : "");
+  int64_t n = 0;
+  for (int k = 0; k < 2; k++)
+    if (unit_group(e, u, k) >= 0) n += e->groups[unit_group(e, u, k)].full;
+  P(e, "  rt_zero(R(GRAD%d), %lld);\n", p, (long long)n);
 }
 
 /* Unit u's gradients: each group's reduce-scatter starts, overlapping what follows. */
@@ -403,9 +444,9 @@ static void reduce_scatter(Em *e, int u) {
     int64_t ranks = k ? e->efsdp : e->fsdp;
     int slot = 2 * (u % 2) + k;
     bool bf16 = ranks > 1 && e->s->training.grad_reduce_dtype == WIRE_BF16;
-    P(e, "  rt_comm_reduce_scatter_start(c->comm.%s, S(%s_GRAD), R(RS_OUT%d), R(GRAD_%s%d), %lld, %s, %d); /* %s: %lld "
+    P(e, "  rt_comm_reduce_scatter_start(c->comm.%s, S(%s_GRAD), R(RS_OUT%d), R(GRAD%d)%s, %lld, %s, %d); /* %s: %lld "
          "ranks%s */\n",
-      kind_comm[k], G->cname, slot, kind_buf[k], u % 2, (long long)G->shard,
+      kind_comm[k], G->cname, slot, u % 2, in_unit(e, u, k), (long long)G->shard,
       bf16 ? mem_printf(e->m, "(uint16_t *)R(RS_WIRE%d)", slot) : "NULL", slot, G->name, (long long)ranks,
       bf16 ? ", bf16 on the wire" : "");
   }
@@ -422,16 +463,17 @@ static void schedule(Em *e) {
   int L = (int)e->L;
   int gh = e->g_head;
   P(e, "\n/* ---- one micro-batch ---------------------------------------------------------------- */\n\n");
-  P(e, "/* Forward: embedding, layers 0-%d, final norm and loss. The next unit's parameters are\n"
-       " * all-gathered while this one computes (prefetch depth 1; the plan's is %d. The cpu\n"
-       " * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean\n"
-       " * cross-entropy of the micro-batch. */\n",
-    L - 1, e->p->best.ch.prefetch);
+  int D = e->prefetch;
+  P(e, "/* Forward: embedding, layers 0-%d, final norm and loss. The next %d unit(s)' parameters are\n"
+       " * all-gathered while this one computes (the plan's prefetch depth; the cpu backend's MPI\n"
+       " * all-gathers block, so there it only orders the calls). Returns the mean cross-entropy of\n"
+       " * the micro-batch. */\n",
+    L - 1, D);
   P(e, "real step_forward(RtCtx *c) {\n");
   P(e, "  rt_comm_label(\"embedding forward\");\n");
-  start_unit(e, 0, "");
+  for (int u = 0; u < D; u++) start_unit(e, u, u ? ", prefetch" : "");
   use_unit(e, 0);
-  start_unit(e, 1, ", prefetch");
+  start_unit(e, D, ", prefetch");
   P(e, "  rt_embedding_forward(R(X0), I(INPUTS), W(0), %lld, %lld);\n", N, C);
   if (!e->rope)
     P(e, "  rt_position_forward(R(X0), W(%lld), %lld, %lld, %lld); /* + learned positions (embed_positions) */\n",
@@ -439,7 +481,7 @@ static void schedule(Em *e) {
   for (int l = 0; l < L; l++) {
     P(e, "  rt_comm_label(\"layer %d forward\");\n", l);
     use_unit(e, l + 1);
-    start_unit(e, l + 2, ", prefetch");
+    start_unit(e, l + 1 + D, ", prefetch");
     if (e->host_elems && l >= 2 && l - 2 <= L - 3)
       P(e, "  rt_offload_wait(c, %d); /* X%d is on the host: its slot takes X%d */\n", l - 2, l - 2, l + 1);
     P(e, "  layer%d_forward(c, false);\n", l);
@@ -459,7 +501,7 @@ static void schedule(Em *e) {
   P(e, "void step_backward(RtCtx *c) {\n");
   P(e, "  /* head (its parameters are still gathered from the forward) */\n");
   P(e, "  rt_comm_label(\"head backward\");\n");
-  start_unit(e, L, ", prefetch");
+  for (int u = L; u > L - D && u >= 1; u--) start_unit(e, u, ", prefetch");
   begin_grads(e, L + 1);
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
   int64_t o = off(e, gh, head_key(e));
@@ -474,7 +516,7 @@ static void schedule(Em *e) {
     P(e, "  /* layer %d */\n", l);
     P(e, "  rt_comm_label(\"layer %d backward\");\n", l);
     use_unit(e, l + 1);
-    if (l > 0) start_unit(e, l, ", prefetch");
+    if (l + 1 - D >= 1) start_unit(e, l + 1 - D, ", prefetch");
     if (e->host_elems && l <= L - 3) P(e, "  rt_offload_wait(c, %d); /* X%d is back */\n", l, l);
     if (e->ac != AC_NONE) P(e, "  layer%d_forward(c, true); /* recompute from X%d (%s checkpointing) */\n", l, l, plan_ac_name(e->ac));
     if (e->host_elems && l >= 2 && l - 2 <= L - 3)
@@ -555,14 +597,17 @@ static bool in_header(const char *name) {
   return strcmp(name, "INPUTS") == 0 || strcmp(name, "TARGETS") == 0 || strcmp(name, "MUON_WORK") == 0;
 }
 
-static void header(Em *e, const char *spec_base) {
+static void header(Em *e, const char *spec_base, const char *plan_hash) {
   const Spec *s = e->s;
   const Candidate *b = &e->p->best;
   P(e, "/* step.h — generated by mtc from %s; do not edit: regenerate with `mtc compile`.\n"
        " * The plan's constants for train.c, the arena map and the step's entry points. */\n",
-    spec_base);
+    out_comment(e->m, spec_base));
   P(e, "#ifndef STEP_H\n#define STEP_H\n\n#include \"mtrt_train.h\"\n\n");
-  P(e, "#define MODEL_NAME \"%s\"\n#define SPEC_FILE \"%s\"\n", s->name, spec_base);
+  P(e, "#define MODEL_NAME \"%s\"\n#define SPEC_FILE \"%s\"\n", out_c_string(e->m, s->name),
+    out_c_string(e->m, spec_base));
+  P(e, "/* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */\n"
+       "#define PLAN_HASH \"%s\"\n", plan_hash);
   P(e, "/* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */\n");
   P(e, "#define PLAN_WORLD %lld\n#define PLAN_FSDP %lld\n#define PLAN_EP %lld\n#define PLAN_DP_REPLICATE %lld\n",
     (long long)e->world, (long long)e->fsdp, (long long)e->ep, (long long)e->dpr);
@@ -610,13 +655,14 @@ static void header(Em *e, const char *spec_base) {
   int64_t staging = buf_offset(e, "RS_OUT0");
   P(e, "\n/* the state arena: %lld elements of real (fp32 master shards, gradients, moments) in\n"
        " * %s memory; the optimizer step runs on the %s */\n#define STATE_ELEMS %lld\n#define STATE_ON_HOST %d\n#define OPT_STEP_ON_HOST %d\n",
-    (long long)e->state_top, e->state_host ? "host (Grace)" : "device (HBM)",
-    e->step_host ? "host CPU" : e->state_host ? "GPU, over C2C" : "GPU", (long long)e->state_top, e->state_host ? 1 : 0,
-    e->step_host ? 1 : 0);
-  P(e, "/* the arena: %lld elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before\n"
-       " * reading them */\n#define ARENA_ELEMS %lld\n#define ARENA_SCRATCH %lld\n#define INPUTS %lld\n#define TARGETS %lld\n",
-    (long long)e->top, (long long)e->top, (long long)e->scratch, (long long)buf_offset(e, "INPUTS"),
-    (long long)buf_offset(e, "TARGETS"));
+    (long long)e->top[EM_STATE], e->state_host ? "host (Grace)" : "device (HBM)",
+    e->step_host ? "host CPU" : e->state_host ? "GPU, over C2C" : "GPU", (long long)e->top[EM_STATE],
+    e->state_host ? 1 : 0, e->step_host ? 1 : 0);
+  P(e, "/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each\n"
+       " * micro-batch writes before reading them */\n#define ARENA_ELEMS %lld\n#define ARENA_SCRATCH %lld\n"
+       "#define ACT_ELEMS %lld\n#define ACT_SCRATCH %lld\n#define INPUTS %lld\n#define TARGETS %lld\n",
+    (long long)e->top[EM_REAL], (long long)e->scratch[EM_REAL], (long long)e->top[EM_ACT],
+    (long long)e->scratch[EM_ACT], (long long)buf_offset(e, "INPUTS"), (long long)buf_offset(e, "TARGETS"));
   P(e, "#define STATE_STAGING %lld /* a device buffer of the largest shard (RS_OUT0), free between steps */\n",
     (long long)staging);
   for (int i = 0; i < e->nbufs; i++)
@@ -641,11 +687,12 @@ static void header(Em *e, const char *spec_base) {
 
 static void body(Em *e, const char *spec_base) {
   const Candidate *b = &e->p->best;
-  P(e, "/* step.c — generated by mtc from %s; do not edit: regenerate with `mtc compile`.\n *\n", spec_base);
+  P(e, "/* step.c — generated by mtc from %s; do not edit: regenerate with `mtc compile`.\n *\n",
+    out_comment(e->m, spec_base));
   P(e, " * The plan: %lld ranks = %lld replica(s) x %lld-way FSDP, EP %lld (%lld experts per rank),\n"
        " * %s activation checkpointing; %lld micro-batch(es) of %lld x %lld tokens per rank and step.\n",
     (long long)e->world, (long long)e->dpr, (long long)e->fsdp, (long long)e->ep, (long long)e->El,
-    plan_ac_name(e->ac), (long long)e->accum, (long long)e->B, (long long)e->T);
+    plan_ac_words(e->ac), (long long)e->accum, (long long)e->B, (long long)e->T);
   P(e, " * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),\n"
        " * each allocated once at start-up: the maps below. Tokens are B x T = %lld rows of hidden %lld.\n */\n",
     (long long)e->N, (long long)e->C);
@@ -653,19 +700,23 @@ static void body(Em *e, const char *spec_base) {
   P(e, "#include <stdbool.h>\n#include <string.h>\n\n#include \"mtrt_comm.h\"\n#include \"mtrt_ops.h\"\n#include \"step.h\"\n\n");
   P(e, "#define S(o) (c->state + (o))                    /* state buffer at state arena offset o */\n");
   P(e, "#define R(o) (c->arena + (o))                    /* real buffer at arena offset o */\n");
+  P(e, "#define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */\n");
   P(e, "#define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */\n");
   P(e, "#define W(o) (c->wd + (o))                      /* a gathered dense parameter */\n");
-  P(e, "#define DW(o) (c->dwd + (o))                    /* its gradient (GRAD_DENSE0 or 1) */\n");
+  P(e, "#define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */\n");
   P(e, "#define WE(o) (c->we + (o))                     /* a gathered expert parameter */\n");
-  P(e, "#define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */\n");
+  P(e, "#define DWE(o) (c->dwe + (o))                   /* its gradient (in GRAD0 or 1) */\n");
   P(e, "#define EPS ((real)1e-5)                          /* RMSNorm epsilon */\n");
   if (e->offload) P(e, "#define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */\n");
   P(e, "\n");
-  for (int st = 1; st >= 0; st--) {
-    P(e, st ? "/* ---- the state arena map (elements) ---- */\n" : "/* ---- the arena map (elements) ---- */\n");
+  static const char *const maps[EM__ARENAS] = {"the state arena map (elements of real)",
+                                               "the arena map (elements of real; int32 buffers: one per value)",
+                                               "the activation arena map (elements of act)"};
+  for (int a = 0; a < EM__ARENAS; a++) {
+    P(e, "%s/* ---- %s ---- */\n", a ? "\n" : "", maps[a]);
     for (int i = 0; i < e->nbufs; i++) {
       const EmBuf *bf = &e->bufs[i];
-      if (bf->state != st || in_header(bf->name)) continue;
+      if ((int)bf->arena != a || in_header(bf->name)) continue;
       P(e, "#define %-22s %12lld /* %10lld: %s */\n", bf->name, (long long)bf->offset, (long long)bf->elems, bf->what);
     }
   }
@@ -717,7 +768,7 @@ void em_init(Em *e, Mem *m, const Plan *p) {
   e->Q = e->nh * e->hd, e->KV = e->nkv * e->hd;
   e->rope = s->model.position == POS_ROPE;
   e->fsdp = ch->fsdp, e->ep = ch->ep, e->efsdp = ch->efsdp, e->dpr = ch->dp_replicate, e->accum = ch->accum;
-  e->world = p->world, e->ac = ch->ac;
+  e->world = p->world, e->ac = ch->ac, e->prefetch = ch->prefetch;
   e->offload = (ch->offload == OFF_HOST || ch->offload == OFF_NVME) && ch->ac == AC_FULL;
   e->state_host = ch->opt_tier == TIER_HOST, e->step_host = ch->opt_on_host;
   if (s->model.moe.present) {
@@ -742,12 +793,16 @@ static void nvme_warning(const Em *e) {
           (double)e->host_elems * (double)sizeof(float) / 1048576.0);
 }
 
-bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base) {
+bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base, const char *plan_hash) {
   const Model *md = p->md;
   const Spec *s = md->spec;
   if (!supported(d, s)) return false;
   Em e;
   em_init(&e, m, p);
+  if (2 * (e.prefetch + 1) > EM_AG_SLOTS)
+    return diag_error(d, spec_loc(s, "plan.prefetch"), "prefetch depth %d needs %d all-gathers in flight; the program "
+                      "keeps at most %d (prefetch %d); expected plan.prefetch %d or less", e.prefetch,
+                      2 * (e.prefetch + 1), EM_AG_SLOTS, EM_AG_SLOTS / 2 - 1, EM_AG_SLOTS / 2 - 1);
   if (e.R > INT32_MAX) /* the runtime counts a round's rows in int (its offsets are int32) */
     return diag_error(d, spec_loc(s, "plan.moe_imbalance"), "one all-to-all round would take %lld rows per rank "
                       "(moe_imbalance x tokens x top_k), more than 2^31 - 1; expected a lower plan.moe_imbalance, "
@@ -756,11 +811,11 @@ bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec
   const char *names[2] = {"step.h", "step.c"};
   for (int i = 0; i < 2; i++) {
     const char *path = mem_printf(m, "%s/%s", dir, names[i]);
-    e.f = fopen(path, "w");
-    if (!e.f) return diag_error(d, (Loc){0}, "cannot write %s: %s; expected a writable directory", path, strerror(errno));
-    if (i == 0) header(&e, spec_base);
+    OutFile o;
+    if (!(e.f = out_open(d, &o, path))) return false;
+    if (i == 0) header(&e, spec_base, plan_hash);
     else body(&e, spec_base);
-    if (fclose(e.f) != 0) return diag_error(d, (Loc){0}, "cannot write %s: %s", path, strerror(errno));
+    if (!out_close(d, &o)) return false;
   }
   return true;
 }

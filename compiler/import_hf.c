@@ -3,6 +3,7 @@
  * Families: llama, mixtral, qwen3_moe (and qwen2_moe), deepseek_v3, gpt2. Field names are those
  * of transformers' configuration_<family>.py. */
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -28,8 +29,28 @@ static void emit(Hf *h, const char *fmt, ...) {
   h->out = mem_printf(h->m, "%s%s", h->out, buf);
 }
 
-/* An integer field; required ones fail with the field named. */
-static bool get_int(Hf *h, const char *key, bool required, int64_t *out) {
+/* Where "key" is written in the config (its first occurrence as a JSON key), for diagnostics:
+ * jansson keeps no positions, so the text is searched. Line 1, column 1 when not found. */
+static Loc key_loc(Hf *h, const char *key) {
+  const char *t = h->src->text, *p = t;
+  size_t n = strlen(key);
+  while ((p = strstr(p, key))) {
+    const char *q = p + n;
+    while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r' || *q == '"') q++;
+    if (p > t && p[-1] == '"' && p[n] == '"' && *q == ':') break;
+    p += n;
+  }
+  Loc l = {h->src, 0, 0};
+  for (const char *c = t; p && c < p - 1; c++) /* the opening quote's line and column */
+    if (*c == '\n') l.line++, l.col = 0;
+    else l.col++;
+  return l;
+}
+
+/* An integer field of at least min: false without a diagnostic when absent (or null) and not
+ * required; false with one naming the field when required and absent, or present and not such
+ * an integer. */
+static bool get_int(Hf *h, const char *key, bool required, int64_t min, int64_t *out) {
   json_t *v = json_object_get(h->cfg, key);
   if (!v || json_is_null(v)) {
     if (required)
@@ -38,74 +59,123 @@ static bool get_int(Hf *h, const char *key, bool required, int64_t *out) {
     return false;
   }
   if (!json_is_integer(v))
-    return diag_error(h->d, (Loc){h->src, 0, 0}, "\"%s\" is not an integer; expected a count", key);
+    return diag_error(h->d, key_loc(h, key), "\"%s\" is not an integer; expected a count", key);
+  if (json_integer_value(v) < min)
+    return diag_error(h->d, key_loc(h, key), "\"%s\" is %lld; expected an integer >= %lld", key,
+                      (long long)json_integer_value(v), (long long)min);
   *out = json_integer_value(v);
   return true;
 }
 
-static double get_real(Hf *h, const char *key, double dflt) {
-  json_t *v = json_object_get(h->cfg, key);
-  return v && json_is_number(v) ? json_number_value(v) : dflt;
+/* An optional integer field (>= min, dflt when absent): false only after a diagnostic. */
+static bool opt_int(Hf *h, const char *key, int64_t min, int64_t dflt, int64_t *out) {
+  *out = dflt;
+  return get_int(h, key, false, min, out) || !h->d->msg;
 }
 
-static bool get_bool(Hf *h, const char *key, bool dflt) {
+/* An optional positive number (dflt when absent or null): false after a diagnostic. */
+static bool get_real(Hf *h, const char *key, double dflt, double *out) {
   json_t *v = json_object_get(h->cfg, key);
-  return v && json_is_boolean(v) ? json_is_true(v) : dflt;
+  *out = dflt;
+  if (!v || json_is_null(v)) return true;
+  if (!json_is_number(v) || !(json_number_value(v) > 0))
+    return diag_error(h->d, key_loc(h, key), "\"%s\" is not a positive number; expected one such as %g", key, dflt);
+  *out = json_number_value(v);
+  return true;
 }
 
-static const char *get_str(Hf *h, const char *key) {
+/* An optional boolean (false when absent or null): false after a diagnostic. */
+static bool get_bool(Hf *h, const char *key, bool *out) {
   json_t *v = json_object_get(h->cfg, key);
+  *out = false;
+  if (!v || json_is_null(v)) return true;
+  if (!json_is_boolean(v))
+    return diag_error(h->d, key_loc(h, key), "\"%s\" is not true or false; expected a boolean", key);
+  *out = json_is_true(v);
+  return true;
+}
+
+/* An optional string (NULL when absent or null; *ok false after a diagnostic when not a string). */
+static const char *get_str(Hf *h, const char *key, bool *ok) {
+  json_t *v = json_object_get(h->cfg, key);
+  if (v && !json_is_null(v) && !json_is_string(v))
+    *ok = diag_error(h->d, key_loc(h, key), "\"%s\" is not a string; expected text", key);
   return v && json_is_string(v) ? json_string_value(v) : NULL;
 }
 
-/* The activation: silu/swish (gated) → swiglu; gelu variants → gelu. */
-static bool activation(Hf *h, const char **out) {
-  const char *a = get_str(h, "hidden_act");
-  if (!a || !strcmp(a, "silu") || !strcmp(a, "swish")) return *out = "swiglu", true;
-  if (!strncmp(a, "gelu", 4)) return *out = "gelu", true;
-  return diag_error(h->d, (Loc){h->src, 0, 0}, "\"hidden_act\" is '%s'; expected silu or gelu", a);
+/* Every family's MLP (and expert) is gated: act(gate(x)) * up(x), then down. mtc's gated MLP is
+ * swiglu (silu); a gated MLP with another activation (gelu_new, relu, ...) has no spec form, and
+ * mtc's gelu is the ungated two-matrix MLP, a different model: refused. */
+static bool gated_silu(Hf *h) {
+  bool ok = true;
+  const char *a = get_str(h, "hidden_act", &ok);
+  if (!ok || !a || !strcmp(a, "silu") || !strcmp(a, "swish")) return ok;
+  return diag_error(h->d, key_loc(h, "hidden_act"), "\"hidden_act\" is '%s', but model_type '%s' has gated MLPs "
+                    "(gate, up and down matrices) and mtc's only gated MLP is swiglu (silu); expected silu (mtc's "
+                    "gelu is an ungated two-matrix MLP, another model with other parameter counts)", a, h->family);
+}
+
+/* The RoPE base, and a note when the config scales RoPE (rope_scaling), which the spec cannot
+ * say: it changes positions, not shapes, so the plan is the same. */
+static bool rope(Hf *h) {
+  double theta;
+  if (!get_real(h, "rope_theta", 10000, &theta)) return false;
+  emit(h, "    rope_theta: %g\n", theta);
+  json_t *sc = json_object_get(h->cfg, "rope_scaling");
+  if (sc && !json_is_null(sc))
+    emit(h, "    # rope_scaling is not represented: mtc's RoPE is unscaled (same shapes and plan)\n");
+  return true;
 }
 
 static bool attention_gqa(Hf *h, int64_t hidden, bool qk_norm) {
-  int64_t heads, kv = 0, hd = 0;
-  if (!get_int(h, "num_attention_heads", true, &heads)) return false;
-  get_int(h, "num_key_value_heads", false, &kv);
-  get_int(h, "head_dim", false, &hd);
+  int64_t heads, kv, hd;
+  if (!get_int(h, "num_attention_heads", true, 1, &heads) || !opt_int(h, "num_key_value_heads", 1, heads, &kv) ||
+      !opt_int(h, "head_dim", 1, 0, &hd))
+    return false;
+  if (heads % kv != 0)
+    return diag_error(h->d, key_loc(h, "num_key_value_heads"), "\"num_key_value_heads\" is %lld, which does not "
+                      "divide num_attention_heads %lld; expected a divisor (grouped-query attention)",
+                      (long long)kv, (long long)heads);
+  if (!hd && hidden % heads != 0)
+    return diag_error(h->d, key_loc(h, "num_attention_heads"), "\"num_attention_heads\" %lld does not divide "
+                      "hidden_size %lld and there is no head_dim; expected a divisor, or head_dim",
+                      (long long)heads, (long long)hidden);
   emit(h, "  attention:\n    kind: gqa\n    heads: %lld\n", (long long)heads);
-  if (kv) emit(h, "    kv_heads: %lld\n", (long long)kv);
+  if (kv != heads) emit(h, "    kv_heads: %lld\n", (long long)kv);
   if (hd && hd * heads != hidden) emit(h, "    head_dim: %lld\n", (long long)hd);
-  emit(h, "    rope_theta: %g\n", get_real(h, "rope_theta", 10000));
+  if (!rope(h)) return false;
   if (qk_norm) emit(h, "    qk_norm: per_head\n");
   return true;
 }
 
 static bool common(Hf *h, int64_t *hidden, int64_t *layers) {
   int64_t vocab;
-  if (!get_int(h, "hidden_size", true, hidden) || !get_int(h, "num_hidden_layers", true, layers) ||
-      !get_int(h, "vocab_size", true, &vocab))
+  bool tie, abias, mbias;
+  if (!get_int(h, "hidden_size", true, 1, hidden) || !get_int(h, "num_hidden_layers", true, 1, layers) ||
+      !get_int(h, "vocab_size", true, 1, &vocab) || !gated_silu(h) || !get_bool(h, "tie_word_embeddings", &tie) ||
+      !get_bool(h, "attention_bias", &abias) || !get_bool(h, "mlp_bias", &mbias))
     return false;
   emit(h, "model:\n  layers: %lld\n  hidden: %lld\n  vocab: %lld\n", (long long)*layers, (long long)*hidden,
        (long long)vocab);
-  if (get_bool(h, "tie_word_embeddings", false)) emit(h, "  tie_embeddings: true\n");
-  if (get_bool(h, "attention_bias", false) || get_bool(h, "mlp_bias", false)) emit(h, "  bias: true\n");
+  if (tie) emit(h, "  tie_embeddings: true\n");
+  if (abias || mbias) emit(h, "  bias: true\n");
   return true;
 }
 
 static bool llama(Hf *h) {
   int64_t hidden, layers, inter;
-  const char *act = "swiglu";
   if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, false) ||
-      !get_int(h, "intermediate_size", true, &inter) || !activation(h, &act))
+      !get_int(h, "intermediate_size", true, 1, &inter))
     return false;
-  emit(h, "  mlp:\n    intermediate: %lld\n    activation: %s\n", (long long)inter, act);
+  emit(h, "  mlp:\n    intermediate: %lld\n    activation: swiglu\n", (long long)inter);
   return true;
 }
 
 static bool mixtral(Hf *h) {
   int64_t hidden, layers, inter, experts, topk;
   if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, false) ||
-      !get_int(h, "intermediate_size", true, &inter) || !get_int(h, "num_local_experts", true, &experts) ||
-      !get_int(h, "num_experts_per_tok", true, &topk))
+      !get_int(h, "intermediate_size", true, 1, &inter) || !get_int(h, "num_local_experts", true, 1, &experts) ||
+      !get_int(h, "num_experts_per_tok", true, 1, &topk))
     return false;
   emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    expert_intermediate: %lld\n", (long long)experts,
        (long long)topk, (long long)inter);
@@ -115,17 +185,16 @@ static bool mixtral(Hf *h) {
 /* Qwen2-MoE / Qwen3-MoE: MoE every decoder_sparse_step-th layer; mlp_only_layers must be empty
  * (a list of arbitrary dense layers has no spec form yet). Qwen3 normalizes q and k per head. */
 static bool qwen_moe(Hf *h, bool qwen3) {
-  int64_t hidden, layers, experts, topk, inter, moe_inter, step = 1, shared = 0;
+  int64_t hidden, layers, experts, topk, inter, moe_inter, step, shared;
   if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, qwen3) ||
-      !get_int(h, "num_experts", true, &experts) || !get_int(h, "num_experts_per_tok", true, &topk) ||
-      !get_int(h, "moe_intermediate_size", true, &moe_inter) || !get_int(h, "intermediate_size", true, &inter))
+      !get_int(h, "num_experts", true, 1, &experts) || !get_int(h, "num_experts_per_tok", true, 1, &topk) ||
+      !get_int(h, "moe_intermediate_size", true, 1, &moe_inter) || !get_int(h, "intermediate_size", true, 1, &inter) ||
+      !opt_int(h, "decoder_sparse_step", 1, 1, &step) || !opt_int(h, "shared_expert_intermediate_size", 0, 0, &shared))
     return false;
-  get_int(h, "decoder_sparse_step", false, &step);
-  get_int(h, "shared_expert_intermediate_size", false, &shared);
   json_t *only = json_object_get(h->cfg, "mlp_only_layers");
   if (only && json_is_array(only) && json_array_size(only) > 0)
-    return diag_error(h->d, (Loc){h->src, 0, 0}, "\"mlp_only_layers\" lists dense layers; expected an empty "
-                      "list (a spec gives dense layers as first_dense_layers and interleave)");
+    return diag_error(h->d, key_loc(h, "mlp_only_layers"), "\"mlp_only_layers\" lists dense layers; expected an "
+                      "empty list (a spec gives dense layers as first_dense_layers and interleave)");
   if (step > 1) emit(h, "  mlp:\n    intermediate: %lld\n", (long long)inter);
   emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    expert_intermediate: %lld\n", (long long)experts,
        (long long)topk, (long long)moe_inter);
@@ -135,45 +204,55 @@ static bool qwen_moe(Hf *h, bool qwen3) {
 }
 
 static bool deepseek_v3(Hf *h) {
-  int64_t hidden, layers, heads, q_rank = 0, kv_rank, nope, rope, v, experts, shared = 0, topk, moe_inter,
-      inter, first = 0, freq = 1;
-  if (!common(h, &hidden, &layers) || !get_int(h, "num_attention_heads", true, &heads) ||
-      !get_int(h, "kv_lora_rank", true, &kv_rank) || !get_int(h, "qk_nope_head_dim", true, &nope) ||
-      !get_int(h, "qk_rope_head_dim", true, &rope) || !get_int(h, "v_head_dim", true, &v) ||
-      !get_int(h, "n_routed_experts", true, &experts) || !get_int(h, "num_experts_per_tok", true, &topk) ||
-      !get_int(h, "moe_intermediate_size", true, &moe_inter) || !get_int(h, "intermediate_size", true, &inter))
+  int64_t hidden, layers, heads, q_rank, kv_rank, nope, rope_dim, v, experts, shared, topk, moe_inter, inter, first,
+      freq;
+  bool ok = true;
+  if (!common(h, &hidden, &layers) || !get_int(h, "num_attention_heads", true, 1, &heads) ||
+      !get_int(h, "kv_lora_rank", true, 1, &kv_rank) || !get_int(h, "qk_nope_head_dim", true, 1, &nope) ||
+      !get_int(h, "qk_rope_head_dim", true, 1, &rope_dim) || !get_int(h, "v_head_dim", true, 1, &v) ||
+      !get_int(h, "n_routed_experts", true, 1, &experts) || !get_int(h, "num_experts_per_tok", true, 1, &topk) ||
+      !get_int(h, "moe_intermediate_size", true, 1, &moe_inter) || !get_int(h, "intermediate_size", true, 1, &inter) ||
+      !opt_int(h, "q_lora_rank", 0, 0, &q_rank) || !opt_int(h, "n_shared_experts", 0, 0, &shared) ||
+      !opt_int(h, "first_k_dense_replace", 0, 0, &first) || !opt_int(h, "moe_layer_freq", 1, 1, &freq))
     return false;
-  get_int(h, "q_lora_rank", false, &q_rank);
-  get_int(h, "n_shared_experts", false, &shared);
-  get_int(h, "first_k_dense_replace", false, &first);
-  get_int(h, "moe_layer_freq", false, &freq);
+  const char *score = get_str(h, "scoring_func", &ok), *topk_method = get_str(h, "topk_method", &ok);
+  if (!ok) return false;
   emit(h, "  attention:\n    kind: mla\n    heads: %lld\n", (long long)heads);
   if (q_rank) emit(h, "    q_lora_rank: %lld\n", (long long)q_rank);
   emit(h, "    kv_lora_rank: %lld\n    qk_nope_head_dim: %lld\n    qk_rope_head_dim: %lld\n    v_head_dim: %lld\n",
-       (long long)kv_rank, (long long)nope, (long long)rope, (long long)v);
-  emit(h, "    rope_theta: %g\n", get_real(h, "rope_theta", 10000));
+       (long long)kv_rank, (long long)nope, (long long)rope_dim, (long long)v);
+  if (!rope(h)) return false;
   if (first > 0 || freq > 1) emit(h, "  mlp:\n    intermediate: %lld\n", (long long)inter);
   emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    shared_experts: %lld\n    expert_intermediate: %lld\n",
        (long long)experts, (long long)topk, (long long)shared, (long long)moe_inter);
   if (first) emit(h, "    first_dense_layers: %lld\n", (long long)first);
   if (freq > 1) emit(h, "    interleave: %lld\n", (long long)freq);
-  const char *score = get_str(h, "scoring_func"), *topk_method = get_str(h, "topk_method");
+  if (score && strcmp(score, "sigmoid") && strcmp(score, "softmax"))
+    return diag_error(h->d, key_loc(h, "scoring_func"), "\"scoring_func\" is '%s'; expected sigmoid or softmax", score);
   if (score && !strcmp(score, "sigmoid")) emit(h, "    router: sigmoid\n");
   if (topk_method && !strcmp(topk_method, "noaux_tc")) emit(h, "    router_bias: true\n    load_balance: aux_free\n");
   return true;
 }
 
+/* A number or boolean field as a double (dflt when absent or null; NAN when another type). */
+static double raw_num(Hf *h, const char *key, double dflt) {
+  json_t *v = json_object_get(h->cfg, key);
+  if (!v || json_is_null(v)) return dflt;
+  if (json_is_boolean(v)) return json_is_true(v);
+  return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
 /* Fails naming field `key` when the config sets it to other than the value mtc's math has. */
 static bool need_real(Hf *h, const char *key, double want, double dflt, const char *why) {
-  double v = get_real(h, key, dflt);
+  double v = raw_num(h, key, dflt);
   if (v == want) return true;
-  return diag_error(h->d, (Loc){h->src, 0, 0}, "\"%s\" is %g, which mtc cannot represent (%s); expected %g", key, v,
+  return diag_error(h->d, key_loc(h, key), "\"%s\" is %g, which mtc cannot represent (%s); expected %g", key, v,
                     why, want);
 }
 
 static bool need_bool(Hf *h, const char *key, bool want, bool dflt, const char *why) {
-  if (get_bool(h, key, dflt) == want) return true;
-  return diag_error(h->d, (Loc){h->src, 0, 0}, "\"%s\" is %s, which mtc cannot represent (%s); expected %s", key,
+  if (raw_num(h, key, dflt) == (want ? 1 : 0)) return true;
+  return diag_error(h->d, key_loc(h, key), "\"%s\" is %s, which mtc cannot represent (%s); expected %s", key,
                     want ? "false" : "true", why, want ? "true" : "false");
 }
 
@@ -185,12 +264,13 @@ static bool need_bool(Hf *h, const char *key, bool want, bool dflt, const char *
  * cross-attention. */
 static bool gpt2(Hf *h) {
   int64_t hidden, layers, vocab, heads, positions, inner = 0;
-  if (!get_int(h, "n_embd", true, &hidden) || !get_int(h, "n_layer", true, &layers) ||
-      !get_int(h, "vocab_size", true, &vocab) || !get_int(h, "n_head", true, &heads) ||
-      !get_int(h, "n_positions", true, &positions))
+  bool ok = true;
+  if (!get_int(h, "n_embd", true, 1, &hidden) || !get_int(h, "n_layer", true, 1, &layers) ||
+      !get_int(h, "vocab_size", true, 1, &vocab) || !get_int(h, "n_head", true, 1, &heads) ||
+      !get_int(h, "n_positions", true, 1, &positions) || !opt_int(h, "n_inner", 1, 0, &inner))
     return false;
-  get_int(h, "n_inner", false, &inner);
-  const char *act = get_str(h, "activation_function");
+  const char *act = get_str(h, "activation_function", &ok);
+  if (!ok) return false;
   if (act && strcmp(act, "gelu_new") != 0 && strcmp(act, "gelu_pytorch_tanh") != 0)
     return diag_error(h->d, (Loc){h->src, 0, 0}, "\"activation_function\" is '%s', which mtc cannot represent "
                       "(its GELU is the tanh approximation); expected gelu_new or gelu_pytorch_tanh", act);
@@ -203,7 +283,7 @@ static bool gpt2(Hf *h) {
       !need_bool(h, "add_cross_attention", false, false, "a decoder-only model"))
     return false;
   emit(h, "model:\n  layers: %lld\n  hidden: %lld\n  vocab: %lld\n", (long long)layers, (long long)hidden, (long long)vocab);
-  if (get_bool(h, "tie_word_embeddings", true)) emit(h, "  tie_embeddings: true\n");
+  if (raw_num(h, "tie_word_embeddings", 1) != 0) emit(h, "  tie_embeddings: true\n");
   if (positions < h->seq_len) h->seq_len = positions;
   emit(h, "  norm: layernorm\n  position: learned\n  max_position: %lld\n  bias: true\n", (long long)positions);
   emit(h, "  attention:\n    kind: mha\n    heads: %lld\n    kv_heads: %lld\n", (long long)heads, (long long)heads);
@@ -222,12 +302,15 @@ char *import_hf(Mem *m, Diag *d, const char *path) {
     return NULL;
   }
   Hf h = {m, d, src, cfg, NULL, "", 4096};
-  const char *type = get_str(&h, "model_type");
+  bool ok = json_is_object(cfg) || diag_error(d, (Loc){src, 0, 0}, "not a JSON object; expected a transformers "
+                                                                     "config.json");
+  const char *type = ok ? get_str(&h, "model_type", &ok) : NULL;
   h.family = type ? type : "(none)";
   const char *base = strrchr(path, '/');
   emit(&h, "# Imported by `mtc import-hf` from %s (model_type %s). Check the model section\n"
-           "# against the model card; set cluster and training for your run.\n", base ? base + 1 : path, h.family);
-  const char *name = get_str(&h, "_name_or_path");
+           "# against the model card; set cluster and training for your run.\n", out_comment(m, base ? base + 1 : path),
+       out_comment(m, h.family)); /* a YAML comment: no line break can end it */
+  const char *name = ok ? get_str(&h, "_name_or_path", &ok) : NULL;
   const char *slash = name ? strrchr(name, '/') : NULL;
   char safe[65] = "imported";
   if (name && *(slash ? slash + 1 : name)) {
@@ -238,8 +321,8 @@ char *import_hf(Mem *m, Diag *d, const char *path) {
     if (safe[0] == '.' || safe[0] == '-') safe[0] = 'm';
   }
   emit(&h, "name: %s\n", safe);
-  bool ok;
-  if (!type) ok = diag_error(d, (Loc){src, 0, 0}, "no \"model_type\"; expected llama, mixtral, qwen2_moe, qwen3_moe, deepseek_v3 or gpt2");
+  if (!ok) { /* model_type or _name_or_path was not text: reported */
+  } else if (!type) ok = diag_error(d, (Loc){src, 0, 0}, "no \"model_type\"; expected llama, mixtral, qwen2_moe, qwen3_moe, deepseek_v3 or gpt2");
   else if (!strcmp(type, "llama")) ok = llama(&h);
   else if (!strcmp(type, "mixtral")) ok = mixtral(&h);
   else if (!strcmp(type, "qwen3_moe")) ok = qwen_moe(&h, true);

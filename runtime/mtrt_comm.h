@@ -53,9 +53,12 @@ void rt_comm_finalize(RtComm *c);
 
 /* out (g × count values, rank order) = every rank's in (count values) in group comm. */
 void rt_comm_all_gather(MPI_Comm comm, real *out, const real *in, size_t count);
+/* All-gathers in flight at once, at most: 2 (dense, experts) per gathered unit of the plan's
+ * prefetch pool (prefetch depth + 1 units; the compiler refuses a deeper plan). */
+enum { RT_AG_SLOTS = 16 };
 /* Prefetch: the same all-gather, started now and waited for later, so that it overlaps the
- * compute in between (the next layer's parameters while this layer runs). slot (0-3) names it
- * in rt_comm_all_gather_wait, after which out may be read. The cpu backend's MPI all-gather
+ * compute in between (the next layers' parameters while this layer runs). slot (0 to
+ * RT_AG_SLOTS - 1) names it in rt_comm_all_gather_wait, after which out may be read. The cpu backend's MPI all-gather
  * blocks, so there start does all the work and wait nothing. */
 void rt_comm_all_gather_start(MPI_Comm comm, real *out, const real *in, size_t count, int slot);
 void rt_comm_all_gather_wait(int slot);

@@ -1,6 +1,8 @@
 /*
- * mtrt_ops.h — libmtrt's cpu ops: forward and backward of every op of mtc's model graph,
- * the cpu backend's numerical reference (the cuda backend is checked against it).
+ * mtrt_ops.h — libmtrt's ops: forward and backward of every op of mtc's model graph, the
+ * contract both backends implement. runtime/cpu/ implements it over host pointers with OpenBLAS
+ * (the numerical reference); runtime/cuda/ the same calls over device pointers (mtrt_cuda.h),
+ * checked against the cpu ones.
  *
  * Compute type `real`: float, or double when built with MTRT_REAL_DOUBLE (gradient checks).
  * Row-major tensors; shape comments use N tokens (= B sequences × T positions), C hidden,
@@ -27,6 +29,9 @@ void rt_accumulate(real *acc, const real *x, size_t n);
 void rt_zero(real *x, size_t n);
 /* dst = src, n values (not overlapping). */
 void rt_copy(real *dst, const real *src, size_t n);
+/* dst = src rounded to the activation type, n values: a master shard (src: the state arena, in
+ * device or pinned host memory) into the shard the all-gathers read. */
+void rt_cast_to_act(act *dst, const real *src, size_t n);
 
 /* out (N,C) = wte[tok[n]] with wte (V,C). Token ids must be in [0, V) (the data loader checks). */
 void rt_embedding_forward(real *out, const int32_t *tok, const real *wte, int N, int C);

@@ -33,5 +33,25 @@ expect_err '{"model_type": "llama", "hidden_size": 64}' 'missing "num_hidden_lay
 expect_err '{"model_type": "llama", "hidden_size": "64"}' '"hidden_size" is not an integer'
 expect_err '{"model_type": "llama",' 'bad.json:1:.*error: not JSON'
 expect_err '{"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "num_experts": 4, "num_experts_per_tok": 1, "moe_intermediate_size": 8, "intermediate_size": 8, "mlp_only_layers": [0]}' '"mlp_only_layers" lists dense layers'
+# a field with no spec form, or an invalid value, is an error at the field, never a silent default
+llama='"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "intermediate_size": 128'
+expect_err "{$llama,
+ \"hidden_act\": \"gelu_new\"}" "bad.json:2:2: error: \"hidden_act\" is 'gelu_new', but model_type 'llama' has gated MLPs"
+expect_err "{$llama, \"num_key_value_heads\": 0}" '"num_key_value_heads" is 0; expected an integer >= 1'
+expect_err "{$llama, \"num_key_value_heads\": 3}" '"num_key_value_heads" is 3, which does not divide num_attention_heads 4'
+expect_err "{$llama, \"rope_theta\": \"abc\"}" '"rope_theta" is not a positive number'
+expect_err "{$llama, \"rope_theta\": -1}" '"rope_theta" is not a positive number'
+expect_err "{$llama, \"head_dim\": 0}" '"head_dim" is 0; expected an integer >= 1'
+expect_err "{$llama, \"tie_word_embeddings\": \"yes\"}" '"tie_word_embeddings" is not true or false'
+expect_err "{$llama, \"hidden_size\": -64}" '"hidden_size" is -64; expected an integer >= 1'
+expect_err '{"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "intermediate_size": 8, "num_local_experts": 4, "num_experts_per_tok": 2, "hidden_act": "relu"}' "\"hidden_act\" is 'relu', but model_type 'mixtral' has gated MLPs"
+expect_err '[1]' 'not a JSON object'
+# the config's file name is data in the spec (a YAML comment), whatever it holds
+odd=$(printf '%s/a\nname: evil\n#.json' "$tmp"); cp tests/hf/llama-3.1-8b.json "$odd"
+"$mtc" import-hf "$odd" -o "$tmp/odd.yaml" && "$mtc" check "$tmp/odd.yaml" >/dev/null && ! grep -q '^name: evil' "$tmp/odd.yaml" ||
+  { echo "FAIL: a config file name with a line break changed the spec"; fail=1; }
+printf '{%s, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}' "$llama" >"$tmp/scaled.json"
+"$mtc" import-hf "$tmp/scaled.json" | grep -q "# rope_scaling is not represented" ||
+  { echo "FAIL: rope_scaling is dropped without a note"; fail=1; }
 [ $fail -eq 0 ] && echo "ok: import-hf reproduces the example specs' counts; bad configs refused"
 exit $fail

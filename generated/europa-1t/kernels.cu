@@ -14,8 +14,9 @@
 #define EXPERTS 384
 #define TOP_K 8
 
-// kernels.cu — the cuda backend's elementwise, normalization, routing and loss kernels (the
-// GEMMs go to cuBLAS, attention to cuDNN or a flash kernel). mtc writes this file into each
+// kernels.cu — the cuda backend's elementwise, normalization, routing, loss and attention
+// kernels (the GEMMs go to cuBLAS; attention is a flash kernel below, or a simple one where
+// head_dim and seq_len do not fit its tiles). mtc writes this file into each
 // generated program after a prelude of #defines with the plan's shapes, so every loop bound is a
 // compile-time constant; the program compiles it at start-up with NVRTC for the device's
 // architecture (sm_90a on Hopper), and `train --check-kernels` compiles it without a GPU.
@@ -23,7 +24,8 @@
 // Storage type `act`: bf16 by default, fp32 with ACT_FLOAT (the generated program's arena keeps
 // fp32 today: one step.c for the cpu and cuda backends); arithmetic is always fp32. Row kernels
 // use one block per token row and 16-byte accesses (VEC values per load); HIDDEN must be a
-// multiple of 8 (mtc checks). Backward kernels ADD into the gradients they are given, as the cpu
+// multiple of 8: mtc compile says so and `mtc build --backend cuda` refuses another (the #error
+// below is the last guard). Backward kernels ADD into the gradients they are given, as the cpu
 // ops do (mtrt_ops.h); forward kernels overwrite their outputs.
 // Expected from the prelude: TOKENS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, SEQ_LEN, ROPE_THETA,
 // VOCAB, VOCAB_CHUNK, EXPERTS (0: dense), TOP_K, RMS_EPS.

@@ -16,6 +16,10 @@ void rt_accumulate(real *acc, const real *x, size_t n) {
 void rt_zero(real *x, size_t n) { memset(x, 0, n * sizeof(real)); }
 void rt_copy(real *dst, const real *src, size_t n) { memcpy(dst, src, n * sizeof(real)); }
 
+void rt_cast_to_act(act *dst, const real *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = (act)src[i];
+}
+
 void rt_embedding_forward(real *out, const int32_t *tok, const real *wte, int N, int C) {
   for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, wte + (size_t)tok[n] * C, sizeof(real) * (size_t)C);
 }

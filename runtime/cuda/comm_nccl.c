@@ -38,11 +38,11 @@ static Group groups[4];
 static ncclComm_t world_nccl;
 static int world_rank;
 static cudaStream_t cs, cs_ep;                /* the communication streams: FSDP groups, EP group */
-static cudaEvent_t ev_ready, ev_done, ev_slot[4];
+static cudaEvent_t ev_ready, ev_done, ev_slot[RT_AG_SLOTS];
 static struct {
   const Group *g; /* NULL: nothing in flight (or a copy on the compute stream) */
   size_t count;
-} slot_info[4];
+} slot_info[RT_AG_SLOTS];
 
 static void nccl_check(ncclResult_t r, const char *what) {
   if (r != ncclSuccess) rt_cuda_fail(what, ncclGetErrorString(r));
@@ -128,7 +128,7 @@ int rt_comm_nccl_init(const RtComm *c, char *err, size_t errlen) {
       (ce = cudaEventCreateWithFlags(&ev_ready, cudaEventDisableTiming)) != cudaSuccess ||
       (ce = cudaEventCreateWithFlags(&ev_done, cudaEventDisableTiming)) != cudaSuccess)
     return snprintf(err, errlen, "the communication stream: %s", cudaGetErrorString(ce)), -1;
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < RT_AG_SLOTS; i++)
     if ((ce = cudaEventCreateWithFlags(&ev_slot[i], cudaEventDisableTiming)) != cudaSuccess)
       return snprintf(err, errlen, "the prefetch events: %s", cudaGetErrorString(ce)), -1;
   for (int i = 0; i < 4; i++) {
@@ -171,7 +171,7 @@ void rt_comm_all_gather(MPI_Comm comm, real *out, const real *in, size_t count) 
 
 void rt_comm_all_gather_start(MPI_Comm comm, real *out, const real *in, size_t count, int slot) {
   Group *g = group_of(comm, "all-gather (prefetch)");
-  if (slot < 0 || slot >= 4) rt_cuda_fail("all-gather (prefetch)", "slot out of range");
+  if (slot < 0 || slot >= RT_AG_SLOTS) rt_cuda_fail("all-gather (prefetch)", "slot out of range");
   slot_info[slot].g = NULL;
   if (!g->nccl) { /* one rank: a copy, in order on the compute stream */
     if (out != in)
@@ -185,7 +185,7 @@ void rt_comm_all_gather_start(MPI_Comm comm, real *out, const real *in, size_t c
 }
 
 void rt_comm_all_gather_wait(int slot) {
-  if (slot < 0 || slot >= 4) rt_cuda_fail("all-gather (prefetch)", "slot out of range");
+  if (slot < 0 || slot >= RT_AG_SLOTS) rt_cuda_fail("all-gather (prefetch)", "slot out of range");
   if (slot_info[slot].g) wait_for(ev_slot[slot], slot_info[slot].g, "all-gather (prefetched)", slot_info[slot].count);
   slot_info[slot].g = NULL;
 }

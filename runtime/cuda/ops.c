@@ -216,6 +216,10 @@ void rt_copy(real *dst, const real *src, size_t n) {
   cu_check(cudaMemcpyAsync(dst, src, n * sizeof(real), cudaMemcpyDefault, cu.stream), "rt_copy");
 }
 
+void rt_cast_to_act(act *dst, const real *src, size_t n) { /* (act is real today: a copy) */
+  cu_check(cudaMemcpyAsync(dst, src, n * sizeof(real), cudaMemcpyDefault, cu.stream), "rt_cast_to_act");
+}
+
 void rt_embedding_forward(real *out, const int32_t *tok, const real *wte, int N, int C) {
   cu_launch(K_EMBEDDING_FORWARD, (unsigned)N, 128, (void *[]){&out, &tok, &wte});
 }
