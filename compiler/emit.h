@@ -69,6 +69,8 @@ typedef struct {
   int prefetch; /* the plan's prefetch depth P: units u+1..u+P are gathered while u computes */
   CheckpointPolicy ac;
   bool aux_free, sigmoid;
+  bool rope;         /* model.position rope; else learned absolute positions (embed_positions) */
+  bool gelu_experts; /* model.moe.activation gelu: routed and shared experts are up/down with GELU, no gate */
   /* activation offload (full checkpointing with boundaries on host or NVMe): boundary l lives
    * in device slot l % 3 (XSLOT0-2), and boundaries 0..L-3 wait for the backward in the host
    * arena (HX0..): host_elems elements of it */

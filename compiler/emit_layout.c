@@ -139,7 +139,10 @@ void em_layout(Em *e) {
                               ? add_group(e, mem_printf(e->m, "layer %d experts", l), mem_printf(e->m, "L%d_EXPERTS", l), 1)
                               : -1;
   }
-  e->g_head = add_group(e, "head", "HEAD", 0);
+  /* tied embeddings (model.tie_embeddings): the head is the embedding group again, gathered a
+   * second time for the LM head; its gradient is reduce-scattered after the head's backward and
+   * after the embedding's, both adding into the one shard gradient of embed_tokens.weight */
+  e->g_head = e->s->model.tie_embeddings ? e->g_embed : add_group(e, "head", "HEAD", 0);
   MemMap owners[2] = {{0}}; /* the last entry of a (layer, matrix) wins, as in the placement's lists */
   const Placement *pl = e->p->placement;
   for (int i = 0; pl && i < pl->nruns; i++)
@@ -151,7 +154,7 @@ void em_layout(Em *e) {
     const Op *o = &md->ops[i];
     for (int j = 0; j < o->nparams; j++) {
       const Param *p = &o->params[j];
-      int g = o->layer < 0 ? (o->kind == OP_EMBED ? e->g_embed : e->g_head)
+      int g = o->layer < 0 ? (o->kind == OP_EMBED || o->kind == OP_POS_EMBED ? e->g_embed : e->g_head)
                            : (p->kind == PK_ROUTED ? e->layer_experts[o->layer] : e->layer_dense[o->layer]);
       add_tensor(e, g, o->layer, p, owners);
     }
@@ -226,10 +229,11 @@ void em_layout(Em *e) {
       abuf(e, mem_printf(e->m, "X%d", l), N * C,
           l < e->L ? mem_printf(e->m, "boundary: input of layer %d (residual stream)", l) : "output of the last layer");
   e->host_elems = e->offload && e->L >= 3 ? (e->L - 2) * N * C : 0;
+  int64_t st = e->s->model.norm == NORM_LAYERNORM ? 2 : 1; /* norm statistics per token: rstd (and the mean) */
   for (int l = 0; l < e->L; l++) {
     const Layer *ly = &md->layers[l];
     act(e, l, "LN1", SAVE_OTHER, N * C, "attention norm output");
-    stat(e, l, "RSTD1", SAVE_OTHER, N, "its 1/rms per token");
+    stat(e, l, "RSTD1", SAVE_OTHER, N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
     act(e, l, "Q", SAVE_ATTN, N * e->Q, "queries (rotated)");
     act(e, l, "K", SAVE_ATTN, N * e->KV, "keys (rotated)");
     act(e, l, "V", SAVE_ATTN, N * e->KV, "values");
@@ -237,7 +241,7 @@ void em_layout(Em *e) {
     stat(e, l, "LSE", SAVE_ATTN, N * e->nh, "attention log-sum-exp per head and query");
     act(e, l, "RES", SAVE_OTHER, N * C, "residual stream after attention");
     act(e, l, "LN2", SAVE_OTHER, N * C, "mlp norm output");
-    stat(e, l, "RSTD2", SAVE_OTHER, N, "its 1/rms per token");
+    stat(e, l, "RSTD2", SAVE_OTHER, N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
     if (ly->kind == LAYER_DENSE) {
       int64_t F = e->s->model.mlp.intermediate;
       if (e->s->model.mlp.activation == ACT_SWIGLU) act(e, l, "G", SAVE_OTHER, N * F, "mlp gate");
@@ -261,11 +265,11 @@ void em_layout(Em *e) {
       abuf(e, "WS_YE", e->R * C, "their outputs, before going back");
       stat(e, l, "EOFF", SAVE_EXPERT, e->El + 1, "first row of each local expert in the round (int32)");
     }
-    act(e, l, "EG", SAVE_EXPERT, e->R * e->Fe, "routed experts' gate");
-    act(e, l, "EU", SAVE_EXPERT, e->R * e->Fe, "routed experts' up");
+    if (!e->gelu_experts) act(e, l, "EG", SAVE_EXPERT, e->R * e->Fe, "routed experts' gate");
+    act(e, l, "EU", SAVE_EXPERT, e->R * e->Fe, e->gelu_experts ? "routed experts' up (GELU's input)" : "routed experts' up");
     act(e, l, "EH", SAVE_EXPERT, e->R * e->Fe, "routed experts' activation");
     if (e->Fs) {
-      act(e, l, "SG", SAVE_EXPERT, N * e->Fs, "shared experts' gate");
+      if (!e->gelu_experts) act(e, l, "SG", SAVE_EXPERT, N * e->Fs, "shared experts' gate");
       act(e, l, "SU", SAVE_EXPERT, N * e->Fs, "shared experts' up");
       act(e, l, "SH", SAVE_EXPERT, N * e->Fs, "shared experts' activation");
     }
@@ -297,18 +301,18 @@ void em_layout(Em *e) {
       abuf(e, "A2A", e->R * C, "all-to-all staging of one round (source-rank order)");
       buf(e, "WS_EOFF", e->El + 1, "backward's first row of each local expert in the round (int32)");
     }
-    abuf(e, "EDG", e->R * e->Fe, "routed experts' gate gradient");
+    if (!e->gelu_experts) abuf(e, "EDG", e->R * e->Fe, "routed experts' gate gradient");
     abuf(e, "EDU", e->R * e->Fe, "routed experts' up gradient");
     abuf(e, "EDH", e->R * e->Fe, "routed experts' activation gradient");
     if (e->Fs) {
-      abuf(e, "DSG", N * e->Fs, "shared experts' gate gradient");
+      if (!e->gelu_experts) abuf(e, "DSG", N * e->Fs, "shared experts' gate gradient");
       abuf(e, "DSU", N * e->Fs, "shared experts' up gradient");
       abuf(e, "DSH", N * e->Fs, "shared experts' activation gradient");
     }
     buf(e, "AUX", 3 * e->E, "load-balancing loss scratch");
   }
   abuf(e, "LNF", N * C, "final norm output");
-  buf(e, "RSTDF", N, "its 1/rms per token");
+  buf(e, "RSTDF", N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
   buf(e, "LSEF", N, "log-sum-exp of each token's logits");
   buf(e, "CE", 2 * N * e->chunk, "logits of one vocabulary chunk and their gradient");
 }

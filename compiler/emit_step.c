@@ -60,9 +60,48 @@ static int64_t off(Em *e, int g, const char *key) {
 }
 
 static const char *A(Em *e, int l, const char *n, SaveClass c) { return em_act(e, l, n, c); }
+
+/* The bias of the linear layer whose weight is wkey in group g, as a call argument through
+ * macro m (W, or DW for its gradient): "NULL" without model.bias (mtrt_ops.h's rt_matmul_*). */
+static const char *bias_arg(Em *e, int g, const char *wkey, const char *m) {
+  if (!e->s->model.bias) return "NULL";
+  size_t n = strlen(wkey) - strlen("weight");
+  return mem_printf(e->m, "%s(%lld)", m, (long long)off(e, g, mem_printf(e->m, "%.*sbias", (int)n, wkey)));
+}
 #define OTH SAVE_OTHER
 #define ATT SAVE_ATTN
 #define EXP SAVE_EXPERT
+
+/* ---- norms -------------------------------------------------------------------------------- */
+
+/* Norm `name` (input_layernorm, post_attention_layernorm, norm: its weight name.weight in group g,
+ * its bias name.bias under model.bias) of buffer x into out; stats holds rstd (N), then the mean
+ * (N) for LayerNorm (emit_layout.c sizes it). RMSNorm with a bias adds it after the norm. */
+static void norm_forward(Em *e, int g, const char *out, const char *stats, const char *x, const char *name) {
+  long long N = e->N, C = e->C, w = off(e, g, mem_printf(e->m, "%s.weight", name));
+  const char *b = e->s->model.bias ? mem_printf(e->m, "W(%lld)", (long long)off(e, g, mem_printf(e->m, "%s.bias", name))) : NULL;
+  const char *what = strcmp(name, "norm") == 0 ? "model.norm" : name;
+  if (e->s->model.norm == NORM_LAYERNORM) {
+    P(e, "  rt_layernorm_forward(R(%s), R(%s + %lld), R(%s), R(%s), W(%lld), %s, %lld, %lld, EPS); /* %s */\n", out, stats,
+      N, stats, x, w, b ? b : "NULL", N, C, what);
+    return;
+  }
+  P(e, "  rt_rmsnorm_forward(R(%s), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* %s */\n", out, stats, x, w, N, C, what);
+  if (b) P(e, "  rt_bias_forward(R(%s), %s, %lld, %lld); /* %s.bias */\n", out, b, N, C, name);
+}
+
+/* Its backward: the gradient of out is in DLN; adds that of x into dx. */
+static void norm_backward(Em *e, int g, const char *dx, const char *x, const char *stats, const char *name) {
+  long long N = e->N, C = e->C, w = off(e, g, mem_printf(e->m, "%s.weight", name));
+  const char *db = e->s->model.bias ? mem_printf(e->m, "DW(%lld)", (long long)off(e, g, mem_printf(e->m, "%s.bias", name))) : NULL;
+  if (e->s->model.norm == NORM_LAYERNORM) {
+    P(e, "  rt_layernorm_backward(R(%s), DW(%lld), %s, R(DLN), R(%s), W(%lld), R(%s + %lld), R(%s), %lld, %lld);\n", dx, w,
+      db ? db : "NULL", x, w, stats, N, stats, N, C);
+    return;
+  }
+  if (db) P(e, "  rt_bias_backward(%s, R(DLN), %lld, %lld); /* %s.bias */\n", db, N, C, name);
+  P(e, "  rt_rmsnorm_backward(R(%s), DW(%lld), R(DLN), R(%s), W(%lld), R(%s), %lld, %lld);\n", dx, w, x, w, stats, N, C);
+}
 
 /* ---- one layer ---------------------------------------------------------------------------- */
 
@@ -70,52 +109,58 @@ static void attention_forward(Em *e, int l) {
   int g = e->layer_dense[l];
   const char *ln1 = A(e, l, "LN1", OTH), *q = A(e, l, "Q", ATT), *k = A(e, l, "K", ATT),
              *v = A(e, l, "V", ATT), *att = A(e, l, "ATT", ATT), *lse = A(e, l, "LSE", ATT);
-  P(e, "  rt_rmsnorm_forward(R(%s), R(%s), R(X%d), W(%lld), %lld, %lld, EPS); /* input_layernorm */\n",
-    ln1, A(e, l, "RSTD1", OTH), l, (long long)off(e, g, "input_layernorm.weight"), (long long)e->N, (long long)e->C);
+  norm_forward(e, g, ln1, A(e, l, "RSTD1", OTH), mem_printf(e->m, "X%d", l), "input_layernorm");
   const char *ind = "  ";
   if (e->ac == AC_SELECTIVE) {
     P(e, "  if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */\n");
     ind = "    ";
   }
-  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* q_proj */\n", ind, q, ln1,
-    (long long)off(e, g, "attn.q_proj.weight"), (long long)e->N, (long long)e->C, (long long)e->Q);
-  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* k_proj */\n", ind, k, ln1,
-    (long long)off(e, g, "attn.k_proj.weight"), (long long)e->N, (long long)e->C, (long long)e->KV);
-  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* v_proj */\n", ind, v, ln1,
-    (long long)off(e, g, "attn.v_proj.weight"), (long long)e->N, (long long)e->C, (long long)e->KV);
+  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* q_proj */\n", ind, q, ln1,
+    (long long)off(e, g, "attn.q_proj.weight"), bias_arg(e, g, "attn.q_proj.weight", "W"), (long long)e->N, (long long)e->C, (long long)e->Q);
+  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* k_proj */\n", ind, k, ln1,
+    (long long)off(e, g, "attn.k_proj.weight"), bias_arg(e, g, "attn.k_proj.weight", "W"), (long long)e->N, (long long)e->C, (long long)e->KV);
+  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* v_proj */\n", ind, v, ln1,
+    (long long)off(e, g, "attn.v_proj.weight"), bias_arg(e, g, "attn.v_proj.weight", "W"), (long long)e->N, (long long)e->C, (long long)e->KV);
   double theta = e->s->model.attention.rope_theta;
-  P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g); /* B, T, heads, head_dim, theta */\n", ind, q, (long long)e->B, (long long)e->T,
-    (long long)e->nh, (long long)e->hd, theta);
-  P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g);\n", ind, k, (long long)e->B, (long long)e->T,
-    (long long)e->nkv, (long long)e->hd, theta);
+  if (e->rope) {
+    P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g); /* B, T, heads, head_dim, theta */\n", ind, q, (long long)e->B, (long long)e->T,
+      (long long)e->nh, (long long)e->hd, theta);
+    P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g);\n", ind, k, (long long)e->B, (long long)e->T,
+      (long long)e->nkv, (long long)e->hd, theta);
+  }
   P(e, "%srt_attention_forward(R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, %lld, %lld); /* B, T, heads, kv_heads, "
        "head_dim */\n", ind, att,
     lse, q, k, v, (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd);
   if (e->ac == AC_SELECTIVE) P(e, "  }\n");
-  P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* o_proj */\n", att,
-    (long long)off(e, g, "attn.o_proj.weight"), (long long)e->N, (long long)e->Q, (long long)e->C);
+  P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), %s, %lld, %lld, %lld); /* o_proj */\n", att,
+    (long long)off(e, g, "attn.o_proj.weight"), bias_arg(e, g, "attn.o_proj.weight", "W"), (long long)e->N, (long long)e->Q, (long long)e->C);
   P(e, "  rt_add(R(%s), R(X%d), R(WS_Y), %lld); /* residual */\n", A(e, l, "RES", OTH), l, (long long)(e->N * e->C));
-  P(e, "  rt_rmsnorm_forward(R(%s), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* post_attention_layernorm */\n",
-    A(e, l, "LN2", OTH), A(e, l, "RSTD2", OTH), A(e, l, "RES", OTH),
-    (long long)off(e, g, "post_attention_layernorm.weight"), (long long)e->N, (long long)e->C);
+  norm_forward(e, g, A(e, l, "LN2", OTH), A(e, l, "RSTD2", OTH), A(e, l, "RES", OTH), "post_attention_layernorm");
 }
 
 static void mlp_forward(Em *e, int l) {
   int g = e->layer_dense[l];
   int64_t N = e->N, C = e->C, F = e->s->model.mlp.intermediate;
   const char *ln2 = A(e, l, "LN2", OTH), *u = A(e, l, "U", OTH), *h = A(e, l, "H", OTH);
-  P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* up_proj */\n", u, ln2,
-    (long long)off(e, g, "mlp.up_proj.weight"), (long long)N, (long long)C, (long long)F);
+  P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* up_proj */\n", u, ln2,
+    (long long)off(e, g, "mlp.up_proj.weight"), bias_arg(e, g, "mlp.up_proj.weight", "W"), (long long)N, (long long)C, (long long)F);
   if (e->s->model.mlp.activation == ACT_SWIGLU) {
     const char *gg = A(e, l, "G", OTH);
-    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* gate_proj */\n", gg, ln2,
-      (long long)off(e, g, "mlp.gate_proj.weight"), (long long)N, (long long)C, (long long)F);
+    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* gate_proj */\n", gg, ln2,
+      (long long)off(e, g, "mlp.gate_proj.weight"), bias_arg(e, g, "mlp.gate_proj.weight", "W"), (long long)N, (long long)C, (long long)F);
     P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", h, gg, u, (long long)(N * F));
   } else {
     P(e, "  rt_gelu_forward(R(%s), R(%s), %lld);\n", h, u, (long long)(N * F));
   }
-  P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* down_proj */\n", h,
-    (long long)off(e, g, "mlp.down_proj.weight"), (long long)N, (long long)F, (long long)C);
+  P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), %s, %lld, %lld, %lld); /* down_proj */\n", h,
+    (long long)off(e, g, "mlp.down_proj.weight"), bias_arg(e, g, "mlp.down_proj.weight", "W"), (long long)N, (long long)F, (long long)C);
+}
+
+/* The routed experts' gate_proj as a call argument through macro m (WE or DWE), or "NULL" for
+ * GELU experts, which have none (rt_experts_forward's contract in mtrt_ops.h). */
+static const char *gate_w(Em *e, int ge, const char *m) {
+  if (e->gelu_experts) return "NULL";
+  return mem_printf(e->m, "%s(%lld)", m, (long long)off(e, ge, "moe.experts.gate_proj.weight"));
 }
 
 static void moe_forward(Em *e, int l) {
@@ -139,13 +184,13 @@ static void moe_forward(Em *e, int l) {
       idx, N, E, K, e->s->model.moe.aux_loss_coef);
   P(e, "  rt_moe_permute(I(%s), I(%s), I(%s), %lld, %lld, %lld);\n", pos, offs, idx, N, E, K);
   P(e, "  rt_moe_gather(R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", xp, ln2, pos, N, K, C);
-  long long wg = off(e, ge, "moe.experts.gate_proj.weight"), wu = off(e, ge, "moe.experts.up_proj.weight"),
-            wd = off(e, ge, "moe.experts.down_proj.weight");
-  const char *eg = A(e, l, "EG", EXP), *eu = A(e, l, "EU", EXP), *eh = A(e, l, "EH", EXP);
+  long long wu = off(e, ge, "moe.experts.up_proj.weight"), wd = off(e, ge, "moe.experts.down_proj.weight");
+  const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG", EXP)), *eu = A(e, l, "EU", EXP),
+             *eh = A(e, l, "EH", EXP), *wg = gate_w(e, ge, "WE");
   if (e->ep == 1) {
-    P(e, "  rt_experts_forward(R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld); "
-         "/* experts, hidden, expert width */\n",
-      yp, eg, eu, eh, xp, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe);
+    P(e, "  rt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld); "
+         "/* experts, hidden, expert width%s */\n",
+      yp, eg, eu, eh, xp, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe, e->gelu_experts ? "; GELU: no gate" : "");
   } else {
     const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
     P(e, "  /* expert parallelism over %lld ranks: this rank's experts take the rows routed to them, in rounds\n"
@@ -156,7 +201,7 @@ static void moe_forward(Em *e, int l) {
     P(e, "  for (int r = 0; r < rounds; r++) {\n");
     P(e, "    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld); /* all-to-all */\n", xe, eo,
       xp, C);
-    P(e, "    rt_experts_forward(R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld);\n",
+    P(e, "    rt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld);\n",
       ye, eg, eu, eh, xe, wg, wu, wd, eo, (long long)e->El, C, (long long)e->Fe);
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(%s), R(A2A), R(%s), %lld); /* back to the tokens' ranks */\n",
       yp, ye, C);
@@ -166,14 +211,17 @@ static void moe_forward(Em *e, int l) {
   P(e, "  rt_moe_combine(R(WS_Y), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", yp, wts, pos, N, K, C);
   if (e->Fs) {
     long long Fs = e->Fs;
-    const char *sg = A(e, l, "SG", EXP), *su = A(e, l, "SU", EXP), *sh = A(e, l, "SH", EXP);
-    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.gate_proj */\n", sg,
-      ln2, (long long)off(e, g, "moe.shared_experts.gate_proj.weight"), N, C, Fs);
-    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.up_proj */\n", su,
-      ln2, (long long)off(e, g, "moe.shared_experts.up_proj.weight"), N, C, Fs);
-    P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", sh, sg, su, N * Fs);
-    P(e, "  rt_matmul_forward(R(WS_Y2), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.down_proj */\n", sh,
-      (long long)off(e, g, "moe.shared_experts.down_proj.weight"), N, Fs, C);
+    const char *su = A(e, l, "SU", EXP), *sh = A(e, l, "SH", EXP);
+    const char *sg = e->gelu_experts ? NULL : A(e, l, "SG", EXP);
+    if (sg)
+      P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.gate_proj */\n", sg,
+        ln2, (long long)off(e, g, "moe.shared_experts.gate_proj.weight"), bias_arg(e, g, "moe.shared_experts.gate_proj.weight", "W"), N, C, Fs);
+    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.up_proj */\n", su,
+      ln2, (long long)off(e, g, "moe.shared_experts.up_proj.weight"), bias_arg(e, g, "moe.shared_experts.up_proj.weight", "W"), N, C, Fs);
+    if (sg) P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", sh, sg, su, N * Fs);
+    else P(e, "  rt_gelu_forward(R(%s), R(%s), %lld); /* GELU shared experts: no gate */\n", sh, su, N * Fs);
+    P(e, "  rt_matmul_forward(R(WS_Y2), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.down_proj */\n", sh,
+      (long long)off(e, g, "moe.shared_experts.down_proj.weight"), bias_arg(e, g, "moe.shared_experts.down_proj.weight", "W"), N, Fs, C);
     P(e, "  rt_accumulate(R(WS_Y), R(WS_Y2), %lld);\n", N * C);
   }
 }
@@ -200,20 +248,20 @@ static void mlp_backward(Em *e, int l, const char *dy) {
   long long N = e->N, C = e->C, F = e->s->model.mlp.intermediate;
   const char *ln2 = A(e, l, "LN2", OTH), *u = A(e, l, "U", OTH), *h = A(e, l, "H", OTH);
   P(e, "  rt_zero(R(DH), %lld);\n", N * F);
-  P(e, "  rt_matmul_backward(R(DH), DW(%lld), NULL, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* down_proj */\n",
-    (long long)off(e, g, "mlp.down_proj.weight"), dy, h, (long long)off(e, g, "mlp.down_proj.weight"), N, F, C);
+  P(e, "  rt_matmul_backward(R(DH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* down_proj */\n",
+    (long long)off(e, g, "mlp.down_proj.weight"), bias_arg(e, g, "mlp.down_proj.weight", "DW"), dy, h, (long long)off(e, g, "mlp.down_proj.weight"), N, F, C);
   P(e, "  rt_zero(R(DU), %lld);\n", N * F);
   if (e->s->model.mlp.activation == ACT_SWIGLU) {
     const char *gg = A(e, l, "G", OTH);
     P(e, "  rt_zero(R(DG), %lld);\n", N * F);
     P(e, "  rt_swiglu_backward(R(DG), R(DU), R(DH), R(%s), R(%s), %lld);\n", gg, u, N * F);
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DG), R(%s), W(%lld), %lld, %lld, %lld); /* gate_proj */\n",
-      (long long)off(e, g, "mlp.gate_proj.weight"), ln2, (long long)off(e, g, "mlp.gate_proj.weight"), N, C, F);
+    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DG), R(%s), W(%lld), %lld, %lld, %lld); /* gate_proj */\n",
+      (long long)off(e, g, "mlp.gate_proj.weight"), bias_arg(e, g, "mlp.gate_proj.weight", "DW"), ln2, (long long)off(e, g, "mlp.gate_proj.weight"), N, C, F);
   } else {
     P(e, "  rt_gelu_backward(R(DU), R(DH), R(%s), %lld);\n", u, N * F);
   }
-  P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DU), R(%s), W(%lld), %lld, %lld, %lld); /* up_proj */\n",
-    (long long)off(e, g, "mlp.up_proj.weight"), ln2, (long long)off(e, g, "mlp.up_proj.weight"), N, C, F);
+  P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DU), R(%s), W(%lld), %lld, %lld, %lld); /* up_proj */\n",
+    (long long)off(e, g, "mlp.up_proj.weight"), bias_arg(e, g, "mlp.up_proj.weight", "DW"), ln2, (long long)off(e, g, "mlp.up_proj.weight"), N, C, F);
 }
 
 static void moe_backward(Em *e, int l, const char *dy) {
@@ -226,29 +274,35 @@ static void moe_backward(Em *e, int l, const char *dy) {
     long long Fs = e->Fs;
     int64_t o = off(e, g, "moe.shared_experts.down_proj.weight");
     P(e, "  rt_zero(R(DSH), %lld);\n", N * Fs);
-    P(e, "  rt_matmul_backward(R(DSH), DW(%lld), NULL, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* shared down_proj */\n",
-      (long long)o, dy, A(e, l, "SH", EXP), (long long)o, N, Fs, C);
-    P(e, "  rt_zero(R(DSG), %lld);\n  rt_zero(R(DSU), %lld);\n", N * Fs, N * Fs);
-    P(e, "  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(%s), R(%s), %lld);\n", A(e, l, "SG", EXP), A(e, l, "SU", EXP), N * Fs);
-    o = off(e, g, "moe.shared_experts.gate_proj.weight");
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DSG), R(%s), W(%lld), %lld, %lld, %lld); /* shared gate_proj */\n",
-      (long long)o, ln2, (long long)o, N, C, Fs);
+    P(e, "  rt_matmul_backward(R(DSH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* shared down_proj */\n",
+      (long long)o, bias_arg(e, g, "moe.shared_experts.down_proj.weight", "DW"), dy, A(e, l, "SH", EXP), (long long)o, N, Fs, C);
+    if (e->gelu_experts) {
+      P(e, "  rt_zero(R(DSU), %lld);\n", N * Fs);
+      P(e, "  rt_gelu_backward(R(DSU), R(DSH), R(%s), %lld);\n", A(e, l, "SU", EXP), N * Fs);
+    } else {
+      P(e, "  rt_zero(R(DSG), %lld);\n  rt_zero(R(DSU), %lld);\n", N * Fs, N * Fs);
+      P(e, "  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(%s), R(%s), %lld);\n", A(e, l, "SG", EXP), A(e, l, "SU", EXP), N * Fs);
+      o = off(e, g, "moe.shared_experts.gate_proj.weight");
+      P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DSG), R(%s), W(%lld), %lld, %lld, %lld); /* shared gate_proj */\n",
+        (long long)o, bias_arg(e, g, "moe.shared_experts.gate_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
+    }
     o = off(e, g, "moe.shared_experts.up_proj.weight");
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DSU), R(%s), W(%lld), %lld, %lld, %lld); /* shared up_proj */\n",
-      (long long)o, ln2, (long long)o, N, C, Fs);
+    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DSU), R(%s), W(%lld), %lld, %lld, %lld); /* shared up_proj */\n",
+      (long long)o, bias_arg(e, g, "moe.shared_experts.up_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
   }
   P(e, "  rt_zero(R(DWTS), %lld);\n", N * K);
   P(e, "  rt_moe_combine_backward(R(DYP), R(DWTS), R(%s), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", dy, yp, wts,
     pos, N, K, C);
   int ge = e->layer_experts[l];
-  long long wg = off(e, ge, "moe.experts.gate_proj.weight"), wu = off(e, ge, "moe.experts.up_proj.weight"),
-            wd = off(e, ge, "moe.experts.down_proj.weight");
-  const char *eg = A(e, l, "EG", EXP), *eu = A(e, l, "EU", EXP), *eh = A(e, l, "EH", EXP);
-  const char *bwd = "rt_experts_backward(R(%s), DWE(%lld), DWE(%lld), DWE(%lld), R(%s), R(%s), R(%s), R(%s), R(%s), "
-                    "WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld, R(EDH), R(EDG), R(EDU));\n";
+  long long wu = off(e, ge, "moe.experts.up_proj.weight"), wd = off(e, ge, "moe.experts.down_proj.weight");
+  const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG", EXP)), *eu = A(e, l, "EU", EXP),
+             *eh = A(e, l, "EH", EXP), *wg = gate_w(e, ge, "WE"), *dwg = gate_w(e, ge, "DWE"),
+             *edg = e->gelu_experts ? "NULL" : "R(EDG)";
+  const char *bwd = "rt_experts_backward(R(%s), %s, DWE(%lld), DWE(%lld), R(%s), R(%s), %s, R(%s), R(%s), "
+                    "%s, WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld, R(EDH), %s, R(EDU));\n";
   if (e->ep == 1) {
     P(e, "  rt_zero(R(DXP), %lld);\n  ", N * K * C);
-    P(e, bwd, "DXP", wg, wu, wd, "DYP", xp, eg, eu, eh, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe);
+    P(e, bwd, "DXP", dwg, wu, wd, "DYP", xp, eg, eu, eh, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe, edg);
   } else {
     const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
     P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s)); /* as in the forward */\n", offs);
@@ -257,11 +311,11 @@ static void moe_backward(Em *e, int l, const char *dy) {
     P(e, "  for (int r = 0; r < rounds; r++) {\n");
     P(e, "    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */\n");
     P(e, "      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld);\n", xe, eo, xp, C);
-    P(e, "      rt_experts_forward(R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, "
+    P(e, "      rt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, WE(%lld), WE(%lld), I(%s), %lld, %lld, "
          "%lld);\n    }\n", ye, eg, eu, eh, xe, wg, wu, wd, eo, (long long)e->El, C, (long long)e->Fe);
     P(e, "    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), %lld); /* all-to-all */\n", C);
     P(e, "    rt_zero(R(DXE), %lld);\n    ", (long long)(e->R * e->C));
-    P(e, bwd, "DXE", wg, wu, wd, "DYE", xe, eg, eu, eh, wg, wu, wd, "WS_EOFF", (long long)e->El, C, (long long)e->Fe);
+    P(e, bwd, "DXE", dwg, wu, wd, "DYE", xe, eg, eu, eh, wg, wu, wd, "WS_EOFF", (long long)e->El, C, (long long)e->Fe, edg);
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), %lld); /* all-to-all back */\n  }\n", C);
   }
   P(e, "  rt_moe_gather_backward(R(DLN), R(DXP), I(%s), %lld, %lld, %lld);\n", pos, N, K, C);
@@ -289,36 +343,35 @@ static void layer_backward(Em *e, int l, const char *dy, const char *dx) {
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
   if (moe) moe_backward(e, l, dy);
   else mlp_backward(e, l, dy);
-  int64_t o = off(e, g, "post_attention_layernorm.weight");
   P(e, "  rt_copy(R(%s), R(%s), %lld); /* the residual passes the gradient through */\n", dx, dy, N * C);
-  P(e, "  rt_rmsnorm_backward(R(%s), DW(%lld), R(DLN), R(%s), W(%lld), R(%s), %lld, %lld);\n", dx, (long long)o,
-    A(e, l, "RES", OTH), (long long)o, A(e, l, "RSTD2", OTH), N, C);
-  o = off(e, g, "attn.o_proj.weight");
+  norm_backward(e, g, dx, A(e, l, "RES", OTH), A(e, l, "RSTD2", OTH), "post_attention_layernorm");
+  int64_t o = off(e, g, "attn.o_proj.weight");
   P(e, "  rt_zero(R(DATT), %lld);\n", N * Q);
-  P(e, "  rt_matmul_backward(R(DATT), DW(%lld), NULL, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* o_proj */\n",
-    (long long)o, dx, A(e, l, "ATT", ATT), (long long)o, N, Q, C);
+  P(e, "  rt_matmul_backward(R(DATT), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* o_proj */\n",
+    (long long)o, bias_arg(e, g, "attn.o_proj.weight", "DW"), dx, A(e, l, "ATT", ATT), (long long)o, N, Q, C);
   P(e, "  rt_zero(R(DQ), %lld);\n  rt_zero(R(DK), %lld);\n  rt_zero(R(DV), %lld);\n", N * Q, N * KV, N * KV);
   P(e, "  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, "
        "%lld, %lld);\n",
     A(e, l, "Q", ATT), A(e, l, "K", ATT), A(e, l, "V", ATT), A(e, l, "ATT", ATT), A(e, l, "LSE", ATT),
     (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd);
   double theta = e->s->model.attention.rope_theta;
-  P(e, "  rt_rope_backward(R(DQ), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
-    (long long)e->nh, (long long)e->hd, theta);
-  P(e, "  rt_rope_backward(R(DK), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
-    (long long)e->nkv, (long long)e->hd, theta);
+  if (e->rope) {
+    P(e, "  rt_rope_backward(R(DQ), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
+      (long long)e->nh, (long long)e->hd, theta);
+    P(e, "  rt_rope_backward(R(DK), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
+      (long long)e->nkv, (long long)e->hd, theta);
+  }
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
   const char *ln1 = A(e, l, "LN1", OTH);
   static const char *const qkv[3] = {"q", "k", "v"};
   for (int i = 0; i < 3; i++) {
     const char *key = i == 0 ? "attn.q_proj.weight" : i == 1 ? "attn.k_proj.weight" : "attn.v_proj.weight";
     o = off(e, g, key);
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(D%c), R(%s), W(%lld), %lld, %lld, %lld); /* %s_proj */\n",
-      (long long)o, "QKV"[i], ln1, (long long)o, N, C, i ? KV : Q, qkv[i]);
+    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(D%c), R(%s), W(%lld), %lld, %lld, %lld); /* %s_proj */\n",
+      (long long)o, bias_arg(e, g, key, "DW"), "QKV"[i], ln1, (long long)o, N, C, i ? KV : Q, qkv[i]);
   }
-  o = off(e, g, "input_layernorm.weight");
-  P(e, "  rt_rmsnorm_backward(R(%s), DW(%lld), R(DLN), R(X%d), W(%lld), R(%s), %lld, %lld);\n}\n", dx, (long long)o, l,
-    (long long)o, A(e, l, "RSTD1", OTH), N, C);
+  norm_backward(e, g, dx, mem_printf(e->m, "X%d", l), A(e, l, "RSTD1", OTH), "input_layernorm");
+  P(e, "}\n");
 }
 
 /* ---- the schedule --------------------------------------------------------------------------- */
@@ -399,6 +452,12 @@ static void reduce_scatter(Em *e, int u) {
   }
 }
 
+/* The LM head's weight: lm_head.weight, or with tied embeddings the input embedding (HF's
+ * tie_word_embeddings: the output projection is embed_tokens.weight; Press & Wolf 2017). */
+static const char *head_key(const Em *e) {
+  return e->s->model.tie_embeddings ? "embed_tokens.weight" : "lm_head.weight";
+}
+
 static void schedule(Em *e) {
   long long N = e->N, C = e->C, V = e->V;
   int L = (int)e->L;
@@ -416,6 +475,9 @@ static void schedule(Em *e) {
   use_unit(e, 0);
   start_unit(e, D, ", prefetch");
   P(e, "  rt_embedding_forward(R(X0), I(INPUTS), W(0), %lld, %lld);\n", N, C);
+  if (!e->rope)
+    P(e, "  rt_position_forward(R(X0), W(%lld), %lld, %lld, %lld); /* + learned positions (embed_positions) */\n",
+      (long long)off(e, e->g_embed, "embed_positions.weight"), (long long)e->B, (long long)e->T, C);
   for (int l = 0; l < L; l++) {
     P(e, "  rt_comm_label(\"layer %d forward\");\n", l);
     use_unit(e, l + 1);
@@ -428,10 +490,9 @@ static void schedule(Em *e) {
   }
   P(e, "  rt_comm_label(\"head forward\");\n");
   use_unit(e, L + 1);
-  P(e, "  rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X%d), W(%lld), %lld, %lld, EPS); /* model.norm */\n", L,
-    (long long)off(e, gh, "norm.weight"), N, C);
+  norm_forward(e, gh, "LNF", "RSTDF", mem_printf(e->m, "X%d", L), "norm");
   P(e, "  return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(%lld), I(TARGETS), %lld, %lld, %lld, %lld, R(CE));\n}\n",
-    (long long)off(e, gh, "lm_head.weight"), N, C, V, (long long)e->chunk);
+    (long long)off(e, gh, head_key(e)), N, C, V, (long long)e->chunk);
 
   P(e, "\n/* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as\n"
        " * its backward is done, while the next unit's backward runs (the units alternate between two\n"
@@ -443,14 +504,12 @@ static void schedule(Em *e) {
   for (int u = L; u > L - D && u >= 1; u--) start_unit(e, u, ", prefetch");
   begin_grads(e, L + 1);
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
-  int64_t o = off(e, gh, "lm_head.weight");
+  int64_t o = off(e, gh, head_key(e));
   P(e, "  rt_lm_head_ce_backward(R(DLN), DW(%lld), R(LNF), W(%lld), I(TARGETS), R(LSEF), %lld, %lld, %lld, %lld, "
        "R(CE), c->dloss);\n",
     (long long)o, (long long)o, N, C, V, (long long)e->chunk);
-  o = off(e, gh, "norm.weight");
   P(e, "  rt_zero(R(DX_A), %lld);\n", N * C);
-  P(e, "  rt_rmsnorm_backward(R(DX_A), DW(%lld), R(DLN), R(X%d), W(%lld), R(RSTDF), %lld, %lld);\n", (long long)o, L,
-    (long long)o, N, C);
+  norm_backward(e, gh, "DX_A", mem_printf(e->m, "X%d", L), "RSTDF", "norm");
   reduce_scatter(e, L + 1);
   const char *dy = "DX_A", *dx = "DX_B";
   for (int l = L - 1; l >= 0; l--) {
@@ -473,6 +532,9 @@ static void schedule(Em *e) {
   P(e, "  rt_comm_label(\"embedding backward\");\n");
   begin_grads(e, 0);
   P(e, "  rt_embedding_backward(DW(0), R(%s), I(INPUTS), %lld, %lld);\n", dy, N, C);
+  if (!e->rope)
+    P(e, "  rt_position_backward(DW(%lld), R(%s), %lld, %lld, %lld); /* learned positions */\n",
+      (long long)off(e, e->g_embed, "embed_positions.weight"), dy, (long long)e->B, (long long)e->T, C);
   reduce_scatter(e, 0);
   P(e, "  /* the last reduce-scatters: every shard has this micro-batch's gradient */\n");
   P(e, "  for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);\n");
@@ -686,12 +748,8 @@ static bool supported(Diag *d, const Spec *s) {
   const ModelSpec *m = &s->model;
   const char *key = NULL, *what = NULL;
   if (m->attention.kind == ATTN_MLA) key = "model.attention.kind", what = "mla attention";
-  else if (m->norm != NORM_RMSNORM) key = "model.norm", what = "layernorm";
-  else if (m->position != POS_ROPE) key = "model.position", what = "learned positions";
-  else if (m->bias) key = "model.bias", what = "biases";
+  else if (m->bias && m->moe.present) key = "model.bias", what = "biases on routed experts";
   else if (m->attention.qk_norm != QKN_NONE) key = "model.attention.qk_norm", what = "qk-norm";
-  else if (m->tie_embeddings) key = "model.tie_embeddings", what = "tied embeddings";
-  else if (m->moe.present && m->moe.activation != ACT_SWIGLU) key = "model.moe.activation", what = "gelu experts";
   if (!key) return true;
   return diag_error(d, spec_loc(s, key), "the generated training program does not implement %s yet, so no "
                     "program was written (plan.json, plan.txt and the reports were); expected a model without it "
@@ -708,6 +766,7 @@ void em_init(Em *e, Mem *m, const Plan *p) {
   e->C = s->model.hidden, e->V = s->model.vocab, e->L = s->model.layers;
   e->nh = s->model.attention.heads, e->nkv = s->model.attention.kv_heads, e->hd = s->model.attention.head_dim;
   e->Q = e->nh * e->hd, e->KV = e->nkv * e->hd;
+  e->rope = s->model.position == POS_ROPE;
   e->fsdp = ch->fsdp, e->ep = ch->ep, e->efsdp = ch->efsdp, e->dpr = ch->dp_replicate, e->accum = ch->accum;
   e->world = p->world, e->ac = ch->ac, e->prefetch = ch->prefetch;
   e->offload = (ch->offload == OFF_HOST || ch->offload == OFF_NVME) && ch->ac == AC_FULL;
@@ -720,6 +779,7 @@ void em_init(Em *e, Mem *m, const Plan *p) {
     e->R = e->ep > 1 ? (int64_t)ceil(plan_moe_imbalance(s, e->ep) * (double)(e->N * e->K) - 1e-9) : e->N * e->K;
     e->aux_free = s->model.moe.load_balance == LB_AUX_FREE;
     e->sigmoid = s->model.moe.router == ROUTER_SIGMOID;
+    e->gelu_experts = s->model.moe.activation == ACT_GELU;
   }
   e->chunk = e->V < 4096 ? e->V : 4096;
   em_layout(e);

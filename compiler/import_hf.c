@@ -1,8 +1,9 @@
 /* import_hf.c — `mtc import-hf config.json`: a Hugging Face transformers config becomes a
  * spec (its model section from the config; cluster and training sections to edit).
- * Families: llama, mixtral, qwen3_moe (and qwen2_moe), deepseek_v3. Field names are those
+ * Families: llama, mixtral, qwen3_moe (and qwen2_moe), deepseek_v3, gpt2. Field names are those
  * of transformers' configuration_<family>.py. */
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@ typedef struct {
   json_t *cfg;
   const char *family;
   char *out; /* the spec being written */
+  int64_t seq_len; /* training.seq_len to write: 4096, or less where the model's positions end */
 } Hf;
 
 static void emit(Hf *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -232,6 +234,63 @@ static bool deepseek_v3(Hf *h) {
   return true;
 }
 
+/* A number or boolean field as a double (dflt when absent or null; NAN when another type). */
+static double raw_num(Hf *h, const char *key, double dflt) {
+  json_t *v = json_object_get(h->cfg, key);
+  if (!v || json_is_null(v)) return dflt;
+  if (json_is_boolean(v)) return json_is_true(v);
+  return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* Fails naming field `key` when the config sets it to other than the value mtc's math has. */
+static bool need_real(Hf *h, const char *key, double want, double dflt, const char *why) {
+  double v = raw_num(h, key, dflt);
+  if (v == want) return true;
+  return diag_error(h->d, key_loc(h, key), "\"%s\" is %g, which mtc cannot represent (%s); expected %g", key, v,
+                    why, want);
+}
+
+static bool need_bool(Hf *h, const char *key, bool want, bool dflt, const char *why) {
+  if (raw_num(h, key, dflt) == (want ? 1 : 0)) return true;
+  return diag_error(h->d, key_loc(h, key), "\"%s\" is %s, which mtc cannot represent (%s); expected %s", key,
+                    want ? "false" : "true", why, want ? "true" : "false");
+}
+
+/* GPT-2 (transformers' configuration_gpt2.py / modeling_gpt2.py): LayerNorm with bias, learned
+ * positions (n_positions), biases on every linear, multi-head attention, a 4·n_embd GELU MLP
+ * (n_inner), tied embeddings (tie_word_embeddings, default true). What mtc's program cannot
+ * compute is refused by field: dropout, another GELU than the tanh form (gelu_new,
+ * gelu_pytorch_tanh), another layer_norm_epsilon than 1e-5, unscaled or layer-scaled attention,
+ * cross-attention. */
+static bool gpt2(Hf *h) {
+  int64_t hidden, layers, vocab, heads, positions, inner = 0;
+  bool ok = true;
+  if (!get_int(h, "n_embd", true, 1, &hidden) || !get_int(h, "n_layer", true, 1, &layers) ||
+      !get_int(h, "vocab_size", true, 1, &vocab) || !get_int(h, "n_head", true, 1, &heads) ||
+      !get_int(h, "n_positions", true, 1, &positions) || !opt_int(h, "n_inner", 1, 0, &inner))
+    return false;
+  const char *act = get_str(h, "activation_function", &ok);
+  if (!ok) return false;
+  if (act && strcmp(act, "gelu_new") != 0 && strcmp(act, "gelu_pytorch_tanh") != 0)
+    return diag_error(h->d, (Loc){h->src, 0, 0}, "\"activation_function\" is '%s', which mtc cannot represent "
+                      "(its GELU is the tanh approximation); expected gelu_new or gelu_pytorch_tanh", act);
+  static const char *const drops[] = {"resid_pdrop", "embd_pdrop", "attn_pdrop"};
+  for (int i = 0; i < 3; i++)
+    if (!need_real(h, drops[i], 0, 0.1, "the program has no dropout")) return false;
+  if (!need_real(h, "layer_norm_epsilon", 1e-5, 1e-5, "its norm epsilon is 1e-5") ||
+      !need_bool(h, "scale_attn_weights", true, true, "attention scores are scaled by 1/sqrt(head_dim)") ||
+      !need_bool(h, "scale_attn_by_inverse_layer_idx", false, false, "no per-layer score scaling") ||
+      !need_bool(h, "add_cross_attention", false, false, "a decoder-only model"))
+    return false;
+  emit(h, "model:\n  layers: %lld\n  hidden: %lld\n  vocab: %lld\n", (long long)layers, (long long)hidden, (long long)vocab);
+  if (raw_num(h, "tie_word_embeddings", 1) != 0) emit(h, "  tie_embeddings: true\n");
+  if (positions < h->seq_len) h->seq_len = positions;
+  emit(h, "  norm: layernorm\n  position: learned\n  max_position: %lld\n  bias: true\n", (long long)positions);
+  emit(h, "  attention:\n    kind: mha\n    heads: %lld\n    kv_heads: %lld\n", (long long)heads, (long long)heads);
+  emit(h, "  mlp:\n    intermediate: %lld\n    activation: gelu\n", (long long)(inner ? inner : 4 * hidden));
+  return true;
+}
+
 char *import_hf(Mem *m, Diag *d, const char *path) {
   const Source *src = diag_read_source(m, d, path, YAML_MAX_FILE);
   if (!src) return NULL;
@@ -242,7 +301,7 @@ char *import_hf(Mem *m, Diag *d, const char *path) {
                "not JSON: %s; expected a transformers config.json", je.text);
     return NULL;
   }
-  Hf h = {m, d, src, cfg, NULL, ""};
+  Hf h = {m, d, src, cfg, NULL, "", 4096};
   bool ok = json_is_object(cfg) || diag_error(d, (Loc){src, 0, 0}, "not a JSON object; expected a transformers "
                                                                      "config.json");
   const char *type = ok ? get_str(&h, "model_type", &ok) : NULL;
@@ -263,18 +322,19 @@ char *import_hf(Mem *m, Diag *d, const char *path) {
   }
   emit(&h, "name: %s\n", safe);
   if (!ok) { /* model_type or _name_or_path was not text: reported */
-  } else if (!type) ok = diag_error(d, (Loc){src, 0, 0}, "no \"model_type\"; expected llama, mixtral, qwen2_moe, qwen3_moe or deepseek_v3");
+  } else if (!type) ok = diag_error(d, (Loc){src, 0, 0}, "no \"model_type\"; expected llama, mixtral, qwen2_moe, qwen3_moe, deepseek_v3 or gpt2");
   else if (!strcmp(type, "llama")) ok = llama(&h);
   else if (!strcmp(type, "mixtral")) ok = mixtral(&h);
   else if (!strcmp(type, "qwen3_moe")) ok = qwen_moe(&h, true);
   else if (!strcmp(type, "qwen2_moe")) ok = qwen_moe(&h, false);
   else if (!strcmp(type, "deepseek_v3")) ok = deepseek_v3(&h);
+  else if (!strcmp(type, "gpt2")) ok = gpt2(&h);
   else ok = diag_error(d, (Loc){src, 0, 0}, "\"model_type\" is '%s', which mtc cannot import yet; expected "
-                       "llama, mixtral, qwen2_moe, qwen3_moe or deepseek_v3", type);
+                       "llama, mixtral, qwen2_moe, qwen3_moe, deepseek_v3 or gpt2", type);
   if (ok)
     emit(&h, "cluster:                        # edit: your machines\n  preset: jupiter-booster\n  nodes: 1\n"
-             "training:                       # edit: your run\n  seq_len: 4096\n  global_batch: 4\n"
-             "  optimizer: adamw\n  lr: 3.0e-4\n  steps: 1000\n");
+             "training:                       # edit: your run\n  seq_len: %lld\n  global_batch: 4\n"
+             "  optimizer: adamw\n  lr: 3.0e-4\n  steps: 1000\n", (long long)h.seq_len);
   json_decref(cfg);
   return ok ? h.out : NULL;
 }

@@ -35,7 +35,7 @@ static const char usage_main[] =
     "                        applies to B): layout, memory items, predicted times\n"
     "  import-hf CONFIG [-o SPEC]\n"
     "                        a spec from a Hugging Face config.json (llama, mixtral, qwen2_moe,\n"
-    "                        qwen3_moe, deepseek_v3)\n"
+    "                        qwen3_moe, deepseek_v3, gpt2)\n"
     "  keys                  print the spec reference (every key, type, default) as markdown\n"
     "\n"
     "options of every command:\n"

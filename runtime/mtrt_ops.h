@@ -37,11 +37,32 @@ void rt_cast_to_act(act *dst, const real *src, size_t n);
 void rt_embedding_forward(real *out, const int32_t *tok, const real *wte, int N, int C);
 void rt_embedding_backward(real *dwte, const real *dout, const int32_t *tok, int N, int C);
 
+/* Learned absolute positions (GPT-2, Radford et al. 2019; HF modeling_gpt2.py: inputs_embeds +
+ * wpe(position_ids)): x (B,T,C) += wpe[t] for position t = 0..T-1 of each sequence, with wpe
+ * (max_position, C), T <= max_position. Backward: dwpe[t] += Σ_b dx[b,t]. */
+void rt_position_forward(real *x, const real *wpe, int B, int T, int C);
+void rt_position_backward(real *dwpe, const real *dx, int B, int T, int C);
+
 /* RMSNorm (Zhang & Sennrich 2019): out = x / sqrt(mean(x²) + eps) ⊙ w. x, out (N,C); w (C);
  * rstd (N) saved for backward. */
 void rt_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int N, int C, real eps);
 void rt_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
                          const real *rstd, int N, int C);
+
+/* LayerNorm (Ba et al. 2016; torch.nn.LayerNorm as HF's GPT-2 uses it): with μ the row mean and
+ * σ² the biased variance, out = (x − μ) / sqrt(σ² + eps) ⊙ w + b. x, out (N,C); w (C); b (C) or
+ * NULL (no bias); mean, rstd (N) saved for backward. Backward: with x̂ = (x − μ) rstd and
+ * g = dout ⊙ w, dx += rstd (g − mean(g) − x̂ mean(g x̂)); dw += dout x̂; db += dout (db may be
+ * NULL, and must be when there is no bias). */
+void rt_layernorm_forward(real *out, real *mean, real *rstd, const real *x, const real *w, const real *b, int N, int C,
+                          real eps);
+void rt_layernorm_backward(real *dx, real *dw, real *db, const real *dout, const real *x, const real *w,
+                           const real *mean, const real *rstd, int N, int C);
+
+/* A bias over the columns of a matrix: out (N,C) += b (C); backward db (C) += Σ_n dout[n]. The
+ * bias of a norm under model.bias with rmsnorm (the planner's "biases on every linear and norm"). */
+void rt_bias_forward(real *out, const real *b, int N, int C);
+void rt_bias_backward(real *db, const real *dout, int N, int C);
 
 /* A linear layer, nn.Linear layout: out (N,OC) = x (N,IC) · wᵀ + bias, w (OC,IC), bias (OC) or
  * NULL. */
@@ -107,10 +128,13 @@ void rt_moe_combine_backward(real *dyp, real *dwts, const real *dy, const real *
 
 /* The routed experts, SwiGLU FFNs on the permuted rows: rows [offsets[e], offsets[e+1]) of xp
  * (N·K, C) go through expert e: yp = (silu(xp wgₑᵀ) ⊙ xp wuₑᵀ) wdₑᵀ with wg, wu (E,F,C) and
- * wd (E,C,F). g, u, h (N·K, F) are saved for backward. */
+ * wd (E,C,F). g, u, h (N·K, F) are saved for backward.
+ * GELU experts (model.moe.activation gelu; GPT-style FFN, Hendrycks & Gimpel 2016, tanh form):
+ * wg NULL, then yp = gelu(xp wuₑᵀ) wdₑᵀ, g is not used (may be NULL) and h = gelu(u). */
 void rt_experts_forward(real *yp, real *g, real *u, real *h, const real *xp, const real *wg,
                         const real *wu, const real *wd, const int *offsets, int E, int C, int F);
-/* dh, dg, du: scratch of (N·K, F) each. */
+/* dh, dg, du: scratch of (N·K, F) each. With wg NULL (GELU experts) g, dg and dwg are not used
+ * (may be NULL). */
 void rt_experts_backward(real *dxp, real *dwg, real *dwu, real *dwd, const real *dyp, const real *xp,
                          const real *g, const real *u, const real *h, const real *wg, const real *wu,
                          const real *wd, const int *offsets, int E, int C, int F, real *dh, real *dg,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `mtc import-hf` on a config.json of each supported family (tests/hf/, written from the
 # models' published configs) gives a spec that passes `mtc check` with the parameter counts of
-# the matching example spec (or, for Qwen3-30B-A3B, the published 30.5B total / 3.3B active);
+# the matching example spec (or, for Qwen3-30B-A3B, the published 30.5B total / 3.3B active;
+# for GPT-2 small, its 124,439,808 with dropout set to 0);
 # bad configs get a clear error naming the field.   usage: import_hf.sh MTC SOURCE_DIR
 set -u
 mtc=$(realpath "$1"); cd "$2" || exit 2
@@ -12,7 +13,9 @@ for cfg in tests/hf/*.json; do
   name=$(basename "$cfg" .json)
   "$mtc" import-hf "$cfg" -o "$tmp/$name.yaml" || { echo "FAIL $name: import"; fail=1; continue; }
   got=$(counts "$tmp/$name.yaml") || { echo "FAIL $name: the imported spec does not check"; fail=1; continue; }
-  if [ -f "specs/$name.yaml" ]; then want=$(counts "specs/$name.yaml"); else want="30.53 B parameters, 3.35 B active)"; fi
+  if [ -f "specs/$name.yaml" ]; then want=$(counts "specs/$name.yaml")
+  elif [ "$name" = gpt2 ]; then want="124.44 M parameters, 124.44 M active)" # GPT-2 small: 124,439,808
+  else want="30.53 B parameters, 3.35 B active)"; fi
   [ "$got" = "$want" ] || { echo "FAIL $name: $got, expected $want"; fail=1; }
 done
 expect_err() { # config text, expected message
@@ -20,7 +23,12 @@ expect_err() { # config text, expected message
   out=$("$mtc" import-hf "$tmp/bad.json" 2>&1); rc=$?
   [ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- "$2" || { echo "FAIL: expected exit 2 with '$2', got $rc: $out"; fail=1; }
 }
-expect_err '{"model_type": "gpt2", "n_embd": 768}' "\"model_type\" is 'gpt2', which mtc cannot import yet"
+expect_err '{"model_type": "gpt9", "n_embd": 768}' "\"model_type\" is 'gpt9', which mtc cannot import yet"
+# gpt2: what the program cannot compute is refused by field (stock GPT-2 configs have dropout 0.1)
+expect_err '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "vocab_size": 100, "n_head": 4, "n_positions": 64}' '"resid_pdrop" is 0.1, which mtc cannot represent (the program has no dropout)'
+expect_err '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "vocab_size": 100, "n_head": 4, "n_positions": 64, "resid_pdrop": 0, "embd_pdrop": 0, "attn_pdrop": 0, "activation_function": "gelu"}' '"activation_function" is .gelu., which mtc cannot represent'
+expect_err '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "vocab_size": 100, "n_head": 4, "n_positions": 64, "resid_pdrop": 0, "embd_pdrop": 0, "attn_pdrop": 0, "layer_norm_epsilon": 1e-6}' '"layer_norm_epsilon" is 1e-06, which mtc cannot represent'
+expect_err '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "vocab_size": 100, "n_head": 4, "n_positions": 64, "resid_pdrop": 0, "embd_pdrop": 0, "attn_pdrop": 0, "scale_attn_by_inverse_layer_idx": true}' '"scale_attn_by_inverse_layer_idx" is true'
 expect_err '{"model_type": "llama", "hidden_size": 64}' 'missing "num_hidden_layers", required for model_type .llama.'
 expect_err '{"model_type": "llama", "hidden_size": "64"}' '"hidden_size" is not an integer'
 expect_err '{"model_type": "llama",' 'bad.json:1:.*error: not JSON'

@@ -1,4 +1,4 @@
-/* ops_dense.c — cpu ops of the dense path: embedding, RMSNorm, linear layers, RoPE, causal
+/* ops_dense.c — cpu ops of the dense path: embedding, learned positions, RMSNorm, LayerNorm, biases, linear layers, RoPE, causal
  * GQA attention, activations, and the LM head with chunked cross-entropy. */
 #include <math.h>
 #include <string.h>
@@ -32,6 +32,16 @@ void rt_embedding_backward(real *dwte, const real *dout, const int32_t *tok, int
   }
 }
 
+void rt_position_forward(real *x, const real *wpe, int B, int T, int C) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) rt_accumulate(x + ((size_t)b * T + t) * C, wpe + (size_t)t * C, (size_t)C);
+}
+
+void rt_position_backward(real *dwpe, const real *dx, int B, int T, int C) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) rt_accumulate(dwpe + (size_t)t * C, dx + ((size_t)b * T + t) * C, (size_t)C);
+}
+
 void rt_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int N, int C, real eps) {
   for (int n = 0; n < N; n++) {
     const real *xn = x + (size_t)n * C;
@@ -57,6 +67,45 @@ void rt_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, co
     real k = dot * r * r * r / (real)C;
     for (int c = 0; c < C; c++) dx[(size_t)n * C + c] += dy[c] * w[c] * r - xn[c] * k;
   }
+}
+
+void rt_layernorm_forward(real *out, real *mean, real *rstd, const real *x, const real *w, const real *b, int N, int C,
+                          real eps) {
+  for (int n = 0; n < N; n++) {
+    const real *xn = x + (size_t)n * C;
+    real m = 0, v = 0;
+    for (int c = 0; c < C; c++) m += xn[c];
+    m /= (real)C;
+    for (int c = 0; c < C; c++) v += (xn[c] - m) * (xn[c] - m);
+    real r = 1 / SQRT(v / (real)C + eps);
+    mean[n] = m, rstd[n] = r;
+    for (int c = 0; c < C; c++) out[(size_t)n * C + c] = (xn[c] - m) * r * w[c] + (b ? b[c] : 0);
+  }
+}
+
+void rt_layernorm_backward(real *dx, real *dw, real *db, const real *dout, const real *x, const real *w,
+                           const real *mean, const real *rstd, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    const real *xn = x + (size_t)n * C, *dy = dout + (size_t)n * C;
+    real m = mean[n], r = rstd[n], gm = 0, gx = 0;
+    for (int c = 0; c < C; c++) {
+      real xh = (xn[c] - m) * r, g = dy[c] * w[c];
+      gm += g, gx += g * xh;
+      if (dw) dw[c] += dy[c] * xh;
+      if (db) db[c] += dy[c];
+    }
+    if (!dx) continue;
+    gm /= (real)C, gx /= (real)C;
+    for (int c = 0; c < C; c++) dx[(size_t)n * C + c] += r * (dy[c] * w[c] - gm - (xn[c] - m) * r * gx);
+  }
+}
+
+void rt_bias_forward(real *out, const real *b, int N, int C) {
+  for (int n = 0; n < N; n++) rt_accumulate(out + (size_t)n * C, b, (size_t)C);
+}
+
+void rt_bias_backward(real *db, const real *dout, int N, int C) {
+  for (int n = 0; n < N; n++) rt_accumulate(db, dout + (size_t)n * C, (size_t)C);
 }
 
 void rt_matmul_forward(real *out, const real *x, const real *w, const real *bias, int N, int IC, int OC) {

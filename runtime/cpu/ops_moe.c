@@ -151,9 +151,13 @@ void rt_experts_forward(real *yp, real *g, real *u, real *h, const real *xp, con
     int r0 = offsets[e], rows = offsets[e + 1] - r0;
     if (!rows) continue;
     size_t ri = (size_t)r0 * F, rc = (size_t)r0 * C, we = (size_t)e * F * C;
-    rt_matmul_forward(g + ri, xp + rc, wg + we, NULL, rows, C, F);
     rt_matmul_forward(u + ri, xp + rc, wu + we, NULL, rows, C, F);
-    rt_swiglu_forward(h + ri, g + ri, u + ri, (int64_t)rows * F);
+    if (wg) {
+      rt_matmul_forward(g + ri, xp + rc, wg + we, NULL, rows, C, F);
+      rt_swiglu_forward(h + ri, g + ri, u + ri, (int64_t)rows * F);
+    } else {
+      rt_gelu_forward(h + ri, u + ri, (int64_t)rows * F); /* GELU experts: h = gelu(u) */
+    }
     rt_matmul_forward(yp + rc, h + ri, wd + we, NULL, rows, F, C);
   }
 }
@@ -167,11 +171,15 @@ void rt_experts_backward(real *dxp, real *dwg, real *dwu, real *dwd, const real 
     if (!rows) continue;
     size_t ri = (size_t)r0 * F, rc = (size_t)r0 * C, we = (size_t)e * F * C;
     memset(dh + ri, 0, sizeof(real) * (size_t)rows * F);
-    memset(dg + ri, 0, sizeof(real) * (size_t)rows * F);
     memset(du + ri, 0, sizeof(real) * (size_t)rows * F);
     rt_matmul_backward(dh + ri, dwd ? dwd + we : NULL, NULL, dyp + rc, h + ri, wd + we, rows, F, C);
-    rt_swiglu_backward(dg + ri, du + ri, dh + ri, g + ri, u + ri, (int64_t)rows * F);
-    rt_matmul_backward(dxp ? dxp + rc : NULL, dwg ? dwg + we : NULL, NULL, dg + ri, xp + rc, wg + we, rows, C, F);
+    if (wg) {
+      memset(dg + ri, 0, sizeof(real) * (size_t)rows * F);
+      rt_swiglu_backward(dg + ri, du + ri, dh + ri, g + ri, u + ri, (int64_t)rows * F);
+      rt_matmul_backward(dxp ? dxp + rc : NULL, dwg ? dwg + we : NULL, NULL, dg + ri, xp + rc, wg + we, rows, C, F);
+    } else {
+      rt_gelu_backward(du + ri, dh + ri, u + ri, (int64_t)rows * F);
+    }
     rt_matmul_backward(dxp ? dxp + rc : NULL, dwu ? dwu + we : NULL, NULL, du + ri, xp + rc, wu + we, rows, C, F);
   }
 }

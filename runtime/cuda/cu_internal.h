@@ -19,11 +19,14 @@ enum {
   K_CAST_BF16, K_SUM_BF16_PIECES, K_SUM_SQUARES, K_CROSS_ENTROPY_CHUNK, K_CROSS_ENTROPY_FINISH,
   K_CROSS_ENTROPY_BACKWARD, K_ROUTER_TOPK, K_ROUTER_BACKWARD, K_AUX_LOSS_STATS, K_AUX_LOSS_BACKWARD,
   K_MOE_GATHER, K_MOE_COMBINE, K_MOE_COMBINE_BACKWARD, K_MOE_GATHER_BACKWARD, K_FLASH_FORWARD,
-  K_FLASH_BACKWARD_PREP, K_FLASH_BACKWARD_DQ, K_FLASH_BACKWARD_DKV, K_COUNT
+  K_FLASH_BACKWARD_PREP, K_FLASH_BACKWARD_DQ, K_FLASH_BACKWARD_DKV,
+  K_POSITION_FORWARD, K_POSITION_BACKWARD, K_LAYERNORM_FORWARD, K_LAYERNORM_BACKWARD, K_BIAS_FORWARD,
+  K_BIAS_BACKWARD, K_COUNT
 };
 
 enum { CU_GROUPED_SLOTS = 8 };   /* pointer-array slots: one per grouped GEMM of one experts call */
-enum { CU_RMS_BWD_ROWS = 16 };   /* rows per block of rmsnorm_backward: kernels.cu's RMS_BWD_ROWS */
+enum { CU_RMS_BWD_ROWS = 16 };
+enum { CU_BIAS_ROWS = 256 };     /* rows per block of bias_backward: kernels.cu's BIAS_ROWS */   /* rows per block of rmsnorm_backward: kernels.cu's RMS_BWD_ROWS */
 
 typedef struct {
   int ready, device, sync_each; /* sync_each: $MTC_CUDA_SYNC=1 */

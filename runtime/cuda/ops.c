@@ -19,7 +19,9 @@ static const char *const kernel_names[K_COUNT] = {
     "cast_bf16", "sum_bf16_pieces", "sum_squares", "cross_entropy_chunk", "cross_entropy_finish",
     "cross_entropy_backward", "router_topk", "router_backward", "aux_loss_stats", "aux_loss_backward",
     "moe_gather", "moe_combine", "moe_combine_backward", "moe_gather_backward", "flash_attention_forward",
-    "flash_attention_backward_prep", "flash_attention_backward_dq", "flash_attention_backward_dkv"};
+    "flash_attention_backward_prep", "flash_attention_backward_dq", "flash_attention_backward_dkv",
+    "position_forward", "position_backward", "layernorm_forward", "layernorm_backward", "bias_forward",
+    "bias_backward"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;
@@ -226,6 +228,15 @@ void rt_embedding_backward(real *dwte, const real *dout, const int32_t *tok, int
   cu_launch(K_EMBEDDING_BACKWARD, (unsigned)N, 128, (void *[]){&dwte, &dout, &tok});
 }
 
+/* T: kernels.cu's SEQ_LEN (a row's position is its index modulo SEQ_LEN). */
+void rt_position_forward(real *x, const real *wpe, int B, int T, int C) {
+  cu_launch(K_POSITION_FORWARD, (unsigned)(B * T), 128, (void *[]){&x, &wpe});
+}
+
+void rt_position_backward(real *dwpe, const real *dx, int B, int T, int C) {
+  cu_launch(K_POSITION_BACKWARD, (unsigned)(B * T), 128, (void *[]){&dwpe, &dx});
+}
+
 /* eps: kernels.cu's RMS_EPS (1e-5, as step.c's EPS) */
 void rt_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int N, int C, real eps) {
   cu_launch(K_RMSNORM_FORWARD, (unsigned)N, 128, (void *[]){&out, &rstd, &x, &w});
@@ -237,15 +248,38 @@ void rt_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, co
   cu_launch(K_RMSNORM_BACKWARD, cu_blocks(N, CU_RMS_BWD_ROWS), 128, (void *[]){&dx, &dw, &dout, &x, &w, &rstd});
 }
 
-/* Row-major out (N, OC) = x (N, IC) · wᵀ is column-major outᵀ = w · xᵀ, w read transposed. */
+/* eps: kernels.cu's RMS_EPS; C: its HIDDEN. */
+void rt_layernorm_forward(real *out, real *mean, real *rstd, const real *x, const real *w, const real *b, int N, int C,
+                          real eps) {
+  cu_launch(K_LAYERNORM_FORWARD, (unsigned)N, 128, (void *[]){&out, &mean, &rstd, &x, &w, &b});
+}
+
+void rt_layernorm_backward(real *dx, real *dw, real *db, const real *dout, const real *x, const real *w,
+                           const real *mean, const real *rstd, int N, int C) {
+  need(dx && dw, "rt_layernorm_backward", "dx and dw are required on the cuda backend");
+  cu_launch(K_LAYERNORM_BACKWARD, cu_blocks(N, CU_RMS_BWD_ROWS), 128,
+            (void *[]){&dx, &dw, &db, &dout, &x, &w, &mean, &rstd});
+}
+
+void rt_bias_forward(real *out, const real *b, int N, int C) {
+  long n = (long)N * C;
+  if (n) cu_launch(K_BIAS_FORWARD, cu_blocks(n, 256), 256, (void *[]){&out, &b, &n, &C});
+}
+
+void rt_bias_backward(real *db, const real *dout, int N, int C) {
+  if (N && C) cu_launch3(K_BIAS_BACKWARD, cu_blocks(C, 128), cu_blocks(N, CU_BIAS_ROWS), 1, 128, (void *[]){&db, &dout, &N, &C});
+}
+
+/* Row-major out (N, OC) = x (N, IC) · wᵀ is column-major outᵀ = w · xᵀ, w read transposed; the
+ * bias, if any, is added by bias_forward. */
 void rt_matmul_forward(real *out, const real *x, const real *w, const real *bias, int N, int IC, int OC) {
-  need(!bias, "rt_matmul_forward", "biases are not supported on the cuda backend");
   cu_gemm("matmul forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, IC, x, IC, 0, out, OC);
+  if (bias) rt_bias_forward(out, bias, N, OC);
 }
 
 void rt_matmul_backward(real *dx, real *dw, real *dbias, const real *dout, const real *x, const real *w, int N, int IC,
                         int OC) {
-  need(!dbias, "rt_matmul_backward", "biases are not supported on the cuda backend");
+  if (dbias) rt_bias_backward(dbias, dout, N, OC);
   if (dx) cu_gemm("matmul backward dx", CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, IC, dout, OC, 1, dx, IC);
   if (dw) cu_gemm("matmul backward dw", CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, x, IC, dout, OC, 1, dw, IC);
 }
@@ -315,12 +349,12 @@ void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const
 
 void rt_gelu_forward(real *h, const real *x, int64_t n) {
   long ln = (long)n;
-  cu_launch(K_GELU_FORWARD, cu_blocks(ln, 256), 256, (void *[]){&h, &x, &ln});
+  if (ln) cu_launch(K_GELU_FORWARD, cu_blocks(ln, 256), 256, (void *[]){&h, &x, &ln}); /* an expert round may be empty */
 }
 
 void rt_gelu_backward(real *dx, const real *dh, const real *x, int64_t n) {
   long ln = (long)n;
-  cu_launch(K_GELU_BACKWARD, cu_blocks(ln, 256), 256, (void *[]){&dx, &dh, &x, &ln});
+  if (ln) cu_launch(K_GELU_BACKWARD, cu_blocks(ln, 256), 256, (void *[]){&dx, &dh, &x, &ln});
 }
 
 /* Per chunk: cuBLAS logits, then the online log-sum-exp kernel; the loss is summed on the GPU

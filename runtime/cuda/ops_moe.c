@@ -168,9 +168,13 @@ static void grouped(const char *op, int kind, int slot, float *out, const float 
 void rt_experts_forward(real *yp, real *g, real *u, real *h, const real *xp, const real *wg, const real *wu,
                         const real *wd, const int *offsets, int E, int C, int F) {
   const int *off = cu_offsets(offsets, (size_t)E + 1);
-  grouped("experts gate_proj", G_FWD, 0, g, xp, NULL, wg, off, E, C, F);
   grouped("experts up_proj", G_FWD, 1, u, xp, NULL, wu, off, E, C, F);
-  rt_swiglu_forward(h, g, u, (int64_t)off[E] * F);
+  if (wg) {
+    grouped("experts gate_proj", G_FWD, 0, g, xp, NULL, wg, off, E, C, F);
+    rt_swiglu_forward(h, g, u, (int64_t)off[E] * F);
+  } else {
+    rt_gelu_forward(h, u, (int64_t)off[E] * F); /* GELU experts (mtrt_ops.h) */
+  }
   grouped("experts down_proj", G_FWD, 2, yp, h, NULL, wd, off, E, F, C);
 }
 
@@ -179,14 +183,16 @@ void rt_experts_backward(real *dxp, real *dwg, real *dwu, real *dwd, const real 
                          const int *offsets, int E, int C, int F, real *dh, real *dg, real *du) {
   const int *off = cu_offsets(offsets, (size_t)E + 1);
   size_t n = (size_t)off[E] * F;
-  rt_zero(dh, n), rt_zero(dg, n), rt_zero(du, n);
+  rt_zero(dh, n), rt_zero(du, n);
+  if (wg) rt_zero(dg, n);
   grouped("experts down_proj dx", G_DX, 0, dh, dyp, NULL, wd, off, E, F, C);
   if (dwd) grouped("experts down_proj dw", G_DW, 1, dwd, h, dyp, NULL, off, E, F, C);
-  rt_swiglu_backward(dg, du, dh, g, u, (int64_t)n);
+  if (wg) rt_swiglu_backward(dg, du, dh, g, u, (int64_t)n);
+  else rt_gelu_backward(du, dh, u, (int64_t)n); /* GELU experts: no gate */
   if (dxp) {
-    grouped("experts gate_proj dx", G_DX, 2, dxp, dg, NULL, wg, off, E, C, F);
+    if (wg) grouped("experts gate_proj dx", G_DX, 2, dxp, dg, NULL, wg, off, E, C, F);
     grouped("experts up_proj dx", G_DX, 3, dxp, du, NULL, wu, off, E, C, F);
   }
-  if (dwg) grouped("experts gate_proj dw", G_DW, 4, dwg, xp, dg, NULL, off, E, C, F);
+  if (wg && dwg) grouped("experts gate_proj dw", G_DW, 4, dwg, xp, dg, NULL, off, E, C, F);
   if (dwu) grouped("experts up_proj dw", G_DW, 5, dwu, xp, du, NULL, off, E, C, F);
 }
