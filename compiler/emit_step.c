@@ -169,7 +169,7 @@ static void moe_forward(Em *e, int l) {
   const char *ln2 = A(e, l, "LN2", OTH), *lg = A(e, l, "LOGITS", OTH), *idx = A(e, l, "IDX", OTH),
              *wts = A(e, l, "WTS", OTH), *pos = A(e, l, "POS", OTH), *offs = A(e, l, "OFFSETS", OTH),
              *xp = e->ep > 1 ? "WS_XP" : A(e, l, "XP", EXP), *yp = A(e, l, "YP", EXP);
-  P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* router (mlp.gate) */\n", lg, ln2,
+  P(e, "  rt_router_logits_forward(R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* router (mlp.gate) */\n", lg, ln2,
     (long long)off(e, g, "moe.gate.weight"), N, C, E);
   if (e->s->model.moe.router_bias)
     P(e, "  rt_router_forward(I(%s), R(%s), R(%s), W(%lld), %lld, %lld, %lld, %s); /* biased selection */\n", idx,
@@ -326,7 +326,7 @@ static void moe_backward(Em *e, int l, const char *dy) {
     P(e, "  rt_aux_loss_backward(R(DLOGITS), R(%s), I(%s), %lld, %lld, %lld, %.9g, c->dloss, R(AUX));\n", lg, idx, N,
       E, K, e->s->model.moe.aux_loss_coef);
   int64_t o = off(e, g, "moe.gate.weight");
-  P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DLOGITS), R(%s), W(%lld), %lld, %lld, %lld); /* router */\n",
+  P(e, "  rt_router_logits_backward(R(DLN), DW(%lld), R(DLOGITS), R(%s), W(%lld), %lld, %lld, %lld); /* router */\n",
     (long long)o, ln2, (long long)o, N, C, E);
 }
 
@@ -432,7 +432,7 @@ static void begin_grads(Em *e, int u) {
   int64_t n = 0;
   for (int k = 0; k < 2; k++)
     if (unit_group(e, u, k) >= 0) n += e->groups[unit_group(e, u, k)].full;
-  P(e, "  rt_zero(R(GRAD%d), %lld);\n", p, (long long)n);
+  P(e, "  rt_zero_real(R(GRAD%d), %lld);\n", p, (long long)n);
 }
 
 /* Unit u's gradients: each group's reduce-scatter starts, overlapping what follows. */
@@ -552,7 +552,7 @@ static void schedule(Em *e) {
     P(e, "  if (apply) rt_router_bias_update(S(%s_MASTER), shard_lo(c, %d), %lld, %lld, R(L%d_LOAD), %lld, %.9g);\n",
       e->groups[g].cname, g, (long long)e->groups[g].shard, (long long)off(e, g, "moe.gate.e_score_correction_bias"),
       l, (long long)e->E, e->s->model.moe.bias_update_rate);
-    P(e, "  rt_zero(R(L%d_LOAD), %lld);\n", l, (long long)e->E);
+    P(e, "  rt_zero_real(R(L%d_LOAD), %lld);\n", l, (long long)e->E);
   }
   P(e, "}\n");
 }

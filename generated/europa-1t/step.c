@@ -2063,7 +2063,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X0), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2100,7 +2100,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X1), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2137,7 +2137,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X2), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2174,7 +2174,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X3), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2211,7 +2211,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X4), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2248,7 +2248,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X5), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2285,7 +2285,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X6), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2322,7 +2322,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X7), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2359,7 +2359,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X8), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2396,7 +2396,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X9), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2433,7 +2433,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X10), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2470,7 +2470,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X11), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2507,7 +2507,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X12), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2544,7 +2544,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X13), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2581,7 +2581,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X14), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2618,7 +2618,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X15), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2655,7 +2655,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X16), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2692,7 +2692,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X17), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2729,7 +2729,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X18), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2766,7 +2766,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X19), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2803,7 +2803,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X20), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2840,7 +2840,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X21), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2877,7 +2877,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X22), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2914,7 +2914,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X23), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2951,7 +2951,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X24), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -2988,7 +2988,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X25), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3025,7 +3025,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X26), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3062,7 +3062,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X27), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3099,7 +3099,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X28), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3136,7 +3136,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X29), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3173,7 +3173,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X30), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3210,7 +3210,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X31), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3247,7 +3247,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X32), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3284,7 +3284,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X33), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3321,7 +3321,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X34), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3358,7 +3358,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X35), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3395,7 +3395,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X36), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3432,7 +3432,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X37), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3469,7 +3469,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X38), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3506,7 +3506,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X39), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3543,7 +3543,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X40), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3580,7 +3580,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X41), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3617,7 +3617,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X42), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3654,7 +3654,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X43), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3691,7 +3691,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X44), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3728,7 +3728,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X45), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3765,7 +3765,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X46), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3802,7 +3802,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X47), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3839,7 +3839,7 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X48), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3876,7 +3876,7 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X49), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3913,7 +3913,7 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X50), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3950,7 +3950,7 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X51), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -3987,7 +3987,7 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X52), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4024,7 +4024,7 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X53), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4061,7 +4061,7 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X54), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4098,7 +4098,7 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X55), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4135,7 +4135,7 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X56), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4172,7 +4172,7 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X57), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4209,7 +4209,7 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X58), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4246,7 +4246,7 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X59), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4283,7 +4283,7 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X60), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4320,7 +4320,7 @@ static void layer61_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X61), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4357,7 +4357,7 @@ static void layer62_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X62), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4394,7 +4394,7 @@ static void layer63_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X63), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4431,7 +4431,7 @@ static void layer64_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X64), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4468,7 +4468,7 @@ static void layer65_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X65), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4505,7 +4505,7 @@ static void layer66_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X66), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4542,7 +4542,7 @@ static void layer67_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X67), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4579,7 +4579,7 @@ static void layer68_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X68), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4616,7 +4616,7 @@ static void layer69_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X69), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4653,7 +4653,7 @@ static void layer70_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X70), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4690,7 +4690,7 @@ static void layer71_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X71), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4727,7 +4727,7 @@ static void layer72_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X72), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4764,7 +4764,7 @@ static void layer73_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X73), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), NULL, 65536, 6144, 384); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
@@ -4819,7 +4819,7 @@ static void layer73_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -4868,7 +4868,7 @@ static void layer72_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -4917,7 +4917,7 @@ static void layer71_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -4966,7 +4966,7 @@ static void layer70_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5015,7 +5015,7 @@ static void layer69_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5064,7 +5064,7 @@ static void layer68_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5113,7 +5113,7 @@ static void layer67_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5162,7 +5162,7 @@ static void layer66_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5211,7 +5211,7 @@ static void layer65_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5260,7 +5260,7 @@ static void layer64_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5309,7 +5309,7 @@ static void layer63_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5358,7 +5358,7 @@ static void layer62_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5407,7 +5407,7 @@ static void layer61_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5456,7 +5456,7 @@ static void layer60_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5505,7 +5505,7 @@ static void layer59_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5554,7 +5554,7 @@ static void layer58_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5603,7 +5603,7 @@ static void layer57_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5652,7 +5652,7 @@ static void layer56_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5701,7 +5701,7 @@ static void layer55_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5750,7 +5750,7 @@ static void layer54_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5799,7 +5799,7 @@ static void layer53_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5848,7 +5848,7 @@ static void layer52_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5897,7 +5897,7 @@ static void layer51_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5946,7 +5946,7 @@ static void layer50_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5995,7 +5995,7 @@ static void layer49_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6044,7 +6044,7 @@ static void layer48_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6093,7 +6093,7 @@ static void layer47_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6142,7 +6142,7 @@ static void layer46_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6191,7 +6191,7 @@ static void layer45_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6240,7 +6240,7 @@ static void layer44_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6289,7 +6289,7 @@ static void layer43_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6338,7 +6338,7 @@ static void layer42_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6387,7 +6387,7 @@ static void layer41_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6436,7 +6436,7 @@ static void layer40_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6485,7 +6485,7 @@ static void layer39_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6534,7 +6534,7 @@ static void layer38_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6583,7 +6583,7 @@ static void layer37_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6632,7 +6632,7 @@ static void layer36_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6681,7 +6681,7 @@ static void layer35_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6730,7 +6730,7 @@ static void layer34_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6779,7 +6779,7 @@ static void layer33_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6828,7 +6828,7 @@ static void layer32_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6877,7 +6877,7 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6926,7 +6926,7 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6975,7 +6975,7 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7024,7 +7024,7 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7073,7 +7073,7 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7122,7 +7122,7 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7171,7 +7171,7 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7220,7 +7220,7 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7269,7 +7269,7 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7318,7 +7318,7 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7367,7 +7367,7 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7416,7 +7416,7 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7465,7 +7465,7 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7514,7 +7514,7 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7563,7 +7563,7 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7612,7 +7612,7 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7661,7 +7661,7 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7710,7 +7710,7 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7759,7 +7759,7 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7808,7 +7808,7 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7857,7 +7857,7 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7906,7 +7906,7 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7955,7 +7955,7 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8004,7 +8004,7 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8053,7 +8053,7 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8102,7 +8102,7 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8151,7 +8151,7 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8200,7 +8200,7 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8249,7 +8249,7 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8298,7 +8298,7 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8347,7 +8347,7 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8396,7 +8396,7 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(100675584), NULL, R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -9106,7 +9106,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L73_DENSE_PARAM), 354336, 0); /* layer 73 dense: 384 ranks x 354336, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 136065024, A(L73_EXPERTS_PARAM), 33030144, 1); /* layer 73 experts: 96 ranks x 33030144, prefetch */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 1572870144);
+  rt_zero_real(R(GRAD1), 1572870144);
   rt_zero(A(DLN), 402653184);
   rt_lm_head_ce_backward(A(DLN), DW(6144), A(LNF), W(6144), I(TARGETS), R(LSEF), 65536, 6144, 256000, 4096, R(CE), c->dloss);
   rt_zero(A(DX_A), 402653184);
@@ -9122,7 +9122,7 @@ void step_backward(RtCtx *c) {
   layer73_forward(c, true); /* recompute from X73 (full checkpointing) */
   rt_offload_load(c, 71, A(X71), H(HX71), 402653184); /* prefetch: X74's slot is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer73_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L73_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 73 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L73_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 73 experts: 96 ranks, bf16 on the wire */
@@ -9137,7 +9137,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 70, A(X70), H(HX70), 402653184); /* prefetch: X73's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 75's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer72_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L72_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 72 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L72_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 72 experts: 96 ranks, bf16 on the wire */
@@ -9153,7 +9153,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 69, A(X69), H(HX69), 402653184); /* prefetch: X72's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 74's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer71_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L71_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 71 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L71_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 71 experts: 96 ranks, bf16 on the wire */
@@ -9169,7 +9169,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 68, A(X68), H(HX68), 402653184); /* prefetch: X71's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 73's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer70_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L70_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 70 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L70_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 70 experts: 96 ranks, bf16 on the wire */
@@ -9185,7 +9185,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 67, A(X67), H(HX67), 402653184); /* prefetch: X70's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 72's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer69_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L69_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 69 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L69_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 69 experts: 96 ranks, bf16 on the wire */
@@ -9201,7 +9201,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 66, A(X66), H(HX66), 402653184); /* prefetch: X69's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 71's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer68_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L68_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 68 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L68_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 68 experts: 96 ranks, bf16 on the wire */
@@ -9217,7 +9217,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 65, A(X65), H(HX65), 402653184); /* prefetch: X68's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 70's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer67_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L67_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 67 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L67_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 67 experts: 96 ranks, bf16 on the wire */
@@ -9233,7 +9233,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 64, A(X64), H(HX64), 402653184); /* prefetch: X67's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 69's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer66_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L66_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 66 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L66_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 66 experts: 96 ranks, bf16 on the wire */
@@ -9249,7 +9249,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 63, A(X63), H(HX63), 402653184); /* prefetch: X66's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 68's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer65_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L65_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 65 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L65_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 65 experts: 96 ranks, bf16 on the wire */
@@ -9265,7 +9265,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 62, A(X62), H(HX62), 402653184); /* prefetch: X65's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 67's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer64_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L64_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 64 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L64_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 64 experts: 96 ranks, bf16 on the wire */
@@ -9281,7 +9281,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 61, A(X61), H(HX61), 402653184); /* prefetch: X64's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 66's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer63_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L63_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 63 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L63_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 63 experts: 96 ranks, bf16 on the wire */
@@ -9297,7 +9297,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 60, A(X60), H(HX60), 402653184); /* prefetch: X63's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 65's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer62_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L62_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 62 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L62_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 62 experts: 96 ranks, bf16 on the wire */
@@ -9313,7 +9313,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 59, A(X59), H(HX59), 402653184); /* prefetch: X62's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 64's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer61_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L61_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 61 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L61_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 61 experts: 96 ranks, bf16 on the wire */
@@ -9329,7 +9329,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 58, A(X58), H(HX58), 402653184); /* prefetch: X61's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 63's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer60_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L60_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 60 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L60_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 60 experts: 96 ranks, bf16 on the wire */
@@ -9345,7 +9345,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 57, A(X57), H(HX57), 402653184); /* prefetch: X60's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 62's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer59_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L59_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 59 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L59_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 59 experts: 96 ranks, bf16 on the wire */
@@ -9361,7 +9361,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 56, A(X56), H(HX56), 402653184); /* prefetch: X59's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 61's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer58_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L58_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 58 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L58_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 58 experts: 96 ranks, bf16 on the wire */
@@ -9377,7 +9377,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 55, A(X55), H(HX55), 402653184); /* prefetch: X58's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 60's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer57_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L57_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 57 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L57_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 57 experts: 96 ranks, bf16 on the wire */
@@ -9393,7 +9393,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 54, A(X54), H(HX54), 402653184); /* prefetch: X57's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 59's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer56_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L56_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 56 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L56_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 56 experts: 96 ranks, bf16 on the wire */
@@ -9409,7 +9409,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 53, A(X53), H(HX53), 402653184); /* prefetch: X56's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 58's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer55_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L55_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 55 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L55_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 55 experts: 96 ranks, bf16 on the wire */
@@ -9425,7 +9425,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 52, A(X52), H(HX52), 402653184); /* prefetch: X55's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 57's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer54_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L54_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 54 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L54_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 54 experts: 96 ranks, bf16 on the wire */
@@ -9441,7 +9441,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 51, A(X51), H(HX51), 402653184); /* prefetch: X54's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 56's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer53_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L53_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 53 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L53_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 53 experts: 96 ranks, bf16 on the wire */
@@ -9457,7 +9457,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 50, A(X50), H(HX50), 402653184); /* prefetch: X53's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 55's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer52_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L52_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 52 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L52_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 52 experts: 96 ranks, bf16 on the wire */
@@ -9473,7 +9473,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 49, A(X49), H(HX49), 402653184); /* prefetch: X52's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 54's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer51_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L51_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 51 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L51_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 51 experts: 96 ranks, bf16 on the wire */
@@ -9489,7 +9489,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 48, A(X48), H(HX48), 402653184); /* prefetch: X51's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 53's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer50_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L50_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 50 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L50_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 50 experts: 96 ranks, bf16 on the wire */
@@ -9505,7 +9505,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 47, A(X47), H(HX47), 402653184); /* prefetch: X50's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 52's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer49_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L49_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 49 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L49_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 49 experts: 96 ranks, bf16 on the wire */
@@ -9521,7 +9521,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 46, A(X46), H(HX46), 402653184); /* prefetch: X49's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 51's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer48_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L48_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 48 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L48_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 48 experts: 96 ranks, bf16 on the wire */
@@ -9537,7 +9537,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 45, A(X45), H(HX45), 402653184); /* prefetch: X48's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 50's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer47_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L47_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 47 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L47_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 47 experts: 96 ranks, bf16 on the wire */
@@ -9553,7 +9553,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 44, A(X44), H(HX44), 402653184); /* prefetch: X47's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 49's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer46_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L46_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 46 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L46_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 46 experts: 96 ranks, bf16 on the wire */
@@ -9569,7 +9569,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 43, A(X43), H(HX43), 402653184); /* prefetch: X46's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 48's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer45_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L45_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 45 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L45_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 45 experts: 96 ranks, bf16 on the wire */
@@ -9585,7 +9585,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 42, A(X42), H(HX42), 402653184); /* prefetch: X45's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 47's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer44_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L44_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 44 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L44_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 44 experts: 96 ranks, bf16 on the wire */
@@ -9601,7 +9601,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 41, A(X41), H(HX41), 402653184); /* prefetch: X44's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 46's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer43_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L43_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 43 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L43_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 43 experts: 96 ranks, bf16 on the wire */
@@ -9617,7 +9617,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 40, A(X40), H(HX40), 402653184); /* prefetch: X43's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 45's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer42_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L42_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 42 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L42_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 42 experts: 96 ranks, bf16 on the wire */
@@ -9633,7 +9633,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 39, A(X39), H(HX39), 402653184); /* prefetch: X42's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 44's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer41_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L41_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 41 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L41_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 41 experts: 96 ranks, bf16 on the wire */
@@ -9649,7 +9649,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 38, A(X38), H(HX38), 402653184); /* prefetch: X41's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 43's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer40_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L40_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 40 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L40_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 40 experts: 96 ranks, bf16 on the wire */
@@ -9665,7 +9665,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 37, A(X37), H(HX37), 402653184); /* prefetch: X40's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 42's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer39_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L39_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 39 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L39_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 39 experts: 96 ranks, bf16 on the wire */
@@ -9681,7 +9681,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 36, A(X36), H(HX36), 402653184); /* prefetch: X39's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 41's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer38_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L38_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 38 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L38_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 38 experts: 96 ranks, bf16 on the wire */
@@ -9697,7 +9697,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 35, A(X35), H(HX35), 402653184); /* prefetch: X38's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 40's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer37_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L37_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 37 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L37_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 37 experts: 96 ranks, bf16 on the wire */
@@ -9713,7 +9713,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 34, A(X34), H(HX34), 402653184); /* prefetch: X37's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 39's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer36_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L36_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 36 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L36_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 36 experts: 96 ranks, bf16 on the wire */
@@ -9729,7 +9729,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 33, A(X33), H(HX33), 402653184); /* prefetch: X36's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 38's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer35_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L35_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 35 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L35_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 35 experts: 96 ranks, bf16 on the wire */
@@ -9745,7 +9745,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 32, A(X32), H(HX32), 402653184); /* prefetch: X35's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 37's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer34_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L34_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 34 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L34_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 34 experts: 96 ranks, bf16 on the wire */
@@ -9761,7 +9761,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 31, A(X31), H(HX31), 402653184); /* prefetch: X34's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 36's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer33_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L33_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 33 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L33_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 33 experts: 96 ranks, bf16 on the wire */
@@ -9777,7 +9777,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 30, A(X30), H(HX30), 402653184); /* prefetch: X33's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 35's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer32_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L32_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 32 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L32_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 32 experts: 96 ranks, bf16 on the wire */
@@ -9793,7 +9793,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 29, A(X29), H(HX29), 402653184); /* prefetch: X32's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 34's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer31_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 96 ranks, bf16 on the wire */
@@ -9809,7 +9809,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 28, A(X28), H(HX28), 402653184); /* prefetch: X31's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer30_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 96 ranks, bf16 on the wire */
@@ -9825,7 +9825,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 27, A(X27), H(HX27), 402653184); /* prefetch: X30's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer29_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 96 ranks, bf16 on the wire */
@@ -9841,7 +9841,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 26, A(X26), H(HX26), 402653184); /* prefetch: X29's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer28_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 96 ranks, bf16 on the wire */
@@ -9857,7 +9857,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 25, A(X25), H(HX25), 402653184); /* prefetch: X28's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer27_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 96 ranks, bf16 on the wire */
@@ -9873,7 +9873,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 24, A(X24), H(HX24), 402653184); /* prefetch: X27's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer26_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 96 ranks, bf16 on the wire */
@@ -9889,7 +9889,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 23, A(X23), H(HX23), 402653184); /* prefetch: X26's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer25_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 96 ranks, bf16 on the wire */
@@ -9905,7 +9905,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 22, A(X22), H(HX22), 402653184); /* prefetch: X25's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer24_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 96 ranks, bf16 on the wire */
@@ -9921,7 +9921,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 21, A(X21), H(HX21), 402653184); /* prefetch: X24's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer23_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 96 ranks, bf16 on the wire */
@@ -9937,7 +9937,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 20, A(X20), H(HX20), 402653184); /* prefetch: X23's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer22_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 96 ranks, bf16 on the wire */
@@ -9953,7 +9953,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 19, A(X19), H(HX19), 402653184); /* prefetch: X22's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer21_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 96 ranks, bf16 on the wire */
@@ -9969,7 +9969,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 18, A(X18), H(HX18), 402653184); /* prefetch: X21's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer20_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 96 ranks, bf16 on the wire */
@@ -9985,7 +9985,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 17, A(X17), H(HX17), 402653184); /* prefetch: X20's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer19_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 96 ranks, bf16 on the wire */
@@ -10001,7 +10001,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 16, A(X16), H(HX16), 402653184); /* prefetch: X19's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer18_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 96 ranks, bf16 on the wire */
@@ -10017,7 +10017,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 15, A(X15), H(HX15), 402653184); /* prefetch: X18's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer17_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 96 ranks, bf16 on the wire */
@@ -10033,7 +10033,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 14, A(X14), H(HX14), 402653184); /* prefetch: X17's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer16_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 96 ranks, bf16 on the wire */
@@ -10049,7 +10049,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 13, A(X13), H(HX13), 402653184); /* prefetch: X16's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer15_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 96 ranks, bf16 on the wire */
@@ -10065,7 +10065,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 12, A(X12), H(HX12), 402653184); /* prefetch: X15's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer14_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 96 ranks, bf16 on the wire */
@@ -10081,7 +10081,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 11, A(X11), H(HX11), 402653184); /* prefetch: X14's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer13_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 96 ranks, bf16 on the wire */
@@ -10097,7 +10097,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 10, A(X10), H(HX10), 402653184); /* prefetch: X13's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer12_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 96 ranks, bf16 on the wire */
@@ -10113,7 +10113,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 9, A(X9), H(HX9), 402653184); /* prefetch: X12's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer11_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 96 ranks, bf16 on the wire */
@@ -10129,7 +10129,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 8, A(X8), H(HX8), 402653184); /* prefetch: X11's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer10_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 96 ranks, bf16 on the wire */
@@ -10145,7 +10145,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 7, A(X7), H(HX7), 402653184); /* prefetch: X10's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer9_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 96 ranks, bf16 on the wire */
@@ -10161,7 +10161,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 6, A(X6), H(HX6), 402653184); /* prefetch: X9's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer8_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 96 ranks, bf16 on the wire */
@@ -10177,7 +10177,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 5, A(X5), H(HX5), 402653184); /* prefetch: X8's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer7_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 96 ranks, bf16 on the wire */
@@ -10193,7 +10193,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 4, A(X4), H(HX4), 402653184); /* prefetch: X7's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer6_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 96 ranks, bf16 on the wire */
@@ -10209,7 +10209,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 3, A(X3), H(HX3), 402653184); /* prefetch: X6's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer5_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 96 ranks, bf16 on the wire */
@@ -10225,7 +10225,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 2, A(X2), H(HX2), 402653184); /* prefetch: X5's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer4_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 96 ranks, bf16 on the wire */
@@ -10241,7 +10241,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 1, A(X1), H(HX1), 402653184); /* prefetch: X4's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer3_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 96 ranks, bf16 on the wire */
@@ -10257,7 +10257,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 0, A(X0), H(HX0), 402653184); /* prefetch: X3's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer2_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 96 ranks, bf16 on the wire */
@@ -10272,7 +10272,7 @@ void step_backward(RtCtx *c) {
   layer1_forward(c, true); /* recompute from X1 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero(R(GRAD0), 3306958848);
+  rt_zero_real(R(GRAD0), 3306958848);
   layer1_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 96 ranks, bf16 on the wire */
@@ -10285,7 +10285,7 @@ void step_backward(RtCtx *c) {
   layer0_forward(c, true); /* recompute from X0 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero(R(GRAD1), 3306958848);
+  rt_zero_real(R(GRAD1), 3306958848);
   layer0_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 384 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 96 ranks, bf16 on the wire */
@@ -10293,7 +10293,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("embedding backward");
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 1572864000);
+  rt_zero_real(R(GRAD0), 1572864000);
   rt_embedding_backward(DW(0), A(DX_A), I(INPUTS), 65536, 6144);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 384 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */

@@ -90,9 +90,9 @@ static void zero_grads(RtCtx *c) {
   if (STATE_ON_HOST) to_host(c, 0, 0);
   for (int g = 0; g < N_GROUPS; g++)
     if (STATE_ON_HOST) memset(c->state + step_groups[g].grad, 0, sizeof(real) * (size_t)step_groups[g].shard);
-    else rt_zero(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+    else rt_zero_real(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
 #else
-  for (int g = 0; g < N_GROUPS; g++) rt_zero(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+  for (int g = 0; g < N_GROUPS; g++) rt_zero_real(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
 #endif
 }
 
@@ -113,7 +113,7 @@ static void grads_all_reduce(RtCtx *c) {
 #ifdef MTC_BACKEND_CUDA
     if (STATE_ON_HOST) {
       real *st = c->arena + STATE_STAGING;
-      rt_copy(st, grad, n), GRAD_ALL_REDUCE(c->comm.replicate_comm, st, n), rt_copy(grad, st, n);
+      rt_copy_real(st, grad, n), GRAD_ALL_REDUCE(c->comm.replicate_comm, st, n), rt_copy_real(grad, st, n);
       continue;
     }
 #endif

@@ -2765,7 +2765,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 525340672);
+  rt_zero_real(R(GRAD1), 525340672);
   rt_zero(A(DLN), 33554432);
   rt_lm_head_ce_backward(A(DLN), DW(4096), A(LNF), W(4096), I(TARGETS), R(LSEF), 8192, 4096, 128256, 4096, R(CE), c->dloss);
   rt_zero(A(DX_A), 33554432);
@@ -2777,7 +2777,7 @@ void step_backward(RtCtx *c) {
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 218112000);
+  rt_zero_real(R(GRAD0), 218112000);
   layer31_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 4 ranks, bf16 on the wire */
   /* layer 30 */
@@ -2787,7 +2787,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 218112000);
+  rt_zero_real(R(GRAD1), 218112000);
   layer30_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 4 ranks, bf16 on the wire */
   /* layer 29 */
@@ -2797,7 +2797,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 218112000);
+  rt_zero_real(R(GRAD0), 218112000);
   layer29_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 4 ranks, bf16 on the wire */
   /* layer 28 */
@@ -2807,7 +2807,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 218112000);
+  rt_zero_real(R(GRAD1), 218112000);
   layer28_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 4 ranks, bf16 on the wire */
   /* layer 27 */
@@ -2817,7 +2817,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 218112000);
+  rt_zero_real(R(GRAD0), 218112000);
   layer27_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 4 ranks, bf16 on the wire */
   /* layer 26 */
@@ -2827,7 +2827,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 218112000);
+  rt_zero_real(R(GRAD1), 218112000);
   layer26_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 4 ranks, bf16 on the wire */
   /* layer 25 */
@@ -2837,7 +2837,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 218112000);
+  rt_zero_real(R(GRAD0), 218112000);
   layer25_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 4 ranks, bf16 on the wire */
   /* layer 24 */
@@ -2847,7 +2847,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 218112000);
+  rt_zero_real(R(GRAD1), 218112000);
   layer24_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 4 ranks, bf16 on the wire */
   /* layer 23 */
@@ -2857,7 +2857,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 218112000);
+  rt_zero_real(R(GRAD0), 218112000);
   layer23_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 4 ranks, bf16 on the wire */
   /* layer 22 */
@@ -2867,7 +2867,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 218112000);
+  rt_zero_real(R(GRAD1), 218112000);
   layer22_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 4 ranks, bf16 on the wire */
   /* layer 21 */
@@ -2877,7 +2877,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 218112000);
+  rt_zero_real(R(GRAD0), 218112000);
   layer21_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 4 ranks, bf16 on the wire */
   /* layer 20 */
@@ -2887,7 +2887,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 218112000);
+  rt_zero_real(R(GRAD1), 218112000);
   layer20_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 4 ranks, bf16 on the wire */
   /* layer 19 */
@@ -2897,7 +2897,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 218112000);
+  rt_zero_real(R(GRAD0), 218112000);
   layer19_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 4 ranks, bf16 on the wire */
   /* layer 18 */
@@ -2907,7 +2907,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 218112000);
+  rt_zero_real(R(GRAD1), 218112000);
   layer18_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 4 ranks, bf16 on the wire */
   /* layer 17 */
@@ -2917,7 +2917,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 218112000);
+  rt_zero_real(R(GRAD0), 218112000);
   layer17_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 4 ranks, bf16 on the wire */
   /* layer 16 */
@@ -2927,7 +2927,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 218112000);
+  rt_zero_real(R(GRAD1), 218112000);
   layer16_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 4 ranks, bf16 on the wire */
   /* layer 15 */
@@ -2937,7 +2937,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 218112000);
+  rt_zero_real(R(GRAD0), 218112000);
   layer15_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 4 ranks, bf16 on the wire */
   /* layer 14 */
@@ -2947,7 +2947,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 218112000);
+  rt_zero_real(R(GRAD1), 218112000);
   layer14_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 4 ranks, bf16 on the wire */
   /* layer 13 */
@@ -2957,7 +2957,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 218112000);
+  rt_zero_real(R(GRAD0), 218112000);
   layer13_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 4 ranks, bf16 on the wire */
   /* layer 12 */
@@ -2967,7 +2967,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 218112000);
+  rt_zero_real(R(GRAD1), 218112000);
   layer12_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 4 ranks, bf16 on the wire */
   /* layer 11 */
@@ -2977,7 +2977,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 218112000);
+  rt_zero_real(R(GRAD0), 218112000);
   layer11_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 4 ranks, bf16 on the wire */
   /* layer 10 */
@@ -2987,7 +2987,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 218112000);
+  rt_zero_real(R(GRAD1), 218112000);
   layer10_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 4 ranks, bf16 on the wire */
   /* layer 9 */
@@ -2997,7 +2997,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 218112000);
+  rt_zero_real(R(GRAD0), 218112000);
   layer9_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 4 ranks, bf16 on the wire */
   /* layer 8 */
@@ -3007,7 +3007,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 218112000);
+  rt_zero_real(R(GRAD1), 218112000);
   layer8_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 4 ranks, bf16 on the wire */
   /* layer 7 */
@@ -3017,7 +3017,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 218112000);
+  rt_zero_real(R(GRAD0), 218112000);
   layer7_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 4 ranks, bf16 on the wire */
   /* layer 6 */
@@ -3027,7 +3027,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 218112000);
+  rt_zero_real(R(GRAD1), 218112000);
   layer6_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 4 ranks, bf16 on the wire */
   /* layer 5 */
@@ -3037,7 +3037,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 218112000);
+  rt_zero_real(R(GRAD0), 218112000);
   layer5_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 4 ranks, bf16 on the wire */
   /* layer 4 */
@@ -3047,7 +3047,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 218112000);
+  rt_zero_real(R(GRAD1), 218112000);
   layer4_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 4 ranks, bf16 on the wire */
   /* layer 3 */
@@ -3057,7 +3057,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 218112000);
+  rt_zero_real(R(GRAD0), 218112000);
   layer3_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 4 ranks, bf16 on the wire */
   /* layer 2 */
@@ -3067,7 +3067,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 218112000);
+  rt_zero_real(R(GRAD1), 218112000);
   layer2_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 4 ranks, bf16 on the wire */
   /* layer 1 */
@@ -3077,7 +3077,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 218112000);
+  rt_zero_real(R(GRAD0), 218112000);
   layer1_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 4 ranks, bf16 on the wire */
   /* layer 0 */
@@ -3086,14 +3086,14 @@ void step_backward(RtCtx *c) {
   c->wd = A(GATHERED1);
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 218112000);
+  rt_zero_real(R(GRAD1), 218112000);
   layer0_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 4 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 525336576);
+  rt_zero_real(R(GRAD0), 525336576);
   rt_embedding_backward(DW(0), A(DX_A), I(INPUTS), 8192, 4096);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 131334144, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 4 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */

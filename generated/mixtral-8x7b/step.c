@@ -895,7 +895,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X0), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -919,7 +919,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X1), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -943,7 +943,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X2), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -967,7 +967,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X3), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -991,7 +991,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X4), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1015,7 +1015,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X5), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1039,7 +1039,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X6), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1063,7 +1063,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X7), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1087,7 +1087,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X8), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1111,7 +1111,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X9), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1135,7 +1135,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X10), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1159,7 +1159,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X11), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1183,7 +1183,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X12), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1207,7 +1207,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X13), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1231,7 +1231,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X14), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1255,7 +1255,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X15), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1279,7 +1279,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X16), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1303,7 +1303,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X17), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1327,7 +1327,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X18), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1351,7 +1351,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X19), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1375,7 +1375,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X20), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1399,7 +1399,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X21), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1423,7 +1423,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X22), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1447,7 +1447,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X23), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1471,7 +1471,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X24), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1495,7 +1495,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X25), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1519,7 +1519,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X26), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1543,7 +1543,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X27), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1567,7 +1567,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X28), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1591,7 +1591,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X29), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1615,7 +1615,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X30), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1639,7 +1639,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X31), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
@@ -1663,7 +1663,7 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1694,7 +1694,7 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1725,7 +1725,7 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1756,7 +1756,7 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1787,7 +1787,7 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1818,7 +1818,7 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1849,7 +1849,7 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1880,7 +1880,7 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1911,7 +1911,7 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1942,7 +1942,7 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1973,7 +1973,7 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2004,7 +2004,7 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2035,7 +2035,7 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2066,7 +2066,7 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2097,7 +2097,7 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2128,7 +2128,7 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2159,7 +2159,7 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2190,7 +2190,7 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2221,7 +2221,7 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2252,7 +2252,7 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2283,7 +2283,7 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2314,7 +2314,7 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2345,7 +2345,7 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2376,7 +2376,7 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2407,7 +2407,7 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2438,7 +2438,7 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2469,7 +2469,7 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2500,7 +2500,7 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2531,7 +2531,7 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2562,7 +2562,7 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2593,7 +2593,7 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2624,7 +2624,7 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2956,7 +2956,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 32 ranks x 44040192, prefetch */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 131076096);
+  rt_zero_real(R(GRAD1), 131076096);
   rt_zero(A(DLN), 536870912);
   rt_lm_head_ce_backward(A(DLN), DW(4096), A(LNF), W(4096), I(TARGETS), R(LSEF), 131072, 4096, 32000, 4096, R(CE), c->dloss);
   rt_zero(A(DX_A), 536870912);
@@ -2972,7 +2972,7 @@ void step_backward(RtCtx *c) {
   layer31_forward(c, true); /* recompute from X31 (full checkpointing) */
   rt_offload_load(c, 29, A(X29), H(HX29), 536870912); /* prefetch: X32's slot is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero(R(GRAD0), 1451270144);
+  rt_zero_real(R(GRAD0), 1451270144);
   layer31_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 32 ranks, bf16 on the wire */
@@ -2987,7 +2987,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 28, A(X28), H(HX28), 536870912); /* prefetch: X31's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero(R(GRAD1), 1451270144);
+  rt_zero_real(R(GRAD1), 1451270144);
   layer30_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 32 ranks, bf16 on the wire */
@@ -3003,7 +3003,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 27, A(X27), H(HX27), 536870912); /* prefetch: X30's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero(R(GRAD0), 1451270144);
+  rt_zero_real(R(GRAD0), 1451270144);
   layer29_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 32 ranks, bf16 on the wire */
@@ -3019,7 +3019,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 26, A(X26), H(HX26), 536870912); /* prefetch: X29's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero(R(GRAD1), 1451270144);
+  rt_zero_real(R(GRAD1), 1451270144);
   layer28_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 32 ranks, bf16 on the wire */
@@ -3035,7 +3035,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 25, A(X25), H(HX25), 536870912); /* prefetch: X28's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero(R(GRAD0), 1451270144);
+  rt_zero_real(R(GRAD0), 1451270144);
   layer27_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 32 ranks, bf16 on the wire */
@@ -3051,7 +3051,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 24, A(X24), H(HX24), 536870912); /* prefetch: X27's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero(R(GRAD1), 1451270144);
+  rt_zero_real(R(GRAD1), 1451270144);
   layer26_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 32 ranks, bf16 on the wire */
@@ -3067,7 +3067,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 23, A(X23), H(HX23), 536870912); /* prefetch: X26's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero(R(GRAD0), 1451270144);
+  rt_zero_real(R(GRAD0), 1451270144);
   layer25_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 32 ranks, bf16 on the wire */
@@ -3083,7 +3083,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 22, A(X22), H(HX22), 536870912); /* prefetch: X25's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero(R(GRAD1), 1451270144);
+  rt_zero_real(R(GRAD1), 1451270144);
   layer24_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 32 ranks, bf16 on the wire */
@@ -3099,7 +3099,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 21, A(X21), H(HX21), 536870912); /* prefetch: X24's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero(R(GRAD0), 1451270144);
+  rt_zero_real(R(GRAD0), 1451270144);
   layer23_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 32 ranks, bf16 on the wire */
@@ -3115,7 +3115,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 20, A(X20), H(HX20), 536870912); /* prefetch: X23's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero(R(GRAD1), 1451270144);
+  rt_zero_real(R(GRAD1), 1451270144);
   layer22_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 32 ranks, bf16 on the wire */
@@ -3131,7 +3131,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 19, A(X19), H(HX19), 536870912); /* prefetch: X22's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero(R(GRAD0), 1451270144);
+  rt_zero_real(R(GRAD0), 1451270144);
   layer21_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 32 ranks, bf16 on the wire */
@@ -3147,7 +3147,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 18, A(X18), H(HX18), 536870912); /* prefetch: X21's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero(R(GRAD1), 1451270144);
+  rt_zero_real(R(GRAD1), 1451270144);
   layer20_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 32 ranks, bf16 on the wire */
@@ -3163,7 +3163,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 17, A(X17), H(HX17), 536870912); /* prefetch: X20's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero(R(GRAD0), 1451270144);
+  rt_zero_real(R(GRAD0), 1451270144);
   layer19_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 32 ranks, bf16 on the wire */
@@ -3179,7 +3179,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 16, A(X16), H(HX16), 536870912); /* prefetch: X19's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero(R(GRAD1), 1451270144);
+  rt_zero_real(R(GRAD1), 1451270144);
   layer18_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 32 ranks, bf16 on the wire */
@@ -3195,7 +3195,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 15, A(X15), H(HX15), 536870912); /* prefetch: X18's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero(R(GRAD0), 1451270144);
+  rt_zero_real(R(GRAD0), 1451270144);
   layer17_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 32 ranks, bf16 on the wire */
@@ -3211,7 +3211,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 14, A(X14), H(HX14), 536870912); /* prefetch: X17's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero(R(GRAD1), 1451270144);
+  rt_zero_real(R(GRAD1), 1451270144);
   layer16_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 32 ranks, bf16 on the wire */
@@ -3227,7 +3227,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 13, A(X13), H(HX13), 536870912); /* prefetch: X16's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero(R(GRAD0), 1451270144);
+  rt_zero_real(R(GRAD0), 1451270144);
   layer15_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 32 ranks, bf16 on the wire */
@@ -3243,7 +3243,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 12, A(X12), H(HX12), 536870912); /* prefetch: X15's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero(R(GRAD1), 1451270144);
+  rt_zero_real(R(GRAD1), 1451270144);
   layer14_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 32 ranks, bf16 on the wire */
@@ -3259,7 +3259,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 11, A(X11), H(HX11), 536870912); /* prefetch: X14's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero(R(GRAD0), 1451270144);
+  rt_zero_real(R(GRAD0), 1451270144);
   layer13_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 32 ranks, bf16 on the wire */
@@ -3275,7 +3275,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 10, A(X10), H(HX10), 536870912); /* prefetch: X13's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero(R(GRAD1), 1451270144);
+  rt_zero_real(R(GRAD1), 1451270144);
   layer12_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 32 ranks, bf16 on the wire */
@@ -3291,7 +3291,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 9, A(X9), H(HX9), 536870912); /* prefetch: X12's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero(R(GRAD0), 1451270144);
+  rt_zero_real(R(GRAD0), 1451270144);
   layer11_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 32 ranks, bf16 on the wire */
@@ -3307,7 +3307,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 8, A(X8), H(HX8), 536870912); /* prefetch: X11's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero(R(GRAD1), 1451270144);
+  rt_zero_real(R(GRAD1), 1451270144);
   layer10_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 32 ranks, bf16 on the wire */
@@ -3323,7 +3323,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 7, A(X7), H(HX7), 536870912); /* prefetch: X10's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero(R(GRAD0), 1451270144);
+  rt_zero_real(R(GRAD0), 1451270144);
   layer9_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 32 ranks, bf16 on the wire */
@@ -3339,7 +3339,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 6, A(X6), H(HX6), 536870912); /* prefetch: X9's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero(R(GRAD1), 1451270144);
+  rt_zero_real(R(GRAD1), 1451270144);
   layer8_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 32 ranks, bf16 on the wire */
@@ -3355,7 +3355,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 5, A(X5), H(HX5), 536870912); /* prefetch: X8's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero(R(GRAD0), 1451270144);
+  rt_zero_real(R(GRAD0), 1451270144);
   layer7_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 32 ranks, bf16 on the wire */
@@ -3371,7 +3371,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 4, A(X4), H(HX4), 536870912); /* prefetch: X7's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero(R(GRAD1), 1451270144);
+  rt_zero_real(R(GRAD1), 1451270144);
   layer6_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 32 ranks, bf16 on the wire */
@@ -3387,7 +3387,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 3, A(X3), H(HX3), 536870912); /* prefetch: X6's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero(R(GRAD0), 1451270144);
+  rt_zero_real(R(GRAD0), 1451270144);
   layer5_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 32 ranks, bf16 on the wire */
@@ -3403,7 +3403,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 2, A(X2), H(HX2), 536870912); /* prefetch: X5's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero(R(GRAD1), 1451270144);
+  rt_zero_real(R(GRAD1), 1451270144);
   layer4_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 32 ranks, bf16 on the wire */
@@ -3419,7 +3419,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 1, A(X1), H(HX1), 536870912); /* prefetch: X4's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero(R(GRAD0), 1451270144);
+  rt_zero_real(R(GRAD0), 1451270144);
   layer3_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 32 ranks, bf16 on the wire */
@@ -3435,7 +3435,7 @@ void step_backward(RtCtx *c) {
   rt_offload_load(c, 0, A(X0), H(HX0), 536870912); /* prefetch: X3's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero(R(GRAD1), 1451270144);
+  rt_zero_real(R(GRAD1), 1451270144);
   layer2_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 32 ranks, bf16 on the wire */
@@ -3450,7 +3450,7 @@ void step_backward(RtCtx *c) {
   layer1_forward(c, true); /* recompute from X1 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero(R(GRAD0), 1451270144);
+  rt_zero_real(R(GRAD0), 1451270144);
   layer1_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 32 ranks, bf16 on the wire */
@@ -3463,7 +3463,7 @@ void step_backward(RtCtx *c) {
   layer0_forward(c, true); /* recompute from X0 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero(R(GRAD1), 1451270144);
+  rt_zero_real(R(GRAD1), 1451270144);
   layer0_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 32 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 32 ranks, bf16 on the wire */
@@ -3471,7 +3471,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("embedding backward");
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 131072000);
+  rt_zero_real(R(GRAD0), 131072000);
   rt_embedding_backward(DW(0), A(DX_A), I(INPUTS), 131072, 4096);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 32 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */

@@ -291,7 +291,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(L0_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
   rt_add(A(L0_RES), A(X0), A(WS_Y), 65536); /* residual */
   rt_rmsnorm_forward(A(L0_LN2), R(L0_RSTD2), A(L0_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L0_LOGITS), A(L0_LN2), W(49408), NULL, 512, 128, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(L0_LOGITS), A(L0_LN2), W(49408), 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L0_IDX), R(L0_WTS), R(L0_LOGITS), NULL, 512, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L0_POS), I(L0_OFFSETS), I(L0_IDX), 512, 8, 2);
@@ -320,7 +320,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(L1_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
   rt_add(A(L1_RES), A(X1), A(WS_Y), 65536); /* residual */
   rt_rmsnorm_forward(A(L1_LN2), R(L1_RSTD2), A(L1_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L1_LOGITS), A(L1_LN2), W(49408), NULL, 512, 128, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(L1_LOGITS), A(L1_LN2), W(49408), 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L1_IDX), R(L1_WTS), R(L1_LOGITS), NULL, 512, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L1_POS), I(L1_OFFSETS), I(L1_IDX), 512, 8, 2);
@@ -349,7 +349,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(L2_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
   rt_add(A(L2_RES), A(X2), A(WS_Y), 65536); /* residual */
   rt_rmsnorm_forward(A(L2_LN2), R(L2_RSTD2), A(L2_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L2_LOGITS), A(L2_LN2), W(49408), NULL, 512, 128, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(L2_LOGITS), A(L2_LN2), W(49408), 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L2_IDX), R(L2_WTS), R(L2_LOGITS), NULL, 512, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L2_POS), I(L2_OFFSETS), I(L2_IDX), 512, 8, 2);
@@ -378,7 +378,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Y), A(L3_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
   rt_add(A(L3_RES), A(X3), A(WS_Y), 65536); /* residual */
   rt_rmsnorm_forward(A(L3_LN2), R(L3_RSTD2), A(L3_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(L3_LOGITS), A(L3_LN2), W(49408), NULL, 512, 128, 8); /* router (mlp.gate) */
+  rt_router_logits_forward(R(L3_LOGITS), A(L3_LN2), W(49408), 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L3_IDX), R(L3_WTS), R(L3_LOGITS), NULL, 512, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L3_POS), I(L3_OFFSETS), I(L3_IDX), 512, 8, 2);
@@ -414,7 +414,7 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L3_LOGITS), I(L3_IDX), R(L3_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(49408), NULL, R(DLOGITS), A(L3_LN2), W(49408), 512, 128, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(49408), R(DLOGITS), A(L3_LN2), W(49408), 512, 128, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(49280), A(DLN), A(L3_RES), W(49280), R(L3_RSTD2), 512, 128);
   rt_zero(A(DATT), 65536);
@@ -452,7 +452,7 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L2_LOGITS), I(L2_IDX), R(L2_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(49408), NULL, R(DLOGITS), A(L2_LN2), W(49408), 512, 128, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(49408), R(DLOGITS), A(L2_LN2), W(49408), 512, 128, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(49280), A(DLN), A(L2_RES), W(49280), R(L2_RSTD2), 512, 128);
   rt_zero(A(DATT), 65536);
@@ -490,7 +490,7 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L1_LOGITS), I(L1_IDX), R(L1_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(49408), NULL, R(DLOGITS), A(L1_LN2), W(49408), 512, 128, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(49408), R(DLOGITS), A(L1_LN2), W(49408), 512, 128, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(49280), A(DLN), A(L1_RES), W(49280), R(L1_RSTD2), 512, 128);
   rt_zero(A(DATT), 65536);
@@ -528,7 +528,7 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L0_LOGITS), I(L0_IDX), R(L0_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(A(DLN), DW(49408), NULL, R(DLOGITS), A(L0_LN2), W(49408), 512, 128, 8); /* router */
+  rt_router_logits_backward(A(DLN), DW(49408), R(DLOGITS), A(L0_LN2), W(49408), 512, 128, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(49280), A(DLN), A(L0_RES), W(49280), R(L0_RSTD2), 512, 128);
   rt_zero(A(DATT), 65536);
@@ -604,7 +604,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, S(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
   c->dwd = R(GRAD1);
-  rt_zero(R(GRAD1), 32896);
+  rt_zero_real(R(GRAD1), 32896);
   rt_zero(A(DLN), 65536);
   rt_lm_head_ce_backward(A(DLN), DW(128), A(LNF), W(128), I(TARGETS), R(LSEF), 512, 128, 256, 256, R(CE), c->dloss);
   rt_zero(A(DX_A), 65536);
@@ -618,7 +618,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, S(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 148736;
-  rt_zero(R(GRAD0), 935168);
+  rt_zero_real(R(GRAD0), 935168);
   layer3_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 74368, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 2 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 148736, 393216, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 2 ranks, bf16 on the wire */
@@ -631,7 +631,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, S(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 148736;
-  rt_zero(R(GRAD1), 935168);
+  rt_zero_real(R(GRAD1), 935168);
   layer2_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 74368, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 2 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 148736, 393216, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 2 ranks, bf16 on the wire */
@@ -644,7 +644,7 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, S(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 148736;
-  rt_zero(R(GRAD0), 935168);
+  rt_zero_real(R(GRAD0), 935168);
   layer1_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 74368, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 2 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 148736, 393216, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 2 ranks, bf16 on the wire */
@@ -655,7 +655,7 @@ void step_backward(RtCtx *c) {
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 148736;
-  rt_zero(R(GRAD1), 935168);
+  rt_zero_real(R(GRAD1), 935168);
   layer0_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 74368, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 2 ranks, bf16 on the wire */
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 148736, 393216, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 2 ranks, bf16 on the wire */
@@ -663,7 +663,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("embedding backward");
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
   c->dwd = R(GRAD0);
-  rt_zero(R(GRAD0), 32768);
+  rt_zero_real(R(GRAD0), 32768);
   rt_embedding_backward(DW(0), A(DX_A), I(INPUTS), 512, 128);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 16384, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 2 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */

@@ -107,13 +107,13 @@ void rt_moe_permute(int32_t *pos, int *offsets, const int32_t *idx, int N, int E
   offsets[0] = 0;
 }
 
-void rt_moe_gather(real *xp, const real *x, const int32_t *pos, int N, int K, int C) {
+void rt_moe_gather(act *xp, const act *x, const int32_t *pos, int N, int K, int C) {
   for (int n = 0; n < N; n++)
     for (int j = 0; j < K; j++)
       memcpy(xp + (size_t)pos[n * K + j] * C, x + (size_t)n * C, sizeof(real) * (size_t)C);
 }
 
-void rt_moe_gather_backward(real *dx, const real *dxp, const int32_t *pos, int N, int K, int C) {
+void rt_moe_gather_backward(act *dx, const act *dxp, const int32_t *pos, int N, int K, int C) {
   for (int n = 0; n < N; n++)
     for (int j = 0; j < K; j++) {
       const real *g = dxp + (size_t)pos[n * K + j] * C;
@@ -121,7 +121,7 @@ void rt_moe_gather_backward(real *dx, const real *dxp, const int32_t *pos, int N
     }
 }
 
-void rt_moe_combine(real *y, const real *yp, const real *wts, const int32_t *pos, int N, int K, int C) {
+void rt_moe_combine(act *y, const act *yp, const real *wts, const int32_t *pos, int N, int K, int C) {
   for (int n = 0; n < N; n++)
     for (int j = 0; j < K; j++) {
       const real *r = yp + (size_t)pos[n * K + j] * C;
@@ -130,8 +130,8 @@ void rt_moe_combine(real *y, const real *yp, const real *wts, const int32_t *pos
     }
 }
 
-void rt_moe_combine_backward(real *dyp, real *dwts, const real *dy, const real *yp, const real *wts,
-                             const int32_t *pos, int N, int K, int C) {
+void rt_moe_combine_backward(act *dyp, real *dwts, const act *dy, const act *yp, const real *wts, const int32_t *pos,
+                             int N, int K, int C) {
   for (int n = 0; n < N; n++)
     for (int j = 0; j < K; j++) {
       size_t row = (size_t)pos[n * K + j] * C;
@@ -145,8 +145,8 @@ void rt_moe_combine_backward(real *dyp, real *dwts, const real *dy, const real *
     }
 }
 
-void rt_experts_forward(real *yp, real *g, real *u, real *h, const real *xp, const real *wg,
-                        const real *wu, const real *wd, const int *offsets, int E, int C, int F) {
+void rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const act *wg, const act *wu, const act *wd,
+                        const int *offsets, int E, int C, int F) {
   for (int e = 0; e < E; e++) {
     int r0 = offsets[e], rows = offsets[e + 1] - r0;
     if (!rows) continue;
@@ -162,10 +162,9 @@ void rt_experts_forward(real *yp, real *g, real *u, real *h, const real *xp, con
   }
 }
 
-void rt_experts_backward(real *dxp, real *dwg, real *dwu, real *dwd, const real *dyp, const real *xp,
-                         const real *g, const real *u, const real *h, const real *wg, const real *wu,
-                         const real *wd, const int *offsets, int E, int C, int F, real *dh, real *dg,
-                         real *du) {
+void rt_experts_backward(act *dxp, real *dwg, real *dwu, real *dwd, const act *dyp, const act *xp, const act *g,
+                         const act *u, const act *h, const act *wg, const act *wu, const act *wd, const int *offsets,
+                         int E, int C, int F, act *dh, act *dg, act *du) {
   for (int e = 0; e < E; e++) {
     int r0 = offsets[e], rows = offsets[e + 1] - r0;
     if (!rows) continue;
