@@ -163,7 +163,7 @@ void em_layout(Em *e) {
   for (int g = 0; g < e->ngroups; g++) {
     EmGroup *G = &e->groups[g];
     int64_t ranks = G->comm ? e->efsdp : e->fsdp;
-    G->full = round_up(G->elems, ranks * 4); /* shards of whole 16-byte vectors (cuda kernels) */
+    G->full = round_up(G->elems, ranks * 8); /* shards of whole 16-byte vectors of bf16 (cuda kernels) */
     G->shard = G->full / ranks;
     if (G->comm) max_expert = G->full > max_expert ? G->full : max_expert;
     else max_dense = G->full > max_dense ? G->full : max_dense;
@@ -189,9 +189,12 @@ void em_layout(Em *e) {
   buf(e, "TARGETS", N, "next-token targets (int32)");
   for (int l = 0; e->aux_free && l < e->L; l++)
     if (md->layers[l].kind == LAYER_MOE) buf(e, mem_printf(e->m, "L%d_LOAD", l), e->E, "tokens per expert this step (aux_free)");
-  for (int g = 0; e->state_host && g < e->ngroups; g++) /* the plan's params.bf16_shard */
+  /* the shards the all-gathers read, in the activation type: the plan's params.bf16_shard with
+   * the master on the host; with the master in HBM the plan casts one layer at a time
+   * (params.bf16_cast), the program keeps every shard cast (2 B x params / fsdp more) */
+  for (int g = 0; g < e->ngroups; g++)
     abuf(e, mem_printf(e->m, "%s_PARAM", e->groups[g].cname), e->groups[g].shard,
-         "its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step");
+         "its shard cast to the activation type, gathered from: refreshed after each optimizer step");
   e->scratch[EM_REAL] = e->top[EM_REAL], e->scratch[EM_ACT] = e->top[EM_ACT];
   /* units (embedding 0, layer l = l + 1, head L + 1): while one computes, the next P units' gathers
    * (P the plan's prefetch depth) are in flight into the other buffers of the pool, and in the

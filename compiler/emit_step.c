@@ -403,8 +403,8 @@ static void start_unit(Em *e, int u, const char *why) {
     if (g < 0) continue;
     const EmGroup *G = &e->groups[g];
     int b = u % (e->prefetch + 1);
-    P(e, "  rt_comm_all_gather_start(c->comm.%s, R(GATHERED%d)%s, %s(%s_%s), %lld, %d); /* %s: %lld ranks x %lld%s */\n",
-      kind_comm[k], b, in_unit(e, u, k), e->state_host ? "R" : "S", G->cname, e->state_host ? "PARAM" : "MASTER",
+    P(e, "  rt_comm_all_gather_start(c->comm.%s, R(GATHERED%d)%s, R(%s_PARAM), %lld, %d); /* %s: %lld ranks x %lld%s */\n",
+      kind_comm[k], b, in_unit(e, u, k), G->cname,
       (long long)G->shard, 2 * b + k, G->name, (long long)(k ? e->efsdp : e->fsdp), (long long)G->shard, why);
   }
 }
@@ -562,8 +562,8 @@ static void schedule(Em *e) {
 static void tables(Em *e) {
   P(e, "\n/* Parameter groups: sharded over the FSDP group (%lld ranks) or, for experts, over the\n"
        " * %lld ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the\n"
-       " * state arena (-1: a group of Muon matrices has no second moment), of its gathered-from shard\n"
-       " * in the arena (-1: gathered from the master). */\n",
+       " * state arena (-1: a group of Muon matrices has no second moment), and of the shard the\n"
+       " * all-gathers read in the activation arena. */\n",
     (long long)e->fsdp, (long long)e->efsdp);
   P(e, "const RtGroup step_groups[N_GROUPS] = {\n");
   for (int g = 0; g < e->ngroups; g++) {
@@ -571,7 +571,7 @@ static void tables(Em *e) {
     P(e, "    {\"%s\", %s, %lld, %lld, %s_MASTER, %s_GRAD, %s_ADAM_M, %s, %s},\n", G->name,
       G->comm ? "RT_GROUP_EXPERT_SHARD" : "RT_GROUP_FSDP", (long long)G->full, (long long)G->shard, G->cname,
       G->cname, G->cname, G->adamw ? mem_printf(e->m, "%s_ADAM_V", G->cname) : "-1",
-      e->state_host ? mem_printf(e->m, "%s_PARAM", G->cname) : "-1");
+      mem_printf(e->m, "%s_PARAM", G->cname));
   }
   P(e, "};\n\n/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,\n"
        " * Muon and its owner rank. */\n");

@@ -5,11 +5,11 @@
  *
  * The training step on the GPU (ops.c, comm_nccl.c, train_cuda.c) implements the same API as the
  * cpu backend (mtrt_ops.h, the collectives of mtrt_comm.h) over device pointers, so one
- * generated step.c drives either backend: its arena is one cudaMalloc, its `real` is float,
- * elementwise kernels come from the plan's kernels.cu (compiled with -DACT_FLOAT: fp32 storage),
- * GEMMs from cuBLAS with bf16 tensor-core math and fp32 accumulation
- * (CUBLAS_COMPUTE_32F_FAST_16BF), the routed experts from grouped GEMMs, collectives from NCCL.
- * Everything runs in order on one stream. Not yet run on a GPU.
+ * generated step.c drives either backend: each device arena is one cudaMalloc, its `real` is
+ * float and its activation type `act` bf16 (mtrt_cuda; fp32 in mtrt_cuda_f32act, for exact
+ * checks), elementwise kernels come from the plan's kernels.cu, GEMMs from cuBLAS with bf16
+ * operands and fp32 accumulation (fp32 operands in mtrt_cuda_f32act: $MTC_GEMM's math), the routed
+ * experts from grouped GEMMs, collectives from NCCL. Not yet run on a GPU.
  */
 #ifndef MTRT_CUDA_H
 #define MTRT_CUDA_H

@@ -16,8 +16,25 @@ typedef float real;
 
 /* The activation type `act`: activations and their gradients, gathered parameters and the
  * activation-offload arena (a generated program's activation arena, A(o)). Arithmetic is in
- * real (fp32); the cuda backend is to store act in bf16, as the plan's items count it (issue
- * 12); today it is real on both backends. */
+ * real (fp32). The cuda backend stores it in bf16 (MTRT_ACT_BF16: the upper 16 bits of an IEEE
+ * float, round to nearest even), as the plan's items count it; the cpu backend, and the cuda
+ * runtime built for exact checks (mtrt_cuda_f32act), keep real. Host code only moves act
+ * values; mtrt_act_float reads one. */
+#ifdef MTRT_ACT_BF16
+#include <stdint.h>
+#include <string.h>
+typedef struct {
+  uint16_t bits;
+} act;
+static inline float mtrt_act_float(act a) {
+  uint32_t u = (uint32_t)a.bits << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+#else
 typedef real act;
+static inline real mtrt_act_float(act a) { return a; }
+#endif
 
 #endif

@@ -50,8 +50,8 @@ typedef struct {
   int64_t shard;      /* elements per rank: full / ranks */
   int64_t master, grad, adam_m, adam_v; /* element offsets in the state arena; adam_v -1 for a group
                                            of Muon matrices only (Muon's momentum is adam_m) */
-  int64_t param;      /* element offset in the arena of the copy of the master shard that the
-                         all-gathers read (the plan keeps the master on the host), or -1 */
+  int64_t param;      /* element offset in the activation arena of the master shard cast to the
+                         activation type, which the all-gathers read */
 } RtGroup;
 
 /* Runs BODY for every piece of a tensor of group g inside the gathered range [lo, hi), with T

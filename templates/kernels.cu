@@ -5,8 +5,9 @@
 // compile-time constant; the program compiles it at start-up with NVRTC for the device's
 // architecture (sm_90a on Hopper), and `train --check-kernels` compiles it without a GPU.
 //
-// Storage type `act`: bf16 by default, fp32 with ACT_FLOAT (the generated program's arena keeps
-// fp32 today: one step.c for the cpu and cuda backends); arithmetic is always fp32. Row kernels
+// Storage type `act`: bf16 by default (the activation arena of the program's cuda build), fp32
+// with ACT_FLOAT (the runtime prepends it when built with fp32 activations, mtrt_cuda_f32act);
+// arithmetic is always fp32. Row kernels
 // use one block per token row and 16-byte accesses (VEC values per load); HIDDEN must be a
 // multiple of 8: mtc compile says so and `mtc build --backend cuda` refuses another (the #error
 // below is the last guard). Backward kernels ADD into the gradients they are given, as the cpu
@@ -307,6 +308,13 @@ extern "C" __global__ void accumulate(act *acc, const act *x, long n) {
   ((Vec *)acc)[i] = y;
 }
 
+// acc += x over n fp32 values (a reduce-scatter's result into a gradient shard, which may be in
+// pinned host memory); one thread per value.
+extern "C" __global__ void accumulate_f32(float *acc, const float *x, long n) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) acc[i] += x[i];
+}
+
 // x[i] = v for n fp32 values (a running maximum's -inf start).
 extern "C" __global__ void fill(float *x, float v, long n) {
   long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -527,7 +535,7 @@ extern "C" __global__ void cross_entropy_backward(act *dlogits, const float *log
 // Router: the TOP_K largest scores (+ bias, which only selects) of EXPERTS logits per token, ties
 // to the lower index; weights softmax over the selected logits (Mixtral) or, with SIGMOID, the
 // selected sigmoid scores normalized (DeepSeek-V3). One thread per token.
-extern "C" __global__ void router_topk(int *idx, float *wts, const float *logits, const float *bias, int sigmoid) {
+extern "C" __global__ void router_topk(int *idx, float *wts, const float *logits, const act *bias, int sigmoid) {
   int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= TOKENS) return;
   const float *l = logits + (size_t)n * EXPERTS;
@@ -537,7 +545,7 @@ extern "C" __global__ void router_topk(int *idx, float *wts, const float *logits
   for (int k = 0; k < TOP_K; k++) pick[k] = -1, val[k] = NEG_INF;
   for (int e = 0; e < EXPERTS; e++) {
     float s = sigmoid ? 1.f / (1.f + __expf(-l[e])) : l[e];
-    float key = s + (bias ? bias[e] : 0.f);
+    float key = s + (bias ? f32(bias[e]) : 0.f);
     // insertion into the sorted top list, as the cpu's top_k: past every empty slot and every
     // entry not >= key, so a NaN score still fills the list with valid experts
     int j = TOP_K;

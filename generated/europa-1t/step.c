@@ -579,156 +579,156 @@
 #define CE                      11772264064 /*  536870912: logits of one vocabulary chunk and their gradient */
 
 /* ---- the activation arena map (elements of act) ---- */
-#define EMBED_PARAM                       0 /*    4096000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L0_DENSE_PARAM              4096000 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L0_EXPERTS_PARAM            4450336 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L1_DENSE_PARAM             37480480 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L1_EXPERTS_PARAM           37834816 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L2_DENSE_PARAM             70864960 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L2_EXPERTS_PARAM           71219296 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L3_DENSE_PARAM            104249440 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L3_EXPERTS_PARAM          104603776 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L4_DENSE_PARAM            137633920 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L4_EXPERTS_PARAM          137988256 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L5_DENSE_PARAM            171018400 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L5_EXPERTS_PARAM          171372736 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L6_DENSE_PARAM            204402880 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L6_EXPERTS_PARAM          204757216 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L7_DENSE_PARAM            237787360 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L7_EXPERTS_PARAM          238141696 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L8_DENSE_PARAM            271171840 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L8_EXPERTS_PARAM          271526176 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L9_DENSE_PARAM            304556320 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L9_EXPERTS_PARAM          304910656 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L10_DENSE_PARAM           337940800 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L10_EXPERTS_PARAM         338295136 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L11_DENSE_PARAM           371325280 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L11_EXPERTS_PARAM         371679616 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L12_DENSE_PARAM           404709760 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L12_EXPERTS_PARAM         405064096 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L13_DENSE_PARAM           438094240 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L13_EXPERTS_PARAM         438448576 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L14_DENSE_PARAM           471478720 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L14_EXPERTS_PARAM         471833056 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L15_DENSE_PARAM           504863200 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L15_EXPERTS_PARAM         505217536 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L16_DENSE_PARAM           538247680 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L16_EXPERTS_PARAM         538602016 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L17_DENSE_PARAM           571632160 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L17_EXPERTS_PARAM         571986496 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L18_DENSE_PARAM           605016640 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L18_EXPERTS_PARAM         605370976 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L19_DENSE_PARAM           638401120 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L19_EXPERTS_PARAM         638755456 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L20_DENSE_PARAM           671785600 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L20_EXPERTS_PARAM         672139936 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L21_DENSE_PARAM           705170080 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L21_EXPERTS_PARAM         705524416 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L22_DENSE_PARAM           738554560 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L22_EXPERTS_PARAM         738908896 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L23_DENSE_PARAM           771939040 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L23_EXPERTS_PARAM         772293376 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L24_DENSE_PARAM           805323520 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L24_EXPERTS_PARAM         805677856 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L25_DENSE_PARAM           838708000 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L25_EXPERTS_PARAM         839062336 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L26_DENSE_PARAM           872092480 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L26_EXPERTS_PARAM         872446816 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L27_DENSE_PARAM           905476960 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L27_EXPERTS_PARAM         905831296 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L28_DENSE_PARAM           938861440 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L28_EXPERTS_PARAM         939215776 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L29_DENSE_PARAM           972245920 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L29_EXPERTS_PARAM         972600256 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L30_DENSE_PARAM          1005630400 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L30_EXPERTS_PARAM        1005984736 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L31_DENSE_PARAM          1039014880 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L31_EXPERTS_PARAM        1039369216 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L32_DENSE_PARAM          1072399360 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L32_EXPERTS_PARAM        1072753696 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L33_DENSE_PARAM          1105783840 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L33_EXPERTS_PARAM        1106138176 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L34_DENSE_PARAM          1139168320 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L34_EXPERTS_PARAM        1139522656 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L35_DENSE_PARAM          1172552800 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L35_EXPERTS_PARAM        1172907136 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L36_DENSE_PARAM          1205937280 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L36_EXPERTS_PARAM        1206291616 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L37_DENSE_PARAM          1239321760 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L37_EXPERTS_PARAM        1239676096 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L38_DENSE_PARAM          1272706240 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L38_EXPERTS_PARAM        1273060576 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L39_DENSE_PARAM          1306090720 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L39_EXPERTS_PARAM        1306445056 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L40_DENSE_PARAM          1339475200 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L40_EXPERTS_PARAM        1339829536 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L41_DENSE_PARAM          1372859680 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L41_EXPERTS_PARAM        1373214016 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L42_DENSE_PARAM          1406244160 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L42_EXPERTS_PARAM        1406598496 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L43_DENSE_PARAM          1439628640 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L43_EXPERTS_PARAM        1439982976 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L44_DENSE_PARAM          1473013120 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L44_EXPERTS_PARAM        1473367456 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L45_DENSE_PARAM          1506397600 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L45_EXPERTS_PARAM        1506751936 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L46_DENSE_PARAM          1539782080 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L46_EXPERTS_PARAM        1540136416 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L47_DENSE_PARAM          1573166560 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L47_EXPERTS_PARAM        1573520896 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L48_DENSE_PARAM          1606551040 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L48_EXPERTS_PARAM        1606905376 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L49_DENSE_PARAM          1639935520 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L49_EXPERTS_PARAM        1640289856 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L50_DENSE_PARAM          1673320000 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L50_EXPERTS_PARAM        1673674336 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L51_DENSE_PARAM          1706704480 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L51_EXPERTS_PARAM        1707058816 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L52_DENSE_PARAM          1740088960 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L52_EXPERTS_PARAM        1740443296 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L53_DENSE_PARAM          1773473440 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L53_EXPERTS_PARAM        1773827776 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L54_DENSE_PARAM          1806857920 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L54_EXPERTS_PARAM        1807212256 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L55_DENSE_PARAM          1840242400 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L55_EXPERTS_PARAM        1840596736 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L56_DENSE_PARAM          1873626880 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L56_EXPERTS_PARAM        1873981216 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L57_DENSE_PARAM          1907011360 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L57_EXPERTS_PARAM        1907365696 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L58_DENSE_PARAM          1940395840 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L58_EXPERTS_PARAM        1940750176 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L59_DENSE_PARAM          1973780320 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L59_EXPERTS_PARAM        1974134656 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L60_DENSE_PARAM          2007164800 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L60_EXPERTS_PARAM        2007519136 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L61_DENSE_PARAM          2040549280 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L61_EXPERTS_PARAM        2040903616 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L62_DENSE_PARAM          2073933760 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L62_EXPERTS_PARAM        2074288096 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L63_DENSE_PARAM          2107318240 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L63_EXPERTS_PARAM        2107672576 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L64_DENSE_PARAM          2140702720 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L64_EXPERTS_PARAM        2141057056 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L65_DENSE_PARAM          2174087200 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L65_EXPERTS_PARAM        2174441536 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L66_DENSE_PARAM          2207471680 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L66_EXPERTS_PARAM        2207826016 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L67_DENSE_PARAM          2240856160 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L67_EXPERTS_PARAM        2241210496 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L68_DENSE_PARAM          2274240640 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L68_EXPERTS_PARAM        2274594976 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L69_DENSE_PARAM          2307625120 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L69_EXPERTS_PARAM        2307979456 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L70_DENSE_PARAM          2341009600 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L70_EXPERTS_PARAM        2341363936 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L71_DENSE_PARAM          2374394080 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L71_EXPERTS_PARAM        2374748416 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L72_DENSE_PARAM          2407778560 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L72_EXPERTS_PARAM        2408132896 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L73_DENSE_PARAM          2441163040 /*     354336: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L73_EXPERTS_PARAM        2441517376 /*   33030144: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define HEAD_PARAM               2474547520 /*    4096016: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define EMBED_PARAM                       0 /*    4096000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_DENSE_PARAM              4096000 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_EXPERTS_PARAM            4450336 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_DENSE_PARAM             37480480 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_EXPERTS_PARAM           37834816 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_DENSE_PARAM             70864960 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_EXPERTS_PARAM           71219296 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_DENSE_PARAM            104249440 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_EXPERTS_PARAM          104603776 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_DENSE_PARAM            137633920 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_EXPERTS_PARAM          137988256 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_DENSE_PARAM            171018400 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_EXPERTS_PARAM          171372736 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_DENSE_PARAM            204402880 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_EXPERTS_PARAM          204757216 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_DENSE_PARAM            237787360 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_EXPERTS_PARAM          238141696 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_DENSE_PARAM            271171840 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_EXPERTS_PARAM          271526176 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_DENSE_PARAM            304556320 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_EXPERTS_PARAM          304910656 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_DENSE_PARAM           337940800 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_EXPERTS_PARAM         338295136 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_DENSE_PARAM           371325280 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_EXPERTS_PARAM         371679616 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_DENSE_PARAM           404709760 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_EXPERTS_PARAM         405064096 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_DENSE_PARAM           438094240 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_EXPERTS_PARAM         438448576 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_DENSE_PARAM           471478720 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_EXPERTS_PARAM         471833056 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_DENSE_PARAM           504863200 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_EXPERTS_PARAM         505217536 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_DENSE_PARAM           538247680 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_EXPERTS_PARAM         538602016 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_DENSE_PARAM           571632160 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_EXPERTS_PARAM         571986496 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_DENSE_PARAM           605016640 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_EXPERTS_PARAM         605370976 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_DENSE_PARAM           638401120 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_EXPERTS_PARAM         638755456 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_DENSE_PARAM           671785600 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_EXPERTS_PARAM         672139936 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_DENSE_PARAM           705170080 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_EXPERTS_PARAM         705524416 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_DENSE_PARAM           738554560 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_EXPERTS_PARAM         738908896 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_DENSE_PARAM           771939040 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_EXPERTS_PARAM         772293376 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_DENSE_PARAM           805323520 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_EXPERTS_PARAM         805677856 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_DENSE_PARAM           838708000 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_EXPERTS_PARAM         839062336 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_DENSE_PARAM           872092480 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_EXPERTS_PARAM         872446816 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_DENSE_PARAM           905476960 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_EXPERTS_PARAM         905831296 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_DENSE_PARAM           938861440 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_EXPERTS_PARAM         939215776 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_DENSE_PARAM           972245920 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_EXPERTS_PARAM         972600256 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_DENSE_PARAM          1005630400 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_EXPERTS_PARAM        1005984736 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_DENSE_PARAM          1039014880 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_EXPERTS_PARAM        1039369216 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L32_DENSE_PARAM          1072399360 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L32_EXPERTS_PARAM        1072753696 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L33_DENSE_PARAM          1105783840 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L33_EXPERTS_PARAM        1106138176 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L34_DENSE_PARAM          1139168320 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L34_EXPERTS_PARAM        1139522656 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L35_DENSE_PARAM          1172552800 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L35_EXPERTS_PARAM        1172907136 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L36_DENSE_PARAM          1205937280 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L36_EXPERTS_PARAM        1206291616 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L37_DENSE_PARAM          1239321760 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L37_EXPERTS_PARAM        1239676096 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L38_DENSE_PARAM          1272706240 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L38_EXPERTS_PARAM        1273060576 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L39_DENSE_PARAM          1306090720 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L39_EXPERTS_PARAM        1306445056 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L40_DENSE_PARAM          1339475200 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L40_EXPERTS_PARAM        1339829536 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L41_DENSE_PARAM          1372859680 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L41_EXPERTS_PARAM        1373214016 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L42_DENSE_PARAM          1406244160 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L42_EXPERTS_PARAM        1406598496 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L43_DENSE_PARAM          1439628640 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L43_EXPERTS_PARAM        1439982976 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L44_DENSE_PARAM          1473013120 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L44_EXPERTS_PARAM        1473367456 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L45_DENSE_PARAM          1506397600 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L45_EXPERTS_PARAM        1506751936 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L46_DENSE_PARAM          1539782080 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L46_EXPERTS_PARAM        1540136416 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L47_DENSE_PARAM          1573166560 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L47_EXPERTS_PARAM        1573520896 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L48_DENSE_PARAM          1606551040 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L48_EXPERTS_PARAM        1606905376 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L49_DENSE_PARAM          1639935520 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L49_EXPERTS_PARAM        1640289856 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L50_DENSE_PARAM          1673320000 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L50_EXPERTS_PARAM        1673674336 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L51_DENSE_PARAM          1706704480 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L51_EXPERTS_PARAM        1707058816 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L52_DENSE_PARAM          1740088960 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L52_EXPERTS_PARAM        1740443296 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L53_DENSE_PARAM          1773473440 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L53_EXPERTS_PARAM        1773827776 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L54_DENSE_PARAM          1806857920 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L54_EXPERTS_PARAM        1807212256 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L55_DENSE_PARAM          1840242400 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L55_EXPERTS_PARAM        1840596736 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L56_DENSE_PARAM          1873626880 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L56_EXPERTS_PARAM        1873981216 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L57_DENSE_PARAM          1907011360 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L57_EXPERTS_PARAM        1907365696 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L58_DENSE_PARAM          1940395840 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L58_EXPERTS_PARAM        1940750176 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L59_DENSE_PARAM          1973780320 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L59_EXPERTS_PARAM        1974134656 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L60_DENSE_PARAM          2007164800 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L60_EXPERTS_PARAM        2007519136 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L61_DENSE_PARAM          2040549280 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L61_EXPERTS_PARAM        2040903616 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L62_DENSE_PARAM          2073933760 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L62_EXPERTS_PARAM        2074288096 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L63_DENSE_PARAM          2107318240 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L63_EXPERTS_PARAM        2107672576 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L64_DENSE_PARAM          2140702720 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L64_EXPERTS_PARAM        2141057056 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L65_DENSE_PARAM          2174087200 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L65_EXPERTS_PARAM        2174441536 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L66_DENSE_PARAM          2207471680 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L66_EXPERTS_PARAM        2207826016 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L67_DENSE_PARAM          2240856160 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L67_EXPERTS_PARAM        2241210496 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L68_DENSE_PARAM          2274240640 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L68_EXPERTS_PARAM        2274594976 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L69_DENSE_PARAM          2307625120 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L69_EXPERTS_PARAM        2307979456 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L70_DENSE_PARAM          2341009600 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L70_EXPERTS_PARAM        2341363936 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L71_DENSE_PARAM          2374394080 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L71_EXPERTS_PARAM        2374748416 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L72_DENSE_PARAM          2407778560 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L72_EXPERTS_PARAM        2408132896 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L73_DENSE_PARAM          2441163040 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L73_EXPERTS_PARAM        2441517376 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define HEAD_PARAM               2474547520 /*    4096016: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
 #define GATHERED0                2478643536 /* 3306958848: units u with u % 2 = 0: parameters all-gathered, dense then experts */
 #define GATHERED1                5785602384 /* 3306958848: units u with u % 2 = 1: parameters all-gathered, dense then experts */
 #define XSLOT0                   9092561232 /*  402653184: boundaries l with l % 3 = 0 (residual stream) */
@@ -925,8 +925,8 @@
 
 /* Parameter groups: sharded over the FSDP group (384 ranks) or, for experts, over the
  * 96 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
- * state arena (-1: a group of Muon matrices has no second moment), of its gathered-from shard
- * in the arena (-1: gathered from the master). */
+ * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
+ * all-gathers read in the activation arena. */
 const RtGroup step_groups[N_GROUPS] = {
     {"embedding", RT_GROUP_FSDP, 1572864000, 4096000, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},
     {"layer 0 dense", RT_GROUP_FSDP, 136065024, 354336, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, L0_DENSE_PARAM},

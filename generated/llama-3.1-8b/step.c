@@ -270,414 +270,448 @@
 #define CE                       2110308352 /*   67108864: logits of one vocabulary chunk and their gradient */
 
 /* ---- the activation arena map (elements of act) ---- */
-#define GATHERED0                         0 /*  525340672: units u with u % 2 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                 525340672 /*  525340672: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define X0                       1050681344 /*   33554432: boundary: input of layer 0 (residual stream) */
-#define X1                       1084235776 /*   33554432: boundary: input of layer 1 (residual stream) */
-#define X2                       1117790208 /*   33554432: boundary: input of layer 2 (residual stream) */
-#define X3                       1151344640 /*   33554432: boundary: input of layer 3 (residual stream) */
-#define X4                       1184899072 /*   33554432: boundary: input of layer 4 (residual stream) */
-#define X5                       1218453504 /*   33554432: boundary: input of layer 5 (residual stream) */
-#define X6                       1252007936 /*   33554432: boundary: input of layer 6 (residual stream) */
-#define X7                       1285562368 /*   33554432: boundary: input of layer 7 (residual stream) */
-#define X8                       1319116800 /*   33554432: boundary: input of layer 8 (residual stream) */
-#define X9                       1352671232 /*   33554432: boundary: input of layer 9 (residual stream) */
-#define X10                      1386225664 /*   33554432: boundary: input of layer 10 (residual stream) */
-#define X11                      1419780096 /*   33554432: boundary: input of layer 11 (residual stream) */
-#define X12                      1453334528 /*   33554432: boundary: input of layer 12 (residual stream) */
-#define X13                      1486888960 /*   33554432: boundary: input of layer 13 (residual stream) */
-#define X14                      1520443392 /*   33554432: boundary: input of layer 14 (residual stream) */
-#define X15                      1553997824 /*   33554432: boundary: input of layer 15 (residual stream) */
-#define X16                      1587552256 /*   33554432: boundary: input of layer 16 (residual stream) */
-#define X17                      1621106688 /*   33554432: boundary: input of layer 17 (residual stream) */
-#define X18                      1654661120 /*   33554432: boundary: input of layer 18 (residual stream) */
-#define X19                      1688215552 /*   33554432: boundary: input of layer 19 (residual stream) */
-#define X20                      1721769984 /*   33554432: boundary: input of layer 20 (residual stream) */
-#define X21                      1755324416 /*   33554432: boundary: input of layer 21 (residual stream) */
-#define X22                      1788878848 /*   33554432: boundary: input of layer 22 (residual stream) */
-#define X23                      1822433280 /*   33554432: boundary: input of layer 23 (residual stream) */
-#define X24                      1855987712 /*   33554432: boundary: input of layer 24 (residual stream) */
-#define X25                      1889542144 /*   33554432: boundary: input of layer 25 (residual stream) */
-#define X26                      1923096576 /*   33554432: boundary: input of layer 26 (residual stream) */
-#define X27                      1956651008 /*   33554432: boundary: input of layer 27 (residual stream) */
-#define X28                      1990205440 /*   33554432: boundary: input of layer 28 (residual stream) */
-#define X29                      2023759872 /*   33554432: boundary: input of layer 29 (residual stream) */
-#define X30                      2057314304 /*   33554432: boundary: input of layer 30 (residual stream) */
-#define X31                      2090868736 /*   33554432: boundary: input of layer 31 (residual stream) */
-#define X32                      2124423168 /*   33554432: output of the last layer */
-#define L0_LN1                   2157977600 /*   33554432: attention norm output */
-#define L0_Q                     2191532032 /*   33554432: queries (rotated) */
-#define L0_K                     2225086464 /*    8388608: keys (rotated) */
-#define L0_V                     2233475072 /*    8388608: values */
-#define L0_ATT                   2241863680 /*   33554432: attention output */
-#define L0_RES                   2275418112 /*   33554432: residual stream after attention */
-#define L0_LN2                   2308972544 /*   33554432: mlp norm output */
-#define L0_G                     2342526976 /*  117440512: mlp gate */
-#define L0_U                     2459967488 /*  117440512: mlp up */
-#define L0_H                     2577408000 /*  117440512: mlp activation */
-#define L1_LN1                   2694848512 /*   33554432: attention norm output */
-#define L1_Q                     2728402944 /*   33554432: queries (rotated) */
-#define L1_K                     2761957376 /*    8388608: keys (rotated) */
-#define L1_V                     2770345984 /*    8388608: values */
-#define L1_ATT                   2778734592 /*   33554432: attention output */
-#define L1_RES                   2812289024 /*   33554432: residual stream after attention */
-#define L1_LN2                   2845843456 /*   33554432: mlp norm output */
-#define L1_G                     2879397888 /*  117440512: mlp gate */
-#define L1_U                     2996838400 /*  117440512: mlp up */
-#define L1_H                     3114278912 /*  117440512: mlp activation */
-#define L2_LN1                   3231719424 /*   33554432: attention norm output */
-#define L2_Q                     3265273856 /*   33554432: queries (rotated) */
-#define L2_K                     3298828288 /*    8388608: keys (rotated) */
-#define L2_V                     3307216896 /*    8388608: values */
-#define L2_ATT                   3315605504 /*   33554432: attention output */
-#define L2_RES                   3349159936 /*   33554432: residual stream after attention */
-#define L2_LN2                   3382714368 /*   33554432: mlp norm output */
-#define L2_G                     3416268800 /*  117440512: mlp gate */
-#define L2_U                     3533709312 /*  117440512: mlp up */
-#define L2_H                     3651149824 /*  117440512: mlp activation */
-#define L3_LN1                   3768590336 /*   33554432: attention norm output */
-#define L3_Q                     3802144768 /*   33554432: queries (rotated) */
-#define L3_K                     3835699200 /*    8388608: keys (rotated) */
-#define L3_V                     3844087808 /*    8388608: values */
-#define L3_ATT                   3852476416 /*   33554432: attention output */
-#define L3_RES                   3886030848 /*   33554432: residual stream after attention */
-#define L3_LN2                   3919585280 /*   33554432: mlp norm output */
-#define L3_G                     3953139712 /*  117440512: mlp gate */
-#define L3_U                     4070580224 /*  117440512: mlp up */
-#define L3_H                     4188020736 /*  117440512: mlp activation */
-#define L4_LN1                   4305461248 /*   33554432: attention norm output */
-#define L4_Q                     4339015680 /*   33554432: queries (rotated) */
-#define L4_K                     4372570112 /*    8388608: keys (rotated) */
-#define L4_V                     4380958720 /*    8388608: values */
-#define L4_ATT                   4389347328 /*   33554432: attention output */
-#define L4_RES                   4422901760 /*   33554432: residual stream after attention */
-#define L4_LN2                   4456456192 /*   33554432: mlp norm output */
-#define L4_G                     4490010624 /*  117440512: mlp gate */
-#define L4_U                     4607451136 /*  117440512: mlp up */
-#define L4_H                     4724891648 /*  117440512: mlp activation */
-#define L5_LN1                   4842332160 /*   33554432: attention norm output */
-#define L5_Q                     4875886592 /*   33554432: queries (rotated) */
-#define L5_K                     4909441024 /*    8388608: keys (rotated) */
-#define L5_V                     4917829632 /*    8388608: values */
-#define L5_ATT                   4926218240 /*   33554432: attention output */
-#define L5_RES                   4959772672 /*   33554432: residual stream after attention */
-#define L5_LN2                   4993327104 /*   33554432: mlp norm output */
-#define L5_G                     5026881536 /*  117440512: mlp gate */
-#define L5_U                     5144322048 /*  117440512: mlp up */
-#define L5_H                     5261762560 /*  117440512: mlp activation */
-#define L6_LN1                   5379203072 /*   33554432: attention norm output */
-#define L6_Q                     5412757504 /*   33554432: queries (rotated) */
-#define L6_K                     5446311936 /*    8388608: keys (rotated) */
-#define L6_V                     5454700544 /*    8388608: values */
-#define L6_ATT                   5463089152 /*   33554432: attention output */
-#define L6_RES                   5496643584 /*   33554432: residual stream after attention */
-#define L6_LN2                   5530198016 /*   33554432: mlp norm output */
-#define L6_G                     5563752448 /*  117440512: mlp gate */
-#define L6_U                     5681192960 /*  117440512: mlp up */
-#define L6_H                     5798633472 /*  117440512: mlp activation */
-#define L7_LN1                   5916073984 /*   33554432: attention norm output */
-#define L7_Q                     5949628416 /*   33554432: queries (rotated) */
-#define L7_K                     5983182848 /*    8388608: keys (rotated) */
-#define L7_V                     5991571456 /*    8388608: values */
-#define L7_ATT                   5999960064 /*   33554432: attention output */
-#define L7_RES                   6033514496 /*   33554432: residual stream after attention */
-#define L7_LN2                   6067068928 /*   33554432: mlp norm output */
-#define L7_G                     6100623360 /*  117440512: mlp gate */
-#define L7_U                     6218063872 /*  117440512: mlp up */
-#define L7_H                     6335504384 /*  117440512: mlp activation */
-#define L8_LN1                   6452944896 /*   33554432: attention norm output */
-#define L8_Q                     6486499328 /*   33554432: queries (rotated) */
-#define L8_K                     6520053760 /*    8388608: keys (rotated) */
-#define L8_V                     6528442368 /*    8388608: values */
-#define L8_ATT                   6536830976 /*   33554432: attention output */
-#define L8_RES                   6570385408 /*   33554432: residual stream after attention */
-#define L8_LN2                   6603939840 /*   33554432: mlp norm output */
-#define L8_G                     6637494272 /*  117440512: mlp gate */
-#define L8_U                     6754934784 /*  117440512: mlp up */
-#define L8_H                     6872375296 /*  117440512: mlp activation */
-#define L9_LN1                   6989815808 /*   33554432: attention norm output */
-#define L9_Q                     7023370240 /*   33554432: queries (rotated) */
-#define L9_K                     7056924672 /*    8388608: keys (rotated) */
-#define L9_V                     7065313280 /*    8388608: values */
-#define L9_ATT                   7073701888 /*   33554432: attention output */
-#define L9_RES                   7107256320 /*   33554432: residual stream after attention */
-#define L9_LN2                   7140810752 /*   33554432: mlp norm output */
-#define L9_G                     7174365184 /*  117440512: mlp gate */
-#define L9_U                     7291805696 /*  117440512: mlp up */
-#define L9_H                     7409246208 /*  117440512: mlp activation */
-#define L10_LN1                  7526686720 /*   33554432: attention norm output */
-#define L10_Q                    7560241152 /*   33554432: queries (rotated) */
-#define L10_K                    7593795584 /*    8388608: keys (rotated) */
-#define L10_V                    7602184192 /*    8388608: values */
-#define L10_ATT                  7610572800 /*   33554432: attention output */
-#define L10_RES                  7644127232 /*   33554432: residual stream after attention */
-#define L10_LN2                  7677681664 /*   33554432: mlp norm output */
-#define L10_G                    7711236096 /*  117440512: mlp gate */
-#define L10_U                    7828676608 /*  117440512: mlp up */
-#define L10_H                    7946117120 /*  117440512: mlp activation */
-#define L11_LN1                  8063557632 /*   33554432: attention norm output */
-#define L11_Q                    8097112064 /*   33554432: queries (rotated) */
-#define L11_K                    8130666496 /*    8388608: keys (rotated) */
-#define L11_V                    8139055104 /*    8388608: values */
-#define L11_ATT                  8147443712 /*   33554432: attention output */
-#define L11_RES                  8180998144 /*   33554432: residual stream after attention */
-#define L11_LN2                  8214552576 /*   33554432: mlp norm output */
-#define L11_G                    8248107008 /*  117440512: mlp gate */
-#define L11_U                    8365547520 /*  117440512: mlp up */
-#define L11_H                    8482988032 /*  117440512: mlp activation */
-#define L12_LN1                  8600428544 /*   33554432: attention norm output */
-#define L12_Q                    8633982976 /*   33554432: queries (rotated) */
-#define L12_K                    8667537408 /*    8388608: keys (rotated) */
-#define L12_V                    8675926016 /*    8388608: values */
-#define L12_ATT                  8684314624 /*   33554432: attention output */
-#define L12_RES                  8717869056 /*   33554432: residual stream after attention */
-#define L12_LN2                  8751423488 /*   33554432: mlp norm output */
-#define L12_G                    8784977920 /*  117440512: mlp gate */
-#define L12_U                    8902418432 /*  117440512: mlp up */
-#define L12_H                    9019858944 /*  117440512: mlp activation */
-#define L13_LN1                  9137299456 /*   33554432: attention norm output */
-#define L13_Q                    9170853888 /*   33554432: queries (rotated) */
-#define L13_K                    9204408320 /*    8388608: keys (rotated) */
-#define L13_V                    9212796928 /*    8388608: values */
-#define L13_ATT                  9221185536 /*   33554432: attention output */
-#define L13_RES                  9254739968 /*   33554432: residual stream after attention */
-#define L13_LN2                  9288294400 /*   33554432: mlp norm output */
-#define L13_G                    9321848832 /*  117440512: mlp gate */
-#define L13_U                    9439289344 /*  117440512: mlp up */
-#define L13_H                    9556729856 /*  117440512: mlp activation */
-#define L14_LN1                  9674170368 /*   33554432: attention norm output */
-#define L14_Q                    9707724800 /*   33554432: queries (rotated) */
-#define L14_K                    9741279232 /*    8388608: keys (rotated) */
-#define L14_V                    9749667840 /*    8388608: values */
-#define L14_ATT                  9758056448 /*   33554432: attention output */
-#define L14_RES                  9791610880 /*   33554432: residual stream after attention */
-#define L14_LN2                  9825165312 /*   33554432: mlp norm output */
-#define L14_G                    9858719744 /*  117440512: mlp gate */
-#define L14_U                    9976160256 /*  117440512: mlp up */
-#define L14_H                   10093600768 /*  117440512: mlp activation */
-#define L15_LN1                 10211041280 /*   33554432: attention norm output */
-#define L15_Q                   10244595712 /*   33554432: queries (rotated) */
-#define L15_K                   10278150144 /*    8388608: keys (rotated) */
-#define L15_V                   10286538752 /*    8388608: values */
-#define L15_ATT                 10294927360 /*   33554432: attention output */
-#define L15_RES                 10328481792 /*   33554432: residual stream after attention */
-#define L15_LN2                 10362036224 /*   33554432: mlp norm output */
-#define L15_G                   10395590656 /*  117440512: mlp gate */
-#define L15_U                   10513031168 /*  117440512: mlp up */
-#define L15_H                   10630471680 /*  117440512: mlp activation */
-#define L16_LN1                 10747912192 /*   33554432: attention norm output */
-#define L16_Q                   10781466624 /*   33554432: queries (rotated) */
-#define L16_K                   10815021056 /*    8388608: keys (rotated) */
-#define L16_V                   10823409664 /*    8388608: values */
-#define L16_ATT                 10831798272 /*   33554432: attention output */
-#define L16_RES                 10865352704 /*   33554432: residual stream after attention */
-#define L16_LN2                 10898907136 /*   33554432: mlp norm output */
-#define L16_G                   10932461568 /*  117440512: mlp gate */
-#define L16_U                   11049902080 /*  117440512: mlp up */
-#define L16_H                   11167342592 /*  117440512: mlp activation */
-#define L17_LN1                 11284783104 /*   33554432: attention norm output */
-#define L17_Q                   11318337536 /*   33554432: queries (rotated) */
-#define L17_K                   11351891968 /*    8388608: keys (rotated) */
-#define L17_V                   11360280576 /*    8388608: values */
-#define L17_ATT                 11368669184 /*   33554432: attention output */
-#define L17_RES                 11402223616 /*   33554432: residual stream after attention */
-#define L17_LN2                 11435778048 /*   33554432: mlp norm output */
-#define L17_G                   11469332480 /*  117440512: mlp gate */
-#define L17_U                   11586772992 /*  117440512: mlp up */
-#define L17_H                   11704213504 /*  117440512: mlp activation */
-#define L18_LN1                 11821654016 /*   33554432: attention norm output */
-#define L18_Q                   11855208448 /*   33554432: queries (rotated) */
-#define L18_K                   11888762880 /*    8388608: keys (rotated) */
-#define L18_V                   11897151488 /*    8388608: values */
-#define L18_ATT                 11905540096 /*   33554432: attention output */
-#define L18_RES                 11939094528 /*   33554432: residual stream after attention */
-#define L18_LN2                 11972648960 /*   33554432: mlp norm output */
-#define L18_G                   12006203392 /*  117440512: mlp gate */
-#define L18_U                   12123643904 /*  117440512: mlp up */
-#define L18_H                   12241084416 /*  117440512: mlp activation */
-#define L19_LN1                 12358524928 /*   33554432: attention norm output */
-#define L19_Q                   12392079360 /*   33554432: queries (rotated) */
-#define L19_K                   12425633792 /*    8388608: keys (rotated) */
-#define L19_V                   12434022400 /*    8388608: values */
-#define L19_ATT                 12442411008 /*   33554432: attention output */
-#define L19_RES                 12475965440 /*   33554432: residual stream after attention */
-#define L19_LN2                 12509519872 /*   33554432: mlp norm output */
-#define L19_G                   12543074304 /*  117440512: mlp gate */
-#define L19_U                   12660514816 /*  117440512: mlp up */
-#define L19_H                   12777955328 /*  117440512: mlp activation */
-#define L20_LN1                 12895395840 /*   33554432: attention norm output */
-#define L20_Q                   12928950272 /*   33554432: queries (rotated) */
-#define L20_K                   12962504704 /*    8388608: keys (rotated) */
-#define L20_V                   12970893312 /*    8388608: values */
-#define L20_ATT                 12979281920 /*   33554432: attention output */
-#define L20_RES                 13012836352 /*   33554432: residual stream after attention */
-#define L20_LN2                 13046390784 /*   33554432: mlp norm output */
-#define L20_G                   13079945216 /*  117440512: mlp gate */
-#define L20_U                   13197385728 /*  117440512: mlp up */
-#define L20_H                   13314826240 /*  117440512: mlp activation */
-#define L21_LN1                 13432266752 /*   33554432: attention norm output */
-#define L21_Q                   13465821184 /*   33554432: queries (rotated) */
-#define L21_K                   13499375616 /*    8388608: keys (rotated) */
-#define L21_V                   13507764224 /*    8388608: values */
-#define L21_ATT                 13516152832 /*   33554432: attention output */
-#define L21_RES                 13549707264 /*   33554432: residual stream after attention */
-#define L21_LN2                 13583261696 /*   33554432: mlp norm output */
-#define L21_G                   13616816128 /*  117440512: mlp gate */
-#define L21_U                   13734256640 /*  117440512: mlp up */
-#define L21_H                   13851697152 /*  117440512: mlp activation */
-#define L22_LN1                 13969137664 /*   33554432: attention norm output */
-#define L22_Q                   14002692096 /*   33554432: queries (rotated) */
-#define L22_K                   14036246528 /*    8388608: keys (rotated) */
-#define L22_V                   14044635136 /*    8388608: values */
-#define L22_ATT                 14053023744 /*   33554432: attention output */
-#define L22_RES                 14086578176 /*   33554432: residual stream after attention */
-#define L22_LN2                 14120132608 /*   33554432: mlp norm output */
-#define L22_G                   14153687040 /*  117440512: mlp gate */
-#define L22_U                   14271127552 /*  117440512: mlp up */
-#define L22_H                   14388568064 /*  117440512: mlp activation */
-#define L23_LN1                 14506008576 /*   33554432: attention norm output */
-#define L23_Q                   14539563008 /*   33554432: queries (rotated) */
-#define L23_K                   14573117440 /*    8388608: keys (rotated) */
-#define L23_V                   14581506048 /*    8388608: values */
-#define L23_ATT                 14589894656 /*   33554432: attention output */
-#define L23_RES                 14623449088 /*   33554432: residual stream after attention */
-#define L23_LN2                 14657003520 /*   33554432: mlp norm output */
-#define L23_G                   14690557952 /*  117440512: mlp gate */
-#define L23_U                   14807998464 /*  117440512: mlp up */
-#define L23_H                   14925438976 /*  117440512: mlp activation */
-#define L24_LN1                 15042879488 /*   33554432: attention norm output */
-#define L24_Q                   15076433920 /*   33554432: queries (rotated) */
-#define L24_K                   15109988352 /*    8388608: keys (rotated) */
-#define L24_V                   15118376960 /*    8388608: values */
-#define L24_ATT                 15126765568 /*   33554432: attention output */
-#define L24_RES                 15160320000 /*   33554432: residual stream after attention */
-#define L24_LN2                 15193874432 /*   33554432: mlp norm output */
-#define L24_G                   15227428864 /*  117440512: mlp gate */
-#define L24_U                   15344869376 /*  117440512: mlp up */
-#define L24_H                   15462309888 /*  117440512: mlp activation */
-#define L25_LN1                 15579750400 /*   33554432: attention norm output */
-#define L25_Q                   15613304832 /*   33554432: queries (rotated) */
-#define L25_K                   15646859264 /*    8388608: keys (rotated) */
-#define L25_V                   15655247872 /*    8388608: values */
-#define L25_ATT                 15663636480 /*   33554432: attention output */
-#define L25_RES                 15697190912 /*   33554432: residual stream after attention */
-#define L25_LN2                 15730745344 /*   33554432: mlp norm output */
-#define L25_G                   15764299776 /*  117440512: mlp gate */
-#define L25_U                   15881740288 /*  117440512: mlp up */
-#define L25_H                   15999180800 /*  117440512: mlp activation */
-#define L26_LN1                 16116621312 /*   33554432: attention norm output */
-#define L26_Q                   16150175744 /*   33554432: queries (rotated) */
-#define L26_K                   16183730176 /*    8388608: keys (rotated) */
-#define L26_V                   16192118784 /*    8388608: values */
-#define L26_ATT                 16200507392 /*   33554432: attention output */
-#define L26_RES                 16234061824 /*   33554432: residual stream after attention */
-#define L26_LN2                 16267616256 /*   33554432: mlp norm output */
-#define L26_G                   16301170688 /*  117440512: mlp gate */
-#define L26_U                   16418611200 /*  117440512: mlp up */
-#define L26_H                   16536051712 /*  117440512: mlp activation */
-#define L27_LN1                 16653492224 /*   33554432: attention norm output */
-#define L27_Q                   16687046656 /*   33554432: queries (rotated) */
-#define L27_K                   16720601088 /*    8388608: keys (rotated) */
-#define L27_V                   16728989696 /*    8388608: values */
-#define L27_ATT                 16737378304 /*   33554432: attention output */
-#define L27_RES                 16770932736 /*   33554432: residual stream after attention */
-#define L27_LN2                 16804487168 /*   33554432: mlp norm output */
-#define L27_G                   16838041600 /*  117440512: mlp gate */
-#define L27_U                   16955482112 /*  117440512: mlp up */
-#define L27_H                   17072922624 /*  117440512: mlp activation */
-#define L28_LN1                 17190363136 /*   33554432: attention norm output */
-#define L28_Q                   17223917568 /*   33554432: queries (rotated) */
-#define L28_K                   17257472000 /*    8388608: keys (rotated) */
-#define L28_V                   17265860608 /*    8388608: values */
-#define L28_ATT                 17274249216 /*   33554432: attention output */
-#define L28_RES                 17307803648 /*   33554432: residual stream after attention */
-#define L28_LN2                 17341358080 /*   33554432: mlp norm output */
-#define L28_G                   17374912512 /*  117440512: mlp gate */
-#define L28_U                   17492353024 /*  117440512: mlp up */
-#define L28_H                   17609793536 /*  117440512: mlp activation */
-#define L29_LN1                 17727234048 /*   33554432: attention norm output */
-#define L29_Q                   17760788480 /*   33554432: queries (rotated) */
-#define L29_K                   17794342912 /*    8388608: keys (rotated) */
-#define L29_V                   17802731520 /*    8388608: values */
-#define L29_ATT                 17811120128 /*   33554432: attention output */
-#define L29_RES                 17844674560 /*   33554432: residual stream after attention */
-#define L29_LN2                 17878228992 /*   33554432: mlp norm output */
-#define L29_G                   17911783424 /*  117440512: mlp gate */
-#define L29_U                   18029223936 /*  117440512: mlp up */
-#define L29_H                   18146664448 /*  117440512: mlp activation */
-#define L30_LN1                 18264104960 /*   33554432: attention norm output */
-#define L30_Q                   18297659392 /*   33554432: queries (rotated) */
-#define L30_K                   18331213824 /*    8388608: keys (rotated) */
-#define L30_V                   18339602432 /*    8388608: values */
-#define L30_ATT                 18347991040 /*   33554432: attention output */
-#define L30_RES                 18381545472 /*   33554432: residual stream after attention */
-#define L30_LN2                 18415099904 /*   33554432: mlp norm output */
-#define L30_G                   18448654336 /*  117440512: mlp gate */
-#define L30_U                   18566094848 /*  117440512: mlp up */
-#define L30_H                   18683535360 /*  117440512: mlp activation */
-#define L31_LN1                 18800975872 /*   33554432: attention norm output */
-#define L31_Q                   18834530304 /*   33554432: queries (rotated) */
-#define L31_K                   18868084736 /*    8388608: keys (rotated) */
-#define L31_V                   18876473344 /*    8388608: values */
-#define L31_ATT                 18884861952 /*   33554432: attention output */
-#define L31_RES                 18918416384 /*   33554432: residual stream after attention */
-#define L31_LN2                 18951970816 /*   33554432: mlp norm output */
-#define L31_G                   18985525248 /*  117440512: mlp gate */
-#define L31_U                   19102965760 /*  117440512: mlp up */
-#define L31_H                   19220406272 /*  117440512: mlp activation */
-#define WS_Y                    19337846784 /*   33554432: a block's output before the residual add */
-#define WS_Y2                   19371401216 /*   33554432: shared experts' output */
-#define DX_A                    19404955648 /*   33554432: gradient of the residual stream (even layers' output) */
-#define DX_B                    19438510080 /*   33554432: gradient of the residual stream (odd layers' output) */
-#define DLN                     19472064512 /*   33554432: gradient of a norm's output */
-#define DATT                    19505618944 /*   33554432: gradient of the attention output */
-#define DQ                      19539173376 /*   33554432: gradient of the queries */
-#define DK                      19572727808 /*    8388608: gradient of the keys */
-#define DV                      19581116416 /*    8388608: gradient of the values */
-#define DG                      19589505024 /*  117440512: gradient of the mlp gate */
-#define DU                      19706945536 /*  117440512: gradient of the mlp up */
-#define DH                      19824386048 /*  117440512: gradient of the mlp activation */
-#define LNF                     19941826560 /*   33554432: final norm output */
+#define EMBED_PARAM                       0 /*  131334144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_DENSE_PARAM            131334144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_DENSE_PARAM            185862144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_DENSE_PARAM            240390144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_DENSE_PARAM            294918144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_DENSE_PARAM            349446144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_DENSE_PARAM            403974144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_DENSE_PARAM            458502144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_DENSE_PARAM            513030144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_DENSE_PARAM            567558144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_DENSE_PARAM            622086144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_DENSE_PARAM           676614144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_DENSE_PARAM           731142144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_DENSE_PARAM           785670144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_DENSE_PARAM           840198144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_DENSE_PARAM           894726144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_DENSE_PARAM           949254144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_DENSE_PARAM          1003782144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_DENSE_PARAM          1058310144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_DENSE_PARAM          1112838144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_DENSE_PARAM          1167366144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_DENSE_PARAM          1221894144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_DENSE_PARAM          1276422144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_DENSE_PARAM          1330950144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_DENSE_PARAM          1385478144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_DENSE_PARAM          1440006144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_DENSE_PARAM          1494534144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_DENSE_PARAM          1549062144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_DENSE_PARAM          1603590144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_DENSE_PARAM          1658118144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_DENSE_PARAM          1712646144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_DENSE_PARAM          1767174144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_DENSE_PARAM          1821702144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define HEAD_PARAM               1876230144 /*  131335168: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define GATHERED0                2007565312 /*  525340672: units u with u % 2 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1                2532905984 /*  525340672: units u with u % 2 = 1: parameters all-gathered, dense then experts */
+#define X0                       3058246656 /*   33554432: boundary: input of layer 0 (residual stream) */
+#define X1                       3091801088 /*   33554432: boundary: input of layer 1 (residual stream) */
+#define X2                       3125355520 /*   33554432: boundary: input of layer 2 (residual stream) */
+#define X3                       3158909952 /*   33554432: boundary: input of layer 3 (residual stream) */
+#define X4                       3192464384 /*   33554432: boundary: input of layer 4 (residual stream) */
+#define X5                       3226018816 /*   33554432: boundary: input of layer 5 (residual stream) */
+#define X6                       3259573248 /*   33554432: boundary: input of layer 6 (residual stream) */
+#define X7                       3293127680 /*   33554432: boundary: input of layer 7 (residual stream) */
+#define X8                       3326682112 /*   33554432: boundary: input of layer 8 (residual stream) */
+#define X9                       3360236544 /*   33554432: boundary: input of layer 9 (residual stream) */
+#define X10                      3393790976 /*   33554432: boundary: input of layer 10 (residual stream) */
+#define X11                      3427345408 /*   33554432: boundary: input of layer 11 (residual stream) */
+#define X12                      3460899840 /*   33554432: boundary: input of layer 12 (residual stream) */
+#define X13                      3494454272 /*   33554432: boundary: input of layer 13 (residual stream) */
+#define X14                      3528008704 /*   33554432: boundary: input of layer 14 (residual stream) */
+#define X15                      3561563136 /*   33554432: boundary: input of layer 15 (residual stream) */
+#define X16                      3595117568 /*   33554432: boundary: input of layer 16 (residual stream) */
+#define X17                      3628672000 /*   33554432: boundary: input of layer 17 (residual stream) */
+#define X18                      3662226432 /*   33554432: boundary: input of layer 18 (residual stream) */
+#define X19                      3695780864 /*   33554432: boundary: input of layer 19 (residual stream) */
+#define X20                      3729335296 /*   33554432: boundary: input of layer 20 (residual stream) */
+#define X21                      3762889728 /*   33554432: boundary: input of layer 21 (residual stream) */
+#define X22                      3796444160 /*   33554432: boundary: input of layer 22 (residual stream) */
+#define X23                      3829998592 /*   33554432: boundary: input of layer 23 (residual stream) */
+#define X24                      3863553024 /*   33554432: boundary: input of layer 24 (residual stream) */
+#define X25                      3897107456 /*   33554432: boundary: input of layer 25 (residual stream) */
+#define X26                      3930661888 /*   33554432: boundary: input of layer 26 (residual stream) */
+#define X27                      3964216320 /*   33554432: boundary: input of layer 27 (residual stream) */
+#define X28                      3997770752 /*   33554432: boundary: input of layer 28 (residual stream) */
+#define X29                      4031325184 /*   33554432: boundary: input of layer 29 (residual stream) */
+#define X30                      4064879616 /*   33554432: boundary: input of layer 30 (residual stream) */
+#define X31                      4098434048 /*   33554432: boundary: input of layer 31 (residual stream) */
+#define X32                      4131988480 /*   33554432: output of the last layer */
+#define L0_LN1                   4165542912 /*   33554432: attention norm output */
+#define L0_Q                     4199097344 /*   33554432: queries (rotated) */
+#define L0_K                     4232651776 /*    8388608: keys (rotated) */
+#define L0_V                     4241040384 /*    8388608: values */
+#define L0_ATT                   4249428992 /*   33554432: attention output */
+#define L0_RES                   4282983424 /*   33554432: residual stream after attention */
+#define L0_LN2                   4316537856 /*   33554432: mlp norm output */
+#define L0_G                     4350092288 /*  117440512: mlp gate */
+#define L0_U                     4467532800 /*  117440512: mlp up */
+#define L0_H                     4584973312 /*  117440512: mlp activation */
+#define L1_LN1                   4702413824 /*   33554432: attention norm output */
+#define L1_Q                     4735968256 /*   33554432: queries (rotated) */
+#define L1_K                     4769522688 /*    8388608: keys (rotated) */
+#define L1_V                     4777911296 /*    8388608: values */
+#define L1_ATT                   4786299904 /*   33554432: attention output */
+#define L1_RES                   4819854336 /*   33554432: residual stream after attention */
+#define L1_LN2                   4853408768 /*   33554432: mlp norm output */
+#define L1_G                     4886963200 /*  117440512: mlp gate */
+#define L1_U                     5004403712 /*  117440512: mlp up */
+#define L1_H                     5121844224 /*  117440512: mlp activation */
+#define L2_LN1                   5239284736 /*   33554432: attention norm output */
+#define L2_Q                     5272839168 /*   33554432: queries (rotated) */
+#define L2_K                     5306393600 /*    8388608: keys (rotated) */
+#define L2_V                     5314782208 /*    8388608: values */
+#define L2_ATT                   5323170816 /*   33554432: attention output */
+#define L2_RES                   5356725248 /*   33554432: residual stream after attention */
+#define L2_LN2                   5390279680 /*   33554432: mlp norm output */
+#define L2_G                     5423834112 /*  117440512: mlp gate */
+#define L2_U                     5541274624 /*  117440512: mlp up */
+#define L2_H                     5658715136 /*  117440512: mlp activation */
+#define L3_LN1                   5776155648 /*   33554432: attention norm output */
+#define L3_Q                     5809710080 /*   33554432: queries (rotated) */
+#define L3_K                     5843264512 /*    8388608: keys (rotated) */
+#define L3_V                     5851653120 /*    8388608: values */
+#define L3_ATT                   5860041728 /*   33554432: attention output */
+#define L3_RES                   5893596160 /*   33554432: residual stream after attention */
+#define L3_LN2                   5927150592 /*   33554432: mlp norm output */
+#define L3_G                     5960705024 /*  117440512: mlp gate */
+#define L3_U                     6078145536 /*  117440512: mlp up */
+#define L3_H                     6195586048 /*  117440512: mlp activation */
+#define L4_LN1                   6313026560 /*   33554432: attention norm output */
+#define L4_Q                     6346580992 /*   33554432: queries (rotated) */
+#define L4_K                     6380135424 /*    8388608: keys (rotated) */
+#define L4_V                     6388524032 /*    8388608: values */
+#define L4_ATT                   6396912640 /*   33554432: attention output */
+#define L4_RES                   6430467072 /*   33554432: residual stream after attention */
+#define L4_LN2                   6464021504 /*   33554432: mlp norm output */
+#define L4_G                     6497575936 /*  117440512: mlp gate */
+#define L4_U                     6615016448 /*  117440512: mlp up */
+#define L4_H                     6732456960 /*  117440512: mlp activation */
+#define L5_LN1                   6849897472 /*   33554432: attention norm output */
+#define L5_Q                     6883451904 /*   33554432: queries (rotated) */
+#define L5_K                     6917006336 /*    8388608: keys (rotated) */
+#define L5_V                     6925394944 /*    8388608: values */
+#define L5_ATT                   6933783552 /*   33554432: attention output */
+#define L5_RES                   6967337984 /*   33554432: residual stream after attention */
+#define L5_LN2                   7000892416 /*   33554432: mlp norm output */
+#define L5_G                     7034446848 /*  117440512: mlp gate */
+#define L5_U                     7151887360 /*  117440512: mlp up */
+#define L5_H                     7269327872 /*  117440512: mlp activation */
+#define L6_LN1                   7386768384 /*   33554432: attention norm output */
+#define L6_Q                     7420322816 /*   33554432: queries (rotated) */
+#define L6_K                     7453877248 /*    8388608: keys (rotated) */
+#define L6_V                     7462265856 /*    8388608: values */
+#define L6_ATT                   7470654464 /*   33554432: attention output */
+#define L6_RES                   7504208896 /*   33554432: residual stream after attention */
+#define L6_LN2                   7537763328 /*   33554432: mlp norm output */
+#define L6_G                     7571317760 /*  117440512: mlp gate */
+#define L6_U                     7688758272 /*  117440512: mlp up */
+#define L6_H                     7806198784 /*  117440512: mlp activation */
+#define L7_LN1                   7923639296 /*   33554432: attention norm output */
+#define L7_Q                     7957193728 /*   33554432: queries (rotated) */
+#define L7_K                     7990748160 /*    8388608: keys (rotated) */
+#define L7_V                     7999136768 /*    8388608: values */
+#define L7_ATT                   8007525376 /*   33554432: attention output */
+#define L7_RES                   8041079808 /*   33554432: residual stream after attention */
+#define L7_LN2                   8074634240 /*   33554432: mlp norm output */
+#define L7_G                     8108188672 /*  117440512: mlp gate */
+#define L7_U                     8225629184 /*  117440512: mlp up */
+#define L7_H                     8343069696 /*  117440512: mlp activation */
+#define L8_LN1                   8460510208 /*   33554432: attention norm output */
+#define L8_Q                     8494064640 /*   33554432: queries (rotated) */
+#define L8_K                     8527619072 /*    8388608: keys (rotated) */
+#define L8_V                     8536007680 /*    8388608: values */
+#define L8_ATT                   8544396288 /*   33554432: attention output */
+#define L8_RES                   8577950720 /*   33554432: residual stream after attention */
+#define L8_LN2                   8611505152 /*   33554432: mlp norm output */
+#define L8_G                     8645059584 /*  117440512: mlp gate */
+#define L8_U                     8762500096 /*  117440512: mlp up */
+#define L8_H                     8879940608 /*  117440512: mlp activation */
+#define L9_LN1                   8997381120 /*   33554432: attention norm output */
+#define L9_Q                     9030935552 /*   33554432: queries (rotated) */
+#define L9_K                     9064489984 /*    8388608: keys (rotated) */
+#define L9_V                     9072878592 /*    8388608: values */
+#define L9_ATT                   9081267200 /*   33554432: attention output */
+#define L9_RES                   9114821632 /*   33554432: residual stream after attention */
+#define L9_LN2                   9148376064 /*   33554432: mlp norm output */
+#define L9_G                     9181930496 /*  117440512: mlp gate */
+#define L9_U                     9299371008 /*  117440512: mlp up */
+#define L9_H                     9416811520 /*  117440512: mlp activation */
+#define L10_LN1                  9534252032 /*   33554432: attention norm output */
+#define L10_Q                    9567806464 /*   33554432: queries (rotated) */
+#define L10_K                    9601360896 /*    8388608: keys (rotated) */
+#define L10_V                    9609749504 /*    8388608: values */
+#define L10_ATT                  9618138112 /*   33554432: attention output */
+#define L10_RES                  9651692544 /*   33554432: residual stream after attention */
+#define L10_LN2                  9685246976 /*   33554432: mlp norm output */
+#define L10_G                    9718801408 /*  117440512: mlp gate */
+#define L10_U                    9836241920 /*  117440512: mlp up */
+#define L10_H                    9953682432 /*  117440512: mlp activation */
+#define L11_LN1                 10071122944 /*   33554432: attention norm output */
+#define L11_Q                   10104677376 /*   33554432: queries (rotated) */
+#define L11_K                   10138231808 /*    8388608: keys (rotated) */
+#define L11_V                   10146620416 /*    8388608: values */
+#define L11_ATT                 10155009024 /*   33554432: attention output */
+#define L11_RES                 10188563456 /*   33554432: residual stream after attention */
+#define L11_LN2                 10222117888 /*   33554432: mlp norm output */
+#define L11_G                   10255672320 /*  117440512: mlp gate */
+#define L11_U                   10373112832 /*  117440512: mlp up */
+#define L11_H                   10490553344 /*  117440512: mlp activation */
+#define L12_LN1                 10607993856 /*   33554432: attention norm output */
+#define L12_Q                   10641548288 /*   33554432: queries (rotated) */
+#define L12_K                   10675102720 /*    8388608: keys (rotated) */
+#define L12_V                   10683491328 /*    8388608: values */
+#define L12_ATT                 10691879936 /*   33554432: attention output */
+#define L12_RES                 10725434368 /*   33554432: residual stream after attention */
+#define L12_LN2                 10758988800 /*   33554432: mlp norm output */
+#define L12_G                   10792543232 /*  117440512: mlp gate */
+#define L12_U                   10909983744 /*  117440512: mlp up */
+#define L12_H                   11027424256 /*  117440512: mlp activation */
+#define L13_LN1                 11144864768 /*   33554432: attention norm output */
+#define L13_Q                   11178419200 /*   33554432: queries (rotated) */
+#define L13_K                   11211973632 /*    8388608: keys (rotated) */
+#define L13_V                   11220362240 /*    8388608: values */
+#define L13_ATT                 11228750848 /*   33554432: attention output */
+#define L13_RES                 11262305280 /*   33554432: residual stream after attention */
+#define L13_LN2                 11295859712 /*   33554432: mlp norm output */
+#define L13_G                   11329414144 /*  117440512: mlp gate */
+#define L13_U                   11446854656 /*  117440512: mlp up */
+#define L13_H                   11564295168 /*  117440512: mlp activation */
+#define L14_LN1                 11681735680 /*   33554432: attention norm output */
+#define L14_Q                   11715290112 /*   33554432: queries (rotated) */
+#define L14_K                   11748844544 /*    8388608: keys (rotated) */
+#define L14_V                   11757233152 /*    8388608: values */
+#define L14_ATT                 11765621760 /*   33554432: attention output */
+#define L14_RES                 11799176192 /*   33554432: residual stream after attention */
+#define L14_LN2                 11832730624 /*   33554432: mlp norm output */
+#define L14_G                   11866285056 /*  117440512: mlp gate */
+#define L14_U                   11983725568 /*  117440512: mlp up */
+#define L14_H                   12101166080 /*  117440512: mlp activation */
+#define L15_LN1                 12218606592 /*   33554432: attention norm output */
+#define L15_Q                   12252161024 /*   33554432: queries (rotated) */
+#define L15_K                   12285715456 /*    8388608: keys (rotated) */
+#define L15_V                   12294104064 /*    8388608: values */
+#define L15_ATT                 12302492672 /*   33554432: attention output */
+#define L15_RES                 12336047104 /*   33554432: residual stream after attention */
+#define L15_LN2                 12369601536 /*   33554432: mlp norm output */
+#define L15_G                   12403155968 /*  117440512: mlp gate */
+#define L15_U                   12520596480 /*  117440512: mlp up */
+#define L15_H                   12638036992 /*  117440512: mlp activation */
+#define L16_LN1                 12755477504 /*   33554432: attention norm output */
+#define L16_Q                   12789031936 /*   33554432: queries (rotated) */
+#define L16_K                   12822586368 /*    8388608: keys (rotated) */
+#define L16_V                   12830974976 /*    8388608: values */
+#define L16_ATT                 12839363584 /*   33554432: attention output */
+#define L16_RES                 12872918016 /*   33554432: residual stream after attention */
+#define L16_LN2                 12906472448 /*   33554432: mlp norm output */
+#define L16_G                   12940026880 /*  117440512: mlp gate */
+#define L16_U                   13057467392 /*  117440512: mlp up */
+#define L16_H                   13174907904 /*  117440512: mlp activation */
+#define L17_LN1                 13292348416 /*   33554432: attention norm output */
+#define L17_Q                   13325902848 /*   33554432: queries (rotated) */
+#define L17_K                   13359457280 /*    8388608: keys (rotated) */
+#define L17_V                   13367845888 /*    8388608: values */
+#define L17_ATT                 13376234496 /*   33554432: attention output */
+#define L17_RES                 13409788928 /*   33554432: residual stream after attention */
+#define L17_LN2                 13443343360 /*   33554432: mlp norm output */
+#define L17_G                   13476897792 /*  117440512: mlp gate */
+#define L17_U                   13594338304 /*  117440512: mlp up */
+#define L17_H                   13711778816 /*  117440512: mlp activation */
+#define L18_LN1                 13829219328 /*   33554432: attention norm output */
+#define L18_Q                   13862773760 /*   33554432: queries (rotated) */
+#define L18_K                   13896328192 /*    8388608: keys (rotated) */
+#define L18_V                   13904716800 /*    8388608: values */
+#define L18_ATT                 13913105408 /*   33554432: attention output */
+#define L18_RES                 13946659840 /*   33554432: residual stream after attention */
+#define L18_LN2                 13980214272 /*   33554432: mlp norm output */
+#define L18_G                   14013768704 /*  117440512: mlp gate */
+#define L18_U                   14131209216 /*  117440512: mlp up */
+#define L18_H                   14248649728 /*  117440512: mlp activation */
+#define L19_LN1                 14366090240 /*   33554432: attention norm output */
+#define L19_Q                   14399644672 /*   33554432: queries (rotated) */
+#define L19_K                   14433199104 /*    8388608: keys (rotated) */
+#define L19_V                   14441587712 /*    8388608: values */
+#define L19_ATT                 14449976320 /*   33554432: attention output */
+#define L19_RES                 14483530752 /*   33554432: residual stream after attention */
+#define L19_LN2                 14517085184 /*   33554432: mlp norm output */
+#define L19_G                   14550639616 /*  117440512: mlp gate */
+#define L19_U                   14668080128 /*  117440512: mlp up */
+#define L19_H                   14785520640 /*  117440512: mlp activation */
+#define L20_LN1                 14902961152 /*   33554432: attention norm output */
+#define L20_Q                   14936515584 /*   33554432: queries (rotated) */
+#define L20_K                   14970070016 /*    8388608: keys (rotated) */
+#define L20_V                   14978458624 /*    8388608: values */
+#define L20_ATT                 14986847232 /*   33554432: attention output */
+#define L20_RES                 15020401664 /*   33554432: residual stream after attention */
+#define L20_LN2                 15053956096 /*   33554432: mlp norm output */
+#define L20_G                   15087510528 /*  117440512: mlp gate */
+#define L20_U                   15204951040 /*  117440512: mlp up */
+#define L20_H                   15322391552 /*  117440512: mlp activation */
+#define L21_LN1                 15439832064 /*   33554432: attention norm output */
+#define L21_Q                   15473386496 /*   33554432: queries (rotated) */
+#define L21_K                   15506940928 /*    8388608: keys (rotated) */
+#define L21_V                   15515329536 /*    8388608: values */
+#define L21_ATT                 15523718144 /*   33554432: attention output */
+#define L21_RES                 15557272576 /*   33554432: residual stream after attention */
+#define L21_LN2                 15590827008 /*   33554432: mlp norm output */
+#define L21_G                   15624381440 /*  117440512: mlp gate */
+#define L21_U                   15741821952 /*  117440512: mlp up */
+#define L21_H                   15859262464 /*  117440512: mlp activation */
+#define L22_LN1                 15976702976 /*   33554432: attention norm output */
+#define L22_Q                   16010257408 /*   33554432: queries (rotated) */
+#define L22_K                   16043811840 /*    8388608: keys (rotated) */
+#define L22_V                   16052200448 /*    8388608: values */
+#define L22_ATT                 16060589056 /*   33554432: attention output */
+#define L22_RES                 16094143488 /*   33554432: residual stream after attention */
+#define L22_LN2                 16127697920 /*   33554432: mlp norm output */
+#define L22_G                   16161252352 /*  117440512: mlp gate */
+#define L22_U                   16278692864 /*  117440512: mlp up */
+#define L22_H                   16396133376 /*  117440512: mlp activation */
+#define L23_LN1                 16513573888 /*   33554432: attention norm output */
+#define L23_Q                   16547128320 /*   33554432: queries (rotated) */
+#define L23_K                   16580682752 /*    8388608: keys (rotated) */
+#define L23_V                   16589071360 /*    8388608: values */
+#define L23_ATT                 16597459968 /*   33554432: attention output */
+#define L23_RES                 16631014400 /*   33554432: residual stream after attention */
+#define L23_LN2                 16664568832 /*   33554432: mlp norm output */
+#define L23_G                   16698123264 /*  117440512: mlp gate */
+#define L23_U                   16815563776 /*  117440512: mlp up */
+#define L23_H                   16933004288 /*  117440512: mlp activation */
+#define L24_LN1                 17050444800 /*   33554432: attention norm output */
+#define L24_Q                   17083999232 /*   33554432: queries (rotated) */
+#define L24_K                   17117553664 /*    8388608: keys (rotated) */
+#define L24_V                   17125942272 /*    8388608: values */
+#define L24_ATT                 17134330880 /*   33554432: attention output */
+#define L24_RES                 17167885312 /*   33554432: residual stream after attention */
+#define L24_LN2                 17201439744 /*   33554432: mlp norm output */
+#define L24_G                   17234994176 /*  117440512: mlp gate */
+#define L24_U                   17352434688 /*  117440512: mlp up */
+#define L24_H                   17469875200 /*  117440512: mlp activation */
+#define L25_LN1                 17587315712 /*   33554432: attention norm output */
+#define L25_Q                   17620870144 /*   33554432: queries (rotated) */
+#define L25_K                   17654424576 /*    8388608: keys (rotated) */
+#define L25_V                   17662813184 /*    8388608: values */
+#define L25_ATT                 17671201792 /*   33554432: attention output */
+#define L25_RES                 17704756224 /*   33554432: residual stream after attention */
+#define L25_LN2                 17738310656 /*   33554432: mlp norm output */
+#define L25_G                   17771865088 /*  117440512: mlp gate */
+#define L25_U                   17889305600 /*  117440512: mlp up */
+#define L25_H                   18006746112 /*  117440512: mlp activation */
+#define L26_LN1                 18124186624 /*   33554432: attention norm output */
+#define L26_Q                   18157741056 /*   33554432: queries (rotated) */
+#define L26_K                   18191295488 /*    8388608: keys (rotated) */
+#define L26_V                   18199684096 /*    8388608: values */
+#define L26_ATT                 18208072704 /*   33554432: attention output */
+#define L26_RES                 18241627136 /*   33554432: residual stream after attention */
+#define L26_LN2                 18275181568 /*   33554432: mlp norm output */
+#define L26_G                   18308736000 /*  117440512: mlp gate */
+#define L26_U                   18426176512 /*  117440512: mlp up */
+#define L26_H                   18543617024 /*  117440512: mlp activation */
+#define L27_LN1                 18661057536 /*   33554432: attention norm output */
+#define L27_Q                   18694611968 /*   33554432: queries (rotated) */
+#define L27_K                   18728166400 /*    8388608: keys (rotated) */
+#define L27_V                   18736555008 /*    8388608: values */
+#define L27_ATT                 18744943616 /*   33554432: attention output */
+#define L27_RES                 18778498048 /*   33554432: residual stream after attention */
+#define L27_LN2                 18812052480 /*   33554432: mlp norm output */
+#define L27_G                   18845606912 /*  117440512: mlp gate */
+#define L27_U                   18963047424 /*  117440512: mlp up */
+#define L27_H                   19080487936 /*  117440512: mlp activation */
+#define L28_LN1                 19197928448 /*   33554432: attention norm output */
+#define L28_Q                   19231482880 /*   33554432: queries (rotated) */
+#define L28_K                   19265037312 /*    8388608: keys (rotated) */
+#define L28_V                   19273425920 /*    8388608: values */
+#define L28_ATT                 19281814528 /*   33554432: attention output */
+#define L28_RES                 19315368960 /*   33554432: residual stream after attention */
+#define L28_LN2                 19348923392 /*   33554432: mlp norm output */
+#define L28_G                   19382477824 /*  117440512: mlp gate */
+#define L28_U                   19499918336 /*  117440512: mlp up */
+#define L28_H                   19617358848 /*  117440512: mlp activation */
+#define L29_LN1                 19734799360 /*   33554432: attention norm output */
+#define L29_Q                   19768353792 /*   33554432: queries (rotated) */
+#define L29_K                   19801908224 /*    8388608: keys (rotated) */
+#define L29_V                   19810296832 /*    8388608: values */
+#define L29_ATT                 19818685440 /*   33554432: attention output */
+#define L29_RES                 19852239872 /*   33554432: residual stream after attention */
+#define L29_LN2                 19885794304 /*   33554432: mlp norm output */
+#define L29_G                   19919348736 /*  117440512: mlp gate */
+#define L29_U                   20036789248 /*  117440512: mlp up */
+#define L29_H                   20154229760 /*  117440512: mlp activation */
+#define L30_LN1                 20271670272 /*   33554432: attention norm output */
+#define L30_Q                   20305224704 /*   33554432: queries (rotated) */
+#define L30_K                   20338779136 /*    8388608: keys (rotated) */
+#define L30_V                   20347167744 /*    8388608: values */
+#define L30_ATT                 20355556352 /*   33554432: attention output */
+#define L30_RES                 20389110784 /*   33554432: residual stream after attention */
+#define L30_LN2                 20422665216 /*   33554432: mlp norm output */
+#define L30_G                   20456219648 /*  117440512: mlp gate */
+#define L30_U                   20573660160 /*  117440512: mlp up */
+#define L30_H                   20691100672 /*  117440512: mlp activation */
+#define L31_LN1                 20808541184 /*   33554432: attention norm output */
+#define L31_Q                   20842095616 /*   33554432: queries (rotated) */
+#define L31_K                   20875650048 /*    8388608: keys (rotated) */
+#define L31_V                   20884038656 /*    8388608: values */
+#define L31_ATT                 20892427264 /*   33554432: attention output */
+#define L31_RES                 20925981696 /*   33554432: residual stream after attention */
+#define L31_LN2                 20959536128 /*   33554432: mlp norm output */
+#define L31_G                   20993090560 /*  117440512: mlp gate */
+#define L31_U                   21110531072 /*  117440512: mlp up */
+#define L31_H                   21227971584 /*  117440512: mlp activation */
+#define WS_Y                    21345412096 /*   33554432: a block's output before the residual add */
+#define WS_Y2                   21378966528 /*   33554432: shared experts' output */
+#define DX_A                    21412520960 /*   33554432: gradient of the residual stream (even layers' output) */
+#define DX_B                    21446075392 /*   33554432: gradient of the residual stream (odd layers' output) */
+#define DLN                     21479629824 /*   33554432: gradient of a norm's output */
+#define DATT                    21513184256 /*   33554432: gradient of the attention output */
+#define DQ                      21546738688 /*   33554432: gradient of the queries */
+#define DK                      21580293120 /*    8388608: gradient of the keys */
+#define DV                      21588681728 /*    8388608: gradient of the values */
+#define DG                      21597070336 /*  117440512: gradient of the mlp gate */
+#define DU                      21714510848 /*  117440512: gradient of the mlp up */
+#define DH                      21831951360 /*  117440512: gradient of the mlp activation */
+#define LNF                     21949391872 /*   33554432: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (4 ranks) or, for experts, over the
  * 4 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
- * state arena (-1: a group of Muon matrices has no second moment), of its gathered-from shard
- * in the arena (-1: gathered from the master). */
+ * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
+ * all-gathers read in the activation arena. */
 const RtGroup step_groups[N_GROUPS] = {
-    {"embedding", RT_GROUP_FSDP, 525336576, 131334144, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, -1},
-    {"layer 0 dense", RT_GROUP_FSDP, 218112000, 54528000, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, -1},
-    {"layer 1 dense", RT_GROUP_FSDP, 218112000, 54528000, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V, -1},
-    {"layer 2 dense", RT_GROUP_FSDP, 218112000, 54528000, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V, -1},
-    {"layer 3 dense", RT_GROUP_FSDP, 218112000, 54528000, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V, -1},
-    {"layer 4 dense", RT_GROUP_FSDP, 218112000, 54528000, L4_DENSE_MASTER, L4_DENSE_GRAD, L4_DENSE_ADAM_M, L4_DENSE_ADAM_V, -1},
-    {"layer 5 dense", RT_GROUP_FSDP, 218112000, 54528000, L5_DENSE_MASTER, L5_DENSE_GRAD, L5_DENSE_ADAM_M, L5_DENSE_ADAM_V, -1},
-    {"layer 6 dense", RT_GROUP_FSDP, 218112000, 54528000, L6_DENSE_MASTER, L6_DENSE_GRAD, L6_DENSE_ADAM_M, L6_DENSE_ADAM_V, -1},
-    {"layer 7 dense", RT_GROUP_FSDP, 218112000, 54528000, L7_DENSE_MASTER, L7_DENSE_GRAD, L7_DENSE_ADAM_M, L7_DENSE_ADAM_V, -1},
-    {"layer 8 dense", RT_GROUP_FSDP, 218112000, 54528000, L8_DENSE_MASTER, L8_DENSE_GRAD, L8_DENSE_ADAM_M, L8_DENSE_ADAM_V, -1},
-    {"layer 9 dense", RT_GROUP_FSDP, 218112000, 54528000, L9_DENSE_MASTER, L9_DENSE_GRAD, L9_DENSE_ADAM_M, L9_DENSE_ADAM_V, -1},
-    {"layer 10 dense", RT_GROUP_FSDP, 218112000, 54528000, L10_DENSE_MASTER, L10_DENSE_GRAD, L10_DENSE_ADAM_M, L10_DENSE_ADAM_V, -1},
-    {"layer 11 dense", RT_GROUP_FSDP, 218112000, 54528000, L11_DENSE_MASTER, L11_DENSE_GRAD, L11_DENSE_ADAM_M, L11_DENSE_ADAM_V, -1},
-    {"layer 12 dense", RT_GROUP_FSDP, 218112000, 54528000, L12_DENSE_MASTER, L12_DENSE_GRAD, L12_DENSE_ADAM_M, L12_DENSE_ADAM_V, -1},
-    {"layer 13 dense", RT_GROUP_FSDP, 218112000, 54528000, L13_DENSE_MASTER, L13_DENSE_GRAD, L13_DENSE_ADAM_M, L13_DENSE_ADAM_V, -1},
-    {"layer 14 dense", RT_GROUP_FSDP, 218112000, 54528000, L14_DENSE_MASTER, L14_DENSE_GRAD, L14_DENSE_ADAM_M, L14_DENSE_ADAM_V, -1},
-    {"layer 15 dense", RT_GROUP_FSDP, 218112000, 54528000, L15_DENSE_MASTER, L15_DENSE_GRAD, L15_DENSE_ADAM_M, L15_DENSE_ADAM_V, -1},
-    {"layer 16 dense", RT_GROUP_FSDP, 218112000, 54528000, L16_DENSE_MASTER, L16_DENSE_GRAD, L16_DENSE_ADAM_M, L16_DENSE_ADAM_V, -1},
-    {"layer 17 dense", RT_GROUP_FSDP, 218112000, 54528000, L17_DENSE_MASTER, L17_DENSE_GRAD, L17_DENSE_ADAM_M, L17_DENSE_ADAM_V, -1},
-    {"layer 18 dense", RT_GROUP_FSDP, 218112000, 54528000, L18_DENSE_MASTER, L18_DENSE_GRAD, L18_DENSE_ADAM_M, L18_DENSE_ADAM_V, -1},
-    {"layer 19 dense", RT_GROUP_FSDP, 218112000, 54528000, L19_DENSE_MASTER, L19_DENSE_GRAD, L19_DENSE_ADAM_M, L19_DENSE_ADAM_V, -1},
-    {"layer 20 dense", RT_GROUP_FSDP, 218112000, 54528000, L20_DENSE_MASTER, L20_DENSE_GRAD, L20_DENSE_ADAM_M, L20_DENSE_ADAM_V, -1},
-    {"layer 21 dense", RT_GROUP_FSDP, 218112000, 54528000, L21_DENSE_MASTER, L21_DENSE_GRAD, L21_DENSE_ADAM_M, L21_DENSE_ADAM_V, -1},
-    {"layer 22 dense", RT_GROUP_FSDP, 218112000, 54528000, L22_DENSE_MASTER, L22_DENSE_GRAD, L22_DENSE_ADAM_M, L22_DENSE_ADAM_V, -1},
-    {"layer 23 dense", RT_GROUP_FSDP, 218112000, 54528000, L23_DENSE_MASTER, L23_DENSE_GRAD, L23_DENSE_ADAM_M, L23_DENSE_ADAM_V, -1},
-    {"layer 24 dense", RT_GROUP_FSDP, 218112000, 54528000, L24_DENSE_MASTER, L24_DENSE_GRAD, L24_DENSE_ADAM_M, L24_DENSE_ADAM_V, -1},
-    {"layer 25 dense", RT_GROUP_FSDP, 218112000, 54528000, L25_DENSE_MASTER, L25_DENSE_GRAD, L25_DENSE_ADAM_M, L25_DENSE_ADAM_V, -1},
-    {"layer 26 dense", RT_GROUP_FSDP, 218112000, 54528000, L26_DENSE_MASTER, L26_DENSE_GRAD, L26_DENSE_ADAM_M, L26_DENSE_ADAM_V, -1},
-    {"layer 27 dense", RT_GROUP_FSDP, 218112000, 54528000, L27_DENSE_MASTER, L27_DENSE_GRAD, L27_DENSE_ADAM_M, L27_DENSE_ADAM_V, -1},
-    {"layer 28 dense", RT_GROUP_FSDP, 218112000, 54528000, L28_DENSE_MASTER, L28_DENSE_GRAD, L28_DENSE_ADAM_M, L28_DENSE_ADAM_V, -1},
-    {"layer 29 dense", RT_GROUP_FSDP, 218112000, 54528000, L29_DENSE_MASTER, L29_DENSE_GRAD, L29_DENSE_ADAM_M, L29_DENSE_ADAM_V, -1},
-    {"layer 30 dense", RT_GROUP_FSDP, 218112000, 54528000, L30_DENSE_MASTER, L30_DENSE_GRAD, L30_DENSE_ADAM_M, L30_DENSE_ADAM_V, -1},
-    {"layer 31 dense", RT_GROUP_FSDP, 218112000, 54528000, L31_DENSE_MASTER, L31_DENSE_GRAD, L31_DENSE_ADAM_M, L31_DENSE_ADAM_V, -1},
-    {"head", RT_GROUP_FSDP, 525340672, 131335168, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V, -1},
+    {"embedding", RT_GROUP_FSDP, 525336576, 131334144, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},
+    {"layer 0 dense", RT_GROUP_FSDP, 218112000, 54528000, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, L0_DENSE_PARAM},
+    {"layer 1 dense", RT_GROUP_FSDP, 218112000, 54528000, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V, L1_DENSE_PARAM},
+    {"layer 2 dense", RT_GROUP_FSDP, 218112000, 54528000, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V, L2_DENSE_PARAM},
+    {"layer 3 dense", RT_GROUP_FSDP, 218112000, 54528000, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V, L3_DENSE_PARAM},
+    {"layer 4 dense", RT_GROUP_FSDP, 218112000, 54528000, L4_DENSE_MASTER, L4_DENSE_GRAD, L4_DENSE_ADAM_M, L4_DENSE_ADAM_V, L4_DENSE_PARAM},
+    {"layer 5 dense", RT_GROUP_FSDP, 218112000, 54528000, L5_DENSE_MASTER, L5_DENSE_GRAD, L5_DENSE_ADAM_M, L5_DENSE_ADAM_V, L5_DENSE_PARAM},
+    {"layer 6 dense", RT_GROUP_FSDP, 218112000, 54528000, L6_DENSE_MASTER, L6_DENSE_GRAD, L6_DENSE_ADAM_M, L6_DENSE_ADAM_V, L6_DENSE_PARAM},
+    {"layer 7 dense", RT_GROUP_FSDP, 218112000, 54528000, L7_DENSE_MASTER, L7_DENSE_GRAD, L7_DENSE_ADAM_M, L7_DENSE_ADAM_V, L7_DENSE_PARAM},
+    {"layer 8 dense", RT_GROUP_FSDP, 218112000, 54528000, L8_DENSE_MASTER, L8_DENSE_GRAD, L8_DENSE_ADAM_M, L8_DENSE_ADAM_V, L8_DENSE_PARAM},
+    {"layer 9 dense", RT_GROUP_FSDP, 218112000, 54528000, L9_DENSE_MASTER, L9_DENSE_GRAD, L9_DENSE_ADAM_M, L9_DENSE_ADAM_V, L9_DENSE_PARAM},
+    {"layer 10 dense", RT_GROUP_FSDP, 218112000, 54528000, L10_DENSE_MASTER, L10_DENSE_GRAD, L10_DENSE_ADAM_M, L10_DENSE_ADAM_V, L10_DENSE_PARAM},
+    {"layer 11 dense", RT_GROUP_FSDP, 218112000, 54528000, L11_DENSE_MASTER, L11_DENSE_GRAD, L11_DENSE_ADAM_M, L11_DENSE_ADAM_V, L11_DENSE_PARAM},
+    {"layer 12 dense", RT_GROUP_FSDP, 218112000, 54528000, L12_DENSE_MASTER, L12_DENSE_GRAD, L12_DENSE_ADAM_M, L12_DENSE_ADAM_V, L12_DENSE_PARAM},
+    {"layer 13 dense", RT_GROUP_FSDP, 218112000, 54528000, L13_DENSE_MASTER, L13_DENSE_GRAD, L13_DENSE_ADAM_M, L13_DENSE_ADAM_V, L13_DENSE_PARAM},
+    {"layer 14 dense", RT_GROUP_FSDP, 218112000, 54528000, L14_DENSE_MASTER, L14_DENSE_GRAD, L14_DENSE_ADAM_M, L14_DENSE_ADAM_V, L14_DENSE_PARAM},
+    {"layer 15 dense", RT_GROUP_FSDP, 218112000, 54528000, L15_DENSE_MASTER, L15_DENSE_GRAD, L15_DENSE_ADAM_M, L15_DENSE_ADAM_V, L15_DENSE_PARAM},
+    {"layer 16 dense", RT_GROUP_FSDP, 218112000, 54528000, L16_DENSE_MASTER, L16_DENSE_GRAD, L16_DENSE_ADAM_M, L16_DENSE_ADAM_V, L16_DENSE_PARAM},
+    {"layer 17 dense", RT_GROUP_FSDP, 218112000, 54528000, L17_DENSE_MASTER, L17_DENSE_GRAD, L17_DENSE_ADAM_M, L17_DENSE_ADAM_V, L17_DENSE_PARAM},
+    {"layer 18 dense", RT_GROUP_FSDP, 218112000, 54528000, L18_DENSE_MASTER, L18_DENSE_GRAD, L18_DENSE_ADAM_M, L18_DENSE_ADAM_V, L18_DENSE_PARAM},
+    {"layer 19 dense", RT_GROUP_FSDP, 218112000, 54528000, L19_DENSE_MASTER, L19_DENSE_GRAD, L19_DENSE_ADAM_M, L19_DENSE_ADAM_V, L19_DENSE_PARAM},
+    {"layer 20 dense", RT_GROUP_FSDP, 218112000, 54528000, L20_DENSE_MASTER, L20_DENSE_GRAD, L20_DENSE_ADAM_M, L20_DENSE_ADAM_V, L20_DENSE_PARAM},
+    {"layer 21 dense", RT_GROUP_FSDP, 218112000, 54528000, L21_DENSE_MASTER, L21_DENSE_GRAD, L21_DENSE_ADAM_M, L21_DENSE_ADAM_V, L21_DENSE_PARAM},
+    {"layer 22 dense", RT_GROUP_FSDP, 218112000, 54528000, L22_DENSE_MASTER, L22_DENSE_GRAD, L22_DENSE_ADAM_M, L22_DENSE_ADAM_V, L22_DENSE_PARAM},
+    {"layer 23 dense", RT_GROUP_FSDP, 218112000, 54528000, L23_DENSE_MASTER, L23_DENSE_GRAD, L23_DENSE_ADAM_M, L23_DENSE_ADAM_V, L23_DENSE_PARAM},
+    {"layer 24 dense", RT_GROUP_FSDP, 218112000, 54528000, L24_DENSE_MASTER, L24_DENSE_GRAD, L24_DENSE_ADAM_M, L24_DENSE_ADAM_V, L24_DENSE_PARAM},
+    {"layer 25 dense", RT_GROUP_FSDP, 218112000, 54528000, L25_DENSE_MASTER, L25_DENSE_GRAD, L25_DENSE_ADAM_M, L25_DENSE_ADAM_V, L25_DENSE_PARAM},
+    {"layer 26 dense", RT_GROUP_FSDP, 218112000, 54528000, L26_DENSE_MASTER, L26_DENSE_GRAD, L26_DENSE_ADAM_M, L26_DENSE_ADAM_V, L26_DENSE_PARAM},
+    {"layer 27 dense", RT_GROUP_FSDP, 218112000, 54528000, L27_DENSE_MASTER, L27_DENSE_GRAD, L27_DENSE_ADAM_M, L27_DENSE_ADAM_V, L27_DENSE_PARAM},
+    {"layer 28 dense", RT_GROUP_FSDP, 218112000, 54528000, L28_DENSE_MASTER, L28_DENSE_GRAD, L28_DENSE_ADAM_M, L28_DENSE_ADAM_V, L28_DENSE_PARAM},
+    {"layer 29 dense", RT_GROUP_FSDP, 218112000, 54528000, L29_DENSE_MASTER, L29_DENSE_GRAD, L29_DENSE_ADAM_M, L29_DENSE_ADAM_V, L29_DENSE_PARAM},
+    {"layer 30 dense", RT_GROUP_FSDP, 218112000, 54528000, L30_DENSE_MASTER, L30_DENSE_GRAD, L30_DENSE_ADAM_M, L30_DENSE_ADAM_V, L30_DENSE_PARAM},
+    {"layer 31 dense", RT_GROUP_FSDP, 218112000, 54528000, L31_DENSE_MASTER, L31_DENSE_GRAD, L31_DENSE_ADAM_M, L31_DENSE_ADAM_V, L31_DENSE_PARAM},
+    {"head", RT_GROUP_FSDP, 525340672, 131335168, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V, HEAD_PARAM},
 };
 
 /* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,
@@ -2584,170 +2618,170 @@ static void layer0_backward(RtCtx *c) {
  * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(EMBED_MASTER), 131334144, 0); /* embedding: 4 ranks x 131334144 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(EMBED_PARAM), 131334144, 0); /* embedding: 4 ranks x 131334144 */
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
   rt_embedding_forward(A(X0), I(INPUTS), W(0), 8192, 4096);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
   layer3_forward(c, false);
   rt_comm_label("layer 4 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
   layer4_forward(c, false);
   rt_comm_label("layer 5 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
   layer5_forward(c, false);
   rt_comm_label("layer 6 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
   layer6_forward(c, false);
   rt_comm_label("layer 7 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
   layer7_forward(c, false);
   rt_comm_label("layer 8 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
   layer8_forward(c, false);
   rt_comm_label("layer 9 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
   layer9_forward(c, false);
   rt_comm_label("layer 10 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
   layer10_forward(c, false);
   rt_comm_label("layer 11 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
   layer11_forward(c, false);
   rt_comm_label("layer 12 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
   layer12_forward(c, false);
   rt_comm_label("layer 13 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
   layer13_forward(c, false);
   rt_comm_label("layer 14 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
   layer14_forward(c, false);
   rt_comm_label("layer 15 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
   layer15_forward(c, false);
   rt_comm_label("layer 16 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
   layer16_forward(c, false);
   rt_comm_label("layer 17 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
   layer17_forward(c, false);
   rt_comm_label("layer 18 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
   layer18_forward(c, false);
   rt_comm_label("layer 19 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
   layer19_forward(c, false);
   rt_comm_label("layer 20 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
   layer20_forward(c, false);
   rt_comm_label("layer 21 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
   layer21_forward(c, false);
   rt_comm_label("layer 22 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
   layer22_forward(c, false);
   rt_comm_label("layer 23 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
   layer23_forward(c, false);
   rt_comm_label("layer 24 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
   layer24_forward(c, false);
   rt_comm_label("layer 25 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
   layer25_forward(c, false);
   rt_comm_label("layer 26 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
   layer26_forward(c, false);
   rt_comm_label("layer 27 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
   layer27_forward(c, false);
   rt_comm_label("layer 28 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
   layer28_forward(c, false);
   rt_comm_label("layer 29 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
   layer29_forward(c, false);
   rt_comm_label("layer 30 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
   layer30_forward(c, false);
   rt_comm_label("layer 31 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(HEAD_MASTER), 131335168, 2); /* head: 4 ranks x 131335168, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(HEAD_PARAM), 131335168, 2); /* head: 4 ranks x 131335168, prefetch */
   layer31_forward(c, false);
   rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
@@ -2763,7 +2797,7 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L31_DENSE_MASTER), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 525340672);
   rt_zero(A(DLN), 33554432);
@@ -2775,7 +2809,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L30_DENSE_MASTER), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
   c->dwd = R(GRAD0);
   rt_zero_real(R(GRAD0), 218112000);
   layer31_backward(c);
@@ -2784,7 +2818,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L29_DENSE_MASTER), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 218112000);
@@ -2794,7 +2828,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L28_DENSE_MASTER), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero_real(R(GRAD0), 218112000);
@@ -2804,7 +2838,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L27_DENSE_MASTER), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 218112000);
@@ -2814,7 +2848,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L26_DENSE_MASTER), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero_real(R(GRAD0), 218112000);
@@ -2824,7 +2858,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L25_DENSE_MASTER), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 218112000);
@@ -2834,7 +2868,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L24_DENSE_MASTER), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero_real(R(GRAD0), 218112000);
@@ -2844,7 +2878,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L23_DENSE_MASTER), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 218112000);
@@ -2854,7 +2888,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L22_DENSE_MASTER), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero_real(R(GRAD0), 218112000);
@@ -2864,7 +2898,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L21_DENSE_MASTER), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 218112000);
@@ -2874,7 +2908,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L20_DENSE_MASTER), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero_real(R(GRAD0), 218112000);
@@ -2884,7 +2918,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L19_DENSE_MASTER), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 218112000);
@@ -2894,7 +2928,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L18_DENSE_MASTER), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero_real(R(GRAD0), 218112000);
@@ -2904,7 +2938,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L17_DENSE_MASTER), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 218112000);
@@ -2914,7 +2948,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L16_DENSE_MASTER), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero_real(R(GRAD0), 218112000);
@@ -2924,7 +2958,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L15_DENSE_MASTER), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 218112000);
@@ -2934,7 +2968,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L14_DENSE_MASTER), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero_real(R(GRAD0), 218112000);
@@ -2944,7 +2978,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L13_DENSE_MASTER), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 218112000);
@@ -2954,7 +2988,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L12_DENSE_MASTER), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero_real(R(GRAD0), 218112000);
@@ -2964,7 +2998,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L11_DENSE_MASTER), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 218112000);
@@ -2974,7 +3008,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L10_DENSE_MASTER), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero_real(R(GRAD0), 218112000);
@@ -2984,7 +3018,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L9_DENSE_MASTER), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 218112000);
@@ -2994,7 +3028,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L8_DENSE_MASTER), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero_real(R(GRAD0), 218112000);
@@ -3004,7 +3038,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L7_DENSE_MASTER), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 218112000);
@@ -3014,7 +3048,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L6_DENSE_MASTER), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero_real(R(GRAD0), 218112000);
@@ -3024,7 +3058,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L5_DENSE_MASTER), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 218112000);
@@ -3034,7 +3068,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L4_DENSE_MASTER), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero_real(R(GRAD0), 218112000);
@@ -3044,7 +3078,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L3_DENSE_MASTER), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 218112000);
@@ -3054,7 +3088,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L2_DENSE_MASTER), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero_real(R(GRAD0), 218112000);
@@ -3064,7 +3098,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L1_DENSE_MASTER), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 218112000);
@@ -3074,7 +3108,7 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L0_DENSE_MASTER), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
   c->dwd = R(GRAD0);
   rt_zero_real(R(GRAD0), 218112000);

@@ -58,8 +58,8 @@
  * micro-batch writes before reading them */
 #define ARENA_ELEMS 2177417216
 #define ARENA_SCRATCH 16384
-#define ACT_ELEMS 19975380992
-#define ACT_SCRATCH 0
+#define ACT_ELEMS 21982946304
+#define ACT_SCRATCH 2007565312
 #define INPUTS 0
 #define TARGETS 8192
 #define STATE_STAGING 1050697728 /* a device buffer of the largest shard (RS_OUT0), free between steps */

@@ -316,72 +316,72 @@
 #define CE                       4627189808 /* 1073741824: logits of one vocabulary chunk and their gradient */
 
 /* ---- the activation arena map (elements of act) ---- */
-#define EMBED_PARAM                       0 /*    4096000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L0_DENSE_PARAM              4096000 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L0_EXPERTS_PARAM            5408000 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L1_DENSE_PARAM             49448192 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L1_EXPERTS_PARAM           50760192 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L2_DENSE_PARAM             94800384 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L2_EXPERTS_PARAM           96112384 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L3_DENSE_PARAM            140152576 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L3_EXPERTS_PARAM          141464576 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L4_DENSE_PARAM            185504768 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L4_EXPERTS_PARAM          186816768 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L5_DENSE_PARAM            230856960 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L5_EXPERTS_PARAM          232168960 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L6_DENSE_PARAM            276209152 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L6_EXPERTS_PARAM          277521152 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L7_DENSE_PARAM            321561344 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L7_EXPERTS_PARAM          322873344 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L8_DENSE_PARAM            366913536 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L8_EXPERTS_PARAM          368225536 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L9_DENSE_PARAM            412265728 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L9_EXPERTS_PARAM          413577728 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L10_DENSE_PARAM           457617920 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L10_EXPERTS_PARAM         458929920 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L11_DENSE_PARAM           502970112 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L11_EXPERTS_PARAM         504282112 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L12_DENSE_PARAM           548322304 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L12_EXPERTS_PARAM         549634304 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L13_DENSE_PARAM           593674496 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L13_EXPERTS_PARAM         594986496 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L14_DENSE_PARAM           639026688 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L14_EXPERTS_PARAM         640338688 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L15_DENSE_PARAM           684378880 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L15_EXPERTS_PARAM         685690880 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L16_DENSE_PARAM           729731072 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L16_EXPERTS_PARAM         731043072 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L17_DENSE_PARAM           775083264 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L17_EXPERTS_PARAM         776395264 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L18_DENSE_PARAM           820435456 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L18_EXPERTS_PARAM         821747456 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L19_DENSE_PARAM           865787648 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L19_EXPERTS_PARAM         867099648 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L20_DENSE_PARAM           911139840 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L20_EXPERTS_PARAM         912451840 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L21_DENSE_PARAM           956492032 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L21_EXPERTS_PARAM         957804032 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L22_DENSE_PARAM          1001844224 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L22_EXPERTS_PARAM        1003156224 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L23_DENSE_PARAM          1047196416 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L23_EXPERTS_PARAM        1048508416 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L24_DENSE_PARAM          1092548608 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L24_EXPERTS_PARAM        1093860608 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L25_DENSE_PARAM          1137900800 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L25_EXPERTS_PARAM        1139212800 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L26_DENSE_PARAM          1183252992 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L26_EXPERTS_PARAM        1184564992 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L27_DENSE_PARAM          1228605184 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L27_EXPERTS_PARAM        1229917184 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L28_DENSE_PARAM          1273957376 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L28_EXPERTS_PARAM        1275269376 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L29_DENSE_PARAM          1319309568 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L29_EXPERTS_PARAM        1320621568 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L30_DENSE_PARAM          1364661760 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L30_EXPERTS_PARAM        1365973760 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L31_DENSE_PARAM          1410013952 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L31_EXPERTS_PARAM        1411325952 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define HEAD_PARAM               1455366144 /*    4096128: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define EMBED_PARAM                       0 /*    4096000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_DENSE_PARAM              4096000 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_EXPERTS_PARAM            5408000 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_DENSE_PARAM             49448192 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_EXPERTS_PARAM           50760192 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_DENSE_PARAM             94800384 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_EXPERTS_PARAM           96112384 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_DENSE_PARAM            140152576 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_EXPERTS_PARAM          141464576 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_DENSE_PARAM            185504768 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_EXPERTS_PARAM          186816768 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_DENSE_PARAM            230856960 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_EXPERTS_PARAM          232168960 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_DENSE_PARAM            276209152 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_EXPERTS_PARAM          277521152 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_DENSE_PARAM            321561344 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_EXPERTS_PARAM          322873344 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_DENSE_PARAM            366913536 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_EXPERTS_PARAM          368225536 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_DENSE_PARAM            412265728 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_EXPERTS_PARAM          413577728 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_DENSE_PARAM           457617920 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_EXPERTS_PARAM         458929920 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_DENSE_PARAM           502970112 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_EXPERTS_PARAM         504282112 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_DENSE_PARAM           548322304 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_EXPERTS_PARAM         549634304 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_DENSE_PARAM           593674496 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_EXPERTS_PARAM         594986496 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_DENSE_PARAM           639026688 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_EXPERTS_PARAM         640338688 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_DENSE_PARAM           684378880 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_EXPERTS_PARAM         685690880 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_DENSE_PARAM           729731072 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_EXPERTS_PARAM         731043072 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_DENSE_PARAM           775083264 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_EXPERTS_PARAM         776395264 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_DENSE_PARAM           820435456 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_EXPERTS_PARAM         821747456 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_DENSE_PARAM           865787648 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_EXPERTS_PARAM         867099648 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_DENSE_PARAM           911139840 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_EXPERTS_PARAM         912451840 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_DENSE_PARAM           956492032 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_EXPERTS_PARAM         957804032 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_DENSE_PARAM          1001844224 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_EXPERTS_PARAM        1003156224 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_DENSE_PARAM          1047196416 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_EXPERTS_PARAM        1048508416 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_DENSE_PARAM          1092548608 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_EXPERTS_PARAM        1093860608 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_DENSE_PARAM          1137900800 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_EXPERTS_PARAM        1139212800 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_DENSE_PARAM          1183252992 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_EXPERTS_PARAM        1184564992 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_DENSE_PARAM          1228605184 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_EXPERTS_PARAM        1229917184 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_DENSE_PARAM          1273957376 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_EXPERTS_PARAM        1275269376 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_DENSE_PARAM          1319309568 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_EXPERTS_PARAM        1320621568 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_DENSE_PARAM          1364661760 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_EXPERTS_PARAM        1365973760 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_DENSE_PARAM          1410013952 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_EXPERTS_PARAM        1411325952 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define HEAD_PARAM               1455366144 /*    4096128: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
 #define GATHERED0                1459462272 /* 1451270144: units u with u % 2 = 0: parameters all-gathered, dense then experts */
 #define GATHERED1                2910732416 /* 1451270144: units u with u % 2 = 1: parameters all-gathered, dense then experts */
 #define XSLOT0                   4362002560 /*  536870912: boundaries l with l % 3 = 0 (residual stream) */
@@ -483,8 +483,8 @@
 
 /* Parameter groups: sharded over the FSDP group (32 ranks) or, for experts, over the
  * 32 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
- * state arena (-1: a group of Muon matrices has no second moment), of its gathered-from shard
- * in the arena (-1: gathered from the master). */
+ * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
+ * all-gathers read in the activation arena. */
 const RtGroup step_groups[N_GROUPS] = {
     {"embedding", RT_GROUP_FSDP, 131072000, 4096000, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},
     {"layer 0 dense", RT_GROUP_FSDP, 41984000, 1312000, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, L0_DENSE_PARAM},

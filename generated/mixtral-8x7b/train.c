@@ -96,12 +96,11 @@ static void zero_grads(RtCtx *c) {
 #endif
 }
 
-/* The all-gathers read each group's copy of its master shard in the arena when the plan keeps
- * the master on the host (RtGroup.param): refreshed after every change of the master. */
+/* The all-gathers read each group's master shard cast to the activation type (RtGroup.param):
+ * refreshed after every change of the master (initialization, resume, optimizer step). */
 static void refresh_params(RtCtx *c) {
   for (int g = 0; g < N_GROUPS; g++)
-    if (step_groups[g].param >= 0)
-      rt_cast_to_act(c->acts + step_groups[g].param, c->state + step_groups[g].master, (size_t)step_groups[g].shard);
+    rt_cast_to_act(c->acts + step_groups[g].param, c->state + step_groups[g].master, (size_t)step_groups[g].shard);
 }
 
 /* The gradient shards summed over the data-parallel replicas. NCCL reads device memory: a state
@@ -357,9 +356,11 @@ static int grad_check(RtCtx *c, const RtData *d, uint64_t seed) {
       static const double steps[4] = {-2, -1, 1, 2};
       for (int s = 0; s < 4; s++) {
         w[i] = keep + steps[s] * h;
+        refresh_params(c); /* the all-gathers read the cast shards */
         f[s] = objective(c, d, seed);
       }
       w[i] = keep;
+      refresh_params(c);
       double fd = (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / (12 * h), an = gr[i], err = fabs(fd - an);
       double scale = fmax(fabs(fd), fabs(an)), rel = scale > 100 * atol ? err / scale : 0;
       if (err > rtol * scale + atol) {

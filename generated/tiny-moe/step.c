@@ -115,107 +115,117 @@
 #define CE                          4426592 /*     262144: logits of one vocabulary chunk and their gradient */
 
 /* ---- the activation arena map (elements of act) ---- */
-#define GATHERED0                         0 /*     935168: units u with u % 2 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                    935168 /*     935168: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define X0                          1870336 /*      65536: boundary: input of layer 0 (residual stream) */
-#define X1                          1935872 /*      65536: boundary: input of layer 1 (residual stream) */
-#define X2                          2001408 /*      65536: boundary: input of layer 2 (residual stream) */
-#define X3                          2066944 /*      65536: boundary: input of layer 3 (residual stream) */
-#define X4                          2132480 /*      65536: output of the last layer */
-#define L0_LN1                      2198016 /*      65536: attention norm output */
-#define L0_Q                        2263552 /*      65536: queries (rotated) */
-#define L0_K                        2329088 /*      32768: keys (rotated) */
-#define L0_V                        2361856 /*      32768: values */
-#define L0_ATT                      2394624 /*      65536: attention output */
-#define L0_RES                      2460160 /*      65536: residual stream after attention */
-#define L0_LN2                      2525696 /*      65536: mlp norm output */
-#define L0_XP                       2591232 /*     131072: token copies in expert order: the experts' input */
-#define L0_YP                       2722304 /*     131072: expert outputs in that order */
-#define L0_EG                       2853376 /*     262144: routed experts' gate */
-#define L0_EU                       3115520 /*     262144: routed experts' up */
-#define L0_EH                       3377664 /*     262144: routed experts' activation */
-#define L0_SG                       3639808 /*     131072: shared experts' gate */
-#define L0_SU                       3770880 /*     131072: shared experts' up */
-#define L0_SH                       3901952 /*     131072: shared experts' activation */
-#define L1_LN1                      4033024 /*      65536: attention norm output */
-#define L1_Q                        4098560 /*      65536: queries (rotated) */
-#define L1_K                        4164096 /*      32768: keys (rotated) */
-#define L1_V                        4196864 /*      32768: values */
-#define L1_ATT                      4229632 /*      65536: attention output */
-#define L1_RES                      4295168 /*      65536: residual stream after attention */
-#define L1_LN2                      4360704 /*      65536: mlp norm output */
-#define L1_XP                       4426240 /*     131072: token copies in expert order: the experts' input */
-#define L1_YP                       4557312 /*     131072: expert outputs in that order */
-#define L1_EG                       4688384 /*     262144: routed experts' gate */
-#define L1_EU                       4950528 /*     262144: routed experts' up */
-#define L1_EH                       5212672 /*     262144: routed experts' activation */
-#define L1_SG                       5474816 /*     131072: shared experts' gate */
-#define L1_SU                       5605888 /*     131072: shared experts' up */
-#define L1_SH                       5736960 /*     131072: shared experts' activation */
-#define L2_LN1                      5868032 /*      65536: attention norm output */
-#define L2_Q                        5933568 /*      65536: queries (rotated) */
-#define L2_K                        5999104 /*      32768: keys (rotated) */
-#define L2_V                        6031872 /*      32768: values */
-#define L2_ATT                      6064640 /*      65536: attention output */
-#define L2_RES                      6130176 /*      65536: residual stream after attention */
-#define L2_LN2                      6195712 /*      65536: mlp norm output */
-#define L2_XP                       6261248 /*     131072: token copies in expert order: the experts' input */
-#define L2_YP                       6392320 /*     131072: expert outputs in that order */
-#define L2_EG                       6523392 /*     262144: routed experts' gate */
-#define L2_EU                       6785536 /*     262144: routed experts' up */
-#define L2_EH                       7047680 /*     262144: routed experts' activation */
-#define L2_SG                       7309824 /*     131072: shared experts' gate */
-#define L2_SU                       7440896 /*     131072: shared experts' up */
-#define L2_SH                       7571968 /*     131072: shared experts' activation */
-#define L3_LN1                      7703040 /*      65536: attention norm output */
-#define L3_Q                        7768576 /*      65536: queries (rotated) */
-#define L3_K                        7834112 /*      32768: keys (rotated) */
-#define L3_V                        7866880 /*      32768: values */
-#define L3_ATT                      7899648 /*      65536: attention output */
-#define L3_RES                      7965184 /*      65536: residual stream after attention */
-#define L3_LN2                      8030720 /*      65536: mlp norm output */
-#define L3_XP                       8096256 /*     131072: token copies in expert order: the experts' input */
-#define L3_YP                       8227328 /*     131072: expert outputs in that order */
-#define L3_EG                       8358400 /*     262144: routed experts' gate */
-#define L3_EU                       8620544 /*     262144: routed experts' up */
-#define L3_EH                       8882688 /*     262144: routed experts' activation */
-#define L3_SG                       9144832 /*     131072: shared experts' gate */
-#define L3_SU                       9275904 /*     131072: shared experts' up */
-#define L3_SH                       9406976 /*     131072: shared experts' activation */
-#define WS_Y                        9538048 /*      65536: a block's output before the residual add */
-#define WS_Y2                       9603584 /*      65536: shared experts' output */
-#define DX_A                        9669120 /*      65536: gradient of the residual stream (even layers' output) */
-#define DX_B                        9734656 /*      65536: gradient of the residual stream (odd layers' output) */
-#define DLN                         9800192 /*      65536: gradient of a norm's output */
-#define DATT                        9865728 /*      65536: gradient of the attention output */
-#define DQ                          9931264 /*      65536: gradient of the queries */
-#define DK                          9996800 /*      32768: gradient of the keys */
-#define DV                         10029568 /*      32768: gradient of the values */
-#define DYP                        10062336 /*     131072: gradient of the expert outputs */
-#define DXP                        10193408 /*     131072: gradient of the token copies */
-#define EDG                        10324480 /*     262144: routed experts' gate gradient */
-#define EDU                        10586624 /*     262144: routed experts' up gradient */
-#define EDH                        10848768 /*     262144: routed experts' activation gradient */
-#define DSG                        11110912 /*     131072: shared experts' gate gradient */
-#define DSU                        11241984 /*     131072: shared experts' up gradient */
-#define DSH                        11373056 /*     131072: shared experts' activation gradient */
-#define LNF                        11504128 /*      65536: final norm output */
+#define EMBED_PARAM                       0 /*      16384: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_DENSE_PARAM                16384 /*      74368: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_EXPERTS_PARAM              90752 /*     393216: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_DENSE_PARAM               483968 /*      74368: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_EXPERTS_PARAM             558336 /*     393216: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_DENSE_PARAM               951552 /*      74368: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_EXPERTS_PARAM            1025920 /*     393216: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_DENSE_PARAM              1419136 /*      74368: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_EXPERTS_PARAM            1493504 /*     393216: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define HEAD_PARAM                  1886720 /*      16448: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define GATHERED0                   1903168 /*     935168: units u with u % 2 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1                   2838336 /*     935168: units u with u % 2 = 1: parameters all-gathered, dense then experts */
+#define X0                          3773504 /*      65536: boundary: input of layer 0 (residual stream) */
+#define X1                          3839040 /*      65536: boundary: input of layer 1 (residual stream) */
+#define X2                          3904576 /*      65536: boundary: input of layer 2 (residual stream) */
+#define X3                          3970112 /*      65536: boundary: input of layer 3 (residual stream) */
+#define X4                          4035648 /*      65536: output of the last layer */
+#define L0_LN1                      4101184 /*      65536: attention norm output */
+#define L0_Q                        4166720 /*      65536: queries (rotated) */
+#define L0_K                        4232256 /*      32768: keys (rotated) */
+#define L0_V                        4265024 /*      32768: values */
+#define L0_ATT                      4297792 /*      65536: attention output */
+#define L0_RES                      4363328 /*      65536: residual stream after attention */
+#define L0_LN2                      4428864 /*      65536: mlp norm output */
+#define L0_XP                       4494400 /*     131072: token copies in expert order: the experts' input */
+#define L0_YP                       4625472 /*     131072: expert outputs in that order */
+#define L0_EG                       4756544 /*     262144: routed experts' gate */
+#define L0_EU                       5018688 /*     262144: routed experts' up */
+#define L0_EH                       5280832 /*     262144: routed experts' activation */
+#define L0_SG                       5542976 /*     131072: shared experts' gate */
+#define L0_SU                       5674048 /*     131072: shared experts' up */
+#define L0_SH                       5805120 /*     131072: shared experts' activation */
+#define L1_LN1                      5936192 /*      65536: attention norm output */
+#define L1_Q                        6001728 /*      65536: queries (rotated) */
+#define L1_K                        6067264 /*      32768: keys (rotated) */
+#define L1_V                        6100032 /*      32768: values */
+#define L1_ATT                      6132800 /*      65536: attention output */
+#define L1_RES                      6198336 /*      65536: residual stream after attention */
+#define L1_LN2                      6263872 /*      65536: mlp norm output */
+#define L1_XP                       6329408 /*     131072: token copies in expert order: the experts' input */
+#define L1_YP                       6460480 /*     131072: expert outputs in that order */
+#define L1_EG                       6591552 /*     262144: routed experts' gate */
+#define L1_EU                       6853696 /*     262144: routed experts' up */
+#define L1_EH                       7115840 /*     262144: routed experts' activation */
+#define L1_SG                       7377984 /*     131072: shared experts' gate */
+#define L1_SU                       7509056 /*     131072: shared experts' up */
+#define L1_SH                       7640128 /*     131072: shared experts' activation */
+#define L2_LN1                      7771200 /*      65536: attention norm output */
+#define L2_Q                        7836736 /*      65536: queries (rotated) */
+#define L2_K                        7902272 /*      32768: keys (rotated) */
+#define L2_V                        7935040 /*      32768: values */
+#define L2_ATT                      7967808 /*      65536: attention output */
+#define L2_RES                      8033344 /*      65536: residual stream after attention */
+#define L2_LN2                      8098880 /*      65536: mlp norm output */
+#define L2_XP                       8164416 /*     131072: token copies in expert order: the experts' input */
+#define L2_YP                       8295488 /*     131072: expert outputs in that order */
+#define L2_EG                       8426560 /*     262144: routed experts' gate */
+#define L2_EU                       8688704 /*     262144: routed experts' up */
+#define L2_EH                       8950848 /*     262144: routed experts' activation */
+#define L2_SG                       9212992 /*     131072: shared experts' gate */
+#define L2_SU                       9344064 /*     131072: shared experts' up */
+#define L2_SH                       9475136 /*     131072: shared experts' activation */
+#define L3_LN1                      9606208 /*      65536: attention norm output */
+#define L3_Q                        9671744 /*      65536: queries (rotated) */
+#define L3_K                        9737280 /*      32768: keys (rotated) */
+#define L3_V                        9770048 /*      32768: values */
+#define L3_ATT                      9802816 /*      65536: attention output */
+#define L3_RES                      9868352 /*      65536: residual stream after attention */
+#define L3_LN2                      9933888 /*      65536: mlp norm output */
+#define L3_XP                       9999424 /*     131072: token copies in expert order: the experts' input */
+#define L3_YP                      10130496 /*     131072: expert outputs in that order */
+#define L3_EG                      10261568 /*     262144: routed experts' gate */
+#define L3_EU                      10523712 /*     262144: routed experts' up */
+#define L3_EH                      10785856 /*     262144: routed experts' activation */
+#define L3_SG                      11048000 /*     131072: shared experts' gate */
+#define L3_SU                      11179072 /*     131072: shared experts' up */
+#define L3_SH                      11310144 /*     131072: shared experts' activation */
+#define WS_Y                       11441216 /*      65536: a block's output before the residual add */
+#define WS_Y2                      11506752 /*      65536: shared experts' output */
+#define DX_A                       11572288 /*      65536: gradient of the residual stream (even layers' output) */
+#define DX_B                       11637824 /*      65536: gradient of the residual stream (odd layers' output) */
+#define DLN                        11703360 /*      65536: gradient of a norm's output */
+#define DATT                       11768896 /*      65536: gradient of the attention output */
+#define DQ                         11834432 /*      65536: gradient of the queries */
+#define DK                         11899968 /*      32768: gradient of the keys */
+#define DV                         11932736 /*      32768: gradient of the values */
+#define DYP                        11965504 /*     131072: gradient of the expert outputs */
+#define DXP                        12096576 /*     131072: gradient of the token copies */
+#define EDG                        12227648 /*     262144: routed experts' gate gradient */
+#define EDU                        12489792 /*     262144: routed experts' up gradient */
+#define EDH                        12751936 /*     262144: routed experts' activation gradient */
+#define DSG                        13014080 /*     131072: shared experts' gate gradient */
+#define DSU                        13145152 /*     131072: shared experts' up gradient */
+#define DSH                        13276224 /*     131072: shared experts' activation gradient */
+#define LNF                        13407296 /*      65536: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
  * 2 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
- * state arena (-1: a group of Muon matrices has no second moment), of its gathered-from shard
- * in the arena (-1: gathered from the master). */
+ * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
+ * all-gathers read in the activation arena. */
 const RtGroup step_groups[N_GROUPS] = {
-    {"embedding", RT_GROUP_FSDP, 32768, 16384, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, -1},
-    {"layer 0 dense", RT_GROUP_FSDP, 148736, 74368, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, -1},
-    {"layer 0 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L0_EXPERTS_MASTER, L0_EXPERTS_GRAD, L0_EXPERTS_ADAM_M, L0_EXPERTS_ADAM_V, -1},
-    {"layer 1 dense", RT_GROUP_FSDP, 148736, 74368, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V, -1},
-    {"layer 1 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L1_EXPERTS_MASTER, L1_EXPERTS_GRAD, L1_EXPERTS_ADAM_M, L1_EXPERTS_ADAM_V, -1},
-    {"layer 2 dense", RT_GROUP_FSDP, 148736, 74368, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V, -1},
-    {"layer 2 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L2_EXPERTS_MASTER, L2_EXPERTS_GRAD, L2_EXPERTS_ADAM_M, L2_EXPERTS_ADAM_V, -1},
-    {"layer 3 dense", RT_GROUP_FSDP, 148736, 74368, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V, -1},
-    {"layer 3 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L3_EXPERTS_MASTER, L3_EXPERTS_GRAD, L3_EXPERTS_ADAM_M, L3_EXPERTS_ADAM_V, -1},
-    {"head", RT_GROUP_FSDP, 32896, 16448, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V, -1},
+    {"embedding", RT_GROUP_FSDP, 32768, 16384, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},
+    {"layer 0 dense", RT_GROUP_FSDP, 148736, 74368, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, L0_DENSE_PARAM},
+    {"layer 0 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L0_EXPERTS_MASTER, L0_EXPERTS_GRAD, L0_EXPERTS_ADAM_M, L0_EXPERTS_ADAM_V, L0_EXPERTS_PARAM},
+    {"layer 1 dense", RT_GROUP_FSDP, 148736, 74368, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V, L1_DENSE_PARAM},
+    {"layer 1 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L1_EXPERTS_MASTER, L1_EXPERTS_GRAD, L1_EXPERTS_ADAM_M, L1_EXPERTS_ADAM_V, L1_EXPERTS_PARAM},
+    {"layer 2 dense", RT_GROUP_FSDP, 148736, 74368, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V, L2_DENSE_PARAM},
+    {"layer 2 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L2_EXPERTS_MASTER, L2_EXPERTS_GRAD, L2_EXPERTS_ADAM_M, L2_EXPERTS_ADAM_V, L2_EXPERTS_PARAM},
+    {"layer 3 dense", RT_GROUP_FSDP, 148736, 74368, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V, L3_DENSE_PARAM},
+    {"layer 3 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L3_EXPERTS_MASTER, L3_EXPERTS_GRAD, L3_EXPERTS_ADAM_M, L3_EXPERTS_ADAM_V, L3_EXPERTS_PARAM},
+    {"head", RT_GROUP_FSDP, 32896, 16448, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V, HEAD_PARAM},
 };
 
 /* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,
@@ -554,38 +564,38 @@ static void layer0_backward(RtCtx *c) {
  * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(EMBED_MASTER), 16384, 0); /* embedding: 2 ranks x 16384 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(EMBED_PARAM), 16384, 0); /* embedding: 2 ranks x 16384 */
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, S(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(L0_EXPERTS_PARAM), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
   rt_embedding_forward(A(X0), I(INPUTS), W(0), 512, 128);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, S(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(L1_EXPERTS_PARAM), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, S(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(L2_EXPERTS_PARAM), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, S(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(L3_EXPERTS_PARAM), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(HEAD_MASTER), 16448, 2); /* head: 2 ranks x 16448, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(HEAD_PARAM), 16448, 2); /* head: 2 ranks x 16448, prefetch */
   layer3_forward(c, false);
   rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
@@ -601,8 +611,8 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L3_DENSE_MASTER), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, S(L3_EXPERTS_MASTER), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(L3_EXPERTS_PARAM), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
   c->dwd = R(GRAD1);
   rt_zero_real(R(GRAD1), 32896);
   rt_zero(A(DLN), 65536);
@@ -615,8 +625,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L2_DENSE_MASTER), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, S(L2_EXPERTS_MASTER), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(L2_EXPERTS_PARAM), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 148736;
   rt_zero_real(R(GRAD0), 935168);
   layer3_backward(c);
@@ -627,8 +637,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L1_DENSE_MASTER), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, S(L1_EXPERTS_MASTER), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(L1_EXPERTS_PARAM), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
   c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 148736;
   rt_zero_real(R(GRAD1), 935168);
@@ -640,8 +650,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L0_DENSE_MASTER), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, S(L0_EXPERTS_MASTER), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(L0_EXPERTS_PARAM), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
   c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 148736;
   rt_zero_real(R(GRAD0), 935168);

@@ -58,8 +58,8 @@
  * micro-batch writes before reading them */
 #define ARENA_ELEMS 4688736
 #define ARENA_SCRATCH 1024
-#define ACT_ELEMS 11569664
-#define ACT_SCRATCH 0
+#define ACT_ELEMS 13472832
+#define ACT_SCRATCH 1903168
 #define INPUTS 0
 #define TARGETS 512
 #define STATE_STAGING 1871360 /* a device buffer of the largest shard (RS_OUT0), free between steps */

@@ -27,7 +27,7 @@
 #include "mtrt_ops.h"
 
 /* The NCCL type of the activation type (mtrt_real.h): gathered parameters and the MoE rows. */
-#define NCCL_ACT ncclFloat32
+#define NCCL_ACT (MTRT_ACT_IS_BF16 ? ncclBfloat16 : ncclFloat32)
 
 typedef struct {
   MPI_Comm mpi;
@@ -268,7 +268,9 @@ void rt_comm_reduce_scatter_wait(int slot) {
   if (slot < 0 || slot >= 4 || !rs_info[slot].g) return; /* nothing in flight */
   if (rs_info[slot].pending) cu_check(cudaStreamWaitEvent(cu.stream, ev_rs[slot], 0), "reduce-scatter (overlapped)");
   if (rs_info[slot].recv) rs_sum(rs_info[slot].g, rs_info[slot].out, rs_info[slot].recv, rs_info[slot].count);
-  rt_accumulate(rs_info[slot].acc, rs_info[slot].out, rs_info[slot].count);
+  real *acc = rs_info[slot].acc, *out = rs_info[slot].out;
+  long n = (long)rs_info[slot].count;
+  if (n) cu_launch(K_ACCUMULATE_F32, cu_blocks(n, 256), 256, (void *[]){&acc, &out, &n});
   rs_info[slot].g = NULL;
 }
 

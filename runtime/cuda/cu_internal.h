@@ -11,6 +11,15 @@
 
 #include "mtrt_cuda.h"
 
+/* Whether act is bf16 (MTRT_ACT_BF16), and its cuBLAS type. */
+#ifdef MTRT_ACT_BF16
+#define MTRT_ACT_IS_BF16 1
+#define CU_ACT CUDA_R_16BF
+#else
+#define MTRT_ACT_IS_BF16 0
+#define CU_ACT CUDA_R_32F
+#endif
+
 /* The kernels of templates/kernels.cu, by index; names in ops.c's table. */
 enum {
   K_EMBEDDING_FORWARD, K_EMBEDDING_BACKWARD, K_RMSNORM_FORWARD, K_RMSNORM_BACKWARD, K_ROPE,
@@ -21,7 +30,7 @@ enum {
   K_MOE_GATHER, K_MOE_COMBINE, K_MOE_COMBINE_BACKWARD, K_MOE_GATHER_BACKWARD, K_FLASH_FORWARD,
   K_FLASH_BACKWARD_PREP, K_FLASH_BACKWARD_DQ, K_FLASH_BACKWARD_DKV,
   K_POSITION_FORWARD, K_POSITION_BACKWARD, K_LAYERNORM_FORWARD, K_LAYERNORM_BACKWARD, K_BIAS_FORWARD,
-  K_BIAS_BACKWARD, K_COUNT
+  K_BIAS_BACKWARD, K_ACCUMULATE_F32, K_COUNT
 };
 
 enum { CU_GROUPED_SLOTS = 8 };   /* pointer-array slots: one per grouped GEMM of one experts call */
@@ -49,6 +58,7 @@ typedef struct {
                           uploads write, so reading it back needs no copy (cu_offsets) */
   size_t off_bytes;
   float *stats_host;                   /* 2 × experts */
+  void *rl;       /* the router's logit gradient in the activation type (tokens × experts) */
 } CuState;
 
 extern CuState cu;
@@ -71,8 +81,11 @@ void cu_check(cudaError_t e, const char *op);
 void cu_blas_check(cublasStatus_t s, const char *op);
 /* Blocks of `block` threads covering n. */
 static inline unsigned cu_blocks(long long n, unsigned block) { return (unsigned)((n + block - 1) / block); }
-/* C (column-major m × n) = A·B (+ beta C) in fp32 storage with the chosen GEMM math. */
-void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *A, int lda,
-             const float *B, int ldb, float beta, float *C, int ldc);
+/* C (column-major m × n) = A·B (+ beta C); A, B and C of cuBLAS types at, bt, ct (CU_ACT or
+ * CUDA_R_32F). bf16 operands multiply with fp32 accumulation (CUBLAS_COMPUTE_32F); fp32 ones
+ * with the chosen GEMM math ($MTC_GEMM). */
+void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A,
+             cudaDataType_t at, int lda, const void *B, cudaDataType_t bt, int ldb, float beta, void *C,
+             cudaDataType_t ct, int ldc);
 
 #endif

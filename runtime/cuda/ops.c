@@ -1,5 +1,6 @@
 /* ops.c — the cuda backend's device runtime: set-up (GPU, stream, cuBLAS, the plan's kernels
- * through NVRTC), and the dense ops of mtrt_ops.h over device pointers (fp32 storage). The MoE
+ * through NVRTC), and the dense ops of mtrt_ops.h over device pointers (activations in `act`:
+ * bf16, or fp32 in mtrt_cuda_f32act; statistics and weight gradients fp32). The MoE
  * ops are in ops_moe.c. Semantics are the cpu ops': forward overwrites, backward adds. */
 #include <math.h>
 #include <mpi.h>
@@ -21,7 +22,7 @@ static const char *const kernel_names[K_COUNT] = {
     "moe_gather", "moe_combine", "moe_combine_backward", "moe_gather_backward", "flash_attention_forward",
     "flash_attention_backward_prep", "flash_attention_backward_dq", "flash_attention_backward_dkv",
     "position_forward", "position_backward", "layernorm_forward", "layernorm_backward", "bias_forward",
-    "bias_backward"};
+    "bias_backward", "accumulate_f32"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;
@@ -56,12 +57,14 @@ void cu_launch3(int k, unsigned gx, unsigned gy, unsigned gz, unsigned block, vo
   if (cu.sync_each) cu_check(cudaStreamSynchronize(cu.stream), kernel_names[k]);
 }
 
-void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *A, int lda,
-             const float *B, int ldb, float beta, float *C, int ldc) {
+void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A,
+             cudaDataType_t at, int lda, const void *B, cudaDataType_t bt, int ldb, float beta, void *C,
+             cudaDataType_t ct, int ldc) {
   const float one = 1;
   if (!m || !n) return;
-  cu_blas_check(cublasGemmEx(cu.blas, ta, tb, m, n, k, &one, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
-                             CUDA_R_32F, ldc, cu.compute, CUBLAS_GEMM_DEFAULT),
+  cublasComputeType_t math = at == CUDA_R_16BF ? CUBLAS_COMPUTE_32F : cu.compute;
+  cu_blas_check(cublasGemmEx(cu.blas, ta, tb, m, n, k, &one, A, at, lda, B, bt, ldb, &beta, C, ct, ldc, math,
+                             CUBLAS_GEMM_DEFAULT),
                 op);
   if (cu.sync_each) cu_check(cudaStreamSynchronize(cu.stream), op);
 }
@@ -73,7 +76,7 @@ void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, 
  * copies (2 × tokens × top_k + experts + 1 ints, 2 × experts floats). rt_cuda_setup allocates exactly
  * these; rt_cuda_scratch_bytes reports them. */
 typedef struct {
-  size_t delta, ce, red, gptr, idx, pos, off, stats;
+  size_t delta, ce, red, gptr, rl, idx, pos, off, stats;
 } Scratch;
 
 static size_t workspace_bytes(const RtCudaConfig *cfg) {
@@ -84,14 +87,14 @@ static Scratch scratch_of(const RtCudaConfig *cfg) {
   size_t T = (size_t)cfg->tokens, E = (size_t)(cfg->experts > 0 ? cfg->experts : 1);
   size_t NK = T * (size_t)(cfg->top_k > 0 ? cfg->top_k : 1);
   return (Scratch){sizeof(float) * T * (size_t)cfg->heads, sizeof(float) * (2 * T + 1), sizeof(double),
-                   sizeof(void *) * CU_GROUPED_SLOTS * 3 * E, sizeof(int) * NK, sizeof(int) * NK,
-                   sizeof(int) * (E + 1), sizeof(float) * 2 * E};
+                   sizeof(void *) * CU_GROUPED_SLOTS * 3 * E, MTRT_ACT_IS_BF16 ? sizeof(act) * T * E : 0,
+                   sizeof(int) * NK, sizeof(int) * NK, sizeof(int) * (E + 1), sizeof(float) * 2 * E};
 }
 
 size_t rt_cuda_scratch_bytes(const RtCudaConfig *cfg, size_t *host_bytes) {
   Scratch s = scratch_of(cfg);
   *host_bytes = s.idx + s.pos + s.off + s.stats;
-  return workspace_bytes(cfg) + s.delta + s.ce + s.red + s.gptr;
+  return workspace_bytes(cfg) + s.delta + s.ce + s.red + s.gptr + s.rl;
 }
 
 int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t errlen) {
@@ -123,15 +126,23 @@ int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t err
   size_t bytes = 0;
   int kernels = 0, cached = 0;
   static char log[1 << 16];
-  if (rt_cuda_compile(cfg->kernels_src, cfg->kernels_len, "kernels.cu", cu.arch, cfg->include_dir, NULL, &cubin, &bytes,
-                      &kernels, &cached, log, sizeof log) != 0)
-    return snprintf(err, errlen, "kernels.cu does not compile for %s:\n%s", cu.arch, log), -1;
+  /* the kernels' storage type is the runtime's act: bf16 (kernels.cu's default), or fp32 */
+  static const char act_float[] = "#define ACT_FLOAT // mtrt_cuda_f32act: fp32 activations\n";
+  size_t pre = MTRT_ACT_IS_BF16 ? 0 : sizeof act_float - 1, len = pre + cfg->kernels_len;
+  char *src = malloc(len + 1);
+  if (!src) return snprintf(err, errlen, "out of host memory"), -1;
+  memcpy(src, act_float, pre), memcpy(src + pre, cfg->kernels_src, cfg->kernels_len), src[len] = 0;
+  int bad = rt_cuda_compile(src, len, "kernels.cu", cu.arch, cfg->include_dir, NULL, &cubin, &bytes, &kernels, &cached,
+                            log, sizeof log);
+  free(src);
+  if (bad) return snprintf(err, errlen, "kernels.cu does not compile for %s:\n%s", cu.arch, log), -1;
   e = cudaLibraryLoadData(&cu.lib, cubin, NULL, NULL, 0, NULL, NULL, 0);
   free(cubin);
   if (e != cudaSuccess) return snprintf(err, errlen, "loading kernels.cu's CUBIN: %s", cudaGetErrorString(e)), -1;
   Scratch sc = scratch_of(cfg);
   if (cudaMalloc((void **)&cu.delta, sc.delta) != cudaSuccess || cudaMalloc((void **)&cu.ce, sc.ce) != cudaSuccess ||
-      cudaMalloc((void **)&cu.red, sc.red) != cudaSuccess || cudaMalloc((void **)&cu.gptr, sc.gptr) != cudaSuccess)
+      cudaMalloc((void **)&cu.red, sc.red) != cudaSuccess || cudaMalloc((void **)&cu.gptr, sc.gptr) != cudaSuccess ||
+      (sc.rl && cudaMalloc(&cu.rl, sc.rl) != cudaSuccess))
     return snprintf(err, errlen, "cannot allocate the runtime's scratch on GPU %d", cu.device), -1;
   cu.idx_host = malloc(sc.idx), cu.pos_host = malloc(sc.pos);
   cu.off_host = malloc(sc.off), cu.stats_host = malloc(sc.stats);
@@ -143,7 +154,7 @@ int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t err
 void rt_cuda_teardown(void) {
   if (!cu.ready) return;
   cudaStreamSynchronize(cu.stream);
-  cudaFree(cu.delta), cudaFree(cu.ce), cudaFree(cu.red), cudaFree(cu.gptr), cudaFree(cu.workspace);
+  cudaFree(cu.delta), cudaFree(cu.ce), cudaFree(cu.red), cudaFree(cu.gptr), cudaFree(cu.rl), cudaFree(cu.workspace);
   free(cu.idx_host), free(cu.pos_host), free(cu.off_host), free(cu.stats_host);
   cudaLibraryUnload(cu.lib);
   cublasDestroy(cu.blas);
@@ -156,8 +167,9 @@ void rt_cuda_describe(char *buf, size_t n) {
   char v[400];
   rt_cuda_versions(v, sizeof v);
   if (cudaGetDeviceProperties(&p, cu.device) != cudaSuccess) snprintf(p.name, sizeof p.name, "?");
-  snprintf(buf, n, "GPU %d: %s (%s, %.0f GiB), GEMM math %s with fp32 accumulation, fp32 storage, attention %s%s; %s",
-           cu.device, p.name, cu.arch, (double)p.totalGlobalMem / (1u << 30), cu.gemm_name, cu_attention_name(),
+  snprintf(buf, n, "GPU %d: %s (%s, %.0f GiB), GEMM math %s with fp32 accumulation, %s activations, attention %s%s; %s",
+           cu.device, p.name, cu.arch, (double)p.totalGlobalMem / (1u << 30), MTRT_ACT_IS_BF16 ? "bf16" : cu.gemm_name,
+           MTRT_ACT_IS_BF16 ? "bf16" : "fp32", cu_attention_name(),
            cu.sync_each ? ", MTC_CUDA_SYNC" : "", v);
 }
 
@@ -221,19 +233,36 @@ void rt_copy_real(real *dst, const real *src, size_t n) {
   cu_check(cudaMemcpyAsync(dst, src, n * sizeof(real), cudaMemcpyDefault, cu.stream), "rt_copy_real");
 }
 
-/* (act is real today: the router's layer is a linear layer; with bf16 activations its logits
- * stay fp32: a GEMM with bf16 operands and an fp32 result) */
+/* The router's logits stay fp32: a GEMM of act operands with an fp32 result. Its backward casts
+ * the logits' gradient to the activation type first (cuBLAS multiplies operands of one type):
+ * the runtime's scratch cu.rl of tokens × experts. */
 void rt_router_logits_forward(real *logits, const act *x, const act *w, int N, int IC, int E) {
-  rt_matmul_forward(logits, x, w, NULL, N, IC, E);
+  cu_gemm("router forward", CUBLAS_OP_T, CUBLAS_OP_N, E, N, IC, w, CU_ACT, IC, x, CU_ACT, IC, 0, logits, CUDA_R_32F, E);
 }
 
 void rt_router_logits_backward(act *dx, real *dw, const real *dlogits, const act *x, const act *w, int N, int IC,
                                int E) {
-  rt_matmul_backward(dx, dw, NULL, dlogits, x, w, N, IC, E);
+  const void *d = dlogits;
+  if (MTRT_ACT_IS_BF16) {
+    if ((size_t)N * (size_t)E > (size_t)cu.cfg.tokens * (size_t)(cu.cfg.experts > 0 ? cu.cfg.experts : 1))
+      rt_cuda_fail("router backward", "more tokens x experts than the runtime's scratch");
+    void *out = cu.rl;
+    long n = (long)N * E;
+    cu_launch(K_CAST_BF16, cu_blocks(n, 256), 256, (void *[]){&out, &dlogits, &n});
+    d = cu.rl;
+  }
+  if (dx) cu_gemm("router backward dx", CUBLAS_OP_N, CUBLAS_OP_N, IC, N, E, w, CU_ACT, IC, d, CU_ACT, E, 1, dx, CU_ACT, IC);
+  if (dw) cu_gemm("router backward dw", CUBLAS_OP_N, CUBLAS_OP_T, IC, E, N, x, CU_ACT, IC, d, CU_ACT, E, 1, dw, CUDA_R_32F, IC);
 }
 
-void rt_cast_to_act(act *dst, const real *src, size_t n) { /* (act is real today: a copy) */
-  cu_check(cudaMemcpyAsync(dst, src, n * sizeof(real), cudaMemcpyDefault, cu.stream), "rt_cast_to_act");
+/* bf16: round to nearest even (cast_bf16); src may be pinned host memory the kernel reads */
+void rt_cast_to_act(act *dst, const real *src, size_t n) {
+  long ln = (long)n;
+  if (MTRT_ACT_IS_BF16) {
+    if (ln) cu_launch(K_CAST_BF16, cu_blocks(ln, 256), 256, (void *[]){&dst, &src, &ln});
+  } else {
+    cu_check(cudaMemcpyAsync(dst, src, n * sizeof(real), cudaMemcpyDefault, cu.stream), "rt_cast_to_act");
+  }
 }
 
 void rt_embedding_forward(act *out, const int32_t *tok, const act *wte, int N, int C) {
@@ -289,18 +318,18 @@ void rt_bias_backward(real *db, const act *dout, int N, int C) {
 /* Row-major out (N, OC) = x (N, IC) · wᵀ is column-major outᵀ = w · xᵀ, w read transposed; the
  * bias, if any, is added by bias_forward. */
 void rt_matmul_forward(act *out, const act *x, const act *w, const act *bias, int N, int IC, int OC) {
-  cu_gemm("matmul forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, IC, x, IC, 0, out, OC);
+  cu_gemm("matmul forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, CU_ACT, IC, x, CU_ACT, IC, 0, out, CU_ACT, OC);
   if (bias) rt_bias_forward(out, bias, N, OC);
 }
 
 void rt_matmul_backward(act *dx, real *dw, real *dbias, const act *dout, const act *x, const act *w, int N, int IC,
                         int OC) {
   if (dbias) rt_bias_backward(dbias, dout, N, OC);
-  if (dx) cu_gemm("matmul backward dx", CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, IC, dout, OC, 1, dx, IC);
-  if (dw) cu_gemm("matmul backward dw", CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, x, IC, dout, OC, 1, dw, IC);
+  if (dx) cu_gemm("matmul backward dx", CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, CU_ACT, IC, dout, CU_ACT, OC, 1, dx, CU_ACT, IC);
+  if (dw) cu_gemm("matmul backward dw", CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, x, CU_ACT, IC, dout, CU_ACT, OC, 1, dw, CUDA_R_32F, IC);
 }
 
-static void rope(real *x, int B, int T, int H, float sign) {
+static void rope(act *x, int B, int T, int H, float sign) {
   cu_launch(K_ROPE, (unsigned)(B * T), 128, (void *[]){&x, &H, &sign});
 }
 void rt_rope_forward(act *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, 1.f); }
@@ -375,6 +404,11 @@ void rt_gelu_backward(act *dx, const act *dh, const act *x, int64_t n) {
 
 /* Per chunk: cuBLAS logits, then the online log-sum-exp kernel; the loss is summed on the GPU
  * and read once (one synchronization per micro-batch). */
+/* One vocabulary chunk's logits (N, cv) in fp32 = x (N, C) · w_chunkᵀ (act operands). */
+static void logits_chunk(real *logits, const act *x, const act *w, int N, int C, int cv) {
+  cu_gemm("lm head logits", CUBLAS_OP_T, CUBLAS_OP_N, cv, N, C, w, CU_ACT, C, x, CU_ACT, C, 0, logits, CUDA_R_32F, cv);
+}
+
 real rt_lm_head_ce_forward(real *lse, const act *x, const act *w, const int32_t *targets, int N, int C, int V,
                            int chunk, real *scratch) {
   float *sum = cu.ce, *tl = cu.ce + N, *loss = cu.ce + 2 * N, ninf = -INFINITY;
@@ -383,7 +417,7 @@ real rt_lm_head_ce_forward(real *lse, const act *x, const act *w, const int32_t 
   cu_check(cudaMemsetAsync(cu.ce, 0, sizeof(float) * (2 * (size_t)N + 1), cu.stream), "cross-entropy");
   for (int v0 = 0; v0 < V; v0 += chunk) {
     int cv = V - v0 < chunk ? V - v0 : chunk;
-    rt_matmul_forward(scratch, x, w + (size_t)v0 * C, NULL, N, C, cv);
+    logits_chunk(scratch, x, w + (size_t)v0 * C, N, C, cv);
     cu_launch(K_CROSS_ENTROPY_CHUNK, (unsigned)N, 256, (void *[]){&lse, &sum, &tl, &scratch, &targets, &v0, &cv});
   }
   cu_launch(K_CROSS_ENTROPY_FINISH, cu_blocks(N, 256), 256, (void *[]){&lse, &loss, &sum, &tl});
@@ -395,10 +429,11 @@ real rt_lm_head_ce_forward(real *lse, const act *x, const act *w, const int32_t 
 void rt_lm_head_ce_backward(act *dx, real *dw, const act *x, const act *w, const int32_t *targets, const real *lse,
                             int N, int C, int V, int chunk, real *scratch, real dloss) {
   float scale = dloss / (float)N;
-  real *dlogits = scratch + (size_t)N * (size_t)chunk; /* not in place: with bf16 storage it would race */
+  /* the chunk's logit gradient, in the activation type, beside its logits (not in place) */
+  act *dlogits = (act *)(scratch + (size_t)N * (size_t)chunk);
   for (int v0 = 0; v0 < V; v0 += chunk) {
     int cv = V - v0 < chunk ? V - v0 : chunk;
-    rt_matmul_forward(scratch, x, w + (size_t)v0 * C, NULL, N, C, cv);
+    logits_chunk(scratch, x, w + (size_t)v0 * C, N, C, cv);
     cu_launch(K_CROSS_ENTROPY_BACKWARD, (unsigned)N, 256, (void *[]){&dlogits, &scratch, &lse, &targets, &v0, &cv, &scale});
     rt_matmul_backward(dx, dw ? dw + (size_t)v0 * C : NULL, NULL, dlogits, x, w + (size_t)v0 * C, N, C, cv);
   }

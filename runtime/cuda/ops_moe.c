@@ -106,7 +106,7 @@ static const char *compute_name(cublasComputeType_t c) {
   return c == CUBLAS_COMPUTE_32F_FAST_16BF ? "bf16" : c == CUBLAS_COMPUTE_32F_FAST_TF32 ? "tf32" : "fp32";
 }
 
-static void grouped(const char *op, int kind, int slot, float *out, const float *x, const float *y, const float *w,
+static void grouped(const char *op, int kind, int slot, void *out, const act *x, const act *y, const act *w,
                     const int *off, int E, int IC, int OC) {
   enum { MAXG = 1024 };
   static cublasOperation_t ta[MAXG], tb[MAXG];
@@ -114,28 +114,37 @@ static void grouped(const char *op, int kind, int slot, float *out, const float 
   static float alpha[MAXG], beta[MAXG];
   static const void *host[3 * MAXG];
   if (E > MAXG || E > cu.cfg.experts) rt_cuda_fail(op, "more experts than the grouped GEMM was sized for");
+  /* C is the activation type, or fp32 for the weight gradients (G_DW) */
+  cudaDataType_t ct = kind == G_DW ? CUDA_R_32F : CU_ACT;
+  size_t cs = kind == G_DW ? sizeof(real) : sizeof(act);
   int g = 0;
   for (int e = 0; e < E; e++) {
     int rows = off[e + 1] - off[e];
     if (!rows) continue;
     size_t we = (size_t)e * OC * IC;
-    const float *A, *B;
-    float *C;
+    const act *A, *B;
+    char *C;
     alpha[g] = 1, size[g] = 1;
     if (kind == G_FWD) {
       ta[g] = CUBLAS_OP_T, tb[g] = CUBLAS_OP_N, m[g] = OC, n[g] = rows, k[g] = IC, beta[g] = 0;
-      A = w + we, lda[g] = IC, B = x + (size_t)off[e] * IC, ldb[g] = IC, C = out + (size_t)off[e] * OC, ldc[g] = OC;
+      A = w + we, lda[g] = IC, B = x + (size_t)off[e] * IC, ldb[g] = IC, C = (char *)out + cs * (size_t)off[e] * OC, ldc[g] = OC;
     } else if (kind == G_DX) {
       ta[g] = CUBLAS_OP_N, tb[g] = CUBLAS_OP_N, m[g] = IC, n[g] = rows, k[g] = OC, beta[g] = 1;
-      A = w + we, lda[g] = IC, B = x + (size_t)off[e] * OC, ldb[g] = OC, C = out + (size_t)off[e] * IC, ldc[g] = IC;
+      A = w + we, lda[g] = IC, B = x + (size_t)off[e] * OC, ldb[g] = OC, C = (char *)out + cs * (size_t)off[e] * IC, ldc[g] = IC;
     } else {
       ta[g] = CUBLAS_OP_N, tb[g] = CUBLAS_OP_T, m[g] = IC, n[g] = OC, k[g] = rows, beta[g] = 1;
-      A = x + (size_t)off[e] * IC, lda[g] = IC, B = y + (size_t)off[e] * OC, ldb[g] = OC, C = out + we, ldc[g] = IC;
+      A = x + (size_t)off[e] * IC, lda[g] = IC, B = y + (size_t)off[e] * OC, ldb[g] = OC, C = (char *)out + cs * we, ldc[g] = IC;
     }
     host[g] = A, host[MAXG + g] = B, host[2 * MAXG + g] = C;
     g++;
   }
   if (!g) return;
+  if (MTRT_ACT_IS_BF16 && kind == G_DW) { /* bf16 operands into fp32 gradients: one GEMM per expert */
+    for (int i = 0; i < g; i++)
+      cu_gemm(op, ta[i], tb[i], m[i], n[i], k[i], host[i], CU_ACT, lda[i], host[MAXG + i], CU_ACT, ldb[i], beta[i],
+              (void *)host[2 * MAXG + i], ct, ldc[i]);
+    return;
+  }
   size_t E3 = (size_t)cu.cfg.experts;
   void **d = cu.gptr + (size_t)slot * 3 * E3; /* this call's slot: A, B, C pointer arrays */
   for (int i = 0; i < 3; i++)
@@ -143,10 +152,10 @@ static void grouped(const char *op, int kind, int slot, float *out, const float 
              op);
   for (;;) {
     cublasStatus_t s = cublasGemmGroupedBatchedEx(
-        cu.blas, ta, tb, m, n, k, alpha, (const void *const *)d, CUDA_R_32F, lda, (const void *const *)(d + E3), CUDA_R_32F,
-        ldb, beta, d + 2 * E3, CUDA_R_32F, ldc, g, size, cu.grouped_compute);
+        cu.blas, ta, tb, m, n, k, alpha, (const void *const *)d, CU_ACT, lda, (const void *const *)(d + E3), CU_ACT,
+        ldb, beta, d + 2 * E3, ct, ldc, g, size, MTRT_ACT_IS_BF16 ? CUBLAS_COMPUTE_32F : cu.grouped_compute);
     /* not every math mode is documented for fp32 storage in grouped GEMMs: fall back on failure */
-    if (s != CUBLAS_STATUS_SUCCESS && cu.grouped_compute != CUBLAS_COMPUTE_32F) {
+    if (s != CUBLAS_STATUS_SUCCESS && !MTRT_ACT_IS_BF16 && cu.grouped_compute != CUBLAS_COMPUTE_32F) {
       cublasComputeType_t next = cu.grouped_compute == CUBLAS_COMPUTE_32F_FAST_16BF ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                                     : CUBLAS_COMPUTE_32F;
       int inited = 0, rank = 0;

@@ -38,7 +38,7 @@ static void dump(RtCtx *c, const char *pass, int *calls) {
   act *a = malloc(na * sizeof(act) + 1);
   if (!h || !a) abort();
   fetch(h, c->arena, n, sizeof(real)), fetch(a, c->acts, na, sizeof(act)), fetch(h + n + na, c->state, ns, sizeof(real));
-  for (size_t i = 0; i < na; i++) h[n + i] = (real)a[i]; /* activations as real */
+  for (size_t i = 0; i < na; i++) h[n + i] = (real)mtrt_act_float(a[i]); /* activations as real */
   free(a);
   n += na + ns;
   char path[1024];
