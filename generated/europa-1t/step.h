@@ -14,6 +14,8 @@
 #define PLAN_DP_REPLICATE 1
 #define EXPERTS_PER_RANK 96
 #define CHECKPOINT_POLICY "full"
+#define SHARD_EXPERTS 1 /* whole experts per rank of an EP rank's shard group (the last fewer) */
+#define SHARD_EXPERTS_ELEMS 33030144 /* elements of such a shard: gathered experts b·SHARD_EXPERTS.. at b x it */
 #define OPTIMIZER "muon" /* muon: Muon for hidden matrices, AdamW for the rest */
 #define GRAD_REDUCE_DTYPE "bf16"
 /* training */
@@ -38,7 +40,7 @@
 #define WEIGHT_DECAY 0.1
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 3.648982e+11 /* training FLOPs per token (plan.json model.flops_per_token) */
-#define PREDICTED_TOKENS_PER_S_PER_GPU 717.209 /* the plan's prediction for the spec's cluster */
+#define PREDICTED_TOKENS_PER_S_PER_GPU 724.945 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
 #define PLAN_HBM_BYTES 86897832704 /* the plan's packed HBM arena per GPU (plan.json memory) */
@@ -52,15 +54,15 @@
 #define STATE_ELEMS 7470343488
 #define STATE_ON_HOST 1
 #define OPT_STEP_ON_HOST 0
-/* the arena: 74896873424 elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before
+/* the arena: 74968006640 elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before
  * reading them */
-#define ARENA_ELEMS 74896873424
+#define ARENA_ELEMS 74968006640
 #define ARENA_SCRATCH 2478774608
 #define INPUTS 0
 #define TARGETS 65536
-#define STATE_STAGING 21680322896 /* a device buffer of the largest shard (RS_OUT0), free between steps */
+#define STATE_STAGING 21751456112 /* a device buffer of the largest shard (RS_OUT0), free between steps */
 #define MUON_WORK 21453830480 /* Muon's scratch */
-#define MUON_WORK_ELEMS 226492416
+#define MUON_WORK_ELEMS 297625632
 #define HOST_ELEMS 28991029248 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 72 /* boundaries that go to the host and back */
 #define N_GROUPS 150
