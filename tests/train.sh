@@ -8,7 +8,8 @@
 #   sharding   10 steps of one model and global batch on 1 rank and on 4 MPI ranks (fsdp 4 with
 #              ep 2, with ep 4, and with ep 4 laid out as 2 nodes x 2 ranks: an EP group spanning
 #              nodes), gradients reduced in fp32: the same loss at every step
-#              within 1e-4 relative; with bf16 on the wire (the default), within 1e-2
+#              within 1e-4 relative; also with Muon and 6 experts in uneven whole-expert shards
+#              (2, 2, 2, 0 on 4 ranks); with bf16 on the wire (the default), within 1e-2
 #   policies   none, selective and full activation checkpointing, and full with the boundaries
 #              offloaded to host memory: bitwise identical losses
 #   checkpoints  10 steps straight = 5 steps, checkpoint, resume for 5 (bitwise); a save killed
@@ -127,6 +128,16 @@ PY
       END { printf "1 vs 4 ranks (fsdp 4, ep %s): %d steps, worst relative difference %.2e\n", ep, n, worst
             exit (bad || n != 10) }' || die "losses differ between 1 and 4 ranks (ep $ep)"
   done
+  # an uneven split of whole experts, with Muon: 6 experts over 4 ranks (ep 1) in shards of 2, the last empty
+  uneven=(--set model.moe.experts=6 --set training.optimizer=muon)
+  build w1u "$tiny" float "${small[@]}" "${uneven[@]}" --set cluster.gpus_per_node=1 --set plan.fsdp=1 &&
+    build w4u "$tiny" float "${small[@]}" "${uneven[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=1 &&
+    grep -q "^#define SHARD_EXPERTS 2 " "$work/w4u/step.h" && (cd "$work" && ./w1u/build/train --data "$text" --metrics w1u.jsonl >/dev/null &&
+    "${mpirun[@]}" -np 4 ./w4u/build/train --data "$text" --metrics w4u.jsonl >/dev/null) || die "uneven whole-expert runs"
+  paste <(losses "$work/w1u.jsonl") <(losses "$work/w4u.jsonl") | awk '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > worst) worst = r }
+    END { printf "1 vs 4 ranks, Muon, 6 experts in shards of 2 whole experts (the last rank none): %d steps, worst relative difference %.2e\n", n, worst
+          exit (worst > 1e-4 || n != 10) }' || die "losses differ between 1 and 4 ranks (uneven whole-expert shards)"
   build w4bf16 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=2 \
     --set training.grad_reduce_dtype=bf16 || exit 1
   grep -q "rt_comm_reduce_scatter_start(.*RS_WIRE" "$work/w4bf16/step.c" || die "bf16: no bf16 reduce-scatter in step.c"
