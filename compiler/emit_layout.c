@@ -66,9 +66,9 @@ static int add_group(Em *e, const char *name, const char *cname, int comm) {
 /* The scope of layer l's matrices in a MemMap of owners (l >= -1). */
 static const void *layer_tag(int l) { return (const void *)(uintptr_t)(l + 2); }
 
-/* Adds parameter p of layer l to group g; owners[1] maps (layer_tag, matrix) to the DenseOwner of
- * a dense Muon matrix (owners[0] is unused: experts are orthogonalized where they are held). */
-static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap owners[2]) {
+/* Adds parameter p of layer l to group g; owners maps (layer_tag, matrix) to the DenseOwner of a
+ * dense Muon matrix (experts have none: they are orthogonalized where they are held). */
+static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap *owners) {
   bool routed = p->kind == PK_ROUTED;
   EmTensor *t = &e->tensors[e->ntensors++];
   memset(t, 0, sizeof *t);
@@ -98,7 +98,7 @@ static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap owners[
   t->muon = e->s->training.optimizer == OPT_MUON && p->matmul && p->kind != PK_EMBEDDING &&
             p->kind != PK_ROUTER && p->kind != PK_HEAD;
   if (t->muon && !routed) { /* (experts: orthogonalized where they are held, whole; owner 0 unused) */
-    const DenseOwner *o = mem_map_get(&owners[1], layer_tag(l), p->name);
+    const DenseOwner *o = mem_map_get(owners, layer_tag(l), p->name);
     if (o) t->owner = (int)o->owner;
   }
   if (t->muon) G->muon = true;
@@ -157,17 +157,17 @@ void em_layout(Em *e) {
                               : -1;
   }
   e->g_head = add_group(e, "head", "HEAD", 0);
-  MemMap owners[2] = {{0}}; /* the last entry of a (layer, matrix) wins, as in the placement's lists */
+  MemMap owners = {0}; /* the last entry of a (layer, matrix) wins, as in the placement's lists */
   const Placement *pl = e->p->placement;
   for (int i = 0; pl && i < pl->ndense; i++)
-    mem_map_put(e->m, &owners[1], layer_tag(pl->dense[i].layer), pl->dense[i].matrix, &pl->dense[i]);
+    mem_map_put(e->m, &owners, layer_tag(pl->dense[i].layer), pl->dense[i].matrix, &pl->dense[i]);
   for (int i = 0; i < md->nops; i++) {
     const Op *o = &md->ops[i];
     for (int j = 0; j < o->nparams; j++) {
       const Param *p = &o->params[j];
       int g = o->layer < 0 ? (o->kind == OP_EMBED ? e->g_embed : e->g_head)
                            : (p->kind == PK_ROUTED ? e->layer_experts[o->layer] : e->layer_dense[o->layer]);
-      add_tensor(e, g, o->layer, p, owners);
+      add_tensor(e, g, o->layer, p, &owners);
     }
   }
   int64_t max_dense = 0, max_expert = 0, max_shard = 0;
