@@ -98,7 +98,7 @@ typedef struct {
  * the momentum of its pieces (Nesterov: g + μ·m, g scaled by grad_scale). A matrix whole in
  * one shard is orthogonalized by that rank with no communication; the other matrices' pieces go
  * to their owners (RtTensor.owner) in one MPI_Ialltoallv (overlapped with the local
- * matrices), the owners run Newton-Schulz, scale by 0.2·sqrt(max(rows, cols)) (Moonlight's
+ * matrices; none when every matrix of the group is whole in one shard), the owners run Newton-Schulz, scale by 0.2·sqrt(max(rows, cols)) (Moonlight's
  * AdamW-RMS match) and return the updates in one MPI_Alltoallv; p ← p − lr·(update + wd·p).
  * Bitwise the same update as on one rank. work: rt_muon_group_work values; counts: 5·ranks
  * ints. st (or NULL) accumulates what moved. Collective over comm; aborts when one message

@@ -134,10 +134,12 @@ void rt_muon_group(MPI_Comm comm, int ranks, real *param, float *mom, const real
   MPI_Comm_rank(comm, &me);
   int *sc = counts, *sd = counts + ranks, *rc = counts + 2 * ranks, *rd = counts + 3 * ranks;
   int64_t sent = 0, owned = 0, from, len;
+  bool moving = false; /* some matrix is split over ranks (the same answer on every rank) */
   for (int r = 0; r < ranks; r++) sc[r] = rc[r] = 0;
   Mat m;
   FOR_MATS(m) { /* the all-to-all's counts: pieces sent to each owner, received from each holder */
     if (m.local) continue;
+    moving = true;
     piece(me, S, m.a, m.n, &from, &len);
     sc[m.owner] += as_int(len);
     sent += len;
@@ -158,8 +160,8 @@ void rt_muon_group(MPI_Comm comm, int ranks, real *param, float *mom, const real
     momentum(mom, grad, from - (int64_t)me * S, len, grad_scale, h, snd + sd[m.owner] + put[m.owner]);
     put[m.owner] += (int)len;
   }
-  MPI_Request req;
-  RT_MPI_CHECK(MPI_Ialltoallv(snd, sc, sd, MTRT_MPI_REAL, rcv, rc, rd, MTRT_MPI_REAL, comm, &req));
+  MPI_Request req = MPI_REQUEST_NULL; /* (no collective when nothing moves: experts' groups) */
+  if (moving) RT_MPI_CHECK(MPI_Ialltoallv(snd, sc, sd, MTRT_MPI_REAL, rcv, rc, rd, MTRT_MPI_REAL, comm, &req));
   FOR_MATS(m) { /* while it flies: the matrices held whole here */
     if (!m.local || m.owner != me) continue;
     real *U = G + m.n;
@@ -170,6 +172,7 @@ void rt_muon_group(MPI_Comm comm, int ranks, real *param, float *mom, const real
     if (st) st->local++;
   }
   RT_MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+  if (!moving) return;
   for (int r = 0; r < ranks; r++) put[r] = 0;
   FOR_MATS(m) { /* the owner's: assembled from the holders' pieces, the update written back in place */
     if (m.local || m.owner != me) continue;
