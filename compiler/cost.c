@@ -297,8 +297,10 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   double p_muon = muon ? (double)md->muon_params : 0, p_adam = P - p_muon;
   double opt = 0;
   if (muon) {
-    /* gradient shards to each matrix's owner and updates back (fp32), inside the FSDP group */
-    opt += 2 * ring(4 * p_muon / (double)ch->fsdp, ch->fsdp, group_bw(s, ch->fsdp, 1));
+    /* the dense matrices' pieces to their owners and the updates back (fp32), inside the FSDP
+     * group: each rank sends (F−1)/F of its 1/F of them each way (placement.c's moving_bytes_rank);
+     * experts are sharded whole and orthogonalized where they are held: nothing moves */
+    opt += 2 * ring(4 * (double)md->muon_dense_params / (double)ch->fsdp, ch->fsdp, group_bw(s, ch->fsdp, 1));
     double per_rank = cost_ns_flops_busiest(md, ch); /* the busiest owner rank's */
     opt += ch->opt_on_host ? per_rank / (cl->host.fp32_flops * e->host_gemm)
                            : per_rank / (cl->gpu.bf16_flops * e->dense_gemm);

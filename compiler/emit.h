@@ -53,6 +53,8 @@ typedef struct {
   bool init_one, decay;
   bool muon;  /* optimized by Muon */
   int owner;  /* Muon owner: rank in the group's communicator (routed: of expert 0) */
+  int per;      /* whole-expert shards: experts per shard (0: flat) */
+  int64_t block;/* and the shard's elements: expert k at offset + (k / per)·block + (k % per)·count */
 } EmTensor;
 
 typedef struct {
@@ -84,7 +86,7 @@ typedef struct {
                                   micro-batches */
   bool state_host; /* the plan keeps the state (master, gradient shard, moments) in host memory */
   bool step_host;  /* and runs the optimizer step on the host CPU */
-  int64_t muon_work; /* MUON_WORK elements: 4·rows·cols + 2·min(rows, cols)² of the largest */
+  int64_t muon_work; /* MUON_WORK elements: the most rt_muon_group_work asks of any group */
   EmGroup *groups;
   int ngroups, g_embed, g_head;
   int *layer_dense, *layer_experts; /* group of each layer (-1: no experts) */

@@ -78,9 +78,9 @@ static int add_group(Em *e, const char *name, const char *cname, int comm) {
 /* The scope of layer l's matrices in a MemMap of owners (l >= -1). */
 static const void *layer_tag(int l) { return (const void *)(uintptr_t)(l + 2); }
 
-/* Adds parameter p of layer l to group g; owners[0] maps (layer_tag, matrix) to the ExpertRun
- * of EP rank 0 of a routed matrix, owners[1] to the DenseOwner of any other: Muon's owners. */
-static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap owners[2]) {
+/* Adds parameter p of layer l to group g; owners maps (layer_tag, matrix) to the DenseOwner of a
+ * dense Muon matrix (experts have none: they are orthogonalized where they are held). */
+static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap *owners) {
   bool routed = p->kind == PK_ROUTED;
   EmTensor *t = &e->tensors[e->ntensors++];
   memset(t, 0, sizeof *t);
@@ -94,7 +94,10 @@ static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap owners[
   t->cols = routed ? p->shape[2] : (p->ndim > 1 ? p->shape[1] : 1);
   t->count = t->rows * t->cols;
   t->offset = e->groups[g].elems;
-  e->groups[g].elems += t->count * (routed ? e->El : 1);
+  /* whole-expert shards: a shard holds per = ceil(El / efsdp) whole experts of every routed
+   * tensor (the last shards fewer when efsdp does not divide El: padded to the largest) */
+  t->per = routed && e->efsdp > 1 ? (int)((e->El + e->efsdp - 1) / e->efsdp) : 0;
+  e->groups[g].elems += t->count * (routed ? (t->per ? t->per : e->El) : 1);
   bool matrix = p->ndim >= 2;
   bool out_proj = strstr(p->name, "o_proj") || strstr(p->name, "down_proj");
   t->init_one = p->kind == PK_NORM;
@@ -106,18 +109,44 @@ static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap owners[
    * owned as the plan's placement says */
   t->muon = e->s->training.optimizer == OPT_MUON && p->matmul && p->kind != PK_EMBEDDING &&
             p->kind != PK_ROUTER && p->kind != PK_HEAD;
-  if (t->muon && routed) {
-    const ExpertRun *r = mem_map_get(&owners[0], layer_tag(l), p->name);
-    if (r) t->owner = (int)r->start; /* the same on every EP rank */
-  } else if (t->muon) {
-    const DenseOwner *o = mem_map_get(&owners[1], layer_tag(l), p->name);
+  if (t->muon && !routed) { /* (experts: orthogonalized where they are held, whole; owner 0 unused) */
+    const DenseOwner *o = mem_map_get(owners, layer_tag(l), p->name);
     if (o) t->owner = (int)o->owner;
   }
   if (t->muon) G->muon = true;
   else G->adamw = true;
-  if (t->muon) {
-    int64_t r = t->rows < t->cols ? t->rows : t->cols, n = t->rows * t->cols;
-    if (4 * n + 2 * r * r > e->muon_work) e->muon_work = 4 * n + 2 * r * r;
+}
+
+/* The pieces of gathered [a, a + n) in shard r of S elements. */
+static int64_t piece_len(int64_t r, int64_t S, int64_t a, int64_t n) {
+  int64_t lo = r * S > a ? r * S : a, hi = (r + 1) * S < a + n ? (r + 1) * S : a + n;
+  return hi > lo ? hi - lo : 0;
+}
+
+/* MUON_WORK: rt_muon_group_work's figure (runtime/optim/muon.c) of the neediest group: its shard
+ * + the most one rank owns of the matrices that move (not whole in one shard) + 2 n + 2 n + 2 r²
+ * of its largest matrix (gradient, update, Newton-Schulz's scratch). */
+static void muon_work(Em *e) {
+  for (int g = 0; g < e->ngroups; g++) {
+    const EmGroup *G = &e->groups[g];
+    int64_t ranks = G->comm ? e->efsdp : e->fsdp, S = G->shard, ns = 0, most = 0;
+    for (int64_t r = 0; r < ranks; r++) {
+      int64_t owned = 0;
+      for (int i = G->first; i <= G->last; i++) {
+        const EmTensor *t = &e->tensors[i];
+        if (!t->muon) continue;
+        int64_t n = t->rows * t->cols, q = t->rows < t->cols ? t->rows : t->cols;
+        if (4 * n + 2 * q * q > ns) ns = 4 * n + 2 * q * q;
+        for (int k = 0; k < (t->experts ? t->experts : 1); k++) {
+          int64_t a = t->per ? t->offset + k / t->per * t->block + k % t->per * n : t->offset + k * n;
+          bool local = a + n <= (a / S + 1) * S;
+          if (!local && (t->owner + k) % ranks == r)
+            for (int64_t q2 = 0; q2 < ranks; q2++) owned += piece_len(q2, S, a, n);
+        }
+      }
+      if (owned > most) most = owned;
+    }
+    if (ns && S + most + ns > e->muon_work) e->muon_work = S + most + ns;
   }
 }
 
@@ -143,33 +172,34 @@ void em_layout(Em *e) {
    * second time for the LM head; its gradient is reduce-scattered after the head's backward and
    * after the embedding's, both adding into the one shard gradient of embed_tokens.weight */
   e->g_head = e->s->model.tie_embeddings ? e->g_embed : add_group(e, "head", "HEAD", 0);
-  MemMap owners[2] = {{0}}; /* the last entry of a (layer, matrix) wins, as in the placement's lists */
+  MemMap owners = {0}; /* the last entry of a (layer, matrix) wins, as in the placement's lists */
   const Placement *pl = e->p->placement;
-  for (int i = 0; pl && i < pl->nruns; i++)
-    if (pl->runs[i].ep_rank == 0)
-      mem_map_put(e->m, &owners[0], layer_tag(pl->runs[i].layer), pl->runs[i].matrix, &pl->runs[i]);
   for (int i = 0; pl && i < pl->ndense; i++)
-    mem_map_put(e->m, &owners[1], layer_tag(pl->dense[i].layer), pl->dense[i].matrix, &pl->dense[i]);
+    mem_map_put(e->m, &owners, layer_tag(pl->dense[i].layer), pl->dense[i].matrix, &pl->dense[i]);
   for (int i = 0; i < md->nops; i++) {
     const Op *o = &md->ops[i];
     for (int j = 0; j < o->nparams; j++) {
       const Param *p = &o->params[j];
       int g = o->layer < 0 ? (o->kind == OP_EMBED || o->kind == OP_POS_EMBED ? e->g_embed : e->g_head)
                            : (p->kind == PK_ROUTED ? e->layer_experts[o->layer] : e->layer_dense[o->layer]);
-      add_tensor(e, g, o->layer, p, owners);
+      add_tensor(e, g, o->layer, p, &owners);
     }
   }
   int64_t max_dense = 0, max_expert = 0, max_shard = 0;
   for (int g = 0; g < e->ngroups; g++) {
     EmGroup *G = &e->groups[g];
     int64_t ranks = G->comm ? e->efsdp : e->fsdp;
-    G->full = round_up(G->elems, ranks * 8); /* shards of whole 16-byte vectors of bf16 (cuda kernels) */
+    bool whole = G->comm && G->first <= G->last && e->tensors[G->first].per;
+    /* shards of whole 16-byte vectors of bf16 (cuda kernels) */
+    G->full = whole ? ranks * round_up(G->elems, 8) : round_up(G->elems, ranks * 8);
     G->shard = G->full / ranks;
+    for (int i = G->first; whole && i <= G->last; i++) e->tensors[i].block = G->shard;
     if (G->comm) max_expert = G->full > max_expert ? G->full : max_expert;
     else max_dense = G->full > max_dense ? G->full : max_dense;
     max_shard = G->shard > max_shard ? G->shard : max_shard;
   }
 
+  muon_work(e);
   /* the state arena (fp32, in the plan's optimizer tier): each group's master shard, its gradient
    * and its optimizer moments (AdamW's two, or Muon's momentum in ADAM_M for a group of Muon
    * matrices only: the plan's optimizer.muon_momentum and optimizer.adamw_moments) */
@@ -212,7 +242,7 @@ void em_layout(Em *e) {
         mem_printf(e->m, "units u with u %% %d = %d: parameters all-gathered, dense then experts", e->prefetch + 1, i));
   buf(e, "GRAD0", max_unit, "an even unit's gradient, dense then experts, then its reduce-scatters' input");
   buf(e, "GRAD1", max_unit, "an odd unit's (in flight while the next unit's backward runs)");
-  buf(e, "MUON_WORK", e->muon_work, "Muon: a matrix's gathered gradient, its update and Newton-Schulz scratch");
+  buf(e, "MUON_WORK", e->muon_work, "Muon: the pieces sent to owners and received, a matrix's gradient, its update and Newton-Schulz scratch");
   /* reduce-scatter slot 2 x (unit % 2) + (0 dense, 1 experts) */
   bool bf16 = e->s->training.grad_reduce_dtype == WIRE_BF16;
   for (int slot = 0; slot < 4; slot++) {

@@ -163,6 +163,29 @@ static const char *gate_w(Em *e, int ge, const char *m) {
   return mem_printf(e->m, "%s(%lld)", m, (long long)off(e, ge, "moe.experts.gate_proj.weight"));
 }
 
+
+/* Whole-expert shards (efsdp > 1): the gathered experts of a layer are efsdp shards one after
+ * another, each holding per experts of every routed tensor, so the experts' ops run once per
+ * shard on its experts. EXW(o) is the weight (or gradient) at gathered offset o of the shard's
+ * first expert, EXO(offs) its offsets, EXN its experts; EXLOOP the loop over shards ("" when flat). */
+static bool blocked(const Em *e) { return e->efsdp > 1; }
+static int64_t per_shard(const Em *e) { return (e->El + e->efsdp - 1) / e->efsdp; }
+static const char *exw(Em *e, const char *mac, long long o) {
+  return blocked(e) ? mem_printf(e->m, "%s(%lld + b * SHARD_EXPERTS_ELEMS)", mac, o) : mem_printf(e->m, "%s(%lld)", mac, o);
+}
+static const char *exo(Em *e, const char *offs) {
+  return blocked(e) ? mem_printf(e->m, "I(%s) + b * %lld", offs, (long long)per_shard(e)) : mem_printf(e->m, "I(%s)", offs);
+}
+static const char *exn(Em *e) {
+  long long per = per_shard(e);
+  return blocked(e) ? mem_printf(e->m, "n < %lld ? n : %lld", per, per) : mem_printf(e->m, "%lld", (long long)e->El);
+}
+static const char *exloop(Em *e) {
+  long long El = e->El, per = per_shard(e);
+  return blocked(e) ? mem_printf(e->m, "for (int b = 0, n; (n = %lld - b * %lld) > 0; b++) /* shards of whole experts */\n      ",
+                                 El, per) : "";
+}
+
 static void moe_forward(Em *e, int l) {
   int g = e->layer_dense[l], ge = e->layer_experts[l];
   long long N = e->N, C = e->C, E = e->E, K = e->K;
@@ -188,9 +211,10 @@ static void moe_forward(Em *e, int l) {
   const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG", EXP)), *eu = A(e, l, "EU", EXP),
              *eh = A(e, l, "EH", EXP), *wg = gate_w(e, ge, "WE");
   if (e->ep == 1) {
-    P(e, "  rt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld); "
+    P(e, "  %srt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, %lld); "
          "/* experts, hidden, expert width%s */\n",
-      yp, eg, eu, eh, xp, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe, e->gelu_experts ? "; GELU: no gate" : "");
+      exloop(e), yp, eg, eu, eh, xp, wg, exw(e, "WE", wu), exw(e, "WE", wd), exo(e, offs), exn(e), C,
+      (long long)e->Fe, e->gelu_experts ? "; GELU: no gate" : "");
   } else {
     const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
     P(e, "  /* expert parallelism over %lld ranks: this rank's experts take the rows routed to them, in rounds\n"
@@ -201,8 +225,8 @@ static void moe_forward(Em *e, int l) {
     P(e, "  for (int r = 0; r < rounds; r++) {\n");
     P(e, "    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld); /* all-to-all */\n", xe, eo,
       xp, C);
-    P(e, "    rt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld);\n",
-      ye, eg, eu, eh, xe, wg, wu, wd, eo, (long long)e->El, C, (long long)e->Fe);
+    P(e, "    %srt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, %lld);\n", exloop(e), ye,
+      eg, eu, eh, xe, wg, exw(e, "WE", wu), exw(e, "WE", wd), exo(e, eo), exn(e), C, (long long)e->Fe);
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(%s), R(A2A), R(%s), %lld); /* back to the tokens' ranks */\n",
       yp, ye, C);
     P(e, "  }\n");
@@ -294,15 +318,17 @@ static void moe_backward(Em *e, int l, const char *dy) {
   P(e, "  rt_moe_combine_backward(R(DYP), R(DWTS), R(%s), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", dy, yp, wts,
     pos, N, K, C);
   int ge = e->layer_experts[l];
-  long long wu = off(e, ge, "moe.experts.up_proj.weight"), wd = off(e, ge, "moe.experts.down_proj.weight");
+  long long wgo = off(e, ge, "moe.experts.gate_proj.weight"), wu = off(e, ge, "moe.experts.up_proj.weight"),
+            wd = off(e, ge, "moe.experts.down_proj.weight");
   const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG", EXP)), *eu = A(e, l, "EU", EXP),
-             *eh = A(e, l, "EH", EXP), *wg = gate_w(e, ge, "WE"), *dwg = gate_w(e, ge, "DWE"),
-             *edg = e->gelu_experts ? "NULL" : "R(EDG)";
-  const char *bwd = "rt_experts_backward(R(%s), %s, DWE(%lld), DWE(%lld), R(%s), R(%s), %s, R(%s), R(%s), "
-                    "%s, WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld, R(EDH), %s, R(EDU));\n";
+             *eh = A(e, l, "EH", EXP), *wg = e->gelu_experts ? "NULL" : exw(e, "WE", wgo),
+             *dwg = e->gelu_experts ? "NULL" : exw(e, "DWE", wgo), *edg = e->gelu_experts ? "NULL" : "R(EDG)";
+  const char *bwd = "%srt_experts_backward(R(%s), %s, %s, %s, R(%s), R(%s), %s, R(%s), R(%s), "
+                    "%s, %s, %s, %s, %s, %lld, %lld, R(EDH), %s, R(EDU));\n";
   if (e->ep == 1) {
     P(e, "  rt_zero(R(DXP), %lld);\n  ", N * K * C);
-    P(e, bwd, "DXP", dwg, wu, wd, "DYP", xp, eg, eu, eh, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe, edg);
+    P(e, bwd, exloop(e), "DXP", dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYP", xp, eg, eu, eh, wg,
+      exw(e, "WE", wu), exw(e, "WE", wd), exo(e, offs), exn(e), C, (long long)e->Fe, edg);
   } else {
     const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
     P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s)); /* as in the forward */\n", offs);
@@ -311,11 +337,13 @@ static void moe_backward(Em *e, int l, const char *dy) {
     P(e, "  for (int r = 0; r < rounds; r++) {\n");
     P(e, "    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */\n");
     P(e, "      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld);\n", xe, eo, xp, C);
-    P(e, "      rt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, WE(%lld), WE(%lld), I(%s), %lld, %lld, "
-         "%lld);\n    }\n", ye, eg, eu, eh, xe, wg, wu, wd, eo, (long long)e->El, C, (long long)e->Fe);
+    P(e, "      %srt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, "
+         "%lld);\n    }\n", exloop(e), ye, eg, eu, eh, xe, wg, exw(e, "WE", wu), exw(e, "WE", wd),
+      exo(e, eo), exn(e), C, (long long)e->Fe);
     P(e, "    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), %lld); /* all-to-all */\n", C);
     P(e, "    rt_zero(R(DXE), %lld);\n    ", (long long)(e->R * e->C));
-    P(e, bwd, "DXE", dwg, wu, wd, "DYE", xe, eg, eu, eh, wg, wu, wd, "WS_EOFF", (long long)e->El, C, (long long)e->Fe, edg);
+    P(e, bwd, exloop(e), "DXE", dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYE", xe, eg, eu, eh, wg,
+      exw(e, "WE", wu), exw(e, "WE", wd), exo(e, "WS_EOFF"), exn(e), C, (long long)e->Fe, edg);
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), %lld); /* all-to-all back */\n  }\n", C);
   }
   P(e, "  rt_moe_gather_backward(R(DLN), R(DXP), I(%s), %lld, %lld, %lld);\n", pos, N, K, C);
@@ -574,13 +602,15 @@ static void tables(Em *e) {
       mem_printf(e->m, "%s_PARAM", G->cname));
   }
   P(e, "};\n\n/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,\n"
-       " * Muon and its owner rank. */\n");
+       " * Muon and its owner rank; routed tensors in whole-expert shards: experts per shard and the shard's size\n"
+       " * (0, 0: flat). */\n");
   P(e, "const RtTensor step_tensors[N_TENSORS] = {\n");
   for (int i = 0; i < e->ntensors; i++) {
     const EmTensor *t = &e->tensors[i];
-    P(e, "    {\"%s\", %d, %lld, %lld, %d, %lld, %lld, %.9g, %s, %s, %s, %d},\n", t->name, t->group,
+    P(e, "    {\"%s\", %d, %lld, %lld, %d, %lld, %lld, %.9g, %s, %s, %s, %d, %d, %lld},\n", t->name, t->group,
       (long long)t->offset, (long long)t->count, t->experts, (long long)t->rows, (long long)t->cols, t->init_std,
-      t->init_one ? "true" : "false", t->decay ? "true" : "false", t->muon ? "true" : "false", t->owner);
+      t->init_one ? "true" : "false", t->decay ? "true" : "false", t->muon ? "true" : "false", t->owner, t->per,
+      (long long)t->block);
   }
   P(e, "};\n");
 }
@@ -612,6 +642,14 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
   P(e, "#define PLAN_WORLD %lld\n#define PLAN_FSDP %lld\n#define PLAN_EP %lld\n#define PLAN_DP_REPLICATE %lld\n",
     (long long)e->world, (long long)e->fsdp, (long long)e->ep, (long long)e->dpr);
   P(e, "#define EXPERTS_PER_RANK %lld\n#define CHECKPOINT_POLICY \"%s\"\n", (long long)e->El, plan_ac_name(e->ac));
+  if (blocked(e) && e->md->n_moe_layers) { /* the expert groups' shard: every MoE layer's is the same */
+    int64_t shard = 0;
+    for (int l = 0; l < e->L && !shard; l++)
+      if (e->layer_experts[l] >= 0) shard = e->groups[e->layer_experts[l]].shard;
+    P(e, "#define SHARD_EXPERTS %lld /* whole experts per rank of an EP rank's shard group (the last fewer) */\n"
+         "#define SHARD_EXPERTS_ELEMS %lld /* elements of such a shard: gathered experts b·SHARD_EXPERTS.. at b x it */\n",
+      (long long)per_shard(e), (long long)shard);
+  }
   P(e, "#define OPTIMIZER \"%s\" /* muon: Muon for hidden matrices, AdamW for the rest */\n#define GRAD_REDUCE_DTYPE \"%s\"\n",
     s->training.optimizer == OPT_MUON ? "muon" : "adamw", s->training.grad_reduce_dtype == WIRE_BF16 ? "bf16" : "fp32");
   P(e, "/* training */\n#define GLOBAL_BATCH %lld\n#define MICRO_BATCH %lld\n#define ACCUM %lld\n#define SEQ_LEN %lld\n"

@@ -252,6 +252,7 @@ static void muon_account(Cx *c, Model *md, const Param *p) {
   int64_t r = p->shape[p->ndim - 2], cols = p->shape[p->ndim - 1];
   if (r > cols) { int64_t t = r; r = cols; cols = t; }
   md->muon_params = add(c, md->muon_params, p->count);
+  if (p->kind != PK_ROUTED) md->muon_dense_params = add(c, md->muon_dense_params, p->count);
   md->muon_matrices = add(c, md->muon_matrices, n);
   md->ns_flops += (double)n * 5.0 * (4.0 * (double)r * (double)r * (double)cols + 2.0 * (double)r * (double)r * (double)r);
   if (r * cols > md->muon_max_rows * md->muon_max_cols) md->muon_max_rows = r, md->muon_max_cols = cols;

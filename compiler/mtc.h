@@ -489,6 +489,7 @@ typedef struct {
   /* for the optimizer: matrices Muon would orthogonalize (2-D GEMM weights other than the
    * embedding, router and LM head; each expert's matrix counted on its own) */
   int64_t muon_params, muon_matrices;
+  int64_t muon_dense_params;       /* of them, those of matrices other than routed experts' */
   double ns_flops;                 /* Newton-Schulz, 5 iterations over all of them (see model.c) */
   int64_t muon_max_rows, muon_max_cols; /* the largest one, rows <= cols */
 } Model;
@@ -580,12 +581,13 @@ typedef struct {
 
 enum { PLACEMENT_MAX_RANKS = 1 << 16 }; /* larger FSDP groups get the rule, not the list */
 
-/* Owners of one expert matrix kind of one layer on one EP rank: expert first + k (k < count)
- * is orthogonalized by FSDP rank ep_rank + ep × ((start + k) mod (fsdp / ep)). */
+/* Owners of one expert matrix kind of one layer on one EP rank: whole-expert shards, so expert
+ * first + k (k < count) is orthogonalized where it is held, by FSDP rank ep_rank + ep × (k / per)
+ * with per = ceil(count / (fsdp / ep)) experts per rank of the shard group (the last fewer). */
 typedef struct {
   int layer;
   const char *matrix; /* "moe.experts.gate_proj.weight" */
-  int64_t ep_rank, first, count, start;
+  int64_t ep_rank, first, count, per;
 } ExpertRun;
 
 /* The owner (FSDP rank) of one dense matrix. */
@@ -605,6 +607,11 @@ typedef struct {
   int ndense;
   int64_t matrices;
   double ns_flops_total, ns_flops_max_rank; /* Newton-Schulz FLOPs: all, and the busiest rank */
+  /* what moves per step (experts never: orthogonalized where held): the dense matrices, whose
+   * pieces go to their owner in one all-to-all per group and come back in another (fp32) */
+  int64_t dense_params;       /* elements of the dense Muon matrices */
+  int64_t moving_matrices;    /* dense matrices split over ranks (all of them when fsdp > 1) */
+  double moving_bytes_rank;   /* bytes one rank sends, gather and return: 2 × 4 × dense (F−1)/F² */
 } Placement;
 
 Placement *plan_placement(Mem *m, const Model *md, const Choice *ch);

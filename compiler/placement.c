@@ -3,12 +3,13 @@
  * Ranks of an FSDP group are numbered 0..fsdp-1; EP rank of FSDP rank r is r % ep (an EP group
  * is ep consecutive ranks, inside a node), and EP rank e holds experts [e·E/ep, (e+1)·E/ep)
  * whole, sharded over the fsdp/ep ranks r with r % ep == e.
- * Muon (when the spec's optimizer is muon) needs each matrix whole on one rank: the owner
- * gathers its gradient, runs Newton-Schulz with no communication and scatters the update.
- * Expert matrices are owned inside their EP rank's shard group, round-robin (they are equal
- * in cost, so round-robin from the least loaded is longest-processing-time-first); dense
- * matrices then go, largest first, to the least-loaded rank of the whole group (LPT, Graham
- * 1969). Costs are Newton-Schulz FLOPs (model.c). */
+ * Muon (when the spec's optimizer is muon) needs each matrix whole on one rank. Experts are
+ * sharded whole (FlexShard): the shard group's rank j holds experts [j·per, (j+1)·per) of its
+ * EP rank, per = ceil(experts per EP rank / shard group) (the last ranks fewer when it does not
+ * divide: padded to the largest), and orthogonalizes them where they are held, with no
+ * communication. Dense matrices then go, largest first, to the least-loaded rank of the whole
+ * group (LPT, Graham 1969): each rank sends its pieces to the owners in one all-to-all per group
+ * and step, and gets the updates back in another. Costs are Newton-Schulz FLOPs (model.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,7 +77,6 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
   }
   int64_t F = ch->fsdp, ep = ch->ep, shard = ch->efsdp;
   double *load = mem_array(m, (size_t)F, sizeof *load);
-  int64_t *next = mem_array(m, (size_t)ep, sizeof *next); /* round-robin cursor per EP rank */
   int ndense = 0, nruns = 0;
   for (int i = 0; i < md->nops; i++)
     for (int j = 0; j < md->ops[i].nparams; j++) {
@@ -99,14 +99,14 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
       pl->ns_flops_total += cost * (double)(p->ndim == 3 ? p->shape[0] : 1);
       if (p->kind != PK_ROUTED) {
         dense[nd++] = (Dense){p, o->layer, cost};
+        pl->dense_params += p->count;
         continue;
       }
-      int64_t per = p->shape[0] / ep; /* experts of one EP rank */
+      int64_t n = p->shape[0] / ep, per = (n + shard - 1) / shard; /* experts of one EP rank, of one holder */
       for (int64_t e = 0; e < ep; e++) {
         ExpertRun *r = &pl->runs[pl->nruns++];
-        *r = (ExpertRun){o->layer, p->name, e, e * per, per, next[e]};
-        for (int64_t k = 0; k < per; k++) load[e + ep * ((next[e] + k) % shard)] += cost;
-        next[e] = (next[e] + per) % shard;
+        *r = (ExpertRun){o->layer, p->name, e, e * n, n, per};
+        for (int64_t k = 0; k < n; k++) load[e + ep * (k / per)] += cost;
       }
     }
   }
@@ -121,6 +121,10 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
     pl->dense[pl->ndense++] = (DenseOwner){dense[i].layer, dense[i].p->name, best};
   }
   qsort(pl->dense, (size_t)pl->ndense, sizeof *pl->dense, by_layer);
+  if (F > 1) { /* each rank holds 1/F of a matrix and owns 1/F of them: (F−1)/F² of the bytes leave it, twice */
+    pl->moving_matrices = nd;
+    pl->moving_bytes_rank = 2.0 * 4.0 * (double)pl->dense_params * (double)(F - 1) / ((double)F * (double)F);
+  }
   for (int64_t r = 0; r < F; r++)
     if (load[r] > pl->ns_flops_max_rank) pl->ns_flops_max_rank = load[r];
   return pl;

@@ -122,9 +122,18 @@ static void build_items(Items *it, const Model *md) {
   const int L = md->nlayers, END = PHASE_END(L);
   const double T = (double)ch->micro_batch * (double)s->training.seq_len;
   const double P = (double)md->params_total, H = (double)s->model.hidden;
-  const double shard = P / (double)ch->fsdp;
+  /* whole-expert shards: a rank of an EP rank's shard group holds ceil(E / ep / efsdp) whole experts,
+   * so when efsdp does not divide E / ep every shard is padded to the largest share (pad elements) */
+  const int64_t E = s->model.moe.present ? s->model.moe.experts : 0, El = E ? E / ch->ep : 0;
+  double routed = 0;
+  for (int l = 0; l < L; l++) routed += (double)md->layers[l].routed_params;
+  const double pad = E && ch->efsdp > 1 ? routed / (double)E *
+                                              ((double)((El + ch->efsdp - 1) / ch->efsdp) - (double)El / (double)ch->efsdp)
+                                        : 0;
+  const double shard = P / (double)ch->fsdp + pad;
   const bool muon = s->training.optimizer == OPT_MUON;
-  const double p_muon = muon ? (double)md->muon_params : 0, p_adam = P - p_muon;
+  const double p_muon = muon ? (double)md->muon_params + pad * (double)ch->fsdp : 0,
+               p_adam = P + pad * (double)ch->fsdp - p_muon;
   const Tier ot = ch->opt_tier;
   const ReserveSpec *r = &s->cluster.reserve;
 
@@ -137,7 +146,8 @@ static void build_items(Items *it, const Model *md) {
   else
     item(it, "params.bf16_cast", CAT_PARAMS, TIER_HBM, g / (double)ch->fsdp, 1, PHASE_OPT(L),
          "gathered.params / fsdp: one layer's shard cast to bf16 for its all-gather");
-  item(it, "master.fp32_shard", CAT_OPTIMIZER, ot, 4 * shard, 0, END, "4 B x params / fsdp");
+  item(it, "master.fp32_shard", CAT_OPTIMIZER, ot, 4 * shard, 0, END,
+       pad > 0 ? "4 B x (params / fsdp + the padding of whole-expert shards to the largest share)" : "4 B x params / fsdp");
   if (muon)
     item(it, "optimizer.muon_momentum", CAT_OPTIMIZER, ot, 4 * p_muon / (double)ch->fsdp, 0, END,
          "4 B x Muon params / fsdp (one fp32 momentum)");

@@ -63,14 +63,16 @@ static void print_placement(FILE *out, const Plan *p) {
   const Placement *pl = p->placement;
   const Choice *ch = &p->best.ch;
   if (!pl) return;
-  if (pl->experts_per_rank && ch->ep == 1)
-    fprintf(out, "placement  every rank holds all %lld experts of a layer, each sharded over the %lld "
-                 "ranks of the FSDP group\n", (long long)pl->experts_per_rank, (long long)ch->fsdp);
-  else if (pl->experts_per_rank)
-    fprintf(out, "placement  EP rank e = FSDP rank %% %lld holds experts [%lld e, %lld e + %lld) whole, "
-                 "sharded over the %lld ranks of its FSDP group with that EP rank\n",
-            (long long)ch->ep, (long long)pl->experts_per_rank, (long long)pl->experts_per_rank,
-            (long long)pl->experts_per_rank, (long long)ch->efsdp);
+  int64_t El = pl->experts_per_rank, per = ch->efsdp > 0 ? (El + ch->efsdp - 1) / ch->efsdp : El;
+  if (El && ch->ep == 1)
+    fprintf(out, "placement  every rank computes all %lld experts of a layer; its FSDP shard holds %lld of them whole "
+                 "(shards of whole experts over the %lld ranks%s)\n", (long long)El, (long long)per,
+            (long long)ch->fsdp, El % ch->efsdp ? ", padded to the largest: the last ranks hold fewer" : "");
+  else if (El)
+    fprintf(out, "placement  EP rank e = FSDP rank %% %lld holds experts [%lld e, %lld e + %lld), sharded over the %lld "
+                 "ranks of its FSDP group with that EP rank in shards of %lld whole experts%s\n",
+            (long long)ch->ep, (long long)El, (long long)El, (long long)El, (long long)ch->efsdp, (long long)per,
+            El % ch->efsdp ? " (padded to the largest: the last ranks hold fewer)" : "");
   int64_t gpn = p->md->spec->cluster.gpus_per_node;
   if (pl->experts_per_rank && ch->ep > gpn) /* EP groups of whole nodes (consecutive ranks) */
     fprintf(out, "           across nodes: an EP group is %lld consecutive ranks on %lld nodes; the group's node j "
@@ -93,10 +95,15 @@ static void print_placement(FILE *out, const Plan *p) {
   units_fmt_int(a, sizeof a, pl->matrices);
   double mean = pl->ns_flops_total / (double)ch->fsdp;
   fprintf(out, "           Muon: %s matrices, each orthogonalized whole by one owner rank (experts "
-               "round-robin in their shard group, dense matrices largest first to the least loaded); "
-               "Newton-Schulz per step: busiest rank %.3g FLOPs, %.1f%% above the mean; every "
+               "where they are held, whole, with no communication; dense matrices largest first to the "
+               "least loaded); Newton-Schulz per step: busiest rank %.3g FLOPs, %.1f%% above the mean; every "
                "owner in plan.json \"placement\"\n", a, pl->ns_flops_max_rank,
           mean > 0 ? 100.0 * (pl->ns_flops_max_rank / mean - 1) : 0.0);
+  char mv[32], by[32];
+  units_fmt_int(mv, sizeof mv, pl->moving_matrices);
+  units_fmt_bytes_dec(by, sizeof by, pl->moving_bytes_rank);
+  fprintf(out, "           Muon traffic per step: %s dense matrices move (pieces to their owner in one all-to-all "
+               "per group, updates back in another): %s per rank, fp32, both ways; experts: none\n", mv, by);
 }
 
 /* One row per distinct layer kind: what a layer's step does on each stream. */
@@ -418,10 +425,12 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
     json_t *po = json_object();
     json_object_set_new(po, "ep_rank_of_fsdp_rank", json_string("fsdp_rank % ep"));
     json_object_set_new(po, "experts_per_ep_rank", jint(pl->experts_per_rank));
-    json_object_set_new(po, "optimizer_matrices", json_string(pl->muon ? "muon: one owner per matrix" : "adamw: elementwise shards"));
+    json_object_set_new(po, "optimizer_matrices", json_string(pl->muon ? "muon: one owner per matrix; experts sharded whole, owned where held" : "adamw: elementwise shards"));
     if (pl->muon) {
       json_object_set_new(po, "expert_owner_rule",
-                          json_string("expert first+k of a run is owned by fsdp rank ep_rank + ep * ((start + k) mod (fsdp / ep))"));
+                          json_string("expert first+k of a run is held whole and orthogonalized by fsdp rank ep_rank + ep * (k / per)"));
+      json_object_set_new(po, "muon_moving_matrices", jint(pl->moving_matrices));
+      json_object_set_new(po, "muon_moving_bytes_per_rank", json_real(pl->moving_bytes_rank));
       json_object_set_new(po, "muon_matrices", jint(pl->matrices));
       json_object_set_new(po, "ns_flops_total", json_real(pl->ns_flops_total));
       json_object_set_new(po, "ns_flops_busiest_rank", json_real(pl->ns_flops_max_rank));
@@ -434,7 +443,7 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
         json_array_append_new(runs, json_pack("{s:i, s:s, s:I, s:I, s:I, s:I}", "layer", r->layer, "matrix",
                                               r->matrix, "ep_rank", (json_int_t)r->ep_rank, "first",
                                               (json_int_t)r->first, "count", (json_int_t)r->count,
-                                              "start", (json_int_t)r->start));
+                                              "per", (json_int_t)r->per));
       }
       json_object_set_new(po, "dense_owners", dense);
       json_object_set_new(po, "expert_runs", runs);

@@ -7,7 +7,8 @@
  *                    number of groups), then per group in table order: the fp32 (or double)
  *                    master shard, the first and the second optimizer moment (fp32)
  *   manifest.json    format, model, optimizer, step, seed, layout, groups (name, comm, full, shard),
- *                    tensors (name, group, offset, count, experts, rows, cols) and per shard
+ *                    tensors (name, group, offset, count, experts, rows, cols; routed tensors in
+ *                    whole-expert shards also per and block: the shard layout) and per shard
  *                    file its size and FNV-1a 64 checksum
  *
  * A checkpoint is complete once its manifest exists: shards are written to a temporary name,
@@ -39,6 +40,9 @@ typedef struct {
   char *name; /* routed: a pattern with %d */
   int group, experts;
   int64_t offset, count, rows, cols;
+  int per;       /* whole-expert shards: experts per shard, expert k at offset + (k / per)·block +
+                    (k % per)·count; 0 (flat, and every checkpoint before them): offset + k·count */
+  int64_t block; /* the group's shard size when per > 0 */
 } RtCkptTensor;
 
 /* A parsed manifest and the open shard files of one checkpoint. */

@@ -40,16 +40,6 @@ typedef struct {
 void rt_newton_schulz(real *out, const real *g, int rows, int cols, real *work);
 size_t rt_newton_schulz_work(int rows, int cols);
 
-/* One Muon step of a rows × cols matrix whose elements are [a, a + rows·cols) of a group's
- * gathered vector, sharded over comm in shards of S (this rank holds [rank·S, (rank+1)·S) in
- * param, mom and grad). Each rank updates the momentum of its piece, the Nesterov gradient is
- * gathered whole to rank `owner`, which runs Newton-Schulz with no communication and scales the
- * result by 0.2·sqrt(max(rows, cols)) (Moonlight's AdamW-RMS match); the update is scattered
- * back and applied: p ← p − lr·(update + wd·p). work: 2·rows·cols + rt_newton_schulz_work
- * values (used on the owner); counts, displs: one int per rank. Collective over comm. */
-void rt_muon_matrix(MPI_Comm comm, int owner, real *param, float *mom, const real *grad, int64_t S, int64_t a,
-                    int rows, int cols, float grad_scale, const RtMuon *h, real *work, int *counts, int *displs);
-
 /* Learning rate at step s (0-based) of `steps`: linear warmup from lr/warmup to lr over
  * `warmup` steps, then cosine decay to min_ratio × lr at the last step. Steps are 64-bit
  * (training.steps allows 2^40); the fractions are computed in double. */

@@ -7,7 +7,10 @@
  * experts, dense MLP), one per layer's routed experts of this rank's EP rank, one for the
  * embedding and one for the head (final norm, LM head). A group is one vector, padded to a
  * multiple of the ranks it is sharded over (the FSDP group, or for experts the fsdp / ep ranks
- * with the same EP rank); each rank keeps the fp32 master shard, its gradient and its optimizer
+ * with the same EP rank), each rank holding one contiguous shard of it. Dense groups are laid
+ * out tensor after tensor (flat shards); an expert group sharded over more than one rank is laid
+ * out shard after shard, each shard holding whole experts of every routed tensor (RtTensor.per,
+ * block; rt_expert_at). Each rank keeps the fp32 master shard, its gradient and its optimizer
  * moments at offsets the compiler chose in the program's state arena (in the tier the plan
  * chose: device memory, or host memory that the GPU reads over C2C).
  */
@@ -39,8 +42,19 @@ typedef struct {
   bool decay;         /* weight decay applies (matrices; not norms or biases) */
   bool muon;          /* optimized by Muon (2-D hidden matrices when the spec says muon) */
   int owner;          /* Muon: the rank of the group's communicator that orthogonalizes it
-                         (routed: expert k's owner is (owner + k) mod the group's ranks) */
+                         (routed: expert k's owner is (owner + k) mod the group's ranks); a
+                         matrix that lies whole in one rank's shard is orthogonalized there */
+  int per;            /* routed, whole-expert shards: experts per shard (0: flat, expert k at
+                         offset + k·count) */
+  int64_t block;      /* whole-expert shards: the group's shard size; expert k at offset +
+                         (k / per)·block + (k % per)·count (offset is inside the first shard) */
 } RtTensor;
+
+/* The first element of expert k (0 when not routed) of T in its group's gathered vector. */
+static inline int64_t rt_expert_at(const RtTensor *T, int k) {
+  if (T->per > 0) return T->offset + (int64_t)(k / T->per) * T->block + (int64_t)(k % T->per) * T->count;
+  return T->offset + (int64_t)k * T->count;
+}
 
 /* A group of parameters sharded over one communicator. */
 typedef struct {
@@ -63,20 +77,37 @@ typedef struct {
     if (T->group != (g)) continue;                                                           \
     int ne = T->experts ? T->experts : 1;                                                    \
     for (int k = 0; k < ne; k++) {                                                           \
-      int64_t a = T->offset + (int64_t)k * T->count, b = a + T->count;                       \
+      int64_t a0 = rt_expert_at(T, k), a = a0, b = a + T->count;                             \
       if (a < (lo)) a = (lo);                                                                \
       if (b > (hi)) b = (hi);                                                                \
       if (a >= b) continue;                                                                  \
-      int64_t first = a - (T->offset + (int64_t)k * T->count), at = a - (lo), len = b - a;   \
+      int64_t first = a - a0, at = a - (lo), len = b - a;                                    \
       BODY                                                                                   \
     }                                                                                        \
   }
 
-/* One Muon step (see rt_muon_matrix) of every Muon tensor of group g, in table order: the
- * same order on every rank of the group's communicator comm (ranks of them). */
-void rt_muon_group(MPI_Comm comm, int ranks, real *param, float *mom, const real *grad, const RtTensor *t,
-                   int nt, int g, int64_t S, float grad_scale, const RtMuon *h, real *work, int *counts,
-                   int *displs);
+/* What rt_muon_group did on this rank (added to): matrices orthogonalized where they are held
+ * (no communication) and as the owner of gathered pieces; values sent to owners and received
+ * by this one (each also goes back the other way). */
+typedef struct {
+  int64_t local, owned, sent, received;
+} RtMuonStats;
+
+/* One Muon step of every Muon matrix of group g (shards of S on each of the ranks of comm:
+ * this rank's param, mom, grad hold gathered elements [rank·S, (rank+1)·S)). Each rank updates
+ * the momentum of its pieces (Nesterov: g + μ·m, g scaled by grad_scale). A matrix whole in
+ * one shard is orthogonalized by that rank with no communication; the other matrices' pieces go
+ * to their owners (RtTensor.owner) in one MPI_Ialltoallv (overlapped with the local
+ * matrices; none when every matrix of the group is whole in one shard), the owners run Newton-Schulz, scale by 0.2·sqrt(max(rows, cols)) (Moonlight's
+ * AdamW-RMS match) and return the updates in one MPI_Alltoallv; p ← p − lr·(update + wd·p).
+ * Bitwise the same update as on one rank. work: rt_muon_group_work values; counts: 5·ranks
+ * ints. st (or NULL) accumulates what moved. Collective over comm; aborts when one message
+ * passes MPI's int counts. */
+void rt_muon_group(MPI_Comm comm, int ranks, real *param, float *mom, const real *grad, const RtTensor *t, int nt,
+                   int g, int64_t S, float grad_scale, const RtMuon *h, real *work, int *counts, RtMuonStats *st);
+/* The scratch rt_muon_group needs on any rank of group g: S (what it sends) + the most any rank
+ * owns of the moving matrices + 2·n + Newton-Schulz's work of the largest matrix. */
+size_t rt_muon_group_work(const RtTensor *t, int nt, int g, int64_t S, int ranks);
 
 /* Sets shard (n = hi - lo elements: gathered indices [lo, hi) of group g) to the initial
  * values of the tensors there; padding is 0. Every value is a function of (seed, tensor name,

@@ -4,7 +4,9 @@ formats' descriptions, sharing no code with the writer:
   safetensors: u64 little-endian header length, JSON header {name: {dtype, shape,
                data_offsets}}, data (huggingface/safetensors README);
   checkpoint:  manifest.json + rank-NNNNN.bin = 256-byte header, then per group the master
-               shard, then two fp32 moment shards (runtime/mtrt_ckpt.h).
+               shard, then two fp32 moment shards (runtime/mtrt_ckpt.h); a routed tensor with
+               "per" and "block" is in whole-expert shards: expert k at offset +
+               (k // per) * block + (k % per) * count.
 The checkpoint must have ep = 1, so that every group's gathered vector is its shards in rank
 order.   usage: safetensors_check.py CKPT_STEP_DIR FILE.safetensors"""
 import json
@@ -35,7 +37,9 @@ for t in man["tensors"]:
     g = gathered[t["group"]]
     for k in range(max(t["experts"], 1)):
         name = t["name"] % k if t["experts"] else t["name"]
-        off = (t["offset"] + k * t["count"]) * rb
+        per = t.get("per", 0)
+        at = t["offset"] + (k // per * t["block"] + k % per * t["count"] if per else k * t["count"])
+        off = at * rb
         want[name] = (g[off:off + t["count"] * rb], [t["rows"], t["cols"]] if t["cols"] > 1 else [t["rows"]])
 names = [n for n in header if n != "__metadata__"]
 assert sorted(names) == sorted(want), f"names differ: {set(names) ^ set(want)}"

@@ -1,8 +1,11 @@
-/* test_muon.c — Muon's Newton-Schulz iteration and its owner-rank update.
- *   usage: [mpirun -np W] test_muon
+/* test_muon.c — Muon's Newton-Schulz iteration and its group step (rt_muon_group).
+ *   usage: [mpirun -np W] test_muon [EP]
  * Checks that the iteration's output has singular values in [0.5, 1.5] (wide and tall random
- * matrices), and that a matrix sharded over W ranks, gathered to its owner, orthogonalized and
- * scattered back, gets bitwise the same update as the whole matrix on one rank. */
+ * matrices), and that a dense group sharded flat over the W ranks (its matrices gathered to
+ * their owners in one all-to-all) and an expert group in whole-expert shards over the W / EP
+ * ranks of each EP rank (5 experts per EP rank: an uneven split on 2 and 4 ranks; no
+ * communication) get bitwise the same update as everything on one rank. */
+#include "mtrt_train.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,40 +71,94 @@ static void singular_values(int rows, int cols) {
   free(g), free(o), free(work), free(gram), free(eig);
 }
 
+/* The test's model: a dense group (a vector, then matrices 40 x 24 and 16 x 32, owners 1 and 0)
+ * and an expert group (gate 8 x 12 and down 12 x 8 of EL experts per EP rank). */
+enum { EL = 5, NT = 5 };
+
+/* Tables for W dense ranks and an expert shard group of X ranks (X = 1: flat). */
+static void tables(RtTensor *t, RtGroup *g, int W, int X, int experts) {
+  int per = X > 1 ? (experts + X - 1) / X : 0;
+  t[0] = (RtTensor){"v", 0, 0, 5, 0, 5, 1, 0.02f, false, false, false, 0, 0, 0};
+  t[1] = (RtTensor){"a", 0, 5, 40 * 24, 0, 40, 24, 0.02f, false, true, true, 1 % W, 0, 0};
+  t[2] = (RtTensor){"b", 0, 5 + 960, 16 * 32, 0, 16, 32, 0.02f, false, true, true, 0, 0, 0};
+  int64_t dense = 5 + 960 + 512, S = (dense + 4 * W - 1) / (4 * W) * 4;
+  g[0] = (RtGroup){"dense", RT_GROUP_FSDP, S * W, S, 0, 0, 0, 0, -1};
+  int64_t room = per ? per : experts, shard = (room * 192 + 3) / 4 * 4;
+  int64_t eshard = per ? shard : (shard + X - 1) / X;
+  t[3] = (RtTensor){"e.%d.gate", 1, 0, 96, experts, 8, 12, 0.02f, false, true, true, 0, per, per ? shard : 0};
+  t[4] = (RtTensor){"e.%d.down", 1, room * 96, 96, experts, 12, 8, 0.02f, false, true, true, 0, per, per ? shard : 0};
+  g[1] = (RtGroup){"experts", RT_GROUP_EXPERT_SHARD, eshard * X, eshard, 0, 0, 0, 0, -1};
+}
+
+/* Fills [lo, hi) of group gi: parameter (salt 1) or gradient (salt 2) of (tensor, global expert, i). */
+static void fill(real *v, const RtTensor *t, int gi, int64_t lo, int64_t hi, int ep_rank, int salt) {
+  for (int64_t i = 0; i < hi - lo; i++) v[i] = 0;
+  RT_FOR_PIECES(t, NT, gi, lo, hi, {
+    int e = T->experts ? ep_rank * T->experts + k : 0;
+    for (int64_t i = 0; i < len; i++) v[at + i] = value((int64_t)(ti * 1000 + e) * 100000 + first + i, salt);
+  })
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  int rank, world;
+  int rank, world, ep = argc > 1 ? atoi(argv[1]) : 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (rank == 0) singular_values(64, 32), singular_values(24, 40);
-
-  /* a 40 x 24 matrix at offset 7 of a group vector sharded over the world */
-  enum { ROWS = 40, COLS = 24, AT = 7 };
-  int64_t total = AT + ROWS * COLS + 5, S = (total + world - 1) / world, full = S * world;
-  real *p = malloc(sizeof(real) * (size_t)full), *gr = malloc(sizeof(real) * (size_t)full);
-  float *m = calloc((size_t)full, sizeof(float));
-  for (int64_t i = 0; i < full; i++) p[i] = value(i, 1), gr[i] = value(i, 2);
-  size_t wn = 2 * (size_t)ROWS * COLS + rt_newton_schulz_work(ROWS, COLS);
-  real *work = malloc(sizeof(real) * wn);
-  int *counts = malloc(sizeof(int) * 2 * (size_t)world);
+  if (world % ep) ep = 1;
+  int X = world / ep, ep_rank = rank % ep; /* EP rank r % ep; its shard group: the ranks with that EP rank */
+  MPI_Comm shard_comm;
+  MPI_Comm_split(MPI_COMM_WORLD, ep_rank, rank, &shard_comm);
+  int srank;
+  MPI_Comm_rank(shard_comm, &srank);
+  RtTensor t[NT], t1[NT];
+  RtGroup g[2], g1[2];
+  tables(t, g, world, X, EL);
+  tables(t1, g1, 1, 1, EL * ep); /* one rank: every expert */
   RtMuon h = {0.01f, 0.1f, 0.95f};
-  /* sharded: this rank's shard is [rank·S, (rank+1)·S); owner = the last rank */
-  real *ps = malloc(sizeof(real) * (size_t)S), *gs = malloc(sizeof(real) * (size_t)S);
-  float *ms = calloc((size_t)S, sizeof(float));
-  memcpy(ps, p + rank * S, sizeof(real) * (size_t)S), memcpy(gs, gr + rank * S, sizeof(real) * (size_t)S);
-  for (int step = 0; step < 2; step++) /* twice: the second step uses the momentum */
-    rt_muon_matrix(MPI_COMM_WORLD, world - 1, ps, ms, gs, S, AT, ROWS, COLS, 0.5f, &h, work, counts, counts + world);
-  real *back = malloc(sizeof(real) * (size_t)full);
-  MPI_Allgather(ps, (int)S, MTRT_MPI_REAL, back, (int)S, MTRT_MPI_REAL, MPI_COMM_WORLD);
-  /* whole, on one rank */
-  for (int step = 0; step < 2; step++)
-    rt_muon_matrix(MPI_COMM_SELF, 0, p, m, gr, full, AT, ROWS, COLS, 0.5f, &h, work, counts, counts + world);
-  CHECK(memcmp(back, p, sizeof(real) * (size_t)full) == 0);
-  int changed = 0;
-  for (int64_t i = 0; i < full; i++) changed += p[i] != value(i, 1);
-  CHECK_EQ(changed, ROWS * COLS); /* the matrix moved, nothing else did */
-  if (rank == 0) printf("Muon on %d rank(s): the owner's update equals the one-rank update bit for bit\n", world);
-  free(p), free(gr), free(m), free(work), free(counts), free(ps), free(gs), free(ms), free(back);
+  int *counts = malloc(sizeof(int) * 5 * (size_t)world);
+  bool ok = true;
+  int64_t moved = 0, local = 0;
+  for (int gi = 0; gi < 2; gi++) {
+    MPI_Comm comm = gi ? shard_comm : MPI_COMM_WORLD;
+    int ranks = gi ? X : world, me = gi ? srank : rank;
+    int64_t S = g[gi].shard, lo = me * S, S1 = g1[gi].shard;
+    real *p = malloc(sizeof(real) * (size_t)S), *gr = malloc(sizeof(real) * (size_t)S);
+    float *m = calloc((size_t)S, sizeof(float));
+    fill(p, t, gi, lo, lo + S, ep_rank, 1), fill(gr, t, gi, lo, lo + S, ep_rank, 2);
+    real *work = malloc(sizeof(real) * rt_muon_group_work(t, NT, gi, S, ranks));
+    RtMuonStats st = {0};
+    for (int step = 0; step < 2; step++) /* twice: the second step uses the momentum */
+      rt_muon_group(comm, ranks, p, m, gr, t, NT, gi, S, 0.5f, &h, work, counts, &st);
+    free(work);
+    /* one rank, everything */
+    real *p1 = malloc(sizeof(real) * (size_t)S1), *g1v = malloc(sizeof(real) * (size_t)S1);
+    float *m1 = calloc((size_t)S1, sizeof(float));
+    fill(p1, t1, gi, 0, S1, 0, 1), fill(g1v, t1, gi, 0, S1, 0, 2);
+    work = malloc(sizeof(real) * rt_muon_group_work(t1, NT, gi, S1, 1));
+    for (int step = 0; step < 2; step++) rt_muon_group(MPI_COMM_SELF, 1, p1, m1, g1v, t1, NT, gi, S1, 0.5f, &h, work, counts, NULL);
+    /* every value of this shard equals the one-rank value of the same (tensor, expert, index) */
+    RT_FOR_PIECES(t, NT, gi, lo, lo + S, {
+      const RtTensor *T1 = &t1[ti];
+      int e = T->experts ? ep_rank * T->experts + k : 0;
+      const real *ref = p1 + rt_expert_at(T1, e) + first;
+      if (memcmp(p + at, ref, sizeof(real) * (size_t)len) != 0) ok = false;
+      if (T->muon && p[at] == value((int64_t)(ti * 1000 + e) * 100000 + first, 1)) ok = false; /* it moved */
+    })
+    if (gi) local += st.local;
+    else moved += st.sent;
+    if (gi) CHECK_EQ(st.sent + st.received, 0); /* experts: no communication */
+    free(p), free(gr), free(m), free(work), free(p1), free(g1v), free(m1);
+  }
+  CHECK(ok);
+  int64_t all_local = 0;
+  MPI_Allreduce(&local, &all_local, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  CHECK_EQ(all_local, 2 * 2 * EL * ep); /* every expert matrix, twice, where it is held */
+  if (rank == 0)
+    printf("Muon on %d rank(s), ep %d (%d experts per EP rank over %d ranks): the update equals the one-rank "
+           "update bit for bit; dense values sent to owners by rank 0: %lld\n", world, ep, EL, X, (long long)moved);
+  free(counts);
+  MPI_Comm_free(&shard_comm);
   MPI_Finalize();
   return check_failures ? 1 : 0;
 }

@@ -113,7 +113,7 @@ static void placement(void) {
     const ExpertRun *r = &pl->runs[i];
     expert_matrices += r->count;
     for (int64_t k = 0; k < r->count; k++) {
-      int64_t owner = r->ep_rank + ch->ep * ((r->start + k) % ch->efsdp);
+      int64_t owner = r->ep_rank + ch->ep * (k / r->per); /* the holder: whole-expert shards */
       if (owner < 0 || owner >= ch->fsdp || owner % ch->ep != r->ep_rank) bad++;
     }
     if (r->first != r->ep_rank * pl->experts_per_rank) bad++;
@@ -121,6 +121,9 @@ static void placement(void) {
   CHECK_EQ(bad, 0);
   CHECK_EQ(expert_matrices, 74LL * 384 * 3); /* gate, up, down of every routed expert */
   CHECK_EQ(pl->ndense, 74 * (4 + 3));          /* q k v o and the shared expert's three */
+  CHECK_EQ(pl->moving_matrices, pl->ndense);   /* experts never move */
+  double F = (double)ch->fsdp;
+  CHECK_NEAR(pl->moving_bytes_rank, 8.0 * (double)pl->dense_params * (F - 1) / (F * F), 1e-12);
   for (int i = 0; i < pl->ndense; i++) CHECK(pl->dense[i].owner >= 0 && pl->dense[i].owner < ch->fsdp);
   CHECK_NEAR(pl->ns_flops_total, p->md->ns_flops, 1e-9);
   double mean = pl->ns_flops_total / (double)ch->fsdp;

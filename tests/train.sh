@@ -8,16 +8,17 @@
 #   sharding   10 steps of one model and global batch on 1 rank and on 4 MPI ranks (fsdp 4 with
 #              ep 2, with ep 4, and with ep 4 laid out as 2 nodes x 2 ranks: an EP group spanning
 #              nodes), gradients reduced in fp32: the same loss at every step
-#              within 1e-4 relative; with bf16 on the wire (the default), within 1e-2
+#              within 1e-4 relative; also with Muon and 6 experts in uneven whole-expert shards
+#              (2, 2, 2, 0 on 4 ranks); with bf16 on the wire (the default), within 1e-2
 #   policies   none, selective and full activation checkpointing, and full with the boundaries
 #              offloaded to host memory: bitwise identical losses
 #   checkpoints  10 steps straight = 5 steps, checkpoint, resume for 5 (bitwise); a save killed
 #              by SIGKILL before its manifest resumes from the checkpoint before (bitwise); a
 #              checkpoint saved on 4 ranks (fsdp 4, ep 2) resumes on 2 (fsdp 2, ep 1) within
-#              1e-5; a corrupt shard is refused with its name; non-finite steps are skipped,
-#              and K in a row stop the run with the last good state saved; SIGUSR1 mid-run
-#              saves and stops, and the resumed run equals the straight one (bitwise);
-#              --keep-checkpoints 2 keeps two
+#              1e-5, and so do flat expert shards (ep 4) resumed in whole experts and back; a
+#              corrupt shard is refused with its name; non-finite steps are skipped, and K in a
+#              row stop the run with the last good state saved; SIGUSR1 mid-run saves and stops,
+#              and the resumed run equals the straight one (bitwise); --keep-checkpoints 2 keeps two
 #   export     mtc export of a 2-rank checkpoint, read back by tests/safetensors_check.py (its own
 #              safetensors and checkpoint readers): every tensor equals the master weights
 #   errors     a launch with the wrong world size, a missing data file, bad arguments; a run of
@@ -40,6 +41,9 @@
 #   text       tiny-moe on real English text (fortunes' cookie file) for its 300 steps on 2
 #              ranks: the loss starts near ln 256 = 5.55 and ends below 2.5
 #   text-muon  the same with training.optimizer=muon
+#   muon-traffic  a PMPI interposer (tests/pmpi/pmpi_count.c) counts what each rank hands to MPI:
+#              on 2 ranks (ep 1, 24 experts) Muon adds less than 3/4 of the dense Muon matrices'
+#              bytes per rank and step over AdamW (experts move nothing)
 # With "sanitize", the programs are built with AddressSanitizer and UBSan.
 set -u
 mtc=$(realpath "$1"); src=$(realpath "$2"); check=$3; san=${4:-}
@@ -176,6 +180,16 @@ PY
       END { printf "1 vs 4 ranks (fsdp 4, ep %s): %d steps, worst relative difference %.2e\n", ep, n, worst
             exit (bad || n != 10) }' || die "losses differ between 1 and 4 ranks (ep $ep)"
   done
+  # an uneven split of whole experts, with Muon: 6 experts over 4 ranks (ep 1) in shards of 2, the last empty
+  uneven=(--set model.moe.experts=6 --set training.optimizer=muon)
+  build w1u "$tiny" float "${small[@]}" "${uneven[@]}" --set cluster.gpus_per_node=1 --set plan.fsdp=1 &&
+    build w4u "$tiny" float "${small[@]}" "${uneven[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=1 &&
+    grep -q "^#define SHARD_EXPERTS 2 " "$work/w4u/step.h" && (cd "$work" && ./w1u/build/train --data "$text" --metrics w1u.jsonl >/dev/null &&
+    "${mpirun[@]}" -np 4 ./w4u/build/train --data "$text" --metrics w4u.jsonl >/dev/null) || die "uneven whole-expert runs"
+  paste <(losses "$work/w1u.jsonl") <(losses "$work/w4u.jsonl") | awk '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > worst) worst = r }
+    END { printf "1 vs 4 ranks, Muon, 6 experts in shards of 2 whole experts (the last rank none): %d steps, worst relative difference %.2e\n", n, worst
+          exit (worst > 1e-4 || n != 10) }' || die "losses differ between 1 and 4 ranks (uneven whole-expert shards)"
   build w4bf16 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=2 \
     --set training.grad_reduce_dtype=bf16 || exit 1
   grep -q "rt_comm_reduce_scatter_start(.*RS_WIRE" "$work/w4bf16/step.c" || die "bf16: no bf16 reduce-scatter in step.c"
@@ -244,6 +258,23 @@ checkpoints)
     { n++; d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > worst) worst = r }
     END { printf "saved on 4 ranks (ep 2), resumed on 2 (ep 1): worst relative difference %.2e over %d steps\n", worst, n
           exit (worst > 1e-5 || n != 10) }' || die "resharded run differs by more than 1e-5"
+  # flat and whole-expert shards (the manifest's per / block): saved flat on 4 ranks (ep 4: one rank per
+  # shard group) resumed in whole experts on 2 (ep 1: 4 experts each), and the other way
+  build c4e4 "$tiny" float "${ck[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=4 || exit 1
+  grep -q '"per"' "$work/ckC/step-00000005/manifest.json" || die "ckC: the manifest does not record whole-expert shards"
+  (cd "$work" && "${mpirun[@]}" -np 4 ./c4e4/build/train --data "$text" --metrics rfw.jsonl --steps 5 --checkpoint-dir ckE >/dev/null &&
+    "${mpirun[@]}" -np 2 ./c2e1/build/train --data "$text" --metrics rfw.jsonl --checkpoint-dir ckE >/dev/null &&
+    "${mpirun[@]}" -np 2 ./c2e1/build/train --data "$text" --metrics rwf.jsonl --steps 5 --checkpoint-dir ckF >/dev/null &&
+    "${mpirun[@]}" -np 4 ./c4e4/build/train --data "$text" --metrics rwf.jsonl --checkpoint-dir ckF >/dev/null) ||
+    die "flat <-> whole-expert reshard runs"
+  for r in rfw rwf; do
+    what="saved flat (4 ranks, ep 4), resumed in whole experts (2, ep 1)"
+    [ $r = rwf ] && what="saved in whole experts (2 ranks, ep 1), resumed flat (4, ep 4)"
+    paste <(losses "$work/r4.jsonl") <(losses "$work/$r.jsonl") | awk -v what="$what" '
+      { n++; d = $1 - $2; if (d < 0) d = -d; q = d / $1; if (q > worst) worst = q }
+      END { printf "%s: worst relative difference %.2e over %d steps\n", what, worst, n
+            exit (worst > 1e-5 || n != 10) }' || die "$r: resharded run differs by more than 1e-5"
+  done
   # a checkpoint of another model or optimizer is refused
   build c2h64 "$tiny" float "${ck[@]}" --set model.hidden=64 --set cluster.gpus_per_node=2 --set plan.fsdp=2 || exit 1
   out=$(cd "$work" && "${mpirun[@]}" -np 2 ./c2h64/build/train --data "$text" --metrics y.jsonl --checkpoint-dir ckA 2>&1); rc=$?
@@ -403,6 +434,34 @@ text | text-muon)
   echo "tiny-moe ($opt) on $text: $n steps, loss $first -> $last"
   awk -v a="$first" -v b="$last" -v n="$n" 'BEGIN { exit !(n == 300 && a > 5.0 && a < 6.0 && b < 2.5) }' ||
     die "expected 300 steps with the loss from ~5.55 to below 2.5" ;;
+muon-traffic)
+  # a PMPI interposer (tests/pmpi/pmpi_count.c, built here) counts the bytes each rank hands to MPI;
+  # 2 ranks, ep 1, 24 experts: Muon's extra bytes per rank and step over AdamW stay below 3/4 of the
+  # dense Muon matrices' bytes (experts are orthogonalized where they are held: they add nothing)
+  mpicc -shared -fPIC -O1 -o "$work/libpmpi_count.so" "$src/tests/pmpi/pmpi_count.c" || { die "build the interposer"; exit 1; }
+  steps=3
+  for opt in adamw muon; do
+    build "tr-$opt" "$tiny" float "${small[@]}" --set model.moe.experts=24 --set plan.fsdp=2 --set plan.ep=1 \
+      --set training.optimizer=$opt || exit 1
+    (cd "$work" && "${mpirun[@]}" -np 2 -x LD_PRELOAD="$work/libpmpi_count.so" -x PMPI_COUNT_OUT="$work/tr-$opt.count" \
+      "./tr-$opt/build/train" --data "$text" --steps $steps >/dev/null) || die "$opt: run under the interposer"
+  done
+  # the dense Muon matrices: step.c's tensor table, Muon set and not routed (experts 0), 4 bytes a value
+  dense=$(sed -n '/^const RtTensor/,/^};/p' "$work/tr-muon/step.c" |
+    awk -F', ' '/^    \{"/ && $5 == 0 && $11 == "true" { n += $4 } END { print 4 * n }')
+  python3 - "$work/tr-adamw.count" "$work/tr-muon.count" "$dense" $steps <<'PY' || die "Muon moves more than 3/4 of the dense matrices' bytes"
+import sys
+def per_rank(p):
+    return {int(r): int(b) for r, b, _ in (l.split() for l in open(p))}
+a, m, dense, steps = per_rank(sys.argv[1]), per_rank(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+assert sorted(a) == sorted(m) == [0, 1], (a, m)
+for r in sorted(a):
+    extra = (m[r] - a[r]) / steps
+    print(f"rank {r}: Muon adds {extra / 1e3:.1f} kB per step over AdamW; dense Muon matrices {dense / 1e3:.1f} kB "
+          f"({extra / dense:.2f} of them; limit 0.75)")
+    assert dense > 0 and extra < 0.75 * dense
+PY
+  ;;
 *) echo "unknown check $check"; exit 2 ;;
 esac
 exit $fail

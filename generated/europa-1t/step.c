@@ -554,29 +554,29 @@
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
 #define GRAD0                        131072 /* 3306958848: an even unit's gradient, dense then experts, then its reduce-scatters' input */
 #define GRAD1                    3307089920 /* 3306958848: an odd unit's (in flight while the next unit's backward runs) */
-#define RS_OUT0                  6840541184 /*   33030144: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                 6873571328 /*  786435072: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                  7660006400 /*   33030144: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE1                 7693036544 /* 1585446912: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT2                  9278483456 /*   33030144: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                 9311513600 /*  786435072: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                 10097948672 /*   33030144: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE3                10130978816 /* 1585446912: its bf16 send buffer (2 bytes per gathered value) */
-#define WS_RSTD1                11716425728 /*      65536: its 1/rms per token */
-#define WS_LSE                  11716491264 /*    3145728: attention log-sum-exp per head and query */
-#define WS_RSTD2                11719636992 /*      65536: its 1/rms per token */
-#define WS_LOGITS               11719702528 /*   25165824: router logits */
-#define WS_IDX                  11744868352 /*     524288: selected experts (int32) */
-#define WS_WTS                  11745392640 /*     524288: their weights */
-#define WS_POS                  11745916928 /*     524288: row of each assignment in expert order (int32) */
-#define WS_OFFSETS              11746441216 /*        385: first row of each expert (int32) */
-#define WS_EOFF                 11746441616 /*         97: first row of each local expert in the round (int32) */
-#define DLOGITS                 11746441728 /*   25165824: gradient of the router logits */
-#define DWTS                    11771607552 /*     524288: gradient of the routing weights */
-#define AUX                     11772131840 /*       1152: load-balancing loss scratch */
-#define RSTDF                   11772132992 /*      65536: its 1/rms per token */
-#define LSEF                    11772198528 /*      65536: log-sum-exp of each token's logits */
-#define CE                      11772264064 /*  536870912: logits of one vocabulary chunk and their gradient */
+#define RS_OUT0                  6911674400 /*   33030144: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE0                 6944704544 /*  786435072: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT1                  7731139616 /*   33030144: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE1                 7764169760 /* 1585446912: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT2                  9349616672 /*   33030144: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE2                 9382646816 /*  786435072: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT3                 10169081888 /*   33030144: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE3                10202112032 /* 1585446912: its bf16 send buffer (2 bytes per gathered value) */
+#define WS_RSTD1                11787558944 /*      65536: its 1/rms per token */
+#define WS_LSE                  11787624480 /*    3145728: attention log-sum-exp per head and query */
+#define WS_RSTD2                11790770208 /*      65536: its 1/rms per token */
+#define WS_LOGITS               11790835744 /*   25165824: router logits */
+#define WS_IDX                  11816001568 /*     524288: selected experts (int32) */
+#define WS_WTS                  11816525856 /*     524288: their weights */
+#define WS_POS                  11817050144 /*     524288: row of each assignment in expert order (int32) */
+#define WS_OFFSETS              11817574432 /*        385: first row of each expert (int32) */
+#define WS_EOFF                 11817574832 /*         97: first row of each local expert in the round (int32) */
+#define DLOGITS                 11817574944 /*   25165824: gradient of the router logits */
+#define DWTS                    11842740768 /*     524288: gradient of the routing weights */
+#define AUX                     11843265056 /*       1152: load-balancing loss scratch */
+#define RSTDF                   11843266208 /*      65536: its 1/rms per token */
+#define LSEF                    11843331744 /*      65536: log-sum-exp of each token's logits */
+#define CE                      11843397280 /*  536870912: logits of one vocabulary chunk and their gradient */
 
 /* ---- the activation arena map (elements of act) ---- */
 #define EMBED_PARAM                       0 /*    4096000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
@@ -1081,973 +1081,974 @@ const RtGroup step_groups[N_GROUPS] = {
 };
 
 /* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,
- * Muon and its owner rank. */
+ * Muon and its owner rank; routed tensors in whole-expert shards: experts per shard and the shard's size
+ * (0, 0: flat). */
 const RtTensor step_tensors[N_TENSORS] = {
-    {"model.embed_tokens.weight", 0, 0, 1572864000, 0, 256000, 6144, 0.02, false, true, false, 0},
-    {"model.layers.0.input_layernorm.weight", 1, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.0.self_attn.q_proj.weight", 1, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 1},
-    {"model.layers.0.self_attn.k_proj.weight", 1, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 148},
-    {"model.layers.0.self_attn.v_proj.weight", 1, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 149},
-    {"model.layers.0.self_attn.o_proj.weight", 1, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 0},
-    {"model.layers.0.post_attention_layernorm.weight", 1, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.0.mlp.gate.weight", 1, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.0.mlp.experts.%d.gate_proj.weight", 2, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.0.mlp.experts.%d.up_proj.weight", 2, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.0.mlp.experts.%d.down_proj.weight", 2, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.0.mlp.shared_experts.gate_proj.weight", 1, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 297},
-    {"model.layers.0.mlp.shared_experts.up_proj.weight", 1, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 298},
-    {"model.layers.0.mlp.shared_experts.down_proj.weight", 1, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 296},
-    {"model.layers.1.input_layernorm.weight", 3, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.1.self_attn.q_proj.weight", 3, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 3},
-    {"model.layers.1.self_attn.k_proj.weight", 3, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 150},
-    {"model.layers.1.self_attn.v_proj.weight", 3, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 151},
-    {"model.layers.1.self_attn.o_proj.weight", 3, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 2},
-    {"model.layers.1.post_attention_layernorm.weight", 3, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.1.mlp.gate.weight", 3, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.1.mlp.experts.%d.gate_proj.weight", 4, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.1.mlp.experts.%d.up_proj.weight", 4, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.1.mlp.experts.%d.down_proj.weight", 4, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.1.mlp.shared_experts.gate_proj.weight", 3, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 300},
-    {"model.layers.1.mlp.shared_experts.up_proj.weight", 3, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 301},
-    {"model.layers.1.mlp.shared_experts.down_proj.weight", 3, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 299},
-    {"model.layers.2.input_layernorm.weight", 5, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.2.self_attn.q_proj.weight", 5, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 5},
-    {"model.layers.2.self_attn.k_proj.weight", 5, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 152},
-    {"model.layers.2.self_attn.v_proj.weight", 5, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 153},
-    {"model.layers.2.self_attn.o_proj.weight", 5, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 4},
-    {"model.layers.2.post_attention_layernorm.weight", 5, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.2.mlp.gate.weight", 5, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.2.mlp.experts.%d.gate_proj.weight", 6, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.2.mlp.experts.%d.up_proj.weight", 6, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.2.mlp.experts.%d.down_proj.weight", 6, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.2.mlp.shared_experts.gate_proj.weight", 5, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 303},
-    {"model.layers.2.mlp.shared_experts.up_proj.weight", 5, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 304},
-    {"model.layers.2.mlp.shared_experts.down_proj.weight", 5, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 302},
-    {"model.layers.3.input_layernorm.weight", 7, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.3.self_attn.q_proj.weight", 7, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 7},
-    {"model.layers.3.self_attn.k_proj.weight", 7, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 154},
-    {"model.layers.3.self_attn.v_proj.weight", 7, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 155},
-    {"model.layers.3.self_attn.o_proj.weight", 7, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 6},
-    {"model.layers.3.post_attention_layernorm.weight", 7, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.3.mlp.gate.weight", 7, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.3.mlp.experts.%d.gate_proj.weight", 8, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.3.mlp.experts.%d.up_proj.weight", 8, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.3.mlp.experts.%d.down_proj.weight", 8, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.3.mlp.shared_experts.gate_proj.weight", 7, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 306},
-    {"model.layers.3.mlp.shared_experts.up_proj.weight", 7, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 307},
-    {"model.layers.3.mlp.shared_experts.down_proj.weight", 7, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 305},
-    {"model.layers.4.input_layernorm.weight", 9, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.4.self_attn.q_proj.weight", 9, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 9},
-    {"model.layers.4.self_attn.k_proj.weight", 9, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 156},
-    {"model.layers.4.self_attn.v_proj.weight", 9, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 157},
-    {"model.layers.4.self_attn.o_proj.weight", 9, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 8},
-    {"model.layers.4.post_attention_layernorm.weight", 9, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.4.mlp.gate.weight", 9, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.4.mlp.experts.%d.gate_proj.weight", 10, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.4.mlp.experts.%d.up_proj.weight", 10, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.4.mlp.experts.%d.down_proj.weight", 10, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.4.mlp.shared_experts.gate_proj.weight", 9, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 309},
-    {"model.layers.4.mlp.shared_experts.up_proj.weight", 9, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 310},
-    {"model.layers.4.mlp.shared_experts.down_proj.weight", 9, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 308},
-    {"model.layers.5.input_layernorm.weight", 11, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.5.self_attn.q_proj.weight", 11, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 11},
-    {"model.layers.5.self_attn.k_proj.weight", 11, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 158},
-    {"model.layers.5.self_attn.v_proj.weight", 11, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 159},
-    {"model.layers.5.self_attn.o_proj.weight", 11, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 10},
-    {"model.layers.5.post_attention_layernorm.weight", 11, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.5.mlp.gate.weight", 11, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.5.mlp.experts.%d.gate_proj.weight", 12, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.5.mlp.experts.%d.up_proj.weight", 12, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.5.mlp.experts.%d.down_proj.weight", 12, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.5.mlp.shared_experts.gate_proj.weight", 11, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 312},
-    {"model.layers.5.mlp.shared_experts.up_proj.weight", 11, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 313},
-    {"model.layers.5.mlp.shared_experts.down_proj.weight", 11, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 311},
-    {"model.layers.6.input_layernorm.weight", 13, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.6.self_attn.q_proj.weight", 13, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 13},
-    {"model.layers.6.self_attn.k_proj.weight", 13, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 160},
-    {"model.layers.6.self_attn.v_proj.weight", 13, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 161},
-    {"model.layers.6.self_attn.o_proj.weight", 13, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 12},
-    {"model.layers.6.post_attention_layernorm.weight", 13, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.6.mlp.gate.weight", 13, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.6.mlp.experts.%d.gate_proj.weight", 14, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.6.mlp.experts.%d.up_proj.weight", 14, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.6.mlp.experts.%d.down_proj.weight", 14, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.6.mlp.shared_experts.gate_proj.weight", 13, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 315},
-    {"model.layers.6.mlp.shared_experts.up_proj.weight", 13, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 316},
-    {"model.layers.6.mlp.shared_experts.down_proj.weight", 13, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 314},
-    {"model.layers.7.input_layernorm.weight", 15, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.7.self_attn.q_proj.weight", 15, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 15},
-    {"model.layers.7.self_attn.k_proj.weight", 15, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 162},
-    {"model.layers.7.self_attn.v_proj.weight", 15, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 163},
-    {"model.layers.7.self_attn.o_proj.weight", 15, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 14},
-    {"model.layers.7.post_attention_layernorm.weight", 15, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.7.mlp.gate.weight", 15, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.7.mlp.experts.%d.gate_proj.weight", 16, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.7.mlp.experts.%d.up_proj.weight", 16, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.7.mlp.experts.%d.down_proj.weight", 16, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.7.mlp.shared_experts.gate_proj.weight", 15, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 318},
-    {"model.layers.7.mlp.shared_experts.up_proj.weight", 15, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 319},
-    {"model.layers.7.mlp.shared_experts.down_proj.weight", 15, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 317},
-    {"model.layers.8.input_layernorm.weight", 17, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.8.self_attn.q_proj.weight", 17, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 17},
-    {"model.layers.8.self_attn.k_proj.weight", 17, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 164},
-    {"model.layers.8.self_attn.v_proj.weight", 17, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 165},
-    {"model.layers.8.self_attn.o_proj.weight", 17, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 16},
-    {"model.layers.8.post_attention_layernorm.weight", 17, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.8.mlp.gate.weight", 17, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.8.mlp.experts.%d.gate_proj.weight", 18, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.8.mlp.experts.%d.up_proj.weight", 18, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.8.mlp.experts.%d.down_proj.weight", 18, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.8.mlp.shared_experts.gate_proj.weight", 17, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 321},
-    {"model.layers.8.mlp.shared_experts.up_proj.weight", 17, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 322},
-    {"model.layers.8.mlp.shared_experts.down_proj.weight", 17, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 320},
-    {"model.layers.9.input_layernorm.weight", 19, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.9.self_attn.q_proj.weight", 19, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 19},
-    {"model.layers.9.self_attn.k_proj.weight", 19, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 166},
-    {"model.layers.9.self_attn.v_proj.weight", 19, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 167},
-    {"model.layers.9.self_attn.o_proj.weight", 19, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 18},
-    {"model.layers.9.post_attention_layernorm.weight", 19, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.9.mlp.gate.weight", 19, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.9.mlp.experts.%d.gate_proj.weight", 20, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.9.mlp.experts.%d.up_proj.weight", 20, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.9.mlp.experts.%d.down_proj.weight", 20, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.9.mlp.shared_experts.gate_proj.weight", 19, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 324},
-    {"model.layers.9.mlp.shared_experts.up_proj.weight", 19, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 325},
-    {"model.layers.9.mlp.shared_experts.down_proj.weight", 19, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 323},
-    {"model.layers.10.input_layernorm.weight", 21, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.10.self_attn.q_proj.weight", 21, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 21},
-    {"model.layers.10.self_attn.k_proj.weight", 21, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 168},
-    {"model.layers.10.self_attn.v_proj.weight", 21, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 169},
-    {"model.layers.10.self_attn.o_proj.weight", 21, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 20},
-    {"model.layers.10.post_attention_layernorm.weight", 21, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.10.mlp.gate.weight", 21, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.10.mlp.experts.%d.gate_proj.weight", 22, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.10.mlp.experts.%d.up_proj.weight", 22, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.10.mlp.experts.%d.down_proj.weight", 22, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.10.mlp.shared_experts.gate_proj.weight", 21, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 327},
-    {"model.layers.10.mlp.shared_experts.up_proj.weight", 21, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 328},
-    {"model.layers.10.mlp.shared_experts.down_proj.weight", 21, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 326},
-    {"model.layers.11.input_layernorm.weight", 23, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.11.self_attn.q_proj.weight", 23, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 23},
-    {"model.layers.11.self_attn.k_proj.weight", 23, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 170},
-    {"model.layers.11.self_attn.v_proj.weight", 23, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 171},
-    {"model.layers.11.self_attn.o_proj.weight", 23, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 22},
-    {"model.layers.11.post_attention_layernorm.weight", 23, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.11.mlp.gate.weight", 23, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.11.mlp.experts.%d.gate_proj.weight", 24, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.11.mlp.experts.%d.up_proj.weight", 24, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.11.mlp.experts.%d.down_proj.weight", 24, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.11.mlp.shared_experts.gate_proj.weight", 23, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 330},
-    {"model.layers.11.mlp.shared_experts.up_proj.weight", 23, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 331},
-    {"model.layers.11.mlp.shared_experts.down_proj.weight", 23, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 329},
-    {"model.layers.12.input_layernorm.weight", 25, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.12.self_attn.q_proj.weight", 25, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 25},
-    {"model.layers.12.self_attn.k_proj.weight", 25, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 172},
-    {"model.layers.12.self_attn.v_proj.weight", 25, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 173},
-    {"model.layers.12.self_attn.o_proj.weight", 25, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 24},
-    {"model.layers.12.post_attention_layernorm.weight", 25, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.12.mlp.gate.weight", 25, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.12.mlp.experts.%d.gate_proj.weight", 26, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.12.mlp.experts.%d.up_proj.weight", 26, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.12.mlp.experts.%d.down_proj.weight", 26, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.12.mlp.shared_experts.gate_proj.weight", 25, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 333},
-    {"model.layers.12.mlp.shared_experts.up_proj.weight", 25, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 334},
-    {"model.layers.12.mlp.shared_experts.down_proj.weight", 25, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 332},
-    {"model.layers.13.input_layernorm.weight", 27, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.13.self_attn.q_proj.weight", 27, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 27},
-    {"model.layers.13.self_attn.k_proj.weight", 27, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 174},
-    {"model.layers.13.self_attn.v_proj.weight", 27, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 175},
-    {"model.layers.13.self_attn.o_proj.weight", 27, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 26},
-    {"model.layers.13.post_attention_layernorm.weight", 27, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.13.mlp.gate.weight", 27, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.13.mlp.experts.%d.gate_proj.weight", 28, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.13.mlp.experts.%d.up_proj.weight", 28, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.13.mlp.experts.%d.down_proj.weight", 28, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.13.mlp.shared_experts.gate_proj.weight", 27, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 336},
-    {"model.layers.13.mlp.shared_experts.up_proj.weight", 27, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 337},
-    {"model.layers.13.mlp.shared_experts.down_proj.weight", 27, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 335},
-    {"model.layers.14.input_layernorm.weight", 29, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.14.self_attn.q_proj.weight", 29, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 29},
-    {"model.layers.14.self_attn.k_proj.weight", 29, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 176},
-    {"model.layers.14.self_attn.v_proj.weight", 29, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 177},
-    {"model.layers.14.self_attn.o_proj.weight", 29, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 28},
-    {"model.layers.14.post_attention_layernorm.weight", 29, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.14.mlp.gate.weight", 29, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.14.mlp.experts.%d.gate_proj.weight", 30, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.14.mlp.experts.%d.up_proj.weight", 30, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.14.mlp.experts.%d.down_proj.weight", 30, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.14.mlp.shared_experts.gate_proj.weight", 29, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 339},
-    {"model.layers.14.mlp.shared_experts.up_proj.weight", 29, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 340},
-    {"model.layers.14.mlp.shared_experts.down_proj.weight", 29, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 338},
-    {"model.layers.15.input_layernorm.weight", 31, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.15.self_attn.q_proj.weight", 31, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 31},
-    {"model.layers.15.self_attn.k_proj.weight", 31, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 178},
-    {"model.layers.15.self_attn.v_proj.weight", 31, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 179},
-    {"model.layers.15.self_attn.o_proj.weight", 31, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 30},
-    {"model.layers.15.post_attention_layernorm.weight", 31, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.15.mlp.gate.weight", 31, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.15.mlp.experts.%d.gate_proj.weight", 32, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.15.mlp.experts.%d.up_proj.weight", 32, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.15.mlp.experts.%d.down_proj.weight", 32, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.15.mlp.shared_experts.gate_proj.weight", 31, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 342},
-    {"model.layers.15.mlp.shared_experts.up_proj.weight", 31, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 343},
-    {"model.layers.15.mlp.shared_experts.down_proj.weight", 31, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 341},
-    {"model.layers.16.input_layernorm.weight", 33, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.16.self_attn.q_proj.weight", 33, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 33},
-    {"model.layers.16.self_attn.k_proj.weight", 33, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 180},
-    {"model.layers.16.self_attn.v_proj.weight", 33, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 181},
-    {"model.layers.16.self_attn.o_proj.weight", 33, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 32},
-    {"model.layers.16.post_attention_layernorm.weight", 33, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.16.mlp.gate.weight", 33, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.16.mlp.experts.%d.gate_proj.weight", 34, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.16.mlp.experts.%d.up_proj.weight", 34, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.16.mlp.experts.%d.down_proj.weight", 34, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.16.mlp.shared_experts.gate_proj.weight", 33, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 345},
-    {"model.layers.16.mlp.shared_experts.up_proj.weight", 33, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 346},
-    {"model.layers.16.mlp.shared_experts.down_proj.weight", 33, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 344},
-    {"model.layers.17.input_layernorm.weight", 35, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.17.self_attn.q_proj.weight", 35, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 35},
-    {"model.layers.17.self_attn.k_proj.weight", 35, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 182},
-    {"model.layers.17.self_attn.v_proj.weight", 35, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 183},
-    {"model.layers.17.self_attn.o_proj.weight", 35, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 34},
-    {"model.layers.17.post_attention_layernorm.weight", 35, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.17.mlp.gate.weight", 35, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.17.mlp.experts.%d.gate_proj.weight", 36, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.17.mlp.experts.%d.up_proj.weight", 36, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.17.mlp.experts.%d.down_proj.weight", 36, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.17.mlp.shared_experts.gate_proj.weight", 35, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 348},
-    {"model.layers.17.mlp.shared_experts.up_proj.weight", 35, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 349},
-    {"model.layers.17.mlp.shared_experts.down_proj.weight", 35, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 347},
-    {"model.layers.18.input_layernorm.weight", 37, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.18.self_attn.q_proj.weight", 37, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 37},
-    {"model.layers.18.self_attn.k_proj.weight", 37, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 184},
-    {"model.layers.18.self_attn.v_proj.weight", 37, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 185},
-    {"model.layers.18.self_attn.o_proj.weight", 37, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 36},
-    {"model.layers.18.post_attention_layernorm.weight", 37, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.18.mlp.gate.weight", 37, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.18.mlp.experts.%d.gate_proj.weight", 38, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.18.mlp.experts.%d.up_proj.weight", 38, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.18.mlp.experts.%d.down_proj.weight", 38, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.18.mlp.shared_experts.gate_proj.weight", 37, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 351},
-    {"model.layers.18.mlp.shared_experts.up_proj.weight", 37, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 352},
-    {"model.layers.18.mlp.shared_experts.down_proj.weight", 37, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 350},
-    {"model.layers.19.input_layernorm.weight", 39, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.19.self_attn.q_proj.weight", 39, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 39},
-    {"model.layers.19.self_attn.k_proj.weight", 39, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 186},
-    {"model.layers.19.self_attn.v_proj.weight", 39, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 187},
-    {"model.layers.19.self_attn.o_proj.weight", 39, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 38},
-    {"model.layers.19.post_attention_layernorm.weight", 39, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.19.mlp.gate.weight", 39, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.19.mlp.experts.%d.gate_proj.weight", 40, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.19.mlp.experts.%d.up_proj.weight", 40, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.19.mlp.experts.%d.down_proj.weight", 40, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.19.mlp.shared_experts.gate_proj.weight", 39, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 354},
-    {"model.layers.19.mlp.shared_experts.up_proj.weight", 39, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 355},
-    {"model.layers.19.mlp.shared_experts.down_proj.weight", 39, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 353},
-    {"model.layers.20.input_layernorm.weight", 41, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.20.self_attn.q_proj.weight", 41, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 41},
-    {"model.layers.20.self_attn.k_proj.weight", 41, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 188},
-    {"model.layers.20.self_attn.v_proj.weight", 41, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 189},
-    {"model.layers.20.self_attn.o_proj.weight", 41, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 40},
-    {"model.layers.20.post_attention_layernorm.weight", 41, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.20.mlp.gate.weight", 41, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.20.mlp.experts.%d.gate_proj.weight", 42, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.20.mlp.experts.%d.up_proj.weight", 42, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.20.mlp.experts.%d.down_proj.weight", 42, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.20.mlp.shared_experts.gate_proj.weight", 41, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 357},
-    {"model.layers.20.mlp.shared_experts.up_proj.weight", 41, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 358},
-    {"model.layers.20.mlp.shared_experts.down_proj.weight", 41, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 356},
-    {"model.layers.21.input_layernorm.weight", 43, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.21.self_attn.q_proj.weight", 43, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 43},
-    {"model.layers.21.self_attn.k_proj.weight", 43, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 190},
-    {"model.layers.21.self_attn.v_proj.weight", 43, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 191},
-    {"model.layers.21.self_attn.o_proj.weight", 43, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 42},
-    {"model.layers.21.post_attention_layernorm.weight", 43, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.21.mlp.gate.weight", 43, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.21.mlp.experts.%d.gate_proj.weight", 44, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.21.mlp.experts.%d.up_proj.weight", 44, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.21.mlp.experts.%d.down_proj.weight", 44, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.21.mlp.shared_experts.gate_proj.weight", 43, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 360},
-    {"model.layers.21.mlp.shared_experts.up_proj.weight", 43, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 361},
-    {"model.layers.21.mlp.shared_experts.down_proj.weight", 43, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 359},
-    {"model.layers.22.input_layernorm.weight", 45, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.22.self_attn.q_proj.weight", 45, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 45},
-    {"model.layers.22.self_attn.k_proj.weight", 45, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 192},
-    {"model.layers.22.self_attn.v_proj.weight", 45, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 193},
-    {"model.layers.22.self_attn.o_proj.weight", 45, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 44},
-    {"model.layers.22.post_attention_layernorm.weight", 45, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.22.mlp.gate.weight", 45, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.22.mlp.experts.%d.gate_proj.weight", 46, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.22.mlp.experts.%d.up_proj.weight", 46, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.22.mlp.experts.%d.down_proj.weight", 46, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.22.mlp.shared_experts.gate_proj.weight", 45, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 363},
-    {"model.layers.22.mlp.shared_experts.up_proj.weight", 45, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 364},
-    {"model.layers.22.mlp.shared_experts.down_proj.weight", 45, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 362},
-    {"model.layers.23.input_layernorm.weight", 47, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.23.self_attn.q_proj.weight", 47, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 47},
-    {"model.layers.23.self_attn.k_proj.weight", 47, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 194},
-    {"model.layers.23.self_attn.v_proj.weight", 47, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 195},
-    {"model.layers.23.self_attn.o_proj.weight", 47, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 46},
-    {"model.layers.23.post_attention_layernorm.weight", 47, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.23.mlp.gate.weight", 47, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.23.mlp.experts.%d.gate_proj.weight", 48, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.23.mlp.experts.%d.up_proj.weight", 48, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.23.mlp.experts.%d.down_proj.weight", 48, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.23.mlp.shared_experts.gate_proj.weight", 47, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 366},
-    {"model.layers.23.mlp.shared_experts.up_proj.weight", 47, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 367},
-    {"model.layers.23.mlp.shared_experts.down_proj.weight", 47, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 365},
-    {"model.layers.24.input_layernorm.weight", 49, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.24.self_attn.q_proj.weight", 49, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 49},
-    {"model.layers.24.self_attn.k_proj.weight", 49, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 196},
-    {"model.layers.24.self_attn.v_proj.weight", 49, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 197},
-    {"model.layers.24.self_attn.o_proj.weight", 49, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 48},
-    {"model.layers.24.post_attention_layernorm.weight", 49, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.24.mlp.gate.weight", 49, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.24.mlp.experts.%d.gate_proj.weight", 50, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.24.mlp.experts.%d.up_proj.weight", 50, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.24.mlp.experts.%d.down_proj.weight", 50, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.24.mlp.shared_experts.gate_proj.weight", 49, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 369},
-    {"model.layers.24.mlp.shared_experts.up_proj.weight", 49, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 370},
-    {"model.layers.24.mlp.shared_experts.down_proj.weight", 49, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 368},
-    {"model.layers.25.input_layernorm.weight", 51, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.25.self_attn.q_proj.weight", 51, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 51},
-    {"model.layers.25.self_attn.k_proj.weight", 51, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 198},
-    {"model.layers.25.self_attn.v_proj.weight", 51, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 199},
-    {"model.layers.25.self_attn.o_proj.weight", 51, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 50},
-    {"model.layers.25.post_attention_layernorm.weight", 51, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.25.mlp.gate.weight", 51, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.25.mlp.experts.%d.gate_proj.weight", 52, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.25.mlp.experts.%d.up_proj.weight", 52, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.25.mlp.experts.%d.down_proj.weight", 52, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.25.mlp.shared_experts.gate_proj.weight", 51, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 372},
-    {"model.layers.25.mlp.shared_experts.up_proj.weight", 51, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 373},
-    {"model.layers.25.mlp.shared_experts.down_proj.weight", 51, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 371},
-    {"model.layers.26.input_layernorm.weight", 53, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.26.self_attn.q_proj.weight", 53, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 53},
-    {"model.layers.26.self_attn.k_proj.weight", 53, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 200},
-    {"model.layers.26.self_attn.v_proj.weight", 53, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 201},
-    {"model.layers.26.self_attn.o_proj.weight", 53, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 52},
-    {"model.layers.26.post_attention_layernorm.weight", 53, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.26.mlp.gate.weight", 53, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.26.mlp.experts.%d.gate_proj.weight", 54, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.26.mlp.experts.%d.up_proj.weight", 54, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.26.mlp.experts.%d.down_proj.weight", 54, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.26.mlp.shared_experts.gate_proj.weight", 53, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 375},
-    {"model.layers.26.mlp.shared_experts.up_proj.weight", 53, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 376},
-    {"model.layers.26.mlp.shared_experts.down_proj.weight", 53, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 374},
-    {"model.layers.27.input_layernorm.weight", 55, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.27.self_attn.q_proj.weight", 55, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 55},
-    {"model.layers.27.self_attn.k_proj.weight", 55, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 202},
-    {"model.layers.27.self_attn.v_proj.weight", 55, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 203},
-    {"model.layers.27.self_attn.o_proj.weight", 55, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 54},
-    {"model.layers.27.post_attention_layernorm.weight", 55, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.27.mlp.gate.weight", 55, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.27.mlp.experts.%d.gate_proj.weight", 56, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.27.mlp.experts.%d.up_proj.weight", 56, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.27.mlp.experts.%d.down_proj.weight", 56, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.27.mlp.shared_experts.gate_proj.weight", 55, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 378},
-    {"model.layers.27.mlp.shared_experts.up_proj.weight", 55, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 379},
-    {"model.layers.27.mlp.shared_experts.down_proj.weight", 55, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 377},
-    {"model.layers.28.input_layernorm.weight", 57, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.28.self_attn.q_proj.weight", 57, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 57},
-    {"model.layers.28.self_attn.k_proj.weight", 57, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 204},
-    {"model.layers.28.self_attn.v_proj.weight", 57, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 205},
-    {"model.layers.28.self_attn.o_proj.weight", 57, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 56},
-    {"model.layers.28.post_attention_layernorm.weight", 57, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.28.mlp.gate.weight", 57, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.28.mlp.experts.%d.gate_proj.weight", 58, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.28.mlp.experts.%d.up_proj.weight", 58, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.28.mlp.experts.%d.down_proj.weight", 58, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.28.mlp.shared_experts.gate_proj.weight", 57, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 381},
-    {"model.layers.28.mlp.shared_experts.up_proj.weight", 57, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 382},
-    {"model.layers.28.mlp.shared_experts.down_proj.weight", 57, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 380},
-    {"model.layers.29.input_layernorm.weight", 59, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.29.self_attn.q_proj.weight", 59, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 59},
-    {"model.layers.29.self_attn.k_proj.weight", 59, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 206},
-    {"model.layers.29.self_attn.v_proj.weight", 59, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 207},
-    {"model.layers.29.self_attn.o_proj.weight", 59, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 58},
-    {"model.layers.29.post_attention_layernorm.weight", 59, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.29.mlp.gate.weight", 59, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.29.mlp.experts.%d.gate_proj.weight", 60, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.29.mlp.experts.%d.up_proj.weight", 60, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.29.mlp.experts.%d.down_proj.weight", 60, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.29.mlp.shared_experts.gate_proj.weight", 59, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 296},
-    {"model.layers.29.mlp.shared_experts.up_proj.weight", 59, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 297},
-    {"model.layers.29.mlp.shared_experts.down_proj.weight", 59, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 383},
-    {"model.layers.30.input_layernorm.weight", 61, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.30.self_attn.q_proj.weight", 61, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 61},
-    {"model.layers.30.self_attn.k_proj.weight", 61, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 208},
-    {"model.layers.30.self_attn.v_proj.weight", 61, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 209},
-    {"model.layers.30.self_attn.o_proj.weight", 61, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 60},
-    {"model.layers.30.post_attention_layernorm.weight", 61, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.30.mlp.gate.weight", 61, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.30.mlp.experts.%d.gate_proj.weight", 62, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.30.mlp.experts.%d.up_proj.weight", 62, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.30.mlp.experts.%d.down_proj.weight", 62, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.30.mlp.shared_experts.gate_proj.weight", 61, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 299},
-    {"model.layers.30.mlp.shared_experts.up_proj.weight", 61, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 300},
-    {"model.layers.30.mlp.shared_experts.down_proj.weight", 61, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 298},
-    {"model.layers.31.input_layernorm.weight", 63, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.31.self_attn.q_proj.weight", 63, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 63},
-    {"model.layers.31.self_attn.k_proj.weight", 63, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 210},
-    {"model.layers.31.self_attn.v_proj.weight", 63, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 211},
-    {"model.layers.31.self_attn.o_proj.weight", 63, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 62},
-    {"model.layers.31.post_attention_layernorm.weight", 63, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.31.mlp.gate.weight", 63, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.31.mlp.experts.%d.gate_proj.weight", 64, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.31.mlp.experts.%d.up_proj.weight", 64, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.31.mlp.experts.%d.down_proj.weight", 64, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.31.mlp.shared_experts.gate_proj.weight", 63, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 302},
-    {"model.layers.31.mlp.shared_experts.up_proj.weight", 63, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 303},
-    {"model.layers.31.mlp.shared_experts.down_proj.weight", 63, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 301},
-    {"model.layers.32.input_layernorm.weight", 65, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.32.self_attn.q_proj.weight", 65, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 65},
-    {"model.layers.32.self_attn.k_proj.weight", 65, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 212},
-    {"model.layers.32.self_attn.v_proj.weight", 65, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 213},
-    {"model.layers.32.self_attn.o_proj.weight", 65, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 64},
-    {"model.layers.32.post_attention_layernorm.weight", 65, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.32.mlp.gate.weight", 65, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.32.mlp.experts.%d.gate_proj.weight", 66, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.32.mlp.experts.%d.up_proj.weight", 66, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.32.mlp.experts.%d.down_proj.weight", 66, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.32.mlp.shared_experts.gate_proj.weight", 65, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 305},
-    {"model.layers.32.mlp.shared_experts.up_proj.weight", 65, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 306},
-    {"model.layers.32.mlp.shared_experts.down_proj.weight", 65, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 304},
-    {"model.layers.33.input_layernorm.weight", 67, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.33.self_attn.q_proj.weight", 67, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 67},
-    {"model.layers.33.self_attn.k_proj.weight", 67, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 214},
-    {"model.layers.33.self_attn.v_proj.weight", 67, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 215},
-    {"model.layers.33.self_attn.o_proj.weight", 67, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 66},
-    {"model.layers.33.post_attention_layernorm.weight", 67, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.33.mlp.gate.weight", 67, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.33.mlp.experts.%d.gate_proj.weight", 68, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.33.mlp.experts.%d.up_proj.weight", 68, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.33.mlp.experts.%d.down_proj.weight", 68, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.33.mlp.shared_experts.gate_proj.weight", 67, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 308},
-    {"model.layers.33.mlp.shared_experts.up_proj.weight", 67, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 309},
-    {"model.layers.33.mlp.shared_experts.down_proj.weight", 67, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 307},
-    {"model.layers.34.input_layernorm.weight", 69, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.34.self_attn.q_proj.weight", 69, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 69},
-    {"model.layers.34.self_attn.k_proj.weight", 69, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 216},
-    {"model.layers.34.self_attn.v_proj.weight", 69, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 217},
-    {"model.layers.34.self_attn.o_proj.weight", 69, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 68},
-    {"model.layers.34.post_attention_layernorm.weight", 69, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.34.mlp.gate.weight", 69, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.34.mlp.experts.%d.gate_proj.weight", 70, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.34.mlp.experts.%d.up_proj.weight", 70, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.34.mlp.experts.%d.down_proj.weight", 70, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.34.mlp.shared_experts.gate_proj.weight", 69, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 311},
-    {"model.layers.34.mlp.shared_experts.up_proj.weight", 69, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 312},
-    {"model.layers.34.mlp.shared_experts.down_proj.weight", 69, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 310},
-    {"model.layers.35.input_layernorm.weight", 71, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.35.self_attn.q_proj.weight", 71, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 71},
-    {"model.layers.35.self_attn.k_proj.weight", 71, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 218},
-    {"model.layers.35.self_attn.v_proj.weight", 71, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 219},
-    {"model.layers.35.self_attn.o_proj.weight", 71, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 70},
-    {"model.layers.35.post_attention_layernorm.weight", 71, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.35.mlp.gate.weight", 71, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.35.mlp.experts.%d.gate_proj.weight", 72, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.35.mlp.experts.%d.up_proj.weight", 72, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.35.mlp.experts.%d.down_proj.weight", 72, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.35.mlp.shared_experts.gate_proj.weight", 71, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 314},
-    {"model.layers.35.mlp.shared_experts.up_proj.weight", 71, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 315},
-    {"model.layers.35.mlp.shared_experts.down_proj.weight", 71, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 313},
-    {"model.layers.36.input_layernorm.weight", 73, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.36.self_attn.q_proj.weight", 73, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 73},
-    {"model.layers.36.self_attn.k_proj.weight", 73, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 220},
-    {"model.layers.36.self_attn.v_proj.weight", 73, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 221},
-    {"model.layers.36.self_attn.o_proj.weight", 73, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 72},
-    {"model.layers.36.post_attention_layernorm.weight", 73, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.36.mlp.gate.weight", 73, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.36.mlp.experts.%d.gate_proj.weight", 74, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.36.mlp.experts.%d.up_proj.weight", 74, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.36.mlp.experts.%d.down_proj.weight", 74, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.36.mlp.shared_experts.gate_proj.weight", 73, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 317},
-    {"model.layers.36.mlp.shared_experts.up_proj.weight", 73, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 318},
-    {"model.layers.36.mlp.shared_experts.down_proj.weight", 73, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 316},
-    {"model.layers.37.input_layernorm.weight", 75, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.37.self_attn.q_proj.weight", 75, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 75},
-    {"model.layers.37.self_attn.k_proj.weight", 75, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 222},
-    {"model.layers.37.self_attn.v_proj.weight", 75, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 223},
-    {"model.layers.37.self_attn.o_proj.weight", 75, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 74},
-    {"model.layers.37.post_attention_layernorm.weight", 75, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.37.mlp.gate.weight", 75, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.37.mlp.experts.%d.gate_proj.weight", 76, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.37.mlp.experts.%d.up_proj.weight", 76, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.37.mlp.experts.%d.down_proj.weight", 76, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.37.mlp.shared_experts.gate_proj.weight", 75, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 320},
-    {"model.layers.37.mlp.shared_experts.up_proj.weight", 75, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 321},
-    {"model.layers.37.mlp.shared_experts.down_proj.weight", 75, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 319},
-    {"model.layers.38.input_layernorm.weight", 77, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.38.self_attn.q_proj.weight", 77, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 77},
-    {"model.layers.38.self_attn.k_proj.weight", 77, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 224},
-    {"model.layers.38.self_attn.v_proj.weight", 77, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 225},
-    {"model.layers.38.self_attn.o_proj.weight", 77, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 76},
-    {"model.layers.38.post_attention_layernorm.weight", 77, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.38.mlp.gate.weight", 77, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.38.mlp.experts.%d.gate_proj.weight", 78, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.38.mlp.experts.%d.up_proj.weight", 78, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.38.mlp.experts.%d.down_proj.weight", 78, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.38.mlp.shared_experts.gate_proj.weight", 77, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 323},
-    {"model.layers.38.mlp.shared_experts.up_proj.weight", 77, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 324},
-    {"model.layers.38.mlp.shared_experts.down_proj.weight", 77, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 322},
-    {"model.layers.39.input_layernorm.weight", 79, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.39.self_attn.q_proj.weight", 79, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 79},
-    {"model.layers.39.self_attn.k_proj.weight", 79, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 226},
-    {"model.layers.39.self_attn.v_proj.weight", 79, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 227},
-    {"model.layers.39.self_attn.o_proj.weight", 79, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 78},
-    {"model.layers.39.post_attention_layernorm.weight", 79, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.39.mlp.gate.weight", 79, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.39.mlp.experts.%d.gate_proj.weight", 80, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.39.mlp.experts.%d.up_proj.weight", 80, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.39.mlp.experts.%d.down_proj.weight", 80, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.39.mlp.shared_experts.gate_proj.weight", 79, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 326},
-    {"model.layers.39.mlp.shared_experts.up_proj.weight", 79, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 327},
-    {"model.layers.39.mlp.shared_experts.down_proj.weight", 79, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 325},
-    {"model.layers.40.input_layernorm.weight", 81, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.40.self_attn.q_proj.weight", 81, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 81},
-    {"model.layers.40.self_attn.k_proj.weight", 81, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 228},
-    {"model.layers.40.self_attn.v_proj.weight", 81, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 229},
-    {"model.layers.40.self_attn.o_proj.weight", 81, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 80},
-    {"model.layers.40.post_attention_layernorm.weight", 81, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.40.mlp.gate.weight", 81, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.40.mlp.experts.%d.gate_proj.weight", 82, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.40.mlp.experts.%d.up_proj.weight", 82, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.40.mlp.experts.%d.down_proj.weight", 82, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.40.mlp.shared_experts.gate_proj.weight", 81, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 329},
-    {"model.layers.40.mlp.shared_experts.up_proj.weight", 81, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 330},
-    {"model.layers.40.mlp.shared_experts.down_proj.weight", 81, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 328},
-    {"model.layers.41.input_layernorm.weight", 83, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.41.self_attn.q_proj.weight", 83, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 83},
-    {"model.layers.41.self_attn.k_proj.weight", 83, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 230},
-    {"model.layers.41.self_attn.v_proj.weight", 83, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 231},
-    {"model.layers.41.self_attn.o_proj.weight", 83, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 82},
-    {"model.layers.41.post_attention_layernorm.weight", 83, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.41.mlp.gate.weight", 83, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.41.mlp.experts.%d.gate_proj.weight", 84, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.41.mlp.experts.%d.up_proj.weight", 84, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.41.mlp.experts.%d.down_proj.weight", 84, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.41.mlp.shared_experts.gate_proj.weight", 83, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 332},
-    {"model.layers.41.mlp.shared_experts.up_proj.weight", 83, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 333},
-    {"model.layers.41.mlp.shared_experts.down_proj.weight", 83, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 331},
-    {"model.layers.42.input_layernorm.weight", 85, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.42.self_attn.q_proj.weight", 85, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 85},
-    {"model.layers.42.self_attn.k_proj.weight", 85, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 232},
-    {"model.layers.42.self_attn.v_proj.weight", 85, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 233},
-    {"model.layers.42.self_attn.o_proj.weight", 85, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 84},
-    {"model.layers.42.post_attention_layernorm.weight", 85, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.42.mlp.gate.weight", 85, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.42.mlp.experts.%d.gate_proj.weight", 86, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.42.mlp.experts.%d.up_proj.weight", 86, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.42.mlp.experts.%d.down_proj.weight", 86, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.42.mlp.shared_experts.gate_proj.weight", 85, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 335},
-    {"model.layers.42.mlp.shared_experts.up_proj.weight", 85, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 336},
-    {"model.layers.42.mlp.shared_experts.down_proj.weight", 85, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 334},
-    {"model.layers.43.input_layernorm.weight", 87, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.43.self_attn.q_proj.weight", 87, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 87},
-    {"model.layers.43.self_attn.k_proj.weight", 87, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 234},
-    {"model.layers.43.self_attn.v_proj.weight", 87, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 235},
-    {"model.layers.43.self_attn.o_proj.weight", 87, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 86},
-    {"model.layers.43.post_attention_layernorm.weight", 87, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.43.mlp.gate.weight", 87, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.43.mlp.experts.%d.gate_proj.weight", 88, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.43.mlp.experts.%d.up_proj.weight", 88, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.43.mlp.experts.%d.down_proj.weight", 88, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.43.mlp.shared_experts.gate_proj.weight", 87, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 338},
-    {"model.layers.43.mlp.shared_experts.up_proj.weight", 87, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 339},
-    {"model.layers.43.mlp.shared_experts.down_proj.weight", 87, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 337},
-    {"model.layers.44.input_layernorm.weight", 89, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.44.self_attn.q_proj.weight", 89, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 89},
-    {"model.layers.44.self_attn.k_proj.weight", 89, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 236},
-    {"model.layers.44.self_attn.v_proj.weight", 89, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 237},
-    {"model.layers.44.self_attn.o_proj.weight", 89, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 88},
-    {"model.layers.44.post_attention_layernorm.weight", 89, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.44.mlp.gate.weight", 89, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.44.mlp.experts.%d.gate_proj.weight", 90, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.44.mlp.experts.%d.up_proj.weight", 90, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.44.mlp.experts.%d.down_proj.weight", 90, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.44.mlp.shared_experts.gate_proj.weight", 89, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 341},
-    {"model.layers.44.mlp.shared_experts.up_proj.weight", 89, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 342},
-    {"model.layers.44.mlp.shared_experts.down_proj.weight", 89, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 340},
-    {"model.layers.45.input_layernorm.weight", 91, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.45.self_attn.q_proj.weight", 91, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 91},
-    {"model.layers.45.self_attn.k_proj.weight", 91, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 238},
-    {"model.layers.45.self_attn.v_proj.weight", 91, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 239},
-    {"model.layers.45.self_attn.o_proj.weight", 91, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 90},
-    {"model.layers.45.post_attention_layernorm.weight", 91, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.45.mlp.gate.weight", 91, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.45.mlp.experts.%d.gate_proj.weight", 92, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.45.mlp.experts.%d.up_proj.weight", 92, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.45.mlp.experts.%d.down_proj.weight", 92, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.45.mlp.shared_experts.gate_proj.weight", 91, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 344},
-    {"model.layers.45.mlp.shared_experts.up_proj.weight", 91, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 345},
-    {"model.layers.45.mlp.shared_experts.down_proj.weight", 91, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 343},
-    {"model.layers.46.input_layernorm.weight", 93, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.46.self_attn.q_proj.weight", 93, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 93},
-    {"model.layers.46.self_attn.k_proj.weight", 93, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 240},
-    {"model.layers.46.self_attn.v_proj.weight", 93, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 241},
-    {"model.layers.46.self_attn.o_proj.weight", 93, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 92},
-    {"model.layers.46.post_attention_layernorm.weight", 93, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.46.mlp.gate.weight", 93, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.46.mlp.experts.%d.gate_proj.weight", 94, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.46.mlp.experts.%d.up_proj.weight", 94, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.46.mlp.experts.%d.down_proj.weight", 94, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.46.mlp.shared_experts.gate_proj.weight", 93, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 347},
-    {"model.layers.46.mlp.shared_experts.up_proj.weight", 93, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 348},
-    {"model.layers.46.mlp.shared_experts.down_proj.weight", 93, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 346},
-    {"model.layers.47.input_layernorm.weight", 95, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.47.self_attn.q_proj.weight", 95, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 95},
-    {"model.layers.47.self_attn.k_proj.weight", 95, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 242},
-    {"model.layers.47.self_attn.v_proj.weight", 95, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 243},
-    {"model.layers.47.self_attn.o_proj.weight", 95, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 94},
-    {"model.layers.47.post_attention_layernorm.weight", 95, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.47.mlp.gate.weight", 95, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.47.mlp.experts.%d.gate_proj.weight", 96, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.47.mlp.experts.%d.up_proj.weight", 96, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.47.mlp.experts.%d.down_proj.weight", 96, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.47.mlp.shared_experts.gate_proj.weight", 95, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 350},
-    {"model.layers.47.mlp.shared_experts.up_proj.weight", 95, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 351},
-    {"model.layers.47.mlp.shared_experts.down_proj.weight", 95, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 349},
-    {"model.layers.48.input_layernorm.weight", 97, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.48.self_attn.q_proj.weight", 97, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 97},
-    {"model.layers.48.self_attn.k_proj.weight", 97, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 244},
-    {"model.layers.48.self_attn.v_proj.weight", 97, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 245},
-    {"model.layers.48.self_attn.o_proj.weight", 97, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 96},
-    {"model.layers.48.post_attention_layernorm.weight", 97, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.48.mlp.gate.weight", 97, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.48.mlp.experts.%d.gate_proj.weight", 98, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.48.mlp.experts.%d.up_proj.weight", 98, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.48.mlp.experts.%d.down_proj.weight", 98, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.48.mlp.shared_experts.gate_proj.weight", 97, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 353},
-    {"model.layers.48.mlp.shared_experts.up_proj.weight", 97, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 354},
-    {"model.layers.48.mlp.shared_experts.down_proj.weight", 97, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 352},
-    {"model.layers.49.input_layernorm.weight", 99, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.49.self_attn.q_proj.weight", 99, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 99},
-    {"model.layers.49.self_attn.k_proj.weight", 99, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 246},
-    {"model.layers.49.self_attn.v_proj.weight", 99, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 247},
-    {"model.layers.49.self_attn.o_proj.weight", 99, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 98},
-    {"model.layers.49.post_attention_layernorm.weight", 99, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.49.mlp.gate.weight", 99, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.49.mlp.experts.%d.gate_proj.weight", 100, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.49.mlp.experts.%d.up_proj.weight", 100, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.49.mlp.experts.%d.down_proj.weight", 100, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.49.mlp.shared_experts.gate_proj.weight", 99, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 356},
-    {"model.layers.49.mlp.shared_experts.up_proj.weight", 99, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 357},
-    {"model.layers.49.mlp.shared_experts.down_proj.weight", 99, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 355},
-    {"model.layers.50.input_layernorm.weight", 101, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.50.self_attn.q_proj.weight", 101, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 101},
-    {"model.layers.50.self_attn.k_proj.weight", 101, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 248},
-    {"model.layers.50.self_attn.v_proj.weight", 101, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 249},
-    {"model.layers.50.self_attn.o_proj.weight", 101, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 100},
-    {"model.layers.50.post_attention_layernorm.weight", 101, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.50.mlp.gate.weight", 101, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.50.mlp.experts.%d.gate_proj.weight", 102, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.50.mlp.experts.%d.up_proj.weight", 102, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.50.mlp.experts.%d.down_proj.weight", 102, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.50.mlp.shared_experts.gate_proj.weight", 101, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 359},
-    {"model.layers.50.mlp.shared_experts.up_proj.weight", 101, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 360},
-    {"model.layers.50.mlp.shared_experts.down_proj.weight", 101, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 358},
-    {"model.layers.51.input_layernorm.weight", 103, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.51.self_attn.q_proj.weight", 103, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 103},
-    {"model.layers.51.self_attn.k_proj.weight", 103, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 250},
-    {"model.layers.51.self_attn.v_proj.weight", 103, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 251},
-    {"model.layers.51.self_attn.o_proj.weight", 103, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 102},
-    {"model.layers.51.post_attention_layernorm.weight", 103, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.51.mlp.gate.weight", 103, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.51.mlp.experts.%d.gate_proj.weight", 104, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.51.mlp.experts.%d.up_proj.weight", 104, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.51.mlp.experts.%d.down_proj.weight", 104, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.51.mlp.shared_experts.gate_proj.weight", 103, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 362},
-    {"model.layers.51.mlp.shared_experts.up_proj.weight", 103, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 363},
-    {"model.layers.51.mlp.shared_experts.down_proj.weight", 103, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 361},
-    {"model.layers.52.input_layernorm.weight", 105, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.52.self_attn.q_proj.weight", 105, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 105},
-    {"model.layers.52.self_attn.k_proj.weight", 105, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 252},
-    {"model.layers.52.self_attn.v_proj.weight", 105, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 253},
-    {"model.layers.52.self_attn.o_proj.weight", 105, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 104},
-    {"model.layers.52.post_attention_layernorm.weight", 105, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.52.mlp.gate.weight", 105, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.52.mlp.experts.%d.gate_proj.weight", 106, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.52.mlp.experts.%d.up_proj.weight", 106, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.52.mlp.experts.%d.down_proj.weight", 106, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.52.mlp.shared_experts.gate_proj.weight", 105, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 365},
-    {"model.layers.52.mlp.shared_experts.up_proj.weight", 105, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 366},
-    {"model.layers.52.mlp.shared_experts.down_proj.weight", 105, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 364},
-    {"model.layers.53.input_layernorm.weight", 107, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.53.self_attn.q_proj.weight", 107, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 107},
-    {"model.layers.53.self_attn.k_proj.weight", 107, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 254},
-    {"model.layers.53.self_attn.v_proj.weight", 107, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 255},
-    {"model.layers.53.self_attn.o_proj.weight", 107, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 106},
-    {"model.layers.53.post_attention_layernorm.weight", 107, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.53.mlp.gate.weight", 107, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.53.mlp.experts.%d.gate_proj.weight", 108, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.53.mlp.experts.%d.up_proj.weight", 108, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.53.mlp.experts.%d.down_proj.weight", 108, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.53.mlp.shared_experts.gate_proj.weight", 107, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 368},
-    {"model.layers.53.mlp.shared_experts.up_proj.weight", 107, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 369},
-    {"model.layers.53.mlp.shared_experts.down_proj.weight", 107, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 367},
-    {"model.layers.54.input_layernorm.weight", 109, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.54.self_attn.q_proj.weight", 109, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 109},
-    {"model.layers.54.self_attn.k_proj.weight", 109, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 256},
-    {"model.layers.54.self_attn.v_proj.weight", 109, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 257},
-    {"model.layers.54.self_attn.o_proj.weight", 109, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 108},
-    {"model.layers.54.post_attention_layernorm.weight", 109, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.54.mlp.gate.weight", 109, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.54.mlp.experts.%d.gate_proj.weight", 110, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.54.mlp.experts.%d.up_proj.weight", 110, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.54.mlp.experts.%d.down_proj.weight", 110, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.54.mlp.shared_experts.gate_proj.weight", 109, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 371},
-    {"model.layers.54.mlp.shared_experts.up_proj.weight", 109, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 372},
-    {"model.layers.54.mlp.shared_experts.down_proj.weight", 109, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 370},
-    {"model.layers.55.input_layernorm.weight", 111, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.55.self_attn.q_proj.weight", 111, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 111},
-    {"model.layers.55.self_attn.k_proj.weight", 111, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 258},
-    {"model.layers.55.self_attn.v_proj.weight", 111, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 259},
-    {"model.layers.55.self_attn.o_proj.weight", 111, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 110},
-    {"model.layers.55.post_attention_layernorm.weight", 111, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.55.mlp.gate.weight", 111, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.55.mlp.experts.%d.gate_proj.weight", 112, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.55.mlp.experts.%d.up_proj.weight", 112, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.55.mlp.experts.%d.down_proj.weight", 112, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.55.mlp.shared_experts.gate_proj.weight", 111, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 374},
-    {"model.layers.55.mlp.shared_experts.up_proj.weight", 111, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 375},
-    {"model.layers.55.mlp.shared_experts.down_proj.weight", 111, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 373},
-    {"model.layers.56.input_layernorm.weight", 113, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.56.self_attn.q_proj.weight", 113, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 113},
-    {"model.layers.56.self_attn.k_proj.weight", 113, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 260},
-    {"model.layers.56.self_attn.v_proj.weight", 113, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 261},
-    {"model.layers.56.self_attn.o_proj.weight", 113, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 112},
-    {"model.layers.56.post_attention_layernorm.weight", 113, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.56.mlp.gate.weight", 113, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.56.mlp.experts.%d.gate_proj.weight", 114, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.56.mlp.experts.%d.up_proj.weight", 114, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.56.mlp.experts.%d.down_proj.weight", 114, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.56.mlp.shared_experts.gate_proj.weight", 113, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 377},
-    {"model.layers.56.mlp.shared_experts.up_proj.weight", 113, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 378},
-    {"model.layers.56.mlp.shared_experts.down_proj.weight", 113, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 376},
-    {"model.layers.57.input_layernorm.weight", 115, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.57.self_attn.q_proj.weight", 115, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 115},
-    {"model.layers.57.self_attn.k_proj.weight", 115, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 262},
-    {"model.layers.57.self_attn.v_proj.weight", 115, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 263},
-    {"model.layers.57.self_attn.o_proj.weight", 115, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 114},
-    {"model.layers.57.post_attention_layernorm.weight", 115, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.57.mlp.gate.weight", 115, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.57.mlp.experts.%d.gate_proj.weight", 116, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.57.mlp.experts.%d.up_proj.weight", 116, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.57.mlp.experts.%d.down_proj.weight", 116, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.57.mlp.shared_experts.gate_proj.weight", 115, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 380},
-    {"model.layers.57.mlp.shared_experts.up_proj.weight", 115, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 381},
-    {"model.layers.57.mlp.shared_experts.down_proj.weight", 115, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 379},
-    {"model.layers.58.input_layernorm.weight", 117, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.58.self_attn.q_proj.weight", 117, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 117},
-    {"model.layers.58.self_attn.k_proj.weight", 117, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 264},
-    {"model.layers.58.self_attn.v_proj.weight", 117, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 265},
-    {"model.layers.58.self_attn.o_proj.weight", 117, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 116},
-    {"model.layers.58.post_attention_layernorm.weight", 117, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.58.mlp.gate.weight", 117, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.58.mlp.experts.%d.gate_proj.weight", 118, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.58.mlp.experts.%d.up_proj.weight", 118, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.58.mlp.experts.%d.down_proj.weight", 118, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.58.mlp.shared_experts.gate_proj.weight", 117, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 383},
-    {"model.layers.58.mlp.shared_experts.up_proj.weight", 117, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 148},
-    {"model.layers.58.mlp.shared_experts.down_proj.weight", 117, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 382},
-    {"model.layers.59.input_layernorm.weight", 119, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.59.self_attn.q_proj.weight", 119, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 119},
-    {"model.layers.59.self_attn.k_proj.weight", 119, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 266},
-    {"model.layers.59.self_attn.v_proj.weight", 119, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 267},
-    {"model.layers.59.self_attn.o_proj.weight", 119, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 118},
-    {"model.layers.59.post_attention_layernorm.weight", 119, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.59.mlp.gate.weight", 119, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.59.mlp.experts.%d.gate_proj.weight", 120, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.59.mlp.experts.%d.up_proj.weight", 120, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.59.mlp.experts.%d.down_proj.weight", 120, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.59.mlp.shared_experts.gate_proj.weight", 119, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 150},
-    {"model.layers.59.mlp.shared_experts.up_proj.weight", 119, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 151},
-    {"model.layers.59.mlp.shared_experts.down_proj.weight", 119, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 149},
-    {"model.layers.60.input_layernorm.weight", 121, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.60.self_attn.q_proj.weight", 121, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 121},
-    {"model.layers.60.self_attn.k_proj.weight", 121, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 268},
-    {"model.layers.60.self_attn.v_proj.weight", 121, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 269},
-    {"model.layers.60.self_attn.o_proj.weight", 121, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 120},
-    {"model.layers.60.post_attention_layernorm.weight", 121, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.60.mlp.gate.weight", 121, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.60.mlp.experts.%d.gate_proj.weight", 122, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.60.mlp.experts.%d.up_proj.weight", 122, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.60.mlp.experts.%d.down_proj.weight", 122, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.60.mlp.shared_experts.gate_proj.weight", 121, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 153},
-    {"model.layers.60.mlp.shared_experts.up_proj.weight", 121, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 154},
-    {"model.layers.60.mlp.shared_experts.down_proj.weight", 121, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 152},
-    {"model.layers.61.input_layernorm.weight", 123, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.61.self_attn.q_proj.weight", 123, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 123},
-    {"model.layers.61.self_attn.k_proj.weight", 123, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 270},
-    {"model.layers.61.self_attn.v_proj.weight", 123, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 271},
-    {"model.layers.61.self_attn.o_proj.weight", 123, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 122},
-    {"model.layers.61.post_attention_layernorm.weight", 123, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.61.mlp.gate.weight", 123, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.61.mlp.experts.%d.gate_proj.weight", 124, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.61.mlp.experts.%d.up_proj.weight", 124, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.61.mlp.experts.%d.down_proj.weight", 124, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.61.mlp.shared_experts.gate_proj.weight", 123, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 156},
-    {"model.layers.61.mlp.shared_experts.up_proj.weight", 123, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 157},
-    {"model.layers.61.mlp.shared_experts.down_proj.weight", 123, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 155},
-    {"model.layers.62.input_layernorm.weight", 125, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.62.self_attn.q_proj.weight", 125, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 125},
-    {"model.layers.62.self_attn.k_proj.weight", 125, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 272},
-    {"model.layers.62.self_attn.v_proj.weight", 125, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 273},
-    {"model.layers.62.self_attn.o_proj.weight", 125, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 124},
-    {"model.layers.62.post_attention_layernorm.weight", 125, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.62.mlp.gate.weight", 125, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.62.mlp.experts.%d.gate_proj.weight", 126, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.62.mlp.experts.%d.up_proj.weight", 126, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.62.mlp.experts.%d.down_proj.weight", 126, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.62.mlp.shared_experts.gate_proj.weight", 125, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 159},
-    {"model.layers.62.mlp.shared_experts.up_proj.weight", 125, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 160},
-    {"model.layers.62.mlp.shared_experts.down_proj.weight", 125, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 158},
-    {"model.layers.63.input_layernorm.weight", 127, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.63.self_attn.q_proj.weight", 127, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 127},
-    {"model.layers.63.self_attn.k_proj.weight", 127, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 274},
-    {"model.layers.63.self_attn.v_proj.weight", 127, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 275},
-    {"model.layers.63.self_attn.o_proj.weight", 127, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 126},
-    {"model.layers.63.post_attention_layernorm.weight", 127, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.63.mlp.gate.weight", 127, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.63.mlp.experts.%d.gate_proj.weight", 128, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.63.mlp.experts.%d.up_proj.weight", 128, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.63.mlp.experts.%d.down_proj.weight", 128, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.63.mlp.shared_experts.gate_proj.weight", 127, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 162},
-    {"model.layers.63.mlp.shared_experts.up_proj.weight", 127, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 163},
-    {"model.layers.63.mlp.shared_experts.down_proj.weight", 127, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 161},
-    {"model.layers.64.input_layernorm.weight", 129, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.64.self_attn.q_proj.weight", 129, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 129},
-    {"model.layers.64.self_attn.k_proj.weight", 129, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 276},
-    {"model.layers.64.self_attn.v_proj.weight", 129, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 277},
-    {"model.layers.64.self_attn.o_proj.weight", 129, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 128},
-    {"model.layers.64.post_attention_layernorm.weight", 129, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.64.mlp.gate.weight", 129, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.64.mlp.experts.%d.gate_proj.weight", 130, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.64.mlp.experts.%d.up_proj.weight", 130, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.64.mlp.experts.%d.down_proj.weight", 130, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.64.mlp.shared_experts.gate_proj.weight", 129, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 165},
-    {"model.layers.64.mlp.shared_experts.up_proj.weight", 129, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 166},
-    {"model.layers.64.mlp.shared_experts.down_proj.weight", 129, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 164},
-    {"model.layers.65.input_layernorm.weight", 131, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.65.self_attn.q_proj.weight", 131, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 131},
-    {"model.layers.65.self_attn.k_proj.weight", 131, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 278},
-    {"model.layers.65.self_attn.v_proj.weight", 131, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 279},
-    {"model.layers.65.self_attn.o_proj.weight", 131, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 130},
-    {"model.layers.65.post_attention_layernorm.weight", 131, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.65.mlp.gate.weight", 131, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.65.mlp.experts.%d.gate_proj.weight", 132, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.65.mlp.experts.%d.up_proj.weight", 132, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.65.mlp.experts.%d.down_proj.weight", 132, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.65.mlp.shared_experts.gate_proj.weight", 131, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 168},
-    {"model.layers.65.mlp.shared_experts.up_proj.weight", 131, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 169},
-    {"model.layers.65.mlp.shared_experts.down_proj.weight", 131, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 167},
-    {"model.layers.66.input_layernorm.weight", 133, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.66.self_attn.q_proj.weight", 133, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 133},
-    {"model.layers.66.self_attn.k_proj.weight", 133, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 280},
-    {"model.layers.66.self_attn.v_proj.weight", 133, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 281},
-    {"model.layers.66.self_attn.o_proj.weight", 133, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 132},
-    {"model.layers.66.post_attention_layernorm.weight", 133, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.66.mlp.gate.weight", 133, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.66.mlp.experts.%d.gate_proj.weight", 134, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.66.mlp.experts.%d.up_proj.weight", 134, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.66.mlp.experts.%d.down_proj.weight", 134, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.66.mlp.shared_experts.gate_proj.weight", 133, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 171},
-    {"model.layers.66.mlp.shared_experts.up_proj.weight", 133, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 172},
-    {"model.layers.66.mlp.shared_experts.down_proj.weight", 133, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 170},
-    {"model.layers.67.input_layernorm.weight", 135, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.67.self_attn.q_proj.weight", 135, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 135},
-    {"model.layers.67.self_attn.k_proj.weight", 135, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 282},
-    {"model.layers.67.self_attn.v_proj.weight", 135, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 283},
-    {"model.layers.67.self_attn.o_proj.weight", 135, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 134},
-    {"model.layers.67.post_attention_layernorm.weight", 135, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.67.mlp.gate.weight", 135, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.67.mlp.experts.%d.gate_proj.weight", 136, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.67.mlp.experts.%d.up_proj.weight", 136, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.67.mlp.experts.%d.down_proj.weight", 136, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.67.mlp.shared_experts.gate_proj.weight", 135, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 174},
-    {"model.layers.67.mlp.shared_experts.up_proj.weight", 135, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 175},
-    {"model.layers.67.mlp.shared_experts.down_proj.weight", 135, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 173},
-    {"model.layers.68.input_layernorm.weight", 137, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.68.self_attn.q_proj.weight", 137, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 137},
-    {"model.layers.68.self_attn.k_proj.weight", 137, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 284},
-    {"model.layers.68.self_attn.v_proj.weight", 137, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 285},
-    {"model.layers.68.self_attn.o_proj.weight", 137, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 136},
-    {"model.layers.68.post_attention_layernorm.weight", 137, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.68.mlp.gate.weight", 137, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.68.mlp.experts.%d.gate_proj.weight", 138, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.68.mlp.experts.%d.up_proj.weight", 138, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.68.mlp.experts.%d.down_proj.weight", 138, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.68.mlp.shared_experts.gate_proj.weight", 137, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 177},
-    {"model.layers.68.mlp.shared_experts.up_proj.weight", 137, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 178},
-    {"model.layers.68.mlp.shared_experts.down_proj.weight", 137, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 176},
-    {"model.layers.69.input_layernorm.weight", 139, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.69.self_attn.q_proj.weight", 139, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 139},
-    {"model.layers.69.self_attn.k_proj.weight", 139, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 286},
-    {"model.layers.69.self_attn.v_proj.weight", 139, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 287},
-    {"model.layers.69.self_attn.o_proj.weight", 139, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 138},
-    {"model.layers.69.post_attention_layernorm.weight", 139, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.69.mlp.gate.weight", 139, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.69.mlp.experts.%d.gate_proj.weight", 140, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.69.mlp.experts.%d.up_proj.weight", 140, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.69.mlp.experts.%d.down_proj.weight", 140, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.69.mlp.shared_experts.gate_proj.weight", 139, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 180},
-    {"model.layers.69.mlp.shared_experts.up_proj.weight", 139, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 181},
-    {"model.layers.69.mlp.shared_experts.down_proj.weight", 139, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 179},
-    {"model.layers.70.input_layernorm.weight", 141, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.70.self_attn.q_proj.weight", 141, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 141},
-    {"model.layers.70.self_attn.k_proj.weight", 141, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 288},
-    {"model.layers.70.self_attn.v_proj.weight", 141, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 289},
-    {"model.layers.70.self_attn.o_proj.weight", 141, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 140},
-    {"model.layers.70.post_attention_layernorm.weight", 141, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.70.mlp.gate.weight", 141, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.70.mlp.experts.%d.gate_proj.weight", 142, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.70.mlp.experts.%d.up_proj.weight", 142, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.70.mlp.experts.%d.down_proj.weight", 142, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.70.mlp.shared_experts.gate_proj.weight", 141, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 183},
-    {"model.layers.70.mlp.shared_experts.up_proj.weight", 141, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 184},
-    {"model.layers.70.mlp.shared_experts.down_proj.weight", 141, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 182},
-    {"model.layers.71.input_layernorm.weight", 143, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.71.self_attn.q_proj.weight", 143, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 143},
-    {"model.layers.71.self_attn.k_proj.weight", 143, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 290},
-    {"model.layers.71.self_attn.v_proj.weight", 143, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 291},
-    {"model.layers.71.self_attn.o_proj.weight", 143, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 142},
-    {"model.layers.71.post_attention_layernorm.weight", 143, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.71.mlp.gate.weight", 143, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.71.mlp.experts.%d.gate_proj.weight", 144, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.71.mlp.experts.%d.up_proj.weight", 144, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.71.mlp.experts.%d.down_proj.weight", 144, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.71.mlp.shared_experts.gate_proj.weight", 143, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 186},
-    {"model.layers.71.mlp.shared_experts.up_proj.weight", 143, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 187},
-    {"model.layers.71.mlp.shared_experts.down_proj.weight", 143, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 185},
-    {"model.layers.72.input_layernorm.weight", 145, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.72.self_attn.q_proj.weight", 145, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 145},
-    {"model.layers.72.self_attn.k_proj.weight", 145, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 292},
-    {"model.layers.72.self_attn.v_proj.weight", 145, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 293},
-    {"model.layers.72.self_attn.o_proj.weight", 145, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 144},
-    {"model.layers.72.post_attention_layernorm.weight", 145, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.72.mlp.gate.weight", 145, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.72.mlp.experts.%d.gate_proj.weight", 146, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.72.mlp.experts.%d.up_proj.weight", 146, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.72.mlp.experts.%d.down_proj.weight", 146, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.72.mlp.shared_experts.gate_proj.weight", 145, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 189},
-    {"model.layers.72.mlp.shared_experts.up_proj.weight", 145, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 190},
-    {"model.layers.72.mlp.shared_experts.down_proj.weight", 145, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 188},
-    {"model.layers.73.input_layernorm.weight", 147, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.73.self_attn.q_proj.weight", 147, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 147},
-    {"model.layers.73.self_attn.k_proj.weight", 147, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 294},
-    {"model.layers.73.self_attn.v_proj.weight", 147, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 295},
-    {"model.layers.73.self_attn.o_proj.weight", 147, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 146},
-    {"model.layers.73.post_attention_layernorm.weight", 147, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"model.layers.73.mlp.gate.weight", 147, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0},
-    {"model.layers.73.mlp.experts.%d.gate_proj.weight", 148, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.73.mlp.experts.%d.up_proj.weight", 148, 1056964608, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0},
-    {"model.layers.73.mlp.experts.%d.down_proj.weight", 148, 2113929216, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0},
-    {"model.layers.73.mlp.shared_experts.gate_proj.weight", 147, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 192},
-    {"model.layers.73.mlp.shared_experts.up_proj.weight", 147, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 193},
-    {"model.layers.73.mlp.shared_experts.down_proj.weight", 147, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 191},
-    {"model.norm.weight", 149, 0, 6144, 0, 6144, 1, 0, true, false, false, 0},
-    {"lm_head.weight", 149, 6144, 1572864000, 0, 256000, 6144, 0.02, false, true, false, 0},
+    {"model.embed_tokens.weight", 0, 0, 1572864000, 0, 256000, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.0.input_layernorm.weight", 1, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.0.self_attn.q_proj.weight", 1, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 1, 0, 0},
+    {"model.layers.0.self_attn.k_proj.weight", 1, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 148, 0, 0},
+    {"model.layers.0.self_attn.v_proj.weight", 1, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 149, 0, 0},
+    {"model.layers.0.self_attn.o_proj.weight", 1, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 0, 0, 0},
+    {"model.layers.0.post_attention_layernorm.weight", 1, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.0.mlp.gate.weight", 1, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.0.mlp.experts.%d.gate_proj.weight", 2, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.0.mlp.experts.%d.up_proj.weight", 2, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.0.mlp.experts.%d.down_proj.weight", 2, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.0.mlp.shared_experts.gate_proj.weight", 1, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 297, 0, 0},
+    {"model.layers.0.mlp.shared_experts.up_proj.weight", 1, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 298, 0, 0},
+    {"model.layers.0.mlp.shared_experts.down_proj.weight", 1, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 296, 0, 0},
+    {"model.layers.1.input_layernorm.weight", 3, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.1.self_attn.q_proj.weight", 3, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 3, 0, 0},
+    {"model.layers.1.self_attn.k_proj.weight", 3, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 150, 0, 0},
+    {"model.layers.1.self_attn.v_proj.weight", 3, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 151, 0, 0},
+    {"model.layers.1.self_attn.o_proj.weight", 3, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 2, 0, 0},
+    {"model.layers.1.post_attention_layernorm.weight", 3, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.1.mlp.gate.weight", 3, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.1.mlp.experts.%d.gate_proj.weight", 4, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.1.mlp.experts.%d.up_proj.weight", 4, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.1.mlp.experts.%d.down_proj.weight", 4, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.1.mlp.shared_experts.gate_proj.weight", 3, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 300, 0, 0},
+    {"model.layers.1.mlp.shared_experts.up_proj.weight", 3, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 301, 0, 0},
+    {"model.layers.1.mlp.shared_experts.down_proj.weight", 3, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 299, 0, 0},
+    {"model.layers.2.input_layernorm.weight", 5, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.2.self_attn.q_proj.weight", 5, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 5, 0, 0},
+    {"model.layers.2.self_attn.k_proj.weight", 5, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 152, 0, 0},
+    {"model.layers.2.self_attn.v_proj.weight", 5, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 153, 0, 0},
+    {"model.layers.2.self_attn.o_proj.weight", 5, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 4, 0, 0},
+    {"model.layers.2.post_attention_layernorm.weight", 5, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.2.mlp.gate.weight", 5, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.2.mlp.experts.%d.gate_proj.weight", 6, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.2.mlp.experts.%d.up_proj.weight", 6, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.2.mlp.experts.%d.down_proj.weight", 6, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.2.mlp.shared_experts.gate_proj.weight", 5, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 303, 0, 0},
+    {"model.layers.2.mlp.shared_experts.up_proj.weight", 5, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 304, 0, 0},
+    {"model.layers.2.mlp.shared_experts.down_proj.weight", 5, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 302, 0, 0},
+    {"model.layers.3.input_layernorm.weight", 7, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.3.self_attn.q_proj.weight", 7, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 7, 0, 0},
+    {"model.layers.3.self_attn.k_proj.weight", 7, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 154, 0, 0},
+    {"model.layers.3.self_attn.v_proj.weight", 7, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 155, 0, 0},
+    {"model.layers.3.self_attn.o_proj.weight", 7, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 6, 0, 0},
+    {"model.layers.3.post_attention_layernorm.weight", 7, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.3.mlp.gate.weight", 7, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.3.mlp.experts.%d.gate_proj.weight", 8, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.3.mlp.experts.%d.up_proj.weight", 8, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.3.mlp.experts.%d.down_proj.weight", 8, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.3.mlp.shared_experts.gate_proj.weight", 7, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 306, 0, 0},
+    {"model.layers.3.mlp.shared_experts.up_proj.weight", 7, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 307, 0, 0},
+    {"model.layers.3.mlp.shared_experts.down_proj.weight", 7, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 305, 0, 0},
+    {"model.layers.4.input_layernorm.weight", 9, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.4.self_attn.q_proj.weight", 9, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 9, 0, 0},
+    {"model.layers.4.self_attn.k_proj.weight", 9, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 156, 0, 0},
+    {"model.layers.4.self_attn.v_proj.weight", 9, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 157, 0, 0},
+    {"model.layers.4.self_attn.o_proj.weight", 9, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 8, 0, 0},
+    {"model.layers.4.post_attention_layernorm.weight", 9, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.4.mlp.gate.weight", 9, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.4.mlp.experts.%d.gate_proj.weight", 10, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.4.mlp.experts.%d.up_proj.weight", 10, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.4.mlp.experts.%d.down_proj.weight", 10, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.4.mlp.shared_experts.gate_proj.weight", 9, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 309, 0, 0},
+    {"model.layers.4.mlp.shared_experts.up_proj.weight", 9, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 310, 0, 0},
+    {"model.layers.4.mlp.shared_experts.down_proj.weight", 9, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 308, 0, 0},
+    {"model.layers.5.input_layernorm.weight", 11, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.5.self_attn.q_proj.weight", 11, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 11, 0, 0},
+    {"model.layers.5.self_attn.k_proj.weight", 11, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 158, 0, 0},
+    {"model.layers.5.self_attn.v_proj.weight", 11, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 159, 0, 0},
+    {"model.layers.5.self_attn.o_proj.weight", 11, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 10, 0, 0},
+    {"model.layers.5.post_attention_layernorm.weight", 11, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.5.mlp.gate.weight", 11, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.5.mlp.experts.%d.gate_proj.weight", 12, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.5.mlp.experts.%d.up_proj.weight", 12, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.5.mlp.experts.%d.down_proj.weight", 12, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.5.mlp.shared_experts.gate_proj.weight", 11, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 312, 0, 0},
+    {"model.layers.5.mlp.shared_experts.up_proj.weight", 11, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 313, 0, 0},
+    {"model.layers.5.mlp.shared_experts.down_proj.weight", 11, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 311, 0, 0},
+    {"model.layers.6.input_layernorm.weight", 13, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.6.self_attn.q_proj.weight", 13, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 13, 0, 0},
+    {"model.layers.6.self_attn.k_proj.weight", 13, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 160, 0, 0},
+    {"model.layers.6.self_attn.v_proj.weight", 13, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 161, 0, 0},
+    {"model.layers.6.self_attn.o_proj.weight", 13, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 12, 0, 0},
+    {"model.layers.6.post_attention_layernorm.weight", 13, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.6.mlp.gate.weight", 13, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.6.mlp.experts.%d.gate_proj.weight", 14, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.6.mlp.experts.%d.up_proj.weight", 14, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.6.mlp.experts.%d.down_proj.weight", 14, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.6.mlp.shared_experts.gate_proj.weight", 13, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 315, 0, 0},
+    {"model.layers.6.mlp.shared_experts.up_proj.weight", 13, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 316, 0, 0},
+    {"model.layers.6.mlp.shared_experts.down_proj.weight", 13, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 314, 0, 0},
+    {"model.layers.7.input_layernorm.weight", 15, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.7.self_attn.q_proj.weight", 15, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 15, 0, 0},
+    {"model.layers.7.self_attn.k_proj.weight", 15, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 162, 0, 0},
+    {"model.layers.7.self_attn.v_proj.weight", 15, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 163, 0, 0},
+    {"model.layers.7.self_attn.o_proj.weight", 15, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 14, 0, 0},
+    {"model.layers.7.post_attention_layernorm.weight", 15, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.7.mlp.gate.weight", 15, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.7.mlp.experts.%d.gate_proj.weight", 16, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.7.mlp.experts.%d.up_proj.weight", 16, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.7.mlp.experts.%d.down_proj.weight", 16, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.7.mlp.shared_experts.gate_proj.weight", 15, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 318, 0, 0},
+    {"model.layers.7.mlp.shared_experts.up_proj.weight", 15, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 319, 0, 0},
+    {"model.layers.7.mlp.shared_experts.down_proj.weight", 15, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 317, 0, 0},
+    {"model.layers.8.input_layernorm.weight", 17, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.8.self_attn.q_proj.weight", 17, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 17, 0, 0},
+    {"model.layers.8.self_attn.k_proj.weight", 17, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 164, 0, 0},
+    {"model.layers.8.self_attn.v_proj.weight", 17, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 165, 0, 0},
+    {"model.layers.8.self_attn.o_proj.weight", 17, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 16, 0, 0},
+    {"model.layers.8.post_attention_layernorm.weight", 17, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.8.mlp.gate.weight", 17, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.8.mlp.experts.%d.gate_proj.weight", 18, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.8.mlp.experts.%d.up_proj.weight", 18, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.8.mlp.experts.%d.down_proj.weight", 18, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.8.mlp.shared_experts.gate_proj.weight", 17, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 321, 0, 0},
+    {"model.layers.8.mlp.shared_experts.up_proj.weight", 17, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 322, 0, 0},
+    {"model.layers.8.mlp.shared_experts.down_proj.weight", 17, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 320, 0, 0},
+    {"model.layers.9.input_layernorm.weight", 19, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.9.self_attn.q_proj.weight", 19, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 19, 0, 0},
+    {"model.layers.9.self_attn.k_proj.weight", 19, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 166, 0, 0},
+    {"model.layers.9.self_attn.v_proj.weight", 19, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 167, 0, 0},
+    {"model.layers.9.self_attn.o_proj.weight", 19, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 18, 0, 0},
+    {"model.layers.9.post_attention_layernorm.weight", 19, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.9.mlp.gate.weight", 19, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.9.mlp.experts.%d.gate_proj.weight", 20, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.9.mlp.experts.%d.up_proj.weight", 20, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.9.mlp.experts.%d.down_proj.weight", 20, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.9.mlp.shared_experts.gate_proj.weight", 19, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 324, 0, 0},
+    {"model.layers.9.mlp.shared_experts.up_proj.weight", 19, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 325, 0, 0},
+    {"model.layers.9.mlp.shared_experts.down_proj.weight", 19, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 323, 0, 0},
+    {"model.layers.10.input_layernorm.weight", 21, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.10.self_attn.q_proj.weight", 21, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 21, 0, 0},
+    {"model.layers.10.self_attn.k_proj.weight", 21, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 168, 0, 0},
+    {"model.layers.10.self_attn.v_proj.weight", 21, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 169, 0, 0},
+    {"model.layers.10.self_attn.o_proj.weight", 21, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 20, 0, 0},
+    {"model.layers.10.post_attention_layernorm.weight", 21, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.10.mlp.gate.weight", 21, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.10.mlp.experts.%d.gate_proj.weight", 22, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.10.mlp.experts.%d.up_proj.weight", 22, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.10.mlp.experts.%d.down_proj.weight", 22, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.10.mlp.shared_experts.gate_proj.weight", 21, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 327, 0, 0},
+    {"model.layers.10.mlp.shared_experts.up_proj.weight", 21, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 328, 0, 0},
+    {"model.layers.10.mlp.shared_experts.down_proj.weight", 21, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 326, 0, 0},
+    {"model.layers.11.input_layernorm.weight", 23, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.11.self_attn.q_proj.weight", 23, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 23, 0, 0},
+    {"model.layers.11.self_attn.k_proj.weight", 23, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 170, 0, 0},
+    {"model.layers.11.self_attn.v_proj.weight", 23, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 171, 0, 0},
+    {"model.layers.11.self_attn.o_proj.weight", 23, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 22, 0, 0},
+    {"model.layers.11.post_attention_layernorm.weight", 23, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.11.mlp.gate.weight", 23, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.11.mlp.experts.%d.gate_proj.weight", 24, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.11.mlp.experts.%d.up_proj.weight", 24, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.11.mlp.experts.%d.down_proj.weight", 24, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.11.mlp.shared_experts.gate_proj.weight", 23, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 330, 0, 0},
+    {"model.layers.11.mlp.shared_experts.up_proj.weight", 23, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 331, 0, 0},
+    {"model.layers.11.mlp.shared_experts.down_proj.weight", 23, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 329, 0, 0},
+    {"model.layers.12.input_layernorm.weight", 25, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.12.self_attn.q_proj.weight", 25, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 25, 0, 0},
+    {"model.layers.12.self_attn.k_proj.weight", 25, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 172, 0, 0},
+    {"model.layers.12.self_attn.v_proj.weight", 25, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 173, 0, 0},
+    {"model.layers.12.self_attn.o_proj.weight", 25, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 24, 0, 0},
+    {"model.layers.12.post_attention_layernorm.weight", 25, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.12.mlp.gate.weight", 25, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.12.mlp.experts.%d.gate_proj.weight", 26, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.12.mlp.experts.%d.up_proj.weight", 26, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.12.mlp.experts.%d.down_proj.weight", 26, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.12.mlp.shared_experts.gate_proj.weight", 25, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 333, 0, 0},
+    {"model.layers.12.mlp.shared_experts.up_proj.weight", 25, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 334, 0, 0},
+    {"model.layers.12.mlp.shared_experts.down_proj.weight", 25, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 332, 0, 0},
+    {"model.layers.13.input_layernorm.weight", 27, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.13.self_attn.q_proj.weight", 27, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 27, 0, 0},
+    {"model.layers.13.self_attn.k_proj.weight", 27, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 174, 0, 0},
+    {"model.layers.13.self_attn.v_proj.weight", 27, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 175, 0, 0},
+    {"model.layers.13.self_attn.o_proj.weight", 27, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 26, 0, 0},
+    {"model.layers.13.post_attention_layernorm.weight", 27, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.13.mlp.gate.weight", 27, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.13.mlp.experts.%d.gate_proj.weight", 28, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.13.mlp.experts.%d.up_proj.weight", 28, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.13.mlp.experts.%d.down_proj.weight", 28, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.13.mlp.shared_experts.gate_proj.weight", 27, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 336, 0, 0},
+    {"model.layers.13.mlp.shared_experts.up_proj.weight", 27, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 337, 0, 0},
+    {"model.layers.13.mlp.shared_experts.down_proj.weight", 27, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 335, 0, 0},
+    {"model.layers.14.input_layernorm.weight", 29, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.14.self_attn.q_proj.weight", 29, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 29, 0, 0},
+    {"model.layers.14.self_attn.k_proj.weight", 29, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 176, 0, 0},
+    {"model.layers.14.self_attn.v_proj.weight", 29, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 177, 0, 0},
+    {"model.layers.14.self_attn.o_proj.weight", 29, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 28, 0, 0},
+    {"model.layers.14.post_attention_layernorm.weight", 29, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.14.mlp.gate.weight", 29, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.14.mlp.experts.%d.gate_proj.weight", 30, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.14.mlp.experts.%d.up_proj.weight", 30, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.14.mlp.experts.%d.down_proj.weight", 30, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.14.mlp.shared_experts.gate_proj.weight", 29, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 339, 0, 0},
+    {"model.layers.14.mlp.shared_experts.up_proj.weight", 29, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 340, 0, 0},
+    {"model.layers.14.mlp.shared_experts.down_proj.weight", 29, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 338, 0, 0},
+    {"model.layers.15.input_layernorm.weight", 31, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.15.self_attn.q_proj.weight", 31, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 31, 0, 0},
+    {"model.layers.15.self_attn.k_proj.weight", 31, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 178, 0, 0},
+    {"model.layers.15.self_attn.v_proj.weight", 31, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 179, 0, 0},
+    {"model.layers.15.self_attn.o_proj.weight", 31, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 30, 0, 0},
+    {"model.layers.15.post_attention_layernorm.weight", 31, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.15.mlp.gate.weight", 31, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.15.mlp.experts.%d.gate_proj.weight", 32, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.15.mlp.experts.%d.up_proj.weight", 32, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.15.mlp.experts.%d.down_proj.weight", 32, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.15.mlp.shared_experts.gate_proj.weight", 31, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 342, 0, 0},
+    {"model.layers.15.mlp.shared_experts.up_proj.weight", 31, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 343, 0, 0},
+    {"model.layers.15.mlp.shared_experts.down_proj.weight", 31, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 341, 0, 0},
+    {"model.layers.16.input_layernorm.weight", 33, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.16.self_attn.q_proj.weight", 33, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 33, 0, 0},
+    {"model.layers.16.self_attn.k_proj.weight", 33, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 180, 0, 0},
+    {"model.layers.16.self_attn.v_proj.weight", 33, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 181, 0, 0},
+    {"model.layers.16.self_attn.o_proj.weight", 33, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 32, 0, 0},
+    {"model.layers.16.post_attention_layernorm.weight", 33, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.16.mlp.gate.weight", 33, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.16.mlp.experts.%d.gate_proj.weight", 34, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.16.mlp.experts.%d.up_proj.weight", 34, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.16.mlp.experts.%d.down_proj.weight", 34, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.16.mlp.shared_experts.gate_proj.weight", 33, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 345, 0, 0},
+    {"model.layers.16.mlp.shared_experts.up_proj.weight", 33, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 346, 0, 0},
+    {"model.layers.16.mlp.shared_experts.down_proj.weight", 33, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 344, 0, 0},
+    {"model.layers.17.input_layernorm.weight", 35, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.17.self_attn.q_proj.weight", 35, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 35, 0, 0},
+    {"model.layers.17.self_attn.k_proj.weight", 35, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 182, 0, 0},
+    {"model.layers.17.self_attn.v_proj.weight", 35, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 183, 0, 0},
+    {"model.layers.17.self_attn.o_proj.weight", 35, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 34, 0, 0},
+    {"model.layers.17.post_attention_layernorm.weight", 35, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.17.mlp.gate.weight", 35, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.17.mlp.experts.%d.gate_proj.weight", 36, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.17.mlp.experts.%d.up_proj.weight", 36, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.17.mlp.experts.%d.down_proj.weight", 36, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.17.mlp.shared_experts.gate_proj.weight", 35, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 348, 0, 0},
+    {"model.layers.17.mlp.shared_experts.up_proj.weight", 35, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 349, 0, 0},
+    {"model.layers.17.mlp.shared_experts.down_proj.weight", 35, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 347, 0, 0},
+    {"model.layers.18.input_layernorm.weight", 37, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.18.self_attn.q_proj.weight", 37, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 37, 0, 0},
+    {"model.layers.18.self_attn.k_proj.weight", 37, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 184, 0, 0},
+    {"model.layers.18.self_attn.v_proj.weight", 37, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 185, 0, 0},
+    {"model.layers.18.self_attn.o_proj.weight", 37, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 36, 0, 0},
+    {"model.layers.18.post_attention_layernorm.weight", 37, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.18.mlp.gate.weight", 37, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.18.mlp.experts.%d.gate_proj.weight", 38, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.18.mlp.experts.%d.up_proj.weight", 38, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.18.mlp.experts.%d.down_proj.weight", 38, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.18.mlp.shared_experts.gate_proj.weight", 37, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 351, 0, 0},
+    {"model.layers.18.mlp.shared_experts.up_proj.weight", 37, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 352, 0, 0},
+    {"model.layers.18.mlp.shared_experts.down_proj.weight", 37, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 350, 0, 0},
+    {"model.layers.19.input_layernorm.weight", 39, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.19.self_attn.q_proj.weight", 39, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 39, 0, 0},
+    {"model.layers.19.self_attn.k_proj.weight", 39, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 186, 0, 0},
+    {"model.layers.19.self_attn.v_proj.weight", 39, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 187, 0, 0},
+    {"model.layers.19.self_attn.o_proj.weight", 39, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 38, 0, 0},
+    {"model.layers.19.post_attention_layernorm.weight", 39, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.19.mlp.gate.weight", 39, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.19.mlp.experts.%d.gate_proj.weight", 40, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.19.mlp.experts.%d.up_proj.weight", 40, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.19.mlp.experts.%d.down_proj.weight", 40, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.19.mlp.shared_experts.gate_proj.weight", 39, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 354, 0, 0},
+    {"model.layers.19.mlp.shared_experts.up_proj.weight", 39, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 355, 0, 0},
+    {"model.layers.19.mlp.shared_experts.down_proj.weight", 39, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 353, 0, 0},
+    {"model.layers.20.input_layernorm.weight", 41, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.20.self_attn.q_proj.weight", 41, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 41, 0, 0},
+    {"model.layers.20.self_attn.k_proj.weight", 41, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 188, 0, 0},
+    {"model.layers.20.self_attn.v_proj.weight", 41, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 189, 0, 0},
+    {"model.layers.20.self_attn.o_proj.weight", 41, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 40, 0, 0},
+    {"model.layers.20.post_attention_layernorm.weight", 41, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.20.mlp.gate.weight", 41, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.20.mlp.experts.%d.gate_proj.weight", 42, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.20.mlp.experts.%d.up_proj.weight", 42, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.20.mlp.experts.%d.down_proj.weight", 42, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.20.mlp.shared_experts.gate_proj.weight", 41, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 357, 0, 0},
+    {"model.layers.20.mlp.shared_experts.up_proj.weight", 41, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 358, 0, 0},
+    {"model.layers.20.mlp.shared_experts.down_proj.weight", 41, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 356, 0, 0},
+    {"model.layers.21.input_layernorm.weight", 43, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.21.self_attn.q_proj.weight", 43, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 43, 0, 0},
+    {"model.layers.21.self_attn.k_proj.weight", 43, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 190, 0, 0},
+    {"model.layers.21.self_attn.v_proj.weight", 43, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 191, 0, 0},
+    {"model.layers.21.self_attn.o_proj.weight", 43, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 42, 0, 0},
+    {"model.layers.21.post_attention_layernorm.weight", 43, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.21.mlp.gate.weight", 43, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.21.mlp.experts.%d.gate_proj.weight", 44, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.21.mlp.experts.%d.up_proj.weight", 44, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.21.mlp.experts.%d.down_proj.weight", 44, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.21.mlp.shared_experts.gate_proj.weight", 43, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 360, 0, 0},
+    {"model.layers.21.mlp.shared_experts.up_proj.weight", 43, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 361, 0, 0},
+    {"model.layers.21.mlp.shared_experts.down_proj.weight", 43, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 359, 0, 0},
+    {"model.layers.22.input_layernorm.weight", 45, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.22.self_attn.q_proj.weight", 45, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 45, 0, 0},
+    {"model.layers.22.self_attn.k_proj.weight", 45, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 192, 0, 0},
+    {"model.layers.22.self_attn.v_proj.weight", 45, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 193, 0, 0},
+    {"model.layers.22.self_attn.o_proj.weight", 45, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 44, 0, 0},
+    {"model.layers.22.post_attention_layernorm.weight", 45, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.22.mlp.gate.weight", 45, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.22.mlp.experts.%d.gate_proj.weight", 46, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.22.mlp.experts.%d.up_proj.weight", 46, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.22.mlp.experts.%d.down_proj.weight", 46, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.22.mlp.shared_experts.gate_proj.weight", 45, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 363, 0, 0},
+    {"model.layers.22.mlp.shared_experts.up_proj.weight", 45, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 364, 0, 0},
+    {"model.layers.22.mlp.shared_experts.down_proj.weight", 45, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 362, 0, 0},
+    {"model.layers.23.input_layernorm.weight", 47, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.23.self_attn.q_proj.weight", 47, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 47, 0, 0},
+    {"model.layers.23.self_attn.k_proj.weight", 47, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 194, 0, 0},
+    {"model.layers.23.self_attn.v_proj.weight", 47, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 195, 0, 0},
+    {"model.layers.23.self_attn.o_proj.weight", 47, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 46, 0, 0},
+    {"model.layers.23.post_attention_layernorm.weight", 47, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.23.mlp.gate.weight", 47, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.23.mlp.experts.%d.gate_proj.weight", 48, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.23.mlp.experts.%d.up_proj.weight", 48, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.23.mlp.experts.%d.down_proj.weight", 48, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.23.mlp.shared_experts.gate_proj.weight", 47, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 366, 0, 0},
+    {"model.layers.23.mlp.shared_experts.up_proj.weight", 47, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 367, 0, 0},
+    {"model.layers.23.mlp.shared_experts.down_proj.weight", 47, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 365, 0, 0},
+    {"model.layers.24.input_layernorm.weight", 49, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.24.self_attn.q_proj.weight", 49, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 49, 0, 0},
+    {"model.layers.24.self_attn.k_proj.weight", 49, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 196, 0, 0},
+    {"model.layers.24.self_attn.v_proj.weight", 49, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 197, 0, 0},
+    {"model.layers.24.self_attn.o_proj.weight", 49, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 48, 0, 0},
+    {"model.layers.24.post_attention_layernorm.weight", 49, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.24.mlp.gate.weight", 49, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.24.mlp.experts.%d.gate_proj.weight", 50, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.24.mlp.experts.%d.up_proj.weight", 50, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.24.mlp.experts.%d.down_proj.weight", 50, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.24.mlp.shared_experts.gate_proj.weight", 49, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 369, 0, 0},
+    {"model.layers.24.mlp.shared_experts.up_proj.weight", 49, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 370, 0, 0},
+    {"model.layers.24.mlp.shared_experts.down_proj.weight", 49, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 368, 0, 0},
+    {"model.layers.25.input_layernorm.weight", 51, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.25.self_attn.q_proj.weight", 51, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 51, 0, 0},
+    {"model.layers.25.self_attn.k_proj.weight", 51, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 198, 0, 0},
+    {"model.layers.25.self_attn.v_proj.weight", 51, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 199, 0, 0},
+    {"model.layers.25.self_attn.o_proj.weight", 51, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 50, 0, 0},
+    {"model.layers.25.post_attention_layernorm.weight", 51, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.25.mlp.gate.weight", 51, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.25.mlp.experts.%d.gate_proj.weight", 52, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.25.mlp.experts.%d.up_proj.weight", 52, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.25.mlp.experts.%d.down_proj.weight", 52, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.25.mlp.shared_experts.gate_proj.weight", 51, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 372, 0, 0},
+    {"model.layers.25.mlp.shared_experts.up_proj.weight", 51, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 373, 0, 0},
+    {"model.layers.25.mlp.shared_experts.down_proj.weight", 51, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 371, 0, 0},
+    {"model.layers.26.input_layernorm.weight", 53, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.26.self_attn.q_proj.weight", 53, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 53, 0, 0},
+    {"model.layers.26.self_attn.k_proj.weight", 53, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 200, 0, 0},
+    {"model.layers.26.self_attn.v_proj.weight", 53, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 201, 0, 0},
+    {"model.layers.26.self_attn.o_proj.weight", 53, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 52, 0, 0},
+    {"model.layers.26.post_attention_layernorm.weight", 53, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.26.mlp.gate.weight", 53, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.26.mlp.experts.%d.gate_proj.weight", 54, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.26.mlp.experts.%d.up_proj.weight", 54, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.26.mlp.experts.%d.down_proj.weight", 54, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.26.mlp.shared_experts.gate_proj.weight", 53, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 375, 0, 0},
+    {"model.layers.26.mlp.shared_experts.up_proj.weight", 53, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 376, 0, 0},
+    {"model.layers.26.mlp.shared_experts.down_proj.weight", 53, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 374, 0, 0},
+    {"model.layers.27.input_layernorm.weight", 55, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.27.self_attn.q_proj.weight", 55, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 55, 0, 0},
+    {"model.layers.27.self_attn.k_proj.weight", 55, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 202, 0, 0},
+    {"model.layers.27.self_attn.v_proj.weight", 55, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 203, 0, 0},
+    {"model.layers.27.self_attn.o_proj.weight", 55, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 54, 0, 0},
+    {"model.layers.27.post_attention_layernorm.weight", 55, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.27.mlp.gate.weight", 55, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.27.mlp.experts.%d.gate_proj.weight", 56, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.27.mlp.experts.%d.up_proj.weight", 56, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.27.mlp.experts.%d.down_proj.weight", 56, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.27.mlp.shared_experts.gate_proj.weight", 55, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 378, 0, 0},
+    {"model.layers.27.mlp.shared_experts.up_proj.weight", 55, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 379, 0, 0},
+    {"model.layers.27.mlp.shared_experts.down_proj.weight", 55, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 377, 0, 0},
+    {"model.layers.28.input_layernorm.weight", 57, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.28.self_attn.q_proj.weight", 57, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 57, 0, 0},
+    {"model.layers.28.self_attn.k_proj.weight", 57, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 204, 0, 0},
+    {"model.layers.28.self_attn.v_proj.weight", 57, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 205, 0, 0},
+    {"model.layers.28.self_attn.o_proj.weight", 57, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 56, 0, 0},
+    {"model.layers.28.post_attention_layernorm.weight", 57, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.28.mlp.gate.weight", 57, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.28.mlp.experts.%d.gate_proj.weight", 58, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.28.mlp.experts.%d.up_proj.weight", 58, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.28.mlp.experts.%d.down_proj.weight", 58, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.28.mlp.shared_experts.gate_proj.weight", 57, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 381, 0, 0},
+    {"model.layers.28.mlp.shared_experts.up_proj.weight", 57, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 382, 0, 0},
+    {"model.layers.28.mlp.shared_experts.down_proj.weight", 57, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 380, 0, 0},
+    {"model.layers.29.input_layernorm.weight", 59, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.29.self_attn.q_proj.weight", 59, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 59, 0, 0},
+    {"model.layers.29.self_attn.k_proj.weight", 59, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 206, 0, 0},
+    {"model.layers.29.self_attn.v_proj.weight", 59, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 207, 0, 0},
+    {"model.layers.29.self_attn.o_proj.weight", 59, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 58, 0, 0},
+    {"model.layers.29.post_attention_layernorm.weight", 59, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.29.mlp.gate.weight", 59, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.29.mlp.experts.%d.gate_proj.weight", 60, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.29.mlp.experts.%d.up_proj.weight", 60, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.29.mlp.experts.%d.down_proj.weight", 60, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.29.mlp.shared_experts.gate_proj.weight", 59, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 296, 0, 0},
+    {"model.layers.29.mlp.shared_experts.up_proj.weight", 59, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 297, 0, 0},
+    {"model.layers.29.mlp.shared_experts.down_proj.weight", 59, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 383, 0, 0},
+    {"model.layers.30.input_layernorm.weight", 61, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.30.self_attn.q_proj.weight", 61, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 61, 0, 0},
+    {"model.layers.30.self_attn.k_proj.weight", 61, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 208, 0, 0},
+    {"model.layers.30.self_attn.v_proj.weight", 61, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 209, 0, 0},
+    {"model.layers.30.self_attn.o_proj.weight", 61, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 60, 0, 0},
+    {"model.layers.30.post_attention_layernorm.weight", 61, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.30.mlp.gate.weight", 61, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.30.mlp.experts.%d.gate_proj.weight", 62, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.30.mlp.experts.%d.up_proj.weight", 62, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.30.mlp.experts.%d.down_proj.weight", 62, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.30.mlp.shared_experts.gate_proj.weight", 61, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 299, 0, 0},
+    {"model.layers.30.mlp.shared_experts.up_proj.weight", 61, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 300, 0, 0},
+    {"model.layers.30.mlp.shared_experts.down_proj.weight", 61, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 298, 0, 0},
+    {"model.layers.31.input_layernorm.weight", 63, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.31.self_attn.q_proj.weight", 63, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 63, 0, 0},
+    {"model.layers.31.self_attn.k_proj.weight", 63, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 210, 0, 0},
+    {"model.layers.31.self_attn.v_proj.weight", 63, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 211, 0, 0},
+    {"model.layers.31.self_attn.o_proj.weight", 63, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 62, 0, 0},
+    {"model.layers.31.post_attention_layernorm.weight", 63, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.31.mlp.gate.weight", 63, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.31.mlp.experts.%d.gate_proj.weight", 64, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.31.mlp.experts.%d.up_proj.weight", 64, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.31.mlp.experts.%d.down_proj.weight", 64, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.31.mlp.shared_experts.gate_proj.weight", 63, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 302, 0, 0},
+    {"model.layers.31.mlp.shared_experts.up_proj.weight", 63, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 303, 0, 0},
+    {"model.layers.31.mlp.shared_experts.down_proj.weight", 63, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 301, 0, 0},
+    {"model.layers.32.input_layernorm.weight", 65, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.32.self_attn.q_proj.weight", 65, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 65, 0, 0},
+    {"model.layers.32.self_attn.k_proj.weight", 65, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 212, 0, 0},
+    {"model.layers.32.self_attn.v_proj.weight", 65, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 213, 0, 0},
+    {"model.layers.32.self_attn.o_proj.weight", 65, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 64, 0, 0},
+    {"model.layers.32.post_attention_layernorm.weight", 65, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.32.mlp.gate.weight", 65, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.32.mlp.experts.%d.gate_proj.weight", 66, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.32.mlp.experts.%d.up_proj.weight", 66, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.32.mlp.experts.%d.down_proj.weight", 66, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.32.mlp.shared_experts.gate_proj.weight", 65, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 305, 0, 0},
+    {"model.layers.32.mlp.shared_experts.up_proj.weight", 65, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 306, 0, 0},
+    {"model.layers.32.mlp.shared_experts.down_proj.weight", 65, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 304, 0, 0},
+    {"model.layers.33.input_layernorm.weight", 67, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.33.self_attn.q_proj.weight", 67, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 67, 0, 0},
+    {"model.layers.33.self_attn.k_proj.weight", 67, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 214, 0, 0},
+    {"model.layers.33.self_attn.v_proj.weight", 67, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 215, 0, 0},
+    {"model.layers.33.self_attn.o_proj.weight", 67, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 66, 0, 0},
+    {"model.layers.33.post_attention_layernorm.weight", 67, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.33.mlp.gate.weight", 67, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.33.mlp.experts.%d.gate_proj.weight", 68, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.33.mlp.experts.%d.up_proj.weight", 68, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.33.mlp.experts.%d.down_proj.weight", 68, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.33.mlp.shared_experts.gate_proj.weight", 67, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 308, 0, 0},
+    {"model.layers.33.mlp.shared_experts.up_proj.weight", 67, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 309, 0, 0},
+    {"model.layers.33.mlp.shared_experts.down_proj.weight", 67, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 307, 0, 0},
+    {"model.layers.34.input_layernorm.weight", 69, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.34.self_attn.q_proj.weight", 69, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 69, 0, 0},
+    {"model.layers.34.self_attn.k_proj.weight", 69, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 216, 0, 0},
+    {"model.layers.34.self_attn.v_proj.weight", 69, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 217, 0, 0},
+    {"model.layers.34.self_attn.o_proj.weight", 69, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 68, 0, 0},
+    {"model.layers.34.post_attention_layernorm.weight", 69, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.34.mlp.gate.weight", 69, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.34.mlp.experts.%d.gate_proj.weight", 70, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.34.mlp.experts.%d.up_proj.weight", 70, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.34.mlp.experts.%d.down_proj.weight", 70, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.34.mlp.shared_experts.gate_proj.weight", 69, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 311, 0, 0},
+    {"model.layers.34.mlp.shared_experts.up_proj.weight", 69, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 312, 0, 0},
+    {"model.layers.34.mlp.shared_experts.down_proj.weight", 69, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 310, 0, 0},
+    {"model.layers.35.input_layernorm.weight", 71, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.35.self_attn.q_proj.weight", 71, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 71, 0, 0},
+    {"model.layers.35.self_attn.k_proj.weight", 71, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 218, 0, 0},
+    {"model.layers.35.self_attn.v_proj.weight", 71, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 219, 0, 0},
+    {"model.layers.35.self_attn.o_proj.weight", 71, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 70, 0, 0},
+    {"model.layers.35.post_attention_layernorm.weight", 71, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.35.mlp.gate.weight", 71, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.35.mlp.experts.%d.gate_proj.weight", 72, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.35.mlp.experts.%d.up_proj.weight", 72, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.35.mlp.experts.%d.down_proj.weight", 72, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.35.mlp.shared_experts.gate_proj.weight", 71, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 314, 0, 0},
+    {"model.layers.35.mlp.shared_experts.up_proj.weight", 71, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 315, 0, 0},
+    {"model.layers.35.mlp.shared_experts.down_proj.weight", 71, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 313, 0, 0},
+    {"model.layers.36.input_layernorm.weight", 73, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.36.self_attn.q_proj.weight", 73, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 73, 0, 0},
+    {"model.layers.36.self_attn.k_proj.weight", 73, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 220, 0, 0},
+    {"model.layers.36.self_attn.v_proj.weight", 73, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 221, 0, 0},
+    {"model.layers.36.self_attn.o_proj.weight", 73, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 72, 0, 0},
+    {"model.layers.36.post_attention_layernorm.weight", 73, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.36.mlp.gate.weight", 73, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.36.mlp.experts.%d.gate_proj.weight", 74, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.36.mlp.experts.%d.up_proj.weight", 74, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.36.mlp.experts.%d.down_proj.weight", 74, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.36.mlp.shared_experts.gate_proj.weight", 73, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 317, 0, 0},
+    {"model.layers.36.mlp.shared_experts.up_proj.weight", 73, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 318, 0, 0},
+    {"model.layers.36.mlp.shared_experts.down_proj.weight", 73, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 316, 0, 0},
+    {"model.layers.37.input_layernorm.weight", 75, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.37.self_attn.q_proj.weight", 75, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 75, 0, 0},
+    {"model.layers.37.self_attn.k_proj.weight", 75, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 222, 0, 0},
+    {"model.layers.37.self_attn.v_proj.weight", 75, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 223, 0, 0},
+    {"model.layers.37.self_attn.o_proj.weight", 75, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 74, 0, 0},
+    {"model.layers.37.post_attention_layernorm.weight", 75, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.37.mlp.gate.weight", 75, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.37.mlp.experts.%d.gate_proj.weight", 76, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.37.mlp.experts.%d.up_proj.weight", 76, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.37.mlp.experts.%d.down_proj.weight", 76, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.37.mlp.shared_experts.gate_proj.weight", 75, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 320, 0, 0},
+    {"model.layers.37.mlp.shared_experts.up_proj.weight", 75, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 321, 0, 0},
+    {"model.layers.37.mlp.shared_experts.down_proj.weight", 75, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 319, 0, 0},
+    {"model.layers.38.input_layernorm.weight", 77, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.38.self_attn.q_proj.weight", 77, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 77, 0, 0},
+    {"model.layers.38.self_attn.k_proj.weight", 77, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 224, 0, 0},
+    {"model.layers.38.self_attn.v_proj.weight", 77, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 225, 0, 0},
+    {"model.layers.38.self_attn.o_proj.weight", 77, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 76, 0, 0},
+    {"model.layers.38.post_attention_layernorm.weight", 77, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.38.mlp.gate.weight", 77, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.38.mlp.experts.%d.gate_proj.weight", 78, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.38.mlp.experts.%d.up_proj.weight", 78, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.38.mlp.experts.%d.down_proj.weight", 78, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.38.mlp.shared_experts.gate_proj.weight", 77, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 323, 0, 0},
+    {"model.layers.38.mlp.shared_experts.up_proj.weight", 77, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 324, 0, 0},
+    {"model.layers.38.mlp.shared_experts.down_proj.weight", 77, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 322, 0, 0},
+    {"model.layers.39.input_layernorm.weight", 79, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.39.self_attn.q_proj.weight", 79, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 79, 0, 0},
+    {"model.layers.39.self_attn.k_proj.weight", 79, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 226, 0, 0},
+    {"model.layers.39.self_attn.v_proj.weight", 79, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 227, 0, 0},
+    {"model.layers.39.self_attn.o_proj.weight", 79, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 78, 0, 0},
+    {"model.layers.39.post_attention_layernorm.weight", 79, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.39.mlp.gate.weight", 79, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.39.mlp.experts.%d.gate_proj.weight", 80, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.39.mlp.experts.%d.up_proj.weight", 80, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.39.mlp.experts.%d.down_proj.weight", 80, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.39.mlp.shared_experts.gate_proj.weight", 79, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 326, 0, 0},
+    {"model.layers.39.mlp.shared_experts.up_proj.weight", 79, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 327, 0, 0},
+    {"model.layers.39.mlp.shared_experts.down_proj.weight", 79, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 325, 0, 0},
+    {"model.layers.40.input_layernorm.weight", 81, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.40.self_attn.q_proj.weight", 81, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 81, 0, 0},
+    {"model.layers.40.self_attn.k_proj.weight", 81, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 228, 0, 0},
+    {"model.layers.40.self_attn.v_proj.weight", 81, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 229, 0, 0},
+    {"model.layers.40.self_attn.o_proj.weight", 81, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 80, 0, 0},
+    {"model.layers.40.post_attention_layernorm.weight", 81, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.40.mlp.gate.weight", 81, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.40.mlp.experts.%d.gate_proj.weight", 82, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.40.mlp.experts.%d.up_proj.weight", 82, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.40.mlp.experts.%d.down_proj.weight", 82, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.40.mlp.shared_experts.gate_proj.weight", 81, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 329, 0, 0},
+    {"model.layers.40.mlp.shared_experts.up_proj.weight", 81, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 330, 0, 0},
+    {"model.layers.40.mlp.shared_experts.down_proj.weight", 81, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 328, 0, 0},
+    {"model.layers.41.input_layernorm.weight", 83, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.41.self_attn.q_proj.weight", 83, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 83, 0, 0},
+    {"model.layers.41.self_attn.k_proj.weight", 83, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 230, 0, 0},
+    {"model.layers.41.self_attn.v_proj.weight", 83, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 231, 0, 0},
+    {"model.layers.41.self_attn.o_proj.weight", 83, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 82, 0, 0},
+    {"model.layers.41.post_attention_layernorm.weight", 83, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.41.mlp.gate.weight", 83, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.41.mlp.experts.%d.gate_proj.weight", 84, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.41.mlp.experts.%d.up_proj.weight", 84, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.41.mlp.experts.%d.down_proj.weight", 84, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.41.mlp.shared_experts.gate_proj.weight", 83, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 332, 0, 0},
+    {"model.layers.41.mlp.shared_experts.up_proj.weight", 83, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 333, 0, 0},
+    {"model.layers.41.mlp.shared_experts.down_proj.weight", 83, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 331, 0, 0},
+    {"model.layers.42.input_layernorm.weight", 85, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.42.self_attn.q_proj.weight", 85, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 85, 0, 0},
+    {"model.layers.42.self_attn.k_proj.weight", 85, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 232, 0, 0},
+    {"model.layers.42.self_attn.v_proj.weight", 85, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 233, 0, 0},
+    {"model.layers.42.self_attn.o_proj.weight", 85, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 84, 0, 0},
+    {"model.layers.42.post_attention_layernorm.weight", 85, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.42.mlp.gate.weight", 85, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.42.mlp.experts.%d.gate_proj.weight", 86, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.42.mlp.experts.%d.up_proj.weight", 86, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.42.mlp.experts.%d.down_proj.weight", 86, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.42.mlp.shared_experts.gate_proj.weight", 85, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 335, 0, 0},
+    {"model.layers.42.mlp.shared_experts.up_proj.weight", 85, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 336, 0, 0},
+    {"model.layers.42.mlp.shared_experts.down_proj.weight", 85, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 334, 0, 0},
+    {"model.layers.43.input_layernorm.weight", 87, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.43.self_attn.q_proj.weight", 87, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 87, 0, 0},
+    {"model.layers.43.self_attn.k_proj.weight", 87, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 234, 0, 0},
+    {"model.layers.43.self_attn.v_proj.weight", 87, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 235, 0, 0},
+    {"model.layers.43.self_attn.o_proj.weight", 87, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 86, 0, 0},
+    {"model.layers.43.post_attention_layernorm.weight", 87, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.43.mlp.gate.weight", 87, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.43.mlp.experts.%d.gate_proj.weight", 88, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.43.mlp.experts.%d.up_proj.weight", 88, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.43.mlp.experts.%d.down_proj.weight", 88, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.43.mlp.shared_experts.gate_proj.weight", 87, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 338, 0, 0},
+    {"model.layers.43.mlp.shared_experts.up_proj.weight", 87, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 339, 0, 0},
+    {"model.layers.43.mlp.shared_experts.down_proj.weight", 87, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 337, 0, 0},
+    {"model.layers.44.input_layernorm.weight", 89, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.44.self_attn.q_proj.weight", 89, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 89, 0, 0},
+    {"model.layers.44.self_attn.k_proj.weight", 89, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 236, 0, 0},
+    {"model.layers.44.self_attn.v_proj.weight", 89, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 237, 0, 0},
+    {"model.layers.44.self_attn.o_proj.weight", 89, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 88, 0, 0},
+    {"model.layers.44.post_attention_layernorm.weight", 89, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.44.mlp.gate.weight", 89, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.44.mlp.experts.%d.gate_proj.weight", 90, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.44.mlp.experts.%d.up_proj.weight", 90, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.44.mlp.experts.%d.down_proj.weight", 90, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.44.mlp.shared_experts.gate_proj.weight", 89, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 341, 0, 0},
+    {"model.layers.44.mlp.shared_experts.up_proj.weight", 89, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 342, 0, 0},
+    {"model.layers.44.mlp.shared_experts.down_proj.weight", 89, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 340, 0, 0},
+    {"model.layers.45.input_layernorm.weight", 91, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.45.self_attn.q_proj.weight", 91, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 91, 0, 0},
+    {"model.layers.45.self_attn.k_proj.weight", 91, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 238, 0, 0},
+    {"model.layers.45.self_attn.v_proj.weight", 91, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 239, 0, 0},
+    {"model.layers.45.self_attn.o_proj.weight", 91, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 90, 0, 0},
+    {"model.layers.45.post_attention_layernorm.weight", 91, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.45.mlp.gate.weight", 91, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.45.mlp.experts.%d.gate_proj.weight", 92, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.45.mlp.experts.%d.up_proj.weight", 92, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.45.mlp.experts.%d.down_proj.weight", 92, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.45.mlp.shared_experts.gate_proj.weight", 91, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 344, 0, 0},
+    {"model.layers.45.mlp.shared_experts.up_proj.weight", 91, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 345, 0, 0},
+    {"model.layers.45.mlp.shared_experts.down_proj.weight", 91, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 343, 0, 0},
+    {"model.layers.46.input_layernorm.weight", 93, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.46.self_attn.q_proj.weight", 93, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 93, 0, 0},
+    {"model.layers.46.self_attn.k_proj.weight", 93, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 240, 0, 0},
+    {"model.layers.46.self_attn.v_proj.weight", 93, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 241, 0, 0},
+    {"model.layers.46.self_attn.o_proj.weight", 93, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 92, 0, 0},
+    {"model.layers.46.post_attention_layernorm.weight", 93, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.46.mlp.gate.weight", 93, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.46.mlp.experts.%d.gate_proj.weight", 94, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.46.mlp.experts.%d.up_proj.weight", 94, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.46.mlp.experts.%d.down_proj.weight", 94, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.46.mlp.shared_experts.gate_proj.weight", 93, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 347, 0, 0},
+    {"model.layers.46.mlp.shared_experts.up_proj.weight", 93, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 348, 0, 0},
+    {"model.layers.46.mlp.shared_experts.down_proj.weight", 93, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 346, 0, 0},
+    {"model.layers.47.input_layernorm.weight", 95, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.47.self_attn.q_proj.weight", 95, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 95, 0, 0},
+    {"model.layers.47.self_attn.k_proj.weight", 95, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 242, 0, 0},
+    {"model.layers.47.self_attn.v_proj.weight", 95, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 243, 0, 0},
+    {"model.layers.47.self_attn.o_proj.weight", 95, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 94, 0, 0},
+    {"model.layers.47.post_attention_layernorm.weight", 95, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.47.mlp.gate.weight", 95, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.47.mlp.experts.%d.gate_proj.weight", 96, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.47.mlp.experts.%d.up_proj.weight", 96, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.47.mlp.experts.%d.down_proj.weight", 96, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.47.mlp.shared_experts.gate_proj.weight", 95, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 350, 0, 0},
+    {"model.layers.47.mlp.shared_experts.up_proj.weight", 95, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 351, 0, 0},
+    {"model.layers.47.mlp.shared_experts.down_proj.weight", 95, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 349, 0, 0},
+    {"model.layers.48.input_layernorm.weight", 97, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.48.self_attn.q_proj.weight", 97, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 97, 0, 0},
+    {"model.layers.48.self_attn.k_proj.weight", 97, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 244, 0, 0},
+    {"model.layers.48.self_attn.v_proj.weight", 97, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 245, 0, 0},
+    {"model.layers.48.self_attn.o_proj.weight", 97, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 96, 0, 0},
+    {"model.layers.48.post_attention_layernorm.weight", 97, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.48.mlp.gate.weight", 97, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.48.mlp.experts.%d.gate_proj.weight", 98, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.48.mlp.experts.%d.up_proj.weight", 98, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.48.mlp.experts.%d.down_proj.weight", 98, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.48.mlp.shared_experts.gate_proj.weight", 97, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 353, 0, 0},
+    {"model.layers.48.mlp.shared_experts.up_proj.weight", 97, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 354, 0, 0},
+    {"model.layers.48.mlp.shared_experts.down_proj.weight", 97, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 352, 0, 0},
+    {"model.layers.49.input_layernorm.weight", 99, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.49.self_attn.q_proj.weight", 99, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 99, 0, 0},
+    {"model.layers.49.self_attn.k_proj.weight", 99, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 246, 0, 0},
+    {"model.layers.49.self_attn.v_proj.weight", 99, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 247, 0, 0},
+    {"model.layers.49.self_attn.o_proj.weight", 99, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 98, 0, 0},
+    {"model.layers.49.post_attention_layernorm.weight", 99, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.49.mlp.gate.weight", 99, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.49.mlp.experts.%d.gate_proj.weight", 100, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.49.mlp.experts.%d.up_proj.weight", 100, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.49.mlp.experts.%d.down_proj.weight", 100, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.49.mlp.shared_experts.gate_proj.weight", 99, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 356, 0, 0},
+    {"model.layers.49.mlp.shared_experts.up_proj.weight", 99, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 357, 0, 0},
+    {"model.layers.49.mlp.shared_experts.down_proj.weight", 99, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 355, 0, 0},
+    {"model.layers.50.input_layernorm.weight", 101, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.50.self_attn.q_proj.weight", 101, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 101, 0, 0},
+    {"model.layers.50.self_attn.k_proj.weight", 101, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 248, 0, 0},
+    {"model.layers.50.self_attn.v_proj.weight", 101, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 249, 0, 0},
+    {"model.layers.50.self_attn.o_proj.weight", 101, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 100, 0, 0},
+    {"model.layers.50.post_attention_layernorm.weight", 101, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.50.mlp.gate.weight", 101, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.50.mlp.experts.%d.gate_proj.weight", 102, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.50.mlp.experts.%d.up_proj.weight", 102, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.50.mlp.experts.%d.down_proj.weight", 102, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.50.mlp.shared_experts.gate_proj.weight", 101, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 359, 0, 0},
+    {"model.layers.50.mlp.shared_experts.up_proj.weight", 101, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 360, 0, 0},
+    {"model.layers.50.mlp.shared_experts.down_proj.weight", 101, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 358, 0, 0},
+    {"model.layers.51.input_layernorm.weight", 103, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.51.self_attn.q_proj.weight", 103, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 103, 0, 0},
+    {"model.layers.51.self_attn.k_proj.weight", 103, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 250, 0, 0},
+    {"model.layers.51.self_attn.v_proj.weight", 103, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 251, 0, 0},
+    {"model.layers.51.self_attn.o_proj.weight", 103, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 102, 0, 0},
+    {"model.layers.51.post_attention_layernorm.weight", 103, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.51.mlp.gate.weight", 103, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.51.mlp.experts.%d.gate_proj.weight", 104, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.51.mlp.experts.%d.up_proj.weight", 104, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.51.mlp.experts.%d.down_proj.weight", 104, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.51.mlp.shared_experts.gate_proj.weight", 103, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 362, 0, 0},
+    {"model.layers.51.mlp.shared_experts.up_proj.weight", 103, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 363, 0, 0},
+    {"model.layers.51.mlp.shared_experts.down_proj.weight", 103, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 361, 0, 0},
+    {"model.layers.52.input_layernorm.weight", 105, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.52.self_attn.q_proj.weight", 105, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 105, 0, 0},
+    {"model.layers.52.self_attn.k_proj.weight", 105, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 252, 0, 0},
+    {"model.layers.52.self_attn.v_proj.weight", 105, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 253, 0, 0},
+    {"model.layers.52.self_attn.o_proj.weight", 105, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 104, 0, 0},
+    {"model.layers.52.post_attention_layernorm.weight", 105, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.52.mlp.gate.weight", 105, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.52.mlp.experts.%d.gate_proj.weight", 106, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.52.mlp.experts.%d.up_proj.weight", 106, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.52.mlp.experts.%d.down_proj.weight", 106, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.52.mlp.shared_experts.gate_proj.weight", 105, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 365, 0, 0},
+    {"model.layers.52.mlp.shared_experts.up_proj.weight", 105, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 366, 0, 0},
+    {"model.layers.52.mlp.shared_experts.down_proj.weight", 105, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 364, 0, 0},
+    {"model.layers.53.input_layernorm.weight", 107, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.53.self_attn.q_proj.weight", 107, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 107, 0, 0},
+    {"model.layers.53.self_attn.k_proj.weight", 107, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 254, 0, 0},
+    {"model.layers.53.self_attn.v_proj.weight", 107, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 255, 0, 0},
+    {"model.layers.53.self_attn.o_proj.weight", 107, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 106, 0, 0},
+    {"model.layers.53.post_attention_layernorm.weight", 107, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.53.mlp.gate.weight", 107, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.53.mlp.experts.%d.gate_proj.weight", 108, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.53.mlp.experts.%d.up_proj.weight", 108, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.53.mlp.experts.%d.down_proj.weight", 108, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.53.mlp.shared_experts.gate_proj.weight", 107, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 368, 0, 0},
+    {"model.layers.53.mlp.shared_experts.up_proj.weight", 107, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 369, 0, 0},
+    {"model.layers.53.mlp.shared_experts.down_proj.weight", 107, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 367, 0, 0},
+    {"model.layers.54.input_layernorm.weight", 109, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.54.self_attn.q_proj.weight", 109, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 109, 0, 0},
+    {"model.layers.54.self_attn.k_proj.weight", 109, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 256, 0, 0},
+    {"model.layers.54.self_attn.v_proj.weight", 109, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 257, 0, 0},
+    {"model.layers.54.self_attn.o_proj.weight", 109, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 108, 0, 0},
+    {"model.layers.54.post_attention_layernorm.weight", 109, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.54.mlp.gate.weight", 109, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.54.mlp.experts.%d.gate_proj.weight", 110, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.54.mlp.experts.%d.up_proj.weight", 110, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.54.mlp.experts.%d.down_proj.weight", 110, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.54.mlp.shared_experts.gate_proj.weight", 109, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 371, 0, 0},
+    {"model.layers.54.mlp.shared_experts.up_proj.weight", 109, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 372, 0, 0},
+    {"model.layers.54.mlp.shared_experts.down_proj.weight", 109, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 370, 0, 0},
+    {"model.layers.55.input_layernorm.weight", 111, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.55.self_attn.q_proj.weight", 111, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 111, 0, 0},
+    {"model.layers.55.self_attn.k_proj.weight", 111, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 258, 0, 0},
+    {"model.layers.55.self_attn.v_proj.weight", 111, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 259, 0, 0},
+    {"model.layers.55.self_attn.o_proj.weight", 111, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 110, 0, 0},
+    {"model.layers.55.post_attention_layernorm.weight", 111, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.55.mlp.gate.weight", 111, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.55.mlp.experts.%d.gate_proj.weight", 112, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.55.mlp.experts.%d.up_proj.weight", 112, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.55.mlp.experts.%d.down_proj.weight", 112, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.55.mlp.shared_experts.gate_proj.weight", 111, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 374, 0, 0},
+    {"model.layers.55.mlp.shared_experts.up_proj.weight", 111, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 375, 0, 0},
+    {"model.layers.55.mlp.shared_experts.down_proj.weight", 111, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 373, 0, 0},
+    {"model.layers.56.input_layernorm.weight", 113, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.56.self_attn.q_proj.weight", 113, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 113, 0, 0},
+    {"model.layers.56.self_attn.k_proj.weight", 113, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 260, 0, 0},
+    {"model.layers.56.self_attn.v_proj.weight", 113, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 261, 0, 0},
+    {"model.layers.56.self_attn.o_proj.weight", 113, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 112, 0, 0},
+    {"model.layers.56.post_attention_layernorm.weight", 113, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.56.mlp.gate.weight", 113, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.56.mlp.experts.%d.gate_proj.weight", 114, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.56.mlp.experts.%d.up_proj.weight", 114, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.56.mlp.experts.%d.down_proj.weight", 114, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.56.mlp.shared_experts.gate_proj.weight", 113, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 377, 0, 0},
+    {"model.layers.56.mlp.shared_experts.up_proj.weight", 113, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 378, 0, 0},
+    {"model.layers.56.mlp.shared_experts.down_proj.weight", 113, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 376, 0, 0},
+    {"model.layers.57.input_layernorm.weight", 115, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.57.self_attn.q_proj.weight", 115, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 115, 0, 0},
+    {"model.layers.57.self_attn.k_proj.weight", 115, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 262, 0, 0},
+    {"model.layers.57.self_attn.v_proj.weight", 115, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 263, 0, 0},
+    {"model.layers.57.self_attn.o_proj.weight", 115, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 114, 0, 0},
+    {"model.layers.57.post_attention_layernorm.weight", 115, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.57.mlp.gate.weight", 115, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.57.mlp.experts.%d.gate_proj.weight", 116, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.57.mlp.experts.%d.up_proj.weight", 116, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.57.mlp.experts.%d.down_proj.weight", 116, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.57.mlp.shared_experts.gate_proj.weight", 115, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 380, 0, 0},
+    {"model.layers.57.mlp.shared_experts.up_proj.weight", 115, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 381, 0, 0},
+    {"model.layers.57.mlp.shared_experts.down_proj.weight", 115, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 379, 0, 0},
+    {"model.layers.58.input_layernorm.weight", 117, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.58.self_attn.q_proj.weight", 117, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 117, 0, 0},
+    {"model.layers.58.self_attn.k_proj.weight", 117, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 264, 0, 0},
+    {"model.layers.58.self_attn.v_proj.weight", 117, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 265, 0, 0},
+    {"model.layers.58.self_attn.o_proj.weight", 117, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 116, 0, 0},
+    {"model.layers.58.post_attention_layernorm.weight", 117, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.58.mlp.gate.weight", 117, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.58.mlp.experts.%d.gate_proj.weight", 118, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.58.mlp.experts.%d.up_proj.weight", 118, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.58.mlp.experts.%d.down_proj.weight", 118, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.58.mlp.shared_experts.gate_proj.weight", 117, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 383, 0, 0},
+    {"model.layers.58.mlp.shared_experts.up_proj.weight", 117, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 148, 0, 0},
+    {"model.layers.58.mlp.shared_experts.down_proj.weight", 117, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 382, 0, 0},
+    {"model.layers.59.input_layernorm.weight", 119, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.59.self_attn.q_proj.weight", 119, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 119, 0, 0},
+    {"model.layers.59.self_attn.k_proj.weight", 119, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 266, 0, 0},
+    {"model.layers.59.self_attn.v_proj.weight", 119, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 267, 0, 0},
+    {"model.layers.59.self_attn.o_proj.weight", 119, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 118, 0, 0},
+    {"model.layers.59.post_attention_layernorm.weight", 119, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.59.mlp.gate.weight", 119, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.59.mlp.experts.%d.gate_proj.weight", 120, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.59.mlp.experts.%d.up_proj.weight", 120, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.59.mlp.experts.%d.down_proj.weight", 120, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.59.mlp.shared_experts.gate_proj.weight", 119, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 150, 0, 0},
+    {"model.layers.59.mlp.shared_experts.up_proj.weight", 119, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 151, 0, 0},
+    {"model.layers.59.mlp.shared_experts.down_proj.weight", 119, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 149, 0, 0},
+    {"model.layers.60.input_layernorm.weight", 121, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.60.self_attn.q_proj.weight", 121, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 121, 0, 0},
+    {"model.layers.60.self_attn.k_proj.weight", 121, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 268, 0, 0},
+    {"model.layers.60.self_attn.v_proj.weight", 121, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 269, 0, 0},
+    {"model.layers.60.self_attn.o_proj.weight", 121, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 120, 0, 0},
+    {"model.layers.60.post_attention_layernorm.weight", 121, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.60.mlp.gate.weight", 121, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.60.mlp.experts.%d.gate_proj.weight", 122, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.60.mlp.experts.%d.up_proj.weight", 122, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.60.mlp.experts.%d.down_proj.weight", 122, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.60.mlp.shared_experts.gate_proj.weight", 121, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 153, 0, 0},
+    {"model.layers.60.mlp.shared_experts.up_proj.weight", 121, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 154, 0, 0},
+    {"model.layers.60.mlp.shared_experts.down_proj.weight", 121, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 152, 0, 0},
+    {"model.layers.61.input_layernorm.weight", 123, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.61.self_attn.q_proj.weight", 123, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 123, 0, 0},
+    {"model.layers.61.self_attn.k_proj.weight", 123, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 270, 0, 0},
+    {"model.layers.61.self_attn.v_proj.weight", 123, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 271, 0, 0},
+    {"model.layers.61.self_attn.o_proj.weight", 123, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 122, 0, 0},
+    {"model.layers.61.post_attention_layernorm.weight", 123, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.61.mlp.gate.weight", 123, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.61.mlp.experts.%d.gate_proj.weight", 124, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.61.mlp.experts.%d.up_proj.weight", 124, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.61.mlp.experts.%d.down_proj.weight", 124, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.61.mlp.shared_experts.gate_proj.weight", 123, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 156, 0, 0},
+    {"model.layers.61.mlp.shared_experts.up_proj.weight", 123, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 157, 0, 0},
+    {"model.layers.61.mlp.shared_experts.down_proj.weight", 123, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 155, 0, 0},
+    {"model.layers.62.input_layernorm.weight", 125, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.62.self_attn.q_proj.weight", 125, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 125, 0, 0},
+    {"model.layers.62.self_attn.k_proj.weight", 125, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 272, 0, 0},
+    {"model.layers.62.self_attn.v_proj.weight", 125, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 273, 0, 0},
+    {"model.layers.62.self_attn.o_proj.weight", 125, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 124, 0, 0},
+    {"model.layers.62.post_attention_layernorm.weight", 125, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.62.mlp.gate.weight", 125, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.62.mlp.experts.%d.gate_proj.weight", 126, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.62.mlp.experts.%d.up_proj.weight", 126, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.62.mlp.experts.%d.down_proj.weight", 126, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.62.mlp.shared_experts.gate_proj.weight", 125, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 159, 0, 0},
+    {"model.layers.62.mlp.shared_experts.up_proj.weight", 125, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 160, 0, 0},
+    {"model.layers.62.mlp.shared_experts.down_proj.weight", 125, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 158, 0, 0},
+    {"model.layers.63.input_layernorm.weight", 127, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.63.self_attn.q_proj.weight", 127, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 127, 0, 0},
+    {"model.layers.63.self_attn.k_proj.weight", 127, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 274, 0, 0},
+    {"model.layers.63.self_attn.v_proj.weight", 127, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 275, 0, 0},
+    {"model.layers.63.self_attn.o_proj.weight", 127, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 126, 0, 0},
+    {"model.layers.63.post_attention_layernorm.weight", 127, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.63.mlp.gate.weight", 127, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.63.mlp.experts.%d.gate_proj.weight", 128, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.63.mlp.experts.%d.up_proj.weight", 128, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.63.mlp.experts.%d.down_proj.weight", 128, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.63.mlp.shared_experts.gate_proj.weight", 127, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 162, 0, 0},
+    {"model.layers.63.mlp.shared_experts.up_proj.weight", 127, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 163, 0, 0},
+    {"model.layers.63.mlp.shared_experts.down_proj.weight", 127, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 161, 0, 0},
+    {"model.layers.64.input_layernorm.weight", 129, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.64.self_attn.q_proj.weight", 129, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 129, 0, 0},
+    {"model.layers.64.self_attn.k_proj.weight", 129, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 276, 0, 0},
+    {"model.layers.64.self_attn.v_proj.weight", 129, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 277, 0, 0},
+    {"model.layers.64.self_attn.o_proj.weight", 129, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 128, 0, 0},
+    {"model.layers.64.post_attention_layernorm.weight", 129, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.64.mlp.gate.weight", 129, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.64.mlp.experts.%d.gate_proj.weight", 130, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.64.mlp.experts.%d.up_proj.weight", 130, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.64.mlp.experts.%d.down_proj.weight", 130, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.64.mlp.shared_experts.gate_proj.weight", 129, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 165, 0, 0},
+    {"model.layers.64.mlp.shared_experts.up_proj.weight", 129, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 166, 0, 0},
+    {"model.layers.64.mlp.shared_experts.down_proj.weight", 129, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 164, 0, 0},
+    {"model.layers.65.input_layernorm.weight", 131, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.65.self_attn.q_proj.weight", 131, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 131, 0, 0},
+    {"model.layers.65.self_attn.k_proj.weight", 131, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 278, 0, 0},
+    {"model.layers.65.self_attn.v_proj.weight", 131, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 279, 0, 0},
+    {"model.layers.65.self_attn.o_proj.weight", 131, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 130, 0, 0},
+    {"model.layers.65.post_attention_layernorm.weight", 131, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.65.mlp.gate.weight", 131, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.65.mlp.experts.%d.gate_proj.weight", 132, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.65.mlp.experts.%d.up_proj.weight", 132, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.65.mlp.experts.%d.down_proj.weight", 132, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.65.mlp.shared_experts.gate_proj.weight", 131, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 168, 0, 0},
+    {"model.layers.65.mlp.shared_experts.up_proj.weight", 131, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 169, 0, 0},
+    {"model.layers.65.mlp.shared_experts.down_proj.weight", 131, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 167, 0, 0},
+    {"model.layers.66.input_layernorm.weight", 133, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.66.self_attn.q_proj.weight", 133, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 133, 0, 0},
+    {"model.layers.66.self_attn.k_proj.weight", 133, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 280, 0, 0},
+    {"model.layers.66.self_attn.v_proj.weight", 133, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 281, 0, 0},
+    {"model.layers.66.self_attn.o_proj.weight", 133, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 132, 0, 0},
+    {"model.layers.66.post_attention_layernorm.weight", 133, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.66.mlp.gate.weight", 133, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.66.mlp.experts.%d.gate_proj.weight", 134, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.66.mlp.experts.%d.up_proj.weight", 134, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.66.mlp.experts.%d.down_proj.weight", 134, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.66.mlp.shared_experts.gate_proj.weight", 133, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 171, 0, 0},
+    {"model.layers.66.mlp.shared_experts.up_proj.weight", 133, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 172, 0, 0},
+    {"model.layers.66.mlp.shared_experts.down_proj.weight", 133, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 170, 0, 0},
+    {"model.layers.67.input_layernorm.weight", 135, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.67.self_attn.q_proj.weight", 135, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 135, 0, 0},
+    {"model.layers.67.self_attn.k_proj.weight", 135, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 282, 0, 0},
+    {"model.layers.67.self_attn.v_proj.weight", 135, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 283, 0, 0},
+    {"model.layers.67.self_attn.o_proj.weight", 135, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 134, 0, 0},
+    {"model.layers.67.post_attention_layernorm.weight", 135, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.67.mlp.gate.weight", 135, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.67.mlp.experts.%d.gate_proj.weight", 136, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.67.mlp.experts.%d.up_proj.weight", 136, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.67.mlp.experts.%d.down_proj.weight", 136, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.67.mlp.shared_experts.gate_proj.weight", 135, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 174, 0, 0},
+    {"model.layers.67.mlp.shared_experts.up_proj.weight", 135, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 175, 0, 0},
+    {"model.layers.67.mlp.shared_experts.down_proj.weight", 135, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 173, 0, 0},
+    {"model.layers.68.input_layernorm.weight", 137, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.68.self_attn.q_proj.weight", 137, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 137, 0, 0},
+    {"model.layers.68.self_attn.k_proj.weight", 137, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 284, 0, 0},
+    {"model.layers.68.self_attn.v_proj.weight", 137, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 285, 0, 0},
+    {"model.layers.68.self_attn.o_proj.weight", 137, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 136, 0, 0},
+    {"model.layers.68.post_attention_layernorm.weight", 137, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.68.mlp.gate.weight", 137, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.68.mlp.experts.%d.gate_proj.weight", 138, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.68.mlp.experts.%d.up_proj.weight", 138, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.68.mlp.experts.%d.down_proj.weight", 138, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.68.mlp.shared_experts.gate_proj.weight", 137, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 177, 0, 0},
+    {"model.layers.68.mlp.shared_experts.up_proj.weight", 137, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 178, 0, 0},
+    {"model.layers.68.mlp.shared_experts.down_proj.weight", 137, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 176, 0, 0},
+    {"model.layers.69.input_layernorm.weight", 139, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.69.self_attn.q_proj.weight", 139, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 139, 0, 0},
+    {"model.layers.69.self_attn.k_proj.weight", 139, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 286, 0, 0},
+    {"model.layers.69.self_attn.v_proj.weight", 139, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 287, 0, 0},
+    {"model.layers.69.self_attn.o_proj.weight", 139, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 138, 0, 0},
+    {"model.layers.69.post_attention_layernorm.weight", 139, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.69.mlp.gate.weight", 139, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.69.mlp.experts.%d.gate_proj.weight", 140, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.69.mlp.experts.%d.up_proj.weight", 140, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.69.mlp.experts.%d.down_proj.weight", 140, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.69.mlp.shared_experts.gate_proj.weight", 139, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 180, 0, 0},
+    {"model.layers.69.mlp.shared_experts.up_proj.weight", 139, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 181, 0, 0},
+    {"model.layers.69.mlp.shared_experts.down_proj.weight", 139, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 179, 0, 0},
+    {"model.layers.70.input_layernorm.weight", 141, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.70.self_attn.q_proj.weight", 141, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 141, 0, 0},
+    {"model.layers.70.self_attn.k_proj.weight", 141, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 288, 0, 0},
+    {"model.layers.70.self_attn.v_proj.weight", 141, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 289, 0, 0},
+    {"model.layers.70.self_attn.o_proj.weight", 141, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 140, 0, 0},
+    {"model.layers.70.post_attention_layernorm.weight", 141, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.70.mlp.gate.weight", 141, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.70.mlp.experts.%d.gate_proj.weight", 142, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.70.mlp.experts.%d.up_proj.weight", 142, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.70.mlp.experts.%d.down_proj.weight", 142, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.70.mlp.shared_experts.gate_proj.weight", 141, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 183, 0, 0},
+    {"model.layers.70.mlp.shared_experts.up_proj.weight", 141, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 184, 0, 0},
+    {"model.layers.70.mlp.shared_experts.down_proj.weight", 141, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 182, 0, 0},
+    {"model.layers.71.input_layernorm.weight", 143, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.71.self_attn.q_proj.weight", 143, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 143, 0, 0},
+    {"model.layers.71.self_attn.k_proj.weight", 143, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 290, 0, 0},
+    {"model.layers.71.self_attn.v_proj.weight", 143, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 291, 0, 0},
+    {"model.layers.71.self_attn.o_proj.weight", 143, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 142, 0, 0},
+    {"model.layers.71.post_attention_layernorm.weight", 143, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.71.mlp.gate.weight", 143, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.71.mlp.experts.%d.gate_proj.weight", 144, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.71.mlp.experts.%d.up_proj.weight", 144, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.71.mlp.experts.%d.down_proj.weight", 144, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.71.mlp.shared_experts.gate_proj.weight", 143, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 186, 0, 0},
+    {"model.layers.71.mlp.shared_experts.up_proj.weight", 143, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 187, 0, 0},
+    {"model.layers.71.mlp.shared_experts.down_proj.weight", 143, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 185, 0, 0},
+    {"model.layers.72.input_layernorm.weight", 145, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.72.self_attn.q_proj.weight", 145, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 145, 0, 0},
+    {"model.layers.72.self_attn.k_proj.weight", 145, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 292, 0, 0},
+    {"model.layers.72.self_attn.v_proj.weight", 145, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 293, 0, 0},
+    {"model.layers.72.self_attn.o_proj.weight", 145, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 144, 0, 0},
+    {"model.layers.72.post_attention_layernorm.weight", 145, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.72.mlp.gate.weight", 145, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.72.mlp.experts.%d.gate_proj.weight", 146, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.72.mlp.experts.%d.up_proj.weight", 146, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.72.mlp.experts.%d.down_proj.weight", 146, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.72.mlp.shared_experts.gate_proj.weight", 145, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 189, 0, 0},
+    {"model.layers.72.mlp.shared_experts.up_proj.weight", 145, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 190, 0, 0},
+    {"model.layers.72.mlp.shared_experts.down_proj.weight", 145, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 188, 0, 0},
+    {"model.layers.73.input_layernorm.weight", 147, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.73.self_attn.q_proj.weight", 147, 6144, 37748736, 0, 6144, 6144, 0.02, false, true, true, 147, 0, 0},
+    {"model.layers.73.self_attn.k_proj.weight", 147, 37754880, 12582912, 0, 2048, 6144, 0.02, false, true, true, 294, 0, 0},
+    {"model.layers.73.self_attn.v_proj.weight", 147, 50337792, 12582912, 0, 2048, 6144, 0.02, false, true, true, 295, 0, 0},
+    {"model.layers.73.self_attn.o_proj.weight", 147, 62920704, 37748736, 0, 6144, 6144, 0.00164398987, false, true, true, 146, 0, 0},
+    {"model.layers.73.post_attention_layernorm.weight", 147, 100669440, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.73.mlp.gate.weight", 147, 100675584, 2359296, 0, 384, 6144, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.73.mlp.experts.%d.gate_proj.weight", 148, 0, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.73.mlp.experts.%d.up_proj.weight", 148, 11010048, 11010048, 96, 1792, 6144, 0.02, false, true, true, 0, 1, 33030144},
+    {"model.layers.73.mlp.experts.%d.down_proj.weight", 148, 22020096, 11010048, 96, 6144, 1792, 0.00164398987, false, true, true, 0, 1, 33030144},
+    {"model.layers.73.mlp.shared_experts.gate_proj.weight", 147, 103034880, 11010048, 0, 1792, 6144, 0.02, false, true, true, 192, 0, 0},
+    {"model.layers.73.mlp.shared_experts.up_proj.weight", 147, 114044928, 11010048, 0, 1792, 6144, 0.02, false, true, true, 193, 0, 0},
+    {"model.layers.73.mlp.shared_experts.down_proj.weight", 147, 125054976, 11010048, 0, 6144, 1792, 0.00164398987, false, true, true, 191, 0, 0},
+    {"model.norm.weight", 149, 0, 6144, 0, 6144, 1, 0, true, false, false, 0, 0, 0},
+    {"lm_head.weight", 149, 6144, 1572864000, 0, 256000, 6144, 0.02, false, true, false, 0, 0, 0},
 };
 
 /* layer 0 (MoE), forward: X0 -> X1. With recompute, the backward re-runs it from the
@@ -2074,7 +2075,8 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2111,7 +2113,8 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2148,7 +2151,8 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2185,7 +2189,8 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2222,7 +2227,8 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2259,7 +2265,8 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2296,7 +2303,8 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2333,7 +2341,8 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2370,7 +2379,8 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2407,7 +2417,8 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2444,7 +2455,8 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2481,7 +2493,8 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2518,7 +2531,8 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2555,7 +2569,8 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2592,7 +2607,8 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2629,7 +2645,8 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2666,7 +2683,8 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2703,7 +2721,8 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2740,7 +2759,8 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2777,7 +2797,8 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2814,7 +2835,8 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2851,7 +2873,8 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2888,7 +2911,8 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2925,7 +2949,8 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2962,7 +2987,8 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2999,7 +3025,8 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3036,7 +3063,8 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3073,7 +3101,8 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3110,7 +3139,8 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3147,7 +3177,8 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3184,7 +3215,8 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3221,7 +3253,8 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3258,7 +3291,8 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3295,7 +3329,8 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3332,7 +3367,8 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3369,7 +3405,8 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3406,7 +3443,8 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3443,7 +3481,8 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3480,7 +3519,8 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3517,7 +3557,8 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3554,7 +3595,8 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3591,7 +3633,8 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3628,7 +3671,8 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3665,7 +3709,8 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3702,7 +3747,8 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3739,7 +3785,8 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3776,7 +3823,8 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3813,7 +3861,8 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3850,7 +3899,8 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3887,7 +3937,8 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3924,7 +3975,8 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3961,7 +4013,8 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3998,7 +4051,8 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4035,7 +4089,8 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4072,7 +4127,8 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4109,7 +4165,8 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4146,7 +4203,8 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4183,7 +4241,8 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4220,7 +4279,8 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4257,7 +4317,8 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4294,7 +4355,8 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4331,7 +4393,8 @@ static void layer61_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4368,7 +4431,8 @@ static void layer62_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4405,7 +4469,8 @@ static void layer63_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4442,7 +4507,8 @@ static void layer64_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4479,7 +4545,8 @@ static void layer65_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4516,7 +4583,8 @@ static void layer66_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4553,7 +4621,8 @@ static void layer67_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4590,7 +4659,8 @@ static void layer68_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4627,7 +4697,8 @@ static void layer69_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4664,7 +4735,8 @@ static void layer70_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4701,7 +4773,8 @@ static void layer71_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4738,7 +4811,8 @@ static void layer72_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4775,7 +4849,8 @@ static void layer73_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4808,11 +4883,13 @@ static void layer73_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -4857,11 +4934,13 @@ static void layer72_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -4906,11 +4985,13 @@ static void layer71_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -4955,11 +5036,13 @@ static void layer70_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5004,11 +5087,13 @@ static void layer69_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5053,11 +5138,13 @@ static void layer68_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5102,11 +5189,13 @@ static void layer67_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5151,11 +5240,13 @@ static void layer66_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5200,11 +5291,13 @@ static void layer65_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5249,11 +5342,13 @@ static void layer64_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5298,11 +5393,13 @@ static void layer63_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5347,11 +5444,13 @@ static void layer62_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5396,11 +5495,13 @@ static void layer61_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5445,11 +5546,13 @@ static void layer60_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5494,11 +5597,13 @@ static void layer59_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5543,11 +5648,13 @@ static void layer58_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5592,11 +5699,13 @@ static void layer57_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5641,11 +5750,13 @@ static void layer56_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5690,11 +5801,13 @@ static void layer55_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5739,11 +5852,13 @@ static void layer54_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5788,11 +5903,13 @@ static void layer53_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5837,11 +5954,13 @@ static void layer52_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5886,11 +6005,13 @@ static void layer51_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5935,11 +6056,13 @@ static void layer50_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5984,11 +6107,13 @@ static void layer49_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6033,11 +6158,13 @@ static void layer48_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6082,11 +6209,13 @@ static void layer47_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6131,11 +6260,13 @@ static void layer46_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6180,11 +6311,13 @@ static void layer45_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6229,11 +6362,13 @@ static void layer44_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6278,11 +6413,13 @@ static void layer43_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6327,11 +6464,13 @@ static void layer42_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6376,11 +6515,13 @@ static void layer41_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6425,11 +6566,13 @@ static void layer40_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6474,11 +6617,13 @@ static void layer39_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6523,11 +6668,13 @@ static void layer38_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6572,11 +6719,13 @@ static void layer37_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6621,11 +6770,13 @@ static void layer36_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6670,11 +6821,13 @@ static void layer35_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6719,11 +6872,13 @@ static void layer34_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6768,11 +6923,13 @@ static void layer33_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6817,11 +6974,13 @@ static void layer32_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6866,11 +7025,13 @@ static void layer31_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6915,11 +7076,13 @@ static void layer30_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6964,11 +7127,13 @@ static void layer29_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7013,11 +7178,13 @@ static void layer28_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7062,11 +7229,13 @@ static void layer27_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7111,11 +7280,13 @@ static void layer26_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7160,11 +7331,13 @@ static void layer25_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7209,11 +7382,13 @@ static void layer24_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7258,11 +7433,13 @@ static void layer23_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7307,11 +7484,13 @@ static void layer22_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7356,11 +7535,13 @@ static void layer21_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7405,11 +7586,13 @@ static void layer20_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7454,11 +7637,13 @@ static void layer19_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7503,11 +7688,13 @@ static void layer18_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7552,11 +7739,13 @@ static void layer17_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7601,11 +7790,13 @@ static void layer16_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7650,11 +7841,13 @@ static void layer15_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7699,11 +7892,13 @@ static void layer14_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7748,11 +7943,13 @@ static void layer13_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7797,11 +7994,13 @@ static void layer12_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7846,11 +8045,13 @@ static void layer11_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7895,11 +8096,13 @@ static void layer10_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7944,11 +8147,13 @@ static void layer9_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7993,11 +8198,13 @@ static void layer8_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8042,11 +8249,13 @@ static void layer7_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8091,11 +8300,13 @@ static void layer6_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8140,11 +8351,13 @@ static void layer5_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8189,11 +8402,13 @@ static void layer4_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8238,11 +8453,13 @@ static void layer3_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8287,11 +8504,13 @@ static void layer2_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8336,11 +8555,13 @@ static void layer1_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8385,11 +8606,13 @@ static void layer0_backward(RtCtx *c) {
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792);
+      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    rt_experts_backward(A(DXE), DWE(0), DWE(1056964608), DWE(2113929216), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(1056964608), WE(2113929216), I(WS_EOFF), 96, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);

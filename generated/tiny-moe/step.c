@@ -229,63 +229,64 @@ const RtGroup step_groups[N_GROUPS] = {
 };
 
 /* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,
- * Muon and its owner rank. */
+ * Muon and its owner rank; routed tensors in whole-expert shards: experts per shard and the shard's size
+ * (0, 0: flat). */
 const RtTensor step_tensors[N_TENSORS] = {
-    {"model.embed_tokens.weight", 0, 0, 32768, 0, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.0.input_layernorm.weight", 1, 0, 128, 0, 128, 1, 0, true, false, false, 0},
-    {"model.layers.0.self_attn.q_proj.weight", 1, 128, 16384, 0, 128, 128, 0.02, false, true, false, 0},
-    {"model.layers.0.self_attn.k_proj.weight", 1, 16512, 8192, 0, 64, 128, 0.02, false, true, false, 0},
-    {"model.layers.0.self_attn.v_proj.weight", 1, 24704, 8192, 0, 64, 128, 0.02, false, true, false, 0},
-    {"model.layers.0.self_attn.o_proj.weight", 1, 32896, 16384, 0, 128, 128, 0.00707106781, false, true, false, 0},
-    {"model.layers.0.post_attention_layernorm.weight", 1, 49280, 128, 0, 128, 1, 0, true, false, false, 0},
-    {"model.layers.0.mlp.gate.weight", 1, 49408, 1024, 0, 8, 128, 0.02, false, true, false, 0},
-    {"model.layers.0.mlp.experts.%d.gate_proj.weight", 2, 0, 32768, 8, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.0.mlp.experts.%d.up_proj.weight", 2, 262144, 32768, 8, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.0.mlp.experts.%d.down_proj.weight", 2, 524288, 32768, 8, 128, 256, 0.00707106781, false, true, false, 0},
-    {"model.layers.0.mlp.shared_experts.gate_proj.weight", 1, 50432, 32768, 0, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.0.mlp.shared_experts.up_proj.weight", 1, 83200, 32768, 0, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.0.mlp.shared_experts.down_proj.weight", 1, 115968, 32768, 0, 128, 256, 0.00707106781, false, true, false, 0},
-    {"model.layers.1.input_layernorm.weight", 3, 0, 128, 0, 128, 1, 0, true, false, false, 0},
-    {"model.layers.1.self_attn.q_proj.weight", 3, 128, 16384, 0, 128, 128, 0.02, false, true, false, 0},
-    {"model.layers.1.self_attn.k_proj.weight", 3, 16512, 8192, 0, 64, 128, 0.02, false, true, false, 0},
-    {"model.layers.1.self_attn.v_proj.weight", 3, 24704, 8192, 0, 64, 128, 0.02, false, true, false, 0},
-    {"model.layers.1.self_attn.o_proj.weight", 3, 32896, 16384, 0, 128, 128, 0.00707106781, false, true, false, 0},
-    {"model.layers.1.post_attention_layernorm.weight", 3, 49280, 128, 0, 128, 1, 0, true, false, false, 0},
-    {"model.layers.1.mlp.gate.weight", 3, 49408, 1024, 0, 8, 128, 0.02, false, true, false, 0},
-    {"model.layers.1.mlp.experts.%d.gate_proj.weight", 4, 0, 32768, 8, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.1.mlp.experts.%d.up_proj.weight", 4, 262144, 32768, 8, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.1.mlp.experts.%d.down_proj.weight", 4, 524288, 32768, 8, 128, 256, 0.00707106781, false, true, false, 0},
-    {"model.layers.1.mlp.shared_experts.gate_proj.weight", 3, 50432, 32768, 0, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.1.mlp.shared_experts.up_proj.weight", 3, 83200, 32768, 0, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.1.mlp.shared_experts.down_proj.weight", 3, 115968, 32768, 0, 128, 256, 0.00707106781, false, true, false, 0},
-    {"model.layers.2.input_layernorm.weight", 5, 0, 128, 0, 128, 1, 0, true, false, false, 0},
-    {"model.layers.2.self_attn.q_proj.weight", 5, 128, 16384, 0, 128, 128, 0.02, false, true, false, 0},
-    {"model.layers.2.self_attn.k_proj.weight", 5, 16512, 8192, 0, 64, 128, 0.02, false, true, false, 0},
-    {"model.layers.2.self_attn.v_proj.weight", 5, 24704, 8192, 0, 64, 128, 0.02, false, true, false, 0},
-    {"model.layers.2.self_attn.o_proj.weight", 5, 32896, 16384, 0, 128, 128, 0.00707106781, false, true, false, 0},
-    {"model.layers.2.post_attention_layernorm.weight", 5, 49280, 128, 0, 128, 1, 0, true, false, false, 0},
-    {"model.layers.2.mlp.gate.weight", 5, 49408, 1024, 0, 8, 128, 0.02, false, true, false, 0},
-    {"model.layers.2.mlp.experts.%d.gate_proj.weight", 6, 0, 32768, 8, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.2.mlp.experts.%d.up_proj.weight", 6, 262144, 32768, 8, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.2.mlp.experts.%d.down_proj.weight", 6, 524288, 32768, 8, 128, 256, 0.00707106781, false, true, false, 0},
-    {"model.layers.2.mlp.shared_experts.gate_proj.weight", 5, 50432, 32768, 0, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.2.mlp.shared_experts.up_proj.weight", 5, 83200, 32768, 0, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.2.mlp.shared_experts.down_proj.weight", 5, 115968, 32768, 0, 128, 256, 0.00707106781, false, true, false, 0},
-    {"model.layers.3.input_layernorm.weight", 7, 0, 128, 0, 128, 1, 0, true, false, false, 0},
-    {"model.layers.3.self_attn.q_proj.weight", 7, 128, 16384, 0, 128, 128, 0.02, false, true, false, 0},
-    {"model.layers.3.self_attn.k_proj.weight", 7, 16512, 8192, 0, 64, 128, 0.02, false, true, false, 0},
-    {"model.layers.3.self_attn.v_proj.weight", 7, 24704, 8192, 0, 64, 128, 0.02, false, true, false, 0},
-    {"model.layers.3.self_attn.o_proj.weight", 7, 32896, 16384, 0, 128, 128, 0.00707106781, false, true, false, 0},
-    {"model.layers.3.post_attention_layernorm.weight", 7, 49280, 128, 0, 128, 1, 0, true, false, false, 0},
-    {"model.layers.3.mlp.gate.weight", 7, 49408, 1024, 0, 8, 128, 0.02, false, true, false, 0},
-    {"model.layers.3.mlp.experts.%d.gate_proj.weight", 8, 0, 32768, 8, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.3.mlp.experts.%d.up_proj.weight", 8, 262144, 32768, 8, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.3.mlp.experts.%d.down_proj.weight", 8, 524288, 32768, 8, 128, 256, 0.00707106781, false, true, false, 0},
-    {"model.layers.3.mlp.shared_experts.gate_proj.weight", 7, 50432, 32768, 0, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.3.mlp.shared_experts.up_proj.weight", 7, 83200, 32768, 0, 256, 128, 0.02, false, true, false, 0},
-    {"model.layers.3.mlp.shared_experts.down_proj.weight", 7, 115968, 32768, 0, 128, 256, 0.00707106781, false, true, false, 0},
-    {"model.norm.weight", 9, 0, 128, 0, 128, 1, 0, true, false, false, 0},
-    {"lm_head.weight", 9, 128, 32768, 0, 256, 128, 0.02, false, true, false, 0},
+    {"model.embed_tokens.weight", 0, 0, 32768, 0, 256, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.0.input_layernorm.weight", 1, 0, 128, 0, 128, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.0.self_attn.q_proj.weight", 1, 128, 16384, 0, 128, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.0.self_attn.k_proj.weight", 1, 16512, 8192, 0, 64, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.0.self_attn.v_proj.weight", 1, 24704, 8192, 0, 64, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.0.self_attn.o_proj.weight", 1, 32896, 16384, 0, 128, 128, 0.00707106781, false, true, false, 0, 0, 0},
+    {"model.layers.0.post_attention_layernorm.weight", 1, 49280, 128, 0, 128, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.0.mlp.gate.weight", 1, 49408, 1024, 0, 8, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.0.mlp.experts.%d.gate_proj.weight", 2, 0, 32768, 8, 256, 128, 0.02, false, true, false, 0, 4, 393216},
+    {"model.layers.0.mlp.experts.%d.up_proj.weight", 2, 131072, 32768, 8, 256, 128, 0.02, false, true, false, 0, 4, 393216},
+    {"model.layers.0.mlp.experts.%d.down_proj.weight", 2, 262144, 32768, 8, 128, 256, 0.00707106781, false, true, false, 0, 4, 393216},
+    {"model.layers.0.mlp.shared_experts.gate_proj.weight", 1, 50432, 32768, 0, 256, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.0.mlp.shared_experts.up_proj.weight", 1, 83200, 32768, 0, 256, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.0.mlp.shared_experts.down_proj.weight", 1, 115968, 32768, 0, 128, 256, 0.00707106781, false, true, false, 0, 0, 0},
+    {"model.layers.1.input_layernorm.weight", 3, 0, 128, 0, 128, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.1.self_attn.q_proj.weight", 3, 128, 16384, 0, 128, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.1.self_attn.k_proj.weight", 3, 16512, 8192, 0, 64, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.1.self_attn.v_proj.weight", 3, 24704, 8192, 0, 64, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.1.self_attn.o_proj.weight", 3, 32896, 16384, 0, 128, 128, 0.00707106781, false, true, false, 0, 0, 0},
+    {"model.layers.1.post_attention_layernorm.weight", 3, 49280, 128, 0, 128, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.1.mlp.gate.weight", 3, 49408, 1024, 0, 8, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.1.mlp.experts.%d.gate_proj.weight", 4, 0, 32768, 8, 256, 128, 0.02, false, true, false, 0, 4, 393216},
+    {"model.layers.1.mlp.experts.%d.up_proj.weight", 4, 131072, 32768, 8, 256, 128, 0.02, false, true, false, 0, 4, 393216},
+    {"model.layers.1.mlp.experts.%d.down_proj.weight", 4, 262144, 32768, 8, 128, 256, 0.00707106781, false, true, false, 0, 4, 393216},
+    {"model.layers.1.mlp.shared_experts.gate_proj.weight", 3, 50432, 32768, 0, 256, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.1.mlp.shared_experts.up_proj.weight", 3, 83200, 32768, 0, 256, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.1.mlp.shared_experts.down_proj.weight", 3, 115968, 32768, 0, 128, 256, 0.00707106781, false, true, false, 0, 0, 0},
+    {"model.layers.2.input_layernorm.weight", 5, 0, 128, 0, 128, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.2.self_attn.q_proj.weight", 5, 128, 16384, 0, 128, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.2.self_attn.k_proj.weight", 5, 16512, 8192, 0, 64, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.2.self_attn.v_proj.weight", 5, 24704, 8192, 0, 64, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.2.self_attn.o_proj.weight", 5, 32896, 16384, 0, 128, 128, 0.00707106781, false, true, false, 0, 0, 0},
+    {"model.layers.2.post_attention_layernorm.weight", 5, 49280, 128, 0, 128, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.2.mlp.gate.weight", 5, 49408, 1024, 0, 8, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.2.mlp.experts.%d.gate_proj.weight", 6, 0, 32768, 8, 256, 128, 0.02, false, true, false, 0, 4, 393216},
+    {"model.layers.2.mlp.experts.%d.up_proj.weight", 6, 131072, 32768, 8, 256, 128, 0.02, false, true, false, 0, 4, 393216},
+    {"model.layers.2.mlp.experts.%d.down_proj.weight", 6, 262144, 32768, 8, 128, 256, 0.00707106781, false, true, false, 0, 4, 393216},
+    {"model.layers.2.mlp.shared_experts.gate_proj.weight", 5, 50432, 32768, 0, 256, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.2.mlp.shared_experts.up_proj.weight", 5, 83200, 32768, 0, 256, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.2.mlp.shared_experts.down_proj.weight", 5, 115968, 32768, 0, 128, 256, 0.00707106781, false, true, false, 0, 0, 0},
+    {"model.layers.3.input_layernorm.weight", 7, 0, 128, 0, 128, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.3.self_attn.q_proj.weight", 7, 128, 16384, 0, 128, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.3.self_attn.k_proj.weight", 7, 16512, 8192, 0, 64, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.3.self_attn.v_proj.weight", 7, 24704, 8192, 0, 64, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.3.self_attn.o_proj.weight", 7, 32896, 16384, 0, 128, 128, 0.00707106781, false, true, false, 0, 0, 0},
+    {"model.layers.3.post_attention_layernorm.weight", 7, 49280, 128, 0, 128, 1, 0, true, false, false, 0, 0, 0},
+    {"model.layers.3.mlp.gate.weight", 7, 49408, 1024, 0, 8, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.3.mlp.experts.%d.gate_proj.weight", 8, 0, 32768, 8, 256, 128, 0.02, false, true, false, 0, 4, 393216},
+    {"model.layers.3.mlp.experts.%d.up_proj.weight", 8, 131072, 32768, 8, 256, 128, 0.02, false, true, false, 0, 4, 393216},
+    {"model.layers.3.mlp.experts.%d.down_proj.weight", 8, 262144, 32768, 8, 128, 256, 0.00707106781, false, true, false, 0, 4, 393216},
+    {"model.layers.3.mlp.shared_experts.gate_proj.weight", 7, 50432, 32768, 0, 256, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.3.mlp.shared_experts.up_proj.weight", 7, 83200, 32768, 0, 256, 128, 0.02, false, true, false, 0, 0, 0},
+    {"model.layers.3.mlp.shared_experts.down_proj.weight", 7, 115968, 32768, 0, 128, 256, 0.00707106781, false, true, false, 0, 0, 0},
+    {"model.norm.weight", 9, 0, 128, 0, 128, 1, 0, true, false, false, 0, 0, 0},
+    {"lm_head.weight", 9, 128, 32768, 0, 256, 128, 0.02, false, true, false, 0, 0, 0},
 };
 
 /* layer 0 (MoE), forward: X0 -> X1; every activation stays for the backward (no
@@ -306,7 +307,8 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L0_POS), I(L0_OFFSETS), I(L0_IDX), 512, 8, 2);
   rt_moe_gather(A(L0_XP), A(L0_LN2), I(L0_POS), 512, 2, 128);
-  rt_experts_forward(A(L0_YP), A(L0_EG), A(L0_EU), A(L0_EH), A(L0_XP), WE(0), WE(262144), WE(524288), I(L0_OFFSETS), 8, 128, 256); /* experts, hidden, expert width */
+  for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(L0_YP), A(L0_EG), A(L0_EU), A(L0_EH), A(L0_XP), WE(0), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L0_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 65536);
   rt_moe_combine(A(WS_Y), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
   rt_matmul_forward(A(L0_SG), A(L0_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -335,7 +337,8 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L1_POS), I(L1_OFFSETS), I(L1_IDX), 512, 8, 2);
   rt_moe_gather(A(L1_XP), A(L1_LN2), I(L1_POS), 512, 2, 128);
-  rt_experts_forward(A(L1_YP), A(L1_EG), A(L1_EU), A(L1_EH), A(L1_XP), WE(0), WE(262144), WE(524288), I(L1_OFFSETS), 8, 128, 256); /* experts, hidden, expert width */
+  for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(L1_YP), A(L1_EG), A(L1_EU), A(L1_EH), A(L1_XP), WE(0), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L1_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 65536);
   rt_moe_combine(A(WS_Y), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
   rt_matmul_forward(A(L1_SG), A(L1_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -364,7 +367,8 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L2_POS), I(L2_OFFSETS), I(L2_IDX), 512, 8, 2);
   rt_moe_gather(A(L2_XP), A(L2_LN2), I(L2_POS), 512, 2, 128);
-  rt_experts_forward(A(L2_YP), A(L2_EG), A(L2_EU), A(L2_EH), A(L2_XP), WE(0), WE(262144), WE(524288), I(L2_OFFSETS), 8, 128, 256); /* experts, hidden, expert width */
+  for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(L2_YP), A(L2_EG), A(L2_EU), A(L2_EH), A(L2_XP), WE(0), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L2_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 65536);
   rt_moe_combine(A(WS_Y), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
   rt_matmul_forward(A(L2_SG), A(L2_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -393,7 +397,8 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L3_POS), I(L3_OFFSETS), I(L3_IDX), 512, 8, 2);
   rt_moe_gather(A(L3_XP), A(L3_LN2), I(L3_POS), 512, 2, 128);
-  rt_experts_forward(A(L3_YP), A(L3_EG), A(L3_EU), A(L3_EH), A(L3_XP), WE(0), WE(262144), WE(524288), I(L3_OFFSETS), 8, 128, 256); /* experts, hidden, expert width */
+  for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
+      rt_experts_forward(A(L3_YP), A(L3_EG), A(L3_EU), A(L3_EH), A(L3_XP), WE(0), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L3_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 65536);
   rt_moe_combine(A(WS_Y), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
   rt_matmul_forward(A(L3_SG), A(L3_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -419,7 +424,8 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
   rt_zero(A(DXP), 131072);
-  rt_experts_backward(A(DXP), DWE(0), DWE(262144), DWE(524288), A(DYP), A(L3_XP), A(L3_EG), A(L3_EU), A(L3_EH), WE(0), WE(262144), WE(524288), I(L3_OFFSETS), 8, 128, 256, A(EDH), A(EDG), A(EDU));
+  for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L3_XP), A(L3_EG), A(L3_EU), A(L3_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L3_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(L3_POS), 512, 2, 128);
   rt_zero(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L3_LOGITS), I(L3_IDX), R(L3_WTS), 512, 8, 2, false);
@@ -457,7 +463,8 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
   rt_zero(A(DXP), 131072);
-  rt_experts_backward(A(DXP), DWE(0), DWE(262144), DWE(524288), A(DYP), A(L2_XP), A(L2_EG), A(L2_EU), A(L2_EH), WE(0), WE(262144), WE(524288), I(L2_OFFSETS), 8, 128, 256, A(EDH), A(EDG), A(EDU));
+  for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L2_XP), A(L2_EG), A(L2_EU), A(L2_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L2_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(L2_POS), 512, 2, 128);
   rt_zero(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L2_LOGITS), I(L2_IDX), R(L2_WTS), 512, 8, 2, false);
@@ -495,7 +502,8 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
   rt_zero(A(DXP), 131072);
-  rt_experts_backward(A(DXP), DWE(0), DWE(262144), DWE(524288), A(DYP), A(L1_XP), A(L1_EG), A(L1_EU), A(L1_EH), WE(0), WE(262144), WE(524288), I(L1_OFFSETS), 8, 128, 256, A(EDH), A(EDG), A(EDU));
+  for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L1_XP), A(L1_EG), A(L1_EU), A(L1_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L1_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(L1_POS), 512, 2, 128);
   rt_zero(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L1_LOGITS), I(L1_IDX), R(L1_WTS), 512, 8, 2, false);
@@ -533,7 +541,8 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
   rt_zero(A(DXP), 131072);
-  rt_experts_backward(A(DXP), DWE(0), DWE(262144), DWE(524288), A(DYP), A(L0_XP), A(L0_EG), A(L0_EU), A(L0_EH), WE(0), WE(262144), WE(524288), I(L0_OFFSETS), 8, 128, 256, A(EDH), A(EDG), A(EDU));
+  for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
+      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L0_XP), A(L0_EG), A(L0_EU), A(L0_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L0_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(L0_POS), 512, 2, 128);
   rt_zero(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L0_LOGITS), I(L0_IDX), R(L0_WTS), 512, 8, 2, false);

@@ -16,6 +16,8 @@
 #define PLAN_DP_REPLICATE 1
 #define EXPERTS_PER_RANK 8
 #define CHECKPOINT_POLICY "none"
+#define SHARD_EXPERTS 4 /* whole experts per rank of an EP rank's shard group (the last fewer) */
+#define SHARD_EXPERTS_ELEMS 393216 /* elements of such a shard: gathered experts b·SHARD_EXPERTS.. at b x it */
 #define OPTIMIZER "adamw" /* muon: Muon for hidden matrices, AdamW for the rest */
 #define GRAD_REDUCE_DTYPE "bf16"
 /* training */

@@ -147,7 +147,7 @@ static Footprint footprint(void) {
   const int64_t acts = (int64_t)ACT_ELEMS * (int64_t)sizeof(act);
   Footprint f = {(int64_t)ARENA_ELEMS * R + acts + (STATE_ON_HOST ? 0 : state), 0,
                  (int64_t)HOST_ELEMS * (int64_t)sizeof(act) + (STATE_ON_HOST ? state : 0)};
-  f.host = f.pinned + 2 * PLAN_FSDP * (int64_t)sizeof(int) /* Muon's counts */
+  f.host = f.pinned + 5 * PLAN_FSDP * (int64_t)sizeof(int) /* Muon's counts */
            + 2 * TOKENS * (int64_t)sizeof(int32_t) /* the loader's tokens */
            + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0);
 #ifdef MTC_BACKEND_CUDA
@@ -557,13 +557,24 @@ int main(int argc, char **argv) {
                   shard_lo(&c, g) + step_groups[g].shard, c.comm.ep_rank, a.seed);
   to_device(&c, 0, STATE_ELEMS);
   refresh_params(&c);
-  int *muon_counts = calloc(2 * PLAN_FSDP, sizeof(int)); /* Muon's gather/scatter counts, displacements */
+  int *muon_counts = calloc(5 * PLAN_FSDP, sizeof(int)); /* Muon's all-to-all counts, displacements */
 #ifdef MUON_WORK /* Muon's scratch: in the arena, or on the host beside the optimizer state */
   real *muon_work = OPT_ON_HOST ? malloc((size_t)MUON_WORK_ELEMS * sizeof(real)) : c.arena + MUON_WORK;
   if (!muon_work || !muon_counts) {
     fprintf(stderr, "error: rank %d: no host memory for Muon's scratch\n", c.comm.rank);
     status = 2;
     goto done;
+  }
+  for (int g = 0; g < N_GROUPS; g++) { /* the compiler sized MUON_WORK for every group */
+    int fsdp_group = step_groups[g].comm == RT_GROUP_FSDP;
+    size_t need = rt_muon_group_work(step_tensors, N_TENSORS, g, step_groups[g].shard,
+                                     fsdp_group ? PLAN_FSDP : PLAN_FSDP / PLAN_EP);
+    if (need > (size_t)MUON_WORK_ELEMS) {
+      fprintf(stderr, "error: %s needs %zu values of Muon scratch; MUON_WORK has %lld (regenerate with this mtc)\n",
+              step_groups[g].name, need, (long long)MUON_WORK_ELEMS);
+      status = 2;
+      goto done;
+    }
   }
 #endif
   Footprint fp = footprint();
@@ -652,7 +663,7 @@ int main(int argc, char **argv) {
   RtAdamW adam = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = (float)WEIGHT_DECAY};
   long skips = 0, skipped = 0, timed = 0;
   int metrics_bad = 0; /* rank 0 could not write a metrics line */
-  double seconds = 0; /* steps after the first (which includes warm-up effects) */
+  double seconds = 0, opt_seconds = 0; /* steps after the first (which includes warm-up effects); of them, the optimizer step's */
   for (long step = start; step < a.steps; step++) {
     double t0 = rt_now(), aux;
     double loss = run_micro_batches(&c, &data, step, data_seed, &aux);
@@ -687,6 +698,7 @@ int main(int argc, char **argv) {
     adam.lr = lr, adam.step = step + 1;
     float scale = rt_clip_scale(norm, (float)GRAD_CLIP);
     real *opt = OPT_ON_HOST ? HOST(&c) : c.state; /* where the optimizer state is updated */
+    double t_opt = rt_now();
     for (int g = 0; g < N_GROUPS && !skip; g++) {
       const RtGroup *G = &step_groups[g];
       if (OPT_ON_HOST) to_host(&c, G->grad, G->shard);
@@ -695,16 +707,18 @@ int main(int argc, char **argv) {
                                                    step_tensors, N_TENSORS, g, shard_lo(&c, g),
                                                    shard_lo(&c, g) + G->shard, scale, &adam);
 #ifdef MUON_WORK
-      /* Muon: each matrix gathered to its owner, orthogonalized there, the update scattered */
+      /* Muon: experts orthogonalized where they are held, dense matrices at their owners (one
+       * all-to-all there and one back per group) */
       RtMuon muon = {lr, (float)WEIGHT_DECAY, 0.95f};
       int fsdp_group = G->comm == RT_GROUP_FSDP;
       rt_muon_group(fsdp_group ? c.comm.fsdp_comm : c.comm.shard_comm, fsdp_group ? PLAN_FSDP : PLAN_FSDP / PLAN_EP,
                     opt + G->master, (float *)(opt + G->adam_m), opt + G->grad, step_tensors, N_TENSORS, g, G->shard,
-                    scale, &muon, muon_work, muon_counts, muon_counts + PLAN_FSDP);
+                    scale, &muon, muon_work, muon_counts, NULL);
 #endif
       if (OPT_ON_HOST) to_device(&c, G->master, G->shard);
     }
     step_end(&c, !skip);
+    if (step > start) opt_seconds += rt_now() - t_opt; /* the optimizer step: every group's update */
     if (!skip) refresh_params(&c);
     skips = skip ? skips + 1 : 0, skipped += skip;
     double dt = rt_now() - t0, tps = (double)GLOBAL_BATCH * SEQ_LEN / dt;
@@ -779,6 +793,8 @@ int main(int argc, char **argv) {
            "predicted %.0f per GPU of its cluster, MFU %.2f%%: measured / predicted %.3f\n", tps, timed, seconds / timed,
            100 * mfu, PEAK_FLOPS_PER_GPU / 1e12, (double)PREDICTED_TOKENS_PER_S_PER_GPU, 100 * predicted_mfu,
            tps / (double)PREDICTED_TOKENS_PER_S_PER_GPU);
+    printf("optimizer: %.2f ms per step on rank 0 (%s, mean over %ld steps)\n", 1e3 * opt_seconds / timed, OPTIMIZER,
+           timed);
   }
 #ifdef MTC_BACKEND_CUDA
   rt_cuda_sync("the last step");

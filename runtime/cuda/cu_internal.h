@@ -70,7 +70,8 @@ void cu_launch(int k, unsigned grid, unsigned block, void **args);
 void cu_launch3(int k, unsigned gx, unsigned gy, unsigned gz, unsigned block, void **args);
 /* n ints of device offsets array dev (written only by the runtime's uploads: the permutation's
  * offsets, a round's eoff) on the host, in cu.off_host: copied down only when off_host does not
- * hold them already (each copy down is a host synchronization). */
+ * hold them already, whole or as a tail of what it holds (each copy down is a host
+ * synchronization). */
 const int *cu_offsets(const int *dev, size_t n);
 /* off_host now holds n ints uploaded to dev (after the upload). */
 void cu_offsets_uploaded(const int *dev, size_t n);

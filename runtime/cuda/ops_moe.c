@@ -7,6 +7,7 @@
  * all-to-all's counts): the permutation copies the top-k choices to the host, orders them there
  * exactly as the cpu backend does (by expert, then token: deterministic), and copies the rows
  * and offsets back. One synchronization per MoE layer and pass, as in Megatron's dropless MoE. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -68,6 +69,10 @@ void rt_moe_permute(int32_t *pos, int *offsets, const int32_t *idx, int N, int E
 }
 
 const int *cu_offsets(const int *dev, size_t n) {
+  /* a tail of the array held (whole-expert shards: one shard's experts at a time) needs no copy */
+  uintptr_t held = (uintptr_t)cu.off_of, at = (uintptr_t)dev;
+  if (held && at > held && (at - held) % sizeof(int) == 0 && at - held + n * sizeof(int) <= cu.off_bytes)
+    return cu.off_host + (at - held) / sizeof(int);
   if (cu.off_of != dev || cu.off_bytes < n * sizeof(int)) {
     rt_cuda_download(cu.off_host, dev, sizeof(int) * n);
     cu_offsets_uploaded(dev, n);

@@ -97,11 +97,16 @@ static int write_manifest(const char *stepdir, int64_t step, uint64_t seed, cons
   for (int i = 0; i < ng; i++)
     json_array_append_new(groups, json_pack("{s:s, s:i, s:I, s:I}", "name", g[i].name, "comm", g[i].comm, "full",
                                             (json_int_t)g[i].full, "shard", (json_int_t)g[i].shard));
-  for (int i = 0; i < nt; i++)
-    json_array_append_new(tensors, json_pack("{s:s, s:i, s:i, s:I, s:I, s:I, s:I}", "name", t[i].name, "group",
-                                             t[i].group, "experts", t[i].experts, "offset", (json_int_t)t[i].offset,
-                                             "count", (json_int_t)t[i].count, "rows", (json_int_t)t[i].rows, "cols",
-                                             (json_int_t)t[i].cols));
+  for (int i = 0; i < nt; i++) {
+    json_t *tj = json_pack("{s:s, s:i, s:i, s:I, s:I, s:I, s:I}", "name", t[i].name, "group", t[i].group, "experts",
+                           t[i].experts, "offset", (json_int_t)t[i].offset, "count", (json_int_t)t[i].count, "rows",
+                           (json_int_t)t[i].rows, "cols", (json_int_t)t[i].cols);
+    if (t[i].per) { /* the shard layout: whole experts per shard */
+      json_object_set_new(tj, "per", json_integer(t[i].per));
+      json_object_set_new(tj, "block", json_integer((json_int_t)t[i].block));
+    }
+    json_array_append_new(tensors, tj);
+  }
   for (int r = 0; r < c->fsdp; r++) {
     char f[32], h[32];
     snprintf(f, sizeof f, "rank-%05d.bin", r);
@@ -252,11 +257,11 @@ int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *
     int64_t lo = (G->comm == RT_GROUP_FSDP ? c->fsdp_rank : c->shard_rank) * G->shard, hi = lo + G->shard;
     int ne = T->experts ? T->experts : 1;
     for (int kx = 0; !bad && kx < ne; kx++) {
-      int64_t a = T->offset + (int64_t)kx * T->count, b = a + T->count;
+      int64_t a0 = rt_expert_at(T, kx), a = a0, b = a + T->count;
       if (a < lo) a = lo;
       if (b > hi) b = hi;
       if (a >= b) continue;
-      int64_t first = a - (T->offset + (int64_t)kx * T->count), n = b - a, at = a - lo;
+      int64_t first = a - a0, n = b - a, at = a - lo;
       int e = T->experts ? c->ep_rank * T->experts + kx : -1;
       if ((size_t)n > cap) {
         free(buf);

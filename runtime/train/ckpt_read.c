@@ -133,7 +133,12 @@ static int validate(const RtCkpt *k, const char *man, char *err, size_t n) {
              t->count != t->rows * t->cols)
       status = bad(err, n, man, f, "(%s) has count %lld, rows %lld, cols %lld; expected count = rows x cols >= 1",
                    t->name, (long long)t->count, (long long)t->rows, (long long)t->cols);
-    else if (t->offset < 0 || t->offset > g->full || t->count > (g->full - t->offset) / ne)
+    else if (t->per && (t->block != g->shard || t->offset < 0 || t->count > (t->block - t->offset) / t->per ||
+                        (ne + t->per - 1) / t->per > g->full / g->shard))
+      status = bad(err, n, man, f, "(%s) has offset %lld, %d x %lld elements per shard of %lld; expected them inside "
+                   "its group's shards (%lld)", t->name, (long long)t->offset, t->per, (long long)t->count,
+                   (long long)t->block, (long long)g->shard);
+    else if (!t->per && (t->offset < 0 || t->offset > g->full || t->count > (g->full - t->offset) / ne))
       status = bad(err, n, man, f, "(%s) has offset %lld and %lld x %lld elements; expected them inside its group's "
                    "%lld", t->name, (long long)t->offset, (long long)ne, (long long)t->count, (long long)g->full);
   }
@@ -251,7 +256,16 @@ int rt_ckpt_open(RtCkpt *k, const char *path, char *err, size_t errlen) {
       st = bad(err, errlen, man, f, "group is %lld; expected 0 to %d", (long long)g, k->ngroups - 1);
     else if (ex < 0 || ex > MAX_EXPERTS)
       st = bad(err, errlen, man, f, "experts is %lld; expected 0 to 2^20", (long long)ex);
-    else k->tensors[i] = (RtCkptTensor){dupstr(nm), (int)g, (int)ex, off, cnt, r, c};
+    else k->tensors[i] = (RtCkptTensor){dupstr(nm), (int)g, (int)ex, off, cnt, r, c, 0, 0};
+    json_int_t per = 0, block = 0; /* whole-expert shards (absent in flat layouts and older checkpoints) */
+    json_t *tj = json_array_get(tensors, (size_t)i), *pj = json_object_get(tj, "per"), *bj = json_object_get(tj, "block");
+    if (!st && (pj || bj)) {
+      if (!json_is_integer(pj) || !json_is_integer(bj) || (per = json_integer_value(pj)) < 1 || per > ex ||
+          (block = json_integer_value(bj)) < 1 || block > MAX_ELEMS)
+        st = bad(err, errlen, man, f, "%s", "per / block are malformed; expected both: experts per shard 1 to experts, "
+                 "the shard's elements");
+      else k->tensors[i].per = (int)per, k->tensors[i].block = block;
+    }
     if (!st && !k->tensors[i].name) st = bad(err, errlen, man, f, "%s", "out of memory");
   }
   for (int i = 0; !st && i < k->ngroups; i++)
@@ -331,7 +345,9 @@ int rt_ckpt_read(RtCkpt *k, const char *name, int e, int64_t first, int64_t n, i
     return fail(err, errlen, "%s: no tensor %s in this checkpoint; expected a checkpoint of the same model", k->dir, name);
   const RtCkptGroup *G = &k->groups[t->group];
   int j = t->experts ? e / t->experts : 0; /* EP rank that held expert e */
-  int64_t off = t->offset + (t->experts ? (int64_t)(e % t->experts) * t->count : 0) + first;
+  int ke = t->experts ? e % t->experts : 0; /* the expert among its EP rank's */
+  int64_t off = (t->per ? t->offset + (int64_t)(ke / t->per) * t->block + (int64_t)(ke % t->per) * t->count
+                        : t->offset + (int64_t)ke * t->count) + first;
   int64_t section = 0; /* the group's byte offset in every shard file */
   for (int g = 0; g < t->group; g++) section += k->groups[g].shard * (k->real_bytes + 8);
   while (n > 0) {

@@ -64,19 +64,6 @@ void rt_router_bias_update(real *shard, int64_t lo, int64_t n, int64_t off, cons
   }
 }
 
-void rt_muon_group(MPI_Comm comm, int ranks, real *param, float *mom, const real *grad, const RtTensor *t,
-                   int nt, int g, int64_t S, float grad_scale, const RtMuon *h, real *work, int *counts,
-                   int *displs) {
-  for (int i = 0; i < nt; i++) {
-    const RtTensor *T = &t[i];
-    if (T->group != g || !T->muon) continue;
-    int ne = T->experts ? T->experts : 1;
-    for (int k = 0; k < ne; k++)
-      rt_muon_matrix(comm, (T->owner + k) % ranks, param, mom, grad, S, T->offset + (int64_t)k * T->count,
-                     (int)T->rows, (int)T->cols, grad_scale, h, work, counts, displs);
-  }
-}
-
 double rt_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
