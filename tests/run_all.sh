@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test: the suite in a normal build, then the whole suite again under AddressSanitizer
-# and UndefinedBehaviorSanitizer (with clang, also a short libFuzzer run of the spec parser).
+# and UndefinedBehaviorSanitizer (with clang, also short libFuzzer runs of the spec parser and
+# of the checkpoint and import-hf readers).
 set -eu
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
