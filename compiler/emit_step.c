@@ -156,14 +156,6 @@ static void mlp_forward(Em *e, int l) {
     (long long)off(e, g, "mlp.down_proj.weight"), bias_arg(e, g, "mlp.down_proj.weight", "W"), (long long)N, (long long)F, (long long)C);
 }
 
-/* The routed experts' gate_proj as a call argument through macro m (WE or DWE), or "NULL" for
- * GELU experts, which have none (rt_experts_forward's contract in mtrt_ops.h). */
-static const char *gate_w(Em *e, int ge, const char *m) {
-  if (e->gelu_experts) return "NULL";
-  return mem_printf(e->m, "%s(%lld)", m, (long long)off(e, ge, "moe.experts.gate_proj.weight"));
-}
-
-
 /* Whole-expert shards (efsdp > 1): the gathered experts of a layer are efsdp shards one after
  * another, each holding per experts of every routed tensor, so the experts' ops run once per
  * shard on its experts. EXW(o) is the weight (or gradient) at gathered offset o of the shard's
@@ -209,7 +201,7 @@ static void moe_forward(Em *e, int l) {
   P(e, "  rt_moe_gather(R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", xp, ln2, pos, N, K, C);
   long long wu = off(e, ge, "moe.experts.up_proj.weight"), wd = off(e, ge, "moe.experts.down_proj.weight");
   const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG", EXP)), *eu = A(e, l, "EU", EXP),
-             *eh = A(e, l, "EH", EXP), *wg = gate_w(e, ge, "WE");
+             *eh = A(e, l, "EH", EXP), *wg = e->gelu_experts ? "NULL" : exw(e, "WE", off(e, ge, "moe.experts.gate_proj.weight"));
   if (e->ep == 1) {
     P(e, "  %srt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, %lld); "
          "/* experts, hidden, expert width%s */\n",
@@ -314,11 +306,12 @@ static void moe_backward(Em *e, int l, const char *dy) {
     P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DSU), R(%s), W(%lld), %lld, %lld, %lld); /* shared up_proj */\n",
       (long long)o, bias_arg(e, g, "moe.shared_experts.up_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
   }
-  P(e, "  rt_zero(R(DWTS), %lld);\n", N * K);
+  P(e, "  rt_zero_real(R(DWTS), %lld);\n", N * K);
   P(e, "  rt_moe_combine_backward(R(DYP), R(DWTS), R(%s), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", dy, yp, wts,
     pos, N, K, C);
   int ge = e->layer_experts[l];
-  long long wgo = off(e, ge, "moe.experts.gate_proj.weight"), wu = off(e, ge, "moe.experts.up_proj.weight"),
+  long long wgo = e->gelu_experts ? 0 : off(e, ge, "moe.experts.gate_proj.weight"),
+            wu = off(e, ge, "moe.experts.up_proj.weight"),
             wd = off(e, ge, "moe.experts.down_proj.weight");
   const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG", EXP)), *eu = A(e, l, "EU", EXP),
              *eh = A(e, l, "EH", EXP), *wg = e->gelu_experts ? "NULL" : exw(e, "WE", wgo),
@@ -347,7 +340,7 @@ static void moe_backward(Em *e, int l, const char *dy) {
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), %lld); /* all-to-all back */\n  }\n", C);
   }
   P(e, "  rt_moe_gather_backward(R(DLN), R(DXP), I(%s), %lld, %lld, %lld);\n", pos, N, K, C);
-  P(e, "  rt_zero(R(DLOGITS), %lld);\n", N * E);
+  P(e, "  rt_zero_real(R(DLOGITS), %lld);\n", N * E);
   P(e, "  rt_router_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s);\n", lg, idx, wts, N,
     E, K, e->sigmoid ? "true" : "false");
   if (!e->aux_free)

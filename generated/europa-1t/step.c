@@ -2076,7 +2076,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2114,7 +2114,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2152,7 +2152,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2190,7 +2190,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2228,7 +2228,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2266,7 +2266,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2304,7 +2304,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2342,7 +2342,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2380,7 +2380,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2418,7 +2418,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2456,7 +2456,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2494,7 +2494,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2532,7 +2532,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2570,7 +2570,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2608,7 +2608,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2646,7 +2646,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2684,7 +2684,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2722,7 +2722,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2760,7 +2760,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2798,7 +2798,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2836,7 +2836,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2874,7 +2874,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2912,7 +2912,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2950,7 +2950,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2988,7 +2988,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3026,7 +3026,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3064,7 +3064,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3102,7 +3102,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3140,7 +3140,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3178,7 +3178,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3216,7 +3216,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3254,7 +3254,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3292,7 +3292,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3330,7 +3330,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3368,7 +3368,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3406,7 +3406,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3444,7 +3444,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3482,7 +3482,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3520,7 +3520,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3558,7 +3558,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3596,7 +3596,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3634,7 +3634,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3672,7 +3672,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3710,7 +3710,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3748,7 +3748,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3786,7 +3786,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3824,7 +3824,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3862,7 +3862,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3900,7 +3900,7 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3938,7 +3938,7 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3976,7 +3976,7 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4014,7 +4014,7 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4052,7 +4052,7 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4090,7 +4090,7 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4128,7 +4128,7 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4166,7 +4166,7 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4204,7 +4204,7 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4242,7 +4242,7 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4280,7 +4280,7 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4318,7 +4318,7 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4356,7 +4356,7 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4394,7 +4394,7 @@ static void layer61_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4432,7 +4432,7 @@ static void layer62_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4470,7 +4470,7 @@ static void layer63_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4508,7 +4508,7 @@ static void layer64_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4546,7 +4546,7 @@ static void layer65_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4584,7 +4584,7 @@ static void layer66_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4622,7 +4622,7 @@ static void layer67_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4660,7 +4660,7 @@ static void layer68_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4698,7 +4698,7 @@ static void layer69_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4736,7 +4736,7 @@ static void layer70_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4774,7 +4774,7 @@ static void layer71_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4812,7 +4812,7 @@ static void layer72_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4850,7 +4850,7 @@ static void layer73_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4875,7 +4875,7 @@ static void layer73_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -4893,7 +4893,7 @@ static void layer73_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4926,7 +4926,7 @@ static void layer72_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -4944,7 +4944,7 @@ static void layer72_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4977,7 +4977,7 @@ static void layer71_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -4995,7 +4995,7 @@ static void layer71_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5028,7 +5028,7 @@ static void layer70_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5046,7 +5046,7 @@ static void layer70_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5079,7 +5079,7 @@ static void layer69_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5097,7 +5097,7 @@ static void layer69_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5130,7 +5130,7 @@ static void layer68_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5148,7 +5148,7 @@ static void layer68_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5181,7 +5181,7 @@ static void layer67_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5199,7 +5199,7 @@ static void layer67_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5232,7 +5232,7 @@ static void layer66_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5250,7 +5250,7 @@ static void layer66_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5283,7 +5283,7 @@ static void layer65_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5301,7 +5301,7 @@ static void layer65_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5334,7 +5334,7 @@ static void layer64_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5352,7 +5352,7 @@ static void layer64_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5385,7 +5385,7 @@ static void layer63_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5403,7 +5403,7 @@ static void layer63_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5436,7 +5436,7 @@ static void layer62_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5454,7 +5454,7 @@ static void layer62_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5487,7 +5487,7 @@ static void layer61_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5505,7 +5505,7 @@ static void layer61_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5538,7 +5538,7 @@ static void layer60_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5556,7 +5556,7 @@ static void layer60_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5589,7 +5589,7 @@ static void layer59_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5607,7 +5607,7 @@ static void layer59_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5640,7 +5640,7 @@ static void layer58_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5658,7 +5658,7 @@ static void layer58_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5691,7 +5691,7 @@ static void layer57_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5709,7 +5709,7 @@ static void layer57_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5742,7 +5742,7 @@ static void layer56_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5760,7 +5760,7 @@ static void layer56_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5793,7 +5793,7 @@ static void layer55_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5811,7 +5811,7 @@ static void layer55_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5844,7 +5844,7 @@ static void layer54_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5862,7 +5862,7 @@ static void layer54_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5895,7 +5895,7 @@ static void layer53_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5913,7 +5913,7 @@ static void layer53_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5946,7 +5946,7 @@ static void layer52_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -5964,7 +5964,7 @@ static void layer52_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5997,7 +5997,7 @@ static void layer51_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6015,7 +6015,7 @@ static void layer51_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6048,7 +6048,7 @@ static void layer50_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6066,7 +6066,7 @@ static void layer50_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6099,7 +6099,7 @@ static void layer49_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6117,7 +6117,7 @@ static void layer49_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6150,7 +6150,7 @@ static void layer48_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6168,7 +6168,7 @@ static void layer48_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6201,7 +6201,7 @@ static void layer47_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6219,7 +6219,7 @@ static void layer47_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6252,7 +6252,7 @@ static void layer46_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6270,7 +6270,7 @@ static void layer46_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6303,7 +6303,7 @@ static void layer45_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6321,7 +6321,7 @@ static void layer45_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6354,7 +6354,7 @@ static void layer44_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6372,7 +6372,7 @@ static void layer44_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6405,7 +6405,7 @@ static void layer43_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6423,7 +6423,7 @@ static void layer43_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6456,7 +6456,7 @@ static void layer42_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6474,7 +6474,7 @@ static void layer42_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6507,7 +6507,7 @@ static void layer41_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6525,7 +6525,7 @@ static void layer41_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6558,7 +6558,7 @@ static void layer40_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6576,7 +6576,7 @@ static void layer40_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6609,7 +6609,7 @@ static void layer39_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6627,7 +6627,7 @@ static void layer39_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6660,7 +6660,7 @@ static void layer38_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6678,7 +6678,7 @@ static void layer38_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6711,7 +6711,7 @@ static void layer37_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6729,7 +6729,7 @@ static void layer37_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6762,7 +6762,7 @@ static void layer36_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6780,7 +6780,7 @@ static void layer36_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6813,7 +6813,7 @@ static void layer35_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6831,7 +6831,7 @@ static void layer35_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6864,7 +6864,7 @@ static void layer34_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6882,7 +6882,7 @@ static void layer34_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6915,7 +6915,7 @@ static void layer33_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6933,7 +6933,7 @@ static void layer33_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6966,7 +6966,7 @@ static void layer32_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -6984,7 +6984,7 @@ static void layer32_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7017,7 +7017,7 @@ static void layer31_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7035,7 +7035,7 @@ static void layer31_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7068,7 +7068,7 @@ static void layer30_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7086,7 +7086,7 @@ static void layer30_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7119,7 +7119,7 @@ static void layer29_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7137,7 +7137,7 @@ static void layer29_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7170,7 +7170,7 @@ static void layer28_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7188,7 +7188,7 @@ static void layer28_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7221,7 +7221,7 @@ static void layer27_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7239,7 +7239,7 @@ static void layer27_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7272,7 +7272,7 @@ static void layer26_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7290,7 +7290,7 @@ static void layer26_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7323,7 +7323,7 @@ static void layer25_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7341,7 +7341,7 @@ static void layer25_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7374,7 +7374,7 @@ static void layer24_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7392,7 +7392,7 @@ static void layer24_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7425,7 +7425,7 @@ static void layer23_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7443,7 +7443,7 @@ static void layer23_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7476,7 +7476,7 @@ static void layer22_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7494,7 +7494,7 @@ static void layer22_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7527,7 +7527,7 @@ static void layer21_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7545,7 +7545,7 @@ static void layer21_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7578,7 +7578,7 @@ static void layer20_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7596,7 +7596,7 @@ static void layer20_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7629,7 +7629,7 @@ static void layer19_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7647,7 +7647,7 @@ static void layer19_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7680,7 +7680,7 @@ static void layer18_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7698,7 +7698,7 @@ static void layer18_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7731,7 +7731,7 @@ static void layer17_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7749,7 +7749,7 @@ static void layer17_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7782,7 +7782,7 @@ static void layer16_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7800,7 +7800,7 @@ static void layer16_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7833,7 +7833,7 @@ static void layer15_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7851,7 +7851,7 @@ static void layer15_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7884,7 +7884,7 @@ static void layer14_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7902,7 +7902,7 @@ static void layer14_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7935,7 +7935,7 @@ static void layer13_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -7953,7 +7953,7 @@ static void layer13_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -7986,7 +7986,7 @@ static void layer12_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -8004,7 +8004,7 @@ static void layer12_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -8037,7 +8037,7 @@ static void layer11_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -8055,7 +8055,7 @@ static void layer11_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -8088,7 +8088,7 @@ static void layer10_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -8106,7 +8106,7 @@ static void layer10_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -8139,7 +8139,7 @@ static void layer9_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -8157,7 +8157,7 @@ static void layer9_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -8190,7 +8190,7 @@ static void layer8_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -8208,7 +8208,7 @@ static void layer8_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -8241,7 +8241,7 @@ static void layer7_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -8259,7 +8259,7 @@ static void layer7_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -8292,7 +8292,7 @@ static void layer6_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -8310,7 +8310,7 @@ static void layer6_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -8343,7 +8343,7 @@ static void layer5_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -8361,7 +8361,7 @@ static void layer5_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -8394,7 +8394,7 @@ static void layer4_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -8412,7 +8412,7 @@ static void layer4_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -8445,7 +8445,7 @@ static void layer3_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -8463,7 +8463,7 @@ static void layer3_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -8496,7 +8496,7 @@ static void layer2_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -8514,7 +8514,7 @@ static void layer2_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -8547,7 +8547,7 @@ static void layer1_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -8565,7 +8565,7 @@ static void layer1_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -8598,7 +8598,7 @@ static void layer0_backward(RtCtx *c) {
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
   rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
-  rt_zero(R(DWTS), 524288);
+  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
@@ -8616,7 +8616,7 @@ static void layer0_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero(R(DLOGITS), 25165824);
+  rt_zero_real(R(DLOGITS), 25165824);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */

@@ -865,7 +865,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X1), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -890,7 +890,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X2), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -915,7 +915,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X3), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -940,7 +940,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X4), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -965,7 +965,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X5), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -990,7 +990,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X6), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1015,7 +1015,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X7), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1040,7 +1040,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X8), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1065,7 +1065,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X9), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1090,7 +1090,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X10), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1115,7 +1115,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X11), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1140,7 +1140,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X12), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1165,7 +1165,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X13), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1190,7 +1190,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X14), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1215,7 +1215,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X15), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1240,7 +1240,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X16), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1265,7 +1265,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X17), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1290,7 +1290,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X18), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1315,7 +1315,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X19), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1340,7 +1340,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X20), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1365,7 +1365,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X21), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1390,7 +1390,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X22), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1415,7 +1415,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X23), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1440,7 +1440,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X24), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1465,7 +1465,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X25), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1490,7 +1490,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X26), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1515,7 +1515,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X27), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1540,7 +1540,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X28), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1565,7 +1565,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X29), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1590,7 +1590,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X30), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1615,7 +1615,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X31), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1640,7 +1640,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 2, 4096);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
+      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 268435456);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   if (!recompute) rt_add(A(X32), A(WS_RES), A(WS_Y), 268435456); /* residual */
@@ -1651,13 +1651,13 @@ static void layer31_forward(RtCtx *c, bool recompute) {
 static void layer31_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -1683,13 +1683,13 @@ static void layer31_backward(RtCtx *c) {
 static void layer30_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -1715,13 +1715,13 @@ static void layer30_backward(RtCtx *c) {
 static void layer29_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -1747,13 +1747,13 @@ static void layer29_backward(RtCtx *c) {
 static void layer28_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -1779,13 +1779,13 @@ static void layer28_backward(RtCtx *c) {
 static void layer27_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -1811,13 +1811,13 @@ static void layer27_backward(RtCtx *c) {
 static void layer26_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -1843,13 +1843,13 @@ static void layer26_backward(RtCtx *c) {
 static void layer25_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -1875,13 +1875,13 @@ static void layer25_backward(RtCtx *c) {
 static void layer24_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -1907,13 +1907,13 @@ static void layer24_backward(RtCtx *c) {
 static void layer23_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -1939,13 +1939,13 @@ static void layer23_backward(RtCtx *c) {
 static void layer22_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -1971,13 +1971,13 @@ static void layer22_backward(RtCtx *c) {
 static void layer21_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2003,13 +2003,13 @@ static void layer21_backward(RtCtx *c) {
 static void layer20_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2035,13 +2035,13 @@ static void layer20_backward(RtCtx *c) {
 static void layer19_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2067,13 +2067,13 @@ static void layer19_backward(RtCtx *c) {
 static void layer18_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2099,13 +2099,13 @@ static void layer18_backward(RtCtx *c) {
 static void layer17_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2131,13 +2131,13 @@ static void layer17_backward(RtCtx *c) {
 static void layer16_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2163,13 +2163,13 @@ static void layer16_backward(RtCtx *c) {
 static void layer15_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2195,13 +2195,13 @@ static void layer15_backward(RtCtx *c) {
 static void layer14_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2227,13 +2227,13 @@ static void layer14_backward(RtCtx *c) {
 static void layer13_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2259,13 +2259,13 @@ static void layer13_backward(RtCtx *c) {
 static void layer12_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2291,13 +2291,13 @@ static void layer12_backward(RtCtx *c) {
 static void layer11_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2323,13 +2323,13 @@ static void layer11_backward(RtCtx *c) {
 static void layer10_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2355,13 +2355,13 @@ static void layer10_backward(RtCtx *c) {
 static void layer9_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2387,13 +2387,13 @@ static void layer9_backward(RtCtx *c) {
 static void layer8_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2419,13 +2419,13 @@ static void layer8_backward(RtCtx *c) {
 static void layer7_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2451,13 +2451,13 @@ static void layer7_backward(RtCtx *c) {
 static void layer6_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2483,13 +2483,13 @@ static void layer6_backward(RtCtx *c) {
 static void layer5_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2515,13 +2515,13 @@ static void layer5_backward(RtCtx *c) {
 static void layer4_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2547,13 +2547,13 @@ static void layer4_backward(RtCtx *c) {
 static void layer3_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2579,13 +2579,13 @@ static void layer3_backward(RtCtx *c) {
 static void layer2_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2611,13 +2611,13 @@ static void layer2_backward(RtCtx *c) {
 static void layer1_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
@@ -2643,13 +2643,13 @@ static void layer1_backward(RtCtx *c) {
 static void layer0_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
   rt_zero(A(DLN), 268435456);
-  rt_zero(R(DWTS), 131072);
+  rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
   rt_zero(A(DXP), 536870912);
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
-  rt_zero(R(DLOGITS), 524288);
+  rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 65536, 4096, 8); /* router */
