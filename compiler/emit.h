@@ -57,6 +57,7 @@ typedef struct {
   int64_t fsdp, ep, efsdp, dpr, accum, world;
   CheckpointPolicy ac;
   bool aux_free, sigmoid;
+  QkNorm qk_norm; /* model.attention.qk_norm: q and k normalized before RoPE (Qwen3, OLMoE) */
   /* activation offload (full checkpointing with boundaries on host or NVMe): boundary l lives
    * in device slot l % 3 (XSLOT0-2), and boundaries 0..L-3 wait for the backward in the host
    * arena (HX0..): host_elems elements of it */

@@ -214,6 +214,13 @@ void em_layout(Em *e) {
     act(e, l, "RSTD1", SAVE_OTHER, N, "its 1/rms per token");
     act(e, l, "Q", SAVE_ATTN, N * e->Q, "queries (rotated)");
     act(e, l, "K", SAVE_ATTN, N * e->KV, "keys (rotated)");
+    if (e->qk_norm) {
+      bool full = e->qk_norm == QKN_FULL;
+      act(e, l, "QR", SAVE_ATTN, N * e->Q, "queries before qk-norm");
+      act(e, l, "KR", SAVE_ATTN, N * e->KV, "keys before qk-norm");
+      act(e, l, "RSTDQ", SAVE_ATTN, full ? N : N * e->nh, "qk-norm: 1/rms per token (full) or per token and head");
+      act(e, l, "RSTDK", SAVE_ATTN, full ? N : N * e->nkv, "the same for the keys");
+    }
     act(e, l, "V", SAVE_ATTN, N * e->KV, "values");
     act(e, l, "ATT", SAVE_ATTN, N * e->Q, "attention output");
     act(e, l, "LSE", SAVE_ATTN, N * e->nh, "attention log-sum-exp per head and query");
@@ -262,6 +269,10 @@ void em_layout(Em *e) {
   buf(e, "DQ", N * e->Q, "gradient of the queries");
   buf(e, "DK", N * e->KV, "gradient of the keys");
   buf(e, "DV", N * e->KV, "gradient of the values");
+  if (e->qk_norm) {
+    buf(e, "DQR", N * e->Q, "gradient of the queries before qk-norm");
+    buf(e, "DKR", N * e->KV, "gradient of the keys before qk-norm");
+  }
   int64_t F = e->s->model.mlp.present ? e->s->model.mlp.intermediate : 0;
   if (F) {
     buf(e, "DG", N * F, "gradient of the mlp gate");

@@ -34,6 +34,40 @@ static const char *A(Em *e, int l, const char *n, SaveClass c) { return em_act(e
 
 /* ---- one layer ---------------------------------------------------------------------------- */
 
+/* qk-norm's rows and width for heads h (per_head: a row per token and head of head_dim; full:
+ * a row per token of every head's channels). */
+static void qk_rows(const Em *e, int64_t h, long long *rows, long long *width) {
+  bool full = e->qk_norm == QKN_FULL;
+  *rows = full ? e->N : e->N * h, *width = full ? h * e->hd : e->hd;
+}
+
+/* q and k normalized before RoPE: QR, KR (the projections) -> Q, K (Qwen3's q_norm / k_norm over
+ * head_dim, modeling_qwen3.py; OLMoE's over all heads, modeling_olmoe.py). */
+static void qk_norm_forward(Em *e, int l, const char *ind) {
+  int g = e->layer_dense[l];
+  for (int i = 0; i < 2; i++) {
+    long long rows, width;
+    qk_rows(e, i ? e->nkv : e->nh, &rows, &width);
+    P(e, "%srt_qk_norm_forward(R(%s), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* %s_norm */\n", ind,
+      A(e, l, i ? "K" : "Q", ATT), A(e, l, i ? "RSTDK" : "RSTDQ", ATT), A(e, l, i ? "KR" : "QR", ATT),
+      (long long)off(e, g, i ? "attn.k_norm.weight" : "attn.q_norm.weight"), rows, width, i ? "k" : "q");
+  }
+}
+
+/* The backward of qk_norm_forward: DQ, DK (gradients of the normalized q, k) -> DQR, DKR. */
+static void qk_norm_backward(Em *e, int l) {
+  int g = e->layer_dense[l];
+  for (int i = 0; i < 2; i++) {
+    long long rows, width;
+    qk_rows(e, i ? e->nkv : e->nh, &rows, &width);
+    int64_t o = off(e, g, i ? "attn.k_norm.weight" : "attn.q_norm.weight");
+    P(e, "  rt_zero(R(%s), %lld);\n", i ? "DKR" : "DQR", rows * width);
+    P(e, "  rt_qk_norm_backward(R(%s), DW(%lld), R(%s), R(%s), W(%lld), R(%s), %lld, %lld); /* %s_norm */\n",
+      i ? "DKR" : "DQR", (long long)o, i ? "DK" : "DQ", A(e, l, i ? "KR" : "QR", ATT), (long long)o,
+      A(e, l, i ? "RSTDK" : "RSTDQ", ATT), rows, width, i ? "k" : "q");
+  }
+}
+
 static void attention_forward(Em *e, int l) {
   int g = e->layer_dense[l];
   const char *ln1 = A(e, l, "LN1", OTH), *q = A(e, l, "Q", ATT), *k = A(e, l, "K", ATT),
@@ -45,12 +79,14 @@ static void attention_forward(Em *e, int l) {
     P(e, "  if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */\n");
     ind = "    ";
   }
-  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* q_proj */\n", ind, q, ln1,
+  const char *qr = e->qk_norm ? A(e, l, "QR", ATT) : q, *kr = e->qk_norm ? A(e, l, "KR", ATT) : k;
+  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* q_proj */\n", ind, qr, ln1,
     (long long)off(e, g, "attn.q_proj.weight"), (long long)e->N, (long long)e->C, (long long)e->Q);
-  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* k_proj */\n", ind, k, ln1,
+  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* k_proj */\n", ind, kr, ln1,
     (long long)off(e, g, "attn.k_proj.weight"), (long long)e->N, (long long)e->C, (long long)e->KV);
   P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* v_proj */\n", ind, v, ln1,
     (long long)off(e, g, "attn.v_proj.weight"), (long long)e->N, (long long)e->C, (long long)e->KV);
+  if (e->qk_norm) qk_norm_forward(e, l, ind);
   double theta = e->s->model.attention.rope_theta;
   P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g); /* B, T, heads, head_dim, theta */\n", ind, q, (long long)e->B, (long long)e->T,
     (long long)e->nh, (long long)e->hd, theta);
@@ -86,6 +122,12 @@ static void mlp_forward(Em *e, int l) {
     (long long)off(e, g, "mlp.down_proj.weight"), (long long)N, (long long)F, (long long)C);
 }
 
+/* Whether the routing weights are not rt_router_forward's (renormalized top-k, unscaled): then
+ * rt_router_weights recomputes them (model.moe.norm_topk_prob false, routed_scaling_factor). */
+static bool reweight(const Em *e) {
+  return !e->s->model.moe.norm_topk_prob || e->s->model.moe.routed_scaling_factor != 1;
+}
+
 static void moe_forward(Em *e, int l) {
   int g = e->layer_dense[l], ge = e->layer_experts[l];
   long long N = e->N, C = e->C, E = e->E, K = e->K;
@@ -100,6 +142,10 @@ static void moe_forward(Em *e, int l) {
   else
     P(e, "  rt_router_forward(I(%s), R(%s), R(%s), NULL, %lld, %lld, %lld, %s);\n", idx, wts, lg, N, E, K,
       e->sigmoid ? "true" : "false");
+  if (reweight(e))
+    P(e, "  rt_router_weights(R(%s), R(%s), I(%s), %lld, %lld, %lld, %s, %s, %.9g); /* norm_topk_prob, "
+         "routed_scaling_factor */\n", wts, lg, idx, N, E, K, e->sigmoid ? "true" : "false",
+      e->s->model.moe.norm_topk_prob ? "true" : "false", e->s->model.moe.routed_scaling_factor);
   if (e->aux_free)
     P(e, "  if (!recompute) rt_moe_count(R(L%d_LOAD), I(%s), %lld); /* aux_free: tokens per expert */\n", l, idx, N * K);
   else
@@ -234,8 +280,13 @@ static void moe_backward(Em *e, int l, const char *dy) {
   }
   P(e, "  rt_moe_gather_backward(R(DLN), R(DXP), I(%s), %lld, %lld, %lld);\n", pos, N, K, C);
   P(e, "  rt_zero(R(DLOGITS), %lld);\n", N * E);
-  P(e, "  rt_router_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s);\n", lg, idx, wts, N,
-    E, K, e->sigmoid ? "true" : "false");
+  if (reweight(e))
+    P(e, "  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s, %s, %.9g);\n", lg,
+      idx, wts, N, E, K, e->sigmoid ? "true" : "false", e->s->model.moe.norm_topk_prob ? "true" : "false",
+      e->s->model.moe.routed_scaling_factor);
+  else
+    P(e, "  rt_router_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s);\n", lg, idx, wts, N,
+      E, K, e->sigmoid ? "true" : "false");
   if (!e->aux_free)
     P(e, "  rt_aux_loss_backward(R(DLOGITS), R(%s), I(%s), %lld, %lld, %lld, %.9g, c->dloss, R(AUX));\n", lg, idx, N,
       E, K, e->s->model.moe.aux_loss_coef);
@@ -275,14 +326,16 @@ static void layer_backward(Em *e, int l, const char *dy, const char *dx) {
     (long long)e->nh, (long long)e->hd, theta);
   P(e, "  rt_rope_backward(R(DK), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
     (long long)e->nkv, (long long)e->hd, theta);
+  if (e->qk_norm) qk_norm_backward(e, l);
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
   const char *ln1 = A(e, l, "LN1", OTH);
   static const char *const qkv[3] = {"q", "k", "v"};
   for (int i = 0; i < 3; i++) {
     const char *key = i == 0 ? "attn.q_proj.weight" : i == 1 ? "attn.k_proj.weight" : "attn.v_proj.weight";
     o = off(e, g, key);
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(D%c), R(%s), W(%lld), %lld, %lld, %lld); /* %s_proj */\n",
-      (long long)o, "QKV"[i], ln1, (long long)o, N, C, i ? KV : Q, qkv[i]);
+    const char *dproj = i == 2 || !e->qk_norm ? mem_printf(e->m, "D%c", "QKV"[i]) : i ? "DKR" : "DQR";
+    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* %s_proj */\n",
+      (long long)o, dproj, ln1, (long long)o, N, C, i ? KV : Q, qkv[i]);
   }
   o = off(e, g, "input_layernorm.weight");
   P(e, "  rt_rmsnorm_backward(R(%s), DW(%lld), R(DLN), R(X%d), W(%lld), R(%s), %lld, %lld);\n}\n", dx, (long long)o, l,
@@ -596,7 +649,7 @@ static void body(Em *e, const char *spec_base) {
   P(e, "#define DW(o) (c->dwd + (o))                    /* its gradient (GRAD_DENSE0 or 1) */\n");
   P(e, "#define WE(o) (c->we + (o))                     /* a gathered expert parameter */\n");
   P(e, "#define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */\n");
-  P(e, "#define EPS ((real)1e-5)                          /* RMSNorm epsilon */\n");
+  P(e, "#define EPS ((real)%.9g)                        /* RMSNorm epsilon (model.norm_eps) */\n", e->s->model.norm_eps);
   if (e->offload) P(e, "#define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */\n");
   P(e, "\n");
   for (int st = 1; st >= 0; st--) {
@@ -638,7 +691,6 @@ static bool supported(Diag *d, const Spec *s) {
   else if (m->norm != NORM_RMSNORM) key = "model.norm", what = "layernorm";
   else if (m->position != POS_ROPE) key = "model.position", what = "learned positions";
   else if (m->bias) key = "model.bias", what = "biases";
-  else if (m->attention.qk_norm != QKN_NONE) key = "model.attention.qk_norm", what = "qk-norm";
   else if (m->tie_embeddings) key = "model.tie_embeddings", what = "tied embeddings";
   else if (m->moe.present && m->moe.activation != ACT_SWIGLU) key = "model.moe.activation", what = "gelu experts";
   if (!key) return true;
@@ -657,6 +709,7 @@ void em_init(Em *e, Mem *m, const Plan *p) {
   e->C = s->model.hidden, e->V = s->model.vocab, e->L = s->model.layers;
   e->nh = s->model.attention.heads, e->nkv = s->model.attention.kv_heads, e->hd = s->model.attention.head_dim;
   e->Q = e->nh * e->hd, e->KV = e->nkv * e->hd;
+  e->qk_norm = s->model.attention.qk_norm;
   e->fsdp = ch->fsdp, e->ep = ch->ep, e->efsdp = ch->efsdp, e->dpr = ch->dp_replicate, e->accum = ch->accum;
   e->world = p->world, e->ac = ch->ac;
   e->offload = (ch->offload == OFF_HOST || ch->offload == OFF_NVME) && ch->ac == AC_FULL;

@@ -133,8 +133,10 @@ static void attention_gqa(Cx *c, int l) {
     bool full = a->qk_norm == QKN_FULL;
     norm_params(c, o, "attn.q_norm.weight", "attn.q_norm.bias", full ? q : hd);
     norm_params(c, o, "attn.k_norm.weight", "attn.k_norm.bias", full ? kv : hd);
-    save(c, o, "qk", q + kv, DT_BF16, SAVE_OTHER);
-    save(c, o, "rstd", full ? 2 : nh + nkv, DT_FP32, SAVE_OTHER);
+    /* kept with the attention core (selective checkpointing recomputes neither): the
+     * backward of the norm needs its input and 1/rms */
+    save(c, o, "qk", q + kv, DT_BF16, SAVE_ATTN);
+    save(c, o, "rstd", full ? 2 : nh + nkv, DT_FP32, SAVE_ATTN);
   }
   if (ms->position == POS_ROPE) new_op(c, OP_ROPE, "attention.rope", l, q + kv, q + kv);
   core_and_out(c, l, q, kv, kv, hd, hd);

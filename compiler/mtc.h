@@ -211,6 +211,9 @@ typedef struct {
   LoadBalance load_balance;
   double aux_loss_coef;    /* aux_loss: weight of the balancing loss */
   double bias_update_rate; /* aux_free: bias step per optimizer step */
+  bool norm_topk_prob;       /* true: the top-k weights renormalized to sum 1 (Mixtral, Qwen3-MoE);
+                                false: the raw softmax (or sigmoid) scores (Qwen2-MoE) */
+  double routed_scaling_factor; /* routed experts' weights times this (DeepSeek-V3; default 1) */
 } MoeSpec;
 
 typedef struct {
@@ -221,6 +224,7 @@ typedef struct {
   PosKind position;
   int64_t max_position; /* 0 = not given; required by position: learned */
   bool bias;
+  double norm_eps; /* epsilon of every RMSNorm (inside the square root); default 1e-5 */
   AttentionSpec attention;
   MlpSpec mlp;
   MoeSpec moe;

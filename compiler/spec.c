@@ -97,6 +97,8 @@ static const Field moe_fields[] = {
     {"load_balance", F_ENUM, O(MoeSpec, load_balance), "aux_loss", 0, 0, lb_names, NULL, "aux_loss or aux_free (bias adjustment; needs router_bias)"},
     {"aux_loss_coef", F_REAL, O(MoeSpec, aux_loss_coef), "0.01", 0, 0, NULL, NULL, "weight of the load-balancing loss (aux_loss; Switch Transformer's alpha; 0: off)", 0, 1000, false, true},
     {"bias_update_rate", F_REAL, O(MoeSpec, bias_update_rate), "0.001", 0, 0, NULL, NULL, "router-bias step per optimizer step (aux_free; DeepSeek-V3's gamma)", 0, 1, false, true},
+    {"norm_topk_prob", F_BOOL, O(MoeSpec, norm_topk_prob), "true", 0, 0, NULL, NULL, "top-k weights renormalized to sum 1 (Mixtral, Qwen3-MoE); false: the raw softmax or sigmoid scores (Qwen2-MoE)"},
+    {"routed_scaling_factor", F_REAL, O(MoeSpec, routed_scaling_factor), "1", 0, 0, NULL, NULL, "routed experts' weights are multiplied by this (DeepSeek-V3: 2.5)", 0, 1000, true, true},
     END};
 
 static const Section attention_sec = {"model.attention", attention_fields};
@@ -112,6 +114,7 @@ static const Field model_fields[] = {
     {"position", F_ENUM, O(ModelSpec, position), "rope", 0, 0, pos_names, NULL, "rope or learned (absolute position embedding)"},
     {"max_position", F_INT, O(ModelSpec, max_position), "(none)", 1, MAXDIM, NULL, NULL, "longest sequence; required by position: learned"},
     {"bias", F_BOOL, O(ModelSpec, bias), "false", 0, 0, NULL, NULL, "biases on every linear and norm (GPT-3 style)"},
+    {"norm_eps", F_REAL, O(ModelSpec, norm_eps), "1e-5", 0, 0, NULL, NULL, "epsilon of every norm, added to the mean square (Qwen2/3-MoE, DeepSeek-V3: 1e-6)", 0, 0.1, true, true},
     {"attention", F_SECTION, O(ModelSpec, attention), NULL, 0, 0, NULL, &attention_sec, "attention block"},
     {"mlp", F_SECTION, O(ModelSpec, mlp), "(needed by dense layers)", 0, 0, NULL, &mlp_sec, "dense feed-forward"},
     {"moe", F_SECTION, O(ModelSpec, moe), "(none: dense model)", 0, 0, NULL, &moe_sec, "mixture of experts"},

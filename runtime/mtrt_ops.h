@@ -37,6 +37,14 @@ void rt_embedding_backward(real *dwte, const real *dout, const int32_t *tok, int
 void rt_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int N, int C, real eps);
 void rt_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
                          const real *rstd, int N, int C);
+/* qk-norm (Qwen3: per head, modeling_qwen3.py's q_norm/k_norm over head_dim; OLMoE: full, over
+ * all heads' channels of a token): RMSNorm of `rows` rows of `width` values with weight w
+ * (width), before RoPE. per_head: rows = N · heads, width = hd; full: rows = N, width =
+ * heads · hd. x, out (rows, width); rstd (rows). The same arithmetic as rt_rmsnorm_*; its own
+ * entry point because a backend may specialize rt_rmsnorm_* to (N, C) at compile time. */
+void rt_qk_norm_forward(real *out, real *rstd, const real *x, const real *w, int64_t rows, int width, real eps);
+void rt_qk_norm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w, const real *rstd,
+                         int64_t rows, int width);
 
 /* A linear layer, nn.Linear layout: out (N,OC) = x (N,IC) · wᵀ + bias, w (OC,IC), bias (OC) or
  * NULL. */
@@ -77,6 +85,23 @@ void rt_router_forward(int32_t *idx, real *wts, const real *logits, const real *
 /* dlogits (N,E) += the gradient through the weights (selection is not differentiable). */
 void rt_router_backward(real *dlogits, const real *dwts, const real *logits, const int32_t *idx,
                         const real *wts, int N, int E, int K, bool sigmoid);
+/* The routing weights of the selected experts idx (N,K), recomputed from logits (N,E) under the
+ * conventions real models need, overwriting wts (N,K):
+ *   a_j = exp(l_j − m) (softmax) or σ(l_j) (sigmoid);
+ *   norm true:  w_j = scale · a_j / Σ_selected a          (Mixtral, Qwen3-MoE, DeepSeek-V3);
+ *   norm false: w_j = scale · softmax(l)_j over all E      (Qwen2-MoE's norm_topk_prob: false),
+ *               or scale · σ(l_j) for sigmoid (DeepSeek-V2/V3 with norm_topk_prob false).
+ * scale is DeepSeek-V3's routed_scaling_factor (1: none). Sources: Hugging Face
+ * modeling_qwen2_moe.py and modeling_deepseek_v3.py (Qwen2MoeSparseMoeBlock, DeepseekV3TopkRouter).
+ * Called after rt_router_forward (which selects) when norm is false or scale is not 1. */
+void rt_router_weights(real *wts, const real *logits, const int32_t *idx, int N, int E, int K, bool sigmoid,
+                       bool norm, real scale);
+/* dlogits (N,E) += the gradient of rt_router_weights' weights (wts, its output) given dwts (N,K):
+ * norm: a_j dA_j = u_j (s dw_j − Σ_i u_i s dw_i) with u = w / s, times (1 − σ) for sigmoid;
+ * softmax, not norm: dl_e = p_e (s dw_e [e selected] − Σ_j w_j dw_j) for every e;
+ * sigmoid, not norm: dl_j = s dw_j σ_j (1 − σ_j). */
+void rt_router_weights_backward(real *dlogits, const real *dwts, const real *logits, const int32_t *idx,
+                                const real *wts, int N, int E, int K, bool sigmoid, bool norm, real scale);
 /* Switch-Transformer load-balancing loss (Fedus et al. 2021): alpha · E · Σ_e f_e · P_e,
  * f_e = fraction of the N·K assignments to expert e (no gradient), P_e = mean over tokens of
  * softmax(logits)_e. Returns the loss; backward adds its gradient (times dloss) to dlogits. */

@@ -126,6 +126,49 @@ extern "C" __global__ void rmsnorm_backward(act *dx, float *dw, const act *dout,
   }
 }
 
+// qk-norm (Qwen3 per head, OLMoE over all heads): RMSNorm of rows of `width` values (a runtime
+// size: HEAD_DIM, or heads × HEAD_DIM), out = x r w with r = 1/sqrt(mean x² + eps) into rstd.
+// One block of ROW_THREADS threads per row; grid rows (the cpu's rt_qk_norm_forward).
+extern "C" __global__ void qk_norm_forward(act *out, float *rstd, const act *x, const act *w, int width, float eps) {
+  __shared__ float shared[32];
+  size_t row = (size_t)blockIdx.x * width;
+  float ss = 0;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) ss += f32(x[row + i]) * f32(x[row + i]);
+  float r = rsqrtf(block_sum(ss, shared) / width + eps);
+  if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) out[row + i] = to_act(f32(x[row + i]) * r * f32(w[i]));
+}
+
+// dx += r (dy w) − x r³ / width · Σ (dy w x); dw (fp32) += dy x r, over `rows` rows of `width`.
+// One block per QK_BWD_ROWS rows (grid ceil(rows / QK_BWD_ROWS)): the rows' dot products first
+// (in shared memory), then each thread's columns over the block's rows, with one atomic per
+// column and block into dw.
+#define QK_BWD_ROWS 16
+extern "C" __global__ void qk_norm_backward(act *dx, float *dw, const act *dout, const act *x, const act *w,
+                                            const float *rstd, long long rows, int width) {
+  __shared__ float shared[32], dots[QK_BWD_ROWS];
+  long long r0 = (long long)blockIdx.x * QK_BWD_ROWS;
+  int nr = rows - r0 < QK_BWD_ROWS ? (int)(rows - r0) : QK_BWD_ROWS;
+  for (int j = 0; j < nr; j++) {
+    size_t row = (size_t)(r0 + j) * width;
+    float dot = 0;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) dot += f32(dout[row + i]) * f32(w[i]) * f32(x[row + i]);
+    dot = block_sum(dot, shared);
+    if (threadIdx.x == 0) dots[j] = dot;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    float wi = f32(w[i]), dwacc = 0;
+    for (int j = 0; j < nr; j++) {
+      size_t at = (size_t)(r0 + j) * width + i;
+      float r = rstd[r0 + j], dy = f32(dout[at]), xi = f32(x[at]);
+      dwacc += dy * xi * r;
+      dx[at] = to_act(f32(dx[at]) + r * dy * wi - xi * r * r * r / width * dots[j]);
+    }
+    atomicAdd(&dw[i], dwacc);
+  }
+}
+
 // RoPE (Su et al. 2021), half-split pairs (i, i + HEAD_DIM/2), in place on x (TOKENS, heads,
 // HEAD_DIM); sign -1 rotates back (the backward). grid TOKENS, block heads × HEAD_DIM/2.
 extern "C" __global__ void rope(act *x, int heads, float sign) {
@@ -482,6 +525,70 @@ extern "C" __global__ void router_backward(float *dlogits, const float *dwts, co
     if (sigmoid) g *= 1.f - 1.f / (1.f + __expf(-logits[(size_t)n * EXPERTS + e]));
     dlogits[(size_t)n * EXPERTS + e] += g;
   }
+}
+
+// The routing weights of the selected experts under model.moe's conventions, overwriting wts:
+// a_j = exp(l_j − m) or σ(l_j); norm: w_j = scale · a_j / Σ_selected a; not norm: scale · softmax
+// over all EXPERTS (Qwen2-MoE's norm_topk_prob: false) or scale · σ(l_j) (sigmoid). scale is
+// DeepSeek-V3's routed_scaling_factor. One thread per token (the cpu's rt_router_weights).
+extern "C" __global__ void router_weights(float *wts, const float *logits, const int *idx, int sigmoid, int norm,
+                                          float scale) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= TOKENS) return;
+  const float *l = logits + (size_t)n * EXPERTS;
+  const int *ix = idx + (size_t)n * TOP_K;
+  float m = NEG_INF, den = 0, w[TOP_K];
+  if (!sigmoid && !norm)
+    for (int e = 0; e < EXPERTS; e++) m = fmaxf(m, l[e]);
+  else
+#pragma unroll
+    for (int k = 0; k < TOP_K; k++) m = fmaxf(m, l[ix[k]]);
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) w[k] = sigmoid ? 1.f / (1.f + __expf(-l[ix[k]])) : __expf(l[ix[k]] - m);
+  if (norm) {
+#pragma unroll
+    for (int k = 0; k < TOP_K; k++) den += w[k];
+  } else if (!sigmoid) {
+    for (int e = 0; e < EXPERTS; e++) den += __expf(l[e] - m);
+  } else {
+    den = 1;
+  }
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) wts[n * TOP_K + k] = scale * w[k] / den;
+}
+
+// dlogits += the gradient of router_weights' weights wts given dwts (the cpu's
+// rt_router_weights_backward): norm: u_j (s dw_j − Σ w dw) with u = w / s, times (1 − σ) for
+// sigmoid; softmax, not norm: p_e (s dw_e [selected] − Σ w dw) for every e; sigmoid, not norm:
+// s dw_j σ_j (1 − σ_j). One thread per token.
+extern "C" __global__ void router_weights_backward(float *dlogits, const float *dwts, const float *logits,
+                                                   const int *idx, const float *wts, int sigmoid, int norm,
+                                                   float scale) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= TOKENS) return;
+  const float *l = logits + (size_t)n * EXPERTS;
+  float *dl = dlogits + (size_t)n * EXPERTS;
+  const int *ix = idx + (size_t)n * TOP_K;
+  const float *w = wts + (size_t)n * TOP_K, *dw = dwts + (size_t)n * TOP_K;
+  float wdw = 0;
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) wdw += w[k] * dw[k];
+  if (norm || sigmoid) {
+#pragma unroll
+    for (int k = 0; k < TOP_K; k++) {
+      float a = 1.f / (1.f + __expf(-l[ix[k]]));
+      float g = norm ? w[k] / scale * (scale * dw[k] - wdw) : scale * dw[k] * a;
+      if (sigmoid) g *= 1.f - a;
+      dl[ix[k]] += g;
+    }
+    return;
+  }
+  float m = NEG_INF, den = 0;
+  for (int e = 0; e < EXPERTS; e++) m = fmaxf(m, l[e]);
+  for (int e = 0; e < EXPERTS; e++) den += __expf(l[e] - m);
+  for (int e = 0; e < EXPERTS; e++) dl[e] -= __expf(l[e] - m) / den * wdw;
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) dl[ix[k]] += w[k] * dw[k];
 }
 
 // Switch-Transformer balancing loss (Fedus et al. 2021), α·E·Σ f_e P_e: stats (2 × EXPERTS,

@@ -82,6 +82,28 @@ static void test_rmsnorm(void) {
   GRAD_OK(rn_w, dw, RC);
 }
 
+/* ---- qk-norm: per head (rows of head_dim) and full (one row per token) */
+enum { QN = 3, QNH = 2, QNW = 4 };
+static double *qn_x, *qn_w, *qn_R, qn_out[QN * QNH * QNW], qn_rstd[QN * QNH];
+static int64_t qn_rows;
+static int qn_width;
+static double qn_loss(void) {
+  rt_qk_norm_forward(qn_out, qn_rstd, qn_x, qn_w, qn_rows, qn_width, 1e-6);
+  return sum_prod(qn_out, qn_R, QN * QNH * QNW);
+}
+static void test_qk_norm(void) {
+  for (int full = 0; full < 2; full++) {
+    qn_rows = full ? QN : QN * QNH, qn_width = full ? QNH * QNW : QNW;
+    qn_x = arr(QN * QNH * QNW), qn_w = arr(qn_width), qn_R = arr(QN * QNH * QNW);
+    double *dx = zeros(QN * QNH * QNW), *dw = zeros(qn_width);
+    loss_fn = qn_loss;
+    qn_loss();
+    rt_qk_norm_backward(dx, dw, qn_R, qn_x, qn_w, qn_rstd, qn_rows, qn_width);
+    GRAD_OK(qn_x, dx, QN * QNH * QNW);
+    GRAD_OK(qn_w, dw, qn_width);
+  }
+}
+
 /* ---- matmul with bias */
 enum { MN = 3, MI = 5, MO = 4 };
 static double *mm_x, *mm_w, *mm_b, *mm_R, mm_out[MN * MO];
@@ -199,6 +221,34 @@ static void test_router(void) {
   CHECK(fabs(rt_aux_loss_forward(flat, idx, 4, 4, 1, 0.01, ro_scratch) - 0.01) < 1e-15);
 }
 
+/* ---- the routing weights' conventions: norm_topk_prob true/false × softmax/sigmoid, with a
+ * routed_scaling_factor (the selection is rt_router_forward's, fixed) */
+static bool rw_norm;
+static const double rw_scale = 2.5;
+static double rw_loss(void) {
+  rt_router_weights(ro_w, ro_l, ro_idx, RTN, RTE, RTK, ro_sig, rw_norm, rw_scale);
+  return sum_prod(ro_w, ro_R, RTN * RTK);
+}
+static void test_router_weights(void) {
+  for (int c = 0; c < 4; c++) {
+    ro_sig = c & 1, rw_norm = c & 2;
+    rt_router_forward(ro_idx, ro_w, ro_l, NULL, RTN, RTE, RTK, ro_sig);
+    double ref[RTN * RTK];
+    memcpy(ref, ro_w, sizeof ref);
+    double *dl = zeros(RTN * RTE);
+    loss_fn = rw_loss;
+    rw_loss();
+    rt_router_weights_backward(dl, ro_R, ro_l, ro_idx, ro_w, RTN, RTE, RTK, ro_sig, rw_norm, rw_scale);
+    GRAD_OK(ro_l, dl, RTN * RTE);
+    rw_loss();
+    for (int i = 0; i < RTN * RTK; i++) {
+      /* normalized: rt_router_forward's weights times the scale; raw softmax: below them */
+      if (rw_norm) CHECK(fabs(ro_w[i] - rw_scale * ref[i]) < 1e-12);
+      else if (!ro_sig) CHECK(ro_w[i] < rw_scale * ref[i] + 1e-12);
+    }
+  }
+}
+
 /* ---- the MoE path: permute, gather, experts, combine (x, routing weights, expert weights) */
 enum { XN = 4, XC = 5, XE = 3, XK = 2, XF = 4 };
 static double *mx_x, *mx_wts, *mx_wg, *mx_wu, *mx_wd, *mx_R;
@@ -276,11 +326,13 @@ static void test_head(void) {
 
 int main(void) {
   test_rmsnorm();
+  test_qk_norm();
   test_matmul();
   test_rope();
   test_attention();
   test_activations();
   test_router();
+  test_router_weights();
   test_moe();
   test_head();
   while (nallocs) free(allocs[--nallocs]);

@@ -19,7 +19,7 @@
 #define DW(o) (c->dwd + (o))                    /* its gradient (GRAD_DENSE0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
 #define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */
-#define EPS ((real)1e-5)                          /* RMSNorm epsilon */
+#define EPS ((real)1e-05)                        /* RMSNorm epsilon (model.norm_eps) */
 
 /* ---- the state arena map (elements) ---- */
 #define EMBED_MASTER                      0 /*  131334144: embedding: this rank's fp32 master shard */

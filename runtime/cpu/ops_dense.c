@@ -55,6 +55,17 @@ void rt_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, co
   }
 }
 
+void rt_qk_norm_forward(real *out, real *rstd, const real *x, const real *w, int64_t rows, int width, real eps) {
+  for (int64_t r = 0; r < rows; r++) /* row by row: rows × width may pass 2^31 */
+    rt_rmsnorm_forward(out + r * width, rstd + r, x + r * width, w, 1, width, eps);
+}
+
+void rt_qk_norm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w, const real *rstd,
+                         int64_t rows, int width) {
+  for (int64_t r = 0; r < rows; r++)
+    rt_rmsnorm_backward(dx ? dx + r * width : NULL, dw, dout + r * width, x + r * width, w, rstd + r, 1, width);
+}
+
 void rt_matmul_forward(real *out, const real *x, const real *w, const real *bias, int N, int IC, int OC) {
   GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1, x, IC, w, IC, 0, out, OC);
   if (bias)

@@ -62,6 +62,54 @@ void rt_router_backward(real *dlogits, const real *dwts, const real *logits, con
   }
 }
 
+void rt_router_weights(real *wts, const real *logits, const int32_t *idx, int N, int E, int K, bool sig, bool norm,
+                       real scale) {
+  for (int n = 0; n < N; n++) {
+    const real *l = logits + (size_t)n * E;
+    const int32_t *ix = idx + (size_t)n * K;
+    real *w = wts + (size_t)n * K;
+    real m = l[ix[0]], den = 0;
+    if (!sig && !norm) /* the softmax over every expert */
+      for (int e = 1; e < E; e++) m = fmax(m, l[e]);
+    else
+      for (int j = 1; j < K; j++) m = fmax(m, l[ix[j]]);
+    for (int j = 0; j < K; j++) w[j] = sig ? sigmoid(l[ix[j]]) : EXP(l[ix[j]] - m);
+    if (norm) for (int j = 0; j < K; j++) den += w[j];
+    else if (!sig) for (int e = 0; e < E; e++) den += EXP(l[e] - m);
+    else den = 1;
+    for (int j = 0; j < K; j++) w[j] = scale * w[j] / den;
+  }
+}
+
+void rt_router_weights_backward(real *dlogits, const real *dwts, const real *logits, const int32_t *idx,
+                                const real *wts, int N, int E, int K, bool sig, bool norm, real scale) {
+  for (int n = 0; n < N; n++) {
+    const real *l = logits + (size_t)n * E, *w = wts + (size_t)n * K, *dw = dwts + (size_t)n * K;
+    const int32_t *ix = idx + (size_t)n * K;
+    real *dl = dlogits + (size_t)n * E;
+    real wdw = 0; /* Σ_j w_j dw_j = Σ_j u_j (s dw_j) */
+    for (int j = 0; j < K; j++) wdw += w[j] * dw[j];
+    if (norm) {
+      for (int j = 0; j < K; j++) {
+        real g = w[j] / scale * (scale * dw[j] - wdw);
+        if (sig) g *= 1 - sigmoid(l[ix[j]]);
+        dl[ix[j]] += g;
+      }
+    } else if (sig) {
+      for (int j = 0; j < K; j++) {
+        real a = sigmoid(l[ix[j]]);
+        dl[ix[j]] += scale * dw[j] * a * (1 - a);
+      }
+    } else {
+      real m = l[0], den = 0;
+      for (int e = 1; e < E; e++) m = fmax(m, l[e]);
+      for (int e = 0; e < E; e++) den += EXP(l[e] - m);
+      for (int e = 0; e < E; e++) dl[e] -= EXP(l[e] - m) / den * wdw;
+      for (int j = 0; j < K; j++) dl[ix[j]] += w[j] * dw[j]; /* p_e s dw_e = w_j dw_j */
+    }
+  }
+}
+
 static void softmax_row(real *p, const real *l, int E) {
   real m = l[0], s = 0;
   for (int e = 1; e < E; e++) m = fmax(m, l[e]);

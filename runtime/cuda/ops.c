@@ -19,7 +19,8 @@ static const char *const kernel_names[K_COUNT] = {
     "cast_bf16", "sum_bf16_pieces", "sum_squares", "cross_entropy_chunk", "cross_entropy_finish",
     "cross_entropy_backward", "router_topk", "router_backward", "aux_loss_stats", "aux_loss_backward",
     "moe_gather", "moe_combine", "moe_combine_backward", "moe_gather_backward", "flash_attention_forward",
-    "flash_attention_backward_prep", "flash_attention_backward_dq", "flash_attention_backward_dkv"};
+    "flash_attention_backward_prep", "flash_attention_backward_dq", "flash_attention_backward_dkv",
+    "router_weights", "router_weights_backward", "qk_norm_forward", "qk_norm_backward"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;
@@ -231,6 +232,20 @@ void rt_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, co
                          int C) {
   need(dx && dw, "rt_rmsnorm_backward", "dx and dw are required on the cuda backend");
   cu_launch(K_RMSNORM_BACKWARD, cu_blocks(N, CU_RMS_BWD_ROWS), 128, (void *[]){&dx, &dw, &dout, &x, &w, &rstd});
+}
+
+void rt_qk_norm_forward(real *out, real *rstd, const real *x, const real *w, int64_t rows, int width, real eps) {
+  need(rows <= 0x7fffffff, "rt_qk_norm_forward", "more than 2^31 - 1 rows (one block each)");
+  float e = eps;
+  cu_launch(K_QK_NORM_FORWARD, (unsigned)rows, 128, (void *[]){&out, &rstd, &x, &w, &width, &e});
+}
+
+void rt_qk_norm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w, const real *rstd,
+                         int64_t rows, int width) {
+  need(dx && dw, "rt_qk_norm_backward", "dx and dw are required on the cuda backend");
+  long long n = rows;
+  cu_launch(K_QK_NORM_BACKWARD, (unsigned)((rows + CU_QK_BWD_ROWS - 1) / CU_QK_BWD_ROWS), 128,
+            (void *[]){&dx, &dw, &dout, &x, &w, &rstd, &n, &width});
 }
 
 /* Row-major out (N, OC) = x (N, IC) · wᵀ is column-major outᵀ = w · xᵀ, w read transposed. */

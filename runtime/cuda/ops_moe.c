@@ -24,6 +24,23 @@ void rt_router_backward(real *dlogits, const real *dwts, const real *logits, con
   cu_launch(K_ROUTER_BACKWARD, cu_blocks(N, 128), 128, (void *[]){&dlogits, &dwts, &logits, &idx, &wts, &sg});
 }
 
+void rt_router_weights(real *wts, const real *logits, const int32_t *idx, int N, int E, int K, bool sigmoid,
+                       bool norm, real scale) {
+  (void)E, (void)K;
+  int sg = sigmoid, nm = norm;
+  float s = scale;
+  cu_launch(K_ROUTER_WEIGHTS, cu_blocks(N, 128), 128, (void *[]){&wts, &logits, &idx, &sg, &nm, &s});
+}
+
+void rt_router_weights_backward(real *dlogits, const real *dwts, const real *logits, const int32_t *idx,
+                                const real *wts, int N, int E, int K, bool sigmoid, bool norm, real scale) {
+  (void)E, (void)K;
+  int sg = sigmoid, nm = norm;
+  float s = scale;
+  cu_launch(K_ROUTER_WEIGHTS_BACKWARD, cu_blocks(N, 128), 128,
+            (void *[]){&dlogits, &dwts, &logits, &idx, &wts, &sg, &nm, &s});
+}
+
 /* stats (2E: mean softmax P, then assignment fraction f) into scratch, zeroed first */
 static void aux_stats(real *stats, const real *logits, const int32_t *idx, int N, int E) {
   cu_check(cudaMemsetAsync(stats, 0, sizeof(float) * 2 * (size_t)E, cu.stream), "balancing loss");

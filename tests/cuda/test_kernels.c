@@ -184,6 +184,23 @@ static void norm_embed_rope(void) {
   check_dev("rmsnorm_backward dx", ddx, dx, (size_t)N * C, TOL);
   check_dev("rmsnorm_backward dw", ddw, dw, C, TOL);
 
+  /* qk-norm: per head (N·NH rows of HD) and full (N rows of NH·HD), eps 1e-6 */
+  for (int full = 0; full < 2; full++) {
+    size_t n = (size_t)N * NH * HD;
+    int64_t rows = full ? N : (int64_t)N * NH;
+    int width = full ? NH * HD : HD;
+    float *qx = rnd(n, 4), *qw = rnd((size_t)width, 2), *qo = host(n), *qr = host((size_t)rows), *qdy = rnd(n, 1);
+    float *qdx = rnd(n, 1), *qdw = rnd((size_t)width, 1);
+    float *qx_ = devf(qx, n), *qw_ = devf(qw, (size_t)width), *qo_ = devf(NULL, n), *qr_ = devf(NULL, (size_t)rows);
+    float *qdy_ = devf(qdy, n), *qdx_ = devf(qdx, n), *qdw_ = devf(qdw, (size_t)width);
+    ref_qk_norm_forward(qo, qr, qx, qw, rows, width, 1e-6f), rt_qk_norm_forward(qo_, qr_, qx_, qw_, rows, width, 1e-6f);
+    check_dev(full ? "qk_norm_forward full" : "qk_norm_forward per_head", qo_, qo, n, TOL);
+    ref_qk_norm_backward(qdx, qdw, qdy, qx, qw, qr, rows, width);
+    rt_qk_norm_backward(qdx_, qdw_, qdy_, qx_, qw_, qr_, rows, width);
+    check_dev(full ? "qk_norm_backward full dx" : "qk_norm_backward per_head dx", qdx_, qdx, n, TOL);
+    check_dev(full ? "qk_norm_backward full dw" : "qk_norm_backward per_head dw", qdw_, qdw, (size_t)width, TOL);
+  }
+
   size_t nq = (size_t)N * NH * HD, nk = (size_t)N * NKV * HD;
   float *q = rnd(nq, 2), *k = rnd(nk, 2), *dq = devf(q, nq), *dk = devf(k, nk);
   ref_rope_forward(q, B, T, NH, HD, THETA), rt_rope_forward(dq, B, T, NH, HD, THETA);
@@ -241,6 +258,20 @@ static void moe(void) {
     check_dev(sig ? "router_forward sigmoid wts" : "router_forward softmax wts", dwts_, wts, na, TOL);
     ref_router_backward(dl, dwts, logits, idx, wts, N, E, K, sig), rt_router_backward(ddl, ddwts, dlog, didx, dwts_, N, E, K, sig);
     check_dev(sig ? "router_backward sigmoid" : "router_backward softmax", ddl, dl, nl, TOL);
+    /* the weights' conventions on the same choices: norm_topk_prob false, routed_scaling_factor */
+    static const char *const rw_name[2][2] = {{"router_weights softmax raw", "router_weights softmax norm"},
+                                              {"router_weights sigmoid raw", "router_weights sigmoid norm"}};
+    static const char *const rwb_name[2][2] = {{"router_weights_bwd softmax raw", "router_weights_bwd softmax norm"},
+                                               {"router_weights_bwd sigmoid raw", "router_weights_bwd sigmoid norm"}};
+    for (int norm = 0; norm < 2; norm++) {
+      float *rw = host(na), *rdl = rnd(nl, 1), *drw = devf(NULL, na), *drdl = devf(rdl, nl);
+      ref_router_weights(rw, logits, idx, N, E, K, sig, norm, 2.5f);
+      rt_router_weights(drw, dlog, didx, N, E, K, sig, norm, 2.5f);
+      check_dev(rw_name[sig][norm], drw, rw, na, TOL);
+      ref_router_weights_backward(rdl, dwts, logits, idx, rw, N, E, K, sig, norm, 2.5f);
+      rt_router_weights_backward(drdl, ddwts, dlog, didx, drw, N, E, K, sig, norm, 2.5f);
+      check_dev(rwb_name[sig][norm], drdl, rdl, nl, TOL);
+    }
   }
 
   /* alpha 1: the gradient is about 1e-3, as the start values */
