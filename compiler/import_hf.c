@@ -1,7 +1,10 @@
 /* import_hf.c — `mtc import-hf config.json`: a Hugging Face transformers config becomes a
  * spec (its model section from the config; cluster and training sections to edit).
- * Families: llama, mixtral, qwen3_moe (and qwen2_moe), deepseek_v3. Field names are those
- * of transformers' configuration_<family>.py. */
+ * Families: llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3. Field names are
+ * those of transformers' configuration_<family>.py. Every field that changes the math is kept
+ * (rms_norm_eps, norm_topk_prob, routed_scaling_factor, router_aux_loss_coef, qk-norm) or, when
+ * the spec cannot say it yet (rope_scaling, group-limited routing, Qwen2-MoE's gated shared
+ * expert, clip_qkv, sliding windows), refused with an error naming the field. */
 #include <jansson.h>
 #include <stdarg.h>
 #include <string.h>
@@ -57,6 +60,38 @@ static const char *get_str(Hf *h, const char *key) {
   return v && json_is_string(v) ? json_string_value(v) : NULL;
 }
 
+/* An error for a config field whose math mtc cannot represent yet. */
+static bool unsupported(Hf *h, const char *key, const char *what) {
+  return diag_error(h->d, (Loc){h->src, 0, 0}, "\"%s\" %s, which mtc cannot represent yet; expected a config "
+                    "without it (the imported model would train different math)", key, what);
+}
+
+/* Whether field key is present and not null (or false, for a boolean). */
+static bool set_field(Hf *h, const char *key) {
+  json_t *v = json_object_get(h->cfg, key);
+  return v && !json_is_null(v) && !json_is_false(v);
+}
+
+/* The fields every family shares that change the math: rope_scaling, sliding windows. */
+static bool refuse_common(Hf *h) {
+  if (set_field(h, "rope_scaling")) {
+    json_t *t = json_object_get(json_object_get(h->cfg, "rope_scaling"), "rope_type");
+    if (!t) t = json_object_get(json_object_get(h->cfg, "rope_scaling"), "type");
+    return unsupported(h, "rope_scaling", mem_printf(h->m, "is set (rope_type %s)", t && json_is_string(t) ? json_string_value(t) : "unknown"));
+  }
+  if (get_bool(h, "use_sliding_window", false)) return unsupported(h, "use_sliding_window", "is true (sliding-window attention)");
+  if (set_field(h, "clip_qkv")) return unsupported(h, "clip_qkv", "is set (q, k, v clamped)");
+  return true;
+}
+
+/* The MoE fields that change the routing weights and the balancing loss; norm_topk_prob's
+ * default is the family's (transformers' config classes: false for qwen2_moe, qwen3_moe, olmoe). */
+static void moe_conventions(Hf *h, bool norm_default) {
+  if (!get_bool(h, "norm_topk_prob", norm_default)) emit(h, "    norm_topk_prob: false\n");
+  json_t *c = json_object_get(h->cfg, "router_aux_loss_coef");
+  if (c && json_is_number(c)) emit(h, "    aux_loss_coef: %.9g\n", json_number_value(c));
+}
+
 /* The activation: silu/swish (gated) → swiglu; gelu variants → gelu. */
 static bool activation(Hf *h, const char **out) {
   const char *a = get_str(h, "hidden_act");
@@ -65,7 +100,7 @@ static bool activation(Hf *h, const char **out) {
   return diag_error(h->d, (Loc){h->src, 0, 0}, "\"hidden_act\" is '%s'; expected silu or gelu", a);
 }
 
-static bool attention_gqa(Hf *h, int64_t hidden, bool qk_norm) {
+static bool attention_gqa(Hf *h, int64_t hidden, const char *qk_norm) {
   int64_t heads, kv = 0, hd = 0;
   if (!get_int(h, "num_attention_heads", true, &heads)) return false;
   get_int(h, "num_key_value_heads", false, &kv);
@@ -74,7 +109,7 @@ static bool attention_gqa(Hf *h, int64_t hidden, bool qk_norm) {
   if (kv) emit(h, "    kv_heads: %lld\n", (long long)kv);
   if (hd && hd * heads != hidden) emit(h, "    head_dim: %lld\n", (long long)hd);
   emit(h, "    rope_theta: %g\n", get_real(h, "rope_theta", 10000));
-  if (qk_norm) emit(h, "    qk_norm: per_head\n");
+  if (qk_norm) emit(h, "    qk_norm: %s\n", qk_norm);
   return true;
 }
 
@@ -87,13 +122,16 @@ static bool common(Hf *h, int64_t *hidden, int64_t *layers) {
        (long long)vocab);
   if (get_bool(h, "tie_word_embeddings", false)) emit(h, "  tie_embeddings: true\n");
   if (get_bool(h, "attention_bias", false) || get_bool(h, "mlp_bias", false)) emit(h, "  bias: true\n");
-  return true;
+  json_t *eps = json_object_get(h->cfg, "rms_norm_eps");
+  if (eps && json_is_number(eps)) emit(h, "  norm_eps: %.9g\n", json_number_value(eps));
+  return refuse_common(h);
 }
 
-static bool llama(Hf *h) {
+/* Llama, and Qwen3 (dense): Llama's layout with q and k normalized per head (modeling_qwen3.py). */
+static bool llama(Hf *h, bool qwen3) {
   int64_t hidden, layers, inter;
   const char *act = "swiglu";
-  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, false) ||
+  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, qwen3 ? "per_head" : NULL) ||
       !get_int(h, "intermediate_size", true, &inter) || !activation(h, &act))
     return false;
   emit(h, "  mlp:\n    intermediate: %lld\n    activation: %s\n", (long long)inter, act);
@@ -102,12 +140,27 @@ static bool llama(Hf *h) {
 
 static bool mixtral(Hf *h) {
   int64_t hidden, layers, inter, experts, topk;
-  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, false) ||
+  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, NULL) ||
       !get_int(h, "intermediate_size", true, &inter) || !get_int(h, "num_local_experts", true, &experts) ||
       !get_int(h, "num_experts_per_tok", true, &topk))
     return false;
   emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    expert_intermediate: %lld\n", (long long)experts,
        (long long)topk, (long long)inter);
+  moe_conventions(h, true); /* Mixtral renormalizes its top-k softmax: no norm_topk_prob field */
+  return true;
+}
+
+/* OLMoE (modeling_olmoe.py): every layer MoE, q and k normalized over all heads' channels
+ * (q_norm of hidden, k_norm of kv_heads x head_dim), softmax top-k not renormalized by default. */
+static bool olmoe(Hf *h) {
+  int64_t hidden, layers, inter, experts, topk;
+  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, "full") ||
+      !get_int(h, "intermediate_size", true, &inter) || !get_int(h, "num_experts", true, &experts) ||
+      !get_int(h, "num_experts_per_tok", true, &topk))
+    return false;
+  emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    expert_intermediate: %lld\n", (long long)experts,
+       (long long)topk, (long long)inter);
+  moe_conventions(h, false);
   return true;
 }
 
@@ -115,7 +168,7 @@ static bool mixtral(Hf *h) {
  * (a list of arbitrary dense layers has no spec form yet). Qwen3 normalizes q and k per head. */
 static bool qwen_moe(Hf *h, bool qwen3) {
   int64_t hidden, layers, experts, topk, inter, moe_inter, step = 1, shared = 0;
-  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, qwen3) ||
+  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, qwen3 ? "per_head" : NULL) ||
       !get_int(h, "num_experts", true, &experts) || !get_int(h, "num_experts_per_tok", true, &topk) ||
       !get_int(h, "moe_intermediate_size", true, &moe_inter) || !get_int(h, "intermediate_size", true, &inter))
     return false;
@@ -128,8 +181,13 @@ static bool qwen_moe(Hf *h, bool qwen3) {
   if (step > 1) emit(h, "  mlp:\n    intermediate: %lld\n", (long long)inter);
   emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    expert_intermediate: %lld\n", (long long)experts,
        (long long)topk, (long long)moe_inter);
+  if (!qwen3 && get_bool(h, "qkv_bias", true)) /* Qwen2MoeAttention: bias=config.qkv_bias (default true) */
+    return unsupported(h, "qkv_bias", "is true (biases on q_proj, k_proj and v_proj only)");
+  if (shared && !qwen3) /* Qwen2MoeSparseMoeBlock: shared_expert_gate, sigmoid(x . w) x the shared expert */
+    return unsupported(h, "shared_expert_intermediate_size", "gives a shared expert scaled by shared_expert_gate");
   if (shared) emit(h, "    shared_experts: 1\n    shared_intermediate: %lld\n", (long long)shared);
   if (step > 1) emit(h, "    interleave: %lld\n", (long long)step);
+  moe_conventions(h, false);
   return true;
 }
 
@@ -159,6 +217,15 @@ static bool deepseek_v3(Hf *h) {
   const char *score = get_str(h, "scoring_func"), *topk_method = get_str(h, "topk_method");
   if (score && !strcmp(score, "sigmoid")) emit(h, "    router: sigmoid\n");
   if (topk_method && !strcmp(topk_method, "noaux_tc")) emit(h, "    router_bias: true\n    load_balance: aux_free\n");
+  int64_t groups = 1, topk_group = 1;
+  get_int(h, "n_group", false, &groups);
+  get_int(h, "topk_group", false, &topk_group);
+  if (groups > 1 && topk_group < groups)
+    return unsupported(h, "n_group", mem_printf(h->m, "is %lld with topk_group %lld (group-limited routing)",
+                                                (long long)groups, (long long)topk_group));
+  double scale = get_real(h, "routed_scaling_factor", 1);
+  if (scale != 1) emit(h, "    routed_scaling_factor: %.9g\n", scale);
+  moe_conventions(h, true); /* DeepseekV3Config: norm_topk_prob true by default */
   return true;
 }
 
@@ -190,14 +257,16 @@ char *import_hf(Mem *m, Diag *d, const char *path) {
   }
   emit(&h, "name: %s\n", safe);
   bool ok;
-  if (!type) ok = diag_error(d, (Loc){src, 0, 0}, "no \"model_type\"; expected llama, mixtral, qwen2_moe, qwen3_moe or deepseek_v3");
-  else if (!strcmp(type, "llama")) ok = llama(&h);
+  if (!type) ok = diag_error(d, (Loc){src, 0, 0}, "no \"model_type\"; expected llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe or deepseek_v3");
+  else if (!strcmp(type, "llama")) ok = llama(&h, false);
+  else if (!strcmp(type, "qwen3")) ok = llama(&h, true);
+  else if (!strcmp(type, "olmoe")) ok = olmoe(&h);
   else if (!strcmp(type, "mixtral")) ok = mixtral(&h);
   else if (!strcmp(type, "qwen3_moe")) ok = qwen_moe(&h, true);
   else if (!strcmp(type, "qwen2_moe")) ok = qwen_moe(&h, false);
   else if (!strcmp(type, "deepseek_v3")) ok = deepseek_v3(&h);
   else ok = diag_error(d, (Loc){src, 0, 0}, "\"model_type\" is '%s', which mtc cannot import yet; expected "
-                       "llama, mixtral, qwen2_moe, qwen3_moe or deepseek_v3", type);
+                       "llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe or deepseek_v3", type);
   if (ok)
     emit(&h, "cluster:                        # edit: your machines\n  preset: jupiter-booster\n  nodes: 1\n"
              "training:                       # edit: your run\n  seq_len: 4096\n  global_batch: 4\n"
