@@ -50,6 +50,7 @@ static const char *hf_name(Em *e, int l, const char *p, bool expert) {
   else if (strncmp(p, "moe.gate.", 9) == 0) pre = "mlp.gate.", rest = p + 9;
   else if (strncmp(p, "moe.experts.", 12) == 0) pre = "mlp.experts.%d.", rest = p + 12;
   else if (strncmp(p, "moe.shared_experts.", 19) == 0) pre = "mlp.shared_experts.", rest = p + 19;
+  else if (strncmp(p, "moe.shared_expert_gate.", 23) == 0) pre = "mlp.shared_expert_gate.", rest = p + 23;
   (void)expert;
   if (l < 0) return strcmp(p, "lm_head.weight") == 0 ? p : mem_printf(e->m, "model.%s", p);
   return mem_printf(e->m, "model.layers.%d.%s%s", l, pre, rest);
@@ -257,6 +258,10 @@ void em_layout(Em *e) {
       act(e, l, "SG", SAVE_EXPERT, N * e->Fs, "shared experts' gate");
       act(e, l, "SU", SAVE_EXPERT, N * e->Fs, "shared experts' up");
       act(e, l, "SH", SAVE_EXPERT, N * e->Fs, "shared experts' activation");
+      if (e->s->model.moe.shared_expert_gate) {
+        act(e, l, "SO", SAVE_EXPERT, N * C, "shared experts' output before the gate");
+        act(e, l, "SGL", SAVE_EXPERT, N, "shared_expert_gate's logit per token");
+      }
     }
   }
   /* workspace: forward temporaries and backward gradients, reused by every layer */
@@ -297,6 +302,10 @@ void em_layout(Em *e) {
       buf(e, "DSG", N * e->Fs, "shared experts' gate gradient");
       buf(e, "DSU", N * e->Fs, "shared experts' up gradient");
       buf(e, "DSH", N * e->Fs, "shared experts' activation gradient");
+      if (e->s->model.moe.shared_expert_gate) {
+        buf(e, "DSO", N * C, "gradient of the shared experts' output before the gate");
+        buf(e, "DSGL", N, "gradient of the gate's logits");
+      }
     }
     buf(e, "AUX", 3 * e->E, "load-balancing loss scratch");
   }

@@ -34,6 +34,20 @@ static const char *A(Em *e, int l, const char *n, SaveClass c) { return em_act(e
 
 /* ---- one layer ---------------------------------------------------------------------------- */
 
+/* Whether RoPE has Llama 3.1's frequency scaling (model.rope_scaling type llama3). */
+static bool llama3(const Em *e) {
+  return e->s->model.rope_scaling.present && e->s->model.rope_scaling.type == ROPE_SCALING_LLAMA3;
+}
+
+/* rt_rope_llama3_<dir> on buffer x of h heads: RoPE with model.rope_scaling's factors. */
+static void rope_llama3(Em *e, const char *ind, const char *x, int64_t h, const char *dir) {
+  const RopeScalingSpec *r = &e->s->model.rope_scaling;
+  P(e, "%srt_rope_llama3_%s(R(%s), %lld, %lld, %lld, %lld, %.17g, %.17g, %.17g, %.17g, %lld); /* B, T, heads, "
+       "head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */\n",
+    ind, dir, x, (long long)e->B, (long long)e->T, (long long)h, (long long)e->hd, e->s->model.attention.rope_theta,
+    r->factor, r->low_freq_factor, r->high_freq_factor, (long long)r->original_max_position);
+}
+
 /* qk-norm's rows and width for heads h (per_head: a row per token and head of head_dim; full:
  * a row per token of every head's channels). */
 static void qk_rows(const Em *e, int64_t h, long long *rows, long long *width) {
@@ -88,10 +102,15 @@ static void attention_forward(Em *e, int l) {
     (long long)off(e, g, "attn.v_proj.weight"), (long long)e->N, (long long)e->C, (long long)e->KV);
   if (e->qk_norm) qk_norm_forward(e, l, ind);
   double theta = e->s->model.attention.rope_theta;
+  if (llama3(e)) {
+    rope_llama3(e, ind, q, e->nh, "forward");
+    rope_llama3(e, ind, k, e->nkv, "forward");
+  } else {
   P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g); /* B, T, heads, head_dim, theta */\n", ind, q, (long long)e->B, (long long)e->T,
     (long long)e->nh, (long long)e->hd, theta);
   P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g);\n", ind, k, (long long)e->B, (long long)e->T,
     (long long)e->nkv, (long long)e->hd, theta);
+  }
   P(e, "%srt_attention_forward(R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, %lld, %lld); /* B, T, heads, kv_heads, "
        "head_dim */\n", ind, att,
     lse, q, k, v, (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd);
@@ -186,9 +205,19 @@ static void moe_forward(Em *e, int l) {
     P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.up_proj */\n", su,
       ln2, (long long)off(e, g, "moe.shared_experts.up_proj.weight"), N, C, Fs);
     P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", sh, sg, su, N * Fs);
-    P(e, "  rt_matmul_forward(R(WS_Y2), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.down_proj */\n", sh,
+    bool gate = e->s->model.moe.shared_expert_gate;
+    const char *so = gate ? A(e, l, "SO", EXP) : "WS_Y2";
+    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.down_proj */\n", so, sh,
       (long long)off(e, g, "moe.shared_experts.down_proj.weight"), N, Fs, C);
-    P(e, "  rt_accumulate(R(WS_Y), R(WS_Y2), %lld);\n", N * C);
+    if (gate) {
+      const char *sgl = A(e, l, "SGL", EXP);
+      P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, 1); /* shared_expert_gate */\n", sgl, ln2,
+        (long long)off(e, g, "moe.shared_expert_gate.weight"), N, C);
+      P(e, "  rt_sigmoid_gate_forward(R(WS_Y), R(%s), R(%s), %lld, %lld); /* + sigmoid(gate) x shared output */\n", so,
+        sgl, N, C);
+    } else {
+      P(e, "  rt_accumulate(R(WS_Y), R(WS_Y2), %lld);\n", N * C);
+    }
   }
 }
 
@@ -238,10 +267,20 @@ static void moe_backward(Em *e, int l, const char *dy) {
              *xp = e->ep > 1 ? "WS_XP" : A(e, l, "XP", EXP), *yp = A(e, l, "YP", EXP);
   if (e->Fs) {
     long long Fs = e->Fs;
+    const char *dso = dy;
+    if (e->s->model.moe.shared_expert_gate) { /* through the gate: DSO, and the gate's logits into DLN */
+      int64_t og = off(e, g, "moe.shared_expert_gate.weight");
+      P(e, "  rt_zero(R(DSO), %lld);\n  rt_zero(R(DSGL), %lld);\n", N * C, N);
+      P(e, "  rt_sigmoid_gate_backward(R(DSO), R(DSGL), R(%s), R(%s), R(%s), %lld, %lld);\n", dy, A(e, l, "SO", EXP),
+        A(e, l, "SGL", EXP), N, C);
+      P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DSGL), R(%s), W(%lld), %lld, %lld, 1); /* shared_expert_gate */\n",
+        (long long)og, ln2, (long long)og, N, C);
+      dso = "DSO";
+    }
     int64_t o = off(e, g, "moe.shared_experts.down_proj.weight");
     P(e, "  rt_zero(R(DSH), %lld);\n", N * Fs);
     P(e, "  rt_matmul_backward(R(DSH), DW(%lld), NULL, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* shared down_proj */\n",
-      (long long)o, dy, A(e, l, "SH", EXP), (long long)o, N, Fs, C);
+      (long long)o, dso, A(e, l, "SH", EXP), (long long)o, N, Fs, C);
     P(e, "  rt_zero(R(DSG), %lld);\n  rt_zero(R(DSU), %lld);\n", N * Fs, N * Fs);
     P(e, "  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(%s), R(%s), %lld);\n", A(e, l, "SG", EXP), A(e, l, "SU", EXP), N * Fs);
     o = off(e, g, "moe.shared_experts.gate_proj.weight");
@@ -322,10 +361,15 @@ static void layer_backward(Em *e, int l, const char *dy, const char *dx) {
     A(e, l, "Q", ATT), A(e, l, "K", ATT), A(e, l, "V", ATT), A(e, l, "ATT", ATT), A(e, l, "LSE", ATT),
     (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd);
   double theta = e->s->model.attention.rope_theta;
+  if (llama3(e)) {
+    rope_llama3(e, "  ", "DQ", e->nh, "backward");
+    rope_llama3(e, "  ", "DK", e->nkv, "backward");
+  } else {
   P(e, "  rt_rope_backward(R(DQ), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
     (long long)e->nh, (long long)e->hd, theta);
   P(e, "  rt_rope_backward(R(DK), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
     (long long)e->nkv, (long long)e->hd, theta);
+  }
   if (e->qk_norm) qk_norm_backward(e, l);
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
   const char *ln1 = A(e, l, "LN1", OTH);
@@ -692,11 +736,14 @@ static bool supported(Diag *d, const Spec *s) {
   else if (m->position != POS_ROPE) key = "model.position", what = "learned positions";
   else if (m->bias) key = "model.bias", what = "biases";
   else if (m->tie_embeddings) key = "model.tie_embeddings", what = "tied embeddings";
+  else if (m->rope_scaling.present && m->rope_scaling.type == ROPE_SCALING_YARN)
+    key = "model.rope_scaling.type", what = "yarn rope scaling";
   else if (m->moe.present && m->moe.activation != ACT_SWIGLU) key = "model.moe.activation", what = "gelu experts";
   if (!key) return true;
   return diag_error(d, spec_loc(s, key), "the generated training program does not implement %s yet, so no "
-                    "program was written (plan.json, plan.txt and the reports were); expected a model without it "
-                    "(e.g. attention.kind gqa or mha) for a program, or mtc plan for the plan alone", what);
+                    "program was written (plan.json, plan.txt and the reports were); expected a model without it%s "
+                    "for a program, or mtc plan for the plan alone", what,
+                    strcmp(key, "model.attention.kind") == 0 ? " (attention.kind gqa or mha)" : "");
 }
 
 void em_init(Em *e, Mem *m, const Plan *p) {

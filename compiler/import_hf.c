@@ -2,9 +2,10 @@
  * spec (its model section from the config; cluster and training sections to edit).
  * Families: llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3. Field names are
  * those of transformers' configuration_<family>.py. Every field that changes the math is kept
- * (rms_norm_eps, norm_topk_prob, routed_scaling_factor, router_aux_loss_coef, qk-norm) or, when
- * the spec cannot say it yet (rope_scaling, group-limited routing, Qwen2-MoE's gated shared
- * expert, clip_qkv, sliding windows), refused with an error naming the field. */
+ * (rms_norm_eps, norm_topk_prob, routed_scaling_factor, router_aux_loss_coef, qk-norm,
+ * rope_scaling llama3 and yarn, Qwen2-MoE's shared_expert_gate) or, when the spec cannot say it
+ * yet (other rope types, group-limited routing, Qwen2-MoE's q/k/v biases, clip_qkv, sliding
+ * windows), refused with an error naming the field. */
 #include <jansson.h>
 #include <stdarg.h>
 #include <string.h>
@@ -72,15 +73,37 @@ static bool set_field(Hf *h, const char *key) {
   return v && !json_is_null(v) && !json_is_false(v);
 }
 
-/* The fields every family shares that change the math: rope_scaling, sliding windows. */
+/* The fields every family shares whose math the spec cannot say: sliding windows, clip_qkv. */
 static bool refuse_common(Hf *h) {
-  if (set_field(h, "rope_scaling")) {
-    json_t *t = json_object_get(json_object_get(h->cfg, "rope_scaling"), "rope_type");
-    if (!t) t = json_object_get(json_object_get(h->cfg, "rope_scaling"), "type");
-    return unsupported(h, "rope_scaling", mem_printf(h->m, "is set (rope_type %s)", t && json_is_string(t) ? json_string_value(t) : "unknown"));
-  }
   if (get_bool(h, "use_sliding_window", false)) return unsupported(h, "use_sliding_window", "is true (sliding-window attention)");
   if (set_field(h, "clip_qkv")) return unsupported(h, "clip_qkv", "is set (q, k, v clamped)");
+  return true;
+}
+
+/* rope_scaling (transformers' modeling_rope_utils.py): llama3 and yarn become model.rope_scaling
+ * (emitted under model:, before attention:); another rope_type is an error naming it. */
+static bool rope_scaling(Hf *h) {
+  json_t *r = json_object_get(h->cfg, "rope_scaling");
+  if (!r || json_is_null(r)) return true;
+  json_t *t = json_object_get(r, "rope_type");
+  if (!t) t = json_object_get(r, "type");
+  const char *type = t && json_is_string(t) ? json_string_value(t) : "unknown";
+  bool llama3 = !strcmp(type, "llama3"), yarn = !strcmp(type, "yarn");
+  if (!llama3 && !yarn) return unsupported(h, "rope_scaling", mem_printf(h->m, "has rope_type %s", type));
+  json_t *f = json_object_get(r, "factor"), *o = json_object_get(r, "original_max_position_embeddings");
+  if (!f || !json_is_number(f) || !o || !json_is_integer(o))
+    return diag_error(h->d, (Loc){h->src, 0, 0}, "\"rope_scaling\" (%s) lacks a numeric factor or an integer "
+                      "original_max_position_embeddings; expected both", type);
+  emit(h, "  rope_scaling:\n    type: %s\n    factor: %.9g\n    original_max_position: %lld\n", type,
+       json_number_value(f), (long long)json_integer_value(o));
+  static const char *const l3[][2] = {{"low_freq_factor", "low_freq_factor"}, {"high_freq_factor", "high_freq_factor"}};
+  static const char *const yn[][2] = {{"beta_fast", "beta_fast"}, {"beta_slow", "beta_slow"}, {"mscale", "mscale"},
+                                      {"mscale_all_dim", "mscale_all_dim"}};
+  for (int i = 0; i < (llama3 ? 2 : 4); i++) {
+    const char *hf = llama3 ? l3[i][0] : yn[i][0], *key = llama3 ? l3[i][1] : yn[i][1];
+    json_t *v = json_object_get(r, hf);
+    if (v && json_is_number(v)) emit(h, "    %s: %.9g\n", key, json_number_value(v));
+  }
   return true;
 }
 
@@ -124,7 +147,7 @@ static bool common(Hf *h, int64_t *hidden, int64_t *layers) {
   if (get_bool(h, "attention_bias", false) || get_bool(h, "mlp_bias", false)) emit(h, "  bias: true\n");
   json_t *eps = json_object_get(h->cfg, "rms_norm_eps");
   if (eps && json_is_number(eps)) emit(h, "  norm_eps: %.9g\n", json_number_value(eps));
-  return refuse_common(h);
+  return refuse_common(h) && rope_scaling(h);
 }
 
 /* Llama, and Qwen3 (dense): Llama's layout with q and k normalized per head (modeling_qwen3.py). */
@@ -183,9 +206,9 @@ static bool qwen_moe(Hf *h, bool qwen3) {
        (long long)topk, (long long)moe_inter);
   if (!qwen3 && get_bool(h, "qkv_bias", true)) /* Qwen2MoeAttention: bias=config.qkv_bias (default true) */
     return unsupported(h, "qkv_bias", "is true (biases on q_proj, k_proj and v_proj only)");
-  if (shared && !qwen3) /* Qwen2MoeSparseMoeBlock: shared_expert_gate, sigmoid(x . w) x the shared expert */
-    return unsupported(h, "shared_expert_intermediate_size", "gives a shared expert scaled by shared_expert_gate");
   if (shared) emit(h, "    shared_experts: 1\n    shared_intermediate: %lld\n", (long long)shared);
+  if (shared && !qwen3) /* Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) x the shared expert */
+    emit(h, "    shared_expert_gate: true\n");
   if (step > 1) emit(h, "    interleave: %lld\n", (long long)step);
   moe_conventions(h, false);
   return true;

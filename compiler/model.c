@@ -241,6 +241,12 @@ static void moe_block(Cx *c, int l) {
     ffn(c, o, "moe.shared_experts", PK_SHARED, moe->activation, 0,
         mul(c, moe->shared_experts, moe->shared_intermediate), 1, SAVE_EXPERT);
     c->md->layers[l].ffn_width = mul(c, moe->shared_experts, moe->shared_intermediate);
+    if (moe->shared_expert_gate) { /* Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) x the shared
+                                    * expert's output; a gate like the router (AdamW, not in the FLOPs) */
+      param(c, o, "moe.shared_expert_gate.weight", PK_ROUTER, true, 1, H, 0);
+      save(c, o, "shared_out", H, DT_BF16, SAVE_EXPERT);
+      save(c, o, "gate_logit", 1, DT_FP32, SAVE_EXPERT);
+    }
   }
   new_op(c, OP_COMBINE, "moe.combine", l, kH, H);
 }

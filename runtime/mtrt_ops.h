@@ -57,6 +57,14 @@ void rt_matmul_backward(real *dx, real *dw, real *dbias, const real *dout, const
  * rotates the gradient back in place. hd must be even. */
 void rt_rope_forward(real *x, int B, int T, int H, int hd, real theta);
 void rt_rope_backward(real *dx, int B, int T, int H, int hd, real theta);
+/* RoPE with Llama 3.1's frequency scaling (transformers' _compute_llama3_parameters): each
+ * inverse frequency f_i = theta^(-2i/hd), of wavelength λ = 2π / f_i, becomes f_i / factor where
+ * λ > orig / low, stays f_i where λ < orig / high, and between is (1 − s) f_i / factor + s f_i
+ * with s = (orig / λ − low) / (high − low). Angles in double. x as rt_rope_forward's. */
+void rt_rope_llama3_forward(real *x, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+                            real orig);
+void rt_rope_llama3_backward(real *dx, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+                             real orig);
 
 /* Causal grouped-query attention, softmax(q kᵀ / sqrt(hd)) v with query head h reading KV head
  * h / (nh / nkv). q, out (B,T,nh,hd); k, v (B,T,nkv,hd); lse (B,nh,T) the log-sum-exp of
@@ -102,6 +110,11 @@ void rt_router_weights(real *wts, const real *logits, const int32_t *idx, int N,
  * sigmoid, not norm: dl_j = s dw_j σ_j (1 − σ_j). */
 void rt_router_weights_backward(real *dlogits, const real *dwts, const real *logits, const int32_t *idx,
                                 const real *wts, int N, int E, int K, bool sigmoid, bool norm, real scale);
+/* Qwen2-MoE's gated shared expert (modeling_qwen2_moe.py, Qwen2MoeSparseMoeBlock:
+ * sigmoid(shared_expert_gate(x)) * shared_expert(x)): y (N,C) += σ(logit_n) · x (N,C), logit (N).
+ * Backward: dx += σ dy; dlogit += σ (1 − σ) Σ_c dy x. */
+void rt_sigmoid_gate_forward(real *y, const real *x, const real *logit, int N, int C);
+void rt_sigmoid_gate_backward(real *dx, real *dlogit, const real *dy, const real *x, const real *logit, int N, int C);
 /* Switch-Transformer load-balancing loss (Fedus et al. 2021): alpha · E · Σ_e f_e · P_e,
  * f_e = fraction of the N·K assignments to expert e (no gradient), P_e = mean over tokens of
  * softmax(logits)_e. Returns the loss; backward adds its gradient (times dloss) to dlogits. */

@@ -26,6 +26,7 @@ for cfg in tests/hf/*.json; do
   grep -q '"rms_norm_eps": 1e-06' "$cfg" && { grep -q "norm_eps: 1e-06" "$tmp/$name.yaml" || { echo "FAIL $name: rms_norm_eps dropped"; fail=1; }; }
   grep -q '"norm_topk_prob": false' "$cfg" && { grep -q "norm_topk_prob: false" "$tmp/$name.yaml" || { echo "FAIL $name: norm_topk_prob dropped"; fail=1; }; }
   grep -q '"router_aux_loss_coef"' "$cfg" && { grep -q "aux_loss_coef: " "$tmp/$name.yaml" || { echo "FAIL $name: router_aux_loss_coef dropped"; fail=1; }; }
+  grep -q '"rope_type": "llama3"' "$cfg" && { grep -q "type: llama3" "$tmp/$name.yaml" || { echo "FAIL $name: rope_scaling dropped"; fail=1; }; }
   case $name in
   qwen3-*) grep -q "qk_norm: per_head" "$tmp/$name.yaml" || { echo "FAIL $name: no per-head qk-norm"; fail=1; } ;;
   olmoe-*) grep -q "qk_norm: full" "$tmp/$name.yaml" || { echo "FAIL $name: no full qk-norm"; fail=1; } ;;
@@ -41,9 +42,14 @@ expect_err '{"model_type": "llama", "hidden_size": 64}' 'missing "num_hidden_lay
 expect_err '{"model_type": "llama", "hidden_size": "64"}' '"hidden_size" is not an integer'
 expect_err '{"model_type": "llama",' 'bad.json:1:.*error: not JSON'
 expect_err '{"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "num_experts": 4, "num_experts_per_tok": 1, "moe_intermediate_size": 8, "intermediate_size": 8, "mlp_only_layers": [0]}' '"mlp_only_layers" lists dense layers'
-expect_err '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}' '"rope_scaling" is set (rope_type llama3), which mtc cannot represent yet'
+expect_err '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "rope_scaling": {"rope_type": "dynamic", "factor": 8.0}}' '"rope_scaling" has rope_type dynamic, which mtc cannot represent yet'
+expect_err '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}' 'lacks a numeric factor or an integer original_max_position_embeddings'
 expect_err '{"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "use_sliding_window": true}' '"use_sliding_window" is true'
 expect_err '{"model_type": "olmoe", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "clip_qkv": 8.0}' '"clip_qkv" is set'
 expect_err '{"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 8, "intermediate_size": 8, "n_group": 8, "topk_group": 4}' '"n_group" is 8 with topk_group 4 (group-limited routing)'
+# qwen2_moe's shared expert is gated (shared_expert_gate), kept when the config's q/k/v have no biases
+printf '%s' '{"model_type": "qwen2_moe", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8, "intermediate_size": 8, "shared_expert_intermediate_size": 16, "qkv_bias": false}' >"$tmp/q2.json"
+"$mtc" import-hf "$tmp/q2.json" -o "$tmp/q2.yaml" && grep -q "shared_expert_gate: true" "$tmp/q2.yaml" &&
+  grep -q "norm_topk_prob: false" "$tmp/q2.yaml" || { echo "FAIL: qwen2_moe's shared_expert_gate or norm_topk_prob default dropped"; fail=1; }
 [ $fail -eq 0 ] && echo "ok: import-hf reproduces the example specs' counts; bad configs refused"
 exit $fail

@@ -139,6 +139,33 @@ static void test_rope(void) {
   GRAD_OK(rp_x, dx, n);
 }
 
+/* ---- rope with Llama 3.1's scaling (factor 8, low 1, high 4, orig 32: wavelengths below 8
+ * kept, above 32 divided, between blended). hd 4 has two pairs, of wavelengths 2π and 2π·√θ:
+ * θ 10 puts the second (19.9) in the blend, θ 100 (62.8) among the divided */
+static double rl_theta;
+static double rl_loss(void) {
+  memcpy(rp_tmp, rp_x, sizeof rp_tmp);
+  rt_rope_llama3_forward(rp_tmp, QB, QT, QH, QD, rl_theta, 8, 1, 4, 32);
+  return sum_prod(rp_tmp, rp_R, QB * QT * QH * QD);
+}
+static void test_rope_llama3(void) {
+  int n = QB * QT * QH * QD;
+  for (int k = 0; k < 2; k++) {
+    rl_theta = k ? 100 : 10;
+    double *dx = zeros(n);
+    memcpy(dx, rp_R, sizeof(double) * (size_t)n);
+    rt_rope_llama3_backward(dx, QB, QT, QH, QD, rl_theta, 8, 1, 4, 32);
+    loss_fn = rl_loss;
+    GRAD_OK(rp_x, dx, n);
+  }
+  /* factor 1 is plain RoPE */
+  double a[QB * QT * QH * QD], b[QB * QT * QH * QD];
+  memcpy(a, rp_x, sizeof a), memcpy(b, rp_x, sizeof b);
+  rt_rope_forward(a, QB, QT, QH, QD, 10);
+  rt_rope_llama3_forward(b, QB, QT, QH, QD, 10, 1, 1, 4, 32);
+  for (int i = 0; i < n; i++) CHECK(fabs(a[i] - b[i]) < 1e-12);
+}
+
 /* ---- causal GQA attention: 4 query heads over 2 KV heads */
 enum { AB = 2, AT = 4, AH = 4, AKV = 2, AD = 3 };
 static double *at_q, *at_k, *at_v, *at_R, at_out[AB * AT * AH * AD], at_lse[AB * AH * AT];
@@ -249,6 +276,23 @@ static void test_router_weights(void) {
   }
 }
 
+/* ---- Qwen2-MoE's gated shared expert: y += sigmoid(logit) x */
+enum { GN = 3, GC = 5 };
+static double *gt_x, *gt_l, *gt_R, gt_y[GN * GC];
+static double gt_loss(void) {
+  memset(gt_y, 0, sizeof gt_y);
+  rt_sigmoid_gate_forward(gt_y, gt_x, gt_l, GN, GC);
+  return sum_prod(gt_y, gt_R, GN * GC);
+}
+static void test_sigmoid_gate(void) {
+  gt_x = arr(GN * GC), gt_l = arr(GN), gt_R = arr(GN * GC);
+  double *dx = zeros(GN * GC), *dl = zeros(GN);
+  loss_fn = gt_loss;
+  rt_sigmoid_gate_backward(dx, dl, gt_R, gt_x, gt_l, GN, GC);
+  GRAD_OK(gt_x, dx, GN * GC);
+  GRAD_OK(gt_l, dl, GN);
+}
+
 /* ---- the MoE path: permute, gather, experts, combine (x, routing weights, expert weights) */
 enum { XN = 4, XC = 5, XE = 3, XK = 2, XF = 4 };
 static double *mx_x, *mx_wts, *mx_wg, *mx_wu, *mx_wd, *mx_R;
@@ -329,10 +373,12 @@ int main(void) {
   test_qk_norm();
   test_matmul();
   test_rope();
+  test_rope_llama3();
   test_attention();
   test_activations();
   test_router();
   test_router_weights();
+  test_sigmoid_gate();
   test_moe();
   test_head();
   while (nallocs) free(allocs[--nallocs]);

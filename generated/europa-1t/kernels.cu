@@ -203,6 +203,32 @@ extern "C" __global__ void rope(act *x, int heads, float sign) {
   }
 }
 
+// RoPE with Llama 3.1's frequency scaling (model.rope_scaling type llama3; the cpu's
+// rt_rope_llama3_*): inverse frequency f = θ^(−2i/HEAD_DIM) of wavelength λ = 2π/f is kept where
+// λ < orig/high, divided by factor where λ > orig/low, and blended by s = (orig/λ − low)/(high −
+// low) between. Angles in double, as rope's. grid TOKENS, block heads × HEAD_DIM/2.
+extern "C" __global__ void rope_llama3(act *x, int heads, float sign, float factor, float low, float high,
+                                       float orig) {
+  int t = blockIdx.x, pos = t % SEQ_LEN;
+  for (int k = threadIdx.x; k < heads * (HEAD_DIM / 2); k += blockDim.x) {
+    int h = k / (HEAD_DIM / 2), i = k % (HEAD_DIM / 2);
+    double f = exp2(-2.0 * i / HEAD_DIM * log2((double)ROPE_THETA)), wavelen = 2 * 3.14159265358979323846 / f;
+    if (wavelen > (double)orig / low) {
+      f /= factor;
+    } else if (wavelen >= (double)orig / high) {
+      double s = ((double)orig / wavelen - low) / ((double)high - low);
+      f = (1 - s) * f / factor + s * f;
+    }
+    double sd, cd;
+    sincos((double)pos * f, &sd, &cd);
+    float c = (float)cd, s = sign * (float)sd;
+    act *p = x + ((size_t)t * heads + h) * HEAD_DIM;
+    float a = f32(p[i]), b = f32(p[i + HEAD_DIM / 2]);
+    p[i] = to_act(a * c - b * s);
+    p[i + HEAD_DIM / 2] = to_act(a * s + b * c);
+  }
+}
+
 __device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
 
 // SwiGLU (Shazeer 2020): h = silu(g) ⊙ u over n elements (n a multiple of 8).
@@ -605,6 +631,28 @@ extern "C" __global__ void router_weights_backward(float *dlogits, const float *
   for (int e = 0; e < EXPERTS; e++) dl[e] -= __expf(l[e] - m) / den * wdw;
 #pragma unroll
   for (int k = 0; k < TOP_K; k++) dl[ix[k]] += w[k] * dw[k];
+}
+
+// Qwen2-MoE's gated shared expert: y += σ(logit) · x per token row (the cpu's
+// rt_sigmoid_gate_forward). grid TOKENS, block ROW_THREADS.
+extern "C" __global__ void sigmoid_gate_forward(act *y, const act *x, const float *logit) {
+  size_t row = (size_t)blockIdx.x * HIDDEN;
+  float g = 1.f / (1.f + __expf(-logit[blockIdx.x]));
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) y[row + i] = to_act(f32(y[row + i]) + g * f32(x[row + i]));
+}
+
+// Its backward: dx += σ dy; dlogit += σ (1 − σ) Σ dy x. grid TOKENS, block ROW_THREADS.
+extern "C" __global__ void sigmoid_gate_backward(act *dx, float *dlogit, const act *dy, const act *x,
+                                                 const float *logit) {
+  __shared__ float shared[32];
+  size_t row = (size_t)blockIdx.x * HIDDEN;
+  float g = 1.f / (1.f + __expf(-logit[blockIdx.x])), dot = 0;
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
+    dot += f32(dy[row + i]) * f32(x[row + i]);
+    dx[row + i] = to_act(f32(dx[row + i]) + g * f32(dy[row + i]));
+  }
+  dot = block_sum(dot, shared);
+  if (threadIdx.x == 0) dlogit[blockIdx.x] += g * (1.f - g) * dot;
 }
 
 // Switch-Transformer balancing loss (Fedus et al. 2021), α·E·Σ f_e P_e: stats (2 × EXPERTS,

@@ -980,8 +980,8 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L0_Q), R(L0_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L0_K), R(L0_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L0_V), R(L0_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L0_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L0_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L0_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L0_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L0_ATT), R(L0_LSE), R(L0_Q), R(L0_K), R(L0_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L0_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L0_RES), R(X0), R(WS_Y), 33554432); /* residual */
@@ -1001,8 +1001,8 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L1_Q), R(L1_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L1_K), R(L1_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L1_V), R(L1_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L1_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L1_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L1_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L1_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L1_ATT), R(L1_LSE), R(L1_Q), R(L1_K), R(L1_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L1_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L1_RES), R(X1), R(WS_Y), 33554432); /* residual */
@@ -1022,8 +1022,8 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L2_Q), R(L2_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L2_K), R(L2_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L2_V), R(L2_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L2_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L2_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L2_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L2_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L2_ATT), R(L2_LSE), R(L2_Q), R(L2_K), R(L2_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L2_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L2_RES), R(X2), R(WS_Y), 33554432); /* residual */
@@ -1043,8 +1043,8 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L3_Q), R(L3_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L3_K), R(L3_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L3_V), R(L3_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L3_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L3_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L3_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L3_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L3_ATT), R(L3_LSE), R(L3_Q), R(L3_K), R(L3_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L3_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L3_RES), R(X3), R(WS_Y), 33554432); /* residual */
@@ -1064,8 +1064,8 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L4_Q), R(L4_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L4_K), R(L4_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L4_V), R(L4_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L4_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L4_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L4_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L4_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L4_ATT), R(L4_LSE), R(L4_Q), R(L4_K), R(L4_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L4_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L4_RES), R(X4), R(WS_Y), 33554432); /* residual */
@@ -1085,8 +1085,8 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L5_Q), R(L5_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L5_K), R(L5_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L5_V), R(L5_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L5_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L5_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L5_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L5_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L5_ATT), R(L5_LSE), R(L5_Q), R(L5_K), R(L5_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L5_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L5_RES), R(X5), R(WS_Y), 33554432); /* residual */
@@ -1106,8 +1106,8 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L6_Q), R(L6_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L6_K), R(L6_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L6_V), R(L6_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L6_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L6_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L6_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L6_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L6_ATT), R(L6_LSE), R(L6_Q), R(L6_K), R(L6_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L6_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L6_RES), R(X6), R(WS_Y), 33554432); /* residual */
@@ -1127,8 +1127,8 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L7_Q), R(L7_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L7_K), R(L7_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L7_V), R(L7_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L7_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L7_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L7_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L7_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L7_ATT), R(L7_LSE), R(L7_Q), R(L7_K), R(L7_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L7_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L7_RES), R(X7), R(WS_Y), 33554432); /* residual */
@@ -1148,8 +1148,8 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L8_Q), R(L8_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L8_K), R(L8_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L8_V), R(L8_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L8_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L8_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L8_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L8_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L8_ATT), R(L8_LSE), R(L8_Q), R(L8_K), R(L8_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L8_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L8_RES), R(X8), R(WS_Y), 33554432); /* residual */
@@ -1169,8 +1169,8 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L9_Q), R(L9_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L9_K), R(L9_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L9_V), R(L9_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L9_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L9_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L9_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L9_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L9_ATT), R(L9_LSE), R(L9_Q), R(L9_K), R(L9_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L9_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L9_RES), R(X9), R(WS_Y), 33554432); /* residual */
@@ -1190,8 +1190,8 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L10_Q), R(L10_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L10_K), R(L10_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L10_V), R(L10_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L10_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L10_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L10_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L10_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L10_ATT), R(L10_LSE), R(L10_Q), R(L10_K), R(L10_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L10_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L10_RES), R(X10), R(WS_Y), 33554432); /* residual */
@@ -1211,8 +1211,8 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L11_Q), R(L11_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L11_K), R(L11_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L11_V), R(L11_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L11_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L11_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L11_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L11_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L11_ATT), R(L11_LSE), R(L11_Q), R(L11_K), R(L11_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L11_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L11_RES), R(X11), R(WS_Y), 33554432); /* residual */
@@ -1232,8 +1232,8 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L12_Q), R(L12_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L12_K), R(L12_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L12_V), R(L12_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L12_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L12_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L12_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L12_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L12_ATT), R(L12_LSE), R(L12_Q), R(L12_K), R(L12_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L12_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L12_RES), R(X12), R(WS_Y), 33554432); /* residual */
@@ -1253,8 +1253,8 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L13_Q), R(L13_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L13_K), R(L13_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L13_V), R(L13_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L13_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L13_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L13_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L13_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L13_ATT), R(L13_LSE), R(L13_Q), R(L13_K), R(L13_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L13_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L13_RES), R(X13), R(WS_Y), 33554432); /* residual */
@@ -1274,8 +1274,8 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L14_Q), R(L14_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L14_K), R(L14_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L14_V), R(L14_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L14_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L14_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L14_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L14_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L14_ATT), R(L14_LSE), R(L14_Q), R(L14_K), R(L14_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L14_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L14_RES), R(X14), R(WS_Y), 33554432); /* residual */
@@ -1295,8 +1295,8 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L15_Q), R(L15_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L15_K), R(L15_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L15_V), R(L15_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L15_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L15_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L15_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L15_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L15_ATT), R(L15_LSE), R(L15_Q), R(L15_K), R(L15_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L15_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L15_RES), R(X15), R(WS_Y), 33554432); /* residual */
@@ -1316,8 +1316,8 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L16_Q), R(L16_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L16_K), R(L16_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L16_V), R(L16_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L16_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L16_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L16_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L16_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L16_ATT), R(L16_LSE), R(L16_Q), R(L16_K), R(L16_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L16_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L16_RES), R(X16), R(WS_Y), 33554432); /* residual */
@@ -1337,8 +1337,8 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L17_Q), R(L17_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L17_K), R(L17_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L17_V), R(L17_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L17_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L17_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L17_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L17_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L17_ATT), R(L17_LSE), R(L17_Q), R(L17_K), R(L17_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L17_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L17_RES), R(X17), R(WS_Y), 33554432); /* residual */
@@ -1358,8 +1358,8 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L18_Q), R(L18_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L18_K), R(L18_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L18_V), R(L18_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L18_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L18_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L18_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L18_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L18_ATT), R(L18_LSE), R(L18_Q), R(L18_K), R(L18_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L18_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L18_RES), R(X18), R(WS_Y), 33554432); /* residual */
@@ -1379,8 +1379,8 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L19_Q), R(L19_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L19_K), R(L19_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L19_V), R(L19_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L19_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L19_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L19_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L19_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L19_ATT), R(L19_LSE), R(L19_Q), R(L19_K), R(L19_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L19_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L19_RES), R(X19), R(WS_Y), 33554432); /* residual */
@@ -1400,8 +1400,8 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L20_Q), R(L20_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L20_K), R(L20_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L20_V), R(L20_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L20_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L20_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L20_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L20_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L20_ATT), R(L20_LSE), R(L20_Q), R(L20_K), R(L20_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L20_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L20_RES), R(X20), R(WS_Y), 33554432); /* residual */
@@ -1421,8 +1421,8 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L21_Q), R(L21_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L21_K), R(L21_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L21_V), R(L21_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L21_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L21_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L21_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L21_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L21_ATT), R(L21_LSE), R(L21_Q), R(L21_K), R(L21_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L21_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L21_RES), R(X21), R(WS_Y), 33554432); /* residual */
@@ -1442,8 +1442,8 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L22_Q), R(L22_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L22_K), R(L22_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L22_V), R(L22_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L22_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L22_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L22_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L22_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L22_ATT), R(L22_LSE), R(L22_Q), R(L22_K), R(L22_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L22_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L22_RES), R(X22), R(WS_Y), 33554432); /* residual */
@@ -1463,8 +1463,8 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L23_Q), R(L23_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L23_K), R(L23_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L23_V), R(L23_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L23_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L23_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L23_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L23_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L23_ATT), R(L23_LSE), R(L23_Q), R(L23_K), R(L23_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L23_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L23_RES), R(X23), R(WS_Y), 33554432); /* residual */
@@ -1484,8 +1484,8 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L24_Q), R(L24_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L24_K), R(L24_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L24_V), R(L24_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L24_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L24_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L24_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L24_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L24_ATT), R(L24_LSE), R(L24_Q), R(L24_K), R(L24_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L24_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L24_RES), R(X24), R(WS_Y), 33554432); /* residual */
@@ -1505,8 +1505,8 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L25_Q), R(L25_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L25_K), R(L25_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L25_V), R(L25_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L25_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L25_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L25_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L25_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L25_ATT), R(L25_LSE), R(L25_Q), R(L25_K), R(L25_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L25_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L25_RES), R(X25), R(WS_Y), 33554432); /* residual */
@@ -1526,8 +1526,8 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L26_Q), R(L26_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L26_K), R(L26_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L26_V), R(L26_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L26_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L26_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L26_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L26_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L26_ATT), R(L26_LSE), R(L26_Q), R(L26_K), R(L26_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L26_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L26_RES), R(X26), R(WS_Y), 33554432); /* residual */
@@ -1547,8 +1547,8 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L27_Q), R(L27_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L27_K), R(L27_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L27_V), R(L27_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L27_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L27_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L27_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L27_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L27_ATT), R(L27_LSE), R(L27_Q), R(L27_K), R(L27_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L27_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L27_RES), R(X27), R(WS_Y), 33554432); /* residual */
@@ -1568,8 +1568,8 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L28_Q), R(L28_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L28_K), R(L28_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L28_V), R(L28_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L28_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L28_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L28_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L28_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L28_ATT), R(L28_LSE), R(L28_Q), R(L28_K), R(L28_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L28_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L28_RES), R(X28), R(WS_Y), 33554432); /* residual */
@@ -1589,8 +1589,8 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L29_Q), R(L29_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L29_K), R(L29_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L29_V), R(L29_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L29_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L29_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L29_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L29_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L29_ATT), R(L29_LSE), R(L29_Q), R(L29_K), R(L29_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L29_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L29_RES), R(X29), R(WS_Y), 33554432); /* residual */
@@ -1610,8 +1610,8 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L30_Q), R(L30_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L30_K), R(L30_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L30_V), R(L30_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L30_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L30_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L30_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L30_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L30_ATT), R(L30_LSE), R(L30_Q), R(L30_K), R(L30_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L30_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L30_RES), R(X30), R(WS_Y), 33554432); /* residual */
@@ -1631,8 +1631,8 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(R(L31_Q), R(L31_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(R(L31_K), R(L31_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(R(L31_V), R(L31_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(L31_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(L31_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(R(L31_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(R(L31_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(R(L31_ATT), R(L31_LSE), R(L31_Q), R(L31_K), R(L31_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(R(WS_Y), R(L31_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(R(L31_RES), R(X31), R(WS_Y), 33554432); /* residual */
@@ -1664,8 +1664,8 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L31_Q), R(L31_K), R(L31_V), R(L31_ATT), R(L31_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L31_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L31_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1693,8 +1693,8 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L30_Q), R(L30_K), R(L30_V), R(L30_ATT), R(L30_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L30_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L30_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1722,8 +1722,8 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L29_Q), R(L29_K), R(L29_V), R(L29_ATT), R(L29_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L29_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L29_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1751,8 +1751,8 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L28_Q), R(L28_K), R(L28_V), R(L28_ATT), R(L28_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L28_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L28_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1780,8 +1780,8 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L27_Q), R(L27_K), R(L27_V), R(L27_ATT), R(L27_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L27_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L27_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1809,8 +1809,8 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L26_Q), R(L26_K), R(L26_V), R(L26_ATT), R(L26_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L26_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L26_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1838,8 +1838,8 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L25_Q), R(L25_K), R(L25_V), R(L25_ATT), R(L25_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L25_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L25_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1867,8 +1867,8 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L24_Q), R(L24_K), R(L24_V), R(L24_ATT), R(L24_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L24_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L24_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1896,8 +1896,8 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L23_Q), R(L23_K), R(L23_V), R(L23_ATT), R(L23_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L23_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L23_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1925,8 +1925,8 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L22_Q), R(L22_K), R(L22_V), R(L22_ATT), R(L22_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L22_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L22_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1954,8 +1954,8 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L21_Q), R(L21_K), R(L21_V), R(L21_ATT), R(L21_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L21_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L21_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1983,8 +1983,8 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L20_Q), R(L20_K), R(L20_V), R(L20_ATT), R(L20_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L20_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L20_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2012,8 +2012,8 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L19_Q), R(L19_K), R(L19_V), R(L19_ATT), R(L19_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L19_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L19_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2041,8 +2041,8 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L18_Q), R(L18_K), R(L18_V), R(L18_ATT), R(L18_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L18_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L18_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2070,8 +2070,8 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L17_Q), R(L17_K), R(L17_V), R(L17_ATT), R(L17_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L17_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L17_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2099,8 +2099,8 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L16_Q), R(L16_K), R(L16_V), R(L16_ATT), R(L16_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L16_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L16_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2128,8 +2128,8 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L15_Q), R(L15_K), R(L15_V), R(L15_ATT), R(L15_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L15_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L15_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2157,8 +2157,8 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L14_Q), R(L14_K), R(L14_V), R(L14_ATT), R(L14_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L14_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L14_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2186,8 +2186,8 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L13_Q), R(L13_K), R(L13_V), R(L13_ATT), R(L13_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L13_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L13_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2215,8 +2215,8 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L12_Q), R(L12_K), R(L12_V), R(L12_ATT), R(L12_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L12_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L12_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2244,8 +2244,8 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L11_Q), R(L11_K), R(L11_V), R(L11_ATT), R(L11_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L11_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L11_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2273,8 +2273,8 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L10_Q), R(L10_K), R(L10_V), R(L10_ATT), R(L10_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L10_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L10_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2302,8 +2302,8 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L9_Q), R(L9_K), R(L9_V), R(L9_ATT), R(L9_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L9_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L9_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2331,8 +2331,8 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L8_Q), R(L8_K), R(L8_V), R(L8_ATT), R(L8_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L8_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L8_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2360,8 +2360,8 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L7_Q), R(L7_K), R(L7_V), R(L7_ATT), R(L7_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L7_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L7_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2389,8 +2389,8 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L6_Q), R(L6_K), R(L6_V), R(L6_ATT), R(L6_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L6_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L6_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2418,8 +2418,8 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L5_Q), R(L5_K), R(L5_V), R(L5_ATT), R(L5_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L5_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L5_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2447,8 +2447,8 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L4_Q), R(L4_K), R(L4_V), R(L4_ATT), R(L4_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L4_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L4_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2476,8 +2476,8 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L3_Q), R(L3_K), R(L3_V), R(L3_ATT), R(L3_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L3_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L3_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2505,8 +2505,8 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L2_Q), R(L2_K), R(L2_V), R(L2_ATT), R(L2_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L2_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L2_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2534,8 +2534,8 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L1_Q), R(L1_K), R(L1_V), R(L1_ATT), R(L1_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L1_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L1_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2563,8 +2563,8 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(R(DK), 8388608);
   rt_zero(R(DV), 8388608);
   rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L0_Q), R(L0_K), R(L0_V), R(L0_ATT), R(L0_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(R(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(R(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(R(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(R(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(R(DLN), 33554432);
   rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(L0_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(L0_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */

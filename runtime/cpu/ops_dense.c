@@ -102,6 +102,44 @@ static void rope(real *x, int B, int T, int H, int hd, real theta, real sign) {
 void rt_rope_forward(real *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, hd, theta, 1); }
 void rt_rope_backward(real *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, hd, theta, -1); }
 
+/* Llama 3.1's inverse frequency for pair i of hd (see mtrt_ops.h), in double. */
+static double llama3_inv_freq(int i, int hd, double theta, double factor, double low, double high, double orig) {
+  double f = pow(theta, -2.0 * i / hd), wavelen = 6.283185307179586 / f; /* 2π / f */
+  if (wavelen < orig / high) return f;
+  if (wavelen > orig / low) return f / factor;
+  double s = (orig / wavelen - low) / (high - low);
+  return (1 - s) * f / factor + s * f;
+}
+
+static void rope_llama3(real *x, int B, int T, int H, int hd, real theta, real factor, real low, real high, real orig,
+                        double sign) {
+  int half = hd / 2;
+  for (int i = 0; i < half; i++) {
+    double f = llama3_inv_freq(i, hd, theta, factor, low, high, orig);
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < T; t++) {
+        double angle = sign * t * f;
+        real cs = (real)cos(angle), sn = (real)sin(angle);
+        for (int h = 0; h < H; h++) {
+          real *p = x + (((size_t)b * T + t) * H + h) * hd;
+          real a = p[i], c = p[i + half];
+          p[i] = a * cs - c * sn;
+          p[i + half] = a * sn + c * cs;
+        }
+      }
+  }
+}
+
+void rt_rope_llama3_forward(real *x, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+                            real orig) {
+  rope_llama3(x, B, T, H, hd, theta, factor, low, high, orig, 1);
+}
+
+void rt_rope_llama3_backward(real *dx, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+                             real orig) {
+  rope_llama3(dx, B, T, H, hd, theta, factor, low, high, orig, -1);
+}
+
 /* Eight partial sums, so that the compiler can vectorize without reassociating on its own. */
 static real dot(const real *a, const real *b, int n) {
   real p[8] = {0};

@@ -110,6 +110,24 @@ void rt_router_weights_backward(real *dlogits, const real *dwts, const real *log
   }
 }
 
+void rt_sigmoid_gate_forward(real *y, const real *x, const real *logit, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    real g = sigmoid(logit[n]);
+    for (int c = 0; c < C; c++) y[(size_t)n * C + c] += g * x[(size_t)n * C + c];
+  }
+}
+
+void rt_sigmoid_gate_backward(real *dx, real *dlogit, const real *dy, const real *x, const real *logit, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    real g = sigmoid(logit[n]), dot = 0;
+    for (int c = 0; c < C; c++) {
+      dot += dy[(size_t)n * C + c] * x[(size_t)n * C + c];
+      dx[(size_t)n * C + c] += g * dy[(size_t)n * C + c];
+    }
+    dlogit[n] += g * (1 - g) * dot;
+  }
+}
+
 static void softmax_row(real *p, const real *l, int E) {
   real m = l[0], s = 0;
   for (int e = 1; e < E; e++) m = fmax(m, l[e]);

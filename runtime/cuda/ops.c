@@ -20,7 +20,8 @@ static const char *const kernel_names[K_COUNT] = {
     "cross_entropy_backward", "router_topk", "router_backward", "aux_loss_stats", "aux_loss_backward",
     "moe_gather", "moe_combine", "moe_combine_backward", "moe_gather_backward", "flash_attention_forward",
     "flash_attention_backward_prep", "flash_attention_backward_dq", "flash_attention_backward_dkv",
-    "router_weights", "router_weights_backward", "qk_norm_forward", "qk_norm_backward"};
+    "router_weights", "router_weights_backward", "qk_norm_forward", "qk_norm_backward", "rope_llama3",
+    "sigmoid_gate_forward", "sigmoid_gate_backward"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;
@@ -266,6 +267,21 @@ static void rope(real *x, int B, int T, int H, float sign) {
 }
 void rt_rope_forward(real *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, 1.f); }
 void rt_rope_backward(real *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, -1.f); }
+
+/* RoPE with Llama 3.1's scaling: kernels.cu's rope_llama3 (θ and head_dim are the plan's). */
+static void rope_llama3(real *x, int B, int T, int H, float sign, float factor, float low, float high, float orig) {
+  cu_launch(K_ROPE_LLAMA3, (unsigned)(B * T), 128, (void *[]){&x, &H, &sign, &factor, &low, &high, &orig});
+}
+void rt_rope_llama3_forward(real *x, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+                            real orig) {
+  (void)hd, (void)theta;
+  rope_llama3(x, B, T, H, 1.f, factor, low, high, orig);
+}
+void rt_rope_llama3_backward(real *dx, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+                             real orig) {
+  (void)hd, (void)theta;
+  rope_llama3(dx, B, T, H, -1.f, factor, low, high, orig);
+}
 
 /* Attention: the tiled tensor-core kernels of kernels.cu (FlashAttention-2's structure: 64
  * queries or keys per block of 4 warps, wmma bf16 with fp32 accumulation) where the plan's

@@ -41,6 +41,17 @@ void rt_router_weights_backward(real *dlogits, const real *dwts, const real *log
             (void *[]){&dlogits, &dwts, &logits, &idx, &wts, &sg, &nm, &s});
 }
 
+/* The gated shared expert (kernels.cu's sigmoid_gate_*: rows of the plan's HIDDEN). */
+void rt_sigmoid_gate_forward(real *y, const real *x, const real *logit, int N, int C) {
+  (void)C;
+  cu_launch(K_SIGMOID_GATE_FORWARD, (unsigned)N, 128, (void *[]){&y, &x, &logit});
+}
+
+void rt_sigmoid_gate_backward(real *dx, real *dlogit, const real *dy, const real *x, const real *logit, int N, int C) {
+  (void)C;
+  cu_launch(K_SIGMOID_GATE_BACKWARD, (unsigned)N, 128, (void *[]){&dx, &dlogit, &dy, &x, &logit});
+}
+
 /* stats (2E: mean softmax P, then assignment fraction f) into scratch, zeroed first */
 static void aux_stats(real *stats, const real *logits, const int32_t *idx, int N, int E) {
   cu_check(cudaMemsetAsync(stats, 0, sizeof(float) * 2 * (size_t)E, cu.stream), "balancing loss");

@@ -207,6 +207,12 @@ static void norm_embed_rope(void) {
   check_dev("rope_forward", dq, q, nq, TOL);
   ref_rope_backward(k, B, T, NKV, HD, THETA), rt_rope_backward(dk, B, T, NKV, HD, THETA);
   check_dev("rope_backward", dk, k, nk, TOL);
+  /* Llama 3.1's scaling with original_max_position 64 over T 128: the pairs' wavelengths fall
+   * below 16 (kept), between 16 and 64 (blended) and above 64 (divided by 8) */
+  ref_rope_llama3_forward(q, B, T, NH, HD, THETA, 8, 1, 4, 64), rt_rope_llama3_forward(dq, B, T, NH, HD, THETA, 8, 1, 4, 64);
+  check_dev("rope_llama3_forward", dq, q, nq, TOL);
+  ref_rope_llama3_backward(k, B, T, NKV, HD, THETA, 8, 1, 4, 64), rt_rope_llama3_backward(dk, B, T, NKV, HD, THETA, 8, 1, 4, 64);
+  check_dev("rope_llama3_backward", dk, k, nk, TOL);
 }
 
 /* A linear layer (cuBLAS GEMMs): out (N, OC) = x wᵀ; dx and dw added to. */
@@ -272,6 +278,18 @@ static void moe(void) {
       rt_router_weights_backward(drdl, ddwts, dlog, didx, drw, N, E, K, sig, norm, 2.5f);
       check_dev(rwb_name[sig][norm], drdl, rdl, nl, TOL);
     }
+  }
+
+  /* Qwen2-MoE's gated shared expert: rows of C, one logit per token */
+  {
+    float *gx = rnd(nx, 2), *gl = rnd(N, 3), *gy = rnd(nx, 1), *gdy = rnd(nx, 1), *gdx = rnd(nx, 1), *gdl = rnd(N, 1);
+    float *gx_ = devf(gx, nx), *gl_ = devf(gl, N), *gy_ = devf(gy, nx), *gdy_ = devf(gdy, nx), *gdx_ = devf(gdx, nx);
+    float *gdl_ = devf(gdl, N);
+    ref_sigmoid_gate_forward(gy, gx, gl, N, C), rt_sigmoid_gate_forward(gy_, gx_, gl_, N, C);
+    check_dev("sigmoid_gate_forward", gy_, gy, nx, TOL);
+    ref_sigmoid_gate_backward(gdx, gdl, gdy, gx, gl, N, C), rt_sigmoid_gate_backward(gdx_, gdl_, gdy_, gx_, gl_, N, C);
+    check_dev("sigmoid_gate_backward dx", gdx_, gdx, nx, TOL);
+    check_dev("sigmoid_gate_backward dlogit", gdl_, gdl, N, TOL);
   }
 
   /* alpha 1: the gradient is about 1e-3, as the start values */
