@@ -166,6 +166,17 @@ static bool check_model(Diag *d, Spec *s) {
     if (moe->load_balance == LB_AUX_FREE && !moe->router_bias)
       FAIL("model.moe.load_balance", "aux_free load balancing adjusts a per-expert router bias; "
            "expected moe.router_bias: true");
+    if (moe->experts % moe->n_group != 0)
+      FAIL("model.moe.n_group", "n_group %lld does not divide the %lld experts; expected a divisor (groups of "
+           "equal size)", (long long)moe->n_group, (long long)moe->experts);
+    if (!given(s, "model.moe.topk_group")) moe->topk_group = moe->n_group;
+    if (moe->topk_group > moe->n_group)
+      FAIL("model.moe.topk_group", "topk_group %lld is more than n_group %lld; expected at most n_group",
+           (long long)moe->topk_group, (long long)moe->n_group);
+    if (moe->top_k > moe->topk_group * (moe->experts / moe->n_group))
+      FAIL("model.moe.topk_group", "top_k %lld is more than the %lld experts of topk_group %lld groups; expected "
+           "more groups", (long long)moe->top_k, (long long)(moe->topk_group * (moe->experts / moe->n_group)),
+           (long long)moe->topk_group);
     if (!moe->shared_experts && moe->shared_expert_gate)
       FAIL("model.moe.shared_expert_gate", "shared_expert_gate scales the shared experts' output, but there are "
            "none; expected moe.shared_experts >= 1 or the key removed");

@@ -736,6 +736,8 @@ static bool supported(Diag *d, const Spec *s) {
   else if (m->position != POS_ROPE) key = "model.position", what = "learned positions";
   else if (m->bias) key = "model.bias", what = "biases";
   else if (m->tie_embeddings) key = "model.tie_embeddings", what = "tied embeddings";
+  else if (m->moe.present && m->moe.topk_group < m->moe.n_group)
+    key = "model.moe.topk_group", what = "group-limited routing";
   else if (m->rope_scaling.present && m->rope_scaling.type == ROPE_SCALING_YARN)
     key = "model.rope_scaling.type", what = "yarn rope scaling";
   else if (m->moe.present && m->moe.activation != ACT_SWIGLU) key = "model.moe.activation", what = "gelu experts";

@@ -3,8 +3,8 @@
  * Families: llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3. Field names are
  * those of transformers' configuration_<family>.py. Every field that changes the math is kept
  * (rms_norm_eps, norm_topk_prob, routed_scaling_factor, router_aux_loss_coef, qk-norm,
- * rope_scaling llama3 and yarn, Qwen2-MoE's shared_expert_gate) or, when the spec cannot say it
- * yet (other rope types, group-limited routing, Qwen2-MoE's q/k/v biases, clip_qkv, sliding
+ * rope_scaling llama3 and yarn, Qwen2-MoE's shared_expert_gate, n_group/topk_group) or, when the
+ * spec cannot say it yet (other rope types, Qwen2-MoE's q/k/v biases, clip_qkv, sliding
  * windows), refused with an error naming the field. */
 #include <jansson.h>
 #include <stdarg.h>
@@ -243,9 +243,7 @@ static bool deepseek_v3(Hf *h) {
   int64_t groups = 1, topk_group = 1;
   get_int(h, "n_group", false, &groups);
   get_int(h, "topk_group", false, &topk_group);
-  if (groups > 1 && topk_group < groups)
-    return unsupported(h, "n_group", mem_printf(h->m, "is %lld with topk_group %lld (group-limited routing)",
-                                                (long long)groups, (long long)topk_group));
+  if (groups > 1) emit(h, "    n_group: %lld\n    topk_group: %lld\n", (long long)groups, (long long)topk_group);
   double scale = get_real(h, "routed_scaling_factor", 1);
   if (scale != 1) emit(h, "    routed_scaling_factor: %.9g\n", scale);
   moe_conventions(h, true); /* DeepseekV3Config: norm_topk_prob true by default */

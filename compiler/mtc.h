@@ -216,6 +216,8 @@ typedef struct {
                                 false: the raw softmax (or sigmoid) scores (Qwen2-MoE) */
   double routed_scaling_factor; /* routed experts' weights times this (DeepSeek-V3; default 1) */
   bool shared_expert_gate;      /* shared experts' output times sigmoid(x . w), w (hidden) (Qwen2-MoE) */
+  int64_t n_group, topk_group;  /* group-limited routing: experts in n_group groups, top_k chosen from the
+                                   topk_group best groups (DeepSeek-V3); 1 and n_group: none */
 } MoeSpec;
 
 /* model.rope_scaling: RoPE's frequencies for contexts past the pre-training length.

@@ -46,7 +46,11 @@ expect_err '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "
 expect_err '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}' 'lacks a numeric factor or an integer original_max_position_embeddings'
 expect_err '{"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "use_sliding_window": true}' '"use_sliding_window" is true'
 expect_err '{"model_type": "olmoe", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "clip_qkv": 8.0}' '"clip_qkv" is set'
-expect_err '{"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 8, "intermediate_size": 8, "n_group": 8, "topk_group": 4}' '"n_group" is 8 with topk_group 4 (group-limited routing)'
+# deepseek_v3's group-limited routing, routed_scaling_factor and yarn RoPE scaling are kept
+printf '%s' '{"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 8, "intermediate_size": 8, "n_group": 4, "topk_group": 2, "routed_scaling_factor": 2.5, "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}}' >"$tmp/ds.json"
+"$mtc" import-hf "$tmp/ds.json" -o "$tmp/ds.yaml" && "$mtc" check "$tmp/ds.yaml" >/dev/null && grep -q "n_group: 4" "$tmp/ds.yaml" &&
+  grep -q "topk_group: 2" "$tmp/ds.yaml" && grep -q "routed_scaling_factor: 2.5" "$tmp/ds.yaml" && grep -q "type: yarn" "$tmp/ds.yaml" ||
+  { echo "FAIL: deepseek_v3's n_group, topk_group, routed_scaling_factor or rope_scaling dropped"; fail=1; }
 # qwen2_moe's shared expert is gated (shared_expert_gate), kept when the config's q/k/v have no biases
 printf '%s' '{"model_type": "qwen2_moe", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8, "intermediate_size": 8, "shared_expert_intermediate_size": 16, "qkv_bias": false}' >"$tmp/q2.json"
 "$mtc" import-hf "$tmp/q2.json" -o "$tmp/q2.yaml" && grep -q "shared_expert_gate: true" "$tmp/q2.yaml" &&
