@@ -34,14 +34,34 @@ static const char *A(Em *e, int l, const char *n, SaveClass c) { return em_act(e
 
 /* ---- one layer ---------------------------------------------------------------------------- */
 
-/* Whether RoPE has Llama 3.1's frequency scaling (model.rope_scaling type llama3). */
+/* Whether RoPE has Llama 3.1's frequency scaling (model.rope_scaling type llama3) or YaRN. */
 static bool llama3(const Em *e) {
-  return e->s->model.rope_scaling.present && e->s->model.rope_scaling.type == ROPE_SCALING_LLAMA3;
+  return e->s->model.rope_scaling.present && e->s->model.rope_scaling.type != ROPE_SCALING_NONE;
+}
+
+/* YaRN's get_mscale (transformers' modeling_rope_utils.py): 0.1 m ln(s) + 1 for s > 1. */
+static double yarn_mscale(double s, double m) { return s <= 1 ? 1 : 0.1 * m * log(s) + 1; }
+
+/* rt_rope_yarn_<dir> on buffer x of h heads, with transformers' attention factor: the ratio of
+ * get_mscale(factor, mscale) to get_mscale(factor, mscale_all_dim) when both are set, else
+ * get_mscale(factor). */
+static void rope_yarn(Em *e, const char *ind, const char *x, int64_t h, const char *dir) {
+  const RopeScalingSpec *r = &e->s->model.rope_scaling;
+  double attn = r->mscale && r->mscale_all_dim ? yarn_mscale(r->factor, r->mscale) / yarn_mscale(r->factor, r->mscale_all_dim)
+                                               : yarn_mscale(r->factor, 1);
+  P(e, "%srt_rope_yarn_%s(R(%s), %lld, %lld, %lld, %lld, %.17g, %.17g, %lld, %.17g, %.17g, %.17g); /* B, T, heads, "
+       "head_dim, theta, rope_scaling factor, original_max_position, beta_fast, beta_slow, attention factor */\n",
+    ind, dir, x, (long long)e->B, (long long)e->T, (long long)h, (long long)e->hd, e->s->model.attention.rope_theta,
+    r->factor, (long long)r->original_max_position, r->beta_fast, r->beta_slow, attn);
 }
 
 /* rt_rope_llama3_<dir> on buffer x of h heads: RoPE with model.rope_scaling's factors. */
 static void rope_llama3(Em *e, const char *ind, const char *x, int64_t h, const char *dir) {
   const RopeScalingSpec *r = &e->s->model.rope_scaling;
+  if (r->type == ROPE_SCALING_YARN) {
+    rope_yarn(e, ind, x, h, dir);
+    return;
+  }
   P(e, "%srt_rope_llama3_%s(R(%s), %lld, %lld, %lld, %lld, %.17g, %.17g, %.17g, %.17g, %lld); /* B, T, heads, "
        "head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */\n",
     ind, dir, x, (long long)e->B, (long long)e->T, (long long)h, (long long)e->hd, e->s->model.attention.rope_theta,
@@ -155,7 +175,12 @@ static void moe_forward(Em *e, int l) {
              *xp = e->ep > 1 ? "WS_XP" : A(e, l, "XP", EXP), *yp = A(e, l, "YP", EXP);
   P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* router (mlp.gate) */\n", lg, ln2,
     (long long)off(e, g, "moe.gate.weight"), N, C, E);
-  if (e->s->model.moe.router_bias)
+  const MoeSpec *ms = &e->s->model.moe;
+  if (ms->topk_group < ms->n_group) /* group-limited (DeepSeek-V3) */
+    P(e, "  rt_router_group_forward(I(%s), R(%s), R(%s), %s, %lld, %lld, %lld, %lld, %lld); /* n_group, topk_group */\n",
+      idx, wts, lg, ms->router_bias ? mem_printf(e->m, "W(%lld)", (long long)off(e, g, "moe.gate.e_score_correction_bias")) : "NULL",
+      N, E, K, (long long)ms->n_group, (long long)ms->topk_group);
+  else if (e->s->model.moe.router_bias)
     P(e, "  rt_router_forward(I(%s), R(%s), R(%s), W(%lld), %lld, %lld, %lld, %s); /* biased selection */\n", idx,
       wts, lg, (long long)off(e, g, "moe.gate.e_score_correction_bias"), N, E, K, e->sigmoid ? "true" : "false");
   else
@@ -736,10 +761,7 @@ static bool supported(Diag *d, const Spec *s) {
   else if (m->position != POS_ROPE) key = "model.position", what = "learned positions";
   else if (m->bias) key = "model.bias", what = "biases";
   else if (m->tie_embeddings) key = "model.tie_embeddings", what = "tied embeddings";
-  else if (m->moe.present && m->moe.topk_group < m->moe.n_group)
-    key = "model.moe.topk_group", what = "group-limited routing";
-  else if (m->rope_scaling.present && m->rope_scaling.type == ROPE_SCALING_YARN)
-    key = "model.rope_scaling.type", what = "yarn rope scaling";
+
   else if (m->moe.present && m->moe.activation != ACT_SWIGLU) key = "model.moe.activation", what = "gelu experts";
   if (!key) return true;
   return diag_error(d, spec_loc(s, key), "the generated training program does not implement %s yet, so no "

@@ -222,7 +222,7 @@ typedef struct {
 
 /* model.rope_scaling: RoPE's frequencies for contexts past the pre-training length.
  * llama3: Llama 3.1's per-frequency scaling (transformers' _compute_llama3_parameters);
- * yarn: YaRN (Peng et al. 2023, arXiv:2309.00071; DeepSeek-V3), planned, no program yet. */
+ * yarn: YaRN (Peng et al. 2023, arXiv:2309.00071; transformers' _compute_yarn_parameters). */
 typedef struct {
   bool present;
   RopeScalingKind type;

@@ -100,13 +100,13 @@ static const Field moe_fields[] = {
     {"bias_update_rate", F_REAL, O(MoeSpec, bias_update_rate), "0.001", 0, 0, NULL, NULL, "router-bias step per optimizer step (aux_free; DeepSeek-V3's gamma)", 0, 1, false, true},
     {"norm_topk_prob", F_BOOL, O(MoeSpec, norm_topk_prob), "true", 0, 0, NULL, NULL, "top-k weights renormalized to sum 1 (Mixtral, Qwen3-MoE); false: the raw softmax or sigmoid scores (Qwen2-MoE)"},
     {"shared_expert_gate", F_BOOL, O(MoeSpec, shared_expert_gate), "false", 0, 0, NULL, NULL, "the shared experts' output scaled by sigmoid(x . w), w of hidden (Qwen2-MoE's shared_expert_gate)"},
-    {"n_group", F_INT, O(MoeSpec, n_group), "1", 1, 1 << 20, NULL, NULL, "group-limited routing: experts in this many equal groups (DeepSeek-V3: 8; planned, no program yet)"},
+    {"n_group", F_INT, O(MoeSpec, n_group), "1", 1, 64, NULL, NULL, "group-limited routing: experts in this many equal groups (DeepSeek-V3: 8; needs router: sigmoid)"},
     {"topk_group", F_INT, O(MoeSpec, topk_group), "(n_group)", 1, 1 << 20, NULL, NULL, "group-limited routing: the top_k experts come from this many best groups, a group scored by its two best score + bias (DeepSeek-V3: 4)"},
     {"routed_scaling_factor", F_REAL, O(MoeSpec, routed_scaling_factor), "1", 0, 0, NULL, NULL, "routed experts' weights are multiplied by this (DeepSeek-V3: 2.5)", 0, 1000, true, true},
     END};
 
 static const Field rope_scaling_fields[] = {
-    {"type", F_ENUM, O(RopeScalingSpec, type), "none", 0, 0, rope_scaling_names, NULL, "none, llama3 (Llama 3.1's per-frequency scaling) or yarn (YaRN, DeepSeek-V3; planned, no program yet)"},
+    {"type", F_ENUM, O(RopeScalingSpec, type), "none", 0, 0, rope_scaling_names, NULL, "none, llama3 (Llama 3.1's per-frequency scaling) or yarn (YaRN: Qwen2.5's long context, DeepSeek-V3)"},
     {"factor", F_REAL, O(RopeScalingSpec, factor), "(llama3, yarn: required)", 0, 0, NULL, NULL, "context extension factor (Llama 3.1: 8; DeepSeek-V3: 40)", 1, 1e6, false, true},
     {"original_max_position", F_INT, O(RopeScalingSpec, original_max_position), "(llama3, yarn: required)", 1, MAXDIM, NULL, NULL, "pre-training context length (Llama 3.1: 8192)"},
     {"low_freq_factor", F_REAL, O(RopeScalingSpec, low_freq_factor), "1", 0, 0, NULL, NULL, "llama3: wavelengths above original_max_position / this are divided by factor", ABOVE_0},

@@ -65,6 +65,15 @@ void rt_rope_llama3_forward(real *x, int B, int T, int H, int hd, real theta, re
                             real orig);
 void rt_rope_llama3_backward(real *dx, int B, int T, int H, int hd, real theta, real factor, real low, real high,
                              real orig);
+/* RoPE with YaRN (Peng et al. 2023; transformers' _compute_yarn_parameters): pair i's inverse
+ * frequency blends f_i = theta^(-2i/hd) (extrapolation) and f_i / factor (interpolation) by a
+ * ramp over the pairs between floor(d(beta_fast)) and ceil(d(beta_slow)), d(r) = hd ln(orig /
+ * (2π r)) / (2 ln theta); the rotation is scaled by attn (the attention factor: with cos and
+ * sin, q and k each get it). Backward: the transposed rotation, scaled by attn. */
+void rt_rope_yarn_forward(real *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+                          real beta_slow, real attn);
+void rt_rope_yarn_backward(real *dx, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+                           real beta_slow, real attn);
 
 /* Causal grouped-query attention, softmax(q kᵀ / sqrt(hd)) v with query head h reading KV head
  * h / (nh / nkv). q, out (B,T,nh,hd); k, v (B,T,nkv,hd); lse (B,nh,T) the log-sum-exp of
@@ -93,6 +102,17 @@ void rt_router_forward(int32_t *idx, real *wts, const real *logits, const real *
 /* dlogits (N,E) += the gradient through the weights (selection is not differentiable). */
 void rt_router_backward(real *dlogits, const real *dwts, const real *logits, const int32_t *idx,
                         const real *wts, int N, int E, int K, bool sigmoid);
+/* Group-limited routing (DeepSeek-V3: transformers' modeling_deepseek_v3.py,
+ * DeepseekV3MoE.route_tokens_to_experts): with sigmoid scores s and selection keys s + bias
+ * (bias (E) or NULL), the E experts in n_group equal groups, each group scored by the sum of
+ * its two best keys; the topk_group best groups are kept, the other experts' keys set to 0,
+ * and the K largest keys are selected. Weights as rt_router_forward's sigmoid ones (s / Σ
+ * selected s). Ties go to the lower index. n_group <= RT_MAX_GROUPS, E / n_group >= 2. */
+#ifndef RT_MAX_GROUPS /* (this header is read twice by tests/cuda's ref_ops.h) */
+#define RT_MAX_GROUPS 64
+#endif
+void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const real *bias, int N, int E, int K,
+                             int n_group, int topk_group);
 /* The routing weights of the selected experts idx (N,K), recomputed from logits (N,E) under the
  * conventions real models need, overwriting wts (N,K):
  *   a_j = exp(l_j − m) (softmax) or σ(l_j) (sigmoid);

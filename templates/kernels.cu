@@ -187,6 +187,28 @@ extern "C" __global__ void rope(act *x, int heads, float sign) {
   }
 }
 
+// RoPE with YaRN (model.rope_scaling type yarn; the cpu's rt_rope_yarn_*): pair i's inverse
+// frequency blends θ^(−2i/HEAD_DIM) and it / factor by a ramp between pairs lo and hi (computed
+// by the host as transformers does), and the rotation is scaled by attn. sign −1 with the same
+// attn is the backward (the transposed map). grid TOKENS, block heads × HEAD_DIM/2.
+extern "C" __global__ void rope_yarn(act *x, int heads, float sign, float factor, float lo, float hi, float attn) {
+  int t = blockIdx.x, pos = t % SEQ_LEN;
+  for (int k = threadIdx.x; k < heads * (HEAD_DIM / 2); k += blockDim.x) {
+    int h = k / (HEAD_DIM / 2), i = k % (HEAD_DIM / 2);
+    double f = exp2(-2.0 * i / HEAD_DIM * log2((double)ROPE_THETA));
+    double ramp = ((double)i - lo) / ((double)hi - lo);
+    ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+    f = f / factor * ramp + f * (1 - ramp);
+    double sd, cd;
+    sincos((double)pos * f, &sd, &cd);
+    float c = attn * (float)cd, s = sign * attn * (float)sd;
+    act *p = x + ((size_t)t * heads + h) * HEAD_DIM;
+    float a = f32(p[i]), b = f32(p[i + HEAD_DIM / 2]);
+    p[i] = to_act(a * c - b * s);
+    p[i + HEAD_DIM / 2] = to_act(a * s + b * c);
+  }
+}
+
 // RoPE with Llama 3.1's frequency scaling (model.rope_scaling type llama3; the cpu's
 // rt_rope_llama3_*): inverse frequency f = θ^(−2i/HEAD_DIM) of wavelength λ = 2π/f is kept where
 // λ < orig/high, divided by factor where λ > orig/low, and blended by s = (orig/λ − low)/(high −
@@ -551,6 +573,51 @@ extern "C" __global__ void router_backward(float *dlogits, const float *dwts, co
     if (sigmoid) g *= 1.f - 1.f / (1.f + __expf(-logits[(size_t)n * EXPERTS + e]));
     dlogits[(size_t)n * EXPERTS + e] += g;
   }
+}
+
+// Group-limited routing (DeepSeek-V3; the cpu's rt_router_group_forward): keys σ(l) + bias, the
+// EXPERTS in n_group groups scored by their two best keys, the topk_group best groups kept and
+// the others' keys 0, then the TOP_K largest keys; weights σ(l) / Σ selected σ. One thread per
+// token; n_group <= 64.
+extern "C" __global__ void router_topk_grouped(int *idx, float *wts, const float *logits, const float *bias,
+                                               int n_group, int topk_group) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= TOKENS) return;
+  const float *l = logits + (size_t)n * EXPERTS;
+  int per = EXPERTS / n_group;
+  unsigned long long keep = 0; // bit g: group g chosen
+  for (int c = 0; c < topk_group; c++) {
+    int best = -1;
+    float bs = 0;
+    for (int g = 0; g < n_group; g++) {
+      if (keep >> g & 1ull) continue;
+      float a = NEG_INF, b = NEG_INF;
+      for (int e = g * per; e < (g + 1) * per; e++) {
+        float k = 1.f / (1.f + __expf(-l[e])) + (bias ? bias[e] : 0.f);
+        if (k > a) b = a, a = k;
+        else if (k > b) b = k;
+      }
+      if (best < 0 || a + b > bs) best = g, bs = a + b;
+    }
+    keep |= 1ull << best;
+  }
+  int pick[TOP_K];
+  float val[TOP_K];
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) pick[k] = -1, val[k] = 0;
+  for (int e = 0; e < EXPERTS; e++) {
+    float key = keep >> (e / per) & 1ull ? 1.f / (1.f + __expf(-l[e])) + (bias ? bias[e] : 0.f) : 0.f;
+    int j = TOP_K;
+    while (j > 0 && !(pick[j - 1] >= 0 && val[j - 1] >= key)) j--;
+    if (j == TOP_K) continue;
+    for (int i = TOP_K - 1; i > j; i--) val[i] = val[i - 1], pick[i] = pick[i - 1];
+    val[j] = key, pick[j] = e;
+  }
+  float w[TOP_K], total = 0;
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) total += w[k] = 1.f / (1.f + __expf(-l[pick[k]]));
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) idx[n * TOP_K + k] = pick[k], wts[n * TOP_K + k] = w[k] / total;
 }
 
 // The routing weights of the selected experts under model.moe's conventions, overwriting wts:

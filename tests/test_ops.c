@@ -166,6 +166,32 @@ static void test_rope_llama3(void) {
   for (int i = 0; i < n; i++) CHECK(fabs(a[i] - b[i]) < 1e-12);
 }
 
+/* ---- rope with YaRN (factor 4, orig 8, beta_fast 2, beta_slow 1 over hd 8, θ 10: the ramp spans
+ * the pairs, so extrapolated, blended and interpolated frequencies all occur), attention factor
+ * 1.2 */
+enum { YD = 8 };
+static double *yr_x, *yr_R, yr_tmp[QB * QT * QH * YD];
+static double yr_loss(void) {
+  memcpy(yr_tmp, yr_x, sizeof yr_tmp);
+  rt_rope_yarn_forward(yr_tmp, QB, QT, QH, YD, 10, 4, 8, 2, 1, 1.2);
+  return sum_prod(yr_tmp, yr_R, QB * QT * QH * YD);
+}
+static void test_rope_yarn(void) {
+  int n = QB * QT * QH * YD;
+  yr_x = arr(n), yr_R = arr(n);
+  double *dx = zeros(n);
+  memcpy(dx, yr_R, sizeof(double) * (size_t)n);
+  rt_rope_yarn_backward(dx, QB, QT, QH, YD, 10, 4, 8, 2, 1, 1.2);
+  loss_fn = yr_loss;
+  GRAD_OK(yr_x, dx, n);
+  /* factor 1, attention factor 1: plain RoPE */
+  double a[QB * QT * QH * YD], b[QB * QT * QH * YD];
+  memcpy(a, yr_x, sizeof a), memcpy(b, yr_x, sizeof b);
+  rt_rope_forward(a, QB, QT, QH, YD, 10);
+  rt_rope_yarn_forward(b, QB, QT, QH, YD, 10, 1, 8, 2, 1, 1);
+  for (int i = 0; i < n; i++) CHECK(fabs(a[i] - b[i]) < 1e-12);
+}
+
 /* ---- causal GQA attention: 4 query heads over 2 KV heads */
 enum { AB = 2, AT = 4, AH = 4, AKV = 2, AD = 3 };
 static double *at_q, *at_k, *at_v, *at_R, at_out[AB * AT * AH * AD], at_lse[AB * AH * AT];
@@ -276,6 +302,22 @@ static void test_router_weights(void) {
   }
 }
 
+/* ---- group-limited routing: 6 experts in 3 groups of 2, the best group kept */
+static void test_router_group(void) {
+  /* group scores (sums of sigmoids): {0,1} σ(5) + σ(-5) = 1.00, {2,3} 2σ(2) = 1.76, {4,5} 2σ(1) =
+   * 1.46. Plain top-2 takes experts 0 and 2; with one group of the three kept, 2 and 3 */
+  double l[6] = {5, -5, 2, 2, 1, 1}, w[2], w0[2];
+  int32_t ix[2], ix0[2];
+  rt_router_group_forward(ix, w, l, NULL, 1, 6, 2, 3, 1);
+  rt_router_forward(ix0, w0, l, NULL, 1, 6, 2, true);
+  CHECK(ix0[0] == 0 && ix0[1] == 2);
+  CHECK(ix[0] == 2 && ix[1] == 3);
+  CHECK(fabs(w[0] - 0.5) < 1e-12 && fabs(w[1] - 0.5) < 1e-12);
+  /* every group kept: the plain selection */
+  rt_router_group_forward(ix, w, l, NULL, 1, 6, 2, 3, 3);
+  CHECK(ix[0] == ix0[0] && ix[1] == ix0[1] && fabs(w[0] - w0[0]) < 1e-12);
+}
+
 /* ---- Qwen2-MoE's gated shared expert: y += sigmoid(logit) x */
 enum { GN = 3, GC = 5 };
 static double *gt_x, *gt_l, *gt_R, gt_y[GN * GC];
@@ -374,11 +416,13 @@ int main(void) {
   test_matmul();
   test_rope();
   test_rope_llama3();
+  test_rope_yarn();
   test_attention();
   test_activations();
   test_router();
   test_router_weights();
   test_sigmoid_gate();
+  test_router_group();
   test_moe();
   test_head();
   while (nallocs) free(allocs[--nallocs]);

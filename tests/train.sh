@@ -31,8 +31,8 @@
 #              on 1 rank (Muon, full checkpointing with host offload) and on 2 (ep 2)
 #   conventions  tests/specs/conventions.yaml (norm_eps, norm_topk_prob false, routed_scaling_factor)
 #              and its variants (sigmoid router; qk-norm per head with selective checkpointing, and
-#              full with full checkpointing; llama3 RoPE scaling; Qwen2-MoE's gated shared
-#              expert): the double gradient check, and 1 vs 2 ranks (ep 2,
+#              full with full checkpointing; llama3 and YaRN RoPE scaling; Qwen2-MoE's gated shared
+#              expert; DeepSeek-V3's group-limited routing): the double gradient check, and 1 vs 2 ranks (ep 2,
 #              fp32 wire) within 1e-4
 #   text       tiny-moe on real English text (fortunes' cookie file) for its 300 steps on 2
 #              ranks: the loss starts near ln 256 = 5.55 and ends below 2.5
@@ -338,7 +338,9 @@ conventions)
             "qkhead --set model.attention.qk_norm=per_head --set plan.activation_checkpoint=selective"
             "qkfull --set model.attention.qk_norm=full --set plan.activation_checkpoint=full"
             "rope --set model.rope_scaling.type=llama3 --set model.rope_scaling.factor=8 --set model.rope_scaling.original_max_position=1024"
-            "gate --set model.moe.shared_expert_gate=true")
+            "gate --set model.moe.shared_expert_gate=true"
+            "yarn --set model.rope_scaling.type=yarn --set model.rope_scaling.factor=4 --set model.rope_scaling.original_max_position=64"
+            "group --set model.moe.router=sigmoid --set model.moe.load_balance=aux_free --set model.moe.router_bias=true --set model.moe.n_group=2 --set model.moe.topk_group=1")
   for v in "${variants[@]}"; do
     read -r -a args <<<"$v"; name=cv-${args[0]}
     build "$name" "$cv" double "${args[@]:1}" || continue
@@ -346,8 +348,10 @@ conventions)
     grep -q "^#define EPS ((real)1e-06)" "$work/$name/step.c" || die "$name: step.c's EPS is not model.norm_eps"
     case $name in cv-qk*) grep -q "rt_qk_norm_backward" "$work/$name/step.c" || die "$name: no qk-norm in step.c" ;;
     cv-rope) grep -q "rt_rope_llama3_backward" "$work/$name/step.c" || die "$name: no llama3 RoPE in step.c" ;;
+    cv-yarn) grep -q "rt_rope_yarn_backward" "$work/$name/step.c" || die "$name: no YaRN RoPE in step.c" ;;
     cv-gate) grep -q "rt_sigmoid_gate_backward" "$work/$name/step.c" && grep -q '"model.layers.1.mlp.shared_expert_gate.weight"' \
-      "$work/$name/step.c" || die "$name: no shared_expert_gate in step.c" ;; esac
+      "$work/$name/step.c" || die "$name: no shared_expert_gate in step.c" ;;
+    cv-group) grep -q "rt_router_group_forward" "$work/$name/step.c" || die "$name: no group-limited routing in step.c" ;; esac
     out=$("$work/$name/build-double/train" --data "$text" --grad-check 2>&1); rc=$?
     echo "$name: $(echo "$out" | tail -1)"
     [ $rc -eq 0 ] || { echo "$out" | grep MISMATCH; die "$name: gradients differ from finite differences"; }

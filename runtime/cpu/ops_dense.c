@@ -130,6 +130,48 @@ static void rope_llama3(real *x, int B, int T, int H, int hd, real theta, real f
   }
 }
 
+/* YaRN's inverse frequency for pair i of hd (see mtrt_ops.h), in double. */
+static double yarn_inv_freq(int i, int hd, double theta, double factor, double orig, double beta_fast, double beta_slow) {
+  double lo = floor(hd * log(orig / (beta_fast * 6.283185307179586)) / (2 * log(theta)));
+  double hi = ceil(hd * log(orig / (beta_slow * 6.283185307179586)) / (2 * log(theta)));
+  if (lo < 0) lo = 0;
+  if (hi > hd - 1) hi = hd - 1;
+  if (lo == hi) hi += 0.001;
+  double ramp = ((double)i - lo) / (hi - lo), f = pow(theta, -2.0 * i / hd);
+  ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+  double extrapolate = 1 - ramp;
+  return f / factor * (1 - extrapolate) + f * extrapolate;
+}
+
+static void rope_yarn(real *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+                      real beta_slow, real attn, double sign) {
+  int half = hd / 2;
+  for (int i = 0; i < half; i++) {
+    double f = yarn_inv_freq(i, hd, theta, factor, orig, beta_fast, beta_slow);
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < T; t++) {
+        double angle = sign * t * f;
+        real cs = (real)(attn * cos(angle)), sn = (real)(attn * sin(angle));
+        for (int h = 0; h < H; h++) {
+          real *p = x + (((size_t)b * T + t) * H + h) * hd;
+          real a = p[i], c = p[i + half];
+          p[i] = a * cs - c * sn;
+          p[i + half] = a * sn + c * cs;
+        }
+      }
+  }
+}
+
+void rt_rope_yarn_forward(real *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+                          real beta_slow, real attn) {
+  rope_yarn(x, B, T, H, hd, theta, factor, orig, beta_fast, beta_slow, attn, 1);
+}
+
+void rt_rope_yarn_backward(real *dx, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+                           real beta_slow, real attn) {
+  rope_yarn(dx, B, T, H, hd, theta, factor, orig, beta_fast, beta_slow, attn, -1);
+}
+
 void rt_rope_llama3_forward(real *x, int B, int T, int H, int hd, real theta, real factor, real low, real high,
                             real orig) {
   rope_llama3(x, B, T, H, hd, theta, factor, low, high, orig, 1);

@@ -62,6 +62,61 @@ void rt_router_backward(real *dlogits, const real *dwts, const real *logits, con
   }
 }
 
+/* The n best of key[0..m) into out (descending; ties to the lower index). */
+static void best_n(int32_t *out, const real *key, int m, int n) {
+  for (int j = 0; j < n; j++) out[j] = -1;
+  for (int e = 0; e < m; e++) {
+    int j = n;
+    while (j > 0 && !(out[j - 1] >= 0 && key[out[j - 1]] >= key[e])) j--;
+    if (j == n) continue;
+    memmove(out + j + 1, out + j, sizeof *out * (size_t)(n - j - 1));
+    out[j] = e;
+  }
+}
+
+void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const real *bias, int N, int E, int K,
+                             int n_group, int topk_group) {
+  int per = E / n_group;
+  for (int n = 0; n < N; n++) {
+    const real *l = logits + (size_t)n * E;
+    int32_t *ix = idx + (size_t)n * K;
+    real *w = wts + (size_t)n * K;
+    real gscore[RT_MAX_GROUPS];
+    int32_t chosen[RT_MAX_GROUPS];
+    for (int g = 0; g < n_group; g++) { /* the sum of the group's two best keys */
+      real a = -INFINITY, b = -INFINITY;
+      for (int e = g * per; e < (g + 1) * per; e++) {
+        real k = sigmoid(l[e]) + (bias ? bias[e] : 0);
+        if (k > a) b = a, a = k;
+        else if (k > b) b = k;
+      }
+      gscore[g] = a + b;
+    }
+    best_n(chosen, gscore, n_group, topk_group);
+    for (int j = 0; j < K; j++) ix[j] = -1;
+    for (int e = 0; e < E; e++) { /* insertion by key, 0 outside the chosen groups */
+      bool in = false;
+      for (int j = 0; j < topk_group; j++) in = in || chosen[j] == e / per;
+      real k = in ? sigmoid(l[e]) + (bias ? bias[e] : 0) : 0;
+      int j = K;
+      while (j > 0) {
+        int32_t o = ix[j - 1];
+        bool oin = false;
+        for (int i = 0; o >= 0 && i < topk_group; i++) oin = oin || chosen[i] == o / per;
+        real ko = o >= 0 && oin ? sigmoid(l[o]) + (bias ? bias[o] : 0) : 0;
+        if (o >= 0 && ko >= k) break;
+        j--;
+      }
+      if (j == K) continue;
+      memmove(ix + j + 1, ix + j, sizeof *ix * (size_t)(K - j - 1));
+      ix[j] = e;
+    }
+    real sum = 0;
+    for (int j = 0; j < K; j++) sum += w[j] = sigmoid(l[ix[j]]);
+    for (int j = 0; j < K; j++) w[j] /= sum;
+  }
+}
+
 void rt_router_weights(real *wts, const real *logits, const int32_t *idx, int N, int E, int K, bool sig, bool norm,
                        real scale) {
   for (int n = 0; n < N; n++) {

@@ -21,7 +21,8 @@ static const char *const kernel_names[K_COUNT] = {
     "moe_gather", "moe_combine", "moe_combine_backward", "moe_gather_backward", "flash_attention_forward",
     "flash_attention_backward_prep", "flash_attention_backward_dq", "flash_attention_backward_dkv",
     "router_weights", "router_weights_backward", "qk_norm_forward", "qk_norm_backward", "rope_llama3",
-    "sigmoid_gate_forward", "sigmoid_gate_backward"};
+    "sigmoid_gate_forward", "sigmoid_gate_backward", "router_topk_grouped",
+    "rope_yarn"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;
@@ -267,6 +268,27 @@ static void rope(real *x, int B, int T, int H, float sign) {
 }
 void rt_rope_forward(real *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, 1.f); }
 void rt_rope_backward(real *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, -1.f); }
+
+/* RoPE with YaRN: the ramp's ends (pairs) as the cpu's yarn_inv_freq computes them, then
+ * kernels.cu's rope_yarn (θ and head_dim are the plan's). */
+static void rope_yarn(real *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+                      real beta_slow, real attn, float sign) {
+  double lo = floor(hd * log(orig / (beta_fast * 6.283185307179586)) / (2 * log(theta)));
+  double hi = ceil(hd * log(orig / (beta_slow * 6.283185307179586)) / (2 * log(theta)));
+  if (lo < 0) lo = 0;
+  if (hi > hd - 1) hi = hd - 1;
+  if (lo == hi) hi += 0.001;
+  float f = factor, l = (float)lo, h = (float)hi, a = attn;
+  cu_launch(K_ROPE_YARN, (unsigned)(B * T), 128, (void *[]){&x, &H, &sign, &f, &l, &h, &a});
+}
+void rt_rope_yarn_forward(real *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+                          real beta_slow, real attn) {
+  rope_yarn(x, B, T, H, hd, theta, factor, orig, beta_fast, beta_slow, attn, 1.f);
+}
+void rt_rope_yarn_backward(real *dx, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+                           real beta_slow, real attn) {
+  rope_yarn(dx, B, T, H, hd, theta, factor, orig, beta_fast, beta_slow, attn, -1.f);
+}
 
 /* RoPE with Llama 3.1's scaling: kernels.cu's rope_llama3 (θ and head_dim are the plan's). */
 static void rope_llama3(real *x, int B, int T, int H, float sign, float factor, float low, float high, float orig) {

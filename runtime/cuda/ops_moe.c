@@ -24,6 +24,12 @@ void rt_router_backward(real *dlogits, const real *dwts, const real *logits, con
   cu_launch(K_ROUTER_BACKWARD, cu_blocks(N, 128), 128, (void *[]){&dlogits, &dwts, &logits, &idx, &wts, &sg});
 }
 
+void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const real *bias, int N, int E, int K,
+                             int n_group, int topk_group) {
+  (void)E, (void)K;
+  cu_launch(K_ROUTER_TOPK_GROUPED, cu_blocks(N, 128), 128, (void *[]){&idx, &wts, &logits, &bias, &n_group, &topk_group});
+}
+
 void rt_router_weights(real *wts, const real *logits, const int32_t *idx, int N, int E, int K, bool sigmoid,
                        bool norm, real scale) {
   (void)E, (void)K;

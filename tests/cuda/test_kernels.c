@@ -213,6 +213,12 @@ static void norm_embed_rope(void) {
   check_dev("rope_llama3_forward", dq, q, nq, TOL);
   ref_rope_llama3_backward(k, B, T, NKV, HD, THETA, 8, 1, 4, 64), rt_rope_llama3_backward(dk, B, T, NKV, HD, THETA, 8, 1, 4, 64);
   check_dev("rope_llama3_backward", dk, k, nk, TOL);
+  /* YaRN: factor 4 over original_max_position 32, beta 32 / 1 (the ramp inside HD's pairs),
+   * attention factor 1.1386 (= 0.1 ln 4 + 1) */
+  ref_rope_yarn_forward(q, B, T, NH, HD, THETA, 4, 32, 32, 1, 1.1386f), rt_rope_yarn_forward(dq, B, T, NH, HD, THETA, 4, 32, 32, 1, 1.1386f);
+  check_dev("rope_yarn_forward", dq, q, nq, TOL);
+  ref_rope_yarn_backward(k, B, T, NKV, HD, THETA, 4, 32, 32, 1, 1.1386f), rt_rope_yarn_backward(dk, B, T, NKV, HD, THETA, 4, 32, 32, 1, 1.1386f);
+  check_dev("rope_yarn_backward", dk, k, nk, TOL);
 }
 
 /* A linear layer (cuBLAS GEMMs): out (N, OC) = x wᵀ; dx and dw added to. */
@@ -264,6 +270,14 @@ static void moe(void) {
     check_dev(sig ? "router_forward sigmoid wts" : "router_forward softmax wts", dwts_, wts, na, TOL);
     ref_router_backward(dl, dwts, logits, idx, wts, N, E, K, sig), rt_router_backward(ddl, ddwts, dlog, didx, dwts_, N, E, K, sig);
     check_dev(sig ? "router_backward sigmoid" : "router_backward softmax", ddl, dl, nl, TOL);
+    if (sig) { /* group-limited routing: 4 groups of 2, the best 2 kept (with the bias) */
+      int32_t *gidx = (int32_t *)host(na), *dgidx = devi(NULL, na);
+      float *gw = host(na), *dgw = devf(NULL, na);
+      ref_router_group_forward(gidx, gw, logits, bias, N, E, K, 4, 2);
+      rt_router_group_forward(dgidx, dgw, dlog, dbias, N, E, K, 4, 2);
+      check_ints("router_group_forward idx", dgidx, gidx, na);
+      check_dev("router_group_forward wts", dgw, gw, na, TOL);
+    }
     /* the weights' conventions on the same choices: norm_topk_prob false, routed_scaling_factor */
     static const char *const rw_name[2][2] = {{"router_weights softmax raw", "router_weights softmax norm"},
                                               {"router_weights sigmoid raw", "router_weights sigmoid norm"}};
