@@ -11,15 +11,26 @@
 
 #include "mtc.h"
 
-/* One buffer of the generated program: offset and size in elements of `real` (int32 buffers
- * take one element per value) in one of its two arenas: the state arena (fp32 master shards,
- * their gradients and optimizer moments, in the tier the plan chose for them) or the arena
- * (everything else, in HBM on the cuda backend). */
+/* All-gathers the program's runtime keeps in flight at most (runtime/mtrt_comm.h RT_AG_SLOTS):
+ * 2 per unit of the prefetch pool, so a plan's prefetch depth is at most 7. */
+enum { EM_AG_SLOTS = 16 };
+
+/* The generated program's arenas, each one array of one element type, allocated at start-up:
+ *   EM_STATE  S(o), `real`: fp32 master shards, their gradients and optimizer moments, in the
+ *             tier the plan chose for them (HBM, or host memory the GPU reads over C2C);
+ *   EM_REAL   R(o), `real`: fp32 statistics, routing, gradients, loss and communication scratch,
+ *             and int32 buffers (one element per value), in HBM;
+ *   EM_ACT    A(o), `act`: activations and their gradients, gathered parameters and the shards
+ *             gathered from, in HBM (the activation type: bf16 on the cuda backend, real on the
+ *             cpu backend). */
+typedef enum { EM_STATE, EM_REAL, EM_ACT, EM__ARENAS } EmArena;
+
+/* One buffer of the generated program: offset and size in elements of its arena's type. */
 typedef struct {
   const char *name; /* the C macro: "L2_Q", "WS_Q", "X3", "L2_DENSE_MASTER" */
   int64_t offset, elems;
   const char *what;
-  bool state;       /* in the state arena (S(o)), not the arena (R(o)) */
+  EmArena arena;
 } EmBuf;
 
 /* A parameter group (see runtime/mtrt_train.h): elems before padding; full = padded to a
@@ -55,9 +66,12 @@ typedef struct {
    * width (all shared experts), R rows an EP rank's experts may receive, chunk of the vocab */
   int64_t B, T, N, C, V, nh, nkv, hd, Q, KV, E, El, K, Fe, Fs, R, chunk, L;
   int64_t fsdp, ep, efsdp, dpr, accum, world;
+  int prefetch; /* the plan's prefetch depth P: units u+1..u+P are gathered while u computes */
   CheckpointPolicy ac;
   bool aux_free, sigmoid;
   QkNorm qk_norm; /* model.attention.qk_norm: q and k normalized before RoPE (Qwen3, OLMoE) */
+  bool rope;         /* model.position rope; else learned absolute positions (embed_positions) */
+  bool gelu_experts; /* model.moe.activation gelu: routed and shared experts are up/down with GELU, no gate */
   /* activation offload (full checkpointing with boundaries on host or NVMe): boundary l lives
    * in device slot l % 3 (XSLOT0-2), and boundaries 0..L-3 wait for the backward in the host
    * arena (HX0..): host_elems elements of it */
@@ -65,10 +79,10 @@ typedef struct {
   int64_t host_elems;
   EmBuf *bufs;
   int nbufs, capbufs;
-  MemMap bufnames; /* name -> name: each buffer registered once */
-  int64_t top; /* arena elements */
-  int64_t state_top; /* state arena elements */
-  int64_t scratch; /* first arena element past the buffers that live across micro-batches */
+  MemMap bufnames; /* name -> its arena + 1 (EmArena): each buffer registered once */
+  int64_t top[EM__ARENAS]; /* elements of each arena */
+  int64_t scratch[EM__ARENAS]; /* first element of R and A past the buffers that live across
+                                  micro-batches */
   bool state_host; /* the plan keeps the state (master, gradient shard, moments) in host memory */
   bool step_host;  /* and runs the optimizer step on the host CPU */
   int64_t muon_work; /* MUON_WORK elements: 4·rows·cols + 2·min(rows, cols)² of the largest */
@@ -87,5 +101,8 @@ void em_layout(Em *e);
 /* The arena macro of activation `name` of layer l under the checkpoint policy: "L2_Q" when
  * saved per layer, "WS_Q" when the layer recomputes it in backward. */
 const char *em_act(Em *e, int l, const char *name, SaveClass cls);
+/* The arena of buffer name (registered by em_layout; the boundaries X<l> are activations), or
+ * -1 for a name that is no buffer. */
+int em_arena_of(const Em *e, const char *name);
 
 #endif

@@ -15,10 +15,11 @@ bool emit_report_html(Diag *d, const Plan *p, const char *path) {
   report_text(mf, p->md);
   report_plan_text(mf, p, false);
   fclose(mf);
-  FILE *f = fopen(path, "w");
+  OutFile o;
+  FILE *f = out_open(d, &o, path);
   if (!f) {
     free(text);
-    return diag_error(d, (Loc){0}, "cannot write '%s'; expected a writable directory", path);
+    return false;
   }
   const Spec *s = p->md->spec;
   const Candidate *c = &p->best;
@@ -34,7 +35,7 @@ bool emit_report_html(Diag *d, const Plan *p, const char *path) {
     fprintf(f, "<p class=\"big\">%lld GPUs, fsdp %lld &times; dp %lld, ep %lld, %s checkpointing%s: "
                "<b>%.1f s</b> per step, <b>%.0f</b> tokens/s per GPU, MFU <b>%.1f%%</b>; bottleneck: %s</p>\n",
             (long long)p->world, (long long)c->ch.fsdp, (long long)c->ch.dp_replicate, (long long)c->ch.ep,
-            plan_ac_name(c->ch.ac), c->ch.offload == OFF_HOST ? ", boundaries on host" :
+            plan_ac_words(c->ch.ac), c->ch.offload == OFF_HOST ? ", boundaries on host" :
                                     c->ch.offload == OFF_NVME ? ", boundaries on NVMe" : "",
             c->cost.step, c->cost.tokens_per_s_per_gpu, 100 * c->cost.mfu, c->cost.bottleneck);
     fputs("<table><tr><th>component</th><th>seconds per step</th></tr>\n", f);
@@ -57,6 +58,5 @@ bool emit_report_html(Diag *d, const Plan *p, const char *path) {
   fputs("</pre>\n<p>Written by mtc " MTC_VERSION ". The predicted step is in timeline.json "
         "(open it in Perfetto or chrome://tracing).</p>\n</body></html>\n", f);
   free(text);
-  if (fclose(f) != 0) return diag_error(d, (Loc){0}, "error writing '%s'", path);
-  return true;
+  return out_close(d, &o);
 }

@@ -11,22 +11,30 @@ enum { ALIGN = 16 }; /* elements: 64 bytes of float */
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* Adds buffer name of n elements (n > 0) to the arena, or to the state arena when state. */
-static void add_buf(Em *e, const char *name, int64_t n, const char *what, bool state) {
+/* Adds buffer name of n elements (n > 0) to arena a. */
+static void add_buf(Em *e, const char *name, int64_t n, const char *what, EmArena a) {
   if (n <= 0 || mem_map_get(&e->bufnames, NULL, name)) return; /* workspace: first registration sizes it */
-  mem_map_put(e->m, &e->bufnames, NULL, name, (void *)name);
+  mem_map_put(e->m, &e->bufnames, NULL, name, (void *)(uintptr_t)(a + 1));
   if (e->nbufs == e->capbufs) {
     int cap = e->capbufs ? 2 * e->capbufs : 256;
     EmBuf *nb = mem_array(e->m, (size_t)cap, sizeof(EmBuf));
     if (e->nbufs) memcpy(nb, e->bufs, sizeof *nb * (size_t)e->nbufs);
     e->bufs = nb, e->capbufs = cap;
   }
-  int64_t *top = state ? &e->state_top : &e->top;
-  e->bufs[e->nbufs++] = (EmBuf){name, *top, n, what, state};
-  *top += round_up(n, ALIGN);
+  e->bufs[e->nbufs++] = (EmBuf){name, e->top[a], n, what, a};
+  e->top[a] += round_up(n, ALIGN);
 }
 
-static void buf(Em *e, const char *name, int64_t n, const char *what) { add_buf(e, name, n, what, false); }
+/* A buffer of fp32 or int32 values (R), or of activations (A). */
+static void buf(Em *e, const char *name, int64_t n, const char *what) { add_buf(e, name, n, what, EM_REAL); }
+static void abuf(Em *e, const char *name, int64_t n, const char *what) { add_buf(e, name, n, what, EM_ACT); }
+
+int em_arena_of(const Em *e, const char *name) {
+  uintptr_t a = (uintptr_t)mem_map_get(&e->bufnames, NULL, name);
+  if (a) return (int)a - 1;
+  if (name[0] == 'X' && name[1] >= '0' && name[1] <= '9') return EM_ACT; /* X<l>: an alias of XSLOT<l % 3> */
+  return -1;
+}
 
 /* Whether buffers of class cls get one copy per layer (saved for backward) or one shared
  * workspace (recomputed in backward) under the plan's checkpoint policy: the planner's rule. */
@@ -36,8 +44,12 @@ const char *em_act(Em *e, int l, const char *name, SaveClass cls) {
   return per_layer(e, cls) ? mem_printf(e->m, "L%d_%s", l, name) : mem_printf(e->m, "WS_%s", name);
 }
 
-/* Registers activation `name` of layer l (n elements) under its class. */
+/* Registers activation `name` of layer l (n elements) under its class: activations (A), or fp32
+ * and int32 values that go with them (statistics, routing: R). */
 static void act(Em *e, int l, const char *name, SaveClass cls, int64_t n, const char *what) {
+  abuf(e, em_act(e, l, name, cls), n, what);
+}
+static void stat(Em *e, int l, const char *name, SaveClass cls, int64_t n, const char *what) {
   buf(e, em_act(e, l, name, cls), n, what);
 }
 
@@ -128,7 +140,10 @@ void em_layout(Em *e) {
                               ? add_group(e, mem_printf(e->m, "layer %d experts", l), mem_printf(e->m, "L%d_EXPERTS", l), 1)
                               : -1;
   }
-  e->g_head = add_group(e, "head", "HEAD", 0);
+  /* tied embeddings (model.tie_embeddings): the head is the embedding group again, gathered a
+   * second time for the LM head; its gradient is reduce-scattered after the head's backward and
+   * after the embedding's, both adding into the one shard gradient of embed_tokens.weight */
+  e->g_head = e->s->model.tie_embeddings ? e->g_embed : add_group(e, "head", "HEAD", 0);
   MemMap owners[2] = {{0}}; /* the last entry of a (layer, matrix) wins, as in the placement's lists */
   const Placement *pl = e->p->placement;
   for (int i = 0; pl && i < pl->nruns; i++)
@@ -140,7 +155,7 @@ void em_layout(Em *e) {
     const Op *o = &md->ops[i];
     for (int j = 0; j < o->nparams; j++) {
       const Param *p = &o->params[j];
-      int g = o->layer < 0 ? (o->kind == OP_EMBED ? e->g_embed : e->g_head)
+      int g = o->layer < 0 ? (o->kind == OP_EMBED || o->kind == OP_POS_EMBED ? e->g_embed : e->g_head)
                            : (p->kind == PK_ROUTED ? e->layer_experts[o->layer] : e->layer_dense[o->layer]);
       add_tensor(e, g, o->layer, p, owners);
     }
@@ -162,33 +177,39 @@ void em_layout(Em *e) {
   for (int g = 0; g < e->ngroups; g++) {
     EmGroup *G = &e->groups[g];
     const char *n = G->cname;
-    add_buf(e, mem_printf(e->m, "%s_MASTER", n), G->shard, mem_printf(e->m, "%s: this rank's fp32 master shard", G->name), true);
-    add_buf(e, mem_printf(e->m, "%s_GRAD", n), G->shard, "its gradient, accumulated over micro-batches", true);
+    add_buf(e, mem_printf(e->m, "%s_MASTER", n), G->shard, mem_printf(e->m, "%s: this rank's fp32 master shard", G->name), EM_STATE);
+    add_buf(e, mem_printf(e->m, "%s_GRAD", n), G->shard, "its gradient, accumulated over micro-batches", EM_STATE);
     add_buf(e, mem_printf(e->m, "%s_ADAM_M", n), G->shard,
-            G->adamw ? "AdamW first moment (fp32)" : "Muon momentum (fp32)", true);
-    if (G->adamw) add_buf(e, mem_printf(e->m, "%s_ADAM_V", n), G->shard, "AdamW second moment (fp32)", true);
+            G->adamw ? "AdamW first moment (fp32)" : "Muon momentum (fp32)", EM_STATE);
+    if (G->adamw) add_buf(e, mem_printf(e->m, "%s_ADAM_V", n), G->shard, "AdamW second moment (fp32)", EM_STATE);
   }
-  /* the arena: first what lives across micro-batches (tokens, the shards gathered from when the
-   * master is on the host, aux_free's expert loads), then what each micro-batch writes before
-   * it reads it */
+  /* the arenas R and A: first what lives across micro-batches (tokens, aux_free's expert loads;
+   * the shards gathered from when the master is on the host), then what each micro-batch writes
+   * before it reads it */
   buf(e, "INPUTS", N, "token ids of the micro-batch (int32)");
   buf(e, "TARGETS", N, "next-token targets (int32)");
-  for (int g = 0; e->state_host && g < e->ngroups; g++) /* the plan's params.bf16_shard (fp32 here) */
-    buf(e, mem_printf(e->m, "%s_PARAM", e->groups[g].cname), e->groups[g].shard,
-        "its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step");
   for (int l = 0; e->aux_free && l < e->L; l++)
     if (md->layers[l].kind == LAYER_MOE) buf(e, mem_printf(e->m, "L%d_LOAD", l), e->E, "tokens per expert this step (aux_free)");
-  e->scratch = e->top;
-  /* units (embedding 0, layer l = l + 1, head L + 1) alternate between buffers 0 and 1 by parity:
-   * one computes while the other's gather (forward) or reduce-scatter (backward) is in flight */
-  buf(e, "GATHERED_DENSE0", max_dense, "a dense group all-gathered (even units: embedding, odd layers)");
-  buf(e, "GATHERED_DENSE1", max_dense, "the next one, prefetched (odd units: even layers; the head if L is even)");
-  buf(e, "GRAD_DENSE0", max_dense, "an even unit's dense gradient, then its reduce-scatter's input");
-  buf(e, "GRAD_DENSE1", max_dense, "an odd unit's (in flight while the next unit's backward runs)");
-  buf(e, "GATHERED_EXPERTS0", max_expert, "this EP rank's experts of one layer, all-gathered (odd layers)");
-  buf(e, "GATHERED_EXPERTS1", max_expert, "the next layer's, prefetched (even layers)");
-  buf(e, "GRAD_EXPERTS0", max_expert, "an odd layer's experts' gradient, then its reduce-scatter's input");
-  buf(e, "GRAD_EXPERTS1", max_expert, "an even layer's");
+  for (int g = 0; e->state_host && g < e->ngroups; g++) /* the plan's params.bf16_shard */
+    abuf(e, mem_printf(e->m, "%s_PARAM", e->groups[g].cname), e->groups[g].shard,
+         "its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step");
+  e->scratch[EM_REAL] = e->top[EM_REAL], e->scratch[EM_ACT] = e->top[EM_ACT];
+  /* units (embedding 0, layer l = l + 1, head L + 1): while one computes, the next P units' gathers
+   * (P the plan's prefetch depth) are in flight into the other buffers of the pool, and in the
+   * backward the previous unit's gradient is reduce-scattered from the other of two gradient
+   * buffers. A unit's dense group and its experts share one buffer (dense first), as the plan's
+   * gathered.params[i] and grads.bf16_unsharded[i] items hold a layer: sized by the largest unit */
+  int64_t max_unit = e->groups[e->g_embed].full > e->groups[e->g_head].full ? e->groups[e->g_embed].full
+                                                                             : e->groups[e->g_head].full;
+  for (int l = 0; l < e->L; l++) {
+    int64_t u = e->groups[e->layer_dense[l]].full + (e->layer_experts[l] >= 0 ? e->groups[e->layer_experts[l]].full : 0);
+    if (u > max_unit) max_unit = u;
+  }
+  for (int i = 0; i <= e->prefetch; i++) /* the plan's gathered.params[i]: unit u in GATHERED<u % (P + 1)> */
+    abuf(e, mem_printf(e->m, "GATHERED%d", i), max_unit,
+        mem_printf(e->m, "units u with u %% %d = %d: parameters all-gathered, dense then experts", e->prefetch + 1, i));
+  buf(e, "GRAD0", max_unit, "an even unit's gradient, dense then experts, then its reduce-scatters' input");
+  buf(e, "GRAD1", max_unit, "an odd unit's (in flight while the next unit's backward runs)");
   buf(e, "MUON_WORK", e->muon_work, "Muon: a matrix's gathered gradient, its update and Newton-Schulz scratch");
   /* reduce-scatter slot 2 x (unit % 2) + (0 dense, 1 experts) */
   bool bf16 = e->s->training.grad_reduce_dtype == WIRE_BF16;
@@ -203,31 +224,32 @@ void em_layout(Em *e) {
   }
   if (e->offload) /* X0..XL are aliases of these (step.c's map) */
     for (int i = 0; i < 3; i++)
-      buf(e, mem_printf(e->m, "XSLOT%d", i), N * C, mem_printf(e->m, "boundaries l with l %% 3 = %d (residual stream)", i));
+      abuf(e, mem_printf(e->m, "XSLOT%d", i), N * C, mem_printf(e->m, "boundaries l with l %% 3 = %d (residual stream)", i));
   else
     for (int l = 0; l <= e->L; l++)
-      buf(e, mem_printf(e->m, "X%d", l), N * C,
+      abuf(e, mem_printf(e->m, "X%d", l), N * C,
           l < e->L ? mem_printf(e->m, "boundary: input of layer %d (residual stream)", l) : "output of the last layer");
   e->host_elems = e->offload && e->L >= 3 ? (e->L - 2) * N * C : 0;
+  int64_t st = e->s->model.norm == NORM_LAYERNORM ? 2 : 1; /* norm statistics per token: rstd (and the mean) */
   for (int l = 0; l < e->L; l++) {
     const Layer *ly = &md->layers[l];
     act(e, l, "LN1", SAVE_OTHER, N * C, "attention norm output");
-    act(e, l, "RSTD1", SAVE_OTHER, N, "its 1/rms per token");
+    stat(e, l, "RSTD1", SAVE_OTHER, N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
     act(e, l, "Q", SAVE_ATTN, N * e->Q, "queries (rotated)");
     act(e, l, "K", SAVE_ATTN, N * e->KV, "keys (rotated)");
     if (e->qk_norm) {
       bool full = e->qk_norm == QKN_FULL;
       act(e, l, "QR", SAVE_ATTN, N * e->Q, "queries before qk-norm");
       act(e, l, "KR", SAVE_ATTN, N * e->KV, "keys before qk-norm");
-      act(e, l, "RSTDQ", SAVE_ATTN, full ? N : N * e->nh, "qk-norm: 1/rms per token (full) or per token and head");
-      act(e, l, "RSTDK", SAVE_ATTN, full ? N : N * e->nkv, "the same for the keys");
+      stat(e, l, "RSTDQ", SAVE_ATTN, full ? N : N * e->nh, "qk-norm: 1/rms per token (full) or per token and head");
+      stat(e, l, "RSTDK", SAVE_ATTN, full ? N : N * e->nkv, "the same for the keys");
     }
     act(e, l, "V", SAVE_ATTN, N * e->KV, "values");
     act(e, l, "ATT", SAVE_ATTN, N * e->Q, "attention output");
-    act(e, l, "LSE", SAVE_ATTN, N * e->nh, "attention log-sum-exp per head and query");
+    stat(e, l, "LSE", SAVE_ATTN, N * e->nh, "attention log-sum-exp per head and query");
     act(e, l, "RES", SAVE_OTHER, N * C, "residual stream after attention");
     act(e, l, "LN2", SAVE_OTHER, N * C, "mlp norm output");
-    act(e, l, "RSTD2", SAVE_OTHER, N, "its 1/rms per token");
+    stat(e, l, "RSTD2", SAVE_OTHER, N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
     if (ly->kind == LAYER_DENSE) {
       int64_t F = e->s->model.mlp.intermediate;
       if (e->s->model.mlp.activation == ACT_SWIGLU) act(e, l, "G", SAVE_OTHER, N * F, "mlp gate");
@@ -235,82 +257,82 @@ void em_layout(Em *e) {
       act(e, l, "H", SAVE_OTHER, N * F, "mlp activation");
       continue;
     }
-    act(e, l, "LOGITS", SAVE_OTHER, N * e->E, "router logits");
-    act(e, l, "IDX", SAVE_OTHER, N * K, "selected experts (int32)");
-    act(e, l, "WTS", SAVE_OTHER, N * K, "their weights");
-    act(e, l, "POS", SAVE_OTHER, N * K, "row of each assignment in expert order (int32)");
-    act(e, l, "OFFSETS", SAVE_OTHER, e->E + 1, "first row of each expert (int32)");
+    stat(e, l, "LOGITS", SAVE_OTHER, N * e->E, "router logits");
+    stat(e, l, "IDX", SAVE_OTHER, N * K, "selected experts (int32)");
+    stat(e, l, "WTS", SAVE_OTHER, N * K, "their weights");
+    stat(e, l, "POS", SAVE_OTHER, N * K, "row of each assignment in expert order (int32)");
+    stat(e, l, "OFFSETS", SAVE_OTHER, e->E + 1, "first row of each expert (int32)");
     /* the experts' input and output rows: with ep 1 the token copies in expert order are the
      * experts' input (saved); with ep > 1 the rows received are (XE), and the send side (WS_XP)
      * and the outputs before they go back (WS_YE) are workspace */
     if (e->ep == 1) act(e, l, "XP", SAVE_EXPERT, N * K * C, "token copies in expert order: the experts' input");
     act(e, l, "YP", SAVE_EXPERT, N * K * C, "expert outputs in that order");
     if (e->ep > 1) {
-      buf(e, "WS_XP", N * K * C, "token copies in expert order, to send (all-to-all)");
+      abuf(e, "WS_XP", N * K * C, "token copies in expert order, to send (all-to-all)");
       act(e, l, "XE", SAVE_EXPERT, e->R * C, "rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS)");
-      buf(e, "WS_YE", e->R * C, "their outputs, before going back");
-      act(e, l, "EOFF", SAVE_EXPERT, e->El + 1, "first row of each local expert in the round (int32)");
+      abuf(e, "WS_YE", e->R * C, "their outputs, before going back");
+      stat(e, l, "EOFF", SAVE_EXPERT, e->El + 1, "first row of each local expert in the round (int32)");
     }
-    act(e, l, "EG", SAVE_EXPERT, e->R * e->Fe, "routed experts' gate");
-    act(e, l, "EU", SAVE_EXPERT, e->R * e->Fe, "routed experts' up");
+    if (!e->gelu_experts) act(e, l, "EG", SAVE_EXPERT, e->R * e->Fe, "routed experts' gate");
+    act(e, l, "EU", SAVE_EXPERT, e->R * e->Fe, e->gelu_experts ? "routed experts' up (GELU's input)" : "routed experts' up");
     act(e, l, "EH", SAVE_EXPERT, e->R * e->Fe, "routed experts' activation");
     if (e->Fs) {
-      act(e, l, "SG", SAVE_EXPERT, N * e->Fs, "shared experts' gate");
+      if (!e->gelu_experts) act(e, l, "SG", SAVE_EXPERT, N * e->Fs, "shared experts' gate");
       act(e, l, "SU", SAVE_EXPERT, N * e->Fs, "shared experts' up");
       act(e, l, "SH", SAVE_EXPERT, N * e->Fs, "shared experts' activation");
       if (e->s->model.moe.shared_expert_gate) {
         act(e, l, "SO", SAVE_EXPERT, N * C, "shared experts' output before the gate");
-        act(e, l, "SGL", SAVE_EXPERT, N, "shared_expert_gate's logit per token");
+        stat(e, l, "SGL", SAVE_EXPERT, N, "shared_expert_gate's logit per token (fp32, as the router's)");
       }
     }
   }
   /* workspace: forward temporaries and backward gradients, reused by every layer */
-  buf(e, "WS_Y", N * C, "a block's output before the residual add");
-  buf(e, "WS_Y2", N * C, "shared experts' output");
-  buf(e, "DX_A", N * C, "gradient of the residual stream (even layers' output)");
-  buf(e, "DX_B", N * C, "gradient of the residual stream (odd layers' output)");
-  buf(e, "DLN", N * C, "gradient of a norm's output");
-  buf(e, "DATT", N * e->Q, "gradient of the attention output");
-  buf(e, "DQ", N * e->Q, "gradient of the queries");
-  buf(e, "DK", N * e->KV, "gradient of the keys");
-  buf(e, "DV", N * e->KV, "gradient of the values");
+  abuf(e, "WS_Y", N * C, "a block's output before the residual add");
+  abuf(e, "WS_Y2", N * C, "shared experts' output");
+  abuf(e, "DX_A", N * C, "gradient of the residual stream (even layers' output)");
+  abuf(e, "DX_B", N * C, "gradient of the residual stream (odd layers' output)");
+  abuf(e, "DLN", N * C, "gradient of a norm's output");
+  abuf(e, "DATT", N * e->Q, "gradient of the attention output");
+  abuf(e, "DQ", N * e->Q, "gradient of the queries");
+  abuf(e, "DK", N * e->KV, "gradient of the keys");
+  abuf(e, "DV", N * e->KV, "gradient of the values");
   if (e->qk_norm) {
-    buf(e, "DQR", N * e->Q, "gradient of the queries before qk-norm");
-    buf(e, "DKR", N * e->KV, "gradient of the keys before qk-norm");
+    abuf(e, "DQR", N * e->Q, "gradient of the queries before qk-norm");
+    abuf(e, "DKR", N * e->KV, "gradient of the keys before qk-norm");
   }
   int64_t F = e->s->model.mlp.present ? e->s->model.mlp.intermediate : 0;
   if (F) {
-    buf(e, "DG", N * F, "gradient of the mlp gate");
-    buf(e, "DU", N * F, "gradient of the mlp up");
-    buf(e, "DH", N * F, "gradient of the mlp activation");
+    abuf(e, "DG", N * F, "gradient of the mlp gate");
+    abuf(e, "DU", N * F, "gradient of the mlp up");
+    abuf(e, "DH", N * F, "gradient of the mlp activation");
   }
   if (md->n_moe_layers) {
     buf(e, "DLOGITS", N * e->E, "gradient of the router logits");
     buf(e, "DWTS", N * K, "gradient of the routing weights");
-    buf(e, "DYP", N * K * C, "gradient of the expert outputs");
-    buf(e, "DXP", N * K * C, "gradient of the token copies");
+    abuf(e, "DYP", N * K * C, "gradient of the expert outputs");
+    abuf(e, "DXP", N * K * C, "gradient of the token copies");
     if (e->ep > 1) {
-      buf(e, "DYE", e->R * C, "gradient of the received rows' outputs");
-      buf(e, "DXE", e->R * C, "gradient of the received rows");
-      buf(e, "A2A", e->R * C, "all-to-all staging of one round (source-rank order)");
+      abuf(e, "DYE", e->R * C, "gradient of the received rows' outputs");
+      abuf(e, "DXE", e->R * C, "gradient of the received rows");
+      abuf(e, "A2A", e->R * C, "all-to-all staging of one round (source-rank order)");
       buf(e, "WS_EOFF", e->El + 1, "backward's first row of each local expert in the round (int32)");
     }
-    buf(e, "EDG", e->R * e->Fe, "routed experts' gate gradient");
-    buf(e, "EDU", e->R * e->Fe, "routed experts' up gradient");
-    buf(e, "EDH", e->R * e->Fe, "routed experts' activation gradient");
+    if (!e->gelu_experts) abuf(e, "EDG", e->R * e->Fe, "routed experts' gate gradient");
+    abuf(e, "EDU", e->R * e->Fe, "routed experts' up gradient");
+    abuf(e, "EDH", e->R * e->Fe, "routed experts' activation gradient");
     if (e->Fs) {
-      buf(e, "DSG", N * e->Fs, "shared experts' gate gradient");
-      buf(e, "DSU", N * e->Fs, "shared experts' up gradient");
-      buf(e, "DSH", N * e->Fs, "shared experts' activation gradient");
+      if (!e->gelu_experts) abuf(e, "DSG", N * e->Fs, "shared experts' gate gradient");
+      abuf(e, "DSU", N * e->Fs, "shared experts' up gradient");
+      abuf(e, "DSH", N * e->Fs, "shared experts' activation gradient");
       if (e->s->model.moe.shared_expert_gate) {
-        buf(e, "DSO", N * C, "gradient of the shared experts' output before the gate");
-        buf(e, "DSGL", N, "gradient of the gate's logits");
+        abuf(e, "DSO", N * C, "gradient of the shared experts' output before the gate");
+        buf(e, "DSGL", N, "gradient of the gate's logits (fp32)");
       }
     }
     buf(e, "AUX", 3 * e->E, "load-balancing loss scratch");
   }
-  buf(e, "LNF", N * C, "final norm output");
-  buf(e, "RSTDF", N, "its 1/rms per token");
+  abuf(e, "LNF", N * C, "final norm output");
+  buf(e, "RSTDF", N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
   buf(e, "LSEF", N, "log-sum-exp of each token's logits");
   buf(e, "CE", 2 * N * e->chunk, "logits of one vocabulary chunk and their gradient");
 }

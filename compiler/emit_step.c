@@ -4,18 +4,50 @@
  * that a person can follow one layer's step; the schedule (gathers, recomputation,
  * reduce-scatters) reads top to bottom in forward() and backward(). */
 #include <errno.h>
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "emit.h"
 
+/* Writes text to e->f. The emitters write every arena buffer as R(NAME); for a buffer of the
+ * activation arena (em_arena_of) it is written A(NAME), so that one spelling serves code and
+ * the buffer's type follows the layout. */
+static void put_text(Em *e, const char *text) {
+  for (const char *p = text; *p;) {
+    const char *r = strstr(p, "R(");
+    if (!r) {
+      fputs(p, e->f);
+      break;
+    }
+    fwrite(p, 1, (size_t)(r - p), e->f);
+    bool word = r > text && (isalnum((unsigned char)r[-1]) || r[-1] == '_'); /* e.g. "STDERR(" */
+    size_t len = strspn(r + 2, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_");
+    char name[128];
+    if (!word && len && len < sizeof name && r[2 + len] == ')') {
+      memcpy(name, r + 2, len), name[len] = 0;
+      fputs(em_arena_of(e, name) == EM_ACT ? "A(" : "R(", e->f);
+    } else {
+      fputs("R(", e->f);
+    }
+    p = r + 2;
+  }
+}
+
 static void P(Em *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void P(Em *e, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vfprintf(e->f, fmt, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
+  char small[4096], *text = (size_t)n < sizeof small ? small : malloc((size_t)n + 1);
+  if (!text) abort(); /* out of memory */
+  va_start(ap, fmt);
+  vsnprintf(text, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  put_text(e, text);
+  if (text != small) free(text);
 }
 
 /* Offset of tensor key (model.c's name) in group g; the emitter asks only for tensors the
@@ -28,9 +60,48 @@ static int64_t off(Em *e, int g, const char *key) {
 }
 
 static const char *A(Em *e, int l, const char *n, SaveClass c) { return em_act(e, l, n, c); }
+
+/* The bias of the linear layer whose weight is wkey in group g, as a call argument through
+ * macro m (W, or DW for its gradient): "NULL" without model.bias (mtrt_ops.h's rt_matmul_*). */
+static const char *bias_arg(Em *e, int g, const char *wkey, const char *m) {
+  if (!e->s->model.bias) return "NULL";
+  size_t n = strlen(wkey) - strlen("weight");
+  return mem_printf(e->m, "%s(%lld)", m, (long long)off(e, g, mem_printf(e->m, "%.*sbias", (int)n, wkey)));
+}
 #define OTH SAVE_OTHER
 #define ATT SAVE_ATTN
 #define EXP SAVE_EXPERT
+
+/* ---- norms -------------------------------------------------------------------------------- */
+
+/* Norm `name` (input_layernorm, post_attention_layernorm, norm: its weight name.weight in group g,
+ * its bias name.bias under model.bias) of buffer x into out; stats holds rstd (N), then the mean
+ * (N) for LayerNorm (emit_layout.c sizes it). RMSNorm with a bias adds it after the norm. */
+static void norm_forward(Em *e, int g, const char *out, const char *stats, const char *x, const char *name) {
+  long long N = e->N, C = e->C, w = off(e, g, mem_printf(e->m, "%s.weight", name));
+  const char *b = e->s->model.bias ? mem_printf(e->m, "W(%lld)", (long long)off(e, g, mem_printf(e->m, "%s.bias", name))) : NULL;
+  const char *what = strcmp(name, "norm") == 0 ? "model.norm" : name;
+  if (e->s->model.norm == NORM_LAYERNORM) {
+    P(e, "  rt_layernorm_forward(R(%s), R(%s + %lld), R(%s), R(%s), W(%lld), %s, %lld, %lld, EPS); /* %s */\n", out, stats,
+      N, stats, x, w, b ? b : "NULL", N, C, what);
+    return;
+  }
+  P(e, "  rt_rmsnorm_forward(R(%s), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* %s */\n", out, stats, x, w, N, C, what);
+  if (b) P(e, "  rt_bias_forward(R(%s), %s, %lld, %lld); /* %s.bias */\n", out, b, N, C, name);
+}
+
+/* Its backward: the gradient of out is in DLN; adds that of x into dx. */
+static void norm_backward(Em *e, int g, const char *dx, const char *x, const char *stats, const char *name) {
+  long long N = e->N, C = e->C, w = off(e, g, mem_printf(e->m, "%s.weight", name));
+  const char *db = e->s->model.bias ? mem_printf(e->m, "DW(%lld)", (long long)off(e, g, mem_printf(e->m, "%s.bias", name))) : NULL;
+  if (e->s->model.norm == NORM_LAYERNORM) {
+    P(e, "  rt_layernorm_backward(R(%s), DW(%lld), %s, R(DLN), R(%s), W(%lld), R(%s + %lld), R(%s), %lld, %lld);\n", dx, w,
+      db ? db : "NULL", x, w, stats, N, stats, N, C);
+    return;
+  }
+  if (db) P(e, "  rt_bias_backward(%s, R(DLN), %lld, %lld); /* %s.bias */\n", db, N, C, name);
+  P(e, "  rt_rmsnorm_backward(R(%s), DW(%lld), R(DLN), R(%s), W(%lld), R(%s), %lld, %lld);\n", dx, w, x, w, stats, N, C);
+}
 
 /* ---- one layer ---------------------------------------------------------------------------- */
 
@@ -106,59 +177,63 @@ static void attention_forward(Em *e, int l) {
   int g = e->layer_dense[l];
   const char *ln1 = A(e, l, "LN1", OTH), *q = A(e, l, "Q", ATT), *k = A(e, l, "K", ATT),
              *v = A(e, l, "V", ATT), *att = A(e, l, "ATT", ATT), *lse = A(e, l, "LSE", ATT);
-  P(e, "  rt_rmsnorm_forward(R(%s), R(%s), R(X%d), W(%lld), %lld, %lld, EPS); /* input_layernorm */\n",
-    ln1, A(e, l, "RSTD1", OTH), l, (long long)off(e, g, "input_layernorm.weight"), (long long)e->N, (long long)e->C);
+  norm_forward(e, g, ln1, A(e, l, "RSTD1", OTH), mem_printf(e->m, "X%d", l), "input_layernorm");
   const char *ind = "  ";
   if (e->ac == AC_SELECTIVE) {
     P(e, "  if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */\n");
     ind = "    ";
   }
   const char *qr = e->qk_norm ? A(e, l, "QR", ATT) : q, *kr = e->qk_norm ? A(e, l, "KR", ATT) : k;
-  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* q_proj */\n", ind, qr, ln1,
-    (long long)off(e, g, "attn.q_proj.weight"), (long long)e->N, (long long)e->C, (long long)e->Q);
-  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* k_proj */\n", ind, kr, ln1,
-    (long long)off(e, g, "attn.k_proj.weight"), (long long)e->N, (long long)e->C, (long long)e->KV);
-  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* v_proj */\n", ind, v, ln1,
-    (long long)off(e, g, "attn.v_proj.weight"), (long long)e->N, (long long)e->C, (long long)e->KV);
+  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* q_proj */\n", ind, qr, ln1,
+    (long long)off(e, g, "attn.q_proj.weight"), bias_arg(e, g, "attn.q_proj.weight", "W"), (long long)e->N, (long long)e->C, (long long)e->Q);
+  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* k_proj */\n", ind, kr, ln1,
+    (long long)off(e, g, "attn.k_proj.weight"), bias_arg(e, g, "attn.k_proj.weight", "W"), (long long)e->N, (long long)e->C, (long long)e->KV);
+  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* v_proj */\n", ind, v, ln1,
+    (long long)off(e, g, "attn.v_proj.weight"), bias_arg(e, g, "attn.v_proj.weight", "W"), (long long)e->N, (long long)e->C, (long long)e->KV);
   if (e->qk_norm) qk_norm_forward(e, l, ind);
   double theta = e->s->model.attention.rope_theta;
-  if (llama3(e)) {
+  if (e->rope && llama3(e)) {
     rope_llama3(e, ind, q, e->nh, "forward");
     rope_llama3(e, ind, k, e->nkv, "forward");
-  } else {
-  P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g); /* B, T, heads, head_dim, theta */\n", ind, q, (long long)e->B, (long long)e->T,
-    (long long)e->nh, (long long)e->hd, theta);
-  P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g);\n", ind, k, (long long)e->B, (long long)e->T,
-    (long long)e->nkv, (long long)e->hd, theta);
+  } else if (e->rope) {
+    P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g); /* B, T, heads, head_dim, theta */\n", ind, q, (long long)e->B, (long long)e->T,
+      (long long)e->nh, (long long)e->hd, theta);
+    P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g);\n", ind, k, (long long)e->B, (long long)e->T,
+      (long long)e->nkv, (long long)e->hd, theta);
   }
   P(e, "%srt_attention_forward(R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, %lld, %lld); /* B, T, heads, kv_heads, "
        "head_dim */\n", ind, att,
     lse, q, k, v, (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd);
   if (e->ac == AC_SELECTIVE) P(e, "  }\n");
-  P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* o_proj */\n", att,
-    (long long)off(e, g, "attn.o_proj.weight"), (long long)e->N, (long long)e->Q, (long long)e->C);
+  P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), %s, %lld, %lld, %lld); /* o_proj */\n", att,
+    (long long)off(e, g, "attn.o_proj.weight"), bias_arg(e, g, "attn.o_proj.weight", "W"), (long long)e->N, (long long)e->Q, (long long)e->C);
   P(e, "  rt_add(R(%s), R(X%d), R(WS_Y), %lld); /* residual */\n", A(e, l, "RES", OTH), l, (long long)(e->N * e->C));
-  P(e, "  rt_rmsnorm_forward(R(%s), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* post_attention_layernorm */\n",
-    A(e, l, "LN2", OTH), A(e, l, "RSTD2", OTH), A(e, l, "RES", OTH),
-    (long long)off(e, g, "post_attention_layernorm.weight"), (long long)e->N, (long long)e->C);
+  norm_forward(e, g, A(e, l, "LN2", OTH), A(e, l, "RSTD2", OTH), A(e, l, "RES", OTH), "post_attention_layernorm");
 }
 
 static void mlp_forward(Em *e, int l) {
   int g = e->layer_dense[l];
   int64_t N = e->N, C = e->C, F = e->s->model.mlp.intermediate;
   const char *ln2 = A(e, l, "LN2", OTH), *u = A(e, l, "U", OTH), *h = A(e, l, "H", OTH);
-  P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* up_proj */\n", u, ln2,
-    (long long)off(e, g, "mlp.up_proj.weight"), (long long)N, (long long)C, (long long)F);
+  P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* up_proj */\n", u, ln2,
+    (long long)off(e, g, "mlp.up_proj.weight"), bias_arg(e, g, "mlp.up_proj.weight", "W"), (long long)N, (long long)C, (long long)F);
   if (e->s->model.mlp.activation == ACT_SWIGLU) {
     const char *gg = A(e, l, "G", OTH);
-    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* gate_proj */\n", gg, ln2,
-      (long long)off(e, g, "mlp.gate_proj.weight"), (long long)N, (long long)C, (long long)F);
+    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* gate_proj */\n", gg, ln2,
+      (long long)off(e, g, "mlp.gate_proj.weight"), bias_arg(e, g, "mlp.gate_proj.weight", "W"), (long long)N, (long long)C, (long long)F);
     P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", h, gg, u, (long long)(N * F));
   } else {
     P(e, "  rt_gelu_forward(R(%s), R(%s), %lld);\n", h, u, (long long)(N * F));
   }
-  P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* down_proj */\n", h,
-    (long long)off(e, g, "mlp.down_proj.weight"), (long long)N, (long long)F, (long long)C);
+  P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), %s, %lld, %lld, %lld); /* down_proj */\n", h,
+    (long long)off(e, g, "mlp.down_proj.weight"), bias_arg(e, g, "mlp.down_proj.weight", "W"), (long long)N, (long long)F, (long long)C);
+}
+
+/* The routed experts' gate_proj as a call argument through macro m (WE or DWE), or "NULL" for
+ * GELU experts, which have none (rt_experts_forward's contract in mtrt_ops.h). */
+static const char *gate_w(Em *e, int ge, const char *m) {
+  if (e->gelu_experts) return "NULL";
+  return mem_printf(e->m, "%s(%lld)", m, (long long)off(e, ge, "moe.experts.gate_proj.weight"));
 }
 
 /* Whether the routing weights are not rt_router_forward's (renormalized top-k, unscaled): then
@@ -173,7 +248,7 @@ static void moe_forward(Em *e, int l) {
   const char *ln2 = A(e, l, "LN2", OTH), *lg = A(e, l, "LOGITS", OTH), *idx = A(e, l, "IDX", OTH),
              *wts = A(e, l, "WTS", OTH), *pos = A(e, l, "POS", OTH), *offs = A(e, l, "OFFSETS", OTH),
              *xp = e->ep > 1 ? "WS_XP" : A(e, l, "XP", EXP), *yp = A(e, l, "YP", EXP);
-  P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* router (mlp.gate) */\n", lg, ln2,
+  P(e, "  rt_router_logits_forward(R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* router (mlp.gate) */\n", lg, ln2,
     (long long)off(e, g, "moe.gate.weight"), N, C, E);
   const MoeSpec *ms = &e->s->model.moe;
   if (ms->topk_group < ms->n_group) /* group-limited (DeepSeek-V3) */
@@ -197,13 +272,13 @@ static void moe_forward(Em *e, int l) {
       idx, N, E, K, e->s->model.moe.aux_loss_coef);
   P(e, "  rt_moe_permute(I(%s), I(%s), I(%s), %lld, %lld, %lld);\n", pos, offs, idx, N, E, K);
   P(e, "  rt_moe_gather(R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", xp, ln2, pos, N, K, C);
-  long long wg = off(e, ge, "moe.experts.gate_proj.weight"), wu = off(e, ge, "moe.experts.up_proj.weight"),
-            wd = off(e, ge, "moe.experts.down_proj.weight");
-  const char *eg = A(e, l, "EG", EXP), *eu = A(e, l, "EU", EXP), *eh = A(e, l, "EH", EXP);
+  long long wu = off(e, ge, "moe.experts.up_proj.weight"), wd = off(e, ge, "moe.experts.down_proj.weight");
+  const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG", EXP)), *eu = A(e, l, "EU", EXP),
+             *eh = A(e, l, "EH", EXP), *wg = gate_w(e, ge, "WE");
   if (e->ep == 1) {
-    P(e, "  rt_experts_forward(R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld); "
-         "/* experts, hidden, expert width */\n",
-      yp, eg, eu, eh, xp, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe);
+    P(e, "  rt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld); "
+         "/* experts, hidden, expert width%s */\n",
+      yp, eg, eu, eh, xp, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe, e->gelu_experts ? "; GELU: no gate" : "");
   } else {
     const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
     P(e, "  /* expert parallelism over %lld ranks: this rank's experts take the rows routed to them, in rounds\n"
@@ -214,7 +289,7 @@ static void moe_forward(Em *e, int l) {
     P(e, "  for (int r = 0; r < rounds; r++) {\n");
     P(e, "    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld); /* all-to-all */\n", xe, eo,
       xp, C);
-    P(e, "    rt_experts_forward(R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld);\n",
+    P(e, "    rt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld);\n",
       ye, eg, eu, eh, xe, wg, wu, wd, eo, (long long)e->El, C, (long long)e->Fe);
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(%s), R(A2A), R(%s), %lld); /* back to the tokens' ranks */\n",
       yp, ye, C);
@@ -224,19 +299,22 @@ static void moe_forward(Em *e, int l) {
   P(e, "  rt_moe_combine(R(WS_Y), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", yp, wts, pos, N, K, C);
   if (e->Fs) {
     long long Fs = e->Fs;
-    const char *sg = A(e, l, "SG", EXP), *su = A(e, l, "SU", EXP), *sh = A(e, l, "SH", EXP);
-    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.gate_proj */\n", sg,
-      ln2, (long long)off(e, g, "moe.shared_experts.gate_proj.weight"), N, C, Fs);
-    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.up_proj */\n", su,
-      ln2, (long long)off(e, g, "moe.shared_experts.up_proj.weight"), N, C, Fs);
-    P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", sh, sg, su, N * Fs);
+    const char *su = A(e, l, "SU", EXP), *sh = A(e, l, "SH", EXP);
+    const char *sg = e->gelu_experts ? NULL : A(e, l, "SG", EXP);
+    if (sg)
+      P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.gate_proj */\n", sg,
+        ln2, (long long)off(e, g, "moe.shared_experts.gate_proj.weight"), bias_arg(e, g, "moe.shared_experts.gate_proj.weight", "W"), N, C, Fs);
+    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.up_proj */\n", su,
+      ln2, (long long)off(e, g, "moe.shared_experts.up_proj.weight"), bias_arg(e, g, "moe.shared_experts.up_proj.weight", "W"), N, C, Fs);
+    if (sg) P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", sh, sg, su, N * Fs);
+    else P(e, "  rt_gelu_forward(R(%s), R(%s), %lld); /* GELU shared experts: no gate */\n", sh, su, N * Fs);
     bool gate = e->s->model.moe.shared_expert_gate;
     const char *so = gate ? A(e, l, "SO", EXP) : "WS_Y2";
-    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.down_proj */\n", so, sh,
-      (long long)off(e, g, "moe.shared_experts.down_proj.weight"), N, Fs, C);
+    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.down_proj */\n", so, sh,
+      (long long)off(e, g, "moe.shared_experts.down_proj.weight"), bias_arg(e, g, "moe.shared_experts.down_proj.weight", "W"), N, Fs, C);
     if (gate) {
       const char *sgl = A(e, l, "SGL", EXP);
-      P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, 1); /* shared_expert_gate */\n", sgl, ln2,
+      P(e, "  rt_router_logits_forward(R(%s), R(%s), W(%lld), %lld, %lld, 1); /* shared_expert_gate */\n", sgl, ln2,
         (long long)off(e, g, "moe.shared_expert_gate.weight"), N, C);
       P(e, "  rt_sigmoid_gate_forward(R(WS_Y), R(%s), R(%s), %lld, %lld); /* + sigmoid(gate) x shared output */\n", so,
         sgl, N, C);
@@ -268,20 +346,20 @@ static void mlp_backward(Em *e, int l, const char *dy) {
   long long N = e->N, C = e->C, F = e->s->model.mlp.intermediate;
   const char *ln2 = A(e, l, "LN2", OTH), *u = A(e, l, "U", OTH), *h = A(e, l, "H", OTH);
   P(e, "  rt_zero(R(DH), %lld);\n", N * F);
-  P(e, "  rt_matmul_backward(R(DH), DW(%lld), NULL, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* down_proj */\n",
-    (long long)off(e, g, "mlp.down_proj.weight"), dy, h, (long long)off(e, g, "mlp.down_proj.weight"), N, F, C);
+  P(e, "  rt_matmul_backward(R(DH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* down_proj */\n",
+    (long long)off(e, g, "mlp.down_proj.weight"), bias_arg(e, g, "mlp.down_proj.weight", "DW"), dy, h, (long long)off(e, g, "mlp.down_proj.weight"), N, F, C);
   P(e, "  rt_zero(R(DU), %lld);\n", N * F);
   if (e->s->model.mlp.activation == ACT_SWIGLU) {
     const char *gg = A(e, l, "G", OTH);
     P(e, "  rt_zero(R(DG), %lld);\n", N * F);
     P(e, "  rt_swiglu_backward(R(DG), R(DU), R(DH), R(%s), R(%s), %lld);\n", gg, u, N * F);
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DG), R(%s), W(%lld), %lld, %lld, %lld); /* gate_proj */\n",
-      (long long)off(e, g, "mlp.gate_proj.weight"), ln2, (long long)off(e, g, "mlp.gate_proj.weight"), N, C, F);
+    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DG), R(%s), W(%lld), %lld, %lld, %lld); /* gate_proj */\n",
+      (long long)off(e, g, "mlp.gate_proj.weight"), bias_arg(e, g, "mlp.gate_proj.weight", "DW"), ln2, (long long)off(e, g, "mlp.gate_proj.weight"), N, C, F);
   } else {
     P(e, "  rt_gelu_backward(R(DU), R(DH), R(%s), %lld);\n", u, N * F);
   }
-  P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DU), R(%s), W(%lld), %lld, %lld, %lld); /* up_proj */\n",
-    (long long)off(e, g, "mlp.up_proj.weight"), ln2, (long long)off(e, g, "mlp.up_proj.weight"), N, C, F);
+  P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DU), R(%s), W(%lld), %lld, %lld, %lld); /* up_proj */\n",
+    (long long)off(e, g, "mlp.up_proj.weight"), bias_arg(e, g, "mlp.up_proj.weight", "DW"), ln2, (long long)off(e, g, "mlp.up_proj.weight"), N, C, F);
 }
 
 static void moe_backward(Em *e, int l, const char *dy) {
@@ -295,38 +373,44 @@ static void moe_backward(Em *e, int l, const char *dy) {
     const char *dso = dy;
     if (e->s->model.moe.shared_expert_gate) { /* through the gate: DSO, and the gate's logits into DLN */
       int64_t og = off(e, g, "moe.shared_expert_gate.weight");
-      P(e, "  rt_zero(R(DSO), %lld);\n  rt_zero(R(DSGL), %lld);\n", N * C, N);
+      P(e, "  rt_zero(R(DSO), %lld);\n  rt_zero_real(R(DSGL), %lld);\n", N * C, N);
       P(e, "  rt_sigmoid_gate_backward(R(DSO), R(DSGL), R(%s), R(%s), R(%s), %lld, %lld);\n", dy, A(e, l, "SO", EXP),
         A(e, l, "SGL", EXP), N, C);
-      P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DSGL), R(%s), W(%lld), %lld, %lld, 1); /* shared_expert_gate */\n",
+      P(e, "  rt_router_logits_backward(R(DLN), DW(%lld), R(DSGL), R(%s), W(%lld), %lld, %lld, 1); /* shared_expert_gate */\n",
         (long long)og, ln2, (long long)og, N, C);
       dso = "DSO";
     }
     int64_t o = off(e, g, "moe.shared_experts.down_proj.weight");
     P(e, "  rt_zero(R(DSH), %lld);\n", N * Fs);
-    P(e, "  rt_matmul_backward(R(DSH), DW(%lld), NULL, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* shared down_proj */\n",
-      (long long)o, dso, A(e, l, "SH", EXP), (long long)o, N, Fs, C);
-    P(e, "  rt_zero(R(DSG), %lld);\n  rt_zero(R(DSU), %lld);\n", N * Fs, N * Fs);
-    P(e, "  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(%s), R(%s), %lld);\n", A(e, l, "SG", EXP), A(e, l, "SU", EXP), N * Fs);
-    o = off(e, g, "moe.shared_experts.gate_proj.weight");
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DSG), R(%s), W(%lld), %lld, %lld, %lld); /* shared gate_proj */\n",
-      (long long)o, ln2, (long long)o, N, C, Fs);
+    P(e, "  rt_matmul_backward(R(DSH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* shared down_proj */\n",
+      (long long)o, bias_arg(e, g, "moe.shared_experts.down_proj.weight", "DW"), dso, A(e, l, "SH", EXP), (long long)o, N, Fs, C);
+    if (e->gelu_experts) {
+      P(e, "  rt_zero(R(DSU), %lld);\n", N * Fs);
+      P(e, "  rt_gelu_backward(R(DSU), R(DSH), R(%s), %lld);\n", A(e, l, "SU", EXP), N * Fs);
+    } else {
+      P(e, "  rt_zero(R(DSG), %lld);\n  rt_zero(R(DSU), %lld);\n", N * Fs, N * Fs);
+      P(e, "  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(%s), R(%s), %lld);\n", A(e, l, "SG", EXP), A(e, l, "SU", EXP), N * Fs);
+      o = off(e, g, "moe.shared_experts.gate_proj.weight");
+      P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DSG), R(%s), W(%lld), %lld, %lld, %lld); /* shared gate_proj */\n",
+        (long long)o, bias_arg(e, g, "moe.shared_experts.gate_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
+    }
     o = off(e, g, "moe.shared_experts.up_proj.weight");
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DSU), R(%s), W(%lld), %lld, %lld, %lld); /* shared up_proj */\n",
-      (long long)o, ln2, (long long)o, N, C, Fs);
+    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DSU), R(%s), W(%lld), %lld, %lld, %lld); /* shared up_proj */\n",
+      (long long)o, bias_arg(e, g, "moe.shared_experts.up_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
   }
   P(e, "  rt_zero(R(DWTS), %lld);\n", N * K);
   P(e, "  rt_moe_combine_backward(R(DYP), R(DWTS), R(%s), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", dy, yp, wts,
     pos, N, K, C);
   int ge = e->layer_experts[l];
-  long long wg = off(e, ge, "moe.experts.gate_proj.weight"), wu = off(e, ge, "moe.experts.up_proj.weight"),
-            wd = off(e, ge, "moe.experts.down_proj.weight");
-  const char *eg = A(e, l, "EG", EXP), *eu = A(e, l, "EU", EXP), *eh = A(e, l, "EH", EXP);
-  const char *bwd = "rt_experts_backward(R(%s), DWE(%lld), DWE(%lld), DWE(%lld), R(%s), R(%s), R(%s), R(%s), R(%s), "
-                    "WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld, R(EDH), R(EDG), R(EDU));\n";
+  long long wu = off(e, ge, "moe.experts.up_proj.weight"), wd = off(e, ge, "moe.experts.down_proj.weight");
+  const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG", EXP)), *eu = A(e, l, "EU", EXP),
+             *eh = A(e, l, "EH", EXP), *wg = gate_w(e, ge, "WE"), *dwg = gate_w(e, ge, "DWE"),
+             *edg = e->gelu_experts ? "NULL" : "R(EDG)";
+  const char *bwd = "rt_experts_backward(R(%s), %s, DWE(%lld), DWE(%lld), R(%s), R(%s), %s, R(%s), R(%s), "
+                    "%s, WE(%lld), WE(%lld), I(%s), %lld, %lld, %lld, R(EDH), %s, R(EDU));\n";
   if (e->ep == 1) {
     P(e, "  rt_zero(R(DXP), %lld);\n  ", N * K * C);
-    P(e, bwd, "DXP", wg, wu, wd, "DYP", xp, eg, eu, eh, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe);
+    P(e, bwd, "DXP", dwg, wu, wd, "DYP", xp, eg, eu, eh, wg, wu, wd, offs, (long long)e->El, C, (long long)e->Fe, edg);
   } else {
     const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
     P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s)); /* as in the forward */\n", offs);
@@ -335,11 +419,11 @@ static void moe_backward(Em *e, int l, const char *dy) {
     P(e, "  for (int r = 0; r < rounds; r++) {\n");
     P(e, "    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */\n");
     P(e, "      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld);\n", xe, eo, xp, C);
-    P(e, "      rt_experts_forward(R(%s), R(%s), R(%s), R(%s), R(%s), WE(%lld), WE(%lld), WE(%lld), I(%s), %lld, %lld, "
+    P(e, "      rt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, WE(%lld), WE(%lld), I(%s), %lld, %lld, "
          "%lld);\n    }\n", ye, eg, eu, eh, xe, wg, wu, wd, eo, (long long)e->El, C, (long long)e->Fe);
     P(e, "    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), %lld); /* all-to-all */\n", C);
     P(e, "    rt_zero(R(DXE), %lld);\n    ", (long long)(e->R * e->C));
-    P(e, bwd, "DXE", wg, wu, wd, "DYE", xe, eg, eu, eh, wg, wu, wd, "WS_EOFF", (long long)e->El, C, (long long)e->Fe);
+    P(e, bwd, "DXE", dwg, wu, wd, "DYE", xe, eg, eu, eh, wg, wu, wd, "WS_EOFF", (long long)e->El, C, (long long)e->Fe, edg);
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), %lld); /* all-to-all back */\n  }\n", C);
   }
   P(e, "  rt_moe_gather_backward(R(DLN), R(DXP), I(%s), %lld, %lld, %lld);\n", pos, N, K, C);
@@ -355,7 +439,7 @@ static void moe_backward(Em *e, int l, const char *dy) {
     P(e, "  rt_aux_loss_backward(R(DLOGITS), R(%s), I(%s), %lld, %lld, %lld, %.9g, c->dloss, R(AUX));\n", lg, idx, N,
       E, K, e->s->model.moe.aux_loss_coef);
   int64_t o = off(e, g, "moe.gate.weight");
-  P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DLOGITS), R(%s), W(%lld), %lld, %lld, %lld); /* router */\n",
+  P(e, "  rt_router_logits_backward(R(DLN), DW(%lld), R(DLOGITS), R(%s), W(%lld), %lld, %lld, %lld); /* router */\n",
     (long long)o, ln2, (long long)o, N, C, E);
 }
 
@@ -372,28 +456,26 @@ static void layer_backward(Em *e, int l, const char *dy, const char *dx) {
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
   if (moe) moe_backward(e, l, dy);
   else mlp_backward(e, l, dy);
-  int64_t o = off(e, g, "post_attention_layernorm.weight");
   P(e, "  rt_copy(R(%s), R(%s), %lld); /* the residual passes the gradient through */\n", dx, dy, N * C);
-  P(e, "  rt_rmsnorm_backward(R(%s), DW(%lld), R(DLN), R(%s), W(%lld), R(%s), %lld, %lld);\n", dx, (long long)o,
-    A(e, l, "RES", OTH), (long long)o, A(e, l, "RSTD2", OTH), N, C);
-  o = off(e, g, "attn.o_proj.weight");
+  norm_backward(e, g, dx, A(e, l, "RES", OTH), A(e, l, "RSTD2", OTH), "post_attention_layernorm");
+  int64_t o = off(e, g, "attn.o_proj.weight");
   P(e, "  rt_zero(R(DATT), %lld);\n", N * Q);
-  P(e, "  rt_matmul_backward(R(DATT), DW(%lld), NULL, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* o_proj */\n",
-    (long long)o, dx, A(e, l, "ATT", ATT), (long long)o, N, Q, C);
+  P(e, "  rt_matmul_backward(R(DATT), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* o_proj */\n",
+    (long long)o, bias_arg(e, g, "attn.o_proj.weight", "DW"), dx, A(e, l, "ATT", ATT), (long long)o, N, Q, C);
   P(e, "  rt_zero(R(DQ), %lld);\n  rt_zero(R(DK), %lld);\n  rt_zero(R(DV), %lld);\n", N * Q, N * KV, N * KV);
   P(e, "  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, "
        "%lld, %lld);\n",
     A(e, l, "Q", ATT), A(e, l, "K", ATT), A(e, l, "V", ATT), A(e, l, "ATT", ATT), A(e, l, "LSE", ATT),
     (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd);
   double theta = e->s->model.attention.rope_theta;
-  if (llama3(e)) {
+  if (e->rope && llama3(e)) {
     rope_llama3(e, "  ", "DQ", e->nh, "backward");
     rope_llama3(e, "  ", "DK", e->nkv, "backward");
-  } else {
-  P(e, "  rt_rope_backward(R(DQ), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
-    (long long)e->nh, (long long)e->hd, theta);
-  P(e, "  rt_rope_backward(R(DK), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
-    (long long)e->nkv, (long long)e->hd, theta);
+  } else if (e->rope) {
+    P(e, "  rt_rope_backward(R(DQ), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
+      (long long)e->nh, (long long)e->hd, theta);
+    P(e, "  rt_rope_backward(R(DK), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
+      (long long)e->nkv, (long long)e->hd, theta);
   }
   if (e->qk_norm) qk_norm_backward(e, l);
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
@@ -403,64 +485,72 @@ static void layer_backward(Em *e, int l, const char *dy, const char *dx) {
     const char *key = i == 0 ? "attn.q_proj.weight" : i == 1 ? "attn.k_proj.weight" : "attn.v_proj.weight";
     o = off(e, g, key);
     const char *dproj = i == 2 || !e->qk_norm ? mem_printf(e->m, "D%c", "QKV"[i]) : i ? "DKR" : "DQR";
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* %s_proj */\n",
-      (long long)o, dproj, ln1, (long long)o, N, C, i ? KV : Q, qkv[i]);
+    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* %s_proj */\n",
+      (long long)o, bias_arg(e, g, key, "DW"), dproj, ln1, (long long)o, N, C, i ? KV : Q, qkv[i]);
   }
-  o = off(e, g, "input_layernorm.weight");
-  P(e, "  rt_rmsnorm_backward(R(%s), DW(%lld), R(DLN), R(X%d), W(%lld), R(%s), %lld, %lld);\n}\n", dx, (long long)o, l,
-    (long long)o, A(e, l, "RSTD1", OTH), N, C);
+  norm_backward(e, g, dx, mem_printf(e->m, "X%d", l), A(e, l, "RSTD1", OTH), "input_layernorm");
+  P(e, "}\n");
 }
 
 /* ---- the schedule --------------------------------------------------------------------------- */
 
 /* Units of the schedule: 0 the embedding, 1..L the layers, L+1 the head. Unit u's group k (0
- * dense, 1 experts; -1 when the unit has none) is gathered into GATHERED_DENSE<u % 2> or
- * GATHERED_EXPERTS<u % 2> (prefetch slot 2(u % 2) + k), so unit u+1's gather overlaps unit u's
- * compute; in the backward its gradient goes to GRAD_DENSE/EXPERTS<u % 2> and is
- * reduce-scattered in slot 2(u % 2) + k while the next unit's backward runs. */
+ * dense, 1 experts; -1 when the unit has none) is gathered into GATHERED<u % (P + 1)> (dense
+ * first, then experts; all-gather slot 2(u % (P + 1)) + k), P the plan's prefetch depth, so the
+ * gathers of units u+1..u+P overlap unit u's compute; in the backward its gradient goes to
+ * GRAD<u % 2> and is reduce-scattered in slot 2(u % 2) + k while the next unit's backward runs. */
 static int unit_group(const Em *e, int u, int k) {
   if (k) return u >= 1 && u <= e->L ? e->layer_experts[u - 1] : -1;
   return u == 0 ? e->g_embed : u == e->L + 1 ? e->g_head : e->layer_dense[u - 1];
 }
 
-static const char *const kind_buf[2] = {"DENSE", "EXPERTS"};
 static const char *const kind_comm[2] = {"fsdp_comm", "shard_comm"};
+
+/* Where group kind k (0 dense, 1 experts) of unit u starts in its unit's buffer (GATHERED<u % 2>,
+ * GRAD<u % 2>): "" for the dense group, " + <the dense group's size>" for the experts. */
+static const char *in_unit(Em *e, int u, int k) {
+  int g = unit_group(e, u, 0);
+  return k && g >= 0 ? mem_printf(e->m, " + %lld", (long long)e->groups[g].full) : "";
+}
 
 /* Starts the all-gathers of unit u's groups (a prefetch: waited for in use_unit). */
 static void start_unit(Em *e, int u, const char *why) {
+  if (u > e->L + 1) return; /* past the head: nothing to prefetch */
   for (int k = 0; k < 2; k++) {
     int g = unit_group(e, u, k);
     if (g < 0) continue;
     const EmGroup *G = &e->groups[g];
-    P(e, "  rt_comm_all_gather_start(c->comm.%s, R(GATHERED_%s%d), %s(%s_%s), %lld, %d); /* %s: %lld ranks x %lld%s */\n",
-      kind_comm[k], kind_buf[k], u % 2, e->state_host ? "R" : "S", G->cname, e->state_host ? "PARAM" : "MASTER", (long long)G->shard, 2 * (u % 2) + k, G->name,
-      (long long)(k ? e->efsdp : e->fsdp), (long long)G->shard, why);
+    int b = u % (e->prefetch + 1);
+    P(e, "  rt_comm_all_gather_start(c->comm.%s, R(GATHERED%d)%s, %s(%s_%s), %lld, %d); /* %s: %lld ranks x %lld%s */\n",
+      kind_comm[k], b, in_unit(e, u, k), e->state_host ? "R" : "S", G->cname, e->state_host ? "PARAM" : "MASTER",
+      (long long)G->shard, 2 * b + k, G->name, (long long)(k ? e->efsdp : e->fsdp), (long long)G->shard, why);
   }
 }
 
 /* Waits for unit u's gathers and points W and WE at them. */
 static void use_unit(Em *e, int u) {
   bool experts = unit_group(e, u, 1) >= 0;
-  P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * (u % 2));
-  if (experts) P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * (u % 2) + 1);
-  P(e, "  c->wd = R(GATHERED_DENSE%d)%s;\n", u % 2,
-    experts ? mem_printf(e->m, ", c->we = R(GATHERED_EXPERTS%d)", u % 2) : "");
+  int b = u % (e->prefetch + 1);
+  P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * b);
+  if (experts) P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * b + 1);
+  P(e, "  c->wd = R(GATHERED%d)%s;\n", b,
+    experts ? mem_printf(e->m, ", c->we = R(GATHERED%d)%s", b, in_unit(e, u, 1)) : "");
 }
 
-/* Unit u's backward begins: the reduce-scatters that last used its parity's gradient buffers are
- * waited for (their results added to the shards), then DW and DWE point at those buffers, zeroed
- * for the groups of the unit. */
+/* Unit u's backward begins: the reduce-scatters that last used its parity's gradient buffer are
+ * waited for (their results added to the shards), then DW and DWE point into that buffer, zeroed
+ * over the unit's groups. */
 static void begin_grads(Em *e, int u) {
   int p = u % 2;
   if (u + 2 <= e->L + 1) /* the backward runs the units from L + 1 down: unit u + 2 used these buffers */
-    P(e, "  rt_comm_reduce_scatter_wait(%d), rt_comm_reduce_scatter_wait(%d); /* unit %d's: the buffers are free */\n",
+    P(e, "  rt_comm_reduce_scatter_wait(%d), rt_comm_reduce_scatter_wait(%d); /* unit %d's: the buffer is free */\n",
       2 * p, 2 * p + 1, u + 2);
-  P(e, "  c->dwd = R(GRAD_DENSE%d)%s;\n", p,
-    unit_group(e, u, 1) >= 0 ? mem_printf(e->m, ", c->dwe = R(GRAD_EXPERTS%d)", p) : "");
-  for (int k = 0; k < 2; k++) {
-    int g = unit_group(e, u, k);
-    if (g >= 0) P(e, "  rt_zero(R(GRAD_%s%d), %lld);\n", kind_buf[k], p, (long long)e->groups[g].full);
-  }
+  P(e, "  c->dwd = R(GRAD%d)%s;\n", p,
+    unit_group(e, u, 1) >= 0 ? mem_printf(e->m, ", c->dwe = R(GRAD%d)%s", p, in_unit(e, u, 1)) : "");
+  int64_t n = 0;
+  for (int k = 0; k < 2; k++)
+    if (unit_group(e, u, k) >= 0) n += e->groups[unit_group(e, u, k)].full;
+  P(e, "  rt_zero_real(R(GRAD%d), %lld);\n", p, (long long)n);
 }
 
 /* Unit u's gradients: each group's reduce-scatter starts, overlapping what follows. */
@@ -472,12 +562,18 @@ static void reduce_scatter(Em *e, int u) {
     int64_t ranks = k ? e->efsdp : e->fsdp;
     int slot = 2 * (u % 2) + k;
     bool bf16 = ranks > 1 && e->s->training.grad_reduce_dtype == WIRE_BF16;
-    P(e, "  rt_comm_reduce_scatter_start(c->comm.%s, S(%s_GRAD), R(RS_OUT%d), R(GRAD_%s%d), %lld, %s, %d); /* %s: %lld "
+    P(e, "  rt_comm_reduce_scatter_start(c->comm.%s, S(%s_GRAD), R(RS_OUT%d), R(GRAD%d)%s, %lld, %s, %d); /* %s: %lld "
          "ranks%s */\n",
-      kind_comm[k], G->cname, slot, kind_buf[k], u % 2, (long long)G->shard,
+      kind_comm[k], G->cname, slot, u % 2, in_unit(e, u, k), (long long)G->shard,
       bf16 ? mem_printf(e->m, "(uint16_t *)R(RS_WIRE%d)", slot) : "NULL", slot, G->name, (long long)ranks,
       bf16 ? ", bf16 on the wire" : "");
   }
+}
+
+/* The LM head's weight: lm_head.weight, or with tied embeddings the input embedding (HF's
+ * tie_word_embeddings: the output projection is embed_tokens.weight; Press & Wolf 2017). */
+static const char *head_key(const Em *e) {
+  return e->s->model.tie_embeddings ? "embed_tokens.weight" : "lm_head.weight";
 }
 
 static void schedule(Em *e) {
@@ -485,21 +581,25 @@ static void schedule(Em *e) {
   int L = (int)e->L;
   int gh = e->g_head;
   P(e, "\n/* ---- one micro-batch ---------------------------------------------------------------- */\n\n");
-  P(e, "/* Forward: embedding, layers 0-%d, final norm and loss. The next unit's parameters are\n"
-       " * all-gathered while this one computes (prefetch depth 1; the plan's is %d. The cpu\n"
-       " * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean\n"
-       " * cross-entropy of the micro-batch. */\n",
-    L - 1, e->p->best.ch.prefetch);
+  int D = e->prefetch;
+  P(e, "/* Forward: embedding, layers 0-%d, final norm and loss. The next %d unit(s)' parameters are\n"
+       " * all-gathered while this one computes (the plan's prefetch depth; the cpu backend's MPI\n"
+       " * all-gathers block, so there it only orders the calls). Returns the mean cross-entropy of\n"
+       " * the micro-batch. */\n",
+    L - 1, D);
   P(e, "real step_forward(RtCtx *c) {\n");
   P(e, "  rt_comm_label(\"embedding forward\");\n");
-  start_unit(e, 0, "");
+  for (int u = 0; u < D; u++) start_unit(e, u, u ? ", prefetch" : "");
   use_unit(e, 0);
-  start_unit(e, 1, ", prefetch");
+  start_unit(e, D, ", prefetch");
   P(e, "  rt_embedding_forward(R(X0), I(INPUTS), W(0), %lld, %lld);\n", N, C);
+  if (!e->rope)
+    P(e, "  rt_position_forward(R(X0), W(%lld), %lld, %lld, %lld); /* + learned positions (embed_positions) */\n",
+      (long long)off(e, e->g_embed, "embed_positions.weight"), (long long)e->B, (long long)e->T, C);
   for (int l = 0; l < L; l++) {
     P(e, "  rt_comm_label(\"layer %d forward\");\n", l);
     use_unit(e, l + 1);
-    start_unit(e, l + 2, ", prefetch");
+    start_unit(e, l + 1 + D, ", prefetch");
     if (e->host_elems && l >= 2 && l - 2 <= L - 3)
       P(e, "  rt_offload_wait(c, %d); /* X%d is on the host: its slot takes X%d */\n", l - 2, l - 2, l + 1);
     P(e, "  layer%d_forward(c, false);\n", l);
@@ -508,10 +608,9 @@ static void schedule(Em *e) {
   }
   P(e, "  rt_comm_label(\"head forward\");\n");
   use_unit(e, L + 1);
-  P(e, "  rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X%d), W(%lld), %lld, %lld, EPS); /* model.norm */\n", L,
-    (long long)off(e, gh, "norm.weight"), N, C);
+  norm_forward(e, gh, "LNF", "RSTDF", mem_printf(e->m, "X%d", L), "norm");
   P(e, "  return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(%lld), I(TARGETS), %lld, %lld, %lld, %lld, R(CE));\n}\n",
-    (long long)off(e, gh, "lm_head.weight"), N, C, V, (long long)e->chunk);
+    (long long)off(e, gh, head_key(e)), N, C, V, (long long)e->chunk);
 
   P(e, "\n/* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as\n"
        " * its backward is done, while the next unit's backward runs (the units alternate between two\n"
@@ -520,24 +619,22 @@ static void schedule(Em *e) {
   P(e, "void step_backward(RtCtx *c) {\n");
   P(e, "  /* head (its parameters are still gathered from the forward) */\n");
   P(e, "  rt_comm_label(\"head backward\");\n");
-  start_unit(e, L, ", prefetch");
+  for (int u = L; u > L - D && u >= 1; u--) start_unit(e, u, ", prefetch");
   begin_grads(e, L + 1);
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
-  int64_t o = off(e, gh, "lm_head.weight");
+  int64_t o = off(e, gh, head_key(e));
   P(e, "  rt_lm_head_ce_backward(R(DLN), DW(%lld), R(LNF), W(%lld), I(TARGETS), R(LSEF), %lld, %lld, %lld, %lld, "
        "R(CE), c->dloss);\n",
     (long long)o, (long long)o, N, C, V, (long long)e->chunk);
-  o = off(e, gh, "norm.weight");
   P(e, "  rt_zero(R(DX_A), %lld);\n", N * C);
-  P(e, "  rt_rmsnorm_backward(R(DX_A), DW(%lld), R(DLN), R(X%d), W(%lld), R(RSTDF), %lld, %lld);\n", (long long)o, L,
-    (long long)o, N, C);
+  norm_backward(e, gh, "DX_A", mem_printf(e->m, "X%d", L), "RSTDF", "norm");
   reduce_scatter(e, L + 1);
   const char *dy = "DX_A", *dx = "DX_B";
   for (int l = L - 1; l >= 0; l--) {
     P(e, "  /* layer %d */\n", l);
     P(e, "  rt_comm_label(\"layer %d backward\");\n", l);
     use_unit(e, l + 1);
-    if (l > 0) start_unit(e, l, ", prefetch");
+    if (l + 1 - D >= 1) start_unit(e, l + 1 - D, ", prefetch");
     if (e->host_elems && l <= L - 3) P(e, "  rt_offload_wait(c, %d); /* X%d is back */\n", l, l);
     if (e->ac != AC_NONE) P(e, "  layer%d_forward(c, true); /* recompute from X%d (%s checkpointing) */\n", l, l, plan_ac_name(e->ac));
     if (e->host_elems && l >= 2 && l - 2 <= L - 3)
@@ -553,6 +650,9 @@ static void schedule(Em *e) {
   P(e, "  rt_comm_label(\"embedding backward\");\n");
   begin_grads(e, 0);
   P(e, "  rt_embedding_backward(DW(0), R(%s), I(INPUTS), %lld, %lld);\n", dy, N, C);
+  if (!e->rope)
+    P(e, "  rt_position_backward(DW(%lld), R(%s), %lld, %lld, %lld); /* learned positions */\n",
+      (long long)off(e, e->g_embed, "embed_positions.weight"), dy, (long long)e->B, (long long)e->T, C);
   reduce_scatter(e, 0);
   P(e, "  /* the last reduce-scatters: every shard has this micro-batch's gradient */\n");
   P(e, "  for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);\n");
@@ -570,7 +670,7 @@ static void schedule(Em *e) {
     P(e, "  if (apply) rt_router_bias_update(S(%s_MASTER), shard_lo(c, %d), %lld, %lld, R(L%d_LOAD), %lld, %.9g);\n",
       e->groups[g].cname, g, (long long)e->groups[g].shard, (long long)off(e, g, "moe.gate.e_score_correction_bias"),
       l, (long long)e->E, e->s->model.moe.bias_update_rate);
-    P(e, "  rt_zero(R(L%d_LOAD), %lld);\n", l, (long long)e->E);
+    P(e, "  rt_zero_real(R(L%d_LOAD), %lld);\n", l, (long long)e->E);
   }
   P(e, "}\n");
 }
@@ -615,14 +715,17 @@ static bool in_header(const char *name) {
   return strcmp(name, "INPUTS") == 0 || strcmp(name, "TARGETS") == 0 || strcmp(name, "MUON_WORK") == 0;
 }
 
-static void header(Em *e, const char *spec_base) {
+static void header(Em *e, const char *spec_base, const char *plan_hash) {
   const Spec *s = e->s;
   const Candidate *b = &e->p->best;
   P(e, "/* step.h — generated by mtc from %s; do not edit: regenerate with `mtc compile`.\n"
        " * The plan's constants for train.c, the arena map and the step's entry points. */\n",
-    spec_base);
+    out_comment(e->m, spec_base));
   P(e, "#ifndef STEP_H\n#define STEP_H\n\n#include \"mtrt_train.h\"\n\n");
-  P(e, "#define MODEL_NAME \"%s\"\n#define SPEC_FILE \"%s\"\n", s->name, spec_base);
+  P(e, "#define MODEL_NAME \"%s\"\n#define SPEC_FILE \"%s\"\n", out_c_string(e->m, s->name),
+    out_c_string(e->m, spec_base));
+  P(e, "/* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */\n"
+       "#define PLAN_HASH \"%s\"\n", plan_hash);
   P(e, "/* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */\n");
   P(e, "#define PLAN_WORLD %lld\n#define PLAN_FSDP %lld\n#define PLAN_EP %lld\n#define PLAN_DP_REPLICATE %lld\n",
     (long long)e->world, (long long)e->fsdp, (long long)e->ep, (long long)e->dpr);
@@ -670,13 +773,14 @@ static void header(Em *e, const char *spec_base) {
   int64_t staging = buf_offset(e, "RS_OUT0");
   P(e, "\n/* the state arena: %lld elements of real (fp32 master shards, gradients, moments) in\n"
        " * %s memory; the optimizer step runs on the %s */\n#define STATE_ELEMS %lld\n#define STATE_ON_HOST %d\n#define OPT_STEP_ON_HOST %d\n",
-    (long long)e->state_top, e->state_host ? "host (Grace)" : "device (HBM)",
-    e->step_host ? "host CPU" : e->state_host ? "GPU, over C2C" : "GPU", (long long)e->state_top, e->state_host ? 1 : 0,
-    e->step_host ? 1 : 0);
-  P(e, "/* the arena: %lld elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before\n"
-       " * reading them */\n#define ARENA_ELEMS %lld\n#define ARENA_SCRATCH %lld\n#define INPUTS %lld\n#define TARGETS %lld\n",
-    (long long)e->top, (long long)e->top, (long long)e->scratch, (long long)buf_offset(e, "INPUTS"),
-    (long long)buf_offset(e, "TARGETS"));
+    (long long)e->top[EM_STATE], e->state_host ? "host (Grace)" : "device (HBM)",
+    e->step_host ? "host CPU" : e->state_host ? "GPU, over C2C" : "GPU", (long long)e->top[EM_STATE],
+    e->state_host ? 1 : 0, e->step_host ? 1 : 0);
+  P(e, "/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each\n"
+       " * micro-batch writes before reading them */\n#define ARENA_ELEMS %lld\n#define ARENA_SCRATCH %lld\n"
+       "#define ACT_ELEMS %lld\n#define ACT_SCRATCH %lld\n#define INPUTS %lld\n#define TARGETS %lld\n",
+    (long long)e->top[EM_REAL], (long long)e->scratch[EM_REAL], (long long)e->top[EM_ACT],
+    (long long)e->scratch[EM_ACT], (long long)buf_offset(e, "INPUTS"), (long long)buf_offset(e, "TARGETS"));
   P(e, "#define STATE_STAGING %lld /* a device buffer of the largest shard (RS_OUT0), free between steps */\n",
     (long long)staging);
   for (int i = 0; i < e->nbufs; i++)
@@ -701,11 +805,12 @@ static void header(Em *e, const char *spec_base) {
 
 static void body(Em *e, const char *spec_base) {
   const Candidate *b = &e->p->best;
-  P(e, "/* step.c — generated by mtc from %s; do not edit: regenerate with `mtc compile`.\n *\n", spec_base);
+  P(e, "/* step.c — generated by mtc from %s; do not edit: regenerate with `mtc compile`.\n *\n",
+    out_comment(e->m, spec_base));
   P(e, " * The plan: %lld ranks = %lld replica(s) x %lld-way FSDP, EP %lld (%lld experts per rank),\n"
        " * %s activation checkpointing; %lld micro-batch(es) of %lld x %lld tokens per rank and step.\n",
     (long long)e->world, (long long)e->dpr, (long long)e->fsdp, (long long)e->ep, (long long)e->El,
-    plan_ac_name(e->ac), (long long)e->accum, (long long)e->B, (long long)e->T);
+    plan_ac_words(e->ac), (long long)e->accum, (long long)e->B, (long long)e->T);
   P(e, " * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),\n"
        " * each allocated once at start-up: the maps below. Tokens are B x T = %lld rows of hidden %lld.\n */\n",
     (long long)e->N, (long long)e->C);
@@ -713,19 +818,23 @@ static void body(Em *e, const char *spec_base) {
   P(e, "#include <stdbool.h>\n#include <string.h>\n\n#include \"mtrt_comm.h\"\n#include \"mtrt_ops.h\"\n#include \"step.h\"\n\n");
   P(e, "#define S(o) (c->state + (o))                    /* state buffer at state arena offset o */\n");
   P(e, "#define R(o) (c->arena + (o))                    /* real buffer at arena offset o */\n");
+  P(e, "#define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */\n");
   P(e, "#define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */\n");
   P(e, "#define W(o) (c->wd + (o))                      /* a gathered dense parameter */\n");
-  P(e, "#define DW(o) (c->dwd + (o))                    /* its gradient (GRAD_DENSE0 or 1) */\n");
+  P(e, "#define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */\n");
   P(e, "#define WE(o) (c->we + (o))                     /* a gathered expert parameter */\n");
-  P(e, "#define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */\n");
-  P(e, "#define EPS ((real)%.9g)                        /* RMSNorm epsilon (model.norm_eps) */\n", e->s->model.norm_eps);
+  P(e, "#define DWE(o) (c->dwe + (o))                   /* its gradient (in GRAD0 or 1) */\n");
+  P(e, "#define EPS ((real)%.9g)                        /* the norms' epsilon (model.norm_eps) */\n", e->s->model.norm_eps);
   if (e->offload) P(e, "#define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */\n");
   P(e, "\n");
-  for (int st = 1; st >= 0; st--) {
-    P(e, st ? "/* ---- the state arena map (elements) ---- */\n" : "/* ---- the arena map (elements) ---- */\n");
+  static const char *const maps[EM__ARENAS] = {"the state arena map (elements of real)",
+                                               "the arena map (elements of real; int32 buffers: one per value)",
+                                               "the activation arena map (elements of act)"};
+  for (int a = 0; a < EM__ARENAS; a++) {
+    P(e, "%s/* ---- %s ---- */\n", a ? "\n" : "", maps[a]);
     for (int i = 0; i < e->nbufs; i++) {
       const EmBuf *bf = &e->bufs[i];
-      if (bf->state != st || in_header(bf->name)) continue;
+      if ((int)bf->arena != a || in_header(bf->name)) continue;
       P(e, "#define %-22s %12lld /* %10lld: %s */\n", bf->name, (long long)bf->offset, (long long)bf->elems, bf->what);
     }
   }
@@ -757,12 +866,9 @@ static bool supported(Diag *d, const Spec *s) {
   const ModelSpec *m = &s->model;
   const char *key = NULL, *what = NULL;
   if (m->attention.kind == ATTN_MLA) key = "model.attention.kind", what = "mla attention";
-  else if (m->norm != NORM_RMSNORM) key = "model.norm", what = "layernorm";
-  else if (m->position != POS_ROPE) key = "model.position", what = "learned positions";
-  else if (m->bias) key = "model.bias", what = "biases";
-  else if (m->tie_embeddings) key = "model.tie_embeddings", what = "tied embeddings";
-
-  else if (m->moe.present && m->moe.activation != ACT_SWIGLU) key = "model.moe.activation", what = "gelu experts";
+  else if (m->bias && m->moe.present) key = "model.bias", what = "biases on routed experts";
+  else if (m->attention.qk_norm != QKN_NONE && (m->norm != NORM_RMSNORM || m->bias))
+    key = "model.attention.qk_norm", what = "qk-norm with layernorm or biases";
   if (!key) return true;
   return diag_error(d, spec_loc(s, key), "the generated training program does not implement %s yet, so no "
                     "program was written (plan.json, plan.txt and the reports were); expected a model without it%s "
@@ -781,8 +887,9 @@ void em_init(Em *e, Mem *m, const Plan *p) {
   e->nh = s->model.attention.heads, e->nkv = s->model.attention.kv_heads, e->hd = s->model.attention.head_dim;
   e->Q = e->nh * e->hd, e->KV = e->nkv * e->hd;
   e->qk_norm = s->model.attention.qk_norm;
+  e->rope = s->model.position == POS_ROPE;
   e->fsdp = ch->fsdp, e->ep = ch->ep, e->efsdp = ch->efsdp, e->dpr = ch->dp_replicate, e->accum = ch->accum;
-  e->world = p->world, e->ac = ch->ac;
+  e->world = p->world, e->ac = ch->ac, e->prefetch = ch->prefetch;
   e->offload = (ch->offload == OFF_HOST || ch->offload == OFF_NVME) && ch->ac == AC_FULL;
   e->state_host = ch->opt_tier == TIER_HOST, e->step_host = ch->opt_on_host;
   if (s->model.moe.present) {
@@ -793,6 +900,7 @@ void em_init(Em *e, Mem *m, const Plan *p) {
     e->R = e->ep > 1 ? (int64_t)ceil(plan_moe_imbalance(s, e->ep) * (double)(e->N * e->K) - 1e-9) : e->N * e->K;
     e->aux_free = s->model.moe.load_balance == LB_AUX_FREE;
     e->sigmoid = s->model.moe.router == ROUTER_SIGMOID;
+    e->gelu_experts = s->model.moe.activation == ACT_GELU;
   }
   e->chunk = e->V < 4096 ? e->V : 4096;
   em_layout(e);
@@ -806,12 +914,16 @@ static void nvme_warning(const Em *e) {
           (double)e->host_elems * (double)sizeof(float) / 1048576.0);
 }
 
-bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base) {
+bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base, const char *plan_hash) {
   const Model *md = p->md;
   const Spec *s = md->spec;
   if (!supported(d, s)) return false;
   Em e;
   em_init(&e, m, p);
+  if (2 * (e.prefetch + 1) > EM_AG_SLOTS)
+    return diag_error(d, spec_loc(s, "plan.prefetch"), "prefetch depth %d needs %d all-gathers in flight; the program "
+                      "keeps at most %d (prefetch %d); expected plan.prefetch %d or less", e.prefetch,
+                      2 * (e.prefetch + 1), EM_AG_SLOTS, EM_AG_SLOTS / 2 - 1, EM_AG_SLOTS / 2 - 1);
   if (e.R > INT32_MAX) /* the runtime counts a round's rows in int (its offsets are int32) */
     return diag_error(d, spec_loc(s, "plan.moe_imbalance"), "one all-to-all round would take %lld rows per rank "
                       "(moe_imbalance x tokens x top_k), more than 2^31 - 1; expected a lower plan.moe_imbalance, "
@@ -820,11 +932,11 @@ bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec
   const char *names[2] = {"step.h", "step.c"};
   for (int i = 0; i < 2; i++) {
     const char *path = mem_printf(m, "%s/%s", dir, names[i]);
-    e.f = fopen(path, "w");
-    if (!e.f) return diag_error(d, (Loc){0}, "cannot write %s: %s; expected a writable directory", path, strerror(errno));
-    if (i == 0) header(&e, spec_base);
+    OutFile o;
+    if (!(e.f = out_open(d, &o, path))) return false;
+    if (i == 0) header(&e, spec_base, plan_hash);
     else body(&e, spec_base);
-    if (fclose(e.f) != 0) return diag_error(d, (Loc){0}, "cannot write %s: %s", path, strerror(errno));
+    if (!out_close(d, &o)) return false;
   }
   return true;
 }

@@ -19,6 +19,7 @@ void emit_escape(FILE *f, const char *s, size_t n) {
     else if (s[i] == '>') fputs("&gt;", f);
     else if (s[i] == '&') fputs("&amp;", f);
     else if (s[i] == '"') fputs("&quot;", f);
+    else if ((unsigned char)s[i] < 0x20 && s[i] != '\n' && s[i] != '\t') fputs("&#xFFFD;", f); /* not XML */
     else fputc(s[i], f);
   }
 }
@@ -108,9 +109,9 @@ void emit_memory_svg_to(FILE *f, const Plan *p) {
 }
 
 bool emit_memory_svg(Diag *d, const Plan *p, const char *path) {
-  FILE *f = fopen(path, "w");
-  if (!f) return diag_error(d, (Loc){0}, "cannot write '%s'; expected a writable directory", path);
+  OutFile o;
+  FILE *f = out_open(d, &o, path);
+  if (!f) return false;
   emit_memory_svg_to(f, p);
-  if (fclose(f) != 0) return diag_error(d, (Loc){0}, "error writing '%s'", path);
-  return true;
+  return out_close(d, &o);
 }

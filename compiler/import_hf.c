@@ -1,12 +1,13 @@
 /* import_hf.c — `mtc import-hf config.json`: a Hugging Face transformers config becomes a
  * spec (its model section from the config; cluster and training sections to edit).
- * Families: llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3. Field names are
- * those of transformers' configuration_<family>.py. Every field that changes the math is kept
+ * Families: llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3, gpt2. Field names
+ * are those of transformers' configuration_<family>.py. Every field that changes the math is kept
  * (rms_norm_eps, norm_topk_prob, routed_scaling_factor, router_aux_loss_coef, qk-norm,
  * rope_scaling llama3 and yarn, Qwen2-MoE's shared_expert_gate, n_group/topk_group) or, when the
  * spec cannot say it yet (other rope types, Qwen2-MoE's q/k/v biases, clip_qkv, sliding
  * windows), refused with an error naming the field. */
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -19,6 +20,7 @@ typedef struct {
   json_t *cfg;
   const char *family;
   char *out; /* the spec being written */
+  int64_t seq_len; /* training.seq_len to write: 4096, or less where the model's positions end */
 } Hf;
 
 static void emit(Hf *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -31,8 +33,28 @@ static void emit(Hf *h, const char *fmt, ...) {
   h->out = mem_printf(h->m, "%s%s", h->out, buf);
 }
 
-/* An integer field; required ones fail with the field named. */
-static bool get_int(Hf *h, const char *key, bool required, int64_t *out) {
+/* Where "key" is written in the config (its first occurrence as a JSON key), for diagnostics:
+ * jansson keeps no positions, so the text is searched. Line 1, column 1 when not found. */
+static Loc key_loc(Hf *h, const char *key) {
+  const char *t = h->src->text, *p = t;
+  size_t n = strlen(key);
+  while ((p = strstr(p, key))) {
+    const char *q = p + n;
+    while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r' || *q == '"') q++;
+    if (p > t && p[-1] == '"' && p[n] == '"' && *q == ':') break;
+    p += n;
+  }
+  Loc l = {h->src, 0, 0};
+  for (const char *c = t; p && c < p - 1; c++) /* the opening quote's line and column */
+    if (*c == '\n') l.line++, l.col = 0;
+    else l.col++;
+  return l;
+}
+
+/* An integer field of at least min: false without a diagnostic when absent (or null) and not
+ * required; false with one naming the field when required and absent, or present and not such
+ * an integer. */
+static bool get_int(Hf *h, const char *key, bool required, int64_t min, int64_t *out) {
   json_t *v = json_object_get(h->cfg, key);
   if (!v || json_is_null(v)) {
     if (required)
@@ -41,29 +63,80 @@ static bool get_int(Hf *h, const char *key, bool required, int64_t *out) {
     return false;
   }
   if (!json_is_integer(v))
-    return diag_error(h->d, (Loc){h->src, 0, 0}, "\"%s\" is not an integer; expected a count", key);
+    return diag_error(h->d, key_loc(h, key), "\"%s\" is not an integer; expected a count", key);
+  if (json_integer_value(v) < min)
+    return diag_error(h->d, key_loc(h, key), "\"%s\" is %lld; expected an integer >= %lld", key,
+                      (long long)json_integer_value(v), (long long)min);
   *out = json_integer_value(v);
   return true;
 }
 
-static double get_real(Hf *h, const char *key, double dflt) {
-  json_t *v = json_object_get(h->cfg, key);
-  return v && json_is_number(v) ? json_number_value(v) : dflt;
+/* An optional integer field (>= min, dflt when absent): false only after a diagnostic. */
+static bool opt_int(Hf *h, const char *key, int64_t min, int64_t dflt, int64_t *out) {
+  *out = dflt;
+  return get_int(h, key, false, min, out) || !h->d->msg;
 }
 
-static bool get_bool(Hf *h, const char *key, bool dflt) {
+/* An optional positive number (dflt when absent or null): false after a diagnostic. */
+static bool get_real(Hf *h, const char *key, double dflt, double *out) {
   json_t *v = json_object_get(h->cfg, key);
-  return v && json_is_boolean(v) ? json_is_true(v) : dflt;
+  *out = dflt;
+  if (!v || json_is_null(v)) return true;
+  if (!json_is_number(v) || !(json_number_value(v) > 0))
+    return diag_error(h->d, key_loc(h, key), "\"%s\" is not a positive number; expected one such as %g", key, dflt);
+  *out = json_number_value(v);
+  return true;
 }
 
-static const char *get_str(Hf *h, const char *key) {
+/* An optional boolean (false when absent or null): false after a diagnostic. */
+static bool get_bool(Hf *h, const char *key, bool *out) {
   json_t *v = json_object_get(h->cfg, key);
+  *out = false;
+  if (!v || json_is_null(v)) return true;
+  if (!json_is_boolean(v))
+    return diag_error(h->d, key_loc(h, key), "\"%s\" is not true or false; expected a boolean", key);
+  *out = json_is_true(v);
+  return true;
+}
+
+/* An optional boolean, dflt when absent or null: false after a diagnostic. */
+static bool opt_bool(Hf *h, const char *key, bool dflt, bool *out) {
+  json_t *v = json_object_get(h->cfg, key);
+  if (!v || json_is_null(v)) return *out = dflt, true;
+  return get_bool(h, key, out);
+}
+
+/* An optional string (NULL when absent or null; *ok false after a diagnostic when not a string). */
+static const char *get_str(Hf *h, const char *key, bool *ok) {
+  json_t *v = json_object_get(h->cfg, key);
+  if (v && !json_is_null(v) && !json_is_string(v))
+    *ok = diag_error(h->d, key_loc(h, key), "\"%s\" is not a string; expected text", key);
   return v && json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* Every family's MLP (and expert) is gated: act(gate(x)) * up(x), then down. mtc's gated MLP is
+ * swiglu (silu); a gated MLP with another activation (gelu_new, relu, ...) has no spec form, and
+ * mtc's gelu is the ungated two-matrix MLP, a different model: refused. */
+static bool gated_silu(Hf *h) {
+  bool ok = true;
+  const char *a = get_str(h, "hidden_act", &ok);
+  if (!ok || !a || !strcmp(a, "silu") || !strcmp(a, "swish")) return ok;
+  return diag_error(h->d, key_loc(h, "hidden_act"), "\"hidden_act\" is '%s', but model_type '%s' has gated MLPs "
+                    "(gate, up and down matrices) and mtc's only gated MLP is swiglu (silu); expected silu (mtc's "
+                    "gelu is an ungated two-matrix MLP, another model with other parameter counts)", a, h->family);
+}
+
+/* The RoPE base (rope_scaling is common()'s: model.rope_scaling). */
+static bool rope(Hf *h) {
+  double theta;
+  if (!get_real(h, "rope_theta", 10000, &theta)) return false;
+  emit(h, "    rope_theta: %g\n", theta);
+  return true;
 }
 
 /* An error for a config field whose math mtc cannot represent yet. */
 static bool unsupported(Hf *h, const char *key, const char *what) {
-  return diag_error(h->d, (Loc){h->src, 0, 0}, "\"%s\" %s, which mtc cannot represent yet; expected a config "
+  return diag_error(h->d, key_loc(h, key), "\"%s\" %s, which mtc cannot represent yet; expected a config "
                     "without it (the imported model would train different math)", key, what);
 }
 
@@ -75,7 +148,9 @@ static bool set_field(Hf *h, const char *key) {
 
 /* The fields every family shares whose math the spec cannot say: sliding windows, clip_qkv. */
 static bool refuse_common(Hf *h) {
-  if (get_bool(h, "use_sliding_window", false)) return unsupported(h, "use_sliding_window", "is true (sliding-window attention)");
+  bool sliding;
+  if (!get_bool(h, "use_sliding_window", &sliding)) return false;
+  if (sliding) return unsupported(h, "use_sliding_window", "is true (sliding-window attention)");
   if (set_field(h, "clip_qkv")) return unsupported(h, "clip_qkv", "is set (q, k, v clamped)");
   return true;
 }
@@ -92,7 +167,7 @@ static bool rope_scaling(Hf *h) {
   if (!llama3 && !yarn) return unsupported(h, "rope_scaling", mem_printf(h->m, "has rope_type %s", type));
   json_t *f = json_object_get(r, "factor"), *o = json_object_get(r, "original_max_position_embeddings");
   if (!f || !json_is_number(f) || !o || !json_is_integer(o))
-    return diag_error(h->d, (Loc){h->src, 0, 0}, "\"rope_scaling\" (%s) lacks a numeric factor or an integer "
+    return diag_error(h->d, key_loc(h, "rope_scaling"), "\"rope_scaling\" (%s) lacks a numeric factor or an integer "
                       "original_max_position_embeddings; expected both", type);
   emit(h, "  rope_scaling:\n    type: %s\n    factor: %.9g\n    original_max_position: %lld\n", type,
        json_number_value(f), (long long)json_integer_value(o));
@@ -109,42 +184,47 @@ static bool rope_scaling(Hf *h) {
 
 /* The MoE fields that change the routing weights and the balancing loss; norm_topk_prob's
  * default is the family's (transformers' config classes: false for qwen2_moe, qwen3_moe, olmoe). */
-static void moe_conventions(Hf *h, bool norm_default) {
-  if (!get_bool(h, "norm_topk_prob", norm_default)) emit(h, "    norm_topk_prob: false\n");
+static bool moe_conventions(Hf *h, bool norm_default) {
+  bool norm;
+  if (!opt_bool(h, "norm_topk_prob", norm_default, &norm)) return false;
+  if (!norm) emit(h, "    norm_topk_prob: false\n");
   json_t *c = json_object_get(h->cfg, "router_aux_loss_coef");
   if (c && json_is_number(c)) emit(h, "    aux_loss_coef: %.9g\n", json_number_value(c));
-}
-
-/* The activation: silu/swish (gated) → swiglu; gelu variants → gelu. */
-static bool activation(Hf *h, const char **out) {
-  const char *a = get_str(h, "hidden_act");
-  if (!a || !strcmp(a, "silu") || !strcmp(a, "swish")) return *out = "swiglu", true;
-  if (!strncmp(a, "gelu", 4)) return *out = "gelu", true;
-  return diag_error(h->d, (Loc){h->src, 0, 0}, "\"hidden_act\" is '%s'; expected silu or gelu", a);
+  return true;
 }
 
 static bool attention_gqa(Hf *h, int64_t hidden, const char *qk_norm) {
-  int64_t heads, kv = 0, hd = 0;
-  if (!get_int(h, "num_attention_heads", true, &heads)) return false;
-  get_int(h, "num_key_value_heads", false, &kv);
-  get_int(h, "head_dim", false, &hd);
+  int64_t heads = 0, kv, hd;
+  if (!get_int(h, "num_attention_heads", true, 1, &heads) || !opt_int(h, "num_key_value_heads", 1, heads, &kv) ||
+      !opt_int(h, "head_dim", 1, 0, &hd))
+    return false;
+  if (heads % kv != 0)
+    return diag_error(h->d, key_loc(h, "num_key_value_heads"), "\"num_key_value_heads\" is %lld, which does not "
+                      "divide num_attention_heads %lld; expected a divisor (grouped-query attention)",
+                      (long long)kv, (long long)heads);
+  if (!hd && hidden % heads != 0)
+    return diag_error(h->d, key_loc(h, "num_attention_heads"), "\"num_attention_heads\" %lld does not divide "
+                      "hidden_size %lld and there is no head_dim; expected a divisor, or head_dim",
+                      (long long)heads, (long long)hidden);
   emit(h, "  attention:\n    kind: gqa\n    heads: %lld\n", (long long)heads);
-  if (kv) emit(h, "    kv_heads: %lld\n", (long long)kv);
+  if (kv != heads) emit(h, "    kv_heads: %lld\n", (long long)kv);
   if (hd && hd * heads != hidden) emit(h, "    head_dim: %lld\n", (long long)hd);
-  emit(h, "    rope_theta: %g\n", get_real(h, "rope_theta", 10000));
+  if (!rope(h)) return false;
   if (qk_norm) emit(h, "    qk_norm: %s\n", qk_norm);
   return true;
 }
 
 static bool common(Hf *h, int64_t *hidden, int64_t *layers) {
   int64_t vocab;
-  if (!get_int(h, "hidden_size", true, hidden) || !get_int(h, "num_hidden_layers", true, layers) ||
-      !get_int(h, "vocab_size", true, &vocab))
+  bool tie, abias, mbias;
+  if (!get_int(h, "hidden_size", true, 1, hidden) || !get_int(h, "num_hidden_layers", true, 1, layers) ||
+      !get_int(h, "vocab_size", true, 1, &vocab) || !gated_silu(h) || !get_bool(h, "tie_word_embeddings", &tie) ||
+      !get_bool(h, "attention_bias", &abias) || !get_bool(h, "mlp_bias", &mbias))
     return false;
   emit(h, "model:\n  layers: %lld\n  hidden: %lld\n  vocab: %lld\n", (long long)*layers, (long long)*hidden,
        (long long)vocab);
-  if (get_bool(h, "tie_word_embeddings", false)) emit(h, "  tie_embeddings: true\n");
-  if (get_bool(h, "attention_bias", false) || get_bool(h, "mlp_bias", false)) emit(h, "  bias: true\n");
+  if (tie) emit(h, "  tie_embeddings: true\n");
+  if (abias || mbias) emit(h, "  bias: true\n");
   json_t *eps = json_object_get(h->cfg, "rms_norm_eps");
   if (eps && json_is_number(eps)) emit(h, "  norm_eps: %.9g\n", json_number_value(eps));
   return refuse_common(h) && rope_scaling(h);
@@ -153,24 +233,22 @@ static bool common(Hf *h, int64_t *hidden, int64_t *layers) {
 /* Llama, and Qwen3 (dense): Llama's layout with q and k normalized per head (modeling_qwen3.py). */
 static bool llama(Hf *h, bool qwen3) {
   int64_t hidden, layers, inter;
-  const char *act = "swiglu";
   if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, qwen3 ? "per_head" : NULL) ||
-      !get_int(h, "intermediate_size", true, &inter) || !activation(h, &act))
+      !get_int(h, "intermediate_size", true, 1, &inter))
     return false;
-  emit(h, "  mlp:\n    intermediate: %lld\n    activation: %s\n", (long long)inter, act);
+  emit(h, "  mlp:\n    intermediate: %lld\n    activation: swiglu\n", (long long)inter);
   return true;
 }
 
 static bool mixtral(Hf *h) {
   int64_t hidden, layers, inter, experts, topk;
   if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, NULL) ||
-      !get_int(h, "intermediate_size", true, &inter) || !get_int(h, "num_local_experts", true, &experts) ||
-      !get_int(h, "num_experts_per_tok", true, &topk))
+      !get_int(h, "intermediate_size", true, 1, &inter) || !get_int(h, "num_local_experts", true, 1, &experts) ||
+      !get_int(h, "num_experts_per_tok", true, 1, &topk))
     return false;
   emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    expert_intermediate: %lld\n", (long long)experts,
        (long long)topk, (long long)inter);
-  moe_conventions(h, true); /* Mixtral renormalizes its top-k softmax: no norm_topk_prob field */
-  return true;
+  return moe_conventions(h, true); /* Mixtral renormalizes its top-k softmax: no norm_topk_prob field */
 }
 
 /* OLMoE (modeling_olmoe.py): every layer MoE, q and k normalized over all heads' channels
@@ -178,75 +256,133 @@ static bool mixtral(Hf *h) {
 static bool olmoe(Hf *h) {
   int64_t hidden, layers, inter, experts, topk;
   if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, "full") ||
-      !get_int(h, "intermediate_size", true, &inter) || !get_int(h, "num_experts", true, &experts) ||
-      !get_int(h, "num_experts_per_tok", true, &topk))
+      !get_int(h, "intermediate_size", true, 1, &inter) || !get_int(h, "num_experts", true, 1, &experts) ||
+      !get_int(h, "num_experts_per_tok", true, 1, &topk))
     return false;
   emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    expert_intermediate: %lld\n", (long long)experts,
        (long long)topk, (long long)inter);
-  moe_conventions(h, false);
-  return true;
+  return moe_conventions(h, false);
 }
 
 /* Qwen2-MoE / Qwen3-MoE: MoE every decoder_sparse_step-th layer; mlp_only_layers must be empty
  * (a list of arbitrary dense layers has no spec form yet). Qwen3 normalizes q and k per head. */
 static bool qwen_moe(Hf *h, bool qwen3) {
-  int64_t hidden, layers, experts, topk, inter, moe_inter, step = 1, shared = 0;
+  int64_t hidden, layers, experts, topk, inter, moe_inter, step, shared;
   if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, qwen3 ? "per_head" : NULL) ||
-      !get_int(h, "num_experts", true, &experts) || !get_int(h, "num_experts_per_tok", true, &topk) ||
-      !get_int(h, "moe_intermediate_size", true, &moe_inter) || !get_int(h, "intermediate_size", true, &inter))
+      !get_int(h, "num_experts", true, 1, &experts) || !get_int(h, "num_experts_per_tok", true, 1, &topk) ||
+      !get_int(h, "moe_intermediate_size", true, 1, &moe_inter) || !get_int(h, "intermediate_size", true, 1, &inter) ||
+      !opt_int(h, "decoder_sparse_step", 1, 1, &step) || !opt_int(h, "shared_expert_intermediate_size", 0, 0, &shared))
     return false;
-  get_int(h, "decoder_sparse_step", false, &step);
-  get_int(h, "shared_expert_intermediate_size", false, &shared);
   json_t *only = json_object_get(h->cfg, "mlp_only_layers");
   if (only && json_is_array(only) && json_array_size(only) > 0)
-    return diag_error(h->d, (Loc){h->src, 0, 0}, "\"mlp_only_layers\" lists dense layers; expected an empty "
-                      "list (a spec gives dense layers as first_dense_layers and interleave)");
+    return diag_error(h->d, key_loc(h, "mlp_only_layers"), "\"mlp_only_layers\" lists dense layers; expected an "
+                      "empty list (a spec gives dense layers as first_dense_layers and interleave)");
   if (step > 1) emit(h, "  mlp:\n    intermediate: %lld\n", (long long)inter);
   emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    expert_intermediate: %lld\n", (long long)experts,
        (long long)topk, (long long)moe_inter);
-  if (!qwen3 && get_bool(h, "qkv_bias", true)) /* Qwen2MoeAttention: bias=config.qkv_bias (default true) */
+  bool qkv_bias;
+  if (!qwen3 && !opt_bool(h, "qkv_bias", true, &qkv_bias)) return false;
+  if (!qwen3 && qkv_bias) /* Qwen2MoeAttention: bias=config.qkv_bias (default true) */
     return unsupported(h, "qkv_bias", "is true (biases on q_proj, k_proj and v_proj only)");
   if (shared) emit(h, "    shared_experts: 1\n    shared_intermediate: %lld\n", (long long)shared);
   if (shared && !qwen3) /* Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) x the shared expert */
     emit(h, "    shared_expert_gate: true\n");
   if (step > 1) emit(h, "    interleave: %lld\n", (long long)step);
-  moe_conventions(h, false);
-  return true;
+  return moe_conventions(h, false);
 }
 
 static bool deepseek_v3(Hf *h) {
-  int64_t hidden, layers, heads, q_rank = 0, kv_rank, nope, rope, v, experts, shared = 0, topk, moe_inter,
-      inter, first = 0, freq = 1;
-  if (!common(h, &hidden, &layers) || !get_int(h, "num_attention_heads", true, &heads) ||
-      !get_int(h, "kv_lora_rank", true, &kv_rank) || !get_int(h, "qk_nope_head_dim", true, &nope) ||
-      !get_int(h, "qk_rope_head_dim", true, &rope) || !get_int(h, "v_head_dim", true, &v) ||
-      !get_int(h, "n_routed_experts", true, &experts) || !get_int(h, "num_experts_per_tok", true, &topk) ||
-      !get_int(h, "moe_intermediate_size", true, &moe_inter) || !get_int(h, "intermediate_size", true, &inter))
+  int64_t hidden, layers, heads = 0, q_rank, kv_rank, nope, rope_dim, v, experts, shared, topk, moe_inter, inter, first,
+      freq;
+  bool ok = true;
+  if (!common(h, &hidden, &layers) || !get_int(h, "num_attention_heads", true, 1, &heads) ||
+      !get_int(h, "kv_lora_rank", true, 1, &kv_rank) || !get_int(h, "qk_nope_head_dim", true, 1, &nope) ||
+      !get_int(h, "qk_rope_head_dim", true, 1, &rope_dim) || !get_int(h, "v_head_dim", true, 1, &v) ||
+      !get_int(h, "n_routed_experts", true, 1, &experts) || !get_int(h, "num_experts_per_tok", true, 1, &topk) ||
+      !get_int(h, "moe_intermediate_size", true, 1, &moe_inter) || !get_int(h, "intermediate_size", true, 1, &inter) ||
+      !opt_int(h, "q_lora_rank", 0, 0, &q_rank) || !opt_int(h, "n_shared_experts", 0, 0, &shared) ||
+      !opt_int(h, "first_k_dense_replace", 0, 0, &first) || !opt_int(h, "moe_layer_freq", 1, 1, &freq))
     return false;
-  get_int(h, "q_lora_rank", false, &q_rank);
-  get_int(h, "n_shared_experts", false, &shared);
-  get_int(h, "first_k_dense_replace", false, &first);
-  get_int(h, "moe_layer_freq", false, &freq);
+  const char *score = get_str(h, "scoring_func", &ok), *topk_method = get_str(h, "topk_method", &ok);
+  if (!ok) return false;
   emit(h, "  attention:\n    kind: mla\n    heads: %lld\n", (long long)heads);
   if (q_rank) emit(h, "    q_lora_rank: %lld\n", (long long)q_rank);
   emit(h, "    kv_lora_rank: %lld\n    qk_nope_head_dim: %lld\n    qk_rope_head_dim: %lld\n    v_head_dim: %lld\n",
-       (long long)kv_rank, (long long)nope, (long long)rope, (long long)v);
-  emit(h, "    rope_theta: %g\n", get_real(h, "rope_theta", 10000));
+       (long long)kv_rank, (long long)nope, (long long)rope_dim, (long long)v);
+  if (!rope(h)) return false;
   if (first > 0 || freq > 1) emit(h, "  mlp:\n    intermediate: %lld\n", (long long)inter);
   emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    shared_experts: %lld\n    expert_intermediate: %lld\n",
        (long long)experts, (long long)topk, (long long)shared, (long long)moe_inter);
   if (first) emit(h, "    first_dense_layers: %lld\n", (long long)first);
   if (freq > 1) emit(h, "    interleave: %lld\n", (long long)freq);
-  const char *score = get_str(h, "scoring_func"), *topk_method = get_str(h, "topk_method");
+  if (score && strcmp(score, "sigmoid") && strcmp(score, "softmax"))
+    return diag_error(h->d, key_loc(h, "scoring_func"), "\"scoring_func\" is '%s'; expected sigmoid or softmax", score);
   if (score && !strcmp(score, "sigmoid")) emit(h, "    router: sigmoid\n");
   if (topk_method && !strcmp(topk_method, "noaux_tc")) emit(h, "    router_bias: true\n    load_balance: aux_free\n");
-  int64_t groups = 1, topk_group = 1;
-  get_int(h, "n_group", false, &groups);
-  get_int(h, "topk_group", false, &topk_group);
+  int64_t groups, topk_group;
+  double scale;
+  if (!opt_int(h, "n_group", 1, 1, &groups) || !opt_int(h, "topk_group", 1, 1, &topk_group) ||
+      !get_real(h, "routed_scaling_factor", 1, &scale))
+    return false;
   if (groups > 1) emit(h, "    n_group: %lld\n    topk_group: %lld\n", (long long)groups, (long long)topk_group);
-  double scale = get_real(h, "routed_scaling_factor", 1);
   if (scale != 1) emit(h, "    routed_scaling_factor: %.9g\n", scale);
-  moe_conventions(h, true); /* DeepseekV3Config: norm_topk_prob true by default */
+  return moe_conventions(h, true); /* DeepseekV3Config: norm_topk_prob true by default */
+}
+
+/* A number or boolean field as a double (dflt when absent or null; NAN when another type). */
+static double raw_num(Hf *h, const char *key, double dflt) {
+  json_t *v = json_object_get(h->cfg, key);
+  if (!v || json_is_null(v)) return dflt;
+  if (json_is_boolean(v)) return json_is_true(v);
+  return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* Fails naming field `key` when the config sets it to other than the value mtc's math has. */
+static bool need_real(Hf *h, const char *key, double want, double dflt, const char *why) {
+  double v = raw_num(h, key, dflt);
+  if (v == want) return true;
+  return diag_error(h->d, key_loc(h, key), "\"%s\" is %g, which mtc cannot represent (%s); expected %g", key, v,
+                    why, want);
+}
+
+static bool need_bool(Hf *h, const char *key, bool want, bool dflt, const char *why) {
+  if (raw_num(h, key, dflt) == (want ? 1 : 0)) return true;
+  return diag_error(h->d, key_loc(h, key), "\"%s\" is %s, which mtc cannot represent (%s); expected %s", key,
+                    want ? "false" : "true", why, want ? "true" : "false");
+}
+
+/* GPT-2 (transformers' configuration_gpt2.py / modeling_gpt2.py): LayerNorm with bias, learned
+ * positions (n_positions), biases on every linear, multi-head attention, a 4·n_embd GELU MLP
+ * (n_inner), tied embeddings (tie_word_embeddings, default true). What mtc's program cannot
+ * compute is refused by field: dropout, another GELU than the tanh form (gelu_new,
+ * gelu_pytorch_tanh), another layer_norm_epsilon than 1e-5, unscaled or layer-scaled attention,
+ * cross-attention. */
+static bool gpt2(Hf *h) {
+  int64_t hidden = 0, layers, vocab, heads = 0, positions, inner = 0;
+  bool ok = true;
+  if (!get_int(h, "n_embd", true, 1, &hidden) || !get_int(h, "n_layer", true, 1, &layers) ||
+      !get_int(h, "vocab_size", true, 1, &vocab) || !get_int(h, "n_head", true, 1, &heads) ||
+      !get_int(h, "n_positions", true, 1, &positions) || !opt_int(h, "n_inner", 1, 0, &inner))
+    return false;
+  const char *act = get_str(h, "activation_function", &ok);
+  if (!ok) return false;
+  if (act && strcmp(act, "gelu_new") != 0 && strcmp(act, "gelu_pytorch_tanh") != 0)
+    return diag_error(h->d, (Loc){h->src, 0, 0}, "\"activation_function\" is '%s', which mtc cannot represent "
+                      "(its GELU is the tanh approximation); expected gelu_new or gelu_pytorch_tanh", act);
+  static const char *const drops[] = {"resid_pdrop", "embd_pdrop", "attn_pdrop"};
+  for (int i = 0; i < 3; i++)
+    if (!need_real(h, drops[i], 0, 0.1, "the program has no dropout")) return false;
+  if (!need_real(h, "layer_norm_epsilon", 1e-5, 1e-5, "its norm epsilon is 1e-5") ||
+      !need_bool(h, "scale_attn_weights", true, true, "attention scores are scaled by 1/sqrt(head_dim)") ||
+      !need_bool(h, "scale_attn_by_inverse_layer_idx", false, false, "no per-layer score scaling") ||
+      !need_bool(h, "add_cross_attention", false, false, "a decoder-only model"))
+    return false;
+  emit(h, "model:\n  layers: %lld\n  hidden: %lld\n  vocab: %lld\n", (long long)layers, (long long)hidden, (long long)vocab);
+  if (raw_num(h, "tie_word_embeddings", 1) != 0) emit(h, "  tie_embeddings: true\n");
+  if (positions < h->seq_len) h->seq_len = positions;
+  emit(h, "  norm: layernorm\n  position: learned\n  max_position: %lld\n  bias: true\n", (long long)positions);
+  emit(h, "  attention:\n    kind: mha\n    heads: %lld\n    kv_heads: %lld\n", (long long)heads, (long long)heads);
+  emit(h, "  mlp:\n    intermediate: %lld\n    activation: gelu\n", (long long)(inner ? inner : 4 * hidden));
   return true;
 }
 
@@ -260,13 +396,16 @@ char *import_hf(Mem *m, Diag *d, const char *path) {
                "not JSON: %s; expected a transformers config.json", je.text);
     return NULL;
   }
-  Hf h = {m, d, src, cfg, NULL, ""};
-  const char *type = get_str(&h, "model_type");
+  Hf h = {m, d, src, cfg, NULL, "", 4096};
+  bool ok = json_is_object(cfg) || diag_error(d, (Loc){src, 0, 0}, "not a JSON object; expected a transformers "
+                                                                     "config.json");
+  const char *type = ok ? get_str(&h, "model_type", &ok) : NULL;
   h.family = type ? type : "(none)";
   const char *base = strrchr(path, '/');
   emit(&h, "# Imported by `mtc import-hf` from %s (model_type %s). Check the model section\n"
-           "# against the model card; set cluster and training for your run.\n", base ? base + 1 : path, h.family);
-  const char *name = get_str(&h, "_name_or_path");
+           "# against the model card; set cluster and training for your run.\n", out_comment(m, base ? base + 1 : path),
+       out_comment(m, h.family)); /* a YAML comment: no line break can end it */
+  const char *name = ok ? get_str(&h, "_name_or_path", &ok) : NULL;
   const char *slash = name ? strrchr(name, '/') : NULL;
   char safe[65] = "imported";
   if (name && *(slash ? slash + 1 : name)) {
@@ -277,8 +416,8 @@ char *import_hf(Mem *m, Diag *d, const char *path) {
     if (safe[0] == '.' || safe[0] == '-') safe[0] = 'm';
   }
   emit(&h, "name: %s\n", safe);
-  bool ok;
-  if (!type) ok = diag_error(d, (Loc){src, 0, 0}, "no \"model_type\"; expected llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe or deepseek_v3");
+  if (!ok) { /* model_type or _name_or_path was not text: reported */
+  } else if (!type) ok = diag_error(d, (Loc){src, 0, 0}, "no \"model_type\"; expected llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3 or gpt2");
   else if (!strcmp(type, "llama")) ok = llama(&h, false);
   else if (!strcmp(type, "qwen3")) ok = llama(&h, true);
   else if (!strcmp(type, "olmoe")) ok = olmoe(&h);
@@ -286,12 +425,13 @@ char *import_hf(Mem *m, Diag *d, const char *path) {
   else if (!strcmp(type, "qwen3_moe")) ok = qwen_moe(&h, true);
   else if (!strcmp(type, "qwen2_moe")) ok = qwen_moe(&h, false);
   else if (!strcmp(type, "deepseek_v3")) ok = deepseek_v3(&h);
+  else if (!strcmp(type, "gpt2")) ok = gpt2(&h);
   else ok = diag_error(d, (Loc){src, 0, 0}, "\"model_type\" is '%s', which mtc cannot import yet; expected "
-                       "llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe or deepseek_v3", type);
+                       "llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3 or gpt2", type);
   if (ok)
     emit(&h, "cluster:                        # edit: your machines\n  preset: jupiter-booster\n  nodes: 1\n"
-             "training:                       # edit: your run\n  seq_len: 4096\n  global_batch: 4\n"
-             "  optimizer: adamw\n  lr: 3.0e-4\n  steps: 1000\n");
+             "training:                       # edit: your run\n  seq_len: %lld\n  global_batch: 4\n"
+             "  optimizer: adamw\n  lr: 3.0e-4\n  steps: 1000\n", (long long)h.seq_len);
   json_decref(cfg);
   return ok ? h.out : NULL;
 }

@@ -1,4 +1,6 @@
-/* main.c — the mtc command line: check, plan, compile, keys. */
+/* main.c — the mtc command line: check, plan, compile, build, export, explain, sweep, diff,
+ * import-hf and keys (the options, the help texts, the exit statuses; each command's work is in
+ * its own file). */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -9,20 +11,23 @@
 #include "mtc.h"
 
 static const char usage_main[] =
-    "usage: mtc COMMAND [OPTIONS] SPEC\n"
+    "usage: mtc COMMAND [OPTIONS] ARGUMENTS (a SPEC, or as each command below says)\n"
     "\n"
     "mtc plans a Mixture-of-Experts (or dense) transformer training run on a GPU cluster from\n"
     "one YAML spec, and writes the training program that does what the plan says.\n"
     "\n"
     "commands:\n"
     "  check SPEC            parse and validate the spec\n"
-    "  plan SPEC [--json]    print the plan (now: the model accounting) as text or plan.json\n"
-    "  compile SPEC [-o DIR] write plan.json, plan.txt, memory.svg, timeline.json, report.html\n"
-    "                        and the training program (step.c, train.c, CMakeLists.txt,\n"
-    "                        launch.sbatch)\n"
+    "  plan SPEC [--json]    print the plan (model accounting, layout, memory per tier,\n"
+    "                        predicted step) as text, or as plan.json\n"
+    "  compile SPEC [-o DIR] [--force]\n"
+    "                        write plan.json, plan.txt, memory.svg, timeline.json, report.html\n"
+    "                        and the training program (step.h, step.c, train.c, kernels.cu,\n"
+    "                        CMakeLists.txt, launch.sbatch)\n"
     "  build DIR [--backend cpu|cuda] [--real float|double]\n"
     "                        build DIR/build/train, or DIR/build-cuda/train for cuda (CMake)\n"
-    "  export CKPT OUT       a checkpoint's weights as one safetensors file (HF names)\n"
+    "  export CKPT OUT.safetensors\n"
+    "                        a checkpoint's weights as one safetensors file (HF names)\n"
     "  explain SPEC          the chosen plan and the best alternatives, with why each lost\n"
     "  sweep SPEC --over KEY=V1,V2,... [--over ...] [--csv]\n"
     "                        the best plan for every point of a grid, one row each\n"
@@ -30,11 +35,12 @@ static const char usage_main[] =
     "                        applies to B): layout, memory items, predicted times\n"
     "  import-hf CONFIG [-o SPEC]\n"
     "                        a spec from a Hugging Face config.json (llama, mixtral, qwen2_moe,\n"
-    "                        qwen3_moe, deepseek_v3)\n"
+    "                        qwen3_moe, deepseek_v3, gpt2)\n"
     "  keys                  print the spec reference (every key, type, default) as markdown\n"
     "\n"
     "options of every command:\n"
-    "  -s, --set KEY=VALUE   override a spec key before validation (repeatable), e.g.\n"
+    "  -s, --set KEY=VALUE   override a spec key before validation (repeatable; not for build,\n"
+    "                        export or keys), e.g.\n"
     "                        --set training.seq_len=32768 --set cluster.nodes=48\n"
     "  -h, --help            help for the command\n"
     "      --version         print the version\n"
@@ -46,18 +52,25 @@ static const char *const usage_cmd[][2] = {
               "Parses and validates SPEC (with its cluster preset and the --set overrides) and\n"
               "prints one line; errors name FILE:LINE:COL and exit 2.\n"},
     {"plan", "usage: mtc plan SPEC [--json] [--set KEY=VALUE]...\n\n"
-             "Prints the plan for SPEC. This version prints the model accounting: parameters\n"
-             "by kind, total and active, per-layer weights, training FLOPs per token, saved\n"
-             "activations. --json prints plan.json (model.* keys) instead.\n"},
-    {"compile", "usage: mtc compile SPEC [-o DIR] [--set KEY=VALUE]...\n\n"
+             "Prints the plan for SPEC: the model accounting (parameters by kind, total and\n"
+             "active, FLOPs per token, saved activations), the chosen layout and checkpoint\n"
+             "policy, every memory item per tier, the schedule and the predicted step (tokens/s,\n"
+             "MFU, bottleneck). --json prints plan.json instead. Exit 1 when nothing fits.\n"},
+    {"compile", "usage: mtc compile SPEC [-o DIR] [--force] [--set KEY=VALUE]...\n\n"
                 "Writes DIR/plan.json, plan.txt, memory.svg, timeline.json (a Chrome trace of the\n"
                 "predicted step) and report.html (one page), and the training program: step.h and\n"
                 "step.c (every layer's forward and backward as the plan schedules them), train.c,\n"
                 "kernels.cu (the cuda backend's kernels), CMakeLists.txt and launch.sbatch. DIR\n"
-                "defaults to generated/NAME/. Build the program with `mtc build DIR`, run it with\n"
-                "`DIR/build/train --data FILE`.\n"},
+                "defaults to generated/NAME/; it must be new, empty or an earlier compile's (it\n"
+                "holds mtc's plan.json): --force writes into another. Every file is written whole\n"
+                "(FILE.tmp, renamed); a compile that writes no program removes an earlier one.\n"
+                "Build the program with `mtc build DIR` (or --backend cuda), run it on the plan's\n"
+                "ranks with `mpirun -np WORLD DIR/build/train --data FILE` (WORLD: plan.txt's\n"
+                "layout; FILE raw text, an llm.c shard or a Megatron PREFIX), or sbatch\n"
+                "DIR/launch.sbatch on a Slurm cluster.\n"},
     {"build", "usage: mtc build DIR [--backend cpu|cuda] [--real float|double]\n\n"
-              "Configures and builds the program `mtc compile` wrote in DIR: DIR/build/train\n"
+              "Configures and builds the program `mtc compile` wrote in DIR (refused when\n"
+              "step.h is not the program of DIR/plan.json): DIR/build/train\n"
               "(DIR/build-double/train with --real double, for gradient checks), against the\n"
               "runtime in $MTC_ROOT or in the source tree this mtc was built from: its cpu\n"
               "backend (OpenBLAS, MPI), or with --backend cuda the GPU one (NVRTC, cuBLAS,\n"
@@ -125,13 +138,12 @@ static bool make_dirs(Diag *d, const char *path) {
 }
 
 static bool write_text(Diag *d, const char *path, const Plan *p) {
-  FILE *f = fopen(path, "w");
-  if (!f) return diag_error(d, (Loc){0}, "cannot write '%s': %s; expected a writable directory",
-                            path, strerror(errno));
+  OutFile o;
+  FILE *f = out_open(d, &o, path);
+  if (!f) return false;
   report_text(f, p->md);
   report_plan_text(f, p, false);
-  if (fclose(f) != 0) return diag_error(d, (Loc){0}, "error writing '%s'", path);
-  return true;
+  return out_close(d, &o);
 }
 
 static int import_cmd(const char *config, const char *out) {
@@ -139,11 +151,11 @@ static int import_cmd(const char *config, const char *out) {
   Diag d = {.mem = &mem};
   char *spec = import_hf(&mem, &d, config);
   int status = EXIT_DONE;
-  if (spec) {
-    FILE *f = out ? fopen(out, "w") : stdout;
-    if (!f) diag_error(&d, (Loc){0}, "cannot write '%s': %s; expected a writable path", out, strerror(errno));
-    else if (fputs(spec, f) == EOF || (out && fclose(f) != 0))
-      diag_error(&d, (Loc){0}, "error writing '%s'", out ? out : "stdout");
+  if (spec && out) {
+    OutFile o;
+    if (out_open(&d, &o, out)) fputs(spec, o.f), out_close(&d, &o);
+  } else if (spec) {
+    fputs(spec, stdout);
   }
   if (d.msg) fputs(d.msg, stderr), status = EXIT_BAD_INPUT;
   mem_free(&mem);
@@ -156,6 +168,7 @@ typedef struct {
   const char **sets, **overs;
   int nsets, nover;
   bool json, csv, all;
+  bool force; /* compile: write into a non-empty directory that is not mtc's */
 } Args;
 
 static int run(Args *a) {
@@ -198,8 +211,8 @@ static int run(Args *a) {
     char *dir = a->out ? mem_strdup(&mem, a->out) : mem_printf(&mem, "generated/%s", s->name);
     json_t *j = report_json(md);
     report_plan_json(j, p, false);
-    bool ok = make_dirs(&d, dir) &&
-              report_write_json(&d, j, mem_printf(&mem, "%s/plan.json", dir)) &&
+    bool ours = out_dir_prepare(&d, dir, a->force) && make_dirs(&d, dir); /* mtc may write here */
+    bool ok = ours && report_write_json(&d, j, mem_printf(&mem, "%s/plan.json", dir)) &&
               write_text(&d, mem_printf(&mem, "%s/plan.txt", dir), p) &&
               emit_memory_svg(&d, p, mem_printf(&mem, "%s/memory.svg", dir)) &&
               emit_timeline(&d, p, mem_printf(&mem, "%s/timeline.json", dir)) &&
@@ -208,13 +221,22 @@ static int run(Args *a) {
     if (ok) report_summary(stdout, p);
     if (ok) printf("wrote %s/plan.json, plan.txt, memory.svg, timeline.json and report.html%s\n", dir,
                    p->feasible ? "" : " (no feasible plan: see plan.txt)");
+    bool program = false;
+    char hash[17];
     if (ok && p->feasible) {
       const char *base = strrchr(a->spec, '/') ? strrchr(a->spec, '/') + 1 : a->spec;
-      ok = emit_step(&mem, &d, p, dir, base) && emit_program(&mem, &d, p, dir, base);
-      if (ok) printf("wrote %s/step.h, step.c, train.c, kernels.cu, CMakeLists.txt and launch.sbatch; build with: "
-                     "mtc build %s\n",
-                     dir, dir);
+      if (!out_hash_file(mem_printf(&mem, "%s/plan.json", dir), hash))
+        ok = diag_error(&d, (Loc){0}, "cannot read back %s/plan.json: %s", dir, strerror(errno));
+      program = ok && emit_step(&mem, &d, p, dir, base, hash) && emit_program(&mem, &d, p, dir, base);
+      ok = ok && program;
+      const char *note = program ? emit_program_note(&mem, p) : NULL;
+      if (program) printf("wrote %s/step.h, step.c, train.c, kernels.cu, CMakeLists.txt and launch.sbatch; build with: "
+                          "mtc build %s\n%s", dir, dir, note ? note : "");
     }
+    /* no program written (infeasible, a model with no program yet, an error): none of an earlier compile stays */
+    if (ours && !program && out_remove_program(dir) > 0)
+      printf("removed the program an earlier compile wrote in %s (step.h, step.c, train.c, ..., build/train): "
+             "this plan has none\n", dir);
     if (!ok) status = EXIT_BAD_INPUT;
     else if (!p->feasible) status = EXIT_NO_PLAN;
   }
@@ -262,6 +284,7 @@ int main(int argc, char **argv) {
       {"version", no_argument, NULL, LONG + 'V'}, {"over", required_argument, NULL, LONG + 'O'},
       {"csv", no_argument, NULL, LONG + 'c'}, {"all", no_argument, NULL, LONG + 'a'},
       {"backend", required_argument, NULL, LONG + 'b'}, {"real", required_argument, NULL, LONG + 'r'},
+      {"force", no_argument, NULL, LONG + 'f'},
       {NULL, 0, NULL, 0}};
   Args a = {.cmd = cmd};
   a.sets = calloc((size_t)argc, sizeof *a.sets);
@@ -294,6 +317,10 @@ int main(int argc, char **argv) {
     case 'c':
       if (strcmp(cmd, "sweep") != 0) status = usage_error(cmd, "--csv applies to 'sweep' only");
       a.csv = true;
+      break;
+    case 'f':
+      if (strcmp(cmd, "compile") != 0) status = usage_error(cmd, "--force applies to 'compile' only");
+      a.force = true;
       break;
     case 'a':
       if (strcmp(cmd, "diff") != 0) status = usage_error(cmd, "--all applies to 'diff' only");

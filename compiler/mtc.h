@@ -1,16 +1,34 @@
 /*
  * mtc.h — the compiler's one internal header, in sections per file (as chibicc does).
  *
- *   arena.c   mem_    one arena per compile, overflow-checked sizes, a hash map in it
- *   diag.c    diag_   sources and FILE:LINE:COL diagnostics with a caret
- *   units.c   units_  sizes, rates and FLOP/s with units
- *   yaml.c    yaml_   libyaml events -> a small tree with marks; --set; preset merge
- *   spec.c    spec_   the spec schema (one table of keys, types, defaults) -> typed structs
- *   check.c   spec_   semantic validation and derived defaults
- *   presets.c preset_ cluster presets (embedded copies of specs/clusters/ + search path)
- *   model.c   model_  the model graph: layers × ops, parameters, activations, FLOPs
- *   report.c  report_ the model accounting as text and as plan.json (jansson)
- *   main.c            the CLI
+ * Every file of compiler/ (tests/keys.sh checks that this index and the README's repository
+ * section name them all):
+ *   arena.c       mem_     one arena per compile, overflow-checked sizes, a hash map in it
+ *   diag.c        diag_    sources and FILE:LINE:COL diagnostics with a caret
+ *   units.c       units_   sizes, rates and FLOP/s with units
+ *   yaml.c        yaml_    libyaml events -> a small tree with marks; --set; preset merge
+ *   spec.c        spec_    the spec schema (one table of keys, types, defaults) -> typed structs
+ *   check.c       spec_    loading (file, --set, preset), semantic validation, derived defaults
+ *   presets.c     preset_  cluster presets (embedded copies of specs/clusters/ + search path)
+ *   model.c       model_   the model graph: layers × ops, parameters, activations, FLOPs
+ *   plan.c        plan_    memory items of a candidate, their tiers and lifetimes, the arenas
+ *   placement.c   plan_    which rank owns which experts and orthogonalizes which matrix (Muon)
+ *   cost.c        cost_    the predicted step time of a candidate (and its Chrome trace)
+ *   search.c      plan_    every layout × policy the pins allow; the fastest that fits; advice
+ *   report.c      report_  the model accounting as text and as plan.json (jansson)
+ *   report_plan.c report_  the plan as text, summary, explain and plan.json keys
+ *   emit_svg.c    emit_    memory.svg, and emit_escape for HTML/SVG text
+ *   emit_trace.c  emit_    timeline.json (the predicted step as a Chrome trace)
+ *   emit_html.c   emit_    report.html
+ *   emit_layout.c em_      the program's parameter groups, tensors and arena (emit.h)
+ *   emit_step.c   emit_    step.h and step.c: every layer's forward and backward
+ *   emit_prog.c   emit_    train.c, kernels.cu, CMakeLists.txt, launch.sbatch; mtc build
+ *   output.c      out_     atomic compile outputs, output directories, plan identity, escaping
+ *   export.c      export_  mtc export: a checkpoint as safetensors
+ *   import_hf.c   import_  mtc import-hf: a spec from a Hugging Face config.json
+ *   diff.c        diff_    mtc diff: what changes between two plans
+ *   sweep.c       sweep_   mtc sweep: the best plan at every point of a grid
+ *   main.c                 the command line
  *
  * Errors never exit: a function that can fail returns false (or NULL) after recording one
  * diagnostic in the Diag it was given; main prints it and chooses the exit status.
@@ -25,7 +43,7 @@
 
 #define MTC_VERSION "0.1.0"
 
-/* Exit statuses of every command (design.md, "Commands"). */
+/* Exit statuses of every command (README.md, "Commands"). */
 enum { EXIT_DONE = 0, EXIT_NO_PLAN = 1, EXIT_BAD_INPUT = 2 };
 
 /* ------------------------------------------------------------------ arena.c */
@@ -485,7 +503,7 @@ typedef struct {
   int64_t params_total, params_active, params_active_nonembedding;
   int64_t by_kind_total[PK__COUNT], by_kind_active[PK__COUNT];
   int64_t active_matmul;           /* LM head in; input embedding and router out */
-  /* training FLOPs per token, without recomputation (design.md):
+  /* training FLOPs per token, without recomputation (README.md, plan.json):
    * 6 × active_matmul + 6 · layers · seq · heads · (qk + v) / 2 */
   double flops_matmul, flops_attention, flops_per_token;
 
@@ -686,6 +704,8 @@ double cost_all_to_all(const Spec *s, double bytes, int64_t ep);
 const char *plan_tier_name(Tier t);
 const char *plan_cat_name(ItemCategory c);
 const char *plan_ac_name(CheckpointPolicy p);
+/* The policy before the word "checkpointing" in prose: "no", "selective", "full". */
+const char *plan_ac_words(CheckpointPolicy p);
 const char *plan_offload_name(OffloadPolicy p); /* "none", "host", "nvme" */
 
 /* ------------------------------------------------------------------ sweep.c */
@@ -723,16 +743,61 @@ int diff_run(const char *a, const char *b, const char *const *sets, int nsets, b
  * missing, malformed or unsupported. */
 char *import_hf(Mem *m, Diag *d, const char *path);
 
+/* ------------------------------------------------------------------ output.c */
+
+/* A file mtc writes (every compile output, import-hf -o): written to PATH.tmp and renamed over
+ * PATH by out_close, so a failure (a full disk) leaves PATH as it was. Only a regular file or a
+ * missing path is replaced (rt_replace_begin in runtime/mtrt_ckpt.h): never a device or FIFO. */
+typedef struct {
+  FILE *f;
+  const char *path;
+  char tmp[4200];
+} OutFile;
+/* Starts writing path: the stream (o->f), or NULL after a diagnostic naming the path. */
+FILE *out_open(Diag *d, OutFile *o, const char *path);
+/* Checks, flushes, syncs and closes o, then renames it into place; false after a diagnostic
+ * (the temporary file removed, the old file unchanged). */
+bool out_close(Diag *d, OutFile *o);
+/* Accepts dir for compile output when it is missing, empty, or holds a plan.json of mtc's (an
+ * earlier compile); any other non-empty directory is refused (false, a diagnostic naming a
+ * file in it) unless force. */
+bool out_dir_prepare(Diag *d, const char *dir, bool force);
+/* The files of a generated program (NULL-terminated): step.h, step.c, train.c, ... */
+extern const char *const out_program_files[];
+/* Removes the program files (regular files only) an earlier compile left in dir, and the
+ * programs mtc build made of them (dir/build.../train), for a compile that writes no program;
+ * returns how many it removed. */
+int out_remove_program(const char *dir);
+/* The FNV-1a 64-bit hash of a file's bytes as 16 hex digits (plan.json's identity in step.h);
+ * false when it cannot be read. */
+bool out_hash_file(const char *path, char buf[17]);
+/* The integer of `#define NAME 123` in the header at path: false when absent. */
+bool out_define_int(const char *path, const char *name, long long *v);
+/* Whether DIR/step.h's PLAN_HASH is the hash of DIR/plan.json (the program is that plan's);
+ * false with the reason in err (both model names and hashes, and what to run). */
+bool out_program_matches(const char *dir, char *err, size_t n);
+/* s as the inside of a C string literal: quotes, backslashes, control bytes and "?" escaped. */
+char *out_c_string(Mem *m, const char *s);
+/* s as text inside one comment line of C, CUDA, CMake or shell: control bytes (a newline),
+ * backslashes and "??" as \ooo escapes, and a "*" before "/" as "*\", so it can neither end the
+ * line nor the comment. */
+char *out_comment(Mem *m, const char *s);
+
 /* ------------------------------------------------------------------ emit_step.c / emit_prog.c */
 
 /* Writes DIR/step.h and DIR/step.c: the plan's step code (see emit.h). Refuses, with an error
- * at the spec key, model features the generated program does not implement yet. */
-bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base);
+ * at the spec key, model features the generated program does not implement yet. spec_base (the
+ * spec's file name) is escaped where it appears; plan_hash (out_hash_file of plan.json) becomes
+ * step.h's PLAN_HASH, which mtc build checks against DIR/plan.json. */
+bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base, const char *plan_hash);
 /* Writes DIR/train.c (templates/train.c, embedded in mtc), DIR/kernels.cu (the plan's shapes
  * as #defines, then templates/kernels.cu), DIR/CMakeLists.txt and DIR/launch.sbatch. */
 bool emit_program(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base);
-/* `mtc build DIR`: configures and builds DIR/build (DIR/build-double for real "double")
- * against the runtime in $MTC_ROOT or this mtc's source tree. Returns the exit status. */
+/* What compile says about launch.sbatch (its --time capped below the run's need), or NULL. */
+const char *emit_program_note(Mem *m, const Plan *p);
+/* `mtc build DIR`: checks that DIR's program is the one of DIR/plan.json (step.h's PLAN_HASH),
+ * then configures and builds DIR/build (DIR/build-double for real "double") against the
+ * runtime in $MTC_ROOT or this mtc's source tree. Returns the exit status. */
 int build_run(const char *dir, const char *backend, const char *real);
 
 /* `mtc export CKPT OUT`: the master weights of checkpoint CKPT (a step directory, or the

@@ -21,6 +21,7 @@ static const char *const offload_names[] = {"auto", "none", "host", "nvme"};
 const char *plan_tier_name(Tier t) { return tier_names[t]; }
 const char *plan_cat_name(ItemCategory c) { return cat_names[c]; }
 const char *plan_ac_name(CheckpointPolicy p) { return ac_names[p]; }
+const char *plan_ac_words(CheckpointPolicy p) { return p == AC_NONE ? "no" : ac_names[p]; }
 const char *plan_offload_name(OffloadPolicy p) { return offload_names[p]; }
 
 typedef struct {

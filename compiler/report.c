@@ -172,11 +172,11 @@ void *report_json(const Model *md) {
 }
 
 bool report_write_json(Diag *d, void *obj, const char *path) {
-  FILE *f = path ? fopen(path, "w") : stdout;
-  if (!f) return diag_error(d, (Loc){0}, "cannot write '%s'; expected a writable directory", path);
+  OutFile o;
+  FILE *f = path ? out_open(d, &o, path) : stdout;
+  if (!f) return false;
   bool ok = json_dumpf(obj, f, JSON_INDENT(2)) == 0 && fputc('\n', f) != EOF;
-  if (path) ok = fclose(f) == 0 && ok;
-  else ok = fflush(f) == 0 && ok;
-  if (!ok) return diag_error(d, (Loc){0}, "error writing '%s'", path ? path : "stdout");
+  if (path) return out_close(d, &o) && ok;
+  if (fflush(f) != 0 || !ok) return diag_error(d, (Loc){0}, "error writing stdout");
   return true;
 }

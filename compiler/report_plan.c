@@ -29,7 +29,7 @@ static const char *choice_text(Mem *m, const Choice *ch) {
   return mem_printf(m, "fsdp %lld x dp %lld, ep %lld, micro_batch %lld, %s checkpointing%s, optimizer state in %s%s, "
                     "%s",
                     (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep, (long long)ch->micro_batch,
-                    ch->ac == AC_NONE ? "no" : plan_ac_name(ch->ac),
+                    plan_ac_words(ch->ac),
                     ch->offload == OFF_HOST ? " + boundaries on host" : ch->offload == OFF_NVME ? " + boundaries on NVMe" : "",
                     plan_tier_name(ch->opt_tier), ch->opt_on_host ? " (step on host CPU)" : "",
                     ch->reshard == RESHARD_AFTER_STEP ? "parameters kept gathered until the optimizer step"
@@ -129,6 +129,12 @@ static void print_schedule(FILE *out, const Plan *p) {
                  "reduce-scattered\n", ch->prefetch, ch->ac == AC_NONE ? "" : "recomputes and ", ch->prefetch);
 }
 
+/* Whether the cluster's "GPUs" are cpu ranks (the cpu preset: gpu.name "cpu ..."). */
+static bool cpu_ranks(const Plan *p) {
+  const char *n = p->md->spec->cluster.gpu.name;
+  return n && strncmp(n, "cpu", 3) == 0;
+}
+
 void report_plan_text(FILE *out, const Plan *p, bool timing) {
   Mem m = {0};
   const Model *md = p->md;
@@ -137,6 +143,9 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
   int L = md->nlayers;
   char a[32], b[32], d[32];
   fprintf(out, "\n%s\n", p->feasible ? "PLAN" : "NO FEASIBLE PLAN");
+  if (cpu_ranks(p))
+    fprintf(out, "  (cpu ranks: below, a GPU is one MPI rank, HBM its memory budget (cluster.gpu.hbm) and MFU a\n"
+                 "  fraction of cluster.gpu.bf16_flops, an assumed rate per rank)\n");
   if (!p->ncandidates) {
     fprintf(out, "  no layout: %s\n", p->advice);
     mem_free(&m);
@@ -212,9 +221,12 @@ void report_summary(FILE *out, const Plan *p) {
   char a[32], b[32];
   units_fmt_bytes_bin(a, sizeof a, (double)c->live_peak[TIER_HBM]);
   units_fmt_bytes_bin(b, sizeof b, (double)c->capacity[TIER_HBM]);
+  bool cpu = cpu_ranks(p);
   if (p->feasible)
-    fprintf(out, "plan: %s; HBM %s of %s; predicted step %.3g s, %.0f tokens/s per GPU, MFU %.1f%%\n",
-            choice_text(&m, &c->ch), a, b, c->cost.step, c->cost.tokens_per_s_per_gpu, 100 * c->cost.mfu);
+    fprintf(out, "plan: %s; %s %s of %s; predicted step %.3g s, %.0f tokens/s per %s, MFU %.1f%%%s\n",
+            choice_text(&m, &c->ch), cpu ? "memory per rank" : "HBM", a, b, c->cost.step,
+            c->cost.tokens_per_s_per_gpu, cpu ? "rank" : "GPU", 100 * c->cost.mfu,
+            cpu ? " of the preset's assumed rate per rank" : "");
   else if (p->ncandidates)
     fprintf(out, "plan: nothing fits; advice: %s\n", p->advice);
   mem_free(&m);

@@ -276,7 +276,7 @@ static const char *advise(Mem *m, const Model *md, bool program) {
     if (g.feasible)
       out = mem_printf(m, "%s%sunpinned, the search finds fsdp %lld, ep %lld, %s checkpointing%s", out,
                        out[0] ? "; " : "", (long long)g.best.ch.fsdp, (long long)g.best.ch.ep,
-                       plan_ac_name(g.best.ch.ac), g.best.ch.offload == OFF_NONE ? "" :
+                       plan_ac_words(g.best.ch.ac), g.best.ch.offload == OFF_NONE ? "" :
                        g.best.ch.offload == OFF_HOST ? " with host offload" : " with NVMe offload");
     else
       tried = mem_printf(m, "%s%swithout the plan pins: %s", tried, tried[0] ? ", " : "", why_not(m, &g));

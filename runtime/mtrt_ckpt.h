@@ -67,6 +67,10 @@ uint64_t rt_fnv1a(uint64_t h, const void *p, size_t n);
 /* The newest complete checkpoint under dir: writes its directory to out and returns its
  * step; 0 when there is none (or dir does not exist). */
 int64_t rt_ckpt_latest(const char *dir, char *out, size_t outlen);
+/* Retention (train --keep-checkpoints): removes every step-N directory under dir older than
+ * the keep newest complete checkpoints (incomplete ones, left by a killed save, included; newer
+ * ones stay). Returns how many it removed, or -1 with err set (what it could remove is gone). */
+int rt_ckpt_prune(const char *dir, int keep, char *err, size_t errlen);
 /* Reads the manifest of checkpoint directory path (DIR/step-N) and checks every field: ranges,
  * the layout, each group's full = shard x ranks, each tensor inside its group with rows x cols =
  * count and a unique name (routed: one %d), each shard's size = the header + the groups'

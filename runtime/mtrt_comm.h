@@ -52,12 +52,15 @@ int rt_comm_init(RtComm *c, int *argc, char ***argv, int fsdp, int ep, int dp_re
 void rt_comm_finalize(RtComm *c);
 
 /* out (g × count values, rank order) = every rank's in (count values) in group comm. */
-void rt_comm_all_gather(MPI_Comm comm, real *out, const real *in, size_t count);
+void rt_comm_all_gather(MPI_Comm comm, act *out, const act *in, size_t count);
+/* All-gathers in flight at once, at most: 2 (dense, experts) per gathered unit of the plan's
+ * prefetch pool (prefetch depth + 1 units; the compiler refuses a deeper plan). */
+enum { RT_AG_SLOTS = 16 };
 /* Prefetch: the same all-gather, started now and waited for later, so that it overlaps the
- * compute in between (the next layer's parameters while this layer runs). slot (0-3) names it
- * in rt_comm_all_gather_wait, after which out may be read. The cpu backend's MPI all-gather
- * blocks, so there start does all the work and wait nothing. */
-void rt_comm_all_gather_start(MPI_Comm comm, real *out, const real *in, size_t count, int slot);
+ * compute in between (the next layers' parameters while this layer runs). slot (0 to
+ * RT_AG_SLOTS - 1) names it in rt_comm_all_gather_wait, after which out may be read. The cpu
+ * backend's MPI all-gather blocks, so there start does all the work and wait nothing. */
+void rt_comm_all_gather_start(MPI_Comm comm, act *out, const act *in, size_t count, int slot);
 void rt_comm_all_gather_wait(int slot);
 /* out (count) = Σ over ranks of in[rank × count .. +count) (in: g × count values). */
 void rt_comm_reduce_scatter(MPI_Comm comm, real *out, const real *in, size_t count);
@@ -107,10 +110,10 @@ int rt_moe_route(MPI_Comm ep_comm, RtA2A *a, const int *offsets);
  * ops read offsets: device memory on cuda) = this round's rows of this rank's experts from every
  * EP peer, expert-major; xp holds this rank's permuted rows (N·K, C). tmp: cap rows. Collective
  * over ep_comm; r outside [0, rounds) aborts the job. */
-void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, int r, real *xe, int *eoff, real *tmp, const real *xp, int C);
+void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, int r, act *xe, int *eoff, act *tmp, const act *xp, int C);
 /* The reverse of the last dispatch: ye (rows_recv, C) in xe's order goes back to its source
  * ranks, arriving in yp at the rows of their xp (rows of other rounds are untouched). tmp as in
  * dispatch. */
-void rt_moe_undispatch(MPI_Comm ep_comm, const RtA2A *a, real *yp, real *tmp, const real *ye, int C);
+void rt_moe_undispatch(MPI_Comm ep_comm, const RtA2A *a, act *yp, act *tmp, const act *ye, int C);
 
 #endif

@@ -1,8 +1,12 @@
 /*
- * mtrt_ops.h — libmtrt's cpu ops: forward and backward of every op of mtc's model graph,
- * the cpu backend's numerical reference (the cuda backend is checked against it).
+ * mtrt_ops.h — libmtrt's ops: forward and backward of every op of mtc's model graph, the
+ * contract both backends implement. runtime/cpu/ implements it over host pointers with OpenBLAS
+ * (the numerical reference); runtime/cuda/ the same calls over device pointers (mtrt_cuda.h),
+ * checked against the cpu ones.
  *
  * Compute type `real`: float, or double when built with MTRT_REAL_DOUBLE (gradient checks).
+ * Storage type `act` (mtrt_real.h) for activations, their gradients and gathered parameters;
+ * `real` for statistics (rstd, lse), routing values, weight gradients and loss scratch.
  * Row-major tensors; shape comments use N tokens (= B sequences × T positions), C hidden,
  * V vocabulary, nh query heads, nkv KV heads, hd head size, E experts, K top_k, F an FFN
  * width (not I: <complex.h>, which cblas.h includes, defines I). GEMMs go through CBLAS (OpenBLAS).
@@ -22,82 +26,115 @@
 #include "mtrt_real.h"
 
 /* Elementwise, n values: out = a + b (the residual connection); acc += x; x = 0. */
-void rt_add(real *out, const real *a, const real *b, size_t n);
-void rt_accumulate(real *acc, const real *x, size_t n);
-void rt_zero(real *x, size_t n);
+void rt_add(act *out, const act *a, const act *b, size_t n);
+void rt_accumulate(act *acc, const act *x, size_t n);
+void rt_zero(act *x, size_t n);
 /* dst = src, n values (not overlapping). */
-void rt_copy(real *dst, const real *src, size_t n);
+void rt_copy(act *dst, const act *src, size_t n);
+/* The same over real values (fp32 gradients, expert loads; either side may be the state arena
+ * in pinned host memory). */
+void rt_zero_real(real *x, size_t n);
+void rt_copy_real(real *dst, const real *src, size_t n);
+/* dst = src rounded to the activation type, n values: a master shard (src: the state arena, in
+ * device or pinned host memory) into the shard the all-gathers read. */
+void rt_cast_to_act(act *dst, const real *src, size_t n);
 
 /* out (N,C) = wte[tok[n]] with wte (V,C). Token ids must be in [0, V) (the data loader checks). */
-void rt_embedding_forward(real *out, const int32_t *tok, const real *wte, int N, int C);
-void rt_embedding_backward(real *dwte, const real *dout, const int32_t *tok, int N, int C);
+void rt_embedding_forward(act *out, const int32_t *tok, const act *wte, int N, int C);
+void rt_embedding_backward(real *dwte, const act *dout, const int32_t *tok, int N, int C);
+
+/* Learned absolute positions (GPT-2, Radford et al. 2019; HF modeling_gpt2.py: inputs_embeds +
+ * wpe(position_ids)): x (B,T,C) += wpe[t] for position t = 0..T-1 of each sequence, with wpe
+ * (max_position, C), T <= max_position. Backward: dwpe[t] += Σ_b dx[b,t]. */
+void rt_position_forward(act *x, const act *wpe, int B, int T, int C);
+void rt_position_backward(real *dwpe, const act *dx, int B, int T, int C);
 
 /* RMSNorm (Zhang & Sennrich 2019): out = x / sqrt(mean(x²) + eps) ⊙ w. x, out (N,C); w (C);
  * rstd (N) saved for backward. */
-void rt_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int N, int C, real eps);
-void rt_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
+void rt_rmsnorm_forward(act *out, real *rstd, const act *x, const act *w, int N, int C, real eps);
+void rt_rmsnorm_backward(act *dx, real *dw, const act *dout, const act *x, const act *w,
                          const real *rstd, int N, int C);
 /* qk-norm (Qwen3: per head, modeling_qwen3.py's q_norm/k_norm over head_dim; OLMoE: full, over
  * all heads' channels of a token): RMSNorm of `rows` rows of `width` values with weight w
  * (width), before RoPE. per_head: rows = N · heads, width = hd; full: rows = N, width =
  * heads · hd. x, out (rows, width); rstd (rows). The same arithmetic as rt_rmsnorm_*; its own
  * entry point because a backend may specialize rt_rmsnorm_* to (N, C) at compile time. */
-void rt_qk_norm_forward(real *out, real *rstd, const real *x, const real *w, int64_t rows, int width, real eps);
-void rt_qk_norm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w, const real *rstd,
+void rt_qk_norm_forward(act *out, real *rstd, const act *x, const act *w, int64_t rows, int width, real eps);
+void rt_qk_norm_backward(act *dx, real *dw, const act *dout, const act *x, const act *w, const real *rstd,
                          int64_t rows, int width);
+
+/* LayerNorm (Ba et al. 2016; torch.nn.LayerNorm as HF's GPT-2 uses it): with μ the row mean and
+ * σ² the biased variance, out = (x − μ) / sqrt(σ² + eps) ⊙ w + b. x, out (N,C); w (C); b (C) or
+ * NULL (no bias); mean, rstd (N) saved for backward. Backward: with x̂ = (x − μ) rstd and
+ * g = dout ⊙ w, dx += rstd (g − mean(g) − x̂ mean(g x̂)); dw += dout x̂; db += dout (db may be
+ * NULL, and must be when there is no bias). */
+void rt_layernorm_forward(act *out, real *mean, real *rstd, const act *x, const act *w, const act *b, int N, int C,
+                          real eps);
+void rt_layernorm_backward(act *dx, real *dw, real *db, const act *dout, const act *x, const act *w,
+                           const real *mean, const real *rstd, int N, int C);
+
+/* A bias over the columns of a matrix: out (N,C) += b (C); backward db (C) += Σ_n dout[n]. The
+ * bias of a norm under model.bias with rmsnorm (the planner's "biases on every linear and norm"). */
+void rt_bias_forward(act *out, const act *b, int N, int C);
+void rt_bias_backward(real *db, const act *dout, int N, int C);
 
 /* A linear layer, nn.Linear layout: out (N,OC) = x (N,IC) · wᵀ + bias, w (OC,IC), bias (OC) or
  * NULL. */
-void rt_matmul_forward(real *out, const real *x, const real *w, const real *bias, int N, int IC, int OC);
-void rt_matmul_backward(real *dx, real *dw, real *dbias, const real *dout, const real *x,
-                        const real *w, int N, int IC, int OC);
+void rt_matmul_forward(act *out, const act *x, const act *w, const act *bias, int N, int IC, int OC);
+void rt_matmul_backward(act *dx, real *dw, real *dbias, const act *dout, const act *x,
+                        const act *w, int N, int IC, int OC);
+/* The router's linear layer, its logits (N,E) and their gradient in real (routing is decided in
+ * fp32): logits = x (N,IC) · wᵀ, w (E,IC); backward dx += dlogits · w, dw += dlogitsᵀ · x. */
+void rt_router_logits_forward(real *logits, const act *x, const act *w, int N, int IC, int E);
+void rt_router_logits_backward(act *dx, real *dw, const real *dlogits, const act *x, const act *w, int N, int IC,
+                               int E);
 
 /* RoPE (Su et al. 2021) in the half-split layout of Llama/GPT-NeoX: channel i pairs with
  * i + hd/2, angle = position × theta^(−2i/hd). x (B,T,H,hd), rotated in place; backward
  * rotates the gradient back in place. hd must be even. */
-void rt_rope_forward(real *x, int B, int T, int H, int hd, real theta);
-void rt_rope_backward(real *dx, int B, int T, int H, int hd, real theta);
+void rt_rope_forward(act *x, int B, int T, int H, int hd, real theta);
+void rt_rope_backward(act *dx, int B, int T, int H, int hd, real theta);
 /* RoPE with Llama 3.1's frequency scaling (transformers' _compute_llama3_parameters): each
  * inverse frequency f_i = theta^(-2i/hd), of wavelength λ = 2π / f_i, becomes f_i / factor where
  * λ > orig / low, stays f_i where λ < orig / high, and between is (1 − s) f_i / factor + s f_i
  * with s = (orig / λ − low) / (high − low). Angles in double. x as rt_rope_forward's. */
-void rt_rope_llama3_forward(real *x, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+void rt_rope_llama3_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real low, real high,
                             real orig);
-void rt_rope_llama3_backward(real *dx, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+void rt_rope_llama3_backward(act *dx, int B, int T, int H, int hd, real theta, real factor, real low, real high,
                              real orig);
 /* RoPE with YaRN (Peng et al. 2023; transformers' _compute_yarn_parameters): pair i's inverse
  * frequency blends f_i = theta^(-2i/hd) (extrapolation) and f_i / factor (interpolation) by a
  * ramp over the pairs between floor(d(beta_fast)) and ceil(d(beta_slow)), d(r) = hd ln(orig /
  * (2π r)) / (2 ln theta); the rotation is scaled by attn (the attention factor: with cos and
  * sin, q and k each get it). Backward: the transposed rotation, scaled by attn. */
-void rt_rope_yarn_forward(real *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+void rt_rope_yarn_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
                           real beta_slow, real attn);
-void rt_rope_yarn_backward(real *dx, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+void rt_rope_yarn_backward(act *dx, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
                            real beta_slow, real attn);
 
 /* Causal grouped-query attention, softmax(q kᵀ / sqrt(hd)) v with query head h reading KV head
  * h / (nh / nkv). q, out (B,T,nh,hd); k, v (B,T,nkv,hd); lse (B,nh,T) the log-sum-exp of
  * each score row, saved for backward (O(T) memory: scores are recomputed, never stored). */
-void rt_attention_forward(real *out, real *lse, const real *q, const real *k, const real *v,
+void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v,
                           int B, int T, int nh, int nkv, int hd);
-void rt_attention_backward(real *dq, real *dk, real *dv, const real *dout, const real *q,
-                           const real *k, const real *v, const real *out, const real *lse,
+void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q,
+                           const act *k, const act *v, const act *out, const real *lse,
                            int B, int T, int nh, int nkv, int hd);
 
 /* SwiGLU (Shazeer 2020): h = silu(g) ⊙ u; g, u, h (n elements). n is 64-bit: the experts' rows × F
  * pass 2^31 (europa-1t: 65536 · 8 rows × 1792 × 2.3 when the load is 2.3× the mean). */
-void rt_swiglu_forward(real *h, const real *g, const real *u, int64_t n);
-void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const real *u, int64_t n);
+void rt_swiglu_forward(act *h, const act *g, const act *u, int64_t n);
+void rt_swiglu_backward(act *dg, act *du, const act *dh, const act *g, const act *u, int64_t n);
 /* GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); n elements (64-bit). */
-void rt_gelu_forward(real *h, const real *x, int64_t n);
-void rt_gelu_backward(real *dx, const real *dh, const real *x, int64_t n);
+void rt_gelu_forward(act *h, const act *x, int64_t n);
+void rt_gelu_backward(act *dx, const act *dh, const act *x, int64_t n);
 
 /* Router over E experts from logits (N,E): picks K experts per token and their weights.
  *   softmax: scores are the logits; weights = softmax over the K selected (Mixtral).
  *   sigmoid: scores s = sigmoid(logits); weights = s / Σ selected s (DeepSeek-V3).
  * The K largest score + bias are selected; bias (E), or NULL, only selects (DeepSeek-V3's
  * auxiliary-loss-free balancing). idx, wts (N,K); ties go to the lower expert index. */
-void rt_router_forward(int32_t *idx, real *wts, const real *logits, const real *bias, int N, int E,
+void rt_router_forward(int32_t *idx, real *wts, const real *logits, const act *bias, int N, int E,
                        int K, bool sigmoid);
 /* dlogits (N,E) += the gradient through the weights (selection is not differentiable). */
 void rt_router_backward(real *dlogits, const real *dwts, const real *logits, const int32_t *idx,
@@ -111,7 +148,7 @@ void rt_router_backward(real *dlogits, const real *dwts, const real *logits, con
 #ifndef RT_MAX_GROUPS /* (this header is read twice by tests/cuda's ref_ops.h) */
 #define RT_MAX_GROUPS 64
 #endif
-void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const real *bias, int N, int E, int K,
+void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const act *bias, int N, int E, int K,
                              int n_group, int topk_group);
 /* The routing weights of the selected experts idx (N,K), recomputed from logits (N,E) under the
  * conventions real models need, overwriting wts (N,K):
@@ -133,8 +170,8 @@ void rt_router_weights_backward(real *dlogits, const real *dwts, const real *log
 /* Qwen2-MoE's gated shared expert (modeling_qwen2_moe.py, Qwen2MoeSparseMoeBlock:
  * sigmoid(shared_expert_gate(x)) * shared_expert(x)): y (N,C) += σ(logit_n) · x (N,C), logit (N).
  * Backward: dx += σ dy; dlogit += σ (1 − σ) Σ_c dy x. */
-void rt_sigmoid_gate_forward(real *y, const real *x, const real *logit, int N, int C);
-void rt_sigmoid_gate_backward(real *dx, real *dlogit, const real *dy, const real *x, const real *logit, int N, int C);
+void rt_sigmoid_gate_forward(act *y, const act *x, const real *logit, int N, int C);
+void rt_sigmoid_gate_backward(act *dx, real *dlogit, const act *dy, const act *x, const real *logit, int N, int C);
 /* Switch-Transformer load-balancing loss (Fedus et al. 2021): alpha · E · Σ_e f_e · P_e,
  * f_e = fraction of the N·K assignments to expert e (no gradient), P_e = mean over tokens of
  * softmax(logits)_e. Returns the loss; backward adds its gradient (times dloss) to dlogits. */
@@ -151,32 +188,35 @@ void rt_moe_count(real *load, const int32_t *idx, int64_t n);
  * order (by expert, then token); offsets (E+1) the first row of each expert. */
 void rt_moe_permute(int32_t *pos, int *offsets, const int32_t *idx, int N, int E, int K);
 /* xp (N·K, C): xp[pos[n,j]] = x[n]; backward adds the K copies' gradients into dx. */
-void rt_moe_gather(real *xp, const real *x, const int32_t *pos, int N, int K, int C);
-void rt_moe_gather_backward(real *dx, const real *dxp, const int32_t *pos, int N, int K, int C);
+void rt_moe_gather(act *xp, const act *x, const int32_t *pos, int N, int K, int C);
+void rt_moe_gather_backward(act *dx, const act *dxp, const int32_t *pos, int N, int K, int C);
 /* y (N,C) += Σ_j wts[n,j] · yp[pos[n,j]]; backward: dyp (set, N·K rows) and dwts (added). */
-void rt_moe_combine(real *y, const real *yp, const real *wts, const int32_t *pos, int N, int K, int C);
-void rt_moe_combine_backward(real *dyp, real *dwts, const real *dy, const real *yp, const real *wts,
+void rt_moe_combine(act *y, const act *yp, const real *wts, const int32_t *pos, int N, int K, int C);
+void rt_moe_combine_backward(act *dyp, real *dwts, const act *dy, const act *yp, const real *wts,
                              const int32_t *pos, int N, int K, int C);
 
 /* The routed experts, SwiGLU FFNs on the permuted rows: rows [offsets[e], offsets[e+1]) of xp
  * (N·K, C) go through expert e: yp = (silu(xp wgₑᵀ) ⊙ xp wuₑᵀ) wdₑᵀ with wg, wu (E,F,C) and
- * wd (E,C,F). g, u, h (N·K, F) are saved for backward. */
-void rt_experts_forward(real *yp, real *g, real *u, real *h, const real *xp, const real *wg,
-                        const real *wu, const real *wd, const int *offsets, int E, int C, int F);
-/* dh, dg, du: scratch of (N·K, F) each. */
-void rt_experts_backward(real *dxp, real *dwg, real *dwu, real *dwd, const real *dyp, const real *xp,
-                         const real *g, const real *u, const real *h, const real *wg, const real *wu,
-                         const real *wd, const int *offsets, int E, int C, int F, real *dh, real *dg,
-                         real *du);
+ * wd (E,C,F). g, u, h (N·K, F) are saved for backward.
+ * GELU experts (model.moe.activation gelu; GPT-style FFN, Hendrycks & Gimpel 2016, tanh form):
+ * wg NULL, then yp = gelu(xp wuₑᵀ) wdₑᵀ, g is not used (may be NULL) and h = gelu(u). */
+void rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const act *wg,
+                        const act *wu, const act *wd, const int *offsets, int E, int C, int F);
+/* dh, dg, du: scratch of (N·K, F) each. With wg NULL (GELU experts) g, dg and dwg are not used
+ * (may be NULL). */
+void rt_experts_backward(act *dxp, real *dwg, real *dwu, real *dwd, const act *dyp, const act *xp,
+                         const act *g, const act *u, const act *h, const act *wg, const act *wu,
+                         const act *wd, const int *offsets, int E, int C, int F, act *dh, act *dg,
+                         act *du);
 
 /* LM head and cross-entropy over vocabulary chunks of `chunk` columns, never (N,V) logits:
  * logits = x (N,C) · wᵀ with w (V,C). Returns the mean loss over the N tokens and saves
  * lse (N). scratch holds (N, chunk). */
-real rt_lm_head_ce_forward(real *lse, const real *x, const real *w, const int32_t *targets, int N,
+real rt_lm_head_ce_forward(real *lse, const act *x, const act *w, const int32_t *targets, int N,
                            int C, int V, int chunk, real *scratch);
 /* Gradients of dloss × mean loss: recomputes each chunk's logits. scratch holds (2, N, chunk):
  * a chunk's logits and their gradient (the cpu ops use the first half in place). */
-void rt_lm_head_ce_backward(real *dx, real *dw, const real *x, const real *w, const int32_t *targets,
+void rt_lm_head_ce_backward(act *dx, real *dw, const act *x, const act *w, const int32_t *targets,
                             const real *lse, int N, int C, int V, int chunk, real *scratch, real dloss);
 
 #endif

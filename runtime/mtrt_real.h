@@ -14,4 +14,10 @@ typedef float real;
 #define MTRT_MPI_REAL MPI_FLOAT
 #endif
 
+/* The activation type `act`: activations and their gradients, gathered parameters and the
+ * activation-offload arena (a generated program's activation arena, A(o)). Arithmetic is in
+ * real (fp32); the cuda backend is to store act in bf16, as the plan's items count it (issue
+ * 12); today it is real on both backends. */
+typedef real act;
+
 #endif

@@ -97,8 +97,9 @@ typedef struct {
   RtComm comm;
   real *arena;    /* activations, gathered parameters and gradients, workspace (the GPU's HBM) */
   real *state;    /* master shards, gradient shards, moments (STATE_ELEMS; HBM or pinned host) */
-  real *host;     /* the host arena (activation offload; HOST_ELEMS), or NULL */
-  real *wd, *we;  /* the gathered dense and expert parameters of the layer computing now (one of
+  act *acts;      /* activations, gathered parameters (ACT_ELEMS of the activation type; HBM) */
+  act *host;      /* the host arena (activation offload; HOST_ELEMS activations), or NULL */
+  act *wd, *we;  /* the gathered dense and expert parameters of the layer computing now (one of
                      two buffers each: the other receives the next layer's, prefetched) */
   real *dwd, *dwe;/* their gradients in the backward (one of two buffers each: the other's
                      reduce-scatter is in flight) */
@@ -121,8 +122,8 @@ void rt_moe_note(RtCtx *c);
  * call, and rt_offload_wait makes the compute stream wait for the last copy of id (the host
  * does not block). ids < OFFLOAD_IDS; rt_offload_init sizes them (0 on success, -1). */
 int rt_offload_init(int ids);
-void rt_offload_store(RtCtx *c, int id, real *host, const real *dev, size_t n);
-void rt_offload_load(RtCtx *c, int id, real *dev, const real *host, size_t n);
+void rt_offload_store(RtCtx *c, int id, act *host, const act *dev, size_t n);
+void rt_offload_load(RtCtx *c, int id, act *dev, const act *host, size_t n);
 void rt_offload_wait(RtCtx *c, int id);
 
 /* Auxiliary-loss-free balancing (DeepSeek-V3, sec. 2.1.2): bias_e += rate × sign(mean load −

@@ -105,6 +105,39 @@ done
 "$mtc" compile specs/tiny-moe.yaml -o "$tmp/zeros" --set training.grad_clip=0 --set training.weight_decay=0 >/dev/null &&
   grep -qx '#define GRAD_CLIP 0' "$tmp/zeros/step.h" && grep -qx '#define WEIGHT_DECAY 0' "$tmp/zeros/step.h" ||
   { echo "FAIL: grad_clip=0 and weight_decay=0 do not reach step.h"; fail=1; }
+# launch.sbatch (issue 16 item 8): europa-1t needs more than 24 h, so --time is capped and both
+# the script and compile say so; the GPU job's build command names the cuda backend; srun
+# checkpoints, keeps the newest few, and Slurm signals the job before its limit
+expect 0 "note: launch.sbatch asks for --time=24:00:00.*needs about [0-9]*:[0-9]*:00.*2 jobs" \
+  "$mtc" compile specs/europa-1t.yaml -o "$tmp/europa"
+sb=$tmp/europa/launch.sbatch
+grep -q '^# --time is capped at 24:00:00' "$sb" && grep -q '^#SBATCH --time=24:00:00$' "$sb" &&
+  grep -q 'after `mtc build . --backend cuda`' "$sb" && grep -Eq '^#SBATCH --signal=USR1@[0-9]+$' "$sb" &&
+  grep -q -- '--checkpoint-dir "${CHECKPOINT_DIR:-checkpoints}" --checkpoint-every [0-9]' "$sb" &&
+  grep -q -- '--keep-checkpoints "${KEEP_CHECKPOINTS:-2}"' "$sb" && bash -n "$sb" ||
+  { echo "FAIL: europa-1t's launch.sbatch"; fail=1; }
+"$mtc" compile specs/tiny-moe.yaml -o "$tmp/tinysb" | grep -q "note: launch.sbatch" &&
+  { echo "FAIL: tiny-moe's 14-minute job is said to be capped"; fail=1; }
+grep -q 'after `mtc build .`)' "$tmp/tinysb/launch.sbatch" && ! grep -q 'time is capped' "$tmp/tinysb/launch.sbatch" ||
+  { echo "FAIL: tiny-moe's launch.sbatch (cpu preset: mtc build ., no cap)"; fail=1; }
+# help and labels a newcomer reads (issue 16 item 14)
+"$mtc" --help | grep -q 'now: the model accounting' && { echo "FAIL: mtc --help: plan prints only the accounting"; fail=1; }
+"$mtc" plan --help | grep -q 'This version prints the model accounting' && { echo "FAIL: mtc plan --help is stale"; fail=1; }
+expect 0 'mpirun -np WORLD DIR/build/train --data FILE' "$mtc" compile --help
+expect 0 'Megatron' "$mtc" compile --help
+expect 0 '^usage: mtc COMMAND \[OPTIONS\] ARGUMENTS' "$mtc" --help
+expect 0 '^  export CKPT OUT.safetensors' "$mtc" --help
+expect 0 'memory per rank .* tokens/s per rank, MFU .* of the preset.s assumed rate per rank' \
+  "$mtc" compile specs/tiny-moe.yaml -o "$tmp/tinylabels"
+grep -q 'a GPU is one MPI rank' "$tmp/tinylabels/plan.txt" || { echo "FAIL: the cpu preset's plan.txt says GPU unexplained"; fail=1; }
+grep -q 'none checkpointing\|none activation checkpointing' "$tmp/tinylabels/report.html" "$tmp/tinylabels/step.c" &&
+  { echo "FAIL: 'none checkpointing'"; fail=1; }
+grep -q -- '--inject-nan FIRST:COUNT' "$tmp/tinylabels/train.c" || { echo "FAIL: train's usage omits --inject-nan"; fail=1; }
+# hidden 132 is not a multiple of 8: compile says the program is cpu-only, build --backend cuda refuses
+expect 0 'note: hidden 132 is not a multiple of 8' "$mtc" compile specs/tiny-moe.yaml -o "$tmp/h132" \
+  --set model.hidden=132 --set model.attention.heads=2
+expect 2 'step.h: HIDDEN is 132, not a multiple of 8.*expected model.hidden a multiple of 8 for --backend cuda' \
+  "$mtc" build "$tmp/h132" --backend cuda
 # near-linear on large valid input (issue 16 item 9). The bounds are generous on purpose: they
 # catch a quadratic regression (31 s and 34 s before the fix, under 1 s after), not slowness.
 python3 -c '

@@ -14,6 +14,13 @@
 #             a save that fails (RLIMIT_FSIZE: "File too large") exits 1 naming the shard and
 #             leaves no step directory, shard or .tmp file; a metrics write that fails exits 1
 #             at once leaving whole lines; a FIFO as --data or --metrics is refused, not waited on
+#   names     a spec file name holding a newline + a CMake command, a quote, $(...), backticks,
+#             "*", "??" and <script> is escaped in every generated file: the program builds,
+#             nothing it names runs, step.h's SPEC_FILE is the name, report.html has no tag
+#   dirs      compile refuses a non-empty directory it did not write (--force overrides); a
+#             recompile that writes no program removes the old one; mtc build refuses a program
+#             that is not its plan.json's; a compile output that cannot be replaced (a FIFO) is
+#             refused and stays
 #   usage: files.sh MTC SOURCE_DIR
 set -u
 mtc=$(realpath "$1"); src=$(realpath "$2")
@@ -67,6 +74,64 @@ out=$(timeout 60 t1/build/train --data "$text" --checkpoint-dir ck2 2>&1); rc=$?
 [ $rc -ne 0 ] && [ $rc -lt 124 ] && echo "$out" | grep -q "rank-00000.bin: a FIFO; expected a regular file" &&
   [ -p ck2/step-00000001/rank-00000.bin ] || die "checkpoint save over a FIFO: exit $rc, $out"
 [ $fail -eq 0 ] && echo "ok: export and checkpoints replace only regular files"
+
+# ---- names: a spec file name is data in every generated file (issue 16 item 2)
+prev=$fail; fail=0
+mkdir names && cd names || exit 1
+weird=$(printf 'q"uote\nadd_custom_target(pwn ALL COMMAND touch pwned-cmake)\n$(touch pwned-sh)`touch pwned-tick`*<script>??.yaml')
+cp "$src/specs/tiny-moe.yaml" "$weird"
+"$mtc" compile "$weird" -o p --set training.steps=1 --set training.warmup_steps=0 --set training.seq_len=64 --set cluster.gpus_per_node=1 \
+  --set plan.fsdp=1 >/dev/null || die "compile of a spec with an odd file name"
+"$mtc" build p >build.log 2>&1 || { cat build.log; die "mtc build of a spec with an odd file name"; }
+bash -n p/launch.sbatch || die "launch.sbatch is not valid shell"
+DATA=/dev/null bash -c 'sed -n "1,/^set -euo/p" p/launch.sbatch | bash' || die "launch.sbatch's header ran something"
+p/build/train --help >/dev/null || die "train --help"
+ls pwned* 2>/dev/null && die "a name in a generated file ran as code"
+grep -c 'touch pwned-cmake' p/CMakeLists.txt p/launch.sbatch p/kernels.cu p/step.c | grep -v ':1$' && die "the name is not one line"
+grep '^#define SPEC_FILE ' p/step.h >spec_file.h
+printf '#include <stdio.h>\n#include "spec_file.h"\nint main(void) { fputs(SPEC_FILE, stdout); return 0; }\n' >spec_file.c
+cc -std=c11 spec_file.c -o spec_file && [ "$(./spec_file)" = "$weird" ] || die "SPEC_FILE is not the file name"
+grep -q '<script' p/report.html p/memory.svg && die "report.html or memory.svg holds the name's <script> unescaped"
+cd .. && [ $fail -eq 0 ] && echo "ok: a spec file name is escaped in C, CMake, shell, CUDA and HTML"
+fail=$((fail | prev))
+
+# ---- dirs: compile writes only where it may; the program is its plan's (issue 16 item 7)
+prev=$fail; fail=0
+small="--set training.steps=1 --set training.warmup_steps=0 --set training.seq_len=64 --set cluster.gpus_per_node=1 --set plan.fsdp=1"
+mkdir own && echo 'my own' >own/train.c && echo 'cmake_minimum_required(VERSION 3.0)' >own/CMakeLists.txt
+out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o own $small 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "own is not empty.*--force" && [ "$(cat own/train.c)" = "my own" ] &&
+  [ ! -e own/plan.json ] || die "compile into a directory of the user's: exit $rc, $out"
+"$mtc" compile "$src/specs/tiny-moe.yaml" -o own $small --force >/dev/null && grep -q rt_ckpt own/train.c ||
+  die "compile --force"
+"$mtc" build own >build.log 2>&1 && [ -x own/build/train ] || { cat build.log; die "mtc build own"; }
+"$mtc" compile "$src/specs/tiny-moe.yaml" -o own $small >/dev/null || die "a recompile into mtc's own directory"
+mkdir empty && "$mtc" compile "$src/specs/tiny-moe.yaml" -o empty $small >/dev/null || die "compile into an empty directory"
+# a recompile with no program (an MLA model; an infeasible plan) removes the old program
+out=$("$mtc" compile "$src/specs/deepseek-v3.yaml" -o own 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "removed the program" && [ ! -e own/step.c ] && [ ! -e own/train.c ] &&
+  [ ! -e own/CMakeLists.txt ] && [ ! -e own/build/train ] || die "an MLA recompile left the old program: exit $rc, $out"
+out=$("$mtc" build own 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "no generated program here" || die "mtc build of a plan without a program: $rc, $out"
+"$mtc" compile "$src/specs/tiny-moe.yaml" -o own $small >/dev/null || die "compile"
+out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o own --set cluster.nodes=1 --set cluster.gpu.hbm=1MiB 2>&1); rc=$?
+[ $rc -eq 1 ] && [ ! -e own/step.c ] || die "an infeasible recompile left the old program: exit $rc, $out"
+# mtc build refuses a program that is not its plan.json's
+"$mtc" compile "$src/specs/tiny-moe.yaml" -o own $small >/dev/null &&
+  "$mtc" compile "$src/specs/deepseek-v3.yaml" -o ds >/dev/null 2>&1; cp ds/plan.json own/plan.json
+out=$("$mtc" build own 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "own/step.h is not the program of own/plan.json (step.h: model 'tiny-moe'.*plan.json: model 'deepseek-v3'" ||
+  die "mtc build of a program with another plan.json: exit $rc, $out"
+sed -i '/PLAN_HASH/d' names/p/step.h && out=$("$mtc" build names/p 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "plan none" || die "mtc build of a step.h without PLAN_HASH: exit $rc, $out"
+# a compile output that is not a regular file is refused, not replaced; no .tmp stays
+rm -rf fifo-out && mkdir fifo-out && "$mtc" compile "$src/specs/tiny-moe.yaml" -o fifo-out $small >/dev/null &&
+  rm fifo-out/step.c && mkfifo fifo-out/step.c
+out=$(timeout 20 "$mtc" compile "$src/specs/tiny-moe.yaml" -o fifo-out $small 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "fifo-out/step.c: a FIFO" && [ -p fifo-out/step.c ] &&
+  [ -z "$(ls fifo-out | grep '\.tmp$')" ] || die "compile over a FIFO: exit $rc, $out"
+[ $fail -eq 0 ] && echo "ok: compile writes only empty or its own directories, atomically; build checks the plan"
+fail=$((fail | prev))
 
 # ---- manifest: every field checked
 # corrupt NAME FIELD PYTHON: a copy of the checkpoint in bad/NAME whose manifest m is edited by

@@ -13,4 +13,12 @@ if [ "$want" != "$have" ]; then
   echo "FAIL: README spec reference differs from 'mtc keys' (paste its output between the markers)"
   exit 1
 fi
+# the indexes a newcomer reads first name every compiler file: mtc.h's and the README's
+src=$(dirname "$2")
+for f in "$src"/compiler/*.c; do
+  b=$(basename "$f")
+  sed -n '1,/^#ifndef MTC_H/p' "$src/compiler/mtc.h" | grep -q " $b " ||
+    { echo "FAIL: compiler/mtc.h's file index does not name $b"; exit 1; }
+  sed -n '/^## Repository/,$p' "$2" | grep -q "$b" || { echo "FAIL: the README's repository section does not name $b"; exit 1; }
+done
 echo "ok: README spec reference matches mtc keys ($(printf '%s\n' "$want" | wc -l) lines)"

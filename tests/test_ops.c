@@ -376,6 +376,76 @@ static void test_moe(void) {
   GRAD_OK(mx_wd, dwd, XE * XC * XF);
 }
 
+/* ---- learned positions: x (B,T,C) + wpe[t] (B 2, T 3, C 4; wpe has 5 rows, 2 unused) */
+static double *ps_x, *ps_w, *ps_R, ps_out[2 * 3 * 4];
+static double ps_loss(void) {
+  memcpy(ps_out, ps_x, sizeof ps_out);
+  rt_position_forward(ps_out, ps_w, 2, 3, 4);
+  return sum_prod(ps_out, ps_R, 2 * 3 * 4);
+}
+static void test_position(void) {
+  ps_x = arr(2 * 3 * 4), ps_w = arr(5 * 4), ps_R = arr(2 * 3 * 4);
+  double *dw = zeros(5 * 4);
+  loss_fn = ps_loss;
+  rt_position_backward(dw, ps_R, 2, 3, 4);
+  GRAD_OK(ps_w, dw, 5 * 4);
+  CHECK(dw[16] == 0 && dw[19] == 0); /* rows past T get no gradient */
+}
+
+/* ---- LayerNorm with and without bias, and a bias over columns (N 3, C 7) */
+static double *lnx, *lnw, *lnb, *lnR, ln_out[3 * 7], ln_mean[3], ln_rstd[3];
+static const double *ln_bias;
+static double lnorm_loss(void) {
+  rt_layernorm_forward(ln_out, ln_mean, ln_rstd, lnx, lnw, ln_bias, 3, 7, 1e-5);
+  return sum_prod(ln_out, lnR, 3 * 7);
+}
+static double bias_loss(void) {
+  memcpy(ln_out, lnx, sizeof ln_out);
+  rt_bias_forward(ln_out, lnb, 3, 7);
+  return sum_prod(ln_out, lnR, 3 * 7);
+}
+static void test_layernorm(void) {
+  lnx = arr(3 * 7), lnw = arr(7), lnb = arr(7), lnR = arr(3 * 7);
+  for (int with_bias = 0; with_bias < 2; with_bias++) {
+    ln_bias = with_bias ? lnb : NULL;
+    loss_fn = lnorm_loss;
+    lnorm_loss();
+    double *dx = zeros(3 * 7), *dw = zeros(7), *db = zeros(7);
+    rt_layernorm_backward(dx, dw, with_bias ? db : NULL, lnR, lnx, lnw, ln_mean, ln_rstd, 3, 7);
+    GRAD_OK(lnx, dx, 3 * 7);
+    GRAD_OK(lnw, dw, 7);
+    if (with_bias) GRAD_OK(lnb, db, 7);
+  }
+  loss_fn = bias_loss;
+  double *db = zeros(7);
+  rt_bias_backward(db, lnR, 3, 7);
+  GRAD_OK(lnb, db, 7);
+}
+
+/* GELU experts (wg NULL): yp = gelu(xp wuᵀ) wdᵀ; no gate, g and dg unused. */
+static double mx_gelu_loss(void) {
+  rt_moe_gather(mx_xp, mx_x, mx_pos, XN, XK, XC);
+  rt_experts_forward(mx_yp, NULL, mx_u, mx_h, mx_xp, NULL, mx_wu, mx_wd, mx_off, XE, XC, XF);
+  memset(mx_y, 0, sizeof mx_y);
+  rt_moe_combine(mx_y, mx_yp, mx_wts, mx_pos, XN, XK, XC);
+  return sum_prod(mx_y, mx_R, XN * XC);
+}
+static void test_moe_gelu(void) {
+  loss_fn = mx_gelu_loss;
+  mx_gelu_loss();
+  double *dyp = zeros(XN * XK * XC), *dwts = zeros(XN * XK), *dxp = zeros(XN * XK * XC);
+  double *dx = zeros(XN * XC), *dwu = zeros(XE * XF * XC), *dwd = zeros(XE * XC * XF);
+  double *dh = zeros(XN * XK * XF), *du = zeros(XN * XK * XF);
+  rt_moe_combine_backward(dyp, dwts, mx_R, mx_yp, mx_wts, mx_pos, XN, XK, XC);
+  rt_experts_backward(dxp, NULL, dwu, dwd, dyp, mx_xp, NULL, mx_u, mx_h, NULL, mx_wu, mx_wd, mx_off,
+                      XE, XC, XF, dh, NULL, du);
+  rt_moe_gather_backward(dx, dxp, mx_pos, XN, XK, XC);
+  GRAD_OK(mx_x, dx, XN * XC);
+  GRAD_OK(mx_wts, dwts, XN * XK);
+  GRAD_OK(mx_wu, dwu, XE * XF * XC);
+  GRAD_OK(mx_wd, dwd, XE * XC * XF);
+}
+
 /* ---- embedding and the LM head with chunked cross-entropy (chunks of 4 over 10 words) */
 enum { LN = 3, LC = 4, LV = 10 };
 static double *lm_x, *lm_w, lm_lse[LN], lm_scratch[LN * 4];
@@ -424,6 +494,9 @@ int main(void) {
   test_sigmoid_gate();
   test_router_group();
   test_moe();
+  test_moe_gelu();
+  test_position();
+  test_layernorm();
   test_head();
   while (nallocs) free(allocs[--nallocs]);
   return CHECK_DONE("test_ops");

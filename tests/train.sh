@@ -15,7 +15,9 @@
 #              by SIGKILL before its manifest resumes from the checkpoint before (bitwise); a
 #              checkpoint saved on 4 ranks (fsdp 4, ep 2) resumes on 2 (fsdp 2, ep 1) within
 #              1e-5; a corrupt shard is refused with its name; non-finite steps are skipped,
-#              and K in a row stop the run with the last good state saved
+#              and K in a row stop the run with the last good state saved; SIGUSR1 mid-run
+#              saves and stops, and the resumed run equals the straight one (bitwise);
+#              --keep-checkpoints 2 keeps two
 #   export     mtc export of a 2-rank checkpoint, read back by tests/safetensors_check.py (its own
 #              safetensors and checkpoint readers): every tensor equals the master weights
 #   errors     a launch with the wrong world size, a missing data file, bad arguments; a run of
@@ -34,6 +36,12 @@
 #              full with full checkpointing; llama3 and YaRN RoPE scaling; Qwen2-MoE's gated shared
 #              expert; DeepSeek-V3's group-limited routing): the double gradient check, and 1 vs 2 ranks (ep 2,
 #              fp32 wire) within 1e-4
+#   gpt        each GPT-style feature's spec in tests/specs (gelu-experts, learned-positions,
+#              tied-embeddings, layernorm, biases, and gpt2-style with all of them): every tensor's
+#              gradient against finite differences (double), and 10 steps on 1 rank against 2
+#              (fsdp 2, ep 2 where it has experts), fp32 on the wire: the same loss within 1e-4; the
+#              2-rank checkpoint through mtc export has the feature's tensors (and with ep 1 equals
+#              its master weights)
 #   text       tiny-moe on real English text (fortunes' cookie file) for its 300 steps on 2
 #              ranks: the loss starts near ln 256 = 5.55 and ends below 2.5
 #   text-muon  the same with training.optimizer=muon
@@ -91,6 +99,50 @@ gradients)
     want=$(sed -n '/^const RtTensor/,/^};/p' "$work/$name/step.c" | grep -c '^    {"')
     [ "$n" -eq "$want" ] && [ "$n" -gt 20 ] || die "$name: checked $n tensors, the program has $want"
   done ;;
+gpt)
+  # NAME[:SEED]: the data seed of the gradient check where the default one puts a token's top-k
+  # router scores within the finite-difference step of a tie (layernorm: a selection flips at the
+  # default seed 1, so its router gradient is not that of a smooth function there)
+  for fs in gelu-experts learned-positions tied-embeddings layernorm:3 biases gpt2-style; do
+    f=${fs%%:*} seed=1; [ "$f" != "$fs" ] && seed=${fs#*:}
+    spec=$src/tests/specs/$f.yaml
+    if build "gc-$f" "$spec" double; then
+      out=$("$work/gc-$f/build-double/train" --data "$text" --grad-check --seed "$seed" 2>&1); rc=$?
+      echo "$f: $(echo "$out" | tail -1)"
+      [ $rc -eq 0 ] || { echo "$out" | grep MISMATCH; die "$f: gradients differ from finite differences"; }
+      n=$(echo "$out" | grep -c "^grad-check model\|^grad-check lm_head")
+      want=$(sed -n '/^const RtTensor/,/^};/p' "$work/gc-$f/step.c" | grep -c '^    {"')
+      [ "$n" -eq "$want" ] && [ "$n" -gt 10 ] || die "$f: checked $n tensors, the program has $want"
+    fi
+    ep=1; grep -q "^  moe:" "$spec" && ep=2
+    fp32=(--set training.grad_reduce_dtype=fp32)
+    build "$f-1" "$spec" float "${fp32[@]}" --set cluster.gpus_per_node=1 --set plan.fsdp=1 || continue
+    build "$f-2" "$spec" float "${fp32[@]}" --set cluster.gpus_per_node=2 --set plan.fsdp=2 --set plan.ep=$ep || continue
+    grep -q "^#define PLAN_EP $ep$" "$work/$f-2/step.h" || die "$f-2: the plan did not take ep $ep"
+    (cd "$work" && "./$f-1/build/train" --data "$text" --metrics "$f-1.jsonl" >/dev/null) || { die "$f: 1 rank run"; continue; }
+    (cd "$work" && "${mpirun[@]}" -np 2 "./$f-2/build/train" --data "$text" --metrics "$f-2.jsonl" --checkpoint-dir "ck-$f" \
+      >/dev/null) || { die "$f: 2 rank run"; continue; }
+    # mtc export round-trips every tensor of the feature (HF names: embed_positions, the biases;
+    # no lm_head.weight when tied)
+    "$mtc" export "$work/ck-$f" "$work/$f.safetensors" >/dev/null || die "$f: mtc export"
+    # (safetensors_check.py reads checkpoints of ep 1: with ep 2 the names are checked below)
+    [ $ep -eq 2 ] || python3 "$src/tests/safetensors_check.py" "$work/ck-$f/step-00000010" "$work/$f.safetensors" >/dev/null ||
+      die "$f: exported tensors differ from the checkpoint"
+    names=$(head -c 100000 "$work/$f.safetensors" | tr ',{' '\n\n' | sed -n 's/^"\([^"]*\)":.*/\1/p')
+    case $f in
+      learned-positions) echo "$names" | grep -qx "model.embed_positions.weight" || die "$f: no embed_positions in the export" ;;
+      tied-embeddings|gpt2-style) echo "$names" | grep -qx "lm_head.weight" && die "$f: a tied model exported lm_head.weight"
+        echo "$names" | grep -qx "model.embed_tokens.weight" || die "$f: no embed_tokens in the export" ;;
+      gelu-experts) echo "$names" | grep -qx "model.layers.1.mlp.experts.3.up_proj.weight" || die "$f: no expert 3 in the export"
+        echo "$names" | grep -q "gate_proj" && die "$f: GELU experts exported a gate_proj" ;;
+      biases) echo "$names" | grep -qx "model.layers.1.self_attn.q_proj.bias" || die "$f: no q_proj.bias in the export" ;;
+    esac
+    paste <(losses "$work/$f-1.jsonl") <(losses "$work/$f-2.jsonl") | awk -v f=$f -v ep=$ep '
+      { n++; d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > worst) worst = r
+        if (r > 1e-4) { printf "step %d: 1 rank %s, 2 ranks %s\n", n, $1, $2; bad = 1 } }
+      END { printf "%s: 1 vs 2 ranks (fsdp 2, ep %s), fp32 wire: %d steps, worst relative difference %.2e\n", f, ep, n, worst
+            exit (bad || n != 10) }' || die "$f: losses differ between 1 and 2 ranks"
+  done ;;
 sharding)
   small+=(--set training.grad_reduce_dtype=fp32)
   build w1 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=1 --set plan.fsdp=1 || exit 1
@@ -139,11 +191,14 @@ PY
     END { printf "1 rank fp32 vs 4 ranks bf16 wire: worst relative difference %.2e\n", worst
           exit (worst > 1e-2 || !rounded || n != 10) }' || die "bf16 wire: losses too far from fp32, or identical" ;;
 policies)
-  for ac in none selective full full-host; do
+  # full-pf3: the plan's prefetch depth 3 (4 gathered units in flight or computing), not the search's
+  for ac in none selective full full-host full-pf3; do
     off=none; [ $ac = full-host ] && off=host
+    pf=auto; [ $ac = full-pf3 ] && pf=3
     build "ac-$ac" "$tiny" float "${small[@]}" --set training.steps=4 --set cluster.gpus_per_node=4 --set plan.fsdp=4 \
-      --set plan.ep=2 --set plan.activation_checkpoint=${ac%-host} --set plan.offload_activations=$off || continue
-    grep -q "^#define CHECKPOINT_POLICY \"${ac%-host}\"" "$work/ac-$ac/step.h" || die "ac-$ac: policy not in step.h"
+      --set plan.ep=2 --set plan.activation_checkpoint=${ac%-*} --set plan.offload_activations=$off --set plan.prefetch=$pf ||
+      continue
+    grep -q "^#define CHECKPOINT_POLICY \"${ac%-*}\"" "$work/ac-$ac/step.h" || die "ac-$ac: policy not in step.h"
     (cd "$work" && "${mpirun[@]}" -np 4 "./ac-$ac/build/train" --data "$text" --metrics "ac-$ac.jsonl" >/dev/null) ||
       die "run with $ac checkpointing"
   done
@@ -151,10 +206,16 @@ policies)
   cmp -s <(losses "$work/ac-none.jsonl") <(losses "$work/ac-selective.jsonl") || die "selective differs from none"
   cmp -s <(losses "$work/ac-none.jsonl") <(losses "$work/ac-full.jsonl") || die "full differs from none"
   cmp -s <(losses "$work/ac-none.jsonl") <(losses "$work/ac-full-host.jsonl") || die "full with host offload differs from none"
+  cmp -s <(losses "$work/ac-none.jsonl") <(losses "$work/ac-full-pf3.jsonl") || die "full with prefetch 3 differs from none"
+  grep -q "A(GATHERED3)" "$work/ac-full-pf3/step.c" && ! grep -q "GATHERED4" "$work/ac-full-pf3/step.c" ||
+    die "full-pf3: expected a pool of 4 gathered units (GATHERED0-3)"
+  # each unit's gathers start 3 units ahead: layer 2's (unit 3) while the embedding computes
+  sed -n '/^real step_forward/,/rt_embedding_forward/p' "$work/ac-full-pf3/step.c" | grep -q "L2_DENSE_\(MASTER\|PARAM\)" ||
+    die "full-pf3: unit 3 is not prefetched before layer 0 runs"
   grep -q "rt_offload_load" "$work/ac-full-host/step.c" || die "full-host: no offload in step.c"
   grep -c "layer[0-9]*_forward(c, true)" "$work/ac-full/step.c" | grep -qx 4 || die "full: expected 4 recomputed layers"
   grep -q "layer[0-9]*_forward(c, true)" "$work/ac-none/step.c" && die "none: recomputes"
-  echo "none, selective, full checkpointing and full with host offload: $(losses "$work/ac-none.jsonl" | tr '\n' ' ')identical" ;;
+  echo "none, selective, full checkpointing, full with host offload, full with prefetch 3: $(losses "$work/ac-none.jsonl" | tr '\n' ' ')identical" ;;
 checkpoints)
   ck=(--set training.steps=10 --set training.warmup_steps=2 --set training.seq_len=64 --set training.grad_reduce_dtype=fp32)
   build c2 "$tiny" float "${ck[@]}" --set cluster.gpus_per_node=2 --set plan.fsdp=2 || exit 1
@@ -209,7 +270,25 @@ checkpoints)
     --checkpoint-dir ckD 2>&1); rc=$?
   [ $rc -eq 1 ] && echo "$out" | grep -q "3 consecutive steps had a non-finite" && [ -f "$work/ckD/step-00000003/manifest.json" ] &&
     echo "non-finite steps: one is skipped; 3 in a row stop the run with step 3's state saved" ||
-    die "guard rail: exit $rc, $out" ;;
+    die "guard rail: exit $rc, $out"
+  # SIGUSR1 mid-run (what launch.sbatch has Slurm send before the time limit; mpirun forwards
+  # it): the run saves at the end of the step and stops with status 0; --keep-checkpoints 2
+  # leaves the newest two; resuming from it gives the straight run's losses bit for bit
+  build c2l "$tiny" float "${ck[@]}" --set training.steps=400 --set cluster.gpus_per_node=2 --set plan.fsdp=2 || exit 1
+  (cd "$work" && exec "${mpirun[@]}" -np 2 ./c2l/build/train --data "$text" --metrics sig.jsonl --checkpoint-dir ckS \
+    --checkpoint-every 2 --keep-checkpoints 2 >sig.log 2>&1) & pid=$!
+  for _ in $(seq 1200); do grep -Eq '^step +5/' "$work/sig.log" 2>/dev/null && break; sleep 0.1; done
+  kill -USR1 $pid; wait $pid; rc=$?
+  at=$(ls "$work/ckS" | tail -1 | sed 's/^step-0*//')
+  [ $rc -eq 0 ] && grep -q "stopped after step $at on SIGUSR1; run the same command again" "$work/sig.log" &&
+    [ "$at" -lt 400 ] && [ -f "$work/ckS/step-$(printf %08d "$at")/manifest.json" ] && [ "$(ls "$work/ckS" | wc -l)" -eq 2 ] ||
+    die "SIGUSR1: exit $rc, checkpoints $(ls "$work/ckS" | tr '\n' ' '), $(tail -3 "$work/sig.log")"
+  (cd "$work" && "${mpirun[@]}" -np 2 ./c2l/build/train --data "$text" --metrics sig.jsonl --checkpoint-dir ckS \
+    --steps $((at + 3)) >/dev/null && "${mpirun[@]}" -np 2 ./c2l/build/train --data "$text" --metrics sig0.jsonl \
+    --steps $((at + 3)) >/dev/null) || die "resume after SIGUSR1"
+  cmp -s <(strip "$work/sig0.jsonl") <(strip "$work/sig.jsonl") &&
+    echo "SIGUSR1 at step $at: saved, stopped, resumed bit for bit; --keep-checkpoints 2 kept two" ||
+    die "the run resumed after SIGUSR1 differs from the straight one" ;;
 export)
   build x2 "$tiny" float "${small[@]}" --set training.steps=3 --set cluster.gpus_per_node=2 --set plan.fsdp=2 --set plan.ep=1 || exit 1
   (cd "$work" && "${mpirun[@]}" -np 2 ./x2/build/train --data "$text" --metrics x.jsonl --checkpoint-dir ckX >/dev/null) ||
@@ -298,18 +377,19 @@ memory)
     js=$("$work/$m/build/train" --memory) || { die "$m: train --memory failed"; continue; }
     def() { sed -n "s/^#define $1 \\([0-9]*\\).*/\\1/p" "$work/$m/step.h"; }
     arena=$(def ARENA_ELEMS) host=$(def HOST_ELEMS) state=$(def STATE_ELEMS) on_host=$(def STATE_ON_HOST)
+    acts=$(def ACT_ELEMS)
     python3 -c "
 import json, sys
-j = json.loads(sys.argv[1]); arena, host, state, on_host = (int(x) for x in sys.argv[2:6])
-arena, host, state = arena * 4, host * 4, state * 4
+j = json.loads(sys.argv[1]); arena, host, state, on_host, acts = (int(x) for x in sys.argv[2:7])
+arena, host, state = (arena + acts) * 4, host * 4, state * 4   # the cpu build's act is its real
 hbm = arena + (0 if on_host else state)                    # the cpu build: its memory stands in for HBM
 pinned = host + (state if on_host else 0)                  # and for pinned host memory
 assert set(j) == {'hbm', 'host', 'host_pinned'}, j
 assert j['hbm'] == hbm, (j, hbm)
 assert j['host_pinned'] == pinned and j['host'] >= pinned, (j, pinned)
 assert j['host'] - pinned < 1 << 20, j                     # besides those: tokens and count arrays only
-" "$js" "$arena" "$host" "$state" "$on_host" ||
-      die "$m: --memory $js does not match step.h (ARENA_ELEMS $arena, HOST_ELEMS $host, STATE_ELEMS $state)"
+" "$js" "$arena" "$host" "$state" "$on_host" "$acts" ||
+      die "$m: --memory $js does not match step.h (ARENA_ELEMS $arena, ACT_ELEMS $acts, HOST_ELEMS $host, STATE_ELEMS $state)"
     np=1; [ $m = m2 ] && np=2
     out=$(cd "$work" && "${mpirun[@]}" -np $np "./$m/build/train" --data "$text" --steps 1 --metrics "$m.jsonl" 2>&1) ||
       { echo "$out" | tail -5; die "$m: run"; continue; }

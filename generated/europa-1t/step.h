@@ -7,6 +7,8 @@
 
 #define MODEL_NAME "europa-1t"
 #define SPEC_FILE "europa-1t.yaml"
+/* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
+#define PLAN_HASH "0405679fd0832af6"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 384
 #define PLAN_FSDP 384
@@ -52,14 +54,16 @@
 #define STATE_ELEMS 7470343488
 #define STATE_ON_HOST 1
 #define OPT_STEP_ON_HOST 0
-/* the arena: 74896873424 elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before
- * reading them */
-#define ARENA_ELEMS 74896873424
-#define ARENA_SCRATCH 2478774608
+/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
+ * micro-batch writes before reading them */
+#define ARENA_ELEMS 12309134976
+#define ARENA_SCRATCH 131072
+#define ACT_ELEMS 56840517968
+#define ACT_SCRATCH 2478643536
 #define INPUTS 0
 #define TARGETS 65536
-#define STATE_STAGING 21680322896 /* a device buffer of the largest shard (RS_OUT0), free between steps */
-#define MUON_WORK 21453830480 /* Muon's scratch */
+#define STATE_STAGING 6840541184 /* a device buffer of the largest shard (RS_OUT0), free between steps */
+#define MUON_WORK 6614048768 /* Muon's scratch */
 #define MUON_WORK_ELEMS 226492416
 #define HOST_ELEMS 28991029248 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 72 /* boundaries that go to the host and back */

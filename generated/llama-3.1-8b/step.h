@@ -7,6 +7,8 @@
 
 #define MODEL_NAME "llama-3.1-8b"
 #define SPEC_FILE "llama-3.1-8b.yaml"
+/* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
+#define PLAN_HASH "30bdadcee347c131"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 8
 #define PLAN_FSDP 4
@@ -52,13 +54,15 @@
 #define STATE_ELEMS 8030261248
 #define STATE_ON_HOST 0
 #define OPT_STEP_ON_HOST 0
-/* the arena: 22152798208 elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before
- * reading them */
-#define ARENA_ELEMS 22152798208
+/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
+ * micro-batch writes before reading them */
+#define ARENA_ELEMS 2177417216
 #define ARENA_SCRATCH 16384
+#define ACT_ELEMS 19975380992
+#define ACT_SCRATCH 0
 #define INPUTS 0
 #define TARGETS 8192
-#define STATE_STAGING 2101379072 /* a device buffer of the largest shard (RS_OUT0), free between steps */
+#define STATE_STAGING 1050697728 /* a device buffer of the largest shard (RS_OUT0), free between steps */
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
 #define N_GROUPS 34

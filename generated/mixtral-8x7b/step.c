@@ -14,15 +14,16 @@
 
 #define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
+#define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
-#define DW(o) (c->dwd + (o))                    /* its gradient (GRAD_DENSE0 or 1) */
+#define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
-#define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */
-#define EPS ((real)1e-05)                        /* RMSNorm epsilon (model.norm_eps) */
+#define DWE(o) (c->dwe + (o))                   /* its gradient (in GRAD0 or 1) */
+#define EPS ((real)1e-05)                        /* the norms' epsilon (model.norm_eps) */
 #define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
-/* ---- the state arena map (elements) ---- */
+/* ---- the state arena map (elements of real) ---- */
 #define EMBED_MASTER                      0 /*    4096000: embedding: this rank's fp32 master shard */
 #define EMBED_GRAD                  4096000 /*    4096000: its gradient, accumulated over micro-batches */
 #define EMBED_ADAM_M                8192000 /*    4096000: AdamW first moment (fp32) */
@@ -287,133 +288,132 @@
 #define HEAD_GRAD                5825560704 /*    4096128: its gradient, accumulated over micro-batches */
 #define HEAD_ADAM_M              5829656832 /*    4096128: AdamW first moment (fp32) */
 #define HEAD_ADAM_V              5833752960 /*    4096128: AdamW second moment (fp32) */
-/* ---- the arena map (elements) ---- */
-#define EMBED_PARAM                  262144 /*    4096000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L0_DENSE_PARAM              4358144 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L0_EXPERTS_PARAM            5670144 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L1_DENSE_PARAM             49710336 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L1_EXPERTS_PARAM           51022336 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L2_DENSE_PARAM             95062528 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L2_EXPERTS_PARAM           96374528 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L3_DENSE_PARAM            140414720 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L3_EXPERTS_PARAM          141726720 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L4_DENSE_PARAM            185766912 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L4_EXPERTS_PARAM          187078912 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L5_DENSE_PARAM            231119104 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L5_EXPERTS_PARAM          232431104 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L6_DENSE_PARAM            276471296 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L6_EXPERTS_PARAM          277783296 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L7_DENSE_PARAM            321823488 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L7_EXPERTS_PARAM          323135488 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L8_DENSE_PARAM            367175680 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L8_EXPERTS_PARAM          368487680 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L9_DENSE_PARAM            412527872 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L9_EXPERTS_PARAM          413839872 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L10_DENSE_PARAM           457880064 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L10_EXPERTS_PARAM         459192064 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L11_DENSE_PARAM           503232256 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L11_EXPERTS_PARAM         504544256 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L12_DENSE_PARAM           548584448 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L12_EXPERTS_PARAM         549896448 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L13_DENSE_PARAM           593936640 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L13_EXPERTS_PARAM         595248640 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L14_DENSE_PARAM           639288832 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L14_EXPERTS_PARAM         640600832 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L15_DENSE_PARAM           684641024 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L15_EXPERTS_PARAM         685953024 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L16_DENSE_PARAM           729993216 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L16_EXPERTS_PARAM         731305216 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L17_DENSE_PARAM           775345408 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L17_EXPERTS_PARAM         776657408 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L18_DENSE_PARAM           820697600 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L18_EXPERTS_PARAM         822009600 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L19_DENSE_PARAM           866049792 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L19_EXPERTS_PARAM         867361792 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L20_DENSE_PARAM           911401984 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L20_EXPERTS_PARAM         912713984 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L21_DENSE_PARAM           956754176 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L21_EXPERTS_PARAM         958066176 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L22_DENSE_PARAM          1002106368 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L22_EXPERTS_PARAM        1003418368 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L23_DENSE_PARAM          1047458560 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L23_EXPERTS_PARAM        1048770560 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L24_DENSE_PARAM          1092810752 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L24_EXPERTS_PARAM        1094122752 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L25_DENSE_PARAM          1138162944 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L25_EXPERTS_PARAM        1139474944 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L26_DENSE_PARAM          1183515136 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L26_EXPERTS_PARAM        1184827136 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L27_DENSE_PARAM          1228867328 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L27_EXPERTS_PARAM        1230179328 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L28_DENSE_PARAM          1274219520 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L28_EXPERTS_PARAM        1275531520 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L29_DENSE_PARAM          1319571712 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L29_EXPERTS_PARAM        1320883712 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L30_DENSE_PARAM          1364923904 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L30_EXPERTS_PARAM        1366235904 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L31_DENSE_PARAM          1410276096 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define L31_EXPERTS_PARAM        1411588096 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define HEAD_PARAM               1455628288 /*    4096128: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
-#define GATHERED_DENSE0          1459724416 /*  131076096: a dense group all-gathered (even units: embedding, odd layers) */
-#define GATHERED_DENSE1          1590800512 /*  131076096: the next one, prefetched (odd units: even layers; the head if L is even) */
-#define GRAD_DENSE0              1721876608 /*  131076096: an even unit's dense gradient, then its reduce-scatter's input */
-#define GRAD_DENSE1              1852952704 /*  131076096: an odd unit's (in flight while the next unit's backward runs) */
-#define GATHERED_EXPERTS0        1984028800 /* 1409286144: this EP rank's experts of one layer, all-gathered (odd layers) */
-#define GATHERED_EXPERTS1        3393314944 /* 1409286144: the next layer's, prefetched (even layers) */
-#define GRAD_EXPERTS0            4802601088 /* 1409286144: an odd layer's experts' gradient, then its reduce-scatter's input */
-#define GRAD_EXPERTS1            6211887232 /* 1409286144: an even layer's */
-#define RS_OUT0                  7621173376 /*   44040192: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                 7665213568 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                  7730751616 /*   44040192: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE1                 7774791808 /*  704643072: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT2                  8479434880 /*   44040192: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                 8523475072 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                  8589013120 /*   44040192: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE3                 8633053312 /*  704643072: its bf16 send buffer (2 bytes per gathered value) */
-#define XSLOT0                   9337696384 /*  536870912: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                   9874567296 /*  536870912: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                  10411438208 /*  536870912: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  10948309120 /*  536870912: attention norm output */
-#define WS_RSTD1                11485180032 /*     131072: its 1/rms per token */
-#define WS_Q                    11485311104 /*  536870912: queries (rotated) */
-#define WS_K                    12022182016 /*  134217728: keys (rotated) */
-#define WS_V                    12156399744 /*  134217728: values */
-#define WS_ATT                  12290617472 /*  536870912: attention output */
-#define WS_LSE                  12827488384 /*    4194304: attention log-sum-exp per head and query */
-#define WS_RES                  12831682688 /*  536870912: residual stream after attention */
-#define WS_LN2                  13368553600 /*  536870912: mlp norm output */
-#define WS_RSTD2                13905424512 /*     131072: its 1/rms per token */
-#define WS_LOGITS               13905555584 /*    1048576: router logits */
-#define WS_IDX                  13906604160 /*     262144: selected experts (int32) */
-#define WS_WTS                  13906866304 /*     262144: their weights */
-#define WS_POS                  13907128448 /*     262144: row of each assignment in expert order (int32) */
-#define WS_OFFSETS              13907390592 /*          9: first row of each expert (int32) */
-#define WS_XP                   13907390608 /* 1073741824: token copies in expert order: the experts' input */
-#define WS_YP                   14981132432 /* 1073741824: expert outputs in that order */
-#define WS_EG                   16054874256 /* 3758096384: routed experts' gate */
-#define WS_EU                   19812970640 /* 3758096384: routed experts' up */
-#define WS_EH                   23571067024 /* 3758096384: routed experts' activation */
-#define WS_Y                    27329163408 /*  536870912: a block's output before the residual add */
-#define WS_Y2                   27866034320 /*  536870912: shared experts' output */
-#define DX_A                    28402905232 /*  536870912: gradient of the residual stream (even layers' output) */
-#define DX_B                    28939776144 /*  536870912: gradient of the residual stream (odd layers' output) */
-#define DLN                     29476647056 /*  536870912: gradient of a norm's output */
-#define DATT                    30013517968 /*  536870912: gradient of the attention output */
-#define DQ                      30550388880 /*  536870912: gradient of the queries */
-#define DK                      31087259792 /*  134217728: gradient of the keys */
-#define DV                      31221477520 /*  134217728: gradient of the values */
-#define DLOGITS                 31355695248 /*    1048576: gradient of the router logits */
-#define DWTS                    31356743824 /*     262144: gradient of the routing weights */
-#define DYP                     31357005968 /* 1073741824: gradient of the expert outputs */
-#define DXP                     32430747792 /* 1073741824: gradient of the token copies */
-#define EDG                     33504489616 /* 3758096384: routed experts' gate gradient */
-#define EDU                     37262586000 /* 3758096384: routed experts' up gradient */
-#define EDH                     41020682384 /* 3758096384: routed experts' activation gradient */
-#define AUX                     44778778768 /*         24: load-balancing loss scratch */
-#define LNF                     44778778800 /*  536870912: final norm output */
-#define RSTDF                   45315649712 /*     131072: its 1/rms per token */
-#define LSEF                    45315780784 /*     131072: log-sum-exp of each token's logits */
-#define CE                      45315911856 /* 1073741824: logits of one vocabulary chunk and their gradient */
+
+/* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
+#define GRAD0                        262144 /* 1451270144: an even unit's gradient, dense then experts, then its reduce-scatters' input */
+#define GRAD1                    1451532288 /* 1451270144: an odd unit's (in flight while the next unit's backward runs) */
+#define RS_OUT0                  2902802432 /*   44040192: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE0                 2946842624 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT1                  3012380672 /*   44040192: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE1                 3056420864 /*  704643072: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT2                  3761063936 /*   44040192: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE2                 3805104128 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT3                  3870642176 /*   44040192: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE3                 3914682368 /*  704643072: its bf16 send buffer (2 bytes per gathered value) */
+#define WS_RSTD1                 4619325440 /*     131072: its 1/rms per token */
+#define WS_LSE                   4619456512 /*    4194304: attention log-sum-exp per head and query */
+#define WS_RSTD2                 4623650816 /*     131072: its 1/rms per token */
+#define WS_LOGITS                4623781888 /*    1048576: router logits */
+#define WS_IDX                   4624830464 /*     262144: selected experts (int32) */
+#define WS_WTS                   4625092608 /*     262144: their weights */
+#define WS_POS                   4625354752 /*     262144: row of each assignment in expert order (int32) */
+#define WS_OFFSETS               4625616896 /*          9: first row of each expert (int32) */
+#define DLOGITS                  4625616912 /*    1048576: gradient of the router logits */
+#define DWTS                     4626665488 /*     262144: gradient of the routing weights */
+#define AUX                      4626927632 /*         24: load-balancing loss scratch */
+#define RSTDF                    4626927664 /*     131072: its 1/rms per token */
+#define LSEF                     4627058736 /*     131072: log-sum-exp of each token's logits */
+#define CE                       4627189808 /* 1073741824: logits of one vocabulary chunk and their gradient */
+
+/* ---- the activation arena map (elements of act) ---- */
+#define EMBED_PARAM                       0 /*    4096000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L0_DENSE_PARAM              4096000 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L0_EXPERTS_PARAM            5408000 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L1_DENSE_PARAM             49448192 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L1_EXPERTS_PARAM           50760192 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L2_DENSE_PARAM             94800384 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L2_EXPERTS_PARAM           96112384 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L3_DENSE_PARAM            140152576 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L3_EXPERTS_PARAM          141464576 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L4_DENSE_PARAM            185504768 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L4_EXPERTS_PARAM          186816768 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L5_DENSE_PARAM            230856960 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L5_EXPERTS_PARAM          232168960 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L6_DENSE_PARAM            276209152 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L6_EXPERTS_PARAM          277521152 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L7_DENSE_PARAM            321561344 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L7_EXPERTS_PARAM          322873344 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L8_DENSE_PARAM            366913536 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L8_EXPERTS_PARAM          368225536 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L9_DENSE_PARAM            412265728 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L9_EXPERTS_PARAM          413577728 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L10_DENSE_PARAM           457617920 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L10_EXPERTS_PARAM         458929920 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L11_DENSE_PARAM           502970112 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L11_EXPERTS_PARAM         504282112 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L12_DENSE_PARAM           548322304 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L12_EXPERTS_PARAM         549634304 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L13_DENSE_PARAM           593674496 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L13_EXPERTS_PARAM         594986496 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L14_DENSE_PARAM           639026688 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L14_EXPERTS_PARAM         640338688 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L15_DENSE_PARAM           684378880 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L15_EXPERTS_PARAM         685690880 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L16_DENSE_PARAM           729731072 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L16_EXPERTS_PARAM         731043072 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L17_DENSE_PARAM           775083264 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L17_EXPERTS_PARAM         776395264 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L18_DENSE_PARAM           820435456 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L18_EXPERTS_PARAM         821747456 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L19_DENSE_PARAM           865787648 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L19_EXPERTS_PARAM         867099648 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L20_DENSE_PARAM           911139840 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L20_EXPERTS_PARAM         912451840 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L21_DENSE_PARAM           956492032 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L21_EXPERTS_PARAM         957804032 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L22_DENSE_PARAM          1001844224 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L22_EXPERTS_PARAM        1003156224 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L23_DENSE_PARAM          1047196416 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L23_EXPERTS_PARAM        1048508416 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L24_DENSE_PARAM          1092548608 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L24_EXPERTS_PARAM        1093860608 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L25_DENSE_PARAM          1137900800 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L25_EXPERTS_PARAM        1139212800 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L26_DENSE_PARAM          1183252992 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L26_EXPERTS_PARAM        1184564992 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L27_DENSE_PARAM          1228605184 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L27_EXPERTS_PARAM        1229917184 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L28_DENSE_PARAM          1273957376 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L28_EXPERTS_PARAM        1275269376 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L29_DENSE_PARAM          1319309568 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L29_EXPERTS_PARAM        1320621568 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L30_DENSE_PARAM          1364661760 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L30_EXPERTS_PARAM        1365973760 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L31_DENSE_PARAM          1410013952 /*    1312000: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define L31_EXPERTS_PARAM        1411325952 /*   44040192: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define HEAD_PARAM               1455366144 /*    4096128: its shard in HBM, gathered from (the master is on the host): refreshed after each optimizer step */
+#define GATHERED0                1459462272 /* 1451270144: units u with u % 2 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1                2910732416 /* 1451270144: units u with u % 2 = 1: parameters all-gathered, dense then experts */
+#define XSLOT0                   4362002560 /*  536870912: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                   4898873472 /*  536870912: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                   5435744384 /*  536870912: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                   5972615296 /*  536870912: attention norm output */
+#define WS_Q                     6509486208 /*  536870912: queries (rotated) */
+#define WS_K                     7046357120 /*  134217728: keys (rotated) */
+#define WS_V                     7180574848 /*  134217728: values */
+#define WS_ATT                   7314792576 /*  536870912: attention output */
+#define WS_RES                   7851663488 /*  536870912: residual stream after attention */
+#define WS_LN2                   8388534400 /*  536870912: mlp norm output */
+#define WS_XP                    8925405312 /* 1073741824: token copies in expert order: the experts' input */
+#define WS_YP                    9999147136 /* 1073741824: expert outputs in that order */
+#define WS_EG                   11072888960 /* 3758096384: routed experts' gate */
+#define WS_EU                   14830985344 /* 3758096384: routed experts' up */
+#define WS_EH                   18589081728 /* 3758096384: routed experts' activation */
+#define WS_Y                    22347178112 /*  536870912: a block's output before the residual add */
+#define WS_Y2                   22884049024 /*  536870912: shared experts' output */
+#define DX_A                    23420919936 /*  536870912: gradient of the residual stream (even layers' output) */
+#define DX_B                    23957790848 /*  536870912: gradient of the residual stream (odd layers' output) */
+#define DLN                     24494661760 /*  536870912: gradient of a norm's output */
+#define DATT                    25031532672 /*  536870912: gradient of the attention output */
+#define DQ                      25568403584 /*  536870912: gradient of the queries */
+#define DK                      26105274496 /*  134217728: gradient of the keys */
+#define DV                      26239492224 /*  134217728: gradient of the values */
+#define DYP                     26373709952 /* 1073741824: gradient of the expert outputs */
+#define DXP                     27447451776 /* 1073741824: gradient of the token copies */
+#define EDG                     28521193600 /* 3758096384: routed experts' gate gradient */
+#define EDU                     32279289984 /* 3758096384: routed experts' up gradient */
+#define EDH                     36037386368 /* 3758096384: routed experts' activation gradient */
+#define LNF                     39795482752 /*  536870912: final norm output */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-29 go to the
  * host arena after their layer's forward and come back two layers before their backward. */
@@ -885,2065 +885,2065 @@ const RtTensor step_tensors[N_TENSORS] = {
 /* layer 0 (MoE), forward: X0 -> X1. With recompute, the backward re-runs it from the
  * saved boundary X0 (full checkpointing). */
 static void layer0_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X0), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X0), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X0), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X0), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X1), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X1), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 1 (MoE), forward: X1 -> X2. With recompute, the backward re-runs it from the
  * saved boundary X1 (full checkpointing). */
 static void layer1_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X1), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X1), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X1), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X1), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X2), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X2), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 2 (MoE), forward: X2 -> X3. With recompute, the backward re-runs it from the
  * saved boundary X2 (full checkpointing). */
 static void layer2_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X2), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X2), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X2), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X2), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X3), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X3), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 3 (MoE), forward: X3 -> X4. With recompute, the backward re-runs it from the
  * saved boundary X3 (full checkpointing). */
 static void layer3_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X3), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X3), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X3), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X3), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X4), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X4), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 4 (MoE), forward: X4 -> X5. With recompute, the backward re-runs it from the
  * saved boundary X4 (full checkpointing). */
 static void layer4_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X4), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X4), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X4), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X4), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X5), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X5), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 5 (MoE), forward: X5 -> X6. With recompute, the backward re-runs it from the
  * saved boundary X5 (full checkpointing). */
 static void layer5_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X5), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X5), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X5), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X5), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X6), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X6), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 6 (MoE), forward: X6 -> X7. With recompute, the backward re-runs it from the
  * saved boundary X6 (full checkpointing). */
 static void layer6_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X6), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X6), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X6), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X6), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X7), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X7), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 7 (MoE), forward: X7 -> X8. With recompute, the backward re-runs it from the
  * saved boundary X7 (full checkpointing). */
 static void layer7_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X7), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X7), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X7), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X7), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X8), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X8), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 8 (MoE), forward: X8 -> X9. With recompute, the backward re-runs it from the
  * saved boundary X8 (full checkpointing). */
 static void layer8_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X8), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X8), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X8), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X8), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X9), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X9), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 9 (MoE), forward: X9 -> X10. With recompute, the backward re-runs it from the
  * saved boundary X9 (full checkpointing). */
 static void layer9_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X9), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X9), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X9), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X9), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X10), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X10), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 10 (MoE), forward: X10 -> X11. With recompute, the backward re-runs it from the
  * saved boundary X10 (full checkpointing). */
 static void layer10_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X10), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X10), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X10), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X10), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X11), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X11), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 11 (MoE), forward: X11 -> X12. With recompute, the backward re-runs it from the
  * saved boundary X11 (full checkpointing). */
 static void layer11_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X11), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X11), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X11), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X11), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X12), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X12), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 12 (MoE), forward: X12 -> X13. With recompute, the backward re-runs it from the
  * saved boundary X12 (full checkpointing). */
 static void layer12_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X12), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X12), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X12), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X12), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X13), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X13), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 13 (MoE), forward: X13 -> X14. With recompute, the backward re-runs it from the
  * saved boundary X13 (full checkpointing). */
 static void layer13_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X13), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X13), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X13), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X13), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X14), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X14), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 14 (MoE), forward: X14 -> X15. With recompute, the backward re-runs it from the
  * saved boundary X14 (full checkpointing). */
 static void layer14_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X14), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X14), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X14), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X14), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X15), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X15), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 15 (MoE), forward: X15 -> X16. With recompute, the backward re-runs it from the
  * saved boundary X15 (full checkpointing). */
 static void layer15_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X15), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X15), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X15), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X15), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X16), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X16), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 16 (MoE), forward: X16 -> X17. With recompute, the backward re-runs it from the
  * saved boundary X16 (full checkpointing). */
 static void layer16_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X16), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X16), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X16), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X16), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X17), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X17), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 17 (MoE), forward: X17 -> X18. With recompute, the backward re-runs it from the
  * saved boundary X17 (full checkpointing). */
 static void layer17_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X17), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X17), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X17), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X17), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X18), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X18), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 18 (MoE), forward: X18 -> X19. With recompute, the backward re-runs it from the
  * saved boundary X18 (full checkpointing). */
 static void layer18_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X18), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X18), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X18), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X18), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X19), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X19), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 19 (MoE), forward: X19 -> X20. With recompute, the backward re-runs it from the
  * saved boundary X19 (full checkpointing). */
 static void layer19_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X19), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X19), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X19), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X19), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X20), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X20), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 20 (MoE), forward: X20 -> X21. With recompute, the backward re-runs it from the
  * saved boundary X20 (full checkpointing). */
 static void layer20_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X20), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X20), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X20), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X20), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X21), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X21), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 21 (MoE), forward: X21 -> X22. With recompute, the backward re-runs it from the
  * saved boundary X21 (full checkpointing). */
 static void layer21_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X21), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X21), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X21), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X21), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X22), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X22), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 22 (MoE), forward: X22 -> X23. With recompute, the backward re-runs it from the
  * saved boundary X22 (full checkpointing). */
 static void layer22_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X22), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X22), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X22), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X22), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X23), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X23), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 23 (MoE), forward: X23 -> X24. With recompute, the backward re-runs it from the
  * saved boundary X23 (full checkpointing). */
 static void layer23_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X23), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X23), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X23), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X23), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X24), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X24), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 24 (MoE), forward: X24 -> X25. With recompute, the backward re-runs it from the
  * saved boundary X24 (full checkpointing). */
 static void layer24_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X24), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X24), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X24), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X24), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X25), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X25), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 25 (MoE), forward: X25 -> X26. With recompute, the backward re-runs it from the
  * saved boundary X25 (full checkpointing). */
 static void layer25_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X25), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X25), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X25), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X25), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X26), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X26), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 26 (MoE), forward: X26 -> X27. With recompute, the backward re-runs it from the
  * saved boundary X26 (full checkpointing). */
 static void layer26_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X26), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X26), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X26), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X26), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X27), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X27), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 27 (MoE), forward: X27 -> X28. With recompute, the backward re-runs it from the
  * saved boundary X27 (full checkpointing). */
 static void layer27_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X27), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X27), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X27), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X27), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X28), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X28), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 28 (MoE), forward: X28 -> X29. With recompute, the backward re-runs it from the
  * saved boundary X28 (full checkpointing). */
 static void layer28_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X28), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X28), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X28), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X28), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X29), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X29), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 29 (MoE), forward: X29 -> X30. With recompute, the backward re-runs it from the
  * saved boundary X29 (full checkpointing). */
 static void layer29_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X29), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X29), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X29), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X29), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X30), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X30), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 30 (MoE), forward: X30 -> X31. With recompute, the backward re-runs it from the
  * saved boundary X30 (full checkpointing). */
 static void layer30_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X30), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X30), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X30), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X30), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X31), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X31), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 31 (MoE), forward: X31 -> X32. With recompute, the backward re-runs it from the
  * saved boundary X31 (full checkpointing). */
 static void layer31_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X31), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(R(WS_Q), R(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(R(WS_K), R(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(R(WS_V), R(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(R(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(R(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(R(WS_ATT), R(WS_LSE), R(WS_Q), R(WS_K), R(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
-  rt_matmul_forward(R(WS_Y), R(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(R(WS_RES), R(X31), R(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(41951232), NULL, 131072, 4096, 8); /* router (mlp.gate) */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X31), W(0), 131072, 4096, EPS); /* input_layernorm */
+  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
+  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
+  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
+  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
+  rt_add(A(WS_RES), A(X31), A(WS_Y), 536870912); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(R(WS_YP), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
-  rt_zero(R(WS_Y), 536870912);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  if (!recompute) rt_add(R(X32), R(WS_RES), R(WS_Y), 536870912); /* residual */
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_zero(A(WS_Y), 536870912);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  if (!recompute) rt_add(A(X32), A(WS_RES), A(WS_Y), 536870912); /* residual */
 }
 
 /* layer 31 (MoE), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients
  * into DW and DWE. */
 static void layer31_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X31), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X31), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 30 (MoE), backward: DX_B (gradient of X31) -> DX_A (gradient of X30); weight gradients
  * into DW and DWE. */
 static void layer30_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X30), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X30), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 29 (MoE), backward: DX_A (gradient of X30) -> DX_B (gradient of X29); weight gradients
  * into DW and DWE. */
 static void layer29_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X29), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X29), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 28 (MoE), backward: DX_B (gradient of X29) -> DX_A (gradient of X28); weight gradients
  * into DW and DWE. */
 static void layer28_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X28), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X28), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 27 (MoE), backward: DX_A (gradient of X28) -> DX_B (gradient of X27); weight gradients
  * into DW and DWE. */
 static void layer27_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X27), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X27), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 26 (MoE), backward: DX_B (gradient of X27) -> DX_A (gradient of X26); weight gradients
  * into DW and DWE. */
 static void layer26_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X26), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X26), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 25 (MoE), backward: DX_A (gradient of X26) -> DX_B (gradient of X25); weight gradients
  * into DW and DWE. */
 static void layer25_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X25), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X25), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 24 (MoE), backward: DX_B (gradient of X25) -> DX_A (gradient of X24); weight gradients
  * into DW and DWE. */
 static void layer24_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X24), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X24), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 23 (MoE), backward: DX_A (gradient of X24) -> DX_B (gradient of X23); weight gradients
  * into DW and DWE. */
 static void layer23_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X23), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X23), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 22 (MoE), backward: DX_B (gradient of X23) -> DX_A (gradient of X22); weight gradients
  * into DW and DWE. */
 static void layer22_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X22), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X22), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 21 (MoE), backward: DX_A (gradient of X22) -> DX_B (gradient of X21); weight gradients
  * into DW and DWE. */
 static void layer21_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X21), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X21), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 20 (MoE), backward: DX_B (gradient of X21) -> DX_A (gradient of X20); weight gradients
  * into DW and DWE. */
 static void layer20_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X20), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X20), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 19 (MoE), backward: DX_A (gradient of X20) -> DX_B (gradient of X19); weight gradients
  * into DW and DWE. */
 static void layer19_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X19), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X19), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 18 (MoE), backward: DX_B (gradient of X19) -> DX_A (gradient of X18); weight gradients
  * into DW and DWE. */
 static void layer18_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X18), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X18), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 17 (MoE), backward: DX_A (gradient of X18) -> DX_B (gradient of X17); weight gradients
  * into DW and DWE. */
 static void layer17_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X17), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X17), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 16 (MoE), backward: DX_B (gradient of X17) -> DX_A (gradient of X16); weight gradients
  * into DW and DWE. */
 static void layer16_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X16), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X16), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 15 (MoE), backward: DX_A (gradient of X16) -> DX_B (gradient of X15); weight gradients
  * into DW and DWE. */
 static void layer15_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X15), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X15), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 14 (MoE), backward: DX_B (gradient of X15) -> DX_A (gradient of X14); weight gradients
  * into DW and DWE. */
 static void layer14_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X14), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X14), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 13 (MoE), backward: DX_A (gradient of X14) -> DX_B (gradient of X13); weight gradients
  * into DW and DWE. */
 static void layer13_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X13), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X13), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 12 (MoE), backward: DX_B (gradient of X13) -> DX_A (gradient of X12); weight gradients
  * into DW and DWE. */
 static void layer12_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X12), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X12), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 11 (MoE), backward: DX_A (gradient of X12) -> DX_B (gradient of X11); weight gradients
  * into DW and DWE. */
 static void layer11_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X11), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X11), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 10 (MoE), backward: DX_B (gradient of X11) -> DX_A (gradient of X10); weight gradients
  * into DW and DWE. */
 static void layer10_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X10), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X10), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 9 (MoE), backward: DX_A (gradient of X10) -> DX_B (gradient of X9); weight gradients
  * into DW and DWE. */
 static void layer9_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X9), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X9), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 8 (MoE), backward: DX_B (gradient of X9) -> DX_A (gradient of X8); weight gradients
  * into DW and DWE. */
 static void layer8_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X8), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X8), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 7 (MoE), backward: DX_A (gradient of X8) -> DX_B (gradient of X7); weight gradients
  * into DW and DWE. */
 static void layer7_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X7), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X7), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 6 (MoE), backward: DX_B (gradient of X7) -> DX_A (gradient of X6); weight gradients
  * into DW and DWE. */
 static void layer6_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X6), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X6), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 5 (MoE), backward: DX_A (gradient of X6) -> DX_B (gradient of X5); weight gradients
  * into DW and DWE. */
 static void layer5_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X5), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X5), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 4 (MoE), backward: DX_B (gradient of X5) -> DX_A (gradient of X4); weight gradients
  * into DW and DWE. */
 static void layer4_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X4), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X4), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 3 (MoE), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into DW and DWE. */
 static void layer3_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X3), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X3), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 2 (MoE), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into DW and DWE. */
 static void layer2_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X2), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X2), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 1 (MoE), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into DW and DWE. */
 static void layer1_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_B), R(DX_A), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_B), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X1), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X1), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 0 (MoE), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into DW and DWE. */
 static void layer0_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 536870912);
+  rt_zero(A(DLN), 536870912);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(R(DXP), 1073741824);
-  rt_experts_backward(R(DXP), DWE(0), DWE(469762048), DWE(939524096), R(DYP), R(WS_XP), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, R(EDH), R(EDG), R(EDU));
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(DXP), 1073741824);
+  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
   rt_zero(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(41951232), NULL, R(DLOGITS), R(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
-  rt_copy(R(DX_A), R(DX_B), 536870912); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(41947136), R(DLN), R(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(R(DATT), 536870912);
-  rt_matmul_backward(R(DATT), DW(25169920), NULL, R(DX_A), R(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(R(DQ), 536870912);
-  rt_zero(R(DK), 134217728);
-  rt_zero(R(DV), 134217728);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(WS_Q), R(WS_K), R(WS_V), R(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
-  rt_rope_backward(R(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(R(DLN), 536870912);
-  rt_matmul_backward(R(DLN), DW(4096), NULL, R(DQ), R(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(16781312), NULL, R(DK), R(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(20975616), NULL, R(DV), R(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X0), W(0), R(WS_RSTD1), 131072, 4096);
+  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
+  rt_zero(A(DATT), 536870912);
+  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_zero(A(DQ), 536870912);
+  rt_zero(A(DK), 134217728);
+  rt_zero(A(DV), 134217728);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
+  rt_zero(A(DLN), 536870912);
+  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X0), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* ---- one micro-batch ---------------------------------------------------------------- */
 
-/* Forward: embedding, layers 0-31, final norm and loss. The next unit's parameters are
- * all-gathered while this one computes (prefetch depth 1; the plan's is 1. The cpu
- * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean
- * cross-entropy of the micro-batch. */
+/* Forward: embedding, layers 0-31, final norm and loss. The next 1 unit(s)' parameters are
+ * all-gathered while this one computes (the plan's prefetch depth; the cpu backend's MPI
+ * all-gathers block, so there it only orders the calls). Returns the mean cross-entropy of
+ * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(EMBED_PARAM), 4096000, 0); /* embedding: 32 ranks x 4096000 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(EMBED_PARAM), 4096000, 0); /* embedding: 32 ranks x 4096000 */
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_PARAM), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_PARAM), 44040192, 3); /* layer 0 experts: 32 ranks x 44040192, prefetch */
-  rt_embedding_forward(R(X0), I(INPUTS), W(0), 131072, 4096);
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L0_EXPERTS_PARAM), 44040192, 3); /* layer 0 experts: 32 ranks x 44040192, prefetch */
+  rt_embedding_forward(A(X0), I(INPUTS), W(0), 131072, 4096);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_PARAM), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_PARAM), 44040192, 1); /* layer 1 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L1_EXPERTS_PARAM), 44040192, 1); /* layer 1 experts: 32 ranks x 44040192, prefetch */
   layer0_forward(c, false);
-  rt_offload_store(c, 0, H(HX0), R(X0), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 0, H(HX0), A(X0), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_PARAM), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_PARAM), 44040192, 3); /* layer 2 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L2_EXPERTS_PARAM), 44040192, 3); /* layer 2 experts: 32 ranks x 44040192, prefetch */
   layer1_forward(c, false);
-  rt_offload_store(c, 1, H(HX1), R(X1), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 1, H(HX1), A(X1), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_PARAM), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_PARAM), 44040192, 1); /* layer 3 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L3_EXPERTS_PARAM), 44040192, 1); /* layer 3 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 0); /* X0 is on the host: its slot takes X3 */
   layer2_forward(c, false);
-  rt_offload_store(c, 2, H(HX2), R(X2), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 2, H(HX2), A(X2), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_PARAM), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_PARAM), 44040192, 3); /* layer 4 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L4_EXPERTS_PARAM), 44040192, 3); /* layer 4 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 1); /* X1 is on the host: its slot takes X4 */
   layer3_forward(c, false);
-  rt_offload_store(c, 3, H(HX3), R(X3), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 3, H(HX3), A(X3), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 4 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_PARAM), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 2); /* X2 is on the host: its slot takes X5 */
   layer4_forward(c, false);
-  rt_offload_store(c, 4, H(HX4), R(X4), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 4, H(HX4), A(X4), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 5 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_PARAM), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 3); /* X3 is on the host: its slot takes X6 */
   layer5_forward(c, false);
-  rt_offload_store(c, 5, H(HX5), R(X5), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 5, H(HX5), A(X5), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 6 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_PARAM), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_PARAM), 44040192, 1); /* layer 7 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L7_EXPERTS_PARAM), 44040192, 1); /* layer 7 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 4); /* X4 is on the host: its slot takes X7 */
   layer6_forward(c, false);
-  rt_offload_store(c, 6, H(HX6), R(X6), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 6, H(HX6), A(X6), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 7 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_PARAM), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_PARAM), 44040192, 3); /* layer 8 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L8_EXPERTS_PARAM), 44040192, 3); /* layer 8 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 5); /* X5 is on the host: its slot takes X8 */
   layer7_forward(c, false);
-  rt_offload_store(c, 7, H(HX7), R(X7), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 7, H(HX7), A(X7), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 8 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_PARAM), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_PARAM), 44040192, 1); /* layer 9 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L9_EXPERTS_PARAM), 44040192, 1); /* layer 9 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 6); /* X6 is on the host: its slot takes X9 */
   layer8_forward(c, false);
-  rt_offload_store(c, 8, H(HX8), R(X8), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 8, H(HX8), A(X8), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 9 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_PARAM), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_PARAM), 44040192, 3); /* layer 10 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L10_EXPERTS_PARAM), 44040192, 3); /* layer 10 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 7); /* X7 is on the host: its slot takes X10 */
   layer9_forward(c, false);
-  rt_offload_store(c, 9, H(HX9), R(X9), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 9, H(HX9), A(X9), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 10 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_PARAM), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 8); /* X8 is on the host: its slot takes X11 */
   layer10_forward(c, false);
-  rt_offload_store(c, 10, H(HX10), R(X10), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 10, H(HX10), A(X10), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 11 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_PARAM), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 9); /* X9 is on the host: its slot takes X12 */
   layer11_forward(c, false);
-  rt_offload_store(c, 11, H(HX11), R(X11), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 11, H(HX11), A(X11), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 12 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_PARAM), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_PARAM), 44040192, 1); /* layer 13 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L13_EXPERTS_PARAM), 44040192, 1); /* layer 13 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 10); /* X10 is on the host: its slot takes X13 */
   layer12_forward(c, false);
-  rt_offload_store(c, 12, H(HX12), R(X12), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 12, H(HX12), A(X12), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 13 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_PARAM), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_PARAM), 44040192, 3); /* layer 14 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L14_EXPERTS_PARAM), 44040192, 3); /* layer 14 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 11); /* X11 is on the host: its slot takes X14 */
   layer13_forward(c, false);
-  rt_offload_store(c, 13, H(HX13), R(X13), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 13, H(HX13), A(X13), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 14 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_PARAM), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_PARAM), 44040192, 1); /* layer 15 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L15_EXPERTS_PARAM), 44040192, 1); /* layer 15 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 12); /* X12 is on the host: its slot takes X15 */
   layer14_forward(c, false);
-  rt_offload_store(c, 14, H(HX14), R(X14), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 14, H(HX14), A(X14), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 15 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_PARAM), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_PARAM), 44040192, 3); /* layer 16 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L16_EXPERTS_PARAM), 44040192, 3); /* layer 16 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 13); /* X13 is on the host: its slot takes X16 */
   layer15_forward(c, false);
-  rt_offload_store(c, 15, H(HX15), R(X15), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 15, H(HX15), A(X15), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 16 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_PARAM), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 14); /* X14 is on the host: its slot takes X17 */
   layer16_forward(c, false);
-  rt_offload_store(c, 16, H(HX16), R(X16), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 16, H(HX16), A(X16), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 17 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_PARAM), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 15); /* X15 is on the host: its slot takes X18 */
   layer17_forward(c, false);
-  rt_offload_store(c, 17, H(HX17), R(X17), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 17, H(HX17), A(X17), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 18 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_PARAM), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_PARAM), 44040192, 1); /* layer 19 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L19_EXPERTS_PARAM), 44040192, 1); /* layer 19 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 16); /* X16 is on the host: its slot takes X19 */
   layer18_forward(c, false);
-  rt_offload_store(c, 18, H(HX18), R(X18), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 18, H(HX18), A(X18), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 19 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_PARAM), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_PARAM), 44040192, 3); /* layer 20 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L20_EXPERTS_PARAM), 44040192, 3); /* layer 20 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 17); /* X17 is on the host: its slot takes X20 */
   layer19_forward(c, false);
-  rt_offload_store(c, 19, H(HX19), R(X19), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 19, H(HX19), A(X19), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 20 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_PARAM), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_PARAM), 44040192, 1); /* layer 21 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L21_EXPERTS_PARAM), 44040192, 1); /* layer 21 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 18); /* X18 is on the host: its slot takes X21 */
   layer20_forward(c, false);
-  rt_offload_store(c, 20, H(HX20), R(X20), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 20, H(HX20), A(X20), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 21 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_PARAM), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_PARAM), 44040192, 3); /* layer 22 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L22_EXPERTS_PARAM), 44040192, 3); /* layer 22 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 19); /* X19 is on the host: its slot takes X22 */
   layer21_forward(c, false);
-  rt_offload_store(c, 21, H(HX21), R(X21), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 21, H(HX21), A(X21), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 22 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_PARAM), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 20); /* X20 is on the host: its slot takes X23 */
   layer22_forward(c, false);
-  rt_offload_store(c, 22, H(HX22), R(X22), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 22, H(HX22), A(X22), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 23 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_PARAM), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 21); /* X21 is on the host: its slot takes X24 */
   layer23_forward(c, false);
-  rt_offload_store(c, 23, H(HX23), R(X23), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 23, H(HX23), A(X23), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 24 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_PARAM), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_PARAM), 44040192, 1); /* layer 25 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L25_EXPERTS_PARAM), 44040192, 1); /* layer 25 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 22); /* X22 is on the host: its slot takes X25 */
   layer24_forward(c, false);
-  rt_offload_store(c, 24, H(HX24), R(X24), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 24, H(HX24), A(X24), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 25 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_PARAM), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_PARAM), 44040192, 3); /* layer 26 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L26_EXPERTS_PARAM), 44040192, 3); /* layer 26 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 23); /* X23 is on the host: its slot takes X26 */
   layer25_forward(c, false);
-  rt_offload_store(c, 25, H(HX25), R(X25), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 25, H(HX25), A(X25), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 26 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_PARAM), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_PARAM), 44040192, 1); /* layer 27 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L27_EXPERTS_PARAM), 44040192, 1); /* layer 27 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 24); /* X24 is on the host: its slot takes X27 */
   layer26_forward(c, false);
-  rt_offload_store(c, 26, H(HX26), R(X26), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 26, H(HX26), A(X26), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 27 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_PARAM), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_PARAM), 44040192, 3); /* layer 28 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L28_EXPERTS_PARAM), 44040192, 3); /* layer 28 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 25); /* X25 is on the host: its slot takes X28 */
   layer27_forward(c, false);
-  rt_offload_store(c, 27, H(HX27), R(X27), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 27, H(HX27), A(X27), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 28 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_PARAM), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 26); /* X26 is on the host: its slot takes X29 */
   layer28_forward(c, false);
-  rt_offload_store(c, 28, H(HX28), R(X28), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 28, H(HX28), A(X28), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 29 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_PARAM), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 27); /* X27 is on the host: its slot takes X30 */
   layer29_forward(c, false);
-  rt_offload_store(c, 29, H(HX29), R(X29), 536870912); /* to the host while the next layers run */
+  rt_offload_store(c, 29, H(HX29), A(X29), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 30 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_PARAM), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 28); /* X28 is on the host: its slot takes X31 */
   layer30_forward(c, false);
   rt_comm_label("layer 31 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(HEAD_PARAM), 4096128, 2); /* head: 32 ranks x 4096128, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(HEAD_PARAM), 4096128, 2); /* head: 32 ranks x 4096128, prefetch */
   rt_offload_wait(c, 29); /* X29 is on the host: its slot takes X32 */
   layer31_forward(c, false);
   rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X32), W(0), 131072, 4096, EPS); /* model.norm */
-  return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(4096), I(TARGETS), 131072, 4096, 32000, 4096, R(CE));
+  c->wd = A(GATHERED1);
+  rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X32), W(0), 131072, 4096, EPS); /* model.norm */
+  return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(4096), I(TARGETS), 131072, 4096, 32000, 4096, R(CE));
 }
 
 /* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as
@@ -2953,559 +2953,527 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L31_DENSE_PARAM), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 32 ranks x 44040192, prefetch */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 131076096);
-  rt_zero(R(DLN), 536870912);
-  rt_lm_head_ce_backward(R(DLN), DW(4096), R(LNF), W(4096), I(TARGETS), R(LSEF), 131072, 4096, 32000, 4096, R(CE), c->dloss);
-  rt_zero(R(DX_A), 536870912);
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X32), W(0), R(RSTDF), 131072, 4096);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 4096128, (uint16_t *)R(RS_WIRE2), 2); /* head: 32 ranks, bf16 on the wire */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 32 ranks x 44040192, prefetch */
+  c->dwd = R(GRAD1);
+  rt_zero_real(R(GRAD1), 131076096);
+  rt_zero(A(DLN), 536870912);
+  rt_lm_head_ce_backward(A(DLN), DW(4096), A(LNF), W(4096), I(TARGETS), R(LSEF), 131072, 4096, 32000, 4096, R(CE), c->dloss);
+  rt_zero(A(DX_A), 536870912);
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X32), W(0), R(RSTDF), 131072, 4096);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD1), 4096128, (uint16_t *)R(RS_WIRE2), 2); /* head: 32 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L30_DENSE_PARAM), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 32 ranks x 44040192, prefetch */
   layer31_forward(c, true); /* recompute from X31 (full checkpointing) */
-  rt_offload_load(c, 29, R(X29), H(HX29), 536870912); /* prefetch: X32's slot is free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_offload_load(c, 29, A(X29), H(HX29), 536870912); /* prefetch: X32's slot is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero_real(R(GRAD0), 1451270144);
   layer31_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 32 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L29_DENSE_PARAM), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 32 ranks x 44040192, prefetch */
   layer30_forward(c, true); /* recompute from X30 (full checkpointing) */
-  rt_offload_load(c, 28, R(X28), H(HX28), 536870912); /* prefetch: X31's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_offload_load(c, 28, A(X28), H(HX28), 536870912); /* prefetch: X31's slot is free */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero_real(R(GRAD1), 1451270144);
   layer30_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 32 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L28_DENSE_PARAM), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L28_EXPERTS_PARAM), 44040192, 3); /* layer 28 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L28_EXPERTS_PARAM), 44040192, 3); /* layer 28 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 29); /* X29 is back */
   layer29_forward(c, true); /* recompute from X29 (full checkpointing) */
-  rt_offload_load(c, 27, R(X27), H(HX27), 536870912); /* prefetch: X30's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_offload_load(c, 27, A(X27), H(HX27), 536870912); /* prefetch: X30's slot is free */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero_real(R(GRAD0), 1451270144);
   layer29_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 32 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L27_DENSE_PARAM), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L27_EXPERTS_PARAM), 44040192, 1); /* layer 27 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L27_EXPERTS_PARAM), 44040192, 1); /* layer 27 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 28); /* X28 is back */
   layer28_forward(c, true); /* recompute from X28 (full checkpointing) */
-  rt_offload_load(c, 26, R(X26), H(HX26), 536870912); /* prefetch: X29's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_offload_load(c, 26, A(X26), H(HX26), 536870912); /* prefetch: X29's slot is free */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero_real(R(GRAD1), 1451270144);
   layer28_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 32 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L26_DENSE_PARAM), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L26_EXPERTS_PARAM), 44040192, 3); /* layer 26 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L26_EXPERTS_PARAM), 44040192, 3); /* layer 26 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 27); /* X27 is back */
   layer27_forward(c, true); /* recompute from X27 (full checkpointing) */
-  rt_offload_load(c, 25, R(X25), H(HX25), 536870912); /* prefetch: X28's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_offload_load(c, 25, A(X25), H(HX25), 536870912); /* prefetch: X28's slot is free */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero_real(R(GRAD0), 1451270144);
   layer27_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 32 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L25_DENSE_PARAM), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L25_EXPERTS_PARAM), 44040192, 1); /* layer 25 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L25_EXPERTS_PARAM), 44040192, 1); /* layer 25 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 26); /* X26 is back */
   layer26_forward(c, true); /* recompute from X26 (full checkpointing) */
-  rt_offload_load(c, 24, R(X24), H(HX24), 536870912); /* prefetch: X27's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_offload_load(c, 24, A(X24), H(HX24), 536870912); /* prefetch: X27's slot is free */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero_real(R(GRAD1), 1451270144);
   layer26_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 32 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L24_DENSE_PARAM), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 25); /* X25 is back */
   layer25_forward(c, true); /* recompute from X25 (full checkpointing) */
-  rt_offload_load(c, 23, R(X23), H(HX23), 536870912); /* prefetch: X26's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_offload_load(c, 23, A(X23), H(HX23), 536870912); /* prefetch: X26's slot is free */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero_real(R(GRAD0), 1451270144);
   layer25_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 32 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L23_DENSE_PARAM), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 24); /* X24 is back */
   layer24_forward(c, true); /* recompute from X24 (full checkpointing) */
-  rt_offload_load(c, 22, R(X22), H(HX22), 536870912); /* prefetch: X25's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_offload_load(c, 22, A(X22), H(HX22), 536870912); /* prefetch: X25's slot is free */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero_real(R(GRAD1), 1451270144);
   layer24_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 32 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L22_DENSE_PARAM), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L22_EXPERTS_PARAM), 44040192, 3); /* layer 22 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L22_EXPERTS_PARAM), 44040192, 3); /* layer 22 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 23); /* X23 is back */
   layer23_forward(c, true); /* recompute from X23 (full checkpointing) */
-  rt_offload_load(c, 21, R(X21), H(HX21), 536870912); /* prefetch: X24's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_offload_load(c, 21, A(X21), H(HX21), 536870912); /* prefetch: X24's slot is free */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero_real(R(GRAD0), 1451270144);
   layer23_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 32 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L21_DENSE_PARAM), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L21_EXPERTS_PARAM), 44040192, 1); /* layer 21 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L21_EXPERTS_PARAM), 44040192, 1); /* layer 21 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 22); /* X22 is back */
   layer22_forward(c, true); /* recompute from X22 (full checkpointing) */
-  rt_offload_load(c, 20, R(X20), H(HX20), 536870912); /* prefetch: X23's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_offload_load(c, 20, A(X20), H(HX20), 536870912); /* prefetch: X23's slot is free */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero_real(R(GRAD1), 1451270144);
   layer22_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 32 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L20_DENSE_PARAM), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L20_EXPERTS_PARAM), 44040192, 3); /* layer 20 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L20_EXPERTS_PARAM), 44040192, 3); /* layer 20 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 21); /* X21 is back */
   layer21_forward(c, true); /* recompute from X21 (full checkpointing) */
-  rt_offload_load(c, 19, R(X19), H(HX19), 536870912); /* prefetch: X22's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_offload_load(c, 19, A(X19), H(HX19), 536870912); /* prefetch: X22's slot is free */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero_real(R(GRAD0), 1451270144);
   layer21_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 32 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L19_DENSE_PARAM), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L19_EXPERTS_PARAM), 44040192, 1); /* layer 19 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L19_EXPERTS_PARAM), 44040192, 1); /* layer 19 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 20); /* X20 is back */
   layer20_forward(c, true); /* recompute from X20 (full checkpointing) */
-  rt_offload_load(c, 18, R(X18), H(HX18), 536870912); /* prefetch: X21's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_offload_load(c, 18, A(X18), H(HX18), 536870912); /* prefetch: X21's slot is free */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero_real(R(GRAD1), 1451270144);
   layer20_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 32 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L18_DENSE_PARAM), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 19); /* X19 is back */
   layer19_forward(c, true); /* recompute from X19 (full checkpointing) */
-  rt_offload_load(c, 17, R(X17), H(HX17), 536870912); /* prefetch: X20's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_offload_load(c, 17, A(X17), H(HX17), 536870912); /* prefetch: X20's slot is free */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero_real(R(GRAD0), 1451270144);
   layer19_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 32 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L17_DENSE_PARAM), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 18); /* X18 is back */
   layer18_forward(c, true); /* recompute from X18 (full checkpointing) */
-  rt_offload_load(c, 16, R(X16), H(HX16), 536870912); /* prefetch: X19's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_offload_load(c, 16, A(X16), H(HX16), 536870912); /* prefetch: X19's slot is free */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero_real(R(GRAD1), 1451270144);
   layer18_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 32 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L16_DENSE_PARAM), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L16_EXPERTS_PARAM), 44040192, 3); /* layer 16 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L16_EXPERTS_PARAM), 44040192, 3); /* layer 16 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 17); /* X17 is back */
   layer17_forward(c, true); /* recompute from X17 (full checkpointing) */
-  rt_offload_load(c, 15, R(X15), H(HX15), 536870912); /* prefetch: X18's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_offload_load(c, 15, A(X15), H(HX15), 536870912); /* prefetch: X18's slot is free */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero_real(R(GRAD0), 1451270144);
   layer17_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 32 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L15_DENSE_PARAM), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L15_EXPERTS_PARAM), 44040192, 1); /* layer 15 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L15_EXPERTS_PARAM), 44040192, 1); /* layer 15 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 16); /* X16 is back */
   layer16_forward(c, true); /* recompute from X16 (full checkpointing) */
-  rt_offload_load(c, 14, R(X14), H(HX14), 536870912); /* prefetch: X17's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_offload_load(c, 14, A(X14), H(HX14), 536870912); /* prefetch: X17's slot is free */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero_real(R(GRAD1), 1451270144);
   layer16_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 32 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L14_DENSE_PARAM), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L14_EXPERTS_PARAM), 44040192, 3); /* layer 14 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L14_EXPERTS_PARAM), 44040192, 3); /* layer 14 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 15); /* X15 is back */
   layer15_forward(c, true); /* recompute from X15 (full checkpointing) */
-  rt_offload_load(c, 13, R(X13), H(HX13), 536870912); /* prefetch: X16's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_offload_load(c, 13, A(X13), H(HX13), 536870912); /* prefetch: X16's slot is free */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero_real(R(GRAD0), 1451270144);
   layer15_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 32 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L13_DENSE_PARAM), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L13_EXPERTS_PARAM), 44040192, 1); /* layer 13 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L13_EXPERTS_PARAM), 44040192, 1); /* layer 13 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 14); /* X14 is back */
   layer14_forward(c, true); /* recompute from X14 (full checkpointing) */
-  rt_offload_load(c, 12, R(X12), H(HX12), 536870912); /* prefetch: X15's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_offload_load(c, 12, A(X12), H(HX12), 536870912); /* prefetch: X15's slot is free */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero_real(R(GRAD1), 1451270144);
   layer14_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 32 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L12_DENSE_PARAM), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 13); /* X13 is back */
   layer13_forward(c, true); /* recompute from X13 (full checkpointing) */
-  rt_offload_load(c, 11, R(X11), H(HX11), 536870912); /* prefetch: X14's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_offload_load(c, 11, A(X11), H(HX11), 536870912); /* prefetch: X14's slot is free */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero_real(R(GRAD0), 1451270144);
   layer13_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 32 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L11_DENSE_PARAM), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 12); /* X12 is back */
   layer12_forward(c, true); /* recompute from X12 (full checkpointing) */
-  rt_offload_load(c, 10, R(X10), H(HX10), 536870912); /* prefetch: X13's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_offload_load(c, 10, A(X10), H(HX10), 536870912); /* prefetch: X13's slot is free */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero_real(R(GRAD1), 1451270144);
   layer12_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 32 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L10_DENSE_PARAM), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L10_EXPERTS_PARAM), 44040192, 3); /* layer 10 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L10_EXPERTS_PARAM), 44040192, 3); /* layer 10 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 11); /* X11 is back */
   layer11_forward(c, true); /* recompute from X11 (full checkpointing) */
-  rt_offload_load(c, 9, R(X9), H(HX9), 536870912); /* prefetch: X12's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_offload_load(c, 9, A(X9), H(HX9), 536870912); /* prefetch: X12's slot is free */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero_real(R(GRAD0), 1451270144);
   layer11_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 32 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L9_DENSE_PARAM), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L9_EXPERTS_PARAM), 44040192, 1); /* layer 9 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L9_EXPERTS_PARAM), 44040192, 1); /* layer 9 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 10); /* X10 is back */
   layer10_forward(c, true); /* recompute from X10 (full checkpointing) */
-  rt_offload_load(c, 8, R(X8), H(HX8), 536870912); /* prefetch: X11's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_offload_load(c, 8, A(X8), H(HX8), 536870912); /* prefetch: X11's slot is free */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero_real(R(GRAD1), 1451270144);
   layer10_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 32 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L8_DENSE_PARAM), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L8_EXPERTS_PARAM), 44040192, 3); /* layer 8 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L8_EXPERTS_PARAM), 44040192, 3); /* layer 8 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 9); /* X9 is back */
   layer9_forward(c, true); /* recompute from X9 (full checkpointing) */
-  rt_offload_load(c, 7, R(X7), H(HX7), 536870912); /* prefetch: X10's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_offload_load(c, 7, A(X7), H(HX7), 536870912); /* prefetch: X10's slot is free */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero_real(R(GRAD0), 1451270144);
   layer9_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 32 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L7_DENSE_PARAM), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L7_EXPERTS_PARAM), 44040192, 1); /* layer 7 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L7_EXPERTS_PARAM), 44040192, 1); /* layer 7 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 8); /* X8 is back */
   layer8_forward(c, true); /* recompute from X8 (full checkpointing) */
-  rt_offload_load(c, 6, R(X6), H(HX6), 536870912); /* prefetch: X9's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_offload_load(c, 6, A(X6), H(HX6), 536870912); /* prefetch: X9's slot is free */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero_real(R(GRAD1), 1451270144);
   layer8_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 32 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L6_DENSE_PARAM), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 7); /* X7 is back */
   layer7_forward(c, true); /* recompute from X7 (full checkpointing) */
-  rt_offload_load(c, 5, R(X5), H(HX5), 536870912); /* prefetch: X8's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_offload_load(c, 5, A(X5), H(HX5), 536870912); /* prefetch: X8's slot is free */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero_real(R(GRAD0), 1451270144);
   layer7_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 32 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L5_DENSE_PARAM), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 6); /* X6 is back */
   layer6_forward(c, true); /* recompute from X6 (full checkpointing) */
-  rt_offload_load(c, 4, R(X4), H(HX4), 536870912); /* prefetch: X7's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_offload_load(c, 4, A(X4), H(HX4), 536870912); /* prefetch: X7's slot is free */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero_real(R(GRAD1), 1451270144);
   layer6_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 32 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L4_DENSE_PARAM), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L4_EXPERTS_PARAM), 44040192, 3); /* layer 4 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L4_EXPERTS_PARAM), 44040192, 3); /* layer 4 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 5); /* X5 is back */
   layer5_forward(c, true); /* recompute from X5 (full checkpointing) */
-  rt_offload_load(c, 3, R(X3), H(HX3), 536870912); /* prefetch: X6's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_offload_load(c, 3, A(X3), H(HX3), 536870912); /* prefetch: X6's slot is free */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero_real(R(GRAD0), 1451270144);
   layer5_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 32 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L3_DENSE_PARAM), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L3_EXPERTS_PARAM), 44040192, 1); /* layer 3 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L3_EXPERTS_PARAM), 44040192, 1); /* layer 3 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 4); /* X4 is back */
   layer4_forward(c, true); /* recompute from X4 (full checkpointing) */
-  rt_offload_load(c, 2, R(X2), H(HX2), 536870912); /* prefetch: X5's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_offload_load(c, 2, A(X2), H(HX2), 536870912); /* prefetch: X5's slot is free */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero_real(R(GRAD1), 1451270144);
   layer4_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 32 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L2_DENSE_PARAM), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L2_EXPERTS_PARAM), 44040192, 3); /* layer 2 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L2_EXPERTS_PARAM), 44040192, 3); /* layer 2 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 3); /* X3 is back */
   layer3_forward(c, true); /* recompute from X3 (full checkpointing) */
-  rt_offload_load(c, 1, R(X1), H(HX1), 536870912); /* prefetch: X4's slot is free */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_offload_load(c, 1, A(X1), H(HX1), 536870912); /* prefetch: X4's slot is free */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero_real(R(GRAD0), 1451270144);
   layer3_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 32 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), R(L1_DENSE_PARAM), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), R(L1_EXPERTS_PARAM), 44040192, 1); /* layer 1 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L1_EXPERTS_PARAM), 44040192, 1); /* layer 1 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 2); /* X2 is back */
   layer2_forward(c, true); /* recompute from X2 (full checkpointing) */
-  rt_offload_load(c, 0, R(X0), H(HX0), 536870912); /* prefetch: X3's slot is free */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_offload_load(c, 0, A(X0), H(HX0), 536870912); /* prefetch: X3's slot is free */
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero_real(R(GRAD1), 1451270144);
   layer2_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 32 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), R(L0_DENSE_PARAM), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), R(L0_EXPERTS_PARAM), 44040192, 3); /* layer 0 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L0_EXPERTS_PARAM), 44040192, 3); /* layer 0 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 1); /* X1 is back */
   layer1_forward(c, true); /* recompute from X1 (full checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 41984000);
-  rt_zero(R(GRAD_EXPERTS0), 1409286144);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
+  rt_zero_real(R(GRAD0), 1451270144);
   layer1_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 32 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
   rt_offload_wait(c, 0); /* X0 is back */
   layer0_forward(c, true); /* recompute from X0 (full checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 41984000);
-  rt_zero(R(GRAD_EXPERTS1), 1409286144);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
+  rt_zero_real(R(GRAD1), 1451270144);
   layer0_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 32 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 131072000);
-  rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 131072, 4096);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero_real(R(GRAD0), 131072000);
+  rt_embedding_backward(DW(0), A(DX_A), I(INPUTS), 131072, 4096);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 32 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }

@@ -3,7 +3,8 @@
  *
  *   train --data PATH [--steps N] [--metrics PATH] [--seed S]     (N: stop after step N; the
  *         learning-rate schedule always spans the spec's training.steps)
- *         [--checkpoint-dir DIR [--checkpoint-every K]] [--max-skips K]
+ *         [--checkpoint-dir DIR [--checkpoint-every K] [--keep-checkpoints N]] [--max-skips K]
+ *         [--inject-nan FIRST:COUNT] [--inject-kill-at-save STEP]       (fault injection, for tests)
  *   train --data PATH --grad-check          (one rank, built with -DMTC_REAL=double)
  *   train --check-kernels [--arch sm_90a]   (cuda build: compile kernels.cu with NVRTC, exit)
  *   train --memory                          (bytes this build allocates per GPU at start-up, JSON)
@@ -15,7 +16,8 @@
  * With --checkpoint-dir, a run resumes from the newest complete checkpoint there and saves
  * every K steps and at the end; --steps counts from the start of training. A step whose loss
  * or gradient norm is not finite is skipped (no update); K consecutive skips (default 5) save
- * the last good state and stop.
+ * the last good state and stop. SIGUSR1 (what launch.sbatch has Slurm send before the job's
+ * time limit) or SIGTERM stops the run at the end of the step, with a checkpoint saved.
  *
  * It runs the plan in step.h: two arenas allocated at start-up, parameters initialized shard by
  * shard, then per optimizer step ACCUM micro-batches of forward and backward (step.c), the
@@ -25,6 +27,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,9 +90,9 @@ static void zero_grads(RtCtx *c) {
   if (STATE_ON_HOST) to_host(c, 0, 0);
   for (int g = 0; g < N_GROUPS; g++)
     if (STATE_ON_HOST) memset(c->state + step_groups[g].grad, 0, sizeof(real) * (size_t)step_groups[g].shard);
-    else rt_zero(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+    else rt_zero_real(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
 #else
-  for (int g = 0; g < N_GROUPS; g++) rt_zero(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+  for (int g = 0; g < N_GROUPS; g++) rt_zero_real(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
 #endif
 }
 
@@ -98,7 +101,7 @@ static void zero_grads(RtCtx *c) {
 static void refresh_params(RtCtx *c) {
   for (int g = 0; g < N_GROUPS; g++)
     if (step_groups[g].param >= 0)
-      rt_copy(c->arena + step_groups[g].param, c->state + step_groups[g].master, (size_t)step_groups[g].shard);
+      rt_cast_to_act(c->acts + step_groups[g].param, c->state + step_groups[g].master, (size_t)step_groups[g].shard);
 }
 
 /* The gradient shards summed over the data-parallel replicas. NCCL reads device memory: a state
@@ -110,7 +113,7 @@ static void grads_all_reduce(RtCtx *c) {
 #ifdef MTC_BACKEND_CUDA
     if (STATE_ON_HOST) {
       real *st = c->arena + STATE_STAGING;
-      rt_copy(st, grad, n), GRAD_ALL_REDUCE(c->comm.replicate_comm, st, n), rt_copy(grad, st, n);
+      rt_copy_real(st, grad, n), GRAD_ALL_REDUCE(c->comm.replicate_comm, st, n), rt_copy_real(grad, st, n);
       continue;
     }
 #endif
@@ -142,8 +145,9 @@ static RtCudaConfig cuda_config(void) {
 
 static Footprint footprint(void) {
   const int64_t R = (int64_t)sizeof(real), state = (int64_t)STATE_ELEMS * R;
-  Footprint f = {(int64_t)ARENA_ELEMS * R + (STATE_ON_HOST ? 0 : state), 0,
-                 (int64_t)HOST_ELEMS * R + (STATE_ON_HOST ? state : 0)};
+  const int64_t acts = (int64_t)ACT_ELEMS * (int64_t)sizeof(act);
+  Footprint f = {(int64_t)ARENA_ELEMS * R + acts + (STATE_ON_HOST ? 0 : state), 0,
+                 (int64_t)HOST_ELEMS * (int64_t)sizeof(act) + (STATE_ON_HOST ? state : 0)};
   f.host = f.pinned + 2 * PLAN_FSDP * (int64_t)sizeof(int) /* Muon's counts */
            + 2 * TOKENS * (int64_t)sizeof(int32_t) /* the loader's tokens */
            + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0);
@@ -173,7 +177,7 @@ static int print_memory(int argc) {
 
 typedef struct {
   const char *data, *metrics, *ckpt_dir;
-  long steps, ckpt_every, max_skips;
+  long steps, ckpt_every, max_skips, keep_ckpts; /* keep_ckpts: 0 keeps every checkpoint */
   unsigned long long seed;
   int seed_given, grad_check;
   long nan_first, nan_count, kill_at_save; /* fault injection for tests: --inject-nan, --inject-kill-at-save */
@@ -192,8 +196,13 @@ static const char usage_text[] =
     "                         checkpoint's)\n"
     "  --checkpoint-dir DIR   resume from the newest complete checkpoint there; save at the end\n"
     "  --checkpoint-every K   and every K steps\n"
+    "  --keep-checkpoints N   remove all but the newest N complete checkpoints after each save\n"
+    "                         (default: keep all)\n"
     "  --max-skips K          stop after K consecutive non-finite steps (default 5)\n"
     "  --grad-check           gradients against finite differences (double build, one rank)\n"
+    "  --inject-nan FIRST:COUNT      for tests: steps FIRST.. FIRST+COUNT-1 get a NaN gradient\n"
+    "  --inject-kill-at-save STEP    for tests: SIGKILL itself in the save of STEP, before its manifest\n"
+    "  SIGUSR1 or SIGTERM     save a checkpoint at the end of the step (with DIR) and stop\n"
     "       train --memory    what this build allocates per GPU at start-up, as JSON\n"
     "                         {\"hbm\": B, \"host\": B, \"host_pinned\": B}; no GPU or mpirun needed\n";
 
@@ -211,6 +220,7 @@ static int parse_args(Args *a, int argc, char **argv) {
                                        {"checkpoint-dir", required_argument, 0, 'c'},
                                        {"checkpoint-every", required_argument, 0, 'e'},
                                        {"max-skips", required_argument, 0, 'k'},
+                                       {"keep-checkpoints", required_argument, 0, 'N'},
                                        {"inject-nan", required_argument, 0, 'n'},
                                        {"inject-kill-at-save", required_argument, 0, 'K'},
                                        {0, 0, 0, 0}};
@@ -241,12 +251,14 @@ static int parse_args(Args *a, int argc, char **argv) {
     case 'c': a->ckpt_dir = optarg; break;
     case 'e':
     case 'k':
+    case 'N':
     case 'K': {
       long v = strtol(optarg, &end, 10);
-      const char *name = o == 'e' ? "--checkpoint-every" : o == 'k' ? "--max-skips" : "--inject-kill-at-save";
+      const char *name = o == 'e' ? "--checkpoint-every" : o == 'k' ? "--max-skips" : o == 'N' ? "--keep-checkpoints"
+                                                                                                 : "--inject-kill-at-save";
       snprintf(msg, sizeof msg, "%s expects a positive integer, not '%s'", name, optarg);
-      if (*end || v < 1) return usage(msg);
-      *(o == 'e' ? &a->ckpt_every : o == 'k' ? &a->max_skips : &a->kill_at_save) = v;
+      if (*end || !*optarg || v < 1 || (o == 'N' && v > 1000000)) return usage(msg);
+      *(o == 'e' ? &a->ckpt_every : o == 'k' ? &a->max_skips : o == 'N' ? &a->keep_ckpts : &a->kill_at_save) = v;
       break;
     }
     case 'n':
@@ -265,8 +277,9 @@ static int parse_args(Args *a, int argc, char **argv) {
     snprintf(msg, sizeof msg, "unexpected argument '%s'", argv[optind]);
     return usage(msg);
   }
-  if (!a->data) return usage("--data PATH is required (raw text bytes or an llm.c token shard)");
+  if (!a->data) return usage("--data PATH is required (raw text bytes, an llm.c token shard or a Megatron PREFIX)");
   if (a->ckpt_every && !a->ckpt_dir) return usage("--checkpoint-every needs --checkpoint-dir DIR");
+  if (a->keep_ckpts && !a->ckpt_dir) return usage("--keep-checkpoints needs --checkpoint-dir DIR");
   return 0;
 }
 
@@ -426,6 +439,11 @@ static int cuda_start(RtCtx *c, const Args *a) {
 }
 #endif
 
+/* The signal that asked the run to stop (SIGUSR1 from Slurm's --signal before the time limit,
+ * or SIGTERM), or 0. The handler only records it; the loop saves and stops at the step's end. */
+static volatile sig_atomic_t stop_signal;
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "--memory") == 0) return print_memory(argc);
@@ -440,6 +458,9 @@ int main(int argc, char **argv) {
   int world_rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   quiet = world_rank != 0; /* usage errors: one report, from rank 0 */
+  struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL);
   int status = parse_args(&a, argc, argv);
   if (status || rt_comm_init(&c.comm, &argc, &argv, PLAN_FSDP, PLAN_EP, PLAN_DP_REPLICATE, SPEC_FILE,
                              SPEC_GPUS_PER_NODE) != 0) {
@@ -474,13 +495,14 @@ int main(int argc, char **argv) {
   if (!status) {
     const size_t state = (size_t)STATE_ELEMS * sizeof(real);
     c.arena = rt_cuda_alloc((size_t)ARENA_ELEMS * sizeof(real), err, sizeof err);
-    if (c.arena) c.state = STATE_ON_HOST ? rt_cuda_alloc_host(state, err, sizeof err) : rt_cuda_alloc(state, err, sizeof err);
+    if (c.arena) c.acts = rt_cuda_alloc((size_t)ACT_ELEMS * sizeof(act), err, sizeof err);
+    if (c.acts) c.state = STATE_ON_HOST ? rt_cuda_alloc_host(state, err, sizeof err) : rt_cuda_alloc(state, err, sizeof err);
     if (c.state && STATE_ON_HOST) memset(c.state, 0, state); /* (pinned memory comes uninitialized) */
     if (c.state && !STATE_ON_HOST && (state_mirror = calloc(1, state))) rt_prefault(state_mirror, state);
     host_tokens = calloc(2 * TOKENS, sizeof(int32_t));
-    if (!c.arena || !c.state || (!STATE_ON_HOST && !state_mirror) || !host_tokens) {
+    if (!c.arena || !c.acts || !c.state || (!STATE_ON_HOST && !state_mirror) || !host_tokens) {
       fprintf(stderr, "error: rank %d: %s; expected a plan that fits this GPU and host (mtc compile ... --set ...)\n",
-              c.comm.rank, c.arena && c.state ? "no host memory for the state's mirror or the tokens" : err);
+              c.comm.rank, c.arena && c.acts && c.state ? "no host memory for the state's mirror or the tokens" : err);
       status = 2;
     }
   }
@@ -489,22 +511,23 @@ int main(int argc, char **argv) {
     fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c.comm.rank);
     status = 2;
   }
-  if (!status && HOST_ELEMS > 0 && !(c.host = rt_cuda_alloc_host((size_t)HOST_ELEMS * sizeof(real), err, sizeof err))) {
+  if (!status && HOST_ELEMS > 0 && !(c.host = rt_cuda_alloc_host((size_t)HOST_ELEMS * sizeof(act), err, sizeof err))) {
     fprintf(stderr, "error: rank %d: activation offload: %s\n", c.comm.rank, err);
     status = 2;
   }
 #else
-  if (!status && HOST_ELEMS > 0 && !(c.host = calloc((size_t)HOST_ELEMS, sizeof(real)))) {
+  if (!status && HOST_ELEMS > 0 && !(c.host = calloc((size_t)HOST_ELEMS, sizeof(act)))) {
     fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB host arena of activation offload\n", c.comm.rank,
-            (double)HOST_ELEMS * sizeof(real) / 1048576.0);
+            (double)HOST_ELEMS * sizeof(act) / 1048576.0);
     status = 2;
   }
   c.arena = status ? NULL : calloc((size_t)ARENA_ELEMS, sizeof(real));
+  c.acts = status ? NULL : calloc((size_t)ACT_ELEMS, sizeof(act));
   c.state = status ? NULL : calloc((size_t)STATE_ELEMS, sizeof(real));
-  if (!status && (!c.arena || !c.state)) {
-    fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB arena and %.1f MiB state arena; expected that much "
-            "free memory\n", c.comm.rank, (double)ARENA_ELEMS * sizeof(real) / 1048576.0,
-            (double)STATE_ELEMS * sizeof(real) / 1048576.0);
+  if (!status && (!c.arena || !c.acts || !c.state)) {
+    fprintf(stderr, "error: rank %d: cannot allocate the arenas (%.1f MiB, %.1f MiB of activations, %.1f MiB of state); "
+            "expected that much free memory\n", c.comm.rank, (double)ARENA_ELEMS * sizeof(real) / 1048576.0,
+            (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0);
     status = 2;
   }
   if (!status && PLAN_EP > 1 &&
@@ -515,8 +538,9 @@ int main(int argc, char **argv) {
   /* touched now, as the cuda backend zeroes its arena: memory that is not there fails at start-up,
    * not in the middle of a step, and the resident growth below measures what was allocated */
   if (!status) rt_prefault(c.arena, (size_t)ARENA_ELEMS * sizeof(real));
+  if (!status) rt_prefault(c.acts, (size_t)ACT_ELEMS * sizeof(act));
   if (!status) rt_prefault(c.state, (size_t)STATE_ELEMS * sizeof(real));
-  if (!status && c.host) rt_prefault(c.host, (size_t)HOST_ELEMS * sizeof(real));
+  if (!status && c.host) rt_prefault(c.host, (size_t)HOST_ELEMS * sizeof(act));
 #endif
   if (!status && rt_offload_init(OFFLOAD_IDS) != 0) {
     fprintf(stderr, "error: rank %d: cannot create the streams and events of activation offload\n", c.comm.rank);
@@ -591,13 +615,15 @@ int main(int argc, char **argv) {
   uint64_t data_seed = a.seed + 1;
   if (rank0)
     printf("%s: %d rank(s) = %d x fsdp %d, ep %d, activation checkpointing %s; %d micro-batch(es) of %d x %d tokens per rank; "
-           "%s, gradients reduced in %s; arena %.1f MiB per rank; data %s (%lld tokens)\n",
+           "%s, gradients reduced in %s; arenas %.1f MiB (fp32) + %.1f MiB (activations) + %.1f MiB (state) per "
+           "rank; data %s (%lld tokens)\n",
            MODEL_NAME, c.comm.world, PLAN_DP_REPLICATE, PLAN_FSDP, PLAN_EP, CHECKPOINT_POLICY, ACCUM, MICRO_BATCH,
-           SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE,
-           (double)ARENA_ELEMS * sizeof(real) / 1048576.0, a.data, (long long)data.ntokens);
+           SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE, (double)ARENA_ELEMS * sizeof(real) / 1048576.0,
+           (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0, a.data,
+           (long long)data.ntokens);
   if (rank0 && HOST_ELEMS > 0)
     printf("activation offload: %d layer boundaries wait for the backward in a %.1f MiB host arena per rank (the plan's "
-           "host arena: %.1f MiB)\n", OFFLOAD_IDS, (double)HOST_ELEMS * sizeof(real) / 1048576.0,
+           "host arena: %.1f MiB)\n", OFFLOAD_IDS, (double)HOST_ELEMS * sizeof(act) / 1048576.0,
            PLAN_HOST_BYTES / 1048576.0);
 #ifdef PLAN_OFFLOAD_NVME
   if (rank0)
@@ -698,7 +724,10 @@ int main(int argc, char **argv) {
     MPI_Bcast(&metrics_bad, 1, MPI_INT, 0, MPI_COMM_WORLD); /* a lost metrics line stops every rank */
     long done_steps = step + 1 - skips; /* the state holds the updates of this many steps */
     int stop = (skip && skips >= a.max_skips) || metrics_bad;
-    int save = a.ckpt_dir && (stop || (!skip && (step + 1 == a.steps || (a.ckpt_every && (step + 1) % a.ckpt_every == 0))));
+    int sig = stop_signal; /* a signal to any rank stops every rank, at this step */
+    RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    int save = a.ckpt_dir && (stop || sig ||
+                              (!skip && (step + 1 == a.steps || (a.ckpt_every && (step + 1) % a.ckpt_every == 0))));
     if (save && (STATE_ON_HOST || !OPT_ON_HOST)) /* (a host step keeps the mirror current) */
       to_host(&c, 0, STATE_ELEMS);
     if (save && rt_ckpt_save(a.ckpt_dir, done_steps, a.seed, &c.comm, HOST(&c), step_groups, N_GROUPS, step_tensors,
@@ -711,12 +740,22 @@ int main(int argc, char **argv) {
       break;
     }
     if (save && rank0) printf("saved checkpoint %s/step-%08ld\n", a.ckpt_dir, done_steps);
+    if (save && rank0 && a.keep_ckpts && rt_ckpt_prune(a.ckpt_dir, (int)a.keep_ckpts, err, sizeof err) < 0)
+      fprintf(stderr, "warning: --keep-checkpoints %ld: %s\n", a.keep_ckpts, err);
     if (stop && metrics_bad) {
       if (rank0)
         fprintf(stderr, "error: stopped after step %ld: its metrics line could not be written%s%s; expected room "
                         "for --metrics %s\n", step + 1, a.ckpt_dir ? "; the state is saved in " : "",
                 a.ckpt_dir ? a.ckpt_dir : "", a.metrics);
       status = 1;
+      break;
+    }
+    if (sig && !stop) {
+      if (rank0)
+        printf("stopped after step %ld on %s%s%s\n", step + 1, sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
+               a.ckpt_dir ? "; run the same command again to resume from " : " with nothing saved (no --checkpoint-dir)",
+               a.ckpt_dir ? a.ckpt_dir : "");
+      status = a.ckpt_dir ? 0 : 1;
       break;
     }
     if (stop) {
@@ -760,6 +799,7 @@ done:
 #endif
 #ifdef MTC_BACKEND_CUDA
   rt_cuda_free(c.arena);
+  rt_cuda_free(c.acts);
   rt_cuda_free_host(c.host);
   if (STATE_ON_HOST) rt_cuda_free_host(c.state);
   else rt_cuda_free(c.state);
@@ -769,6 +809,7 @@ done:
   rt_cuda_teardown();
 #else
   free(c.arena);
+  free(c.acts);
   free(c.state);
   free(c.host);
 #endif

@@ -14,8 +14,9 @@
 #define EXPERTS 128
 #define TOP_K 8
 
-// kernels.cu — the cuda backend's elementwise, normalization, routing and loss kernels (the
-// GEMMs go to cuBLAS, attention to cuDNN or a flash kernel). mtc writes this file into each
+// kernels.cu — the cuda backend's elementwise, normalization, routing, loss and attention
+// kernels (the GEMMs go to cuBLAS; attention is a flash kernel below, or a simple one where
+// head_dim and seq_len do not fit its tiles). mtc writes this file into each
 // generated program after a prelude of #defines with the plan's shapes, so every loop bound is a
 // compile-time constant; the program compiles it at start-up with NVRTC for the device's
 // architecture (sm_90a on Hopper), and `train --check-kernels` compiles it without a GPU.
@@ -23,7 +24,8 @@
 // Storage type `act`: bf16 by default, fp32 with ACT_FLOAT (the generated program's arena keeps
 // fp32 today: one step.c for the cpu and cuda backends); arithmetic is always fp32. Row kernels
 // use one block per token row and 16-byte accesses (VEC values per load); HIDDEN must be a
-// multiple of 8 (mtc checks). Backward kernels ADD into the gradients they are given, as the cpu
+// multiple of 8: mtc compile says so and `mtc build --backend cuda` refuses another (the #error
+// below is the last guard). Backward kernels ADD into the gradients they are given, as the cpu
 // ops do (mtrt_ops.h); forward kernels overwrite their outputs.
 // Expected from the prelude: TOKENS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, SEQ_LEN, ROPE_THETA,
 // VOCAB, VOCAB_CHUNK, EXPERTS (0: dense), TOP_K, RMS_EPS.
@@ -78,6 +80,21 @@ extern "C" __global__ void embedding_forward(act *out, const int *tok, const act
 extern "C" __global__ void embedding_backward(float *dwte, const act *dout, const int *tok) {
   float *d = dwte + (size_t)tok[blockIdx.x] * HIDDEN;
   const act *g = dout + (size_t)blockIdx.x * HIDDEN;
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) atomicAdd(&d[i], f32(g[i]));
+}
+
+// Learned absolute positions (GPT-2; HF modeling_gpt2.py): x (TOKENS, HIDDEN) += wpe[t], t the
+// row's position in its sequence (row % SEQ_LEN); grid TOKENS, block ROW_THREADS.
+extern "C" __global__ void position_forward(act *x, const act *wpe) {
+  act *r = x + (size_t)blockIdx.x * HIDDEN;
+  const act *p = wpe + (size_t)(blockIdx.x % SEQ_LEN) * HIDDEN;
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) r[i] = to_act(f32(r[i]) + f32(p[i]));
+}
+
+// dwpe (max_position, HIDDEN, fp32) += dx rows at their positions.
+extern "C" __global__ void position_backward(float *dwpe, const act *dx) {
+  float *d = dwpe + (size_t)(blockIdx.x % SEQ_LEN) * HIDDEN;
+  const act *g = dx + (size_t)blockIdx.x * HIDDEN;
   for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) atomicAdd(&d[i], f32(g[i]));
 }
 
@@ -183,6 +200,81 @@ extern "C" __global__ void qk_norm_backward(act *dx, float *dw, const act *dout,
     }
     atomicAdd(&dw[i], dwacc);
   }
+}
+
+// LayerNorm (Ba et al. 2016; torch.nn.LayerNorm, HF modeling_gpt2.py): out = (x − mean) rstd ⊙ w
+// + b, rstd = 1 / sqrt(biased variance + RMS_EPS); b may be NULL (no bias). mean, rstd (TOKENS)
+// saved. grid TOKENS, block ROW_THREADS.
+extern "C" __global__ void layernorm_forward(act *out, float *mean, float *rstd, const act *x, const act *w,
+                                             const act *b) {
+  __shared__ float shared[32];
+  const act *xr = x + (size_t)blockIdx.x * HIDDEN;
+  float s = 0;
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) s += f32(xr[i]);
+  float m = block_sum(s, shared) / HIDDEN, v = 0;
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) v += (f32(xr[i]) - m) * (f32(xr[i]) - m);
+  float r = rsqrtf(block_sum(v, shared) / HIDDEN + RMS_EPS);
+  if (threadIdx.x == 0) mean[blockIdx.x] = m, rstd[blockIdx.x] = r;
+  act *o = out + (size_t)blockIdx.x * HIDDEN;
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x)
+    o[i] = to_act((f32(xr[i]) - m) * r * f32(w[i]) + (b ? f32(b[i]) : 0.f));
+}
+
+// Its backward, RMS_BWD_ROWS rows per block as rmsnorm_backward: with x̂ = (x − mean) rstd and
+// g = dout ⊙ w, dx += rstd (g − mean(g) − x̂ mean(g x̂)); dw += dout x̂ and db += dout (db NULL:
+// no bias), accumulated per block, then added once.
+extern "C" __global__ void layernorm_backward(act *dx, float *dw, float *db, const act *dout, const act *x,
+                                              const act *w, const float *mean, const float *rstd) {
+  __shared__ float shared[32];
+  float dwacc[RMS_COLS], dbacc[RMS_COLS];
+#pragma unroll
+  for (int k = 0; k < RMS_COLS; k++) dwacc[k] = 0, dbacc[k] = 0;
+  int r0 = blockIdx.x * RMS_BWD_ROWS;
+  for (int n = r0; n < r0 + RMS_BWD_ROWS && n < TOKENS; n++) {
+    size_t row = (size_t)n * HIDDEN;
+    float m = mean[n], r = rstd[n], gm = 0, gx = 0;
+#pragma unroll
+    for (int k = 0; k < RMS_COLS; k++) {
+      int i = threadIdx.x + k * ROW_THREADS;
+      if (i >= HIDDEN) break;
+      float dy = f32(dout[row + i]), xh = (f32(x[row + i]) - m) * r, g = dy * f32(w[i]);
+      gm += g, gx += g * xh;
+      dwacc[k] += dy * xh, dbacc[k] += dy;
+    }
+    gm = block_sum(gm, shared) / HIDDEN;
+    gx = block_sum(gx, shared) / HIDDEN;
+#pragma unroll
+    for (int k = 0; k < RMS_COLS; k++) {
+      int i = threadIdx.x + k * ROW_THREADS;
+      if (i >= HIDDEN) break;
+      float dy = f32(dout[row + i]), xh = (f32(x[row + i]) - m) * r;
+      dx[row + i] = to_act(f32(dx[row + i]) + r * (dy * f32(w[i]) - gm - xh * gx));
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < RMS_COLS; k++) {
+    int i = threadIdx.x + k * ROW_THREADS;
+    if (i >= HIDDEN) continue;
+    atomicAdd(&dw[i], dwacc[k]);
+    if (db) atomicAdd(&db[i], dbacc[k]);
+  }
+}
+
+// A bias over columns: out (rows, cols) += b, n = rows × cols values; one thread per value.
+extern "C" __global__ void bias_forward(act *out, const act *b, long n, int cols) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = to_act(f32(out[i]) + f32(b[i % cols]));
+}
+
+// db (cols, fp32) += column sums of dout (rows, cols): grid (cols / 128, rows / BIAS_ROWS), each
+// thread one column over BIAS_ROWS rows (coalesced along the row), added once.
+#define BIAS_ROWS 256
+extern "C" __global__ void bias_backward(float *db, const act *dout, int rows, int cols) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x, r0 = blockIdx.y * BIAS_ROWS;
+  if (c >= cols) return;
+  float s = 0;
+  for (int r = r0; r < r0 + BIAS_ROWS && r < rows; r++) s += f32(dout[(size_t)r * cols + c]);
+  atomicAdd(&db[c], s);
 }
 
 // RoPE (Su et al. 2021), half-split pairs (i, i + HEAD_DIM/2), in place on x (TOKENS, heads,

@@ -14,14 +14,15 @@
 
 #define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
+#define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
-#define DW(o) (c->dwd + (o))                    /* its gradient (GRAD_DENSE0 or 1) */
+#define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
-#define DWE(o) (c->dwe + (o))                   /* its gradient (GRAD_EXPERTS0 or 1) */
-#define EPS ((real)1e-06)                        /* RMSNorm epsilon (model.norm_eps) */
+#define DWE(o) (c->dwe + (o))                   /* its gradient (in GRAD0 or 1) */
+#define EPS ((real)1e-06)                        /* the norms' epsilon (model.norm_eps) */
 
-/* ---- the state arena map (elements) ---- */
+/* ---- the state arena map (elements of real) ---- */
 #define EMBED_MASTER                      0 /*   19447808: embedding: this rank's fp32 master shard */
 #define EMBED_GRAD                 19447808 /*   19447808: its gradient, accumulated over micro-batches */
 #define EMBED_ADAM_M               38895616 /*   19447808: AdamW first moment (fp32) */
@@ -414,548 +415,547 @@
 #define HEAD_GRAD                7574686848 /*   19447936: its gradient, accumulated over micro-batches */
 #define HEAD_ADAM_M              7594134784 /*   19447936: AdamW first moment (fp32) */
 #define HEAD_ADAM_V              7613582720 /*   19447936: AdamW second moment (fp32) */
-/* ---- the arena map (elements) ---- */
-#define GATHERED_DENSE0               65536 /*  311166976: a dense group all-gathered (even units: embedding, odd layers) */
-#define GATHERED_DENSE1           311232512 /*  311166976: the next one, prefetched (odd units: even layers; the head if L is even) */
-#define GRAD_DENSE0               622399488 /*  311166976: an even unit's dense gradient, then its reduce-scatter's input */
-#define GRAD_DENSE1               933566464 /*  311166976: an odd unit's (in flight while the next unit's backward runs) */
-#define GATHERED_EXPERTS0        1244733440 /*  150994944: this EP rank's experts of one layer, all-gathered (odd layers) */
-#define GATHERED_EXPERTS1        1395728384 /*  150994944: the next layer's, prefetched (even layers) */
-#define GRAD_EXPERTS0            1546723328 /*  150994944: an odd layer's experts' gradient, then its reduce-scatter's input */
-#define GRAD_EXPERTS1            1697718272 /*  150994944: an even layer's */
-#define RS_OUT0                  1848713216 /*   37748736: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                 1886461952 /*  155583488: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                  2042045440 /*   37748736: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE1                 2079794176 /*   75497472: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT2                  2155291648 /*   37748736: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                 2193040384 /*  155583488: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                  2348623872 /*   37748736: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE3                 2386372608 /*   75497472: its bf16 send buffer (2 bytes per gathered value) */
-#define X0                       2461870080 /*   67108864: boundary: input of layer 0 (residual stream) */
-#define X1                       2528978944 /*   67108864: boundary: input of layer 1 (residual stream) */
-#define X2                       2596087808 /*   67108864: boundary: input of layer 2 (residual stream) */
-#define X3                       2663196672 /*   67108864: boundary: input of layer 3 (residual stream) */
-#define X4                       2730305536 /*   67108864: boundary: input of layer 4 (residual stream) */
-#define X5                       2797414400 /*   67108864: boundary: input of layer 5 (residual stream) */
-#define X6                       2864523264 /*   67108864: boundary: input of layer 6 (residual stream) */
-#define X7                       2931632128 /*   67108864: boundary: input of layer 7 (residual stream) */
-#define X8                       2998740992 /*   67108864: boundary: input of layer 8 (residual stream) */
-#define X9                       3065849856 /*   67108864: boundary: input of layer 9 (residual stream) */
-#define X10                      3132958720 /*   67108864: boundary: input of layer 10 (residual stream) */
-#define X11                      3200067584 /*   67108864: boundary: input of layer 11 (residual stream) */
-#define X12                      3267176448 /*   67108864: boundary: input of layer 12 (residual stream) */
-#define X13                      3334285312 /*   67108864: boundary: input of layer 13 (residual stream) */
-#define X14                      3401394176 /*   67108864: boundary: input of layer 14 (residual stream) */
-#define X15                      3468503040 /*   67108864: boundary: input of layer 15 (residual stream) */
-#define X16                      3535611904 /*   67108864: boundary: input of layer 16 (residual stream) */
-#define X17                      3602720768 /*   67108864: boundary: input of layer 17 (residual stream) */
-#define X18                      3669829632 /*   67108864: boundary: input of layer 18 (residual stream) */
-#define X19                      3736938496 /*   67108864: boundary: input of layer 19 (residual stream) */
-#define X20                      3804047360 /*   67108864: boundary: input of layer 20 (residual stream) */
-#define X21                      3871156224 /*   67108864: boundary: input of layer 21 (residual stream) */
-#define X22                      3938265088 /*   67108864: boundary: input of layer 22 (residual stream) */
-#define X23                      4005373952 /*   67108864: boundary: input of layer 23 (residual stream) */
-#define X24                      4072482816 /*   67108864: boundary: input of layer 24 (residual stream) */
-#define X25                      4139591680 /*   67108864: boundary: input of layer 25 (residual stream) */
-#define X26                      4206700544 /*   67108864: boundary: input of layer 26 (residual stream) */
-#define X27                      4273809408 /*   67108864: boundary: input of layer 27 (residual stream) */
-#define X28                      4340918272 /*   67108864: boundary: input of layer 28 (residual stream) */
-#define X29                      4408027136 /*   67108864: boundary: input of layer 29 (residual stream) */
-#define X30                      4475136000 /*   67108864: boundary: input of layer 30 (residual stream) */
-#define X31                      4542244864 /*   67108864: boundary: input of layer 31 (residual stream) */
-#define X32                      4609353728 /*   67108864: boundary: input of layer 32 (residual stream) */
-#define X33                      4676462592 /*   67108864: boundary: input of layer 33 (residual stream) */
-#define X34                      4743571456 /*   67108864: boundary: input of layer 34 (residual stream) */
-#define X35                      4810680320 /*   67108864: boundary: input of layer 35 (residual stream) */
-#define X36                      4877789184 /*   67108864: boundary: input of layer 36 (residual stream) */
-#define X37                      4944898048 /*   67108864: boundary: input of layer 37 (residual stream) */
-#define X38                      5012006912 /*   67108864: boundary: input of layer 38 (residual stream) */
-#define X39                      5079115776 /*   67108864: boundary: input of layer 39 (residual stream) */
-#define X40                      5146224640 /*   67108864: boundary: input of layer 40 (residual stream) */
-#define X41                      5213333504 /*   67108864: boundary: input of layer 41 (residual stream) */
-#define X42                      5280442368 /*   67108864: boundary: input of layer 42 (residual stream) */
-#define X43                      5347551232 /*   67108864: boundary: input of layer 43 (residual stream) */
-#define X44                      5414660096 /*   67108864: boundary: input of layer 44 (residual stream) */
-#define X45                      5481768960 /*   67108864: boundary: input of layer 45 (residual stream) */
-#define X46                      5548877824 /*   67108864: boundary: input of layer 46 (residual stream) */
-#define X47                      5615986688 /*   67108864: boundary: input of layer 47 (residual stream) */
-#define X48                      5683095552 /*   67108864: output of the last layer */
-#define WS_LN1                   5750204416 /*   67108864: attention norm output */
-#define WS_RSTD1                 5817313280 /*      32768: its 1/rms per token */
-#define L0_Q                     5817346048 /*  134217728: queries (rotated) */
-#define L0_K                     5951563776 /*   16777216: keys (rotated) */
-#define L0_QR                    5968340992 /*  134217728: queries before qk-norm */
-#define L0_KR                    6102558720 /*   16777216: keys before qk-norm */
-#define L0_RSTDQ                 6119335936 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L0_RSTDK                 6120384512 /*     131072: the same for the keys */
-#define L0_V                     6120515584 /*   16777216: values */
-#define L0_ATT                   6137292800 /*  134217728: attention output */
-#define L0_LSE                   6271510528 /*    1048576: attention log-sum-exp per head and query */
-#define WS_RES                   6272559104 /*   67108864: residual stream after attention */
-#define WS_LN2                   6339667968 /*   67108864: mlp norm output */
-#define WS_RSTD2                 6406776832 /*      32768: its 1/rms per token */
-#define WS_LOGITS                6406809600 /*    4194304: router logits */
-#define WS_IDX                   6411003904 /*     262144: selected experts (int32) */
-#define WS_WTS                   6411266048 /*     262144: their weights */
-#define WS_POS                   6411528192 /*     262144: row of each assignment in expert order (int32) */
-#define WS_OFFSETS               6411790336 /*        129: first row of each expert (int32) */
-#define WS_YP                    6411790480 /*  536870912: expert outputs in that order */
-#define WS_XP                    6948661392 /*  536870912: token copies in expert order, to send (all-to-all) */
-#define WS_XE                    7485532304 /*  671088640: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                    8156620944 /*  671088640: their outputs, before going back */
-#define WS_EOFF                  8827709584 /*         33: first row of each local expert in the round (int32) */
-#define WS_EG                    8827709632 /*  251658240: routed experts' gate */
-#define WS_EU                    9079367872 /*  251658240: routed experts' up */
-#define WS_EH                    9331026112 /*  251658240: routed experts' activation */
-#define L1_Q                     9582684352 /*  134217728: queries (rotated) */
-#define L1_K                     9716902080 /*   16777216: keys (rotated) */
-#define L1_QR                    9733679296 /*  134217728: queries before qk-norm */
-#define L1_KR                    9867897024 /*   16777216: keys before qk-norm */
-#define L1_RSTDQ                 9884674240 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L1_RSTDK                 9885722816 /*     131072: the same for the keys */
-#define L1_V                     9885853888 /*   16777216: values */
-#define L1_ATT                   9902631104 /*  134217728: attention output */
-#define L1_LSE                  10036848832 /*    1048576: attention log-sum-exp per head and query */
-#define L2_Q                    10037897408 /*  134217728: queries (rotated) */
-#define L2_K                    10172115136 /*   16777216: keys (rotated) */
-#define L2_QR                   10188892352 /*  134217728: queries before qk-norm */
-#define L2_KR                   10323110080 /*   16777216: keys before qk-norm */
-#define L2_RSTDQ                10339887296 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L2_RSTDK                10340935872 /*     131072: the same for the keys */
-#define L2_V                    10341066944 /*   16777216: values */
-#define L2_ATT                  10357844160 /*  134217728: attention output */
-#define L2_LSE                  10492061888 /*    1048576: attention log-sum-exp per head and query */
-#define L3_Q                    10493110464 /*  134217728: queries (rotated) */
-#define L3_K                    10627328192 /*   16777216: keys (rotated) */
-#define L3_QR                   10644105408 /*  134217728: queries before qk-norm */
-#define L3_KR                   10778323136 /*   16777216: keys before qk-norm */
-#define L3_RSTDQ                10795100352 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L3_RSTDK                10796148928 /*     131072: the same for the keys */
-#define L3_V                    10796280000 /*   16777216: values */
-#define L3_ATT                  10813057216 /*  134217728: attention output */
-#define L3_LSE                  10947274944 /*    1048576: attention log-sum-exp per head and query */
-#define L4_Q                    10948323520 /*  134217728: queries (rotated) */
-#define L4_K                    11082541248 /*   16777216: keys (rotated) */
-#define L4_QR                   11099318464 /*  134217728: queries before qk-norm */
-#define L4_KR                   11233536192 /*   16777216: keys before qk-norm */
-#define L4_RSTDQ                11250313408 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L4_RSTDK                11251361984 /*     131072: the same for the keys */
-#define L4_V                    11251493056 /*   16777216: values */
-#define L4_ATT                  11268270272 /*  134217728: attention output */
-#define L4_LSE                  11402488000 /*    1048576: attention log-sum-exp per head and query */
-#define L5_Q                    11403536576 /*  134217728: queries (rotated) */
-#define L5_K                    11537754304 /*   16777216: keys (rotated) */
-#define L5_QR                   11554531520 /*  134217728: queries before qk-norm */
-#define L5_KR                   11688749248 /*   16777216: keys before qk-norm */
-#define L5_RSTDQ                11705526464 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L5_RSTDK                11706575040 /*     131072: the same for the keys */
-#define L5_V                    11706706112 /*   16777216: values */
-#define L5_ATT                  11723483328 /*  134217728: attention output */
-#define L5_LSE                  11857701056 /*    1048576: attention log-sum-exp per head and query */
-#define L6_Q                    11858749632 /*  134217728: queries (rotated) */
-#define L6_K                    11992967360 /*   16777216: keys (rotated) */
-#define L6_QR                   12009744576 /*  134217728: queries before qk-norm */
-#define L6_KR                   12143962304 /*   16777216: keys before qk-norm */
-#define L6_RSTDQ                12160739520 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L6_RSTDK                12161788096 /*     131072: the same for the keys */
-#define L6_V                    12161919168 /*   16777216: values */
-#define L6_ATT                  12178696384 /*  134217728: attention output */
-#define L6_LSE                  12312914112 /*    1048576: attention log-sum-exp per head and query */
-#define L7_Q                    12313962688 /*  134217728: queries (rotated) */
-#define L7_K                    12448180416 /*   16777216: keys (rotated) */
-#define L7_QR                   12464957632 /*  134217728: queries before qk-norm */
-#define L7_KR                   12599175360 /*   16777216: keys before qk-norm */
-#define L7_RSTDQ                12615952576 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L7_RSTDK                12617001152 /*     131072: the same for the keys */
-#define L7_V                    12617132224 /*   16777216: values */
-#define L7_ATT                  12633909440 /*  134217728: attention output */
-#define L7_LSE                  12768127168 /*    1048576: attention log-sum-exp per head and query */
-#define L8_Q                    12769175744 /*  134217728: queries (rotated) */
-#define L8_K                    12903393472 /*   16777216: keys (rotated) */
-#define L8_QR                   12920170688 /*  134217728: queries before qk-norm */
-#define L8_KR                   13054388416 /*   16777216: keys before qk-norm */
-#define L8_RSTDQ                13071165632 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L8_RSTDK                13072214208 /*     131072: the same for the keys */
-#define L8_V                    13072345280 /*   16777216: values */
-#define L8_ATT                  13089122496 /*  134217728: attention output */
-#define L8_LSE                  13223340224 /*    1048576: attention log-sum-exp per head and query */
-#define L9_Q                    13224388800 /*  134217728: queries (rotated) */
-#define L9_K                    13358606528 /*   16777216: keys (rotated) */
-#define L9_QR                   13375383744 /*  134217728: queries before qk-norm */
-#define L9_KR                   13509601472 /*   16777216: keys before qk-norm */
-#define L9_RSTDQ                13526378688 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L9_RSTDK                13527427264 /*     131072: the same for the keys */
-#define L9_V                    13527558336 /*   16777216: values */
-#define L9_ATT                  13544335552 /*  134217728: attention output */
-#define L9_LSE                  13678553280 /*    1048576: attention log-sum-exp per head and query */
-#define L10_Q                   13679601856 /*  134217728: queries (rotated) */
-#define L10_K                   13813819584 /*   16777216: keys (rotated) */
-#define L10_QR                  13830596800 /*  134217728: queries before qk-norm */
-#define L10_KR                  13964814528 /*   16777216: keys before qk-norm */
-#define L10_RSTDQ               13981591744 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L10_RSTDK               13982640320 /*     131072: the same for the keys */
-#define L10_V                   13982771392 /*   16777216: values */
-#define L10_ATT                 13999548608 /*  134217728: attention output */
-#define L10_LSE                 14133766336 /*    1048576: attention log-sum-exp per head and query */
-#define L11_Q                   14134814912 /*  134217728: queries (rotated) */
-#define L11_K                   14269032640 /*   16777216: keys (rotated) */
-#define L11_QR                  14285809856 /*  134217728: queries before qk-norm */
-#define L11_KR                  14420027584 /*   16777216: keys before qk-norm */
-#define L11_RSTDQ               14436804800 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L11_RSTDK               14437853376 /*     131072: the same for the keys */
-#define L11_V                   14437984448 /*   16777216: values */
-#define L11_ATT                 14454761664 /*  134217728: attention output */
-#define L11_LSE                 14588979392 /*    1048576: attention log-sum-exp per head and query */
-#define L12_Q                   14590027968 /*  134217728: queries (rotated) */
-#define L12_K                   14724245696 /*   16777216: keys (rotated) */
-#define L12_QR                  14741022912 /*  134217728: queries before qk-norm */
-#define L12_KR                  14875240640 /*   16777216: keys before qk-norm */
-#define L12_RSTDQ               14892017856 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L12_RSTDK               14893066432 /*     131072: the same for the keys */
-#define L12_V                   14893197504 /*   16777216: values */
-#define L12_ATT                 14909974720 /*  134217728: attention output */
-#define L12_LSE                 15044192448 /*    1048576: attention log-sum-exp per head and query */
-#define L13_Q                   15045241024 /*  134217728: queries (rotated) */
-#define L13_K                   15179458752 /*   16777216: keys (rotated) */
-#define L13_QR                  15196235968 /*  134217728: queries before qk-norm */
-#define L13_KR                  15330453696 /*   16777216: keys before qk-norm */
-#define L13_RSTDQ               15347230912 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L13_RSTDK               15348279488 /*     131072: the same for the keys */
-#define L13_V                   15348410560 /*   16777216: values */
-#define L13_ATT                 15365187776 /*  134217728: attention output */
-#define L13_LSE                 15499405504 /*    1048576: attention log-sum-exp per head and query */
-#define L14_Q                   15500454080 /*  134217728: queries (rotated) */
-#define L14_K                   15634671808 /*   16777216: keys (rotated) */
-#define L14_QR                  15651449024 /*  134217728: queries before qk-norm */
-#define L14_KR                  15785666752 /*   16777216: keys before qk-norm */
-#define L14_RSTDQ               15802443968 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L14_RSTDK               15803492544 /*     131072: the same for the keys */
-#define L14_V                   15803623616 /*   16777216: values */
-#define L14_ATT                 15820400832 /*  134217728: attention output */
-#define L14_LSE                 15954618560 /*    1048576: attention log-sum-exp per head and query */
-#define L15_Q                   15955667136 /*  134217728: queries (rotated) */
-#define L15_K                   16089884864 /*   16777216: keys (rotated) */
-#define L15_QR                  16106662080 /*  134217728: queries before qk-norm */
-#define L15_KR                  16240879808 /*   16777216: keys before qk-norm */
-#define L15_RSTDQ               16257657024 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L15_RSTDK               16258705600 /*     131072: the same for the keys */
-#define L15_V                   16258836672 /*   16777216: values */
-#define L15_ATT                 16275613888 /*  134217728: attention output */
-#define L15_LSE                 16409831616 /*    1048576: attention log-sum-exp per head and query */
-#define L16_Q                   16410880192 /*  134217728: queries (rotated) */
-#define L16_K                   16545097920 /*   16777216: keys (rotated) */
-#define L16_QR                  16561875136 /*  134217728: queries before qk-norm */
-#define L16_KR                  16696092864 /*   16777216: keys before qk-norm */
-#define L16_RSTDQ               16712870080 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L16_RSTDK               16713918656 /*     131072: the same for the keys */
-#define L16_V                   16714049728 /*   16777216: values */
-#define L16_ATT                 16730826944 /*  134217728: attention output */
-#define L16_LSE                 16865044672 /*    1048576: attention log-sum-exp per head and query */
-#define L17_Q                   16866093248 /*  134217728: queries (rotated) */
-#define L17_K                   17000310976 /*   16777216: keys (rotated) */
-#define L17_QR                  17017088192 /*  134217728: queries before qk-norm */
-#define L17_KR                  17151305920 /*   16777216: keys before qk-norm */
-#define L17_RSTDQ               17168083136 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L17_RSTDK               17169131712 /*     131072: the same for the keys */
-#define L17_V                   17169262784 /*   16777216: values */
-#define L17_ATT                 17186040000 /*  134217728: attention output */
-#define L17_LSE                 17320257728 /*    1048576: attention log-sum-exp per head and query */
-#define L18_Q                   17321306304 /*  134217728: queries (rotated) */
-#define L18_K                   17455524032 /*   16777216: keys (rotated) */
-#define L18_QR                  17472301248 /*  134217728: queries before qk-norm */
-#define L18_KR                  17606518976 /*   16777216: keys before qk-norm */
-#define L18_RSTDQ               17623296192 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L18_RSTDK               17624344768 /*     131072: the same for the keys */
-#define L18_V                   17624475840 /*   16777216: values */
-#define L18_ATT                 17641253056 /*  134217728: attention output */
-#define L18_LSE                 17775470784 /*    1048576: attention log-sum-exp per head and query */
-#define L19_Q                   17776519360 /*  134217728: queries (rotated) */
-#define L19_K                   17910737088 /*   16777216: keys (rotated) */
-#define L19_QR                  17927514304 /*  134217728: queries before qk-norm */
-#define L19_KR                  18061732032 /*   16777216: keys before qk-norm */
-#define L19_RSTDQ               18078509248 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L19_RSTDK               18079557824 /*     131072: the same for the keys */
-#define L19_V                   18079688896 /*   16777216: values */
-#define L19_ATT                 18096466112 /*  134217728: attention output */
-#define L19_LSE                 18230683840 /*    1048576: attention log-sum-exp per head and query */
-#define L20_Q                   18231732416 /*  134217728: queries (rotated) */
-#define L20_K                   18365950144 /*   16777216: keys (rotated) */
-#define L20_QR                  18382727360 /*  134217728: queries before qk-norm */
-#define L20_KR                  18516945088 /*   16777216: keys before qk-norm */
-#define L20_RSTDQ               18533722304 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L20_RSTDK               18534770880 /*     131072: the same for the keys */
-#define L20_V                   18534901952 /*   16777216: values */
-#define L20_ATT                 18551679168 /*  134217728: attention output */
-#define L20_LSE                 18685896896 /*    1048576: attention log-sum-exp per head and query */
-#define L21_Q                   18686945472 /*  134217728: queries (rotated) */
-#define L21_K                   18821163200 /*   16777216: keys (rotated) */
-#define L21_QR                  18837940416 /*  134217728: queries before qk-norm */
-#define L21_KR                  18972158144 /*   16777216: keys before qk-norm */
-#define L21_RSTDQ               18988935360 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L21_RSTDK               18989983936 /*     131072: the same for the keys */
-#define L21_V                   18990115008 /*   16777216: values */
-#define L21_ATT                 19006892224 /*  134217728: attention output */
-#define L21_LSE                 19141109952 /*    1048576: attention log-sum-exp per head and query */
-#define L22_Q                   19142158528 /*  134217728: queries (rotated) */
-#define L22_K                   19276376256 /*   16777216: keys (rotated) */
-#define L22_QR                  19293153472 /*  134217728: queries before qk-norm */
-#define L22_KR                  19427371200 /*   16777216: keys before qk-norm */
-#define L22_RSTDQ               19444148416 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L22_RSTDK               19445196992 /*     131072: the same for the keys */
-#define L22_V                   19445328064 /*   16777216: values */
-#define L22_ATT                 19462105280 /*  134217728: attention output */
-#define L22_LSE                 19596323008 /*    1048576: attention log-sum-exp per head and query */
-#define L23_Q                   19597371584 /*  134217728: queries (rotated) */
-#define L23_K                   19731589312 /*   16777216: keys (rotated) */
-#define L23_QR                  19748366528 /*  134217728: queries before qk-norm */
-#define L23_KR                  19882584256 /*   16777216: keys before qk-norm */
-#define L23_RSTDQ               19899361472 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L23_RSTDK               19900410048 /*     131072: the same for the keys */
-#define L23_V                   19900541120 /*   16777216: values */
-#define L23_ATT                 19917318336 /*  134217728: attention output */
-#define L23_LSE                 20051536064 /*    1048576: attention log-sum-exp per head and query */
-#define L24_Q                   20052584640 /*  134217728: queries (rotated) */
-#define L24_K                   20186802368 /*   16777216: keys (rotated) */
-#define L24_QR                  20203579584 /*  134217728: queries before qk-norm */
-#define L24_KR                  20337797312 /*   16777216: keys before qk-norm */
-#define L24_RSTDQ               20354574528 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L24_RSTDK               20355623104 /*     131072: the same for the keys */
-#define L24_V                   20355754176 /*   16777216: values */
-#define L24_ATT                 20372531392 /*  134217728: attention output */
-#define L24_LSE                 20506749120 /*    1048576: attention log-sum-exp per head and query */
-#define L25_Q                   20507797696 /*  134217728: queries (rotated) */
-#define L25_K                   20642015424 /*   16777216: keys (rotated) */
-#define L25_QR                  20658792640 /*  134217728: queries before qk-norm */
-#define L25_KR                  20793010368 /*   16777216: keys before qk-norm */
-#define L25_RSTDQ               20809787584 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L25_RSTDK               20810836160 /*     131072: the same for the keys */
-#define L25_V                   20810967232 /*   16777216: values */
-#define L25_ATT                 20827744448 /*  134217728: attention output */
-#define L25_LSE                 20961962176 /*    1048576: attention log-sum-exp per head and query */
-#define L26_Q                   20963010752 /*  134217728: queries (rotated) */
-#define L26_K                   21097228480 /*   16777216: keys (rotated) */
-#define L26_QR                  21114005696 /*  134217728: queries before qk-norm */
-#define L26_KR                  21248223424 /*   16777216: keys before qk-norm */
-#define L26_RSTDQ               21265000640 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L26_RSTDK               21266049216 /*     131072: the same for the keys */
-#define L26_V                   21266180288 /*   16777216: values */
-#define L26_ATT                 21282957504 /*  134217728: attention output */
-#define L26_LSE                 21417175232 /*    1048576: attention log-sum-exp per head and query */
-#define L27_Q                   21418223808 /*  134217728: queries (rotated) */
-#define L27_K                   21552441536 /*   16777216: keys (rotated) */
-#define L27_QR                  21569218752 /*  134217728: queries before qk-norm */
-#define L27_KR                  21703436480 /*   16777216: keys before qk-norm */
-#define L27_RSTDQ               21720213696 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L27_RSTDK               21721262272 /*     131072: the same for the keys */
-#define L27_V                   21721393344 /*   16777216: values */
-#define L27_ATT                 21738170560 /*  134217728: attention output */
-#define L27_LSE                 21872388288 /*    1048576: attention log-sum-exp per head and query */
-#define L28_Q                   21873436864 /*  134217728: queries (rotated) */
-#define L28_K                   22007654592 /*   16777216: keys (rotated) */
-#define L28_QR                  22024431808 /*  134217728: queries before qk-norm */
-#define L28_KR                  22158649536 /*   16777216: keys before qk-norm */
-#define L28_RSTDQ               22175426752 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L28_RSTDK               22176475328 /*     131072: the same for the keys */
-#define L28_V                   22176606400 /*   16777216: values */
-#define L28_ATT                 22193383616 /*  134217728: attention output */
-#define L28_LSE                 22327601344 /*    1048576: attention log-sum-exp per head and query */
-#define L29_Q                   22328649920 /*  134217728: queries (rotated) */
-#define L29_K                   22462867648 /*   16777216: keys (rotated) */
-#define L29_QR                  22479644864 /*  134217728: queries before qk-norm */
-#define L29_KR                  22613862592 /*   16777216: keys before qk-norm */
-#define L29_RSTDQ               22630639808 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L29_RSTDK               22631688384 /*     131072: the same for the keys */
-#define L29_V                   22631819456 /*   16777216: values */
-#define L29_ATT                 22648596672 /*  134217728: attention output */
-#define L29_LSE                 22782814400 /*    1048576: attention log-sum-exp per head and query */
-#define L30_Q                   22783862976 /*  134217728: queries (rotated) */
-#define L30_K                   22918080704 /*   16777216: keys (rotated) */
-#define L30_QR                  22934857920 /*  134217728: queries before qk-norm */
-#define L30_KR                  23069075648 /*   16777216: keys before qk-norm */
-#define L30_RSTDQ               23085852864 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L30_RSTDK               23086901440 /*     131072: the same for the keys */
-#define L30_V                   23087032512 /*   16777216: values */
-#define L30_ATT                 23103809728 /*  134217728: attention output */
-#define L30_LSE                 23238027456 /*    1048576: attention log-sum-exp per head and query */
-#define L31_Q                   23239076032 /*  134217728: queries (rotated) */
-#define L31_K                   23373293760 /*   16777216: keys (rotated) */
-#define L31_QR                  23390070976 /*  134217728: queries before qk-norm */
-#define L31_KR                  23524288704 /*   16777216: keys before qk-norm */
-#define L31_RSTDQ               23541065920 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L31_RSTDK               23542114496 /*     131072: the same for the keys */
-#define L31_V                   23542245568 /*   16777216: values */
-#define L31_ATT                 23559022784 /*  134217728: attention output */
-#define L31_LSE                 23693240512 /*    1048576: attention log-sum-exp per head and query */
-#define L32_Q                   23694289088 /*  134217728: queries (rotated) */
-#define L32_K                   23828506816 /*   16777216: keys (rotated) */
-#define L32_QR                  23845284032 /*  134217728: queries before qk-norm */
-#define L32_KR                  23979501760 /*   16777216: keys before qk-norm */
-#define L32_RSTDQ               23996278976 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L32_RSTDK               23997327552 /*     131072: the same for the keys */
-#define L32_V                   23997458624 /*   16777216: values */
-#define L32_ATT                 24014235840 /*  134217728: attention output */
-#define L32_LSE                 24148453568 /*    1048576: attention log-sum-exp per head and query */
-#define L33_Q                   24149502144 /*  134217728: queries (rotated) */
-#define L33_K                   24283719872 /*   16777216: keys (rotated) */
-#define L33_QR                  24300497088 /*  134217728: queries before qk-norm */
-#define L33_KR                  24434714816 /*   16777216: keys before qk-norm */
-#define L33_RSTDQ               24451492032 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L33_RSTDK               24452540608 /*     131072: the same for the keys */
-#define L33_V                   24452671680 /*   16777216: values */
-#define L33_ATT                 24469448896 /*  134217728: attention output */
-#define L33_LSE                 24603666624 /*    1048576: attention log-sum-exp per head and query */
-#define L34_Q                   24604715200 /*  134217728: queries (rotated) */
-#define L34_K                   24738932928 /*   16777216: keys (rotated) */
-#define L34_QR                  24755710144 /*  134217728: queries before qk-norm */
-#define L34_KR                  24889927872 /*   16777216: keys before qk-norm */
-#define L34_RSTDQ               24906705088 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L34_RSTDK               24907753664 /*     131072: the same for the keys */
-#define L34_V                   24907884736 /*   16777216: values */
-#define L34_ATT                 24924661952 /*  134217728: attention output */
-#define L34_LSE                 25058879680 /*    1048576: attention log-sum-exp per head and query */
-#define L35_Q                   25059928256 /*  134217728: queries (rotated) */
-#define L35_K                   25194145984 /*   16777216: keys (rotated) */
-#define L35_QR                  25210923200 /*  134217728: queries before qk-norm */
-#define L35_KR                  25345140928 /*   16777216: keys before qk-norm */
-#define L35_RSTDQ               25361918144 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L35_RSTDK               25362966720 /*     131072: the same for the keys */
-#define L35_V                   25363097792 /*   16777216: values */
-#define L35_ATT                 25379875008 /*  134217728: attention output */
-#define L35_LSE                 25514092736 /*    1048576: attention log-sum-exp per head and query */
-#define L36_Q                   25515141312 /*  134217728: queries (rotated) */
-#define L36_K                   25649359040 /*   16777216: keys (rotated) */
-#define L36_QR                  25666136256 /*  134217728: queries before qk-norm */
-#define L36_KR                  25800353984 /*   16777216: keys before qk-norm */
-#define L36_RSTDQ               25817131200 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L36_RSTDK               25818179776 /*     131072: the same for the keys */
-#define L36_V                   25818310848 /*   16777216: values */
-#define L36_ATT                 25835088064 /*  134217728: attention output */
-#define L36_LSE                 25969305792 /*    1048576: attention log-sum-exp per head and query */
-#define L37_Q                   25970354368 /*  134217728: queries (rotated) */
-#define L37_K                   26104572096 /*   16777216: keys (rotated) */
-#define L37_QR                  26121349312 /*  134217728: queries before qk-norm */
-#define L37_KR                  26255567040 /*   16777216: keys before qk-norm */
-#define L37_RSTDQ               26272344256 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L37_RSTDK               26273392832 /*     131072: the same for the keys */
-#define L37_V                   26273523904 /*   16777216: values */
-#define L37_ATT                 26290301120 /*  134217728: attention output */
-#define L37_LSE                 26424518848 /*    1048576: attention log-sum-exp per head and query */
-#define L38_Q                   26425567424 /*  134217728: queries (rotated) */
-#define L38_K                   26559785152 /*   16777216: keys (rotated) */
-#define L38_QR                  26576562368 /*  134217728: queries before qk-norm */
-#define L38_KR                  26710780096 /*   16777216: keys before qk-norm */
-#define L38_RSTDQ               26727557312 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L38_RSTDK               26728605888 /*     131072: the same for the keys */
-#define L38_V                   26728736960 /*   16777216: values */
-#define L38_ATT                 26745514176 /*  134217728: attention output */
-#define L38_LSE                 26879731904 /*    1048576: attention log-sum-exp per head and query */
-#define L39_Q                   26880780480 /*  134217728: queries (rotated) */
-#define L39_K                   27014998208 /*   16777216: keys (rotated) */
-#define L39_QR                  27031775424 /*  134217728: queries before qk-norm */
-#define L39_KR                  27165993152 /*   16777216: keys before qk-norm */
-#define L39_RSTDQ               27182770368 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L39_RSTDK               27183818944 /*     131072: the same for the keys */
-#define L39_V                   27183950016 /*   16777216: values */
-#define L39_ATT                 27200727232 /*  134217728: attention output */
-#define L39_LSE                 27334944960 /*    1048576: attention log-sum-exp per head and query */
-#define L40_Q                   27335993536 /*  134217728: queries (rotated) */
-#define L40_K                   27470211264 /*   16777216: keys (rotated) */
-#define L40_QR                  27486988480 /*  134217728: queries before qk-norm */
-#define L40_KR                  27621206208 /*   16777216: keys before qk-norm */
-#define L40_RSTDQ               27637983424 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L40_RSTDK               27639032000 /*     131072: the same for the keys */
-#define L40_V                   27639163072 /*   16777216: values */
-#define L40_ATT                 27655940288 /*  134217728: attention output */
-#define L40_LSE                 27790158016 /*    1048576: attention log-sum-exp per head and query */
-#define L41_Q                   27791206592 /*  134217728: queries (rotated) */
-#define L41_K                   27925424320 /*   16777216: keys (rotated) */
-#define L41_QR                  27942201536 /*  134217728: queries before qk-norm */
-#define L41_KR                  28076419264 /*   16777216: keys before qk-norm */
-#define L41_RSTDQ               28093196480 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L41_RSTDK               28094245056 /*     131072: the same for the keys */
-#define L41_V                   28094376128 /*   16777216: values */
-#define L41_ATT                 28111153344 /*  134217728: attention output */
-#define L41_LSE                 28245371072 /*    1048576: attention log-sum-exp per head and query */
-#define L42_Q                   28246419648 /*  134217728: queries (rotated) */
-#define L42_K                   28380637376 /*   16777216: keys (rotated) */
-#define L42_QR                  28397414592 /*  134217728: queries before qk-norm */
-#define L42_KR                  28531632320 /*   16777216: keys before qk-norm */
-#define L42_RSTDQ               28548409536 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L42_RSTDK               28549458112 /*     131072: the same for the keys */
-#define L42_V                   28549589184 /*   16777216: values */
-#define L42_ATT                 28566366400 /*  134217728: attention output */
-#define L42_LSE                 28700584128 /*    1048576: attention log-sum-exp per head and query */
-#define L43_Q                   28701632704 /*  134217728: queries (rotated) */
-#define L43_K                   28835850432 /*   16777216: keys (rotated) */
-#define L43_QR                  28852627648 /*  134217728: queries before qk-norm */
-#define L43_KR                  28986845376 /*   16777216: keys before qk-norm */
-#define L43_RSTDQ               29003622592 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L43_RSTDK               29004671168 /*     131072: the same for the keys */
-#define L43_V                   29004802240 /*   16777216: values */
-#define L43_ATT                 29021579456 /*  134217728: attention output */
-#define L43_LSE                 29155797184 /*    1048576: attention log-sum-exp per head and query */
-#define L44_Q                   29156845760 /*  134217728: queries (rotated) */
-#define L44_K                   29291063488 /*   16777216: keys (rotated) */
-#define L44_QR                  29307840704 /*  134217728: queries before qk-norm */
-#define L44_KR                  29442058432 /*   16777216: keys before qk-norm */
-#define L44_RSTDQ               29458835648 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L44_RSTDK               29459884224 /*     131072: the same for the keys */
-#define L44_V                   29460015296 /*   16777216: values */
-#define L44_ATT                 29476792512 /*  134217728: attention output */
-#define L44_LSE                 29611010240 /*    1048576: attention log-sum-exp per head and query */
-#define L45_Q                   29612058816 /*  134217728: queries (rotated) */
-#define L45_K                   29746276544 /*   16777216: keys (rotated) */
-#define L45_QR                  29763053760 /*  134217728: queries before qk-norm */
-#define L45_KR                  29897271488 /*   16777216: keys before qk-norm */
-#define L45_RSTDQ               29914048704 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L45_RSTDK               29915097280 /*     131072: the same for the keys */
-#define L45_V                   29915228352 /*   16777216: values */
-#define L45_ATT                 29932005568 /*  134217728: attention output */
-#define L45_LSE                 30066223296 /*    1048576: attention log-sum-exp per head and query */
-#define L46_Q                   30067271872 /*  134217728: queries (rotated) */
-#define L46_K                   30201489600 /*   16777216: keys (rotated) */
-#define L46_QR                  30218266816 /*  134217728: queries before qk-norm */
-#define L46_KR                  30352484544 /*   16777216: keys before qk-norm */
-#define L46_RSTDQ               30369261760 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L46_RSTDK               30370310336 /*     131072: the same for the keys */
-#define L46_V                   30370441408 /*   16777216: values */
-#define L46_ATT                 30387218624 /*  134217728: attention output */
-#define L46_LSE                 30521436352 /*    1048576: attention log-sum-exp per head and query */
-#define L47_Q                   30522484928 /*  134217728: queries (rotated) */
-#define L47_K                   30656702656 /*   16777216: keys (rotated) */
-#define L47_QR                  30673479872 /*  134217728: queries before qk-norm */
-#define L47_KR                  30807697600 /*   16777216: keys before qk-norm */
-#define L47_RSTDQ               30824474816 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L47_RSTDK               30825523392 /*     131072: the same for the keys */
-#define L47_V                   30825654464 /*   16777216: values */
-#define L47_ATT                 30842431680 /*  134217728: attention output */
-#define L47_LSE                 30976649408 /*    1048576: attention log-sum-exp per head and query */
-#define WS_Y                    30977697984 /*   67108864: a block's output before the residual add */
-#define WS_Y2                   31044806848 /*   67108864: shared experts' output */
-#define DX_A                    31111915712 /*   67108864: gradient of the residual stream (even layers' output) */
-#define DX_B                    31179024576 /*   67108864: gradient of the residual stream (odd layers' output) */
-#define DLN                     31246133440 /*   67108864: gradient of a norm's output */
-#define DATT                    31313242304 /*  134217728: gradient of the attention output */
-#define DQ                      31447460032 /*  134217728: gradient of the queries */
-#define DK                      31581677760 /*   16777216: gradient of the keys */
-#define DV                      31598454976 /*   16777216: gradient of the values */
-#define DQR                     31615232192 /*  134217728: gradient of the queries before qk-norm */
-#define DKR                     31749449920 /*   16777216: gradient of the keys before qk-norm */
-#define DLOGITS                 31766227136 /*    4194304: gradient of the router logits */
-#define DWTS                    31770421440 /*     262144: gradient of the routing weights */
-#define DYP                     31770683584 /*  536870912: gradient of the expert outputs */
-#define DXP                     32307554496 /*  536870912: gradient of the token copies */
-#define DYE                     32844425408 /*  671088640: gradient of the received rows' outputs */
-#define DXE                     33515514048 /*  671088640: gradient of the received rows */
-#define A2A                     34186602688 /*  671088640: all-to-all staging of one round (source-rank order) */
-#define EDG                     34857691328 /*  251658240: routed experts' gate gradient */
-#define EDU                     35109349568 /*  251658240: routed experts' up gradient */
-#define EDH                     35361007808 /*  251658240: routed experts' activation gradient */
-#define AUX                     35612666048 /*        384: load-balancing loss scratch */
-#define LNF                     35612666432 /*   67108864: final norm output */
-#define RSTDF                   35679775296 /*      32768: its 1/rms per token */
-#define LSEF                    35679808064 /*      32768: log-sum-exp of each token's logits */
-#define CE                      35679840832 /*  268435456: logits of one vocabulary chunk and their gradient */
+
+/* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
+#define GRAD0                         65536 /*  311166976: an even unit's gradient, dense then experts, then its reduce-scatters' input */
+#define GRAD1                     311232512 /*  311166976: an odd unit's (in flight while the next unit's backward runs) */
+#define RS_OUT0                   622399488 /*   37748736: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE0                  660148224 /*  155583488: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT1                   815731712 /*   37748736: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE1                  853480448 /*   75497472: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT2                   928977920 /*   37748736: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
+#define RS_WIRE2                  966726656 /*  155583488: its bf16 send buffer (2 bytes per gathered value) */
+#define RS_OUT3                  1122310144 /*   37748736: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
+#define RS_WIRE3                 1160058880 /*   75497472: its bf16 send buffer (2 bytes per gathered value) */
+#define WS_RSTD1                 1235556352 /*      32768: its 1/rms per token */
+#define L0_RSTDQ                 1235589120 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L0_RSTDK                 1236637696 /*     131072: the same for the keys */
+#define L0_LSE                   1236768768 /*    1048576: attention log-sum-exp per head and query */
+#define WS_RSTD2                 1237817344 /*      32768: its 1/rms per token */
+#define WS_LOGITS                1237850112 /*    4194304: router logits */
+#define WS_IDX                   1242044416 /*     262144: selected experts (int32) */
+#define WS_WTS                   1242306560 /*     262144: their weights */
+#define WS_POS                   1242568704 /*     262144: row of each assignment in expert order (int32) */
+#define WS_OFFSETS               1242830848 /*        129: first row of each expert (int32) */
+#define WS_EOFF                  1242830992 /*         33: first row of each local expert in the round (int32) */
+#define L1_RSTDQ                 1242831040 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L1_RSTDK                 1243879616 /*     131072: the same for the keys */
+#define L1_LSE                   1244010688 /*    1048576: attention log-sum-exp per head and query */
+#define L2_RSTDQ                 1245059264 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L2_RSTDK                 1246107840 /*     131072: the same for the keys */
+#define L2_LSE                   1246238912 /*    1048576: attention log-sum-exp per head and query */
+#define L3_RSTDQ                 1247287488 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L3_RSTDK                 1248336064 /*     131072: the same for the keys */
+#define L3_LSE                   1248467136 /*    1048576: attention log-sum-exp per head and query */
+#define L4_RSTDQ                 1249515712 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L4_RSTDK                 1250564288 /*     131072: the same for the keys */
+#define L4_LSE                   1250695360 /*    1048576: attention log-sum-exp per head and query */
+#define L5_RSTDQ                 1251743936 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L5_RSTDK                 1252792512 /*     131072: the same for the keys */
+#define L5_LSE                   1252923584 /*    1048576: attention log-sum-exp per head and query */
+#define L6_RSTDQ                 1253972160 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L6_RSTDK                 1255020736 /*     131072: the same for the keys */
+#define L6_LSE                   1255151808 /*    1048576: attention log-sum-exp per head and query */
+#define L7_RSTDQ                 1256200384 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L7_RSTDK                 1257248960 /*     131072: the same for the keys */
+#define L7_LSE                   1257380032 /*    1048576: attention log-sum-exp per head and query */
+#define L8_RSTDQ                 1258428608 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L8_RSTDK                 1259477184 /*     131072: the same for the keys */
+#define L8_LSE                   1259608256 /*    1048576: attention log-sum-exp per head and query */
+#define L9_RSTDQ                 1260656832 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L9_RSTDK                 1261705408 /*     131072: the same for the keys */
+#define L9_LSE                   1261836480 /*    1048576: attention log-sum-exp per head and query */
+#define L10_RSTDQ                1262885056 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L10_RSTDK                1263933632 /*     131072: the same for the keys */
+#define L10_LSE                  1264064704 /*    1048576: attention log-sum-exp per head and query */
+#define L11_RSTDQ                1265113280 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L11_RSTDK                1266161856 /*     131072: the same for the keys */
+#define L11_LSE                  1266292928 /*    1048576: attention log-sum-exp per head and query */
+#define L12_RSTDQ                1267341504 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L12_RSTDK                1268390080 /*     131072: the same for the keys */
+#define L12_LSE                  1268521152 /*    1048576: attention log-sum-exp per head and query */
+#define L13_RSTDQ                1269569728 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L13_RSTDK                1270618304 /*     131072: the same for the keys */
+#define L13_LSE                  1270749376 /*    1048576: attention log-sum-exp per head and query */
+#define L14_RSTDQ                1271797952 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L14_RSTDK                1272846528 /*     131072: the same for the keys */
+#define L14_LSE                  1272977600 /*    1048576: attention log-sum-exp per head and query */
+#define L15_RSTDQ                1274026176 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L15_RSTDK                1275074752 /*     131072: the same for the keys */
+#define L15_LSE                  1275205824 /*    1048576: attention log-sum-exp per head and query */
+#define L16_RSTDQ                1276254400 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L16_RSTDK                1277302976 /*     131072: the same for the keys */
+#define L16_LSE                  1277434048 /*    1048576: attention log-sum-exp per head and query */
+#define L17_RSTDQ                1278482624 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L17_RSTDK                1279531200 /*     131072: the same for the keys */
+#define L17_LSE                  1279662272 /*    1048576: attention log-sum-exp per head and query */
+#define L18_RSTDQ                1280710848 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L18_RSTDK                1281759424 /*     131072: the same for the keys */
+#define L18_LSE                  1281890496 /*    1048576: attention log-sum-exp per head and query */
+#define L19_RSTDQ                1282939072 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L19_RSTDK                1283987648 /*     131072: the same for the keys */
+#define L19_LSE                  1284118720 /*    1048576: attention log-sum-exp per head and query */
+#define L20_RSTDQ                1285167296 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L20_RSTDK                1286215872 /*     131072: the same for the keys */
+#define L20_LSE                  1286346944 /*    1048576: attention log-sum-exp per head and query */
+#define L21_RSTDQ                1287395520 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L21_RSTDK                1288444096 /*     131072: the same for the keys */
+#define L21_LSE                  1288575168 /*    1048576: attention log-sum-exp per head and query */
+#define L22_RSTDQ                1289623744 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L22_RSTDK                1290672320 /*     131072: the same for the keys */
+#define L22_LSE                  1290803392 /*    1048576: attention log-sum-exp per head and query */
+#define L23_RSTDQ                1291851968 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L23_RSTDK                1292900544 /*     131072: the same for the keys */
+#define L23_LSE                  1293031616 /*    1048576: attention log-sum-exp per head and query */
+#define L24_RSTDQ                1294080192 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L24_RSTDK                1295128768 /*     131072: the same for the keys */
+#define L24_LSE                  1295259840 /*    1048576: attention log-sum-exp per head and query */
+#define L25_RSTDQ                1296308416 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L25_RSTDK                1297356992 /*     131072: the same for the keys */
+#define L25_LSE                  1297488064 /*    1048576: attention log-sum-exp per head and query */
+#define L26_RSTDQ                1298536640 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L26_RSTDK                1299585216 /*     131072: the same for the keys */
+#define L26_LSE                  1299716288 /*    1048576: attention log-sum-exp per head and query */
+#define L27_RSTDQ                1300764864 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L27_RSTDK                1301813440 /*     131072: the same for the keys */
+#define L27_LSE                  1301944512 /*    1048576: attention log-sum-exp per head and query */
+#define L28_RSTDQ                1302993088 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L28_RSTDK                1304041664 /*     131072: the same for the keys */
+#define L28_LSE                  1304172736 /*    1048576: attention log-sum-exp per head and query */
+#define L29_RSTDQ                1305221312 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L29_RSTDK                1306269888 /*     131072: the same for the keys */
+#define L29_LSE                  1306400960 /*    1048576: attention log-sum-exp per head and query */
+#define L30_RSTDQ                1307449536 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L30_RSTDK                1308498112 /*     131072: the same for the keys */
+#define L30_LSE                  1308629184 /*    1048576: attention log-sum-exp per head and query */
+#define L31_RSTDQ                1309677760 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L31_RSTDK                1310726336 /*     131072: the same for the keys */
+#define L31_LSE                  1310857408 /*    1048576: attention log-sum-exp per head and query */
+#define L32_RSTDQ                1311905984 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L32_RSTDK                1312954560 /*     131072: the same for the keys */
+#define L32_LSE                  1313085632 /*    1048576: attention log-sum-exp per head and query */
+#define L33_RSTDQ                1314134208 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L33_RSTDK                1315182784 /*     131072: the same for the keys */
+#define L33_LSE                  1315313856 /*    1048576: attention log-sum-exp per head and query */
+#define L34_RSTDQ                1316362432 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L34_RSTDK                1317411008 /*     131072: the same for the keys */
+#define L34_LSE                  1317542080 /*    1048576: attention log-sum-exp per head and query */
+#define L35_RSTDQ                1318590656 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L35_RSTDK                1319639232 /*     131072: the same for the keys */
+#define L35_LSE                  1319770304 /*    1048576: attention log-sum-exp per head and query */
+#define L36_RSTDQ                1320818880 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L36_RSTDK                1321867456 /*     131072: the same for the keys */
+#define L36_LSE                  1321998528 /*    1048576: attention log-sum-exp per head and query */
+#define L37_RSTDQ                1323047104 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L37_RSTDK                1324095680 /*     131072: the same for the keys */
+#define L37_LSE                  1324226752 /*    1048576: attention log-sum-exp per head and query */
+#define L38_RSTDQ                1325275328 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L38_RSTDK                1326323904 /*     131072: the same for the keys */
+#define L38_LSE                  1326454976 /*    1048576: attention log-sum-exp per head and query */
+#define L39_RSTDQ                1327503552 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L39_RSTDK                1328552128 /*     131072: the same for the keys */
+#define L39_LSE                  1328683200 /*    1048576: attention log-sum-exp per head and query */
+#define L40_RSTDQ                1329731776 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L40_RSTDK                1330780352 /*     131072: the same for the keys */
+#define L40_LSE                  1330911424 /*    1048576: attention log-sum-exp per head and query */
+#define L41_RSTDQ                1331960000 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L41_RSTDK                1333008576 /*     131072: the same for the keys */
+#define L41_LSE                  1333139648 /*    1048576: attention log-sum-exp per head and query */
+#define L42_RSTDQ                1334188224 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L42_RSTDK                1335236800 /*     131072: the same for the keys */
+#define L42_LSE                  1335367872 /*    1048576: attention log-sum-exp per head and query */
+#define L43_RSTDQ                1336416448 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L43_RSTDK                1337465024 /*     131072: the same for the keys */
+#define L43_LSE                  1337596096 /*    1048576: attention log-sum-exp per head and query */
+#define L44_RSTDQ                1338644672 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L44_RSTDK                1339693248 /*     131072: the same for the keys */
+#define L44_LSE                  1339824320 /*    1048576: attention log-sum-exp per head and query */
+#define L45_RSTDQ                1340872896 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L45_RSTDK                1341921472 /*     131072: the same for the keys */
+#define L45_LSE                  1342052544 /*    1048576: attention log-sum-exp per head and query */
+#define L46_RSTDQ                1343101120 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L46_RSTDK                1344149696 /*     131072: the same for the keys */
+#define L46_LSE                  1344280768 /*    1048576: attention log-sum-exp per head and query */
+#define L47_RSTDQ                1345329344 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L47_RSTDK                1346377920 /*     131072: the same for the keys */
+#define L47_LSE                  1346508992 /*    1048576: attention log-sum-exp per head and query */
+#define DLOGITS                  1347557568 /*    4194304: gradient of the router logits */
+#define DWTS                     1351751872 /*     262144: gradient of the routing weights */
+#define AUX                      1352014016 /*        384: load-balancing loss scratch */
+#define RSTDF                    1352014400 /*      32768: its 1/rms per token */
+#define LSEF                     1352047168 /*      32768: log-sum-exp of each token's logits */
+#define CE                       1352079936 /*  268435456: logits of one vocabulary chunk and their gradient */
+
+/* ---- the activation arena map (elements of act) ---- */
+#define GATHERED0                         0 /*  311166976: units u with u % 2 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1                 311166976 /*  311166976: units u with u % 2 = 1: parameters all-gathered, dense then experts */
+#define X0                        622333952 /*   67108864: boundary: input of layer 0 (residual stream) */
+#define X1                        689442816 /*   67108864: boundary: input of layer 1 (residual stream) */
+#define X2                        756551680 /*   67108864: boundary: input of layer 2 (residual stream) */
+#define X3                        823660544 /*   67108864: boundary: input of layer 3 (residual stream) */
+#define X4                        890769408 /*   67108864: boundary: input of layer 4 (residual stream) */
+#define X5                        957878272 /*   67108864: boundary: input of layer 5 (residual stream) */
+#define X6                       1024987136 /*   67108864: boundary: input of layer 6 (residual stream) */
+#define X7                       1092096000 /*   67108864: boundary: input of layer 7 (residual stream) */
+#define X8                       1159204864 /*   67108864: boundary: input of layer 8 (residual stream) */
+#define X9                       1226313728 /*   67108864: boundary: input of layer 9 (residual stream) */
+#define X10                      1293422592 /*   67108864: boundary: input of layer 10 (residual stream) */
+#define X11                      1360531456 /*   67108864: boundary: input of layer 11 (residual stream) */
+#define X12                      1427640320 /*   67108864: boundary: input of layer 12 (residual stream) */
+#define X13                      1494749184 /*   67108864: boundary: input of layer 13 (residual stream) */
+#define X14                      1561858048 /*   67108864: boundary: input of layer 14 (residual stream) */
+#define X15                      1628966912 /*   67108864: boundary: input of layer 15 (residual stream) */
+#define X16                      1696075776 /*   67108864: boundary: input of layer 16 (residual stream) */
+#define X17                      1763184640 /*   67108864: boundary: input of layer 17 (residual stream) */
+#define X18                      1830293504 /*   67108864: boundary: input of layer 18 (residual stream) */
+#define X19                      1897402368 /*   67108864: boundary: input of layer 19 (residual stream) */
+#define X20                      1964511232 /*   67108864: boundary: input of layer 20 (residual stream) */
+#define X21                      2031620096 /*   67108864: boundary: input of layer 21 (residual stream) */
+#define X22                      2098728960 /*   67108864: boundary: input of layer 22 (residual stream) */
+#define X23                      2165837824 /*   67108864: boundary: input of layer 23 (residual stream) */
+#define X24                      2232946688 /*   67108864: boundary: input of layer 24 (residual stream) */
+#define X25                      2300055552 /*   67108864: boundary: input of layer 25 (residual stream) */
+#define X26                      2367164416 /*   67108864: boundary: input of layer 26 (residual stream) */
+#define X27                      2434273280 /*   67108864: boundary: input of layer 27 (residual stream) */
+#define X28                      2501382144 /*   67108864: boundary: input of layer 28 (residual stream) */
+#define X29                      2568491008 /*   67108864: boundary: input of layer 29 (residual stream) */
+#define X30                      2635599872 /*   67108864: boundary: input of layer 30 (residual stream) */
+#define X31                      2702708736 /*   67108864: boundary: input of layer 31 (residual stream) */
+#define X32                      2769817600 /*   67108864: boundary: input of layer 32 (residual stream) */
+#define X33                      2836926464 /*   67108864: boundary: input of layer 33 (residual stream) */
+#define X34                      2904035328 /*   67108864: boundary: input of layer 34 (residual stream) */
+#define X35                      2971144192 /*   67108864: boundary: input of layer 35 (residual stream) */
+#define X36                      3038253056 /*   67108864: boundary: input of layer 36 (residual stream) */
+#define X37                      3105361920 /*   67108864: boundary: input of layer 37 (residual stream) */
+#define X38                      3172470784 /*   67108864: boundary: input of layer 38 (residual stream) */
+#define X39                      3239579648 /*   67108864: boundary: input of layer 39 (residual stream) */
+#define X40                      3306688512 /*   67108864: boundary: input of layer 40 (residual stream) */
+#define X41                      3373797376 /*   67108864: boundary: input of layer 41 (residual stream) */
+#define X42                      3440906240 /*   67108864: boundary: input of layer 42 (residual stream) */
+#define X43                      3508015104 /*   67108864: boundary: input of layer 43 (residual stream) */
+#define X44                      3575123968 /*   67108864: boundary: input of layer 44 (residual stream) */
+#define X45                      3642232832 /*   67108864: boundary: input of layer 45 (residual stream) */
+#define X46                      3709341696 /*   67108864: boundary: input of layer 46 (residual stream) */
+#define X47                      3776450560 /*   67108864: boundary: input of layer 47 (residual stream) */
+#define X48                      3843559424 /*   67108864: output of the last layer */
+#define WS_LN1                   3910668288 /*   67108864: attention norm output */
+#define L0_Q                     3977777152 /*  134217728: queries (rotated) */
+#define L0_K                     4111994880 /*   16777216: keys (rotated) */
+#define L0_QR                    4128772096 /*  134217728: queries before qk-norm */
+#define L0_KR                    4262989824 /*   16777216: keys before qk-norm */
+#define L0_V                     4279767040 /*   16777216: values */
+#define L0_ATT                   4296544256 /*  134217728: attention output */
+#define WS_RES                   4430761984 /*   67108864: residual stream after attention */
+#define WS_LN2                   4497870848 /*   67108864: mlp norm output */
+#define WS_YP                    4564979712 /*  536870912: expert outputs in that order */
+#define WS_XP                    5101850624 /*  536870912: token copies in expert order, to send (all-to-all) */
+#define WS_XE                    5638721536 /*  671088640: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                    6309810176 /*  671088640: their outputs, before going back */
+#define WS_EG                    6980898816 /*  251658240: routed experts' gate */
+#define WS_EU                    7232557056 /*  251658240: routed experts' up */
+#define WS_EH                    7484215296 /*  251658240: routed experts' activation */
+#define L1_Q                     7735873536 /*  134217728: queries (rotated) */
+#define L1_K                     7870091264 /*   16777216: keys (rotated) */
+#define L1_QR                    7886868480 /*  134217728: queries before qk-norm */
+#define L1_KR                    8021086208 /*   16777216: keys before qk-norm */
+#define L1_V                     8037863424 /*   16777216: values */
+#define L1_ATT                   8054640640 /*  134217728: attention output */
+#define L2_Q                     8188858368 /*  134217728: queries (rotated) */
+#define L2_K                     8323076096 /*   16777216: keys (rotated) */
+#define L2_QR                    8339853312 /*  134217728: queries before qk-norm */
+#define L2_KR                    8474071040 /*   16777216: keys before qk-norm */
+#define L2_V                     8490848256 /*   16777216: values */
+#define L2_ATT                   8507625472 /*  134217728: attention output */
+#define L3_Q                     8641843200 /*  134217728: queries (rotated) */
+#define L3_K                     8776060928 /*   16777216: keys (rotated) */
+#define L3_QR                    8792838144 /*  134217728: queries before qk-norm */
+#define L3_KR                    8927055872 /*   16777216: keys before qk-norm */
+#define L3_V                     8943833088 /*   16777216: values */
+#define L3_ATT                   8960610304 /*  134217728: attention output */
+#define L4_Q                     9094828032 /*  134217728: queries (rotated) */
+#define L4_K                     9229045760 /*   16777216: keys (rotated) */
+#define L4_QR                    9245822976 /*  134217728: queries before qk-norm */
+#define L4_KR                    9380040704 /*   16777216: keys before qk-norm */
+#define L4_V                     9396817920 /*   16777216: values */
+#define L4_ATT                   9413595136 /*  134217728: attention output */
+#define L5_Q                     9547812864 /*  134217728: queries (rotated) */
+#define L5_K                     9682030592 /*   16777216: keys (rotated) */
+#define L5_QR                    9698807808 /*  134217728: queries before qk-norm */
+#define L5_KR                    9833025536 /*   16777216: keys before qk-norm */
+#define L5_V                     9849802752 /*   16777216: values */
+#define L5_ATT                   9866579968 /*  134217728: attention output */
+#define L6_Q                    10000797696 /*  134217728: queries (rotated) */
+#define L6_K                    10135015424 /*   16777216: keys (rotated) */
+#define L6_QR                   10151792640 /*  134217728: queries before qk-norm */
+#define L6_KR                   10286010368 /*   16777216: keys before qk-norm */
+#define L6_V                    10302787584 /*   16777216: values */
+#define L6_ATT                  10319564800 /*  134217728: attention output */
+#define L7_Q                    10453782528 /*  134217728: queries (rotated) */
+#define L7_K                    10588000256 /*   16777216: keys (rotated) */
+#define L7_QR                   10604777472 /*  134217728: queries before qk-norm */
+#define L7_KR                   10738995200 /*   16777216: keys before qk-norm */
+#define L7_V                    10755772416 /*   16777216: values */
+#define L7_ATT                  10772549632 /*  134217728: attention output */
+#define L8_Q                    10906767360 /*  134217728: queries (rotated) */
+#define L8_K                    11040985088 /*   16777216: keys (rotated) */
+#define L8_QR                   11057762304 /*  134217728: queries before qk-norm */
+#define L8_KR                   11191980032 /*   16777216: keys before qk-norm */
+#define L8_V                    11208757248 /*   16777216: values */
+#define L8_ATT                  11225534464 /*  134217728: attention output */
+#define L9_Q                    11359752192 /*  134217728: queries (rotated) */
+#define L9_K                    11493969920 /*   16777216: keys (rotated) */
+#define L9_QR                   11510747136 /*  134217728: queries before qk-norm */
+#define L9_KR                   11644964864 /*   16777216: keys before qk-norm */
+#define L9_V                    11661742080 /*   16777216: values */
+#define L9_ATT                  11678519296 /*  134217728: attention output */
+#define L10_Q                   11812737024 /*  134217728: queries (rotated) */
+#define L10_K                   11946954752 /*   16777216: keys (rotated) */
+#define L10_QR                  11963731968 /*  134217728: queries before qk-norm */
+#define L10_KR                  12097949696 /*   16777216: keys before qk-norm */
+#define L10_V                   12114726912 /*   16777216: values */
+#define L10_ATT                 12131504128 /*  134217728: attention output */
+#define L11_Q                   12265721856 /*  134217728: queries (rotated) */
+#define L11_K                   12399939584 /*   16777216: keys (rotated) */
+#define L11_QR                  12416716800 /*  134217728: queries before qk-norm */
+#define L11_KR                  12550934528 /*   16777216: keys before qk-norm */
+#define L11_V                   12567711744 /*   16777216: values */
+#define L11_ATT                 12584488960 /*  134217728: attention output */
+#define L12_Q                   12718706688 /*  134217728: queries (rotated) */
+#define L12_K                   12852924416 /*   16777216: keys (rotated) */
+#define L12_QR                  12869701632 /*  134217728: queries before qk-norm */
+#define L12_KR                  13003919360 /*   16777216: keys before qk-norm */
+#define L12_V                   13020696576 /*   16777216: values */
+#define L12_ATT                 13037473792 /*  134217728: attention output */
+#define L13_Q                   13171691520 /*  134217728: queries (rotated) */
+#define L13_K                   13305909248 /*   16777216: keys (rotated) */
+#define L13_QR                  13322686464 /*  134217728: queries before qk-norm */
+#define L13_KR                  13456904192 /*   16777216: keys before qk-norm */
+#define L13_V                   13473681408 /*   16777216: values */
+#define L13_ATT                 13490458624 /*  134217728: attention output */
+#define L14_Q                   13624676352 /*  134217728: queries (rotated) */
+#define L14_K                   13758894080 /*   16777216: keys (rotated) */
+#define L14_QR                  13775671296 /*  134217728: queries before qk-norm */
+#define L14_KR                  13909889024 /*   16777216: keys before qk-norm */
+#define L14_V                   13926666240 /*   16777216: values */
+#define L14_ATT                 13943443456 /*  134217728: attention output */
+#define L15_Q                   14077661184 /*  134217728: queries (rotated) */
+#define L15_K                   14211878912 /*   16777216: keys (rotated) */
+#define L15_QR                  14228656128 /*  134217728: queries before qk-norm */
+#define L15_KR                  14362873856 /*   16777216: keys before qk-norm */
+#define L15_V                   14379651072 /*   16777216: values */
+#define L15_ATT                 14396428288 /*  134217728: attention output */
+#define L16_Q                   14530646016 /*  134217728: queries (rotated) */
+#define L16_K                   14664863744 /*   16777216: keys (rotated) */
+#define L16_QR                  14681640960 /*  134217728: queries before qk-norm */
+#define L16_KR                  14815858688 /*   16777216: keys before qk-norm */
+#define L16_V                   14832635904 /*   16777216: values */
+#define L16_ATT                 14849413120 /*  134217728: attention output */
+#define L17_Q                   14983630848 /*  134217728: queries (rotated) */
+#define L17_K                   15117848576 /*   16777216: keys (rotated) */
+#define L17_QR                  15134625792 /*  134217728: queries before qk-norm */
+#define L17_KR                  15268843520 /*   16777216: keys before qk-norm */
+#define L17_V                   15285620736 /*   16777216: values */
+#define L17_ATT                 15302397952 /*  134217728: attention output */
+#define L18_Q                   15436615680 /*  134217728: queries (rotated) */
+#define L18_K                   15570833408 /*   16777216: keys (rotated) */
+#define L18_QR                  15587610624 /*  134217728: queries before qk-norm */
+#define L18_KR                  15721828352 /*   16777216: keys before qk-norm */
+#define L18_V                   15738605568 /*   16777216: values */
+#define L18_ATT                 15755382784 /*  134217728: attention output */
+#define L19_Q                   15889600512 /*  134217728: queries (rotated) */
+#define L19_K                   16023818240 /*   16777216: keys (rotated) */
+#define L19_QR                  16040595456 /*  134217728: queries before qk-norm */
+#define L19_KR                  16174813184 /*   16777216: keys before qk-norm */
+#define L19_V                   16191590400 /*   16777216: values */
+#define L19_ATT                 16208367616 /*  134217728: attention output */
+#define L20_Q                   16342585344 /*  134217728: queries (rotated) */
+#define L20_K                   16476803072 /*   16777216: keys (rotated) */
+#define L20_QR                  16493580288 /*  134217728: queries before qk-norm */
+#define L20_KR                  16627798016 /*   16777216: keys before qk-norm */
+#define L20_V                   16644575232 /*   16777216: values */
+#define L20_ATT                 16661352448 /*  134217728: attention output */
+#define L21_Q                   16795570176 /*  134217728: queries (rotated) */
+#define L21_K                   16929787904 /*   16777216: keys (rotated) */
+#define L21_QR                  16946565120 /*  134217728: queries before qk-norm */
+#define L21_KR                  17080782848 /*   16777216: keys before qk-norm */
+#define L21_V                   17097560064 /*   16777216: values */
+#define L21_ATT                 17114337280 /*  134217728: attention output */
+#define L22_Q                   17248555008 /*  134217728: queries (rotated) */
+#define L22_K                   17382772736 /*   16777216: keys (rotated) */
+#define L22_QR                  17399549952 /*  134217728: queries before qk-norm */
+#define L22_KR                  17533767680 /*   16777216: keys before qk-norm */
+#define L22_V                   17550544896 /*   16777216: values */
+#define L22_ATT                 17567322112 /*  134217728: attention output */
+#define L23_Q                   17701539840 /*  134217728: queries (rotated) */
+#define L23_K                   17835757568 /*   16777216: keys (rotated) */
+#define L23_QR                  17852534784 /*  134217728: queries before qk-norm */
+#define L23_KR                  17986752512 /*   16777216: keys before qk-norm */
+#define L23_V                   18003529728 /*   16777216: values */
+#define L23_ATT                 18020306944 /*  134217728: attention output */
+#define L24_Q                   18154524672 /*  134217728: queries (rotated) */
+#define L24_K                   18288742400 /*   16777216: keys (rotated) */
+#define L24_QR                  18305519616 /*  134217728: queries before qk-norm */
+#define L24_KR                  18439737344 /*   16777216: keys before qk-norm */
+#define L24_V                   18456514560 /*   16777216: values */
+#define L24_ATT                 18473291776 /*  134217728: attention output */
+#define L25_Q                   18607509504 /*  134217728: queries (rotated) */
+#define L25_K                   18741727232 /*   16777216: keys (rotated) */
+#define L25_QR                  18758504448 /*  134217728: queries before qk-norm */
+#define L25_KR                  18892722176 /*   16777216: keys before qk-norm */
+#define L25_V                   18909499392 /*   16777216: values */
+#define L25_ATT                 18926276608 /*  134217728: attention output */
+#define L26_Q                   19060494336 /*  134217728: queries (rotated) */
+#define L26_K                   19194712064 /*   16777216: keys (rotated) */
+#define L26_QR                  19211489280 /*  134217728: queries before qk-norm */
+#define L26_KR                  19345707008 /*   16777216: keys before qk-norm */
+#define L26_V                   19362484224 /*   16777216: values */
+#define L26_ATT                 19379261440 /*  134217728: attention output */
+#define L27_Q                   19513479168 /*  134217728: queries (rotated) */
+#define L27_K                   19647696896 /*   16777216: keys (rotated) */
+#define L27_QR                  19664474112 /*  134217728: queries before qk-norm */
+#define L27_KR                  19798691840 /*   16777216: keys before qk-norm */
+#define L27_V                   19815469056 /*   16777216: values */
+#define L27_ATT                 19832246272 /*  134217728: attention output */
+#define L28_Q                   19966464000 /*  134217728: queries (rotated) */
+#define L28_K                   20100681728 /*   16777216: keys (rotated) */
+#define L28_QR                  20117458944 /*  134217728: queries before qk-norm */
+#define L28_KR                  20251676672 /*   16777216: keys before qk-norm */
+#define L28_V                   20268453888 /*   16777216: values */
+#define L28_ATT                 20285231104 /*  134217728: attention output */
+#define L29_Q                   20419448832 /*  134217728: queries (rotated) */
+#define L29_K                   20553666560 /*   16777216: keys (rotated) */
+#define L29_QR                  20570443776 /*  134217728: queries before qk-norm */
+#define L29_KR                  20704661504 /*   16777216: keys before qk-norm */
+#define L29_V                   20721438720 /*   16777216: values */
+#define L29_ATT                 20738215936 /*  134217728: attention output */
+#define L30_Q                   20872433664 /*  134217728: queries (rotated) */
+#define L30_K                   21006651392 /*   16777216: keys (rotated) */
+#define L30_QR                  21023428608 /*  134217728: queries before qk-norm */
+#define L30_KR                  21157646336 /*   16777216: keys before qk-norm */
+#define L30_V                   21174423552 /*   16777216: values */
+#define L30_ATT                 21191200768 /*  134217728: attention output */
+#define L31_Q                   21325418496 /*  134217728: queries (rotated) */
+#define L31_K                   21459636224 /*   16777216: keys (rotated) */
+#define L31_QR                  21476413440 /*  134217728: queries before qk-norm */
+#define L31_KR                  21610631168 /*   16777216: keys before qk-norm */
+#define L31_V                   21627408384 /*   16777216: values */
+#define L31_ATT                 21644185600 /*  134217728: attention output */
+#define L32_Q                   21778403328 /*  134217728: queries (rotated) */
+#define L32_K                   21912621056 /*   16777216: keys (rotated) */
+#define L32_QR                  21929398272 /*  134217728: queries before qk-norm */
+#define L32_KR                  22063616000 /*   16777216: keys before qk-norm */
+#define L32_V                   22080393216 /*   16777216: values */
+#define L32_ATT                 22097170432 /*  134217728: attention output */
+#define L33_Q                   22231388160 /*  134217728: queries (rotated) */
+#define L33_K                   22365605888 /*   16777216: keys (rotated) */
+#define L33_QR                  22382383104 /*  134217728: queries before qk-norm */
+#define L33_KR                  22516600832 /*   16777216: keys before qk-norm */
+#define L33_V                   22533378048 /*   16777216: values */
+#define L33_ATT                 22550155264 /*  134217728: attention output */
+#define L34_Q                   22684372992 /*  134217728: queries (rotated) */
+#define L34_K                   22818590720 /*   16777216: keys (rotated) */
+#define L34_QR                  22835367936 /*  134217728: queries before qk-norm */
+#define L34_KR                  22969585664 /*   16777216: keys before qk-norm */
+#define L34_V                   22986362880 /*   16777216: values */
+#define L34_ATT                 23003140096 /*  134217728: attention output */
+#define L35_Q                   23137357824 /*  134217728: queries (rotated) */
+#define L35_K                   23271575552 /*   16777216: keys (rotated) */
+#define L35_QR                  23288352768 /*  134217728: queries before qk-norm */
+#define L35_KR                  23422570496 /*   16777216: keys before qk-norm */
+#define L35_V                   23439347712 /*   16777216: values */
+#define L35_ATT                 23456124928 /*  134217728: attention output */
+#define L36_Q                   23590342656 /*  134217728: queries (rotated) */
+#define L36_K                   23724560384 /*   16777216: keys (rotated) */
+#define L36_QR                  23741337600 /*  134217728: queries before qk-norm */
+#define L36_KR                  23875555328 /*   16777216: keys before qk-norm */
+#define L36_V                   23892332544 /*   16777216: values */
+#define L36_ATT                 23909109760 /*  134217728: attention output */
+#define L37_Q                   24043327488 /*  134217728: queries (rotated) */
+#define L37_K                   24177545216 /*   16777216: keys (rotated) */
+#define L37_QR                  24194322432 /*  134217728: queries before qk-norm */
+#define L37_KR                  24328540160 /*   16777216: keys before qk-norm */
+#define L37_V                   24345317376 /*   16777216: values */
+#define L37_ATT                 24362094592 /*  134217728: attention output */
+#define L38_Q                   24496312320 /*  134217728: queries (rotated) */
+#define L38_K                   24630530048 /*   16777216: keys (rotated) */
+#define L38_QR                  24647307264 /*  134217728: queries before qk-norm */
+#define L38_KR                  24781524992 /*   16777216: keys before qk-norm */
+#define L38_V                   24798302208 /*   16777216: values */
+#define L38_ATT                 24815079424 /*  134217728: attention output */
+#define L39_Q                   24949297152 /*  134217728: queries (rotated) */
+#define L39_K                   25083514880 /*   16777216: keys (rotated) */
+#define L39_QR                  25100292096 /*  134217728: queries before qk-norm */
+#define L39_KR                  25234509824 /*   16777216: keys before qk-norm */
+#define L39_V                   25251287040 /*   16777216: values */
+#define L39_ATT                 25268064256 /*  134217728: attention output */
+#define L40_Q                   25402281984 /*  134217728: queries (rotated) */
+#define L40_K                   25536499712 /*   16777216: keys (rotated) */
+#define L40_QR                  25553276928 /*  134217728: queries before qk-norm */
+#define L40_KR                  25687494656 /*   16777216: keys before qk-norm */
+#define L40_V                   25704271872 /*   16777216: values */
+#define L40_ATT                 25721049088 /*  134217728: attention output */
+#define L41_Q                   25855266816 /*  134217728: queries (rotated) */
+#define L41_K                   25989484544 /*   16777216: keys (rotated) */
+#define L41_QR                  26006261760 /*  134217728: queries before qk-norm */
+#define L41_KR                  26140479488 /*   16777216: keys before qk-norm */
+#define L41_V                   26157256704 /*   16777216: values */
+#define L41_ATT                 26174033920 /*  134217728: attention output */
+#define L42_Q                   26308251648 /*  134217728: queries (rotated) */
+#define L42_K                   26442469376 /*   16777216: keys (rotated) */
+#define L42_QR                  26459246592 /*  134217728: queries before qk-norm */
+#define L42_KR                  26593464320 /*   16777216: keys before qk-norm */
+#define L42_V                   26610241536 /*   16777216: values */
+#define L42_ATT                 26627018752 /*  134217728: attention output */
+#define L43_Q                   26761236480 /*  134217728: queries (rotated) */
+#define L43_K                   26895454208 /*   16777216: keys (rotated) */
+#define L43_QR                  26912231424 /*  134217728: queries before qk-norm */
+#define L43_KR                  27046449152 /*   16777216: keys before qk-norm */
+#define L43_V                   27063226368 /*   16777216: values */
+#define L43_ATT                 27080003584 /*  134217728: attention output */
+#define L44_Q                   27214221312 /*  134217728: queries (rotated) */
+#define L44_K                   27348439040 /*   16777216: keys (rotated) */
+#define L44_QR                  27365216256 /*  134217728: queries before qk-norm */
+#define L44_KR                  27499433984 /*   16777216: keys before qk-norm */
+#define L44_V                   27516211200 /*   16777216: values */
+#define L44_ATT                 27532988416 /*  134217728: attention output */
+#define L45_Q                   27667206144 /*  134217728: queries (rotated) */
+#define L45_K                   27801423872 /*   16777216: keys (rotated) */
+#define L45_QR                  27818201088 /*  134217728: queries before qk-norm */
+#define L45_KR                  27952418816 /*   16777216: keys before qk-norm */
+#define L45_V                   27969196032 /*   16777216: values */
+#define L45_ATT                 27985973248 /*  134217728: attention output */
+#define L46_Q                   28120190976 /*  134217728: queries (rotated) */
+#define L46_K                   28254408704 /*   16777216: keys (rotated) */
+#define L46_QR                  28271185920 /*  134217728: queries before qk-norm */
+#define L46_KR                  28405403648 /*   16777216: keys before qk-norm */
+#define L46_V                   28422180864 /*   16777216: values */
+#define L46_ATT                 28438958080 /*  134217728: attention output */
+#define L47_Q                   28573175808 /*  134217728: queries (rotated) */
+#define L47_K                   28707393536 /*   16777216: keys (rotated) */
+#define L47_QR                  28724170752 /*  134217728: queries before qk-norm */
+#define L47_KR                  28858388480 /*   16777216: keys before qk-norm */
+#define L47_V                   28875165696 /*   16777216: values */
+#define L47_ATT                 28891942912 /*  134217728: attention output */
+#define WS_Y                    29026160640 /*   67108864: a block's output before the residual add */
+#define WS_Y2                   29093269504 /*   67108864: shared experts' output */
+#define DX_A                    29160378368 /*   67108864: gradient of the residual stream (even layers' output) */
+#define DX_B                    29227487232 /*   67108864: gradient of the residual stream (odd layers' output) */
+#define DLN                     29294596096 /*   67108864: gradient of a norm's output */
+#define DATT                    29361704960 /*  134217728: gradient of the attention output */
+#define DQ                      29495922688 /*  134217728: gradient of the queries */
+#define DK                      29630140416 /*   16777216: gradient of the keys */
+#define DV                      29646917632 /*   16777216: gradient of the values */
+#define DQR                     29663694848 /*  134217728: gradient of the queries before qk-norm */
+#define DKR                     29797912576 /*   16777216: gradient of the keys before qk-norm */
+#define DYP                     29814689792 /*  536870912: gradient of the expert outputs */
+#define DXP                     30351560704 /*  536870912: gradient of the token copies */
+#define DYE                     30888431616 /*  671088640: gradient of the received rows' outputs */
+#define DXE                     31559520256 /*  671088640: gradient of the received rows */
+#define A2A                     32230608896 /*  671088640: all-to-all staging of one round (source-rank order) */
+#define EDG                     32901697536 /*  251658240: routed experts' gate gradient */
+#define EDU                     33153355776 /*  251658240: routed experts' up gradient */
+#define EDH                     33405014016 /*  251658240: routed experts' activation gradient */
+#define LNF                     33656672256 /*   67108864: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (16 ranks) or, for experts, over the
  * 4 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
@@ -1649,4293 +1649,4293 @@ const RtTensor step_tensors[N_TENSORS] = {
 /* layer 0 (MoE), forward: X0 -> X1. With recompute, the backward re-runs it from the
  * saved boundary X0 (selective checkpointing). */
 static void layer0_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X0), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X0), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L0_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L0_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L0_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L0_Q), R(L0_RSTDQ), R(L0_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L0_K), R(L0_RSTDK), R(L0_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L0_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L0_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L0_ATT), R(L0_LSE), R(L0_Q), R(L0_K), R(L0_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L0_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L0_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L0_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L0_Q), R(L0_RSTDQ), A(L0_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L0_K), R(L0_RSTDK), A(L0_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L0_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L0_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L0_ATT), R(L0_LSE), A(L0_Q), A(L0_K), A(L0_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L0_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X0), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L0_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X0), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X1), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X1), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 1 (MoE), forward: X1 -> X2. With recompute, the backward re-runs it from the
  * saved boundary X1 (selective checkpointing). */
 static void layer1_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X1), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X1), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L1_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L1_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L1_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L1_Q), R(L1_RSTDQ), R(L1_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L1_K), R(L1_RSTDK), R(L1_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L1_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L1_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L1_ATT), R(L1_LSE), R(L1_Q), R(L1_K), R(L1_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L1_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L1_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L1_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L1_Q), R(L1_RSTDQ), A(L1_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L1_K), R(L1_RSTDK), A(L1_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L1_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L1_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L1_ATT), R(L1_LSE), A(L1_Q), A(L1_K), A(L1_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L1_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X1), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L1_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X1), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X2), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X2), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 2 (MoE), forward: X2 -> X3. With recompute, the backward re-runs it from the
  * saved boundary X2 (selective checkpointing). */
 static void layer2_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X2), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X2), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L2_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L2_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L2_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L2_Q), R(L2_RSTDQ), R(L2_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L2_K), R(L2_RSTDK), R(L2_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L2_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L2_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L2_ATT), R(L2_LSE), R(L2_Q), R(L2_K), R(L2_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L2_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L2_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L2_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L2_Q), R(L2_RSTDQ), A(L2_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L2_K), R(L2_RSTDK), A(L2_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L2_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L2_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L2_ATT), R(L2_LSE), A(L2_Q), A(L2_K), A(L2_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L2_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X2), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L2_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X2), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X3), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X3), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 3 (MoE), forward: X3 -> X4. With recompute, the backward re-runs it from the
  * saved boundary X3 (selective checkpointing). */
 static void layer3_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X3), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X3), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L3_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L3_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L3_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L3_Q), R(L3_RSTDQ), R(L3_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L3_K), R(L3_RSTDK), R(L3_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L3_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L3_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L3_ATT), R(L3_LSE), R(L3_Q), R(L3_K), R(L3_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L3_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L3_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L3_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L3_Q), R(L3_RSTDQ), A(L3_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L3_K), R(L3_RSTDK), A(L3_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L3_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L3_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L3_ATT), R(L3_LSE), A(L3_Q), A(L3_K), A(L3_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L3_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X3), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L3_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X3), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X4), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X4), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 4 (MoE), forward: X4 -> X5. With recompute, the backward re-runs it from the
  * saved boundary X4 (selective checkpointing). */
 static void layer4_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X4), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X4), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L4_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L4_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L4_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L4_Q), R(L4_RSTDQ), R(L4_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L4_K), R(L4_RSTDK), R(L4_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L4_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L4_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L4_ATT), R(L4_LSE), R(L4_Q), R(L4_K), R(L4_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L4_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L4_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L4_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L4_Q), R(L4_RSTDQ), A(L4_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L4_K), R(L4_RSTDK), A(L4_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L4_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L4_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L4_ATT), R(L4_LSE), A(L4_Q), A(L4_K), A(L4_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L4_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X4), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L4_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X4), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X5), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X5), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 5 (MoE), forward: X5 -> X6. With recompute, the backward re-runs it from the
  * saved boundary X5 (selective checkpointing). */
 static void layer5_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X5), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X5), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L5_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L5_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L5_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L5_Q), R(L5_RSTDQ), R(L5_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L5_K), R(L5_RSTDK), R(L5_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L5_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L5_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L5_ATT), R(L5_LSE), R(L5_Q), R(L5_K), R(L5_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L5_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L5_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L5_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L5_Q), R(L5_RSTDQ), A(L5_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L5_K), R(L5_RSTDK), A(L5_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L5_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L5_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L5_ATT), R(L5_LSE), A(L5_Q), A(L5_K), A(L5_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L5_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X5), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L5_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X5), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X6), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X6), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 6 (MoE), forward: X6 -> X7. With recompute, the backward re-runs it from the
  * saved boundary X6 (selective checkpointing). */
 static void layer6_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X6), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X6), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L6_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L6_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L6_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L6_Q), R(L6_RSTDQ), R(L6_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L6_K), R(L6_RSTDK), R(L6_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L6_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L6_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L6_ATT), R(L6_LSE), R(L6_Q), R(L6_K), R(L6_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L6_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L6_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L6_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L6_Q), R(L6_RSTDQ), A(L6_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L6_K), R(L6_RSTDK), A(L6_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L6_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L6_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L6_ATT), R(L6_LSE), A(L6_Q), A(L6_K), A(L6_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L6_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X6), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L6_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X6), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X7), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X7), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 7 (MoE), forward: X7 -> X8. With recompute, the backward re-runs it from the
  * saved boundary X7 (selective checkpointing). */
 static void layer7_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X7), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X7), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L7_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L7_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L7_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L7_Q), R(L7_RSTDQ), R(L7_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L7_K), R(L7_RSTDK), R(L7_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L7_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L7_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L7_ATT), R(L7_LSE), R(L7_Q), R(L7_K), R(L7_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L7_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L7_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L7_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L7_Q), R(L7_RSTDQ), A(L7_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L7_K), R(L7_RSTDK), A(L7_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L7_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L7_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L7_ATT), R(L7_LSE), A(L7_Q), A(L7_K), A(L7_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L7_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X7), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L7_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X7), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X8), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X8), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 8 (MoE), forward: X8 -> X9. With recompute, the backward re-runs it from the
  * saved boundary X8 (selective checkpointing). */
 static void layer8_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X8), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X8), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L8_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L8_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L8_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L8_Q), R(L8_RSTDQ), R(L8_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L8_K), R(L8_RSTDK), R(L8_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L8_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L8_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L8_ATT), R(L8_LSE), R(L8_Q), R(L8_K), R(L8_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L8_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L8_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L8_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L8_Q), R(L8_RSTDQ), A(L8_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L8_K), R(L8_RSTDK), A(L8_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L8_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L8_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L8_ATT), R(L8_LSE), A(L8_Q), A(L8_K), A(L8_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L8_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X8), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L8_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X8), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X9), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X9), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 9 (MoE), forward: X9 -> X10. With recompute, the backward re-runs it from the
  * saved boundary X9 (selective checkpointing). */
 static void layer9_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X9), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X9), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L9_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L9_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L9_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L9_Q), R(L9_RSTDQ), R(L9_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L9_K), R(L9_RSTDK), R(L9_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L9_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L9_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L9_ATT), R(L9_LSE), R(L9_Q), R(L9_K), R(L9_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L9_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L9_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L9_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L9_Q), R(L9_RSTDQ), A(L9_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L9_K), R(L9_RSTDK), A(L9_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L9_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L9_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L9_ATT), R(L9_LSE), A(L9_Q), A(L9_K), A(L9_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L9_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X9), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L9_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X9), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X10), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X10), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 10 (MoE), forward: X10 -> X11. With recompute, the backward re-runs it from the
  * saved boundary X10 (selective checkpointing). */
 static void layer10_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X10), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X10), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L10_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L10_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L10_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L10_Q), R(L10_RSTDQ), R(L10_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L10_K), R(L10_RSTDK), R(L10_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L10_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L10_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L10_ATT), R(L10_LSE), R(L10_Q), R(L10_K), R(L10_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L10_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L10_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L10_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L10_Q), R(L10_RSTDQ), A(L10_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L10_K), R(L10_RSTDK), A(L10_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L10_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L10_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L10_ATT), R(L10_LSE), A(L10_Q), A(L10_K), A(L10_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L10_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X10), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L10_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X10), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X11), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X11), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 11 (MoE), forward: X11 -> X12. With recompute, the backward re-runs it from the
  * saved boundary X11 (selective checkpointing). */
 static void layer11_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X11), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X11), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L11_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L11_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L11_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L11_Q), R(L11_RSTDQ), R(L11_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L11_K), R(L11_RSTDK), R(L11_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L11_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L11_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L11_ATT), R(L11_LSE), R(L11_Q), R(L11_K), R(L11_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L11_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L11_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L11_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L11_Q), R(L11_RSTDQ), A(L11_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L11_K), R(L11_RSTDK), A(L11_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L11_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L11_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L11_ATT), R(L11_LSE), A(L11_Q), A(L11_K), A(L11_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L11_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X11), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L11_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X11), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X12), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X12), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 12 (MoE), forward: X12 -> X13. With recompute, the backward re-runs it from the
  * saved boundary X12 (selective checkpointing). */
 static void layer12_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X12), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X12), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L12_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L12_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L12_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L12_Q), R(L12_RSTDQ), R(L12_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L12_K), R(L12_RSTDK), R(L12_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L12_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L12_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L12_ATT), R(L12_LSE), R(L12_Q), R(L12_K), R(L12_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L12_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L12_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L12_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L12_Q), R(L12_RSTDQ), A(L12_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L12_K), R(L12_RSTDK), A(L12_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L12_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L12_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L12_ATT), R(L12_LSE), A(L12_Q), A(L12_K), A(L12_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L12_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X12), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L12_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X12), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X13), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X13), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 13 (MoE), forward: X13 -> X14. With recompute, the backward re-runs it from the
  * saved boundary X13 (selective checkpointing). */
 static void layer13_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X13), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X13), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L13_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L13_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L13_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L13_Q), R(L13_RSTDQ), R(L13_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L13_K), R(L13_RSTDK), R(L13_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L13_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L13_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L13_ATT), R(L13_LSE), R(L13_Q), R(L13_K), R(L13_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L13_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L13_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L13_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L13_Q), R(L13_RSTDQ), A(L13_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L13_K), R(L13_RSTDK), A(L13_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L13_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L13_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L13_ATT), R(L13_LSE), A(L13_Q), A(L13_K), A(L13_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L13_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X13), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L13_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X13), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X14), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X14), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 14 (MoE), forward: X14 -> X15. With recompute, the backward re-runs it from the
  * saved boundary X14 (selective checkpointing). */
 static void layer14_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X14), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X14), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L14_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L14_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L14_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L14_Q), R(L14_RSTDQ), R(L14_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L14_K), R(L14_RSTDK), R(L14_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L14_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L14_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L14_ATT), R(L14_LSE), R(L14_Q), R(L14_K), R(L14_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L14_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L14_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L14_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L14_Q), R(L14_RSTDQ), A(L14_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L14_K), R(L14_RSTDK), A(L14_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L14_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L14_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L14_ATT), R(L14_LSE), A(L14_Q), A(L14_K), A(L14_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L14_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X14), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L14_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X14), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X15), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X15), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 15 (MoE), forward: X15 -> X16. With recompute, the backward re-runs it from the
  * saved boundary X15 (selective checkpointing). */
 static void layer15_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X15), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X15), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L15_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L15_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L15_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L15_Q), R(L15_RSTDQ), R(L15_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L15_K), R(L15_RSTDK), R(L15_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L15_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L15_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L15_ATT), R(L15_LSE), R(L15_Q), R(L15_K), R(L15_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L15_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L15_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L15_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L15_Q), R(L15_RSTDQ), A(L15_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L15_K), R(L15_RSTDK), A(L15_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L15_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L15_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L15_ATT), R(L15_LSE), A(L15_Q), A(L15_K), A(L15_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L15_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X15), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L15_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X15), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X16), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X16), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 16 (MoE), forward: X16 -> X17. With recompute, the backward re-runs it from the
  * saved boundary X16 (selective checkpointing). */
 static void layer16_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X16), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X16), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L16_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L16_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L16_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L16_Q), R(L16_RSTDQ), R(L16_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L16_K), R(L16_RSTDK), R(L16_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L16_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L16_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L16_ATT), R(L16_LSE), R(L16_Q), R(L16_K), R(L16_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L16_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L16_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L16_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L16_Q), R(L16_RSTDQ), A(L16_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L16_K), R(L16_RSTDK), A(L16_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L16_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L16_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L16_ATT), R(L16_LSE), A(L16_Q), A(L16_K), A(L16_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L16_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X16), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L16_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X16), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X17), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X17), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 17 (MoE), forward: X17 -> X18. With recompute, the backward re-runs it from the
  * saved boundary X17 (selective checkpointing). */
 static void layer17_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X17), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X17), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L17_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L17_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L17_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L17_Q), R(L17_RSTDQ), R(L17_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L17_K), R(L17_RSTDK), R(L17_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L17_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L17_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L17_ATT), R(L17_LSE), R(L17_Q), R(L17_K), R(L17_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L17_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L17_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L17_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L17_Q), R(L17_RSTDQ), A(L17_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L17_K), R(L17_RSTDK), A(L17_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L17_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L17_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L17_ATT), R(L17_LSE), A(L17_Q), A(L17_K), A(L17_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L17_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X17), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L17_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X17), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X18), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X18), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 18 (MoE), forward: X18 -> X19. With recompute, the backward re-runs it from the
  * saved boundary X18 (selective checkpointing). */
 static void layer18_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X18), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X18), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L18_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L18_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L18_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L18_Q), R(L18_RSTDQ), R(L18_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L18_K), R(L18_RSTDK), R(L18_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L18_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L18_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L18_ATT), R(L18_LSE), R(L18_Q), R(L18_K), R(L18_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L18_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L18_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L18_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L18_Q), R(L18_RSTDQ), A(L18_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L18_K), R(L18_RSTDK), A(L18_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L18_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L18_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L18_ATT), R(L18_LSE), A(L18_Q), A(L18_K), A(L18_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L18_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X18), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L18_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X18), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X19), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X19), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 19 (MoE), forward: X19 -> X20. With recompute, the backward re-runs it from the
  * saved boundary X19 (selective checkpointing). */
 static void layer19_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X19), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X19), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L19_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L19_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L19_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L19_Q), R(L19_RSTDQ), R(L19_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L19_K), R(L19_RSTDK), R(L19_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L19_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L19_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L19_ATT), R(L19_LSE), R(L19_Q), R(L19_K), R(L19_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L19_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L19_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L19_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L19_Q), R(L19_RSTDQ), A(L19_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L19_K), R(L19_RSTDK), A(L19_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L19_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L19_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L19_ATT), R(L19_LSE), A(L19_Q), A(L19_K), A(L19_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L19_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X19), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L19_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X19), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X20), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X20), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 20 (MoE), forward: X20 -> X21. With recompute, the backward re-runs it from the
  * saved boundary X20 (selective checkpointing). */
 static void layer20_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X20), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X20), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L20_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L20_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L20_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L20_Q), R(L20_RSTDQ), R(L20_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L20_K), R(L20_RSTDK), R(L20_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L20_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L20_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L20_ATT), R(L20_LSE), R(L20_Q), R(L20_K), R(L20_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L20_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L20_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L20_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L20_Q), R(L20_RSTDQ), A(L20_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L20_K), R(L20_RSTDK), A(L20_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L20_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L20_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L20_ATT), R(L20_LSE), A(L20_Q), A(L20_K), A(L20_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L20_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X20), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L20_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X20), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X21), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X21), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 21 (MoE), forward: X21 -> X22. With recompute, the backward re-runs it from the
  * saved boundary X21 (selective checkpointing). */
 static void layer21_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X21), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X21), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L21_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L21_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L21_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L21_Q), R(L21_RSTDQ), R(L21_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L21_K), R(L21_RSTDK), R(L21_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L21_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L21_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L21_ATT), R(L21_LSE), R(L21_Q), R(L21_K), R(L21_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L21_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L21_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L21_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L21_Q), R(L21_RSTDQ), A(L21_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L21_K), R(L21_RSTDK), A(L21_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L21_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L21_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L21_ATT), R(L21_LSE), A(L21_Q), A(L21_K), A(L21_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L21_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X21), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L21_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X21), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X22), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X22), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 22 (MoE), forward: X22 -> X23. With recompute, the backward re-runs it from the
  * saved boundary X22 (selective checkpointing). */
 static void layer22_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X22), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X22), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L22_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L22_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L22_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L22_Q), R(L22_RSTDQ), R(L22_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L22_K), R(L22_RSTDK), R(L22_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L22_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L22_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L22_ATT), R(L22_LSE), R(L22_Q), R(L22_K), R(L22_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L22_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L22_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L22_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L22_Q), R(L22_RSTDQ), A(L22_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L22_K), R(L22_RSTDK), A(L22_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L22_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L22_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L22_ATT), R(L22_LSE), A(L22_Q), A(L22_K), A(L22_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L22_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X22), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L22_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X22), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X23), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X23), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 23 (MoE), forward: X23 -> X24. With recompute, the backward re-runs it from the
  * saved boundary X23 (selective checkpointing). */
 static void layer23_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X23), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X23), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L23_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L23_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L23_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L23_Q), R(L23_RSTDQ), R(L23_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L23_K), R(L23_RSTDK), R(L23_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L23_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L23_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L23_ATT), R(L23_LSE), R(L23_Q), R(L23_K), R(L23_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L23_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L23_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L23_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L23_Q), R(L23_RSTDQ), A(L23_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L23_K), R(L23_RSTDK), A(L23_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L23_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L23_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L23_ATT), R(L23_LSE), A(L23_Q), A(L23_K), A(L23_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L23_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X23), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L23_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X23), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X24), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X24), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 24 (MoE), forward: X24 -> X25. With recompute, the backward re-runs it from the
  * saved boundary X24 (selective checkpointing). */
 static void layer24_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X24), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X24), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L24_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L24_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L24_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L24_Q), R(L24_RSTDQ), R(L24_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L24_K), R(L24_RSTDK), R(L24_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L24_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L24_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L24_ATT), R(L24_LSE), R(L24_Q), R(L24_K), R(L24_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L24_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L24_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L24_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L24_Q), R(L24_RSTDQ), A(L24_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L24_K), R(L24_RSTDK), A(L24_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L24_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L24_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L24_ATT), R(L24_LSE), A(L24_Q), A(L24_K), A(L24_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L24_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X24), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L24_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X24), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X25), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X25), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 25 (MoE), forward: X25 -> X26. With recompute, the backward re-runs it from the
  * saved boundary X25 (selective checkpointing). */
 static void layer25_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X25), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X25), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L25_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L25_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L25_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L25_Q), R(L25_RSTDQ), R(L25_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L25_K), R(L25_RSTDK), R(L25_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L25_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L25_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L25_ATT), R(L25_LSE), R(L25_Q), R(L25_K), R(L25_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L25_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L25_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L25_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L25_Q), R(L25_RSTDQ), A(L25_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L25_K), R(L25_RSTDK), A(L25_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L25_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L25_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L25_ATT), R(L25_LSE), A(L25_Q), A(L25_K), A(L25_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L25_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X25), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L25_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X25), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X26), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X26), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 26 (MoE), forward: X26 -> X27. With recompute, the backward re-runs it from the
  * saved boundary X26 (selective checkpointing). */
 static void layer26_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X26), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X26), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L26_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L26_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L26_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L26_Q), R(L26_RSTDQ), R(L26_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L26_K), R(L26_RSTDK), R(L26_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L26_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L26_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L26_ATT), R(L26_LSE), R(L26_Q), R(L26_K), R(L26_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L26_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L26_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L26_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L26_Q), R(L26_RSTDQ), A(L26_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L26_K), R(L26_RSTDK), A(L26_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L26_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L26_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L26_ATT), R(L26_LSE), A(L26_Q), A(L26_K), A(L26_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L26_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X26), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L26_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X26), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X27), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X27), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 27 (MoE), forward: X27 -> X28. With recompute, the backward re-runs it from the
  * saved boundary X27 (selective checkpointing). */
 static void layer27_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X27), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X27), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L27_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L27_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L27_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L27_Q), R(L27_RSTDQ), R(L27_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L27_K), R(L27_RSTDK), R(L27_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L27_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L27_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L27_ATT), R(L27_LSE), R(L27_Q), R(L27_K), R(L27_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L27_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L27_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L27_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L27_Q), R(L27_RSTDQ), A(L27_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L27_K), R(L27_RSTDK), A(L27_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L27_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L27_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L27_ATT), R(L27_LSE), A(L27_Q), A(L27_K), A(L27_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L27_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X27), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L27_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X27), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X28), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X28), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 28 (MoE), forward: X28 -> X29. With recompute, the backward re-runs it from the
  * saved boundary X28 (selective checkpointing). */
 static void layer28_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X28), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X28), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L28_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L28_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L28_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L28_Q), R(L28_RSTDQ), R(L28_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L28_K), R(L28_RSTDK), R(L28_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L28_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L28_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L28_ATT), R(L28_LSE), R(L28_Q), R(L28_K), R(L28_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L28_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L28_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L28_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L28_Q), R(L28_RSTDQ), A(L28_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L28_K), R(L28_RSTDK), A(L28_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L28_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L28_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L28_ATT), R(L28_LSE), A(L28_Q), A(L28_K), A(L28_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L28_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X28), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L28_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X28), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X29), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X29), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 29 (MoE), forward: X29 -> X30. With recompute, the backward re-runs it from the
  * saved boundary X29 (selective checkpointing). */
 static void layer29_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X29), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X29), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L29_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L29_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L29_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L29_Q), R(L29_RSTDQ), R(L29_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L29_K), R(L29_RSTDK), R(L29_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L29_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L29_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L29_ATT), R(L29_LSE), R(L29_Q), R(L29_K), R(L29_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L29_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L29_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L29_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L29_Q), R(L29_RSTDQ), A(L29_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L29_K), R(L29_RSTDK), A(L29_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L29_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L29_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L29_ATT), R(L29_LSE), A(L29_Q), A(L29_K), A(L29_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L29_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X29), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L29_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X29), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X30), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X30), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 30 (MoE), forward: X30 -> X31. With recompute, the backward re-runs it from the
  * saved boundary X30 (selective checkpointing). */
 static void layer30_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X30), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X30), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L30_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L30_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L30_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L30_Q), R(L30_RSTDQ), R(L30_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L30_K), R(L30_RSTDK), R(L30_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L30_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L30_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L30_ATT), R(L30_LSE), R(L30_Q), R(L30_K), R(L30_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L30_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L30_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L30_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L30_Q), R(L30_RSTDQ), A(L30_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L30_K), R(L30_RSTDK), A(L30_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L30_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L30_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L30_ATT), R(L30_LSE), A(L30_Q), A(L30_K), A(L30_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L30_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X30), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L30_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X30), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X31), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X31), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 31 (MoE), forward: X31 -> X32. With recompute, the backward re-runs it from the
  * saved boundary X31 (selective checkpointing). */
 static void layer31_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X31), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X31), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L31_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L31_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L31_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L31_Q), R(L31_RSTDQ), R(L31_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L31_K), R(L31_RSTDK), R(L31_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L31_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L31_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L31_ATT), R(L31_LSE), R(L31_Q), R(L31_K), R(L31_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L31_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L31_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L31_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L31_Q), R(L31_RSTDQ), A(L31_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L31_K), R(L31_RSTDK), A(L31_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L31_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L31_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L31_ATT), R(L31_LSE), A(L31_Q), A(L31_K), A(L31_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L31_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X31), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L31_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X31), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X32), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X32), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 32 (MoE), forward: X32 -> X33. With recompute, the backward re-runs it from the
  * saved boundary X32 (selective checkpointing). */
 static void layer32_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X32), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X32), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L32_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L32_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L32_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L32_Q), R(L32_RSTDQ), R(L32_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L32_K), R(L32_RSTDK), R(L32_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L32_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L32_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L32_ATT), R(L32_LSE), R(L32_Q), R(L32_K), R(L32_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L32_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L32_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L32_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L32_Q), R(L32_RSTDQ), A(L32_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L32_K), R(L32_RSTDK), A(L32_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L32_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L32_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L32_ATT), R(L32_LSE), A(L32_Q), A(L32_K), A(L32_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L32_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X32), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L32_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X32), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X33), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X33), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 33 (MoE), forward: X33 -> X34. With recompute, the backward re-runs it from the
  * saved boundary X33 (selective checkpointing). */
 static void layer33_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X33), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X33), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L33_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L33_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L33_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L33_Q), R(L33_RSTDQ), R(L33_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L33_K), R(L33_RSTDK), R(L33_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L33_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L33_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L33_ATT), R(L33_LSE), R(L33_Q), R(L33_K), R(L33_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L33_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L33_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L33_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L33_Q), R(L33_RSTDQ), A(L33_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L33_K), R(L33_RSTDK), A(L33_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L33_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L33_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L33_ATT), R(L33_LSE), A(L33_Q), A(L33_K), A(L33_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L33_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X33), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L33_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X33), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X34), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X34), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 34 (MoE), forward: X34 -> X35. With recompute, the backward re-runs it from the
  * saved boundary X34 (selective checkpointing). */
 static void layer34_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X34), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X34), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L34_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L34_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L34_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L34_Q), R(L34_RSTDQ), R(L34_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L34_K), R(L34_RSTDK), R(L34_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L34_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L34_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L34_ATT), R(L34_LSE), R(L34_Q), R(L34_K), R(L34_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L34_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L34_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L34_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L34_Q), R(L34_RSTDQ), A(L34_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L34_K), R(L34_RSTDK), A(L34_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L34_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L34_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L34_ATT), R(L34_LSE), A(L34_Q), A(L34_K), A(L34_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L34_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X34), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L34_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X34), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X35), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X35), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 35 (MoE), forward: X35 -> X36. With recompute, the backward re-runs it from the
  * saved boundary X35 (selective checkpointing). */
 static void layer35_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X35), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X35), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L35_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L35_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L35_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L35_Q), R(L35_RSTDQ), R(L35_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L35_K), R(L35_RSTDK), R(L35_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L35_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L35_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L35_ATT), R(L35_LSE), R(L35_Q), R(L35_K), R(L35_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L35_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L35_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L35_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L35_Q), R(L35_RSTDQ), A(L35_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L35_K), R(L35_RSTDK), A(L35_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L35_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L35_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L35_ATT), R(L35_LSE), A(L35_Q), A(L35_K), A(L35_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L35_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X35), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L35_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X35), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X36), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X36), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 36 (MoE), forward: X36 -> X37. With recompute, the backward re-runs it from the
  * saved boundary X36 (selective checkpointing). */
 static void layer36_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X36), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X36), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L36_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L36_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L36_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L36_Q), R(L36_RSTDQ), R(L36_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L36_K), R(L36_RSTDK), R(L36_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L36_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L36_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L36_ATT), R(L36_LSE), R(L36_Q), R(L36_K), R(L36_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L36_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L36_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L36_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L36_Q), R(L36_RSTDQ), A(L36_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L36_K), R(L36_RSTDK), A(L36_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L36_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L36_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L36_ATT), R(L36_LSE), A(L36_Q), A(L36_K), A(L36_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L36_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X36), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L36_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X36), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X37), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X37), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 37 (MoE), forward: X37 -> X38. With recompute, the backward re-runs it from the
  * saved boundary X37 (selective checkpointing). */
 static void layer37_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X37), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X37), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L37_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L37_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L37_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L37_Q), R(L37_RSTDQ), R(L37_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L37_K), R(L37_RSTDK), R(L37_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L37_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L37_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L37_ATT), R(L37_LSE), R(L37_Q), R(L37_K), R(L37_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L37_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L37_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L37_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L37_Q), R(L37_RSTDQ), A(L37_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L37_K), R(L37_RSTDK), A(L37_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L37_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L37_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L37_ATT), R(L37_LSE), A(L37_Q), A(L37_K), A(L37_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L37_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X37), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L37_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X37), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X38), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X38), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 38 (MoE), forward: X38 -> X39. With recompute, the backward re-runs it from the
  * saved boundary X38 (selective checkpointing). */
 static void layer38_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X38), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X38), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L38_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L38_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L38_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L38_Q), R(L38_RSTDQ), R(L38_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L38_K), R(L38_RSTDK), R(L38_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L38_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L38_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L38_ATT), R(L38_LSE), R(L38_Q), R(L38_K), R(L38_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L38_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L38_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L38_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L38_Q), R(L38_RSTDQ), A(L38_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L38_K), R(L38_RSTDK), A(L38_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L38_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L38_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L38_ATT), R(L38_LSE), A(L38_Q), A(L38_K), A(L38_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L38_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X38), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L38_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X38), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X39), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X39), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 39 (MoE), forward: X39 -> X40. With recompute, the backward re-runs it from the
  * saved boundary X39 (selective checkpointing). */
 static void layer39_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X39), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X39), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L39_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L39_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L39_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L39_Q), R(L39_RSTDQ), R(L39_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L39_K), R(L39_RSTDK), R(L39_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L39_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L39_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L39_ATT), R(L39_LSE), R(L39_Q), R(L39_K), R(L39_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L39_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L39_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L39_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L39_Q), R(L39_RSTDQ), A(L39_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L39_K), R(L39_RSTDK), A(L39_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L39_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L39_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L39_ATT), R(L39_LSE), A(L39_Q), A(L39_K), A(L39_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L39_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X39), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L39_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X39), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X40), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X40), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 40 (MoE), forward: X40 -> X41. With recompute, the backward re-runs it from the
  * saved boundary X40 (selective checkpointing). */
 static void layer40_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X40), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X40), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L40_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L40_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L40_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L40_Q), R(L40_RSTDQ), R(L40_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L40_K), R(L40_RSTDK), R(L40_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L40_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L40_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L40_ATT), R(L40_LSE), R(L40_Q), R(L40_K), R(L40_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L40_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L40_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L40_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L40_Q), R(L40_RSTDQ), A(L40_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L40_K), R(L40_RSTDK), A(L40_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L40_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L40_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L40_ATT), R(L40_LSE), A(L40_Q), A(L40_K), A(L40_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L40_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X40), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L40_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X40), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X41), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X41), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 41 (MoE), forward: X41 -> X42. With recompute, the backward re-runs it from the
  * saved boundary X41 (selective checkpointing). */
 static void layer41_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X41), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X41), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L41_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L41_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L41_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L41_Q), R(L41_RSTDQ), R(L41_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L41_K), R(L41_RSTDK), R(L41_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L41_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L41_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L41_ATT), R(L41_LSE), R(L41_Q), R(L41_K), R(L41_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L41_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L41_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L41_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L41_Q), R(L41_RSTDQ), A(L41_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L41_K), R(L41_RSTDK), A(L41_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L41_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L41_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L41_ATT), R(L41_LSE), A(L41_Q), A(L41_K), A(L41_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L41_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X41), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L41_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X41), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X42), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X42), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 42 (MoE), forward: X42 -> X43. With recompute, the backward re-runs it from the
  * saved boundary X42 (selective checkpointing). */
 static void layer42_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X42), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X42), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L42_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L42_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L42_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L42_Q), R(L42_RSTDQ), R(L42_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L42_K), R(L42_RSTDK), R(L42_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L42_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L42_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L42_ATT), R(L42_LSE), R(L42_Q), R(L42_K), R(L42_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L42_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L42_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L42_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L42_Q), R(L42_RSTDQ), A(L42_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L42_K), R(L42_RSTDK), A(L42_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L42_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L42_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L42_ATT), R(L42_LSE), A(L42_Q), A(L42_K), A(L42_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L42_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X42), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L42_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X42), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X43), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X43), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 43 (MoE), forward: X43 -> X44. With recompute, the backward re-runs it from the
  * saved boundary X43 (selective checkpointing). */
 static void layer43_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X43), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X43), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L43_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L43_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L43_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L43_Q), R(L43_RSTDQ), R(L43_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L43_K), R(L43_RSTDK), R(L43_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L43_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L43_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L43_ATT), R(L43_LSE), R(L43_Q), R(L43_K), R(L43_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L43_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L43_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L43_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L43_Q), R(L43_RSTDQ), A(L43_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L43_K), R(L43_RSTDK), A(L43_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L43_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L43_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L43_ATT), R(L43_LSE), A(L43_Q), A(L43_K), A(L43_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L43_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X43), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L43_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X43), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X44), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X44), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 44 (MoE), forward: X44 -> X45. With recompute, the backward re-runs it from the
  * saved boundary X44 (selective checkpointing). */
 static void layer44_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X44), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X44), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L44_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L44_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L44_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L44_Q), R(L44_RSTDQ), R(L44_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L44_K), R(L44_RSTDK), R(L44_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L44_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L44_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L44_ATT), R(L44_LSE), R(L44_Q), R(L44_K), R(L44_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L44_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L44_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L44_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L44_Q), R(L44_RSTDQ), A(L44_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L44_K), R(L44_RSTDK), A(L44_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L44_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L44_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L44_ATT), R(L44_LSE), A(L44_Q), A(L44_K), A(L44_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L44_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X44), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L44_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X44), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X45), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X45), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 45 (MoE), forward: X45 -> X46. With recompute, the backward re-runs it from the
  * saved boundary X45 (selective checkpointing). */
 static void layer45_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X45), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X45), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L45_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L45_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L45_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L45_Q), R(L45_RSTDQ), R(L45_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L45_K), R(L45_RSTDK), R(L45_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L45_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L45_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L45_ATT), R(L45_LSE), R(L45_Q), R(L45_K), R(L45_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L45_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L45_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L45_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L45_Q), R(L45_RSTDQ), A(L45_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L45_K), R(L45_RSTDK), A(L45_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L45_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L45_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L45_ATT), R(L45_LSE), A(L45_Q), A(L45_K), A(L45_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L45_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X45), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L45_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X45), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X46), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X46), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 46 (MoE), forward: X46 -> X47. With recompute, the backward re-runs it from the
  * saved boundary X46 (selective checkpointing). */
 static void layer46_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X46), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X46), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L46_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L46_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L46_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L46_Q), R(L46_RSTDQ), R(L46_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L46_K), R(L46_RSTDK), R(L46_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L46_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L46_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L46_ATT), R(L46_LSE), R(L46_Q), R(L46_K), R(L46_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L46_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L46_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L46_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L46_Q), R(L46_RSTDQ), A(L46_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L46_K), R(L46_RSTDK), A(L46_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L46_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L46_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L46_ATT), R(L46_LSE), A(L46_Q), A(L46_K), A(L46_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L46_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X46), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L46_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X46), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X47), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X47), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 47 (MoE), forward: X47 -> X48. With recompute, the backward re-runs it from the
  * saved boundary X47 (selective checkpointing). */
 static void layer47_forward(RtCtx *c, bool recompute) {
-  rt_rmsnorm_forward(R(WS_LN1), R(WS_RSTD1), R(X47), W(0), 32768, 2048, EPS); /* input_layernorm */
+  rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X47), W(0), 32768, 2048, EPS); /* input_layernorm */
   if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */
-    rt_matmul_forward(R(L47_QR), R(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
-    rt_matmul_forward(R(L47_KR), R(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
-    rt_matmul_forward(R(L47_V), R(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
-    rt_qk_norm_forward(R(L47_Q), R(L47_RSTDQ), R(L47_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
-    rt_qk_norm_forward(R(L47_K), R(L47_RSTDK), R(L47_KR), W(10487936), 131072, 128, EPS); /* k_norm */
-    rt_rope_forward(R(L47_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-    rt_rope_forward(R(L47_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(R(L47_ATT), R(L47_LSE), R(L47_Q), R(L47_K), R(L47_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_matmul_forward(A(L47_QR), A(WS_LN1), W(2048), NULL, 32768, 2048, 4096); /* q_proj */
+    rt_matmul_forward(A(L47_KR), A(WS_LN1), W(8390656), NULL, 32768, 2048, 512); /* k_proj */
+    rt_matmul_forward(A(L47_V), A(WS_LN1), W(9439232), NULL, 32768, 2048, 512); /* v_proj */
+    rt_qk_norm_forward(A(L47_Q), R(L47_RSTDQ), A(L47_QR), W(10487808), 1048576, 128, EPS); /* q_norm */
+    rt_qk_norm_forward(A(L47_K), R(L47_RSTDK), A(L47_KR), W(10487936), 131072, 128, EPS); /* k_norm */
+    rt_rope_forward(A(L47_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
+    rt_rope_forward(A(L47_K), 8, 4096, 4, 128, 1000000);
+    rt_attention_forward(A(L47_ATT), R(L47_LSE), A(L47_Q), A(L47_K), A(L47_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
   }
-  rt_matmul_forward(R(WS_Y), R(L47_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
-  rt_add(R(WS_RES), R(X47), R(WS_Y), 67108864); /* residual */
-  rt_rmsnorm_forward(R(WS_LN2), R(WS_RSTD2), R(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(R(WS_LOGITS), R(WS_LN2), W(18878720), NULL, 32768, 2048, 128); /* router (mlp.gate) */
+  rt_matmul_forward(A(WS_Y), A(L47_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
+  rt_add(A(WS_RES), A(X47), A(WS_Y), 67108864); /* residual */
+  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 32768, 2048, EPS); /* post_attention_layernorm */
+  rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 128, 8);
-  rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
    * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS));
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048); /* all-to-all */
-    rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(WS_YP), R(A2A), R(WS_YE), 2048); /* back to the tokens' ranks */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
-  rt_zero(R(WS_Y), 67108864);
-  rt_moe_combine(R(WS_Y), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
-  if (!recompute) rt_add(R(X48), R(WS_RES), R(WS_Y), 67108864); /* residual */
+  rt_zero(A(WS_Y), 67108864);
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  if (!recompute) rt_add(A(X48), A(WS_RES), A(WS_Y), 67108864); /* residual */
 }
 
 /* layer 47 (MoE), backward: DX_A (gradient of X48) -> DX_B (gradient of X47); weight gradients
  * into DW and DWE. */
 static void layer47_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L47_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L47_Q), R(L47_K), R(L47_V), R(L47_ATT), R(L47_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L47_QR), W(10487808), R(L47_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L47_KR), W(10487936), R(L47_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X47), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L47_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L47_Q), A(L47_K), A(L47_V), A(L47_ATT), R(L47_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L47_QR), W(10487808), R(L47_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L47_KR), W(10487936), R(L47_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X47), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 46 (MoE), backward: DX_B (gradient of X47) -> DX_A (gradient of X46); weight gradients
  * into DW and DWE. */
 static void layer46_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L46_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L46_Q), R(L46_K), R(L46_V), R(L46_ATT), R(L46_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L46_QR), W(10487808), R(L46_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L46_KR), W(10487936), R(L46_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X46), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L46_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L46_Q), A(L46_K), A(L46_V), A(L46_ATT), R(L46_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L46_QR), W(10487808), R(L46_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L46_KR), W(10487936), R(L46_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X46), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 45 (MoE), backward: DX_A (gradient of X46) -> DX_B (gradient of X45); weight gradients
  * into DW and DWE. */
 static void layer45_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L45_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L45_Q), R(L45_K), R(L45_V), R(L45_ATT), R(L45_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L45_QR), W(10487808), R(L45_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L45_KR), W(10487936), R(L45_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X45), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L45_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L45_Q), A(L45_K), A(L45_V), A(L45_ATT), R(L45_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L45_QR), W(10487808), R(L45_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L45_KR), W(10487936), R(L45_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X45), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 44 (MoE), backward: DX_B (gradient of X45) -> DX_A (gradient of X44); weight gradients
  * into DW and DWE. */
 static void layer44_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L44_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L44_Q), R(L44_K), R(L44_V), R(L44_ATT), R(L44_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L44_QR), W(10487808), R(L44_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L44_KR), W(10487936), R(L44_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X44), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L44_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L44_Q), A(L44_K), A(L44_V), A(L44_ATT), R(L44_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L44_QR), W(10487808), R(L44_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L44_KR), W(10487936), R(L44_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X44), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 43 (MoE), backward: DX_A (gradient of X44) -> DX_B (gradient of X43); weight gradients
  * into DW and DWE. */
 static void layer43_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L43_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L43_Q), R(L43_K), R(L43_V), R(L43_ATT), R(L43_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L43_QR), W(10487808), R(L43_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L43_KR), W(10487936), R(L43_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X43), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L43_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L43_Q), A(L43_K), A(L43_V), A(L43_ATT), R(L43_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L43_QR), W(10487808), R(L43_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L43_KR), W(10487936), R(L43_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X43), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 42 (MoE), backward: DX_B (gradient of X43) -> DX_A (gradient of X42); weight gradients
  * into DW and DWE. */
 static void layer42_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L42_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L42_Q), R(L42_K), R(L42_V), R(L42_ATT), R(L42_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L42_QR), W(10487808), R(L42_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L42_KR), W(10487936), R(L42_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X42), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L42_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L42_Q), A(L42_K), A(L42_V), A(L42_ATT), R(L42_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L42_QR), W(10487808), R(L42_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L42_KR), W(10487936), R(L42_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X42), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 41 (MoE), backward: DX_A (gradient of X42) -> DX_B (gradient of X41); weight gradients
  * into DW and DWE. */
 static void layer41_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L41_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L41_Q), R(L41_K), R(L41_V), R(L41_ATT), R(L41_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L41_QR), W(10487808), R(L41_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L41_KR), W(10487936), R(L41_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X41), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L41_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L41_Q), A(L41_K), A(L41_V), A(L41_ATT), R(L41_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L41_QR), W(10487808), R(L41_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L41_KR), W(10487936), R(L41_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X41), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 40 (MoE), backward: DX_B (gradient of X41) -> DX_A (gradient of X40); weight gradients
  * into DW and DWE. */
 static void layer40_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L40_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L40_Q), R(L40_K), R(L40_V), R(L40_ATT), R(L40_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L40_QR), W(10487808), R(L40_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L40_KR), W(10487936), R(L40_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X40), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L40_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L40_Q), A(L40_K), A(L40_V), A(L40_ATT), R(L40_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L40_QR), W(10487808), R(L40_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L40_KR), W(10487936), R(L40_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X40), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 39 (MoE), backward: DX_A (gradient of X40) -> DX_B (gradient of X39); weight gradients
  * into DW and DWE. */
 static void layer39_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L39_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L39_Q), R(L39_K), R(L39_V), R(L39_ATT), R(L39_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L39_QR), W(10487808), R(L39_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L39_KR), W(10487936), R(L39_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X39), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L39_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L39_Q), A(L39_K), A(L39_V), A(L39_ATT), R(L39_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L39_QR), W(10487808), R(L39_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L39_KR), W(10487936), R(L39_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X39), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 38 (MoE), backward: DX_B (gradient of X39) -> DX_A (gradient of X38); weight gradients
  * into DW and DWE. */
 static void layer38_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L38_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L38_Q), R(L38_K), R(L38_V), R(L38_ATT), R(L38_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L38_QR), W(10487808), R(L38_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L38_KR), W(10487936), R(L38_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X38), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L38_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L38_Q), A(L38_K), A(L38_V), A(L38_ATT), R(L38_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L38_QR), W(10487808), R(L38_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L38_KR), W(10487936), R(L38_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X38), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 37 (MoE), backward: DX_A (gradient of X38) -> DX_B (gradient of X37); weight gradients
  * into DW and DWE. */
 static void layer37_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L37_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L37_Q), R(L37_K), R(L37_V), R(L37_ATT), R(L37_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L37_QR), W(10487808), R(L37_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L37_KR), W(10487936), R(L37_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X37), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L37_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L37_Q), A(L37_K), A(L37_V), A(L37_ATT), R(L37_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L37_QR), W(10487808), R(L37_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L37_KR), W(10487936), R(L37_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X37), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 36 (MoE), backward: DX_B (gradient of X37) -> DX_A (gradient of X36); weight gradients
  * into DW and DWE. */
 static void layer36_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L36_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L36_Q), R(L36_K), R(L36_V), R(L36_ATT), R(L36_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L36_QR), W(10487808), R(L36_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L36_KR), W(10487936), R(L36_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X36), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L36_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L36_Q), A(L36_K), A(L36_V), A(L36_ATT), R(L36_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L36_QR), W(10487808), R(L36_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L36_KR), W(10487936), R(L36_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X36), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 35 (MoE), backward: DX_A (gradient of X36) -> DX_B (gradient of X35); weight gradients
  * into DW and DWE. */
 static void layer35_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L35_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L35_Q), R(L35_K), R(L35_V), R(L35_ATT), R(L35_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L35_QR), W(10487808), R(L35_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L35_KR), W(10487936), R(L35_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X35), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L35_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L35_Q), A(L35_K), A(L35_V), A(L35_ATT), R(L35_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L35_QR), W(10487808), R(L35_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L35_KR), W(10487936), R(L35_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X35), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 34 (MoE), backward: DX_B (gradient of X35) -> DX_A (gradient of X34); weight gradients
  * into DW and DWE. */
 static void layer34_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L34_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L34_Q), R(L34_K), R(L34_V), R(L34_ATT), R(L34_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L34_QR), W(10487808), R(L34_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L34_KR), W(10487936), R(L34_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X34), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L34_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L34_Q), A(L34_K), A(L34_V), A(L34_ATT), R(L34_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L34_QR), W(10487808), R(L34_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L34_KR), W(10487936), R(L34_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X34), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 33 (MoE), backward: DX_A (gradient of X34) -> DX_B (gradient of X33); weight gradients
  * into DW and DWE. */
 static void layer33_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L33_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L33_Q), R(L33_K), R(L33_V), R(L33_ATT), R(L33_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L33_QR), W(10487808), R(L33_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L33_KR), W(10487936), R(L33_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X33), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L33_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L33_Q), A(L33_K), A(L33_V), A(L33_ATT), R(L33_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L33_QR), W(10487808), R(L33_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L33_KR), W(10487936), R(L33_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X33), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 32 (MoE), backward: DX_B (gradient of X33) -> DX_A (gradient of X32); weight gradients
  * into DW and DWE. */
 static void layer32_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L32_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L32_Q), R(L32_K), R(L32_V), R(L32_ATT), R(L32_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L32_QR), W(10487808), R(L32_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L32_KR), W(10487936), R(L32_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X32), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L32_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L32_Q), A(L32_K), A(L32_V), A(L32_ATT), R(L32_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L32_QR), W(10487808), R(L32_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L32_KR), W(10487936), R(L32_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X32), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 31 (MoE), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients
  * into DW and DWE. */
 static void layer31_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L31_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L31_Q), R(L31_K), R(L31_V), R(L31_ATT), R(L31_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L31_QR), W(10487808), R(L31_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L31_KR), W(10487936), R(L31_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X31), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L31_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L31_Q), A(L31_K), A(L31_V), A(L31_ATT), R(L31_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L31_QR), W(10487808), R(L31_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L31_KR), W(10487936), R(L31_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X31), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 30 (MoE), backward: DX_B (gradient of X31) -> DX_A (gradient of X30); weight gradients
  * into DW and DWE. */
 static void layer30_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L30_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L30_Q), R(L30_K), R(L30_V), R(L30_ATT), R(L30_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L30_QR), W(10487808), R(L30_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L30_KR), W(10487936), R(L30_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X30), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L30_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L30_Q), A(L30_K), A(L30_V), A(L30_ATT), R(L30_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L30_QR), W(10487808), R(L30_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L30_KR), W(10487936), R(L30_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X30), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 29 (MoE), backward: DX_A (gradient of X30) -> DX_B (gradient of X29); weight gradients
  * into DW and DWE. */
 static void layer29_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L29_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L29_Q), R(L29_K), R(L29_V), R(L29_ATT), R(L29_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L29_QR), W(10487808), R(L29_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L29_KR), W(10487936), R(L29_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X29), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L29_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L29_Q), A(L29_K), A(L29_V), A(L29_ATT), R(L29_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L29_QR), W(10487808), R(L29_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L29_KR), W(10487936), R(L29_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X29), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 28 (MoE), backward: DX_B (gradient of X29) -> DX_A (gradient of X28); weight gradients
  * into DW and DWE. */
 static void layer28_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L28_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L28_Q), R(L28_K), R(L28_V), R(L28_ATT), R(L28_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L28_QR), W(10487808), R(L28_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L28_KR), W(10487936), R(L28_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X28), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L28_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L28_Q), A(L28_K), A(L28_V), A(L28_ATT), R(L28_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L28_QR), W(10487808), R(L28_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L28_KR), W(10487936), R(L28_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X28), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 27 (MoE), backward: DX_A (gradient of X28) -> DX_B (gradient of X27); weight gradients
  * into DW and DWE. */
 static void layer27_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L27_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L27_Q), R(L27_K), R(L27_V), R(L27_ATT), R(L27_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L27_QR), W(10487808), R(L27_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L27_KR), W(10487936), R(L27_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X27), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L27_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L27_Q), A(L27_K), A(L27_V), A(L27_ATT), R(L27_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L27_QR), W(10487808), R(L27_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L27_KR), W(10487936), R(L27_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X27), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 26 (MoE), backward: DX_B (gradient of X27) -> DX_A (gradient of X26); weight gradients
  * into DW and DWE. */
 static void layer26_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L26_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L26_Q), R(L26_K), R(L26_V), R(L26_ATT), R(L26_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L26_QR), W(10487808), R(L26_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L26_KR), W(10487936), R(L26_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X26), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L26_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L26_Q), A(L26_K), A(L26_V), A(L26_ATT), R(L26_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L26_QR), W(10487808), R(L26_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L26_KR), W(10487936), R(L26_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X26), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 25 (MoE), backward: DX_A (gradient of X26) -> DX_B (gradient of X25); weight gradients
  * into DW and DWE. */
 static void layer25_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L25_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L25_Q), R(L25_K), R(L25_V), R(L25_ATT), R(L25_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L25_QR), W(10487808), R(L25_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L25_KR), W(10487936), R(L25_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X25), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L25_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L25_Q), A(L25_K), A(L25_V), A(L25_ATT), R(L25_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L25_QR), W(10487808), R(L25_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L25_KR), W(10487936), R(L25_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X25), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 24 (MoE), backward: DX_B (gradient of X25) -> DX_A (gradient of X24); weight gradients
  * into DW and DWE. */
 static void layer24_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L24_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L24_Q), R(L24_K), R(L24_V), R(L24_ATT), R(L24_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L24_QR), W(10487808), R(L24_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L24_KR), W(10487936), R(L24_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X24), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L24_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L24_Q), A(L24_K), A(L24_V), A(L24_ATT), R(L24_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L24_QR), W(10487808), R(L24_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L24_KR), W(10487936), R(L24_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X24), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 23 (MoE), backward: DX_A (gradient of X24) -> DX_B (gradient of X23); weight gradients
  * into DW and DWE. */
 static void layer23_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L23_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L23_Q), R(L23_K), R(L23_V), R(L23_ATT), R(L23_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L23_QR), W(10487808), R(L23_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L23_KR), W(10487936), R(L23_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X23), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L23_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L23_Q), A(L23_K), A(L23_V), A(L23_ATT), R(L23_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L23_QR), W(10487808), R(L23_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L23_KR), W(10487936), R(L23_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X23), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 22 (MoE), backward: DX_B (gradient of X23) -> DX_A (gradient of X22); weight gradients
  * into DW and DWE. */
 static void layer22_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L22_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L22_Q), R(L22_K), R(L22_V), R(L22_ATT), R(L22_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L22_QR), W(10487808), R(L22_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L22_KR), W(10487936), R(L22_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X22), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L22_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L22_Q), A(L22_K), A(L22_V), A(L22_ATT), R(L22_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L22_QR), W(10487808), R(L22_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L22_KR), W(10487936), R(L22_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X22), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 21 (MoE), backward: DX_A (gradient of X22) -> DX_B (gradient of X21); weight gradients
  * into DW and DWE. */
 static void layer21_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L21_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L21_Q), R(L21_K), R(L21_V), R(L21_ATT), R(L21_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L21_QR), W(10487808), R(L21_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L21_KR), W(10487936), R(L21_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X21), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L21_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L21_Q), A(L21_K), A(L21_V), A(L21_ATT), R(L21_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L21_QR), W(10487808), R(L21_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L21_KR), W(10487936), R(L21_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X21), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 20 (MoE), backward: DX_B (gradient of X21) -> DX_A (gradient of X20); weight gradients
  * into DW and DWE. */
 static void layer20_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L20_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L20_Q), R(L20_K), R(L20_V), R(L20_ATT), R(L20_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L20_QR), W(10487808), R(L20_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L20_KR), W(10487936), R(L20_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X20), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L20_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L20_Q), A(L20_K), A(L20_V), A(L20_ATT), R(L20_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L20_QR), W(10487808), R(L20_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L20_KR), W(10487936), R(L20_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X20), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 19 (MoE), backward: DX_A (gradient of X20) -> DX_B (gradient of X19); weight gradients
  * into DW and DWE. */
 static void layer19_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L19_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L19_Q), R(L19_K), R(L19_V), R(L19_ATT), R(L19_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L19_QR), W(10487808), R(L19_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L19_KR), W(10487936), R(L19_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X19), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L19_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L19_Q), A(L19_K), A(L19_V), A(L19_ATT), R(L19_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L19_QR), W(10487808), R(L19_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L19_KR), W(10487936), R(L19_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X19), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 18 (MoE), backward: DX_B (gradient of X19) -> DX_A (gradient of X18); weight gradients
  * into DW and DWE. */
 static void layer18_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L18_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L18_Q), R(L18_K), R(L18_V), R(L18_ATT), R(L18_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L18_QR), W(10487808), R(L18_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L18_KR), W(10487936), R(L18_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X18), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L18_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L18_Q), A(L18_K), A(L18_V), A(L18_ATT), R(L18_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L18_QR), W(10487808), R(L18_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L18_KR), W(10487936), R(L18_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X18), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 17 (MoE), backward: DX_A (gradient of X18) -> DX_B (gradient of X17); weight gradients
  * into DW and DWE. */
 static void layer17_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L17_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L17_Q), R(L17_K), R(L17_V), R(L17_ATT), R(L17_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L17_QR), W(10487808), R(L17_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L17_KR), W(10487936), R(L17_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X17), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L17_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L17_Q), A(L17_K), A(L17_V), A(L17_ATT), R(L17_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L17_QR), W(10487808), R(L17_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L17_KR), W(10487936), R(L17_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X17), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 16 (MoE), backward: DX_B (gradient of X17) -> DX_A (gradient of X16); weight gradients
  * into DW and DWE. */
 static void layer16_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L16_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L16_Q), R(L16_K), R(L16_V), R(L16_ATT), R(L16_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L16_QR), W(10487808), R(L16_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L16_KR), W(10487936), R(L16_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X16), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L16_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L16_Q), A(L16_K), A(L16_V), A(L16_ATT), R(L16_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L16_QR), W(10487808), R(L16_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L16_KR), W(10487936), R(L16_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X16), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 15 (MoE), backward: DX_A (gradient of X16) -> DX_B (gradient of X15); weight gradients
  * into DW and DWE. */
 static void layer15_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L15_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L15_Q), R(L15_K), R(L15_V), R(L15_ATT), R(L15_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L15_QR), W(10487808), R(L15_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L15_KR), W(10487936), R(L15_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X15), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L15_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L15_Q), A(L15_K), A(L15_V), A(L15_ATT), R(L15_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L15_QR), W(10487808), R(L15_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L15_KR), W(10487936), R(L15_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X15), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 14 (MoE), backward: DX_B (gradient of X15) -> DX_A (gradient of X14); weight gradients
  * into DW and DWE. */
 static void layer14_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L14_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L14_Q), R(L14_K), R(L14_V), R(L14_ATT), R(L14_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L14_QR), W(10487808), R(L14_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L14_KR), W(10487936), R(L14_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X14), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L14_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L14_Q), A(L14_K), A(L14_V), A(L14_ATT), R(L14_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L14_QR), W(10487808), R(L14_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L14_KR), W(10487936), R(L14_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X14), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 13 (MoE), backward: DX_A (gradient of X14) -> DX_B (gradient of X13); weight gradients
  * into DW and DWE. */
 static void layer13_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L13_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L13_Q), R(L13_K), R(L13_V), R(L13_ATT), R(L13_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L13_QR), W(10487808), R(L13_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L13_KR), W(10487936), R(L13_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X13), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L13_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L13_Q), A(L13_K), A(L13_V), A(L13_ATT), R(L13_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L13_QR), W(10487808), R(L13_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L13_KR), W(10487936), R(L13_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X13), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 12 (MoE), backward: DX_B (gradient of X13) -> DX_A (gradient of X12); weight gradients
  * into DW and DWE. */
 static void layer12_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L12_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L12_Q), R(L12_K), R(L12_V), R(L12_ATT), R(L12_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L12_QR), W(10487808), R(L12_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L12_KR), W(10487936), R(L12_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X12), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L12_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L12_Q), A(L12_K), A(L12_V), A(L12_ATT), R(L12_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L12_QR), W(10487808), R(L12_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L12_KR), W(10487936), R(L12_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X12), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 11 (MoE), backward: DX_A (gradient of X12) -> DX_B (gradient of X11); weight gradients
  * into DW and DWE. */
 static void layer11_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L11_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L11_Q), R(L11_K), R(L11_V), R(L11_ATT), R(L11_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L11_QR), W(10487808), R(L11_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L11_KR), W(10487936), R(L11_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X11), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L11_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L11_Q), A(L11_K), A(L11_V), A(L11_ATT), R(L11_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L11_QR), W(10487808), R(L11_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L11_KR), W(10487936), R(L11_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X11), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 10 (MoE), backward: DX_B (gradient of X11) -> DX_A (gradient of X10); weight gradients
  * into DW and DWE. */
 static void layer10_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L10_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L10_Q), R(L10_K), R(L10_V), R(L10_ATT), R(L10_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L10_QR), W(10487808), R(L10_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L10_KR), W(10487936), R(L10_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X10), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L10_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L10_Q), A(L10_K), A(L10_V), A(L10_ATT), R(L10_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L10_QR), W(10487808), R(L10_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L10_KR), W(10487936), R(L10_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X10), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 9 (MoE), backward: DX_A (gradient of X10) -> DX_B (gradient of X9); weight gradients
  * into DW and DWE. */
 static void layer9_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L9_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L9_Q), R(L9_K), R(L9_V), R(L9_ATT), R(L9_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L9_QR), W(10487808), R(L9_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L9_KR), W(10487936), R(L9_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X9), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L9_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L9_Q), A(L9_K), A(L9_V), A(L9_ATT), R(L9_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L9_QR), W(10487808), R(L9_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L9_KR), W(10487936), R(L9_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X9), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 8 (MoE), backward: DX_B (gradient of X9) -> DX_A (gradient of X8); weight gradients
  * into DW and DWE. */
 static void layer8_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L8_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L8_Q), R(L8_K), R(L8_V), R(L8_ATT), R(L8_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L8_QR), W(10487808), R(L8_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L8_KR), W(10487936), R(L8_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X8), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L8_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L8_Q), A(L8_K), A(L8_V), A(L8_ATT), R(L8_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L8_QR), W(10487808), R(L8_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L8_KR), W(10487936), R(L8_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X8), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 7 (MoE), backward: DX_A (gradient of X8) -> DX_B (gradient of X7); weight gradients
  * into DW and DWE. */
 static void layer7_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L7_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L7_Q), R(L7_K), R(L7_V), R(L7_ATT), R(L7_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L7_QR), W(10487808), R(L7_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L7_KR), W(10487936), R(L7_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X7), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L7_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L7_Q), A(L7_K), A(L7_V), A(L7_ATT), R(L7_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L7_QR), W(10487808), R(L7_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L7_KR), W(10487936), R(L7_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X7), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 6 (MoE), backward: DX_B (gradient of X7) -> DX_A (gradient of X6); weight gradients
  * into DW and DWE. */
 static void layer6_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L6_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L6_Q), R(L6_K), R(L6_V), R(L6_ATT), R(L6_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L6_QR), W(10487808), R(L6_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L6_KR), W(10487936), R(L6_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X6), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L6_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L6_Q), A(L6_K), A(L6_V), A(L6_ATT), R(L6_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L6_QR), W(10487808), R(L6_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L6_KR), W(10487936), R(L6_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X6), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 5 (MoE), backward: DX_A (gradient of X6) -> DX_B (gradient of X5); weight gradients
  * into DW and DWE. */
 static void layer5_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L5_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L5_Q), R(L5_K), R(L5_V), R(L5_ATT), R(L5_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L5_QR), W(10487808), R(L5_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L5_KR), W(10487936), R(L5_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X5), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L5_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L5_Q), A(L5_K), A(L5_V), A(L5_ATT), R(L5_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L5_QR), W(10487808), R(L5_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L5_KR), W(10487936), R(L5_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X5), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 4 (MoE), backward: DX_B (gradient of X5) -> DX_A (gradient of X4); weight gradients
  * into DW and DWE. */
 static void layer4_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L4_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L4_Q), R(L4_K), R(L4_V), R(L4_ATT), R(L4_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L4_QR), W(10487808), R(L4_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L4_KR), W(10487936), R(L4_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X4), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L4_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L4_Q), A(L4_K), A(L4_V), A(L4_ATT), R(L4_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L4_QR), W(10487808), R(L4_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L4_KR), W(10487936), R(L4_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X4), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 3 (MoE), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into DW and DWE. */
 static void layer3_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L3_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L3_Q), R(L3_K), R(L3_V), R(L3_ATT), R(L3_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L3_QR), W(10487808), R(L3_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L3_KR), W(10487936), R(L3_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X3), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L3_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L3_Q), A(L3_K), A(L3_V), A(L3_ATT), R(L3_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L3_QR), W(10487808), R(L3_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L3_KR), W(10487936), R(L3_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X3), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 2 (MoE), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into DW and DWE. */
 static void layer2_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L2_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L2_Q), R(L2_K), R(L2_V), R(L2_ATT), R(L2_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L2_QR), W(10487808), R(L2_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L2_KR), W(10487936), R(L2_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X2), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L2_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L2_Q), A(L2_K), A(L2_V), A(L2_ATT), R(L2_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L2_QR), W(10487808), R(L2_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L2_KR), W(10487936), R(L2_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X2), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 1 (MoE), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into DW and DWE. */
 static void layer1_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_A), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_B), R(DX_A), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_B), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_B), R(L1_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L1_Q), R(L1_K), R(L1_V), R(L1_ATT), R(L1_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L1_QR), W(10487808), R(L1_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L1_KR), W(10487936), R(L1_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_B), DW(0), R(DLN), R(X1), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(L1_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L1_Q), A(L1_K), A(L1_V), A(L1_ATT), R(L1_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L1_QR), W(10487808), R(L1_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L1_KR), W(10487936), R(L1_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X1), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* layer 0 (MoE), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into DW and DWE. */
 static void layer0_backward(RtCtx *c) {
   /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(R(DLN), 67108864);
+  rt_zero(A(DLN), 67108864);
   rt_zero(R(DWTS), 262144);
-  rt_moe_combine_backward(R(DYP), R(DWTS), R(DX_B), R(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
+  rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(R(WS_XP), R(WS_LN2), I(WS_POS), 32768, 8, 2048);
+    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
     if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
-      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(WS_XE), I(WS_EOFF), R(A2A), R(WS_XP), 2048);
-      rt_experts_forward(R(WS_YE), R(WS_EG), R(WS_EU), R(WS_EH), R(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
+      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768);
     }
-    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), 2048); /* all-to-all */
-    rt_zero(R(DXE), 671088640);
-    rt_experts_backward(R(DXE), DWE(0), DWE(50331648), DWE(100663296), R(DYE), R(WS_XE), R(WS_EG), R(WS_EU), R(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, R(EDH), R(EDG), R(EDU));
-    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), 2048); /* all-to-all back */
+    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
+    rt_zero(A(DXE), 671088640);
+    rt_experts_backward(A(DXE), DWE(0), DWE(50331648), DWE(100663296), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(50331648), WE(100663296), I(WS_EOFF), 32, 2048, 768, A(EDH), A(EDG), A(EDU));
+    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
-  rt_moe_gather_backward(R(DLN), R(DXP), I(WS_POS), 32768, 8, 2048);
+  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
   rt_zero(R(DLOGITS), 4194304);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_matmul_backward(R(DLN), DW(18878720), NULL, R(DLOGITS), R(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
-  rt_copy(R(DX_A), R(DX_B), 67108864); /* the residual passes the gradient through */
-  rt_rmsnorm_backward(R(DX_A), DW(18876672), R(DLN), R(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
-  rt_zero(R(DATT), 134217728);
-  rt_matmul_backward(R(DATT), DW(10488064), NULL, R(DX_A), R(L0_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
-  rt_zero(R(DQ), 134217728);
-  rt_zero(R(DK), 16777216);
-  rt_zero(R(DV), 16777216);
-  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(L0_Q), R(L0_K), R(L0_V), R(L0_ATT), R(L0_LSE), 8, 4096, 32, 4, 128);
-  rt_rope_backward(R(DQ), 8, 4096, 32, 128, 1000000);
-  rt_rope_backward(R(DK), 8, 4096, 4, 128, 1000000);
-  rt_zero(R(DQR), 134217728);
-  rt_qk_norm_backward(R(DQR), DW(10487808), R(DQ), R(L0_QR), W(10487808), R(L0_RSTDQ), 1048576, 128); /* q_norm */
-  rt_zero(R(DKR), 16777216);
-  rt_qk_norm_backward(R(DKR), DW(10487936), R(DK), R(L0_KR), W(10487936), R(L0_RSTDK), 131072, 128); /* k_norm */
-  rt_zero(R(DLN), 67108864);
-  rt_matmul_backward(R(DLN), DW(2048), NULL, R(DQR), R(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
-  rt_matmul_backward(R(DLN), DW(8390656), NULL, R(DKR), R(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
-  rt_matmul_backward(R(DLN), DW(9439232), NULL, R(DV), R(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X0), W(0), R(WS_RSTD1), 32768, 2048);
+  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
+  rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
+  rt_zero(A(DATT), 134217728);
+  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(L0_ATT), W(10488064), 32768, 4096, 2048); /* o_proj */
+  rt_zero(A(DQ), 134217728);
+  rt_zero(A(DK), 16777216);
+  rt_zero(A(DV), 16777216);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L0_Q), A(L0_K), A(L0_V), A(L0_ATT), R(L0_LSE), 8, 4096, 32, 4, 128);
+  rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
+  rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
+  rt_zero(A(DQR), 134217728);
+  rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(L0_QR), W(10487808), R(L0_RSTDQ), 1048576, 128); /* q_norm */
+  rt_zero(A(DKR), 16777216);
+  rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(L0_KR), W(10487936), R(L0_RSTDK), 131072, 128); /* k_norm */
+  rt_zero(A(DLN), 67108864);
+  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 32768, 2048, 4096); /* q_proj */
+  rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 32768, 2048, 512); /* k_proj */
+  rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 32768, 2048, 512); /* v_proj */
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X0), W(0), R(WS_RSTD1), 32768, 2048);
 }
 
 /* ---- one micro-batch ---------------------------------------------------------------- */
 
-/* Forward: embedding, layers 0-47, final norm and loss. The next unit's parameters are
- * all-gathered while this one computes (prefetch depth 1; the plan's is 1. The cpu
- * backend's MPI all-gathers block, so there it only orders the calls). Returns the mean
- * cross-entropy of the micro-batch. */
+/* Forward: embedding, layers 0-47, final norm and loss. The next 1 unit(s)' parameters are
+ * all-gathered while this one computes (the plan's prefetch depth; the cpu backend's MPI
+ * all-gathers block, so there it only orders the calls). Returns the mean cross-entropy of
+ * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(EMBED_MASTER), 19447808, 0); /* embedding: 16 ranks x 19447808 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(EMBED_MASTER), 19447808, 0); /* embedding: 16 ranks x 19447808 */
   rt_comm_all_gather_wait(0);
-  c->wd = R(GATHERED_DENSE0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L0_DENSE_MASTER), 1196304, 2); /* layer 0 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L0_EXPERTS_MASTER), 37748736, 3); /* layer 0 experts: 4 ranks x 37748736, prefetch */
-  rt_embedding_forward(R(X0), I(INPUTS), W(0), 32768, 2048);
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L0_DENSE_MASTER), 1196304, 2); /* layer 0 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L0_EXPERTS_MASTER), 37748736, 3); /* layer 0 experts: 4 ranks x 37748736, prefetch */
+  rt_embedding_forward(A(X0), I(INPUTS), W(0), 32768, 2048);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L1_DENSE_MASTER), 1196304, 0); /* layer 1 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L1_EXPERTS_MASTER), 37748736, 1); /* layer 1 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L1_DENSE_MASTER), 1196304, 0); /* layer 1 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L1_EXPERTS_MASTER), 37748736, 1); /* layer 1 experts: 4 ranks x 37748736, prefetch */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L2_DENSE_MASTER), 1196304, 2); /* layer 2 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L2_EXPERTS_MASTER), 37748736, 3); /* layer 2 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L2_DENSE_MASTER), 1196304, 2); /* layer 2 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L2_EXPERTS_MASTER), 37748736, 3); /* layer 2 experts: 4 ranks x 37748736, prefetch */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L3_DENSE_MASTER), 1196304, 0); /* layer 3 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L3_EXPERTS_MASTER), 37748736, 1); /* layer 3 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L3_DENSE_MASTER), 1196304, 0); /* layer 3 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L3_EXPERTS_MASTER), 37748736, 1); /* layer 3 experts: 4 ranks x 37748736, prefetch */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L4_DENSE_MASTER), 1196304, 2); /* layer 4 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L4_EXPERTS_MASTER), 37748736, 3); /* layer 4 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L4_DENSE_MASTER), 1196304, 2); /* layer 4 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L4_EXPERTS_MASTER), 37748736, 3); /* layer 4 experts: 4 ranks x 37748736, prefetch */
   layer3_forward(c, false);
   rt_comm_label("layer 4 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L5_DENSE_MASTER), 1196304, 0); /* layer 5 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L5_EXPERTS_MASTER), 37748736, 1); /* layer 5 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L5_DENSE_MASTER), 1196304, 0); /* layer 5 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L5_EXPERTS_MASTER), 37748736, 1); /* layer 5 experts: 4 ranks x 37748736, prefetch */
   layer4_forward(c, false);
   rt_comm_label("layer 5 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L6_DENSE_MASTER), 1196304, 2); /* layer 6 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L6_EXPERTS_MASTER), 37748736, 3); /* layer 6 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L6_DENSE_MASTER), 1196304, 2); /* layer 6 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L6_EXPERTS_MASTER), 37748736, 3); /* layer 6 experts: 4 ranks x 37748736, prefetch */
   layer5_forward(c, false);
   rt_comm_label("layer 6 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L7_DENSE_MASTER), 1196304, 0); /* layer 7 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L7_EXPERTS_MASTER), 37748736, 1); /* layer 7 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L7_DENSE_MASTER), 1196304, 0); /* layer 7 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L7_EXPERTS_MASTER), 37748736, 1); /* layer 7 experts: 4 ranks x 37748736, prefetch */
   layer6_forward(c, false);
   rt_comm_label("layer 7 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L8_DENSE_MASTER), 1196304, 2); /* layer 8 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L8_EXPERTS_MASTER), 37748736, 3); /* layer 8 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L8_DENSE_MASTER), 1196304, 2); /* layer 8 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L8_EXPERTS_MASTER), 37748736, 3); /* layer 8 experts: 4 ranks x 37748736, prefetch */
   layer7_forward(c, false);
   rt_comm_label("layer 8 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L9_DENSE_MASTER), 1196304, 0); /* layer 9 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L9_EXPERTS_MASTER), 37748736, 1); /* layer 9 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L9_DENSE_MASTER), 1196304, 0); /* layer 9 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L9_EXPERTS_MASTER), 37748736, 1); /* layer 9 experts: 4 ranks x 37748736, prefetch */
   layer8_forward(c, false);
   rt_comm_label("layer 9 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L10_DENSE_MASTER), 1196304, 2); /* layer 10 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L10_EXPERTS_MASTER), 37748736, 3); /* layer 10 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L10_DENSE_MASTER), 1196304, 2); /* layer 10 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L10_EXPERTS_MASTER), 37748736, 3); /* layer 10 experts: 4 ranks x 37748736, prefetch */
   layer9_forward(c, false);
   rt_comm_label("layer 10 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L11_DENSE_MASTER), 1196304, 0); /* layer 11 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L11_EXPERTS_MASTER), 37748736, 1); /* layer 11 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L11_DENSE_MASTER), 1196304, 0); /* layer 11 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L11_EXPERTS_MASTER), 37748736, 1); /* layer 11 experts: 4 ranks x 37748736, prefetch */
   layer10_forward(c, false);
   rt_comm_label("layer 11 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L12_DENSE_MASTER), 1196304, 2); /* layer 12 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L12_EXPERTS_MASTER), 37748736, 3); /* layer 12 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L12_DENSE_MASTER), 1196304, 2); /* layer 12 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L12_EXPERTS_MASTER), 37748736, 3); /* layer 12 experts: 4 ranks x 37748736, prefetch */
   layer11_forward(c, false);
   rt_comm_label("layer 12 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L13_DENSE_MASTER), 1196304, 0); /* layer 13 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L13_EXPERTS_MASTER), 37748736, 1); /* layer 13 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L13_DENSE_MASTER), 1196304, 0); /* layer 13 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L13_EXPERTS_MASTER), 37748736, 1); /* layer 13 experts: 4 ranks x 37748736, prefetch */
   layer12_forward(c, false);
   rt_comm_label("layer 13 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L14_DENSE_MASTER), 1196304, 2); /* layer 14 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L14_EXPERTS_MASTER), 37748736, 3); /* layer 14 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L14_DENSE_MASTER), 1196304, 2); /* layer 14 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L14_EXPERTS_MASTER), 37748736, 3); /* layer 14 experts: 4 ranks x 37748736, prefetch */
   layer13_forward(c, false);
   rt_comm_label("layer 14 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L15_DENSE_MASTER), 1196304, 0); /* layer 15 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L15_EXPERTS_MASTER), 37748736, 1); /* layer 15 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L15_DENSE_MASTER), 1196304, 0); /* layer 15 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L15_EXPERTS_MASTER), 37748736, 1); /* layer 15 experts: 4 ranks x 37748736, prefetch */
   layer14_forward(c, false);
   rt_comm_label("layer 15 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L16_DENSE_MASTER), 1196304, 2); /* layer 16 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L16_EXPERTS_MASTER), 37748736, 3); /* layer 16 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L16_DENSE_MASTER), 1196304, 2); /* layer 16 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L16_EXPERTS_MASTER), 37748736, 3); /* layer 16 experts: 4 ranks x 37748736, prefetch */
   layer15_forward(c, false);
   rt_comm_label("layer 16 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L17_DENSE_MASTER), 1196304, 0); /* layer 17 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L17_EXPERTS_MASTER), 37748736, 1); /* layer 17 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L17_DENSE_MASTER), 1196304, 0); /* layer 17 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L17_EXPERTS_MASTER), 37748736, 1); /* layer 17 experts: 4 ranks x 37748736, prefetch */
   layer16_forward(c, false);
   rt_comm_label("layer 17 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L18_DENSE_MASTER), 1196304, 2); /* layer 18 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L18_EXPERTS_MASTER), 37748736, 3); /* layer 18 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L18_DENSE_MASTER), 1196304, 2); /* layer 18 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L18_EXPERTS_MASTER), 37748736, 3); /* layer 18 experts: 4 ranks x 37748736, prefetch */
   layer17_forward(c, false);
   rt_comm_label("layer 18 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L19_DENSE_MASTER), 1196304, 0); /* layer 19 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L19_EXPERTS_MASTER), 37748736, 1); /* layer 19 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L19_DENSE_MASTER), 1196304, 0); /* layer 19 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L19_EXPERTS_MASTER), 37748736, 1); /* layer 19 experts: 4 ranks x 37748736, prefetch */
   layer18_forward(c, false);
   rt_comm_label("layer 19 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L20_DENSE_MASTER), 1196304, 2); /* layer 20 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L20_EXPERTS_MASTER), 37748736, 3); /* layer 20 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L20_DENSE_MASTER), 1196304, 2); /* layer 20 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L20_EXPERTS_MASTER), 37748736, 3); /* layer 20 experts: 4 ranks x 37748736, prefetch */
   layer19_forward(c, false);
   rt_comm_label("layer 20 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L21_DENSE_MASTER), 1196304, 0); /* layer 21 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L21_EXPERTS_MASTER), 37748736, 1); /* layer 21 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L21_DENSE_MASTER), 1196304, 0); /* layer 21 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L21_EXPERTS_MASTER), 37748736, 1); /* layer 21 experts: 4 ranks x 37748736, prefetch */
   layer20_forward(c, false);
   rt_comm_label("layer 21 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L22_DENSE_MASTER), 1196304, 2); /* layer 22 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L22_EXPERTS_MASTER), 37748736, 3); /* layer 22 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L22_DENSE_MASTER), 1196304, 2); /* layer 22 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L22_EXPERTS_MASTER), 37748736, 3); /* layer 22 experts: 4 ranks x 37748736, prefetch */
   layer21_forward(c, false);
   rt_comm_label("layer 22 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L23_DENSE_MASTER), 1196304, 0); /* layer 23 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L23_EXPERTS_MASTER), 37748736, 1); /* layer 23 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L23_DENSE_MASTER), 1196304, 0); /* layer 23 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L23_EXPERTS_MASTER), 37748736, 1); /* layer 23 experts: 4 ranks x 37748736, prefetch */
   layer22_forward(c, false);
   rt_comm_label("layer 23 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L24_DENSE_MASTER), 1196304, 2); /* layer 24 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L24_EXPERTS_MASTER), 37748736, 3); /* layer 24 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L24_DENSE_MASTER), 1196304, 2); /* layer 24 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L24_EXPERTS_MASTER), 37748736, 3); /* layer 24 experts: 4 ranks x 37748736, prefetch */
   layer23_forward(c, false);
   rt_comm_label("layer 24 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L25_DENSE_MASTER), 1196304, 0); /* layer 25 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L25_EXPERTS_MASTER), 37748736, 1); /* layer 25 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L25_DENSE_MASTER), 1196304, 0); /* layer 25 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L25_EXPERTS_MASTER), 37748736, 1); /* layer 25 experts: 4 ranks x 37748736, prefetch */
   layer24_forward(c, false);
   rt_comm_label("layer 25 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L26_DENSE_MASTER), 1196304, 2); /* layer 26 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L26_EXPERTS_MASTER), 37748736, 3); /* layer 26 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L26_DENSE_MASTER), 1196304, 2); /* layer 26 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L26_EXPERTS_MASTER), 37748736, 3); /* layer 26 experts: 4 ranks x 37748736, prefetch */
   layer25_forward(c, false);
   rt_comm_label("layer 26 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L27_DENSE_MASTER), 1196304, 0); /* layer 27 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L27_EXPERTS_MASTER), 37748736, 1); /* layer 27 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L27_DENSE_MASTER), 1196304, 0); /* layer 27 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L27_EXPERTS_MASTER), 37748736, 1); /* layer 27 experts: 4 ranks x 37748736, prefetch */
   layer26_forward(c, false);
   rt_comm_label("layer 27 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L28_DENSE_MASTER), 1196304, 2); /* layer 28 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L28_EXPERTS_MASTER), 37748736, 3); /* layer 28 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L28_DENSE_MASTER), 1196304, 2); /* layer 28 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L28_EXPERTS_MASTER), 37748736, 3); /* layer 28 experts: 4 ranks x 37748736, prefetch */
   layer27_forward(c, false);
   rt_comm_label("layer 28 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L29_DENSE_MASTER), 1196304, 0); /* layer 29 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L29_EXPERTS_MASTER), 37748736, 1); /* layer 29 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L29_DENSE_MASTER), 1196304, 0); /* layer 29 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L29_EXPERTS_MASTER), 37748736, 1); /* layer 29 experts: 4 ranks x 37748736, prefetch */
   layer28_forward(c, false);
   rt_comm_label("layer 29 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L30_DENSE_MASTER), 1196304, 2); /* layer 30 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L30_EXPERTS_MASTER), 37748736, 3); /* layer 30 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L30_DENSE_MASTER), 1196304, 2); /* layer 30 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L30_EXPERTS_MASTER), 37748736, 3); /* layer 30 experts: 4 ranks x 37748736, prefetch */
   layer29_forward(c, false);
   rt_comm_label("layer 30 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L31_DENSE_MASTER), 1196304, 0); /* layer 31 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L31_EXPERTS_MASTER), 37748736, 1); /* layer 31 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L31_DENSE_MASTER), 1196304, 0); /* layer 31 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L31_EXPERTS_MASTER), 37748736, 1); /* layer 31 experts: 4 ranks x 37748736, prefetch */
   layer30_forward(c, false);
   rt_comm_label("layer 31 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L32_DENSE_MASTER), 1196304, 2); /* layer 32 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L32_EXPERTS_MASTER), 37748736, 3); /* layer 32 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L32_DENSE_MASTER), 1196304, 2); /* layer 32 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L32_EXPERTS_MASTER), 37748736, 3); /* layer 32 experts: 4 ranks x 37748736, prefetch */
   layer31_forward(c, false);
   rt_comm_label("layer 32 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L33_DENSE_MASTER), 1196304, 0); /* layer 33 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L33_EXPERTS_MASTER), 37748736, 1); /* layer 33 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L33_DENSE_MASTER), 1196304, 0); /* layer 33 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L33_EXPERTS_MASTER), 37748736, 1); /* layer 33 experts: 4 ranks x 37748736, prefetch */
   layer32_forward(c, false);
   rt_comm_label("layer 33 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L34_DENSE_MASTER), 1196304, 2); /* layer 34 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L34_EXPERTS_MASTER), 37748736, 3); /* layer 34 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L34_DENSE_MASTER), 1196304, 2); /* layer 34 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L34_EXPERTS_MASTER), 37748736, 3); /* layer 34 experts: 4 ranks x 37748736, prefetch */
   layer33_forward(c, false);
   rt_comm_label("layer 34 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L35_DENSE_MASTER), 1196304, 0); /* layer 35 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L35_EXPERTS_MASTER), 37748736, 1); /* layer 35 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L35_DENSE_MASTER), 1196304, 0); /* layer 35 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L35_EXPERTS_MASTER), 37748736, 1); /* layer 35 experts: 4 ranks x 37748736, prefetch */
   layer34_forward(c, false);
   rt_comm_label("layer 35 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L36_DENSE_MASTER), 1196304, 2); /* layer 36 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L36_EXPERTS_MASTER), 37748736, 3); /* layer 36 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L36_DENSE_MASTER), 1196304, 2); /* layer 36 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L36_EXPERTS_MASTER), 37748736, 3); /* layer 36 experts: 4 ranks x 37748736, prefetch */
   layer35_forward(c, false);
   rt_comm_label("layer 36 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L37_DENSE_MASTER), 1196304, 0); /* layer 37 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L37_EXPERTS_MASTER), 37748736, 1); /* layer 37 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L37_DENSE_MASTER), 1196304, 0); /* layer 37 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L37_EXPERTS_MASTER), 37748736, 1); /* layer 37 experts: 4 ranks x 37748736, prefetch */
   layer36_forward(c, false);
   rt_comm_label("layer 37 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L38_DENSE_MASTER), 1196304, 2); /* layer 38 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L38_EXPERTS_MASTER), 37748736, 3); /* layer 38 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L38_DENSE_MASTER), 1196304, 2); /* layer 38 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L38_EXPERTS_MASTER), 37748736, 3); /* layer 38 experts: 4 ranks x 37748736, prefetch */
   layer37_forward(c, false);
   rt_comm_label("layer 38 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L39_DENSE_MASTER), 1196304, 0); /* layer 39 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L39_EXPERTS_MASTER), 37748736, 1); /* layer 39 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L39_DENSE_MASTER), 1196304, 0); /* layer 39 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L39_EXPERTS_MASTER), 37748736, 1); /* layer 39 experts: 4 ranks x 37748736, prefetch */
   layer38_forward(c, false);
   rt_comm_label("layer 39 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L40_DENSE_MASTER), 1196304, 2); /* layer 40 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L40_EXPERTS_MASTER), 37748736, 3); /* layer 40 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L40_DENSE_MASTER), 1196304, 2); /* layer 40 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L40_EXPERTS_MASTER), 37748736, 3); /* layer 40 experts: 4 ranks x 37748736, prefetch */
   layer39_forward(c, false);
   rt_comm_label("layer 40 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L41_DENSE_MASTER), 1196304, 0); /* layer 41 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L41_EXPERTS_MASTER), 37748736, 1); /* layer 41 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L41_DENSE_MASTER), 1196304, 0); /* layer 41 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L41_EXPERTS_MASTER), 37748736, 1); /* layer 41 experts: 4 ranks x 37748736, prefetch */
   layer40_forward(c, false);
   rt_comm_label("layer 41 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L42_DENSE_MASTER), 1196304, 2); /* layer 42 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L42_EXPERTS_MASTER), 37748736, 3); /* layer 42 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L42_DENSE_MASTER), 1196304, 2); /* layer 42 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L42_EXPERTS_MASTER), 37748736, 3); /* layer 42 experts: 4 ranks x 37748736, prefetch */
   layer41_forward(c, false);
   rt_comm_label("layer 42 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L43_DENSE_MASTER), 1196304, 0); /* layer 43 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L43_EXPERTS_MASTER), 37748736, 1); /* layer 43 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L43_DENSE_MASTER), 1196304, 0); /* layer 43 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L43_EXPERTS_MASTER), 37748736, 1); /* layer 43 experts: 4 ranks x 37748736, prefetch */
   layer42_forward(c, false);
   rt_comm_label("layer 43 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L44_DENSE_MASTER), 1196304, 2); /* layer 44 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L44_EXPERTS_MASTER), 37748736, 3); /* layer 44 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L44_DENSE_MASTER), 1196304, 2); /* layer 44 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L44_EXPERTS_MASTER), 37748736, 3); /* layer 44 experts: 4 ranks x 37748736, prefetch */
   layer43_forward(c, false);
   rt_comm_label("layer 44 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L45_DENSE_MASTER), 1196304, 0); /* layer 45 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L45_EXPERTS_MASTER), 37748736, 1); /* layer 45 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L45_DENSE_MASTER), 1196304, 0); /* layer 45 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L45_EXPERTS_MASTER), 37748736, 1); /* layer 45 experts: 4 ranks x 37748736, prefetch */
   layer44_forward(c, false);
   rt_comm_label("layer 45 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L46_DENSE_MASTER), 1196304, 2); /* layer 46 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L46_EXPERTS_MASTER), 37748736, 3); /* layer 46 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L46_DENSE_MASTER), 1196304, 2); /* layer 46 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L46_EXPERTS_MASTER), 37748736, 3); /* layer 46 experts: 4 ranks x 37748736, prefetch */
   layer45_forward(c, false);
   rt_comm_label("layer 46 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L47_DENSE_MASTER), 1196304, 0); /* layer 47 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L47_EXPERTS_MASTER), 37748736, 1); /* layer 47 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L47_DENSE_MASTER), 1196304, 0); /* layer 47 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L47_EXPERTS_MASTER), 37748736, 1); /* layer 47 experts: 4 ranks x 37748736, prefetch */
   layer46_forward(c, false);
   rt_comm_label("layer 47 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(HEAD_MASTER), 19447936, 2); /* head: 16 ranks x 19447936, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(HEAD_MASTER), 19447936, 2); /* head: 16 ranks x 19447936, prefetch */
   layer47_forward(c, false);
   rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
-  c->wd = R(GATHERED_DENSE1);
-  rt_rmsnorm_forward(R(LNF), R(RSTDF), R(X48), W(0), 32768, 2048, EPS); /* model.norm */
-  return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(2048), I(TARGETS), 32768, 2048, 151936, 4096, R(CE));
+  c->wd = A(GATHERED1);
+  rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X48), W(0), 32768, 2048, EPS); /* model.norm */
+  return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(2048), I(TARGETS), 32768, 2048, 151936, 4096, R(CE));
 }
 
 /* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as
@@ -5945,739 +5945,691 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L47_DENSE_MASTER), 1196304, 0); /* layer 47 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L47_EXPERTS_MASTER), 37748736, 1); /* layer 47 experts: 4 ranks x 37748736, prefetch */
-  c->dwd = R(GRAD_DENSE1);
-  rt_zero(R(GRAD_DENSE1), 311166976);
-  rt_zero(R(DLN), 67108864);
-  rt_lm_head_ce_backward(R(DLN), DW(2048), R(LNF), W(2048), I(TARGETS), R(LSEF), 32768, 2048, 151936, 4096, R(CE), c->dloss);
-  rt_zero(R(DX_A), 67108864);
-  rt_rmsnorm_backward(R(DX_A), DW(0), R(DLN), R(X48), W(0), R(RSTDF), 32768, 2048);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 19447936, (uint16_t *)R(RS_WIRE2), 2); /* head: 16 ranks, bf16 on the wire */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L47_DENSE_MASTER), 1196304, 0); /* layer 47 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L47_EXPERTS_MASTER), 37748736, 1); /* layer 47 experts: 4 ranks x 37748736, prefetch */
+  c->dwd = R(GRAD1);
+  rt_zero_real(R(GRAD1), 311166976);
+  rt_zero(A(DLN), 67108864);
+  rt_lm_head_ce_backward(A(DLN), DW(2048), A(LNF), W(2048), I(TARGETS), R(LSEF), 32768, 2048, 151936, 4096, R(CE), c->dloss);
+  rt_zero(A(DX_A), 67108864);
+  rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X48), W(0), R(RSTDF), 32768, 2048);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD1), 19447936, (uint16_t *)R(RS_WIRE2), 2); /* head: 16 ranks, bf16 on the wire */
   /* layer 47 */
   rt_comm_label("layer 47 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L46_DENSE_MASTER), 1196304, 2); /* layer 46 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L46_EXPERTS_MASTER), 37748736, 3); /* layer 46 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L46_DENSE_MASTER), 1196304, 2); /* layer 46 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L46_EXPERTS_MASTER), 37748736, 3); /* layer 46 experts: 4 ranks x 37748736, prefetch */
   layer47_forward(c, true); /* recompute from X47 (selective checkpointing) */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer47_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L47_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 47 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L47_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 47 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L47_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 47 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L47_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 47 experts: 4 ranks, bf16 on the wire */
   /* layer 46 */
   rt_comm_label("layer 46 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L45_DENSE_MASTER), 1196304, 0); /* layer 45 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L45_EXPERTS_MASTER), 37748736, 1); /* layer 45 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L45_DENSE_MASTER), 1196304, 0); /* layer 45 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L45_EXPERTS_MASTER), 37748736, 1); /* layer 45 experts: 4 ranks x 37748736, prefetch */
   layer46_forward(c, true); /* recompute from X46 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 49's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 49's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer46_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L46_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 46 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L46_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 46 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L46_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 46 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L46_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 46 experts: 4 ranks, bf16 on the wire */
   /* layer 45 */
   rt_comm_label("layer 45 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L44_DENSE_MASTER), 1196304, 2); /* layer 44 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L44_EXPERTS_MASTER), 37748736, 3); /* layer 44 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L44_DENSE_MASTER), 1196304, 2); /* layer 44 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L44_EXPERTS_MASTER), 37748736, 3); /* layer 44 experts: 4 ranks x 37748736, prefetch */
   layer45_forward(c, true); /* recompute from X45 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 48's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 48's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer45_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L45_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 45 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L45_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 45 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L45_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 45 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L45_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 45 experts: 4 ranks, bf16 on the wire */
   /* layer 44 */
   rt_comm_label("layer 44 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L43_DENSE_MASTER), 1196304, 0); /* layer 43 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L43_EXPERTS_MASTER), 37748736, 1); /* layer 43 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L43_DENSE_MASTER), 1196304, 0); /* layer 43 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L43_EXPERTS_MASTER), 37748736, 1); /* layer 43 experts: 4 ranks x 37748736, prefetch */
   layer44_forward(c, true); /* recompute from X44 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 47's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 47's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer44_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L44_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 44 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L44_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 44 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L44_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 44 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L44_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 44 experts: 4 ranks, bf16 on the wire */
   /* layer 43 */
   rt_comm_label("layer 43 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L42_DENSE_MASTER), 1196304, 2); /* layer 42 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L42_EXPERTS_MASTER), 37748736, 3); /* layer 42 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L42_DENSE_MASTER), 1196304, 2); /* layer 42 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L42_EXPERTS_MASTER), 37748736, 3); /* layer 42 experts: 4 ranks x 37748736, prefetch */
   layer43_forward(c, true); /* recompute from X43 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 46's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 46's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer43_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L43_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 43 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L43_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 43 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L43_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 43 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L43_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 43 experts: 4 ranks, bf16 on the wire */
   /* layer 42 */
   rt_comm_label("layer 42 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L41_DENSE_MASTER), 1196304, 0); /* layer 41 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L41_EXPERTS_MASTER), 37748736, 1); /* layer 41 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L41_DENSE_MASTER), 1196304, 0); /* layer 41 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L41_EXPERTS_MASTER), 37748736, 1); /* layer 41 experts: 4 ranks x 37748736, prefetch */
   layer42_forward(c, true); /* recompute from X42 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 45's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 45's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer42_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L42_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 42 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L42_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 42 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L42_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 42 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L42_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 42 experts: 4 ranks, bf16 on the wire */
   /* layer 41 */
   rt_comm_label("layer 41 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L40_DENSE_MASTER), 1196304, 2); /* layer 40 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L40_EXPERTS_MASTER), 37748736, 3); /* layer 40 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L40_DENSE_MASTER), 1196304, 2); /* layer 40 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L40_EXPERTS_MASTER), 37748736, 3); /* layer 40 experts: 4 ranks x 37748736, prefetch */
   layer41_forward(c, true); /* recompute from X41 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 44's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 44's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer41_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L41_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 41 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L41_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 41 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L41_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 41 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L41_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 41 experts: 4 ranks, bf16 on the wire */
   /* layer 40 */
   rt_comm_label("layer 40 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L39_DENSE_MASTER), 1196304, 0); /* layer 39 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L39_EXPERTS_MASTER), 37748736, 1); /* layer 39 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L39_DENSE_MASTER), 1196304, 0); /* layer 39 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L39_EXPERTS_MASTER), 37748736, 1); /* layer 39 experts: 4 ranks x 37748736, prefetch */
   layer40_forward(c, true); /* recompute from X40 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 43's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 43's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer40_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L40_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 40 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L40_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 40 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L40_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 40 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L40_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 40 experts: 4 ranks, bf16 on the wire */
   /* layer 39 */
   rt_comm_label("layer 39 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L38_DENSE_MASTER), 1196304, 2); /* layer 38 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L38_EXPERTS_MASTER), 37748736, 3); /* layer 38 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L38_DENSE_MASTER), 1196304, 2); /* layer 38 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L38_EXPERTS_MASTER), 37748736, 3); /* layer 38 experts: 4 ranks x 37748736, prefetch */
   layer39_forward(c, true); /* recompute from X39 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 42's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 42's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer39_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L39_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 39 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L39_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 39 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L39_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 39 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L39_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 39 experts: 4 ranks, bf16 on the wire */
   /* layer 38 */
   rt_comm_label("layer 38 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L37_DENSE_MASTER), 1196304, 0); /* layer 37 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L37_EXPERTS_MASTER), 37748736, 1); /* layer 37 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L37_DENSE_MASTER), 1196304, 0); /* layer 37 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L37_EXPERTS_MASTER), 37748736, 1); /* layer 37 experts: 4 ranks x 37748736, prefetch */
   layer38_forward(c, true); /* recompute from X38 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 41's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 41's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer38_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L38_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 38 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L38_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 38 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L38_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 38 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L38_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 38 experts: 4 ranks, bf16 on the wire */
   /* layer 37 */
   rt_comm_label("layer 37 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L36_DENSE_MASTER), 1196304, 2); /* layer 36 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L36_EXPERTS_MASTER), 37748736, 3); /* layer 36 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L36_DENSE_MASTER), 1196304, 2); /* layer 36 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L36_EXPERTS_MASTER), 37748736, 3); /* layer 36 experts: 4 ranks x 37748736, prefetch */
   layer37_forward(c, true); /* recompute from X37 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 40's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 40's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer37_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L37_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 37 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L37_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 37 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L37_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 37 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L37_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 37 experts: 4 ranks, bf16 on the wire */
   /* layer 36 */
   rt_comm_label("layer 36 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L35_DENSE_MASTER), 1196304, 0); /* layer 35 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L35_EXPERTS_MASTER), 37748736, 1); /* layer 35 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L35_DENSE_MASTER), 1196304, 0); /* layer 35 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L35_EXPERTS_MASTER), 37748736, 1); /* layer 35 experts: 4 ranks x 37748736, prefetch */
   layer36_forward(c, true); /* recompute from X36 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 39's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 39's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer36_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L36_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 36 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L36_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 36 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L36_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 36 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L36_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 36 experts: 4 ranks, bf16 on the wire */
   /* layer 35 */
   rt_comm_label("layer 35 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L34_DENSE_MASTER), 1196304, 2); /* layer 34 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L34_EXPERTS_MASTER), 37748736, 3); /* layer 34 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L34_DENSE_MASTER), 1196304, 2); /* layer 34 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L34_EXPERTS_MASTER), 37748736, 3); /* layer 34 experts: 4 ranks x 37748736, prefetch */
   layer35_forward(c, true); /* recompute from X35 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 38's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 38's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer35_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L35_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 35 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L35_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 35 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L35_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 35 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L35_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 35 experts: 4 ranks, bf16 on the wire */
   /* layer 34 */
   rt_comm_label("layer 34 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L33_DENSE_MASTER), 1196304, 0); /* layer 33 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L33_EXPERTS_MASTER), 37748736, 1); /* layer 33 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L33_DENSE_MASTER), 1196304, 0); /* layer 33 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L33_EXPERTS_MASTER), 37748736, 1); /* layer 33 experts: 4 ranks x 37748736, prefetch */
   layer34_forward(c, true); /* recompute from X34 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 37's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 37's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer34_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L34_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 34 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L34_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 34 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L34_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 34 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L34_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 34 experts: 4 ranks, bf16 on the wire */
   /* layer 33 */
   rt_comm_label("layer 33 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L32_DENSE_MASTER), 1196304, 2); /* layer 32 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L32_EXPERTS_MASTER), 37748736, 3); /* layer 32 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L32_DENSE_MASTER), 1196304, 2); /* layer 32 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L32_EXPERTS_MASTER), 37748736, 3); /* layer 32 experts: 4 ranks x 37748736, prefetch */
   layer33_forward(c, true); /* recompute from X33 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 36's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 36's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer33_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L33_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 33 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L33_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 33 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L33_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 33 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L33_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 33 experts: 4 ranks, bf16 on the wire */
   /* layer 32 */
   rt_comm_label("layer 32 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L31_DENSE_MASTER), 1196304, 0); /* layer 31 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L31_EXPERTS_MASTER), 37748736, 1); /* layer 31 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L31_DENSE_MASTER), 1196304, 0); /* layer 31 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L31_EXPERTS_MASTER), 37748736, 1); /* layer 31 experts: 4 ranks x 37748736, prefetch */
   layer32_forward(c, true); /* recompute from X32 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 35's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 35's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer32_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L32_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 32 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L32_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 32 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L32_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 32 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L32_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 32 experts: 4 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L30_DENSE_MASTER), 1196304, 2); /* layer 30 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L30_EXPERTS_MASTER), 37748736, 3); /* layer 30 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L30_DENSE_MASTER), 1196304, 2); /* layer 30 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L30_EXPERTS_MASTER), 37748736, 3); /* layer 30 experts: 4 ranks x 37748736, prefetch */
   layer31_forward(c, true); /* recompute from X31 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 34's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 34's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer31_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 4 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L29_DENSE_MASTER), 1196304, 0); /* layer 29 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L29_EXPERTS_MASTER), 37748736, 1); /* layer 29 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L29_DENSE_MASTER), 1196304, 0); /* layer 29 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L29_EXPERTS_MASTER), 37748736, 1); /* layer 29 experts: 4 ranks x 37748736, prefetch */
   layer30_forward(c, true); /* recompute from X30 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer30_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 4 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L28_DENSE_MASTER), 1196304, 2); /* layer 28 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L28_EXPERTS_MASTER), 37748736, 3); /* layer 28 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L28_DENSE_MASTER), 1196304, 2); /* layer 28 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L28_EXPERTS_MASTER), 37748736, 3); /* layer 28 experts: 4 ranks x 37748736, prefetch */
   layer29_forward(c, true); /* recompute from X29 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer29_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 4 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L27_DENSE_MASTER), 1196304, 0); /* layer 27 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L27_EXPERTS_MASTER), 37748736, 1); /* layer 27 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L27_DENSE_MASTER), 1196304, 0); /* layer 27 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L27_EXPERTS_MASTER), 37748736, 1); /* layer 27 experts: 4 ranks x 37748736, prefetch */
   layer28_forward(c, true); /* recompute from X28 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer28_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 4 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L26_DENSE_MASTER), 1196304, 2); /* layer 26 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L26_EXPERTS_MASTER), 37748736, 3); /* layer 26 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L26_DENSE_MASTER), 1196304, 2); /* layer 26 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L26_EXPERTS_MASTER), 37748736, 3); /* layer 26 experts: 4 ranks x 37748736, prefetch */
   layer27_forward(c, true); /* recompute from X27 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer27_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 4 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L25_DENSE_MASTER), 1196304, 0); /* layer 25 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L25_EXPERTS_MASTER), 37748736, 1); /* layer 25 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L25_DENSE_MASTER), 1196304, 0); /* layer 25 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L25_EXPERTS_MASTER), 37748736, 1); /* layer 25 experts: 4 ranks x 37748736, prefetch */
   layer26_forward(c, true); /* recompute from X26 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer26_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 4 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L24_DENSE_MASTER), 1196304, 2); /* layer 24 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L24_EXPERTS_MASTER), 37748736, 3); /* layer 24 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L24_DENSE_MASTER), 1196304, 2); /* layer 24 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L24_EXPERTS_MASTER), 37748736, 3); /* layer 24 experts: 4 ranks x 37748736, prefetch */
   layer25_forward(c, true); /* recompute from X25 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer25_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 4 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L23_DENSE_MASTER), 1196304, 0); /* layer 23 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L23_EXPERTS_MASTER), 37748736, 1); /* layer 23 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L23_DENSE_MASTER), 1196304, 0); /* layer 23 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L23_EXPERTS_MASTER), 37748736, 1); /* layer 23 experts: 4 ranks x 37748736, prefetch */
   layer24_forward(c, true); /* recompute from X24 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer24_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 4 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L22_DENSE_MASTER), 1196304, 2); /* layer 22 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L22_EXPERTS_MASTER), 37748736, 3); /* layer 22 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L22_DENSE_MASTER), 1196304, 2); /* layer 22 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L22_EXPERTS_MASTER), 37748736, 3); /* layer 22 experts: 4 ranks x 37748736, prefetch */
   layer23_forward(c, true); /* recompute from X23 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer23_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 4 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L21_DENSE_MASTER), 1196304, 0); /* layer 21 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L21_EXPERTS_MASTER), 37748736, 1); /* layer 21 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L21_DENSE_MASTER), 1196304, 0); /* layer 21 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L21_EXPERTS_MASTER), 37748736, 1); /* layer 21 experts: 4 ranks x 37748736, prefetch */
   layer22_forward(c, true); /* recompute from X22 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer22_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 4 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L20_DENSE_MASTER), 1196304, 2); /* layer 20 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L20_EXPERTS_MASTER), 37748736, 3); /* layer 20 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L20_DENSE_MASTER), 1196304, 2); /* layer 20 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L20_EXPERTS_MASTER), 37748736, 3); /* layer 20 experts: 4 ranks x 37748736, prefetch */
   layer21_forward(c, true); /* recompute from X21 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer21_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 4 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L19_DENSE_MASTER), 1196304, 0); /* layer 19 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L19_EXPERTS_MASTER), 37748736, 1); /* layer 19 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L19_DENSE_MASTER), 1196304, 0); /* layer 19 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L19_EXPERTS_MASTER), 37748736, 1); /* layer 19 experts: 4 ranks x 37748736, prefetch */
   layer20_forward(c, true); /* recompute from X20 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer20_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 4 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L18_DENSE_MASTER), 1196304, 2); /* layer 18 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L18_EXPERTS_MASTER), 37748736, 3); /* layer 18 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L18_DENSE_MASTER), 1196304, 2); /* layer 18 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L18_EXPERTS_MASTER), 37748736, 3); /* layer 18 experts: 4 ranks x 37748736, prefetch */
   layer19_forward(c, true); /* recompute from X19 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer19_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 4 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L17_DENSE_MASTER), 1196304, 0); /* layer 17 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L17_EXPERTS_MASTER), 37748736, 1); /* layer 17 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L17_DENSE_MASTER), 1196304, 0); /* layer 17 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L17_EXPERTS_MASTER), 37748736, 1); /* layer 17 experts: 4 ranks x 37748736, prefetch */
   layer18_forward(c, true); /* recompute from X18 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer18_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 4 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L16_DENSE_MASTER), 1196304, 2); /* layer 16 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L16_EXPERTS_MASTER), 37748736, 3); /* layer 16 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L16_DENSE_MASTER), 1196304, 2); /* layer 16 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L16_EXPERTS_MASTER), 37748736, 3); /* layer 16 experts: 4 ranks x 37748736, prefetch */
   layer17_forward(c, true); /* recompute from X17 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer17_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 4 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L15_DENSE_MASTER), 1196304, 0); /* layer 15 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L15_EXPERTS_MASTER), 37748736, 1); /* layer 15 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L15_DENSE_MASTER), 1196304, 0); /* layer 15 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L15_EXPERTS_MASTER), 37748736, 1); /* layer 15 experts: 4 ranks x 37748736, prefetch */
   layer16_forward(c, true); /* recompute from X16 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer16_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 4 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L14_DENSE_MASTER), 1196304, 2); /* layer 14 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L14_EXPERTS_MASTER), 37748736, 3); /* layer 14 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L14_DENSE_MASTER), 1196304, 2); /* layer 14 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L14_EXPERTS_MASTER), 37748736, 3); /* layer 14 experts: 4 ranks x 37748736, prefetch */
   layer15_forward(c, true); /* recompute from X15 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer15_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 4 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L13_DENSE_MASTER), 1196304, 0); /* layer 13 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L13_EXPERTS_MASTER), 37748736, 1); /* layer 13 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L13_DENSE_MASTER), 1196304, 0); /* layer 13 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L13_EXPERTS_MASTER), 37748736, 1); /* layer 13 experts: 4 ranks x 37748736, prefetch */
   layer14_forward(c, true); /* recompute from X14 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer14_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 4 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L12_DENSE_MASTER), 1196304, 2); /* layer 12 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L12_EXPERTS_MASTER), 37748736, 3); /* layer 12 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L12_DENSE_MASTER), 1196304, 2); /* layer 12 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L12_EXPERTS_MASTER), 37748736, 3); /* layer 12 experts: 4 ranks x 37748736, prefetch */
   layer13_forward(c, true); /* recompute from X13 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer13_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 4 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L11_DENSE_MASTER), 1196304, 0); /* layer 11 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L11_EXPERTS_MASTER), 37748736, 1); /* layer 11 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L11_DENSE_MASTER), 1196304, 0); /* layer 11 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L11_EXPERTS_MASTER), 37748736, 1); /* layer 11 experts: 4 ranks x 37748736, prefetch */
   layer12_forward(c, true); /* recompute from X12 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer12_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 4 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L10_DENSE_MASTER), 1196304, 2); /* layer 10 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L10_EXPERTS_MASTER), 37748736, 3); /* layer 10 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L10_DENSE_MASTER), 1196304, 2); /* layer 10 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L10_EXPERTS_MASTER), 37748736, 3); /* layer 10 experts: 4 ranks x 37748736, prefetch */
   layer11_forward(c, true); /* recompute from X11 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer11_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 4 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L9_DENSE_MASTER), 1196304, 0); /* layer 9 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L9_EXPERTS_MASTER), 37748736, 1); /* layer 9 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L9_DENSE_MASTER), 1196304, 0); /* layer 9 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L9_EXPERTS_MASTER), 37748736, 1); /* layer 9 experts: 4 ranks x 37748736, prefetch */
   layer10_forward(c, true); /* recompute from X10 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer10_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 4 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L8_DENSE_MASTER), 1196304, 2); /* layer 8 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L8_EXPERTS_MASTER), 37748736, 3); /* layer 8 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L8_DENSE_MASTER), 1196304, 2); /* layer 8 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L8_EXPERTS_MASTER), 37748736, 3); /* layer 8 experts: 4 ranks x 37748736, prefetch */
   layer9_forward(c, true); /* recompute from X9 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer9_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 4 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L7_DENSE_MASTER), 1196304, 0); /* layer 7 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L7_EXPERTS_MASTER), 37748736, 1); /* layer 7 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L7_DENSE_MASTER), 1196304, 0); /* layer 7 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L7_EXPERTS_MASTER), 37748736, 1); /* layer 7 experts: 4 ranks x 37748736, prefetch */
   layer8_forward(c, true); /* recompute from X8 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer8_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 4 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L6_DENSE_MASTER), 1196304, 2); /* layer 6 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L6_EXPERTS_MASTER), 37748736, 3); /* layer 6 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L6_DENSE_MASTER), 1196304, 2); /* layer 6 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L6_EXPERTS_MASTER), 37748736, 3); /* layer 6 experts: 4 ranks x 37748736, prefetch */
   layer7_forward(c, true); /* recompute from X7 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer7_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 4 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L5_DENSE_MASTER), 1196304, 0); /* layer 5 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L5_EXPERTS_MASTER), 37748736, 1); /* layer 5 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L5_DENSE_MASTER), 1196304, 0); /* layer 5 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L5_EXPERTS_MASTER), 37748736, 1); /* layer 5 experts: 4 ranks x 37748736, prefetch */
   layer6_forward(c, true); /* recompute from X6 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer6_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 4 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L4_DENSE_MASTER), 1196304, 2); /* layer 4 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L4_EXPERTS_MASTER), 37748736, 3); /* layer 4 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L4_DENSE_MASTER), 1196304, 2); /* layer 4 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L4_EXPERTS_MASTER), 37748736, 3); /* layer 4 experts: 4 ranks x 37748736, prefetch */
   layer5_forward(c, true); /* recompute from X5 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer5_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 4 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L3_DENSE_MASTER), 1196304, 0); /* layer 3 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L3_EXPERTS_MASTER), 37748736, 1); /* layer 3 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L3_DENSE_MASTER), 1196304, 0); /* layer 3 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L3_EXPERTS_MASTER), 37748736, 1); /* layer 3 experts: 4 ranks x 37748736, prefetch */
   layer4_forward(c, true); /* recompute from X4 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer4_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 4 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L2_DENSE_MASTER), 1196304, 2); /* layer 2 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L2_EXPERTS_MASTER), 37748736, 3); /* layer 2 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L2_DENSE_MASTER), 1196304, 2); /* layer 2 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L2_EXPERTS_MASTER), 37748736, 3); /* layer 2 experts: 4 ranks x 37748736, prefetch */
   layer3_forward(c, true); /* recompute from X3 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer3_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 4 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE0), S(L1_DENSE_MASTER), 1196304, 0); /* layer 1 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS0), S(L1_EXPERTS_MASTER), 37748736, 1); /* layer 1 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), S(L1_DENSE_MASTER), 1196304, 0); /* layer 1 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, S(L1_EXPERTS_MASTER), 37748736, 1); /* layer 1 experts: 4 ranks x 37748736, prefetch */
   layer2_forward(c, true); /* recompute from X2 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer2_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 4 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = R(GATHERED_DENSE0), c->we = R(GATHERED_EXPERTS0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, R(GATHERED_DENSE1), S(L0_DENSE_MASTER), 1196304, 2); /* layer 0 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, R(GATHERED_EXPERTS1), S(L0_EXPERTS_MASTER), 37748736, 3); /* layer 0 experts: 4 ranks x 37748736, prefetch */
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), S(L0_DENSE_MASTER), 1196304, 2); /* layer 0 dense: 16 ranks x 1196304, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, S(L0_EXPERTS_MASTER), 37748736, 3); /* layer 0 experts: 4 ranks x 37748736, prefetch */
   layer1_forward(c, true); /* recompute from X1 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0), c->dwe = R(GRAD_EXPERTS0);
-  rt_zero(R(GRAD_DENSE0), 19140864);
-  rt_zero(R(GRAD_EXPERTS0), 150994944);
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
+  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
+  rt_zero_real(R(GRAD0), 170135808);
   layer1_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD_EXPERTS0), 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 4 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = R(GATHERED_DENSE1), c->we = R(GATHERED_EXPERTS1);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
   layer0_forward(c, true); /* recompute from X0 (selective checkpointing) */
-  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffers are free */
-  c->dwd = R(GRAD_DENSE1), c->dwe = R(GRAD_EXPERTS1);
-  rt_zero(R(GRAD_DENSE1), 19140864);
-  rt_zero(R(GRAD_EXPERTS1), 150994944);
+  rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
+  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
+  rt_zero_real(R(GRAD1), 170135808);
   layer0_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD_DENSE1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD_EXPERTS1), 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 4 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
-  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffers are free */
-  c->dwd = R(GRAD_DENSE0);
-  rt_zero(R(GRAD_DENSE0), 311164928);
-  rt_embedding_backward(DW(0), R(DX_A), I(INPUTS), 32768, 2048);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD_DENSE0), 19447808, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
+  c->dwd = R(GRAD0);
+  rt_zero_real(R(GRAD0), 311164928);
+  rt_embedding_backward(DW(0), A(DX_A), I(INPUTS), 32768, 2048);
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 19447808, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 16 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }

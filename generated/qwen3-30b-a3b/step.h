@@ -7,6 +7,8 @@
 
 #define MODEL_NAME "qwen3-30b-a3b"
 #define SPEC_FILE "qwen3-30b-a3b.yaml"
+/* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
+#define PLAN_HASH "ad6a7bb223892347"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 16
 #define PLAN_FSDP 16
@@ -52,13 +54,15 @@
 #define STATE_ELEMS 7633030656
 #define STATE_ON_HOST 0
 #define OPT_STEP_ON_HOST 0
-/* the arena: 35948276288 elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before
- * reading them */
-#define ARENA_ELEMS 35948276288
+/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
+ * micro-batch writes before reading them */
+#define ARENA_ELEMS 1620515392
 #define ARENA_SCRATCH 65536
+#define ACT_ELEMS 33723781120
+#define ACT_SCRATCH 0
 #define INPUTS 0
 #define TARGETS 32768
-#define STATE_STAGING 1848713216 /* a device buffer of the largest shard (RS_OUT0), free between steps */
+#define STATE_STAGING 622399488 /* a device buffer of the largest shard (RS_OUT0), free between steps */
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
 #define N_GROUPS 98

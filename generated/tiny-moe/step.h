@@ -7,6 +7,8 @@
 
 #define MODEL_NAME "tiny-moe"
 #define SPEC_FILE "tiny-moe.yaml"
+/* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
+#define PLAN_HASH "87e153528a9dad96"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 2
 #define PLAN_FSDP 2
@@ -52,13 +54,15 @@
 #define STATE_ELEMS 7612672
 #define STATE_ON_HOST 0
 #define OPT_STEP_ON_HOST 0
-/* the arena: 16258400 elements of real; from ARENA_SCRATCH on, buffers each micro-batch writes before
- * reading them */
-#define ARENA_ELEMS 16258400
+/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
+ * micro-batch writes before reading them */
+#define ARENA_ELEMS 4688736
 #define ARENA_SCRATCH 1024
+#define ACT_ELEMS 11569664
+#define ACT_SCRATCH 0
 #define INPUTS 0
 #define TARGETS 512
-#define STATE_STAGING 3741696 /* a device buffer of the largest shard (RS_OUT0), free between steps */
+#define STATE_STAGING 1871360 /* a device buffer of the largest shard (RS_OUT0), free between steps */
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
 #define N_GROUPS 10

@@ -7,12 +7,12 @@
 
 #define MPI_CHECK(call) RT_MPI_CHECK(call)
 
-void rt_comm_all_gather(MPI_Comm comm, real *out, const real *in, size_t count) {
+void rt_comm_all_gather(MPI_Comm comm, act *out, const act *in, size_t count) {
   int n = rt_mpi_count(count, "all-gather values per rank");
   MPI_CHECK(MPI_Allgather(in, n, MTRT_MPI_REAL, out, n, MTRT_MPI_REAL, comm));
 }
 
-void rt_comm_all_gather_start(MPI_Comm comm, real *out, const real *in, size_t count, int slot) {
+void rt_comm_all_gather_start(MPI_Comm comm, act *out, const act *in, size_t count, int slot) {
   (void)slot;
   rt_comm_all_gather(comm, out, in, count);
 }

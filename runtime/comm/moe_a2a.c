@@ -28,7 +28,7 @@ int rt_moe_route(MPI_Comm ep_comm, RtA2A *a, const int *offsets) {
   return rt_a2a_plan_rounds(a);
 }
 
-void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, int r, real *xe, int *eoff, real *tmp, const real *xp, int C) {
+void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, int r, act *xe, int *eoff, act *tmp, const act *xp, int C) {
   if (r < 0 || r >= a->rounds) {
     fprintf(stderr, "mtrt: moe dispatch of round %d, but the route planned %d (at %s)\n", r, a->rounds,
             rt_comm_where());
@@ -39,7 +39,7 @@ void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, int r, real *xe, int *eoff, rea
   rt_a2a_regroup(a, xe, tmp, sizeof(real) * (size_t)C, 1, copy_host);
 }
 
-void rt_moe_undispatch(MPI_Comm ep_comm, const RtA2A *a, real *yp, real *tmp, const real *ye, int C) {
+void rt_moe_undispatch(MPI_Comm ep_comm, const RtA2A *a, act *yp, act *tmp, const act *ye, int C) {
   rt_a2a_regroup(a, (real *)ye, tmp, sizeof(real) * (size_t)C, 0, copy_host);
   exchange(ep_comm, a, tmp, a->rc, a->rd, yp, a->sc, a->sd, C);
 }

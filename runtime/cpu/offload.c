@@ -8,14 +8,14 @@
 
 int rt_offload_init(int ids) { return ids >= 0 ? 0 : -1; }
 
-void rt_offload_store(RtCtx *c, int id, real *host, const real *dev, size_t n) {
+void rt_offload_store(RtCtx *c, int id, act *host, const act *dev, size_t n) {
   (void)c, (void)id;
-  memcpy(host, dev, n * sizeof(real));
+  memcpy(host, dev, n * sizeof(act));
 }
 
-void rt_offload_load(RtCtx *c, int id, real *dev, const real *host, size_t n) {
+void rt_offload_load(RtCtx *c, int id, act *dev, const act *host, size_t n) {
   (void)c, (void)id;
-  memcpy(dev, host, n * sizeof(real));
+  memcpy(dev, host, n * sizeof(act));
 }
 
 void rt_offload_wait(RtCtx *c, int id) { (void)c, (void)id; }

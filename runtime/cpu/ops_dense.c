@@ -1,26 +1,43 @@
-/* ops_dense.c — cpu ops of the dense path: embedding, RMSNorm, linear layers, RoPE, causal
+/* ops_dense.c — cpu ops of the dense path: embedding, learned positions, RMSNorm, LayerNorm, biases, linear layers, RoPE, causal
  * GQA attention, activations, and the LM head with chunked cross-entropy. */
 #include <math.h>
 #include <string.h>
 
 #include "gemm.h"
 
-void rt_add(real *out, const real *a, const real *b, size_t n) {
+void rt_add(act *out, const act *a, const act *b, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void rt_accumulate(real *acc, const real *x, size_t n) {
+void rt_accumulate(act *acc, const act *x, size_t n) {
   for (size_t i = 0; i < n; i++) acc[i] += x[i];
 }
 
-void rt_zero(real *x, size_t n) { memset(x, 0, n * sizeof(real)); }
-void rt_copy(real *dst, const real *src, size_t n) { memcpy(dst, src, n * sizeof(real)); }
+void rt_zero(act *x, size_t n) { memset(x, 0, n * sizeof(real)); }
+void rt_copy(act *dst, const act *src, size_t n) { memcpy(dst, src, n * sizeof(real)); }
 
-void rt_embedding_forward(real *out, const int32_t *tok, const real *wte, int N, int C) {
+void rt_zero_real(real *x, size_t n) { memset(x, 0, n * sizeof(real)); }
+void rt_copy_real(real *dst, const real *src, size_t n) { memcpy(dst, src, n * sizeof(real)); }
+
+/* (act is real on the cpu backend: the router's layer is a linear layer) */
+void rt_router_logits_forward(real *logits, const act *x, const act *w, int N, int IC, int E) {
+  rt_matmul_forward(logits, x, w, NULL, N, IC, E);
+}
+
+void rt_router_logits_backward(act *dx, real *dw, const real *dlogits, const act *x, const act *w, int N, int IC,
+                               int E) {
+  rt_matmul_backward(dx, dw, NULL, dlogits, x, w, N, IC, E);
+}
+
+void rt_cast_to_act(act *dst, const real *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = (act)src[i];
+}
+
+void rt_embedding_forward(act *out, const int32_t *tok, const act *wte, int N, int C) {
   for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, wte + (size_t)tok[n] * C, sizeof(real) * (size_t)C);
 }
 
-void rt_embedding_backward(real *dwte, const real *dout, const int32_t *tok, int N, int C) {
+void rt_embedding_backward(real *dwte, const act *dout, const int32_t *tok, int N, int C) {
   for (int n = 0; n < N; n++) {
     real *d = dwte + (size_t)tok[n] * C;
     const real *g = dout + (size_t)n * C;
@@ -28,7 +45,17 @@ void rt_embedding_backward(real *dwte, const real *dout, const int32_t *tok, int
   }
 }
 
-void rt_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int N, int C, real eps) {
+void rt_position_forward(act *x, const act *wpe, int B, int T, int C) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) rt_accumulate(x + ((size_t)b * T + t) * C, wpe + (size_t)t * C, (size_t)C);
+}
+
+void rt_position_backward(real *dwpe, const act *dx, int B, int T, int C) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) rt_accumulate(dwpe + (size_t)t * C, dx + ((size_t)b * T + t) * C, (size_t)C);
+}
+
+void rt_rmsnorm_forward(act *out, real *rstd, const act *x, const act *w, int N, int C, real eps) {
   for (int n = 0; n < N; n++) {
     const real *xn = x + (size_t)n * C;
     real ss = 0;
@@ -40,8 +67,8 @@ void rt_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int
 }
 
 /* y = x r w, r = (mean x² + eps)^(-1/2): dx = r (dy w) − x r³ / C · Σ (dy w x). */
-void rt_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
-                         const real *rstd, int N, int C) {
+void rt_rmsnorm_backward(act *dx, real *dw, const act *dout, const act *x, const act *w, const real *rstd, int N,
+                         int C) {
   for (int n = 0; n < N; n++) {
     const real *xn = x + (size_t)n * C, *dy = dout + (size_t)n * C;
     real r = rstd[n], dot = 0;
@@ -55,26 +82,65 @@ void rt_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, co
   }
 }
 
-void rt_qk_norm_forward(real *out, real *rstd, const real *x, const real *w, int64_t rows, int width, real eps) {
+void rt_qk_norm_forward(act *out, real *rstd, const act *x, const act *w, int64_t rows, int width, real eps) {
   for (int64_t r = 0; r < rows; r++) /* row by row: rows × width may pass 2^31 */
     rt_rmsnorm_forward(out + r * width, rstd + r, x + r * width, w, 1, width, eps);
 }
 
-void rt_qk_norm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w, const real *rstd,
+void rt_qk_norm_backward(act *dx, real *dw, const act *dout, const act *x, const act *w, const real *rstd,
                          int64_t rows, int width) {
   for (int64_t r = 0; r < rows; r++)
     rt_rmsnorm_backward(dx ? dx + r * width : NULL, dw, dout + r * width, x + r * width, w, rstd + r, 1, width);
 }
 
-void rt_matmul_forward(real *out, const real *x, const real *w, const real *bias, int N, int IC, int OC) {
+void rt_layernorm_forward(act *out, real *mean, real *rstd, const act *x, const act *w, const act *b, int N, int C,
+                          real eps) {
+  for (int n = 0; n < N; n++) {
+    const real *xn = x + (size_t)n * C;
+    real m = 0, v = 0;
+    for (int c = 0; c < C; c++) m += xn[c];
+    m /= (real)C;
+    for (int c = 0; c < C; c++) v += (xn[c] - m) * (xn[c] - m);
+    real r = 1 / SQRT(v / (real)C + eps);
+    mean[n] = m, rstd[n] = r;
+    for (int c = 0; c < C; c++) out[(size_t)n * C + c] = (xn[c] - m) * r * w[c] + (b ? b[c] : 0);
+  }
+}
+
+void rt_layernorm_backward(act *dx, real *dw, real *db, const act *dout, const act *x, const act *w, const real *mean,
+                           const real *rstd, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    const real *xn = x + (size_t)n * C, *dy = dout + (size_t)n * C;
+    real m = mean[n], r = rstd[n], gm = 0, gx = 0;
+    for (int c = 0; c < C; c++) {
+      real xh = (xn[c] - m) * r, g = dy[c] * w[c];
+      gm += g, gx += g * xh;
+      if (dw) dw[c] += dy[c] * xh;
+      if (db) db[c] += dy[c];
+    }
+    if (!dx) continue;
+    gm /= (real)C, gx /= (real)C;
+    for (int c = 0; c < C; c++) dx[(size_t)n * C + c] += r * (dy[c] * w[c] - gm - (xn[c] - m) * r * gx);
+  }
+}
+
+void rt_bias_forward(act *out, const act *b, int N, int C) {
+  for (int n = 0; n < N; n++) rt_accumulate(out + (size_t)n * C, b, (size_t)C);
+}
+
+void rt_bias_backward(real *db, const act *dout, int N, int C) {
+  for (int n = 0; n < N; n++) rt_accumulate(db, dout + (size_t)n * C, (size_t)C);
+}
+
+void rt_matmul_forward(act *out, const act *x, const act *w, const act *bias, int N, int IC, int OC) {
   GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1, x, IC, w, IC, 0, out, OC);
   if (bias)
     for (int n = 0; n < N; n++)
       for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
 }
 
-void rt_matmul_backward(real *dx, real *dw, real *dbias, const real *dout, const real *x,
-                        const real *w, int N, int IC, int OC) {
+void rt_matmul_backward(act *dx, real *dw, real *dbias, const act *dout, const act *x, const act *w, int N, int IC,
+                        int OC) {
   if (dx) GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1, dout, OC, w, IC, 1, dx, IC);
   if (dw) GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1, dout, OC, x, IC, 1, dw, IC);
   if (dbias)
@@ -99,8 +165,8 @@ static void rope(real *x, int B, int T, int H, int hd, real theta, real sign) {
       }
 }
 
-void rt_rope_forward(real *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, hd, theta, 1); }
-void rt_rope_backward(real *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, hd, theta, -1); }
+void rt_rope_forward(act *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, hd, theta, 1); }
+void rt_rope_backward(act *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, hd, theta, -1); }
 
 /* Llama 3.1's inverse frequency for pair i of hd (see mtrt_ops.h), in double. */
 static double llama3_inv_freq(int i, int hd, double theta, double factor, double low, double high, double orig) {
@@ -162,22 +228,22 @@ static void rope_yarn(real *x, int B, int T, int H, int hd, real theta, real fac
   }
 }
 
-void rt_rope_yarn_forward(real *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+void rt_rope_yarn_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
                           real beta_slow, real attn) {
   rope_yarn(x, B, T, H, hd, theta, factor, orig, beta_fast, beta_slow, attn, 1);
 }
 
-void rt_rope_yarn_backward(real *dx, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+void rt_rope_yarn_backward(act *dx, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
                            real beta_slow, real attn) {
   rope_yarn(dx, B, T, H, hd, theta, factor, orig, beta_fast, beta_slow, attn, -1);
 }
 
-void rt_rope_llama3_forward(real *x, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+void rt_rope_llama3_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real low, real high,
                             real orig) {
   rope_llama3(x, B, T, H, hd, theta, factor, low, high, orig, 1);
 }
 
-void rt_rope_llama3_backward(real *dx, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+void rt_rope_llama3_backward(act *dx, int B, int T, int H, int hd, real theta, real factor, real low, real high,
                              real orig) {
   rope_llama3(dx, B, T, H, hd, theta, factor, low, high, orig, -1);
 }
@@ -203,8 +269,8 @@ static void axpy(real *restrict y, real a, const real *restrict x, int n) {
  * online softmax of Milakov & Gimelshein 2018, as in FlashAttention). */
 enum { ATT_BLOCK = 64 };
 
-void rt_attention_forward(real *out, real *lse, const real *q, const real *k, const real *v,
-                          int B, int T, int nh, int nkv, int hd) {
+void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int nh,
+                          int nkv, int hd) {
   real scale = 1 / SQRT((real)hd), sc[ATT_BLOCK];
   int group = nh / nkv;
   size_t stride = (size_t)nkv * hd;
@@ -242,9 +308,8 @@ void rt_attention_forward(real *out, real *lse, const real *q, const real *k, co
 
 /* With P = softmax(S), D_t = Σ dO·O: dS = P (dO·v − D); dq = scale dS k; dk += scale dS q;
  * dv += P dO (Dao et al., FlashAttention-2, Algorithm 2). */
-void rt_attention_backward(real *dq, real *dk, real *dv, const real *dout, const real *q,
-                           const real *k, const real *v, const real *out, const real *lse,
-                           int B, int T, int nh, int nkv, int hd) {
+void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
+                           const act *out, const real *lse, int B, int T, int nh, int nkv, int hd) {
   real scale = 1 / SQRT((real)hd);
   int group = nh / nkv;
   size_t stride = (size_t)nkv * hd;
@@ -269,12 +334,12 @@ void rt_attention_backward(real *dq, real *dk, real *dv, const real *dout, const
 
 static real sigmoid(real x) { return 1 / (1 + EXP(-x)); }
 
-void rt_swiglu_forward(real *h, const real *g, const real *u, int64_t n) {
+void rt_swiglu_forward(act *h, const act *g, const act *u, int64_t n) {
   for (int64_t i = 0; i < n; i++) h[i] = g[i] * sigmoid(g[i]) * u[i];
 }
 
 /* silu'(g) = σ(g) (1 + g (1 − σ(g))). */
-void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const real *u, int64_t n) {
+void rt_swiglu_backward(act *dg, act *du, const act *dh, const act *g, const act *u, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     real s = sigmoid(g[i]);
     if (dg) dg[i] += dh[i] * u[i] * s * (1 + g[i] * (1 - s));
@@ -284,14 +349,14 @@ void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const
 
 #define GELU_K 0.7978845608028654 /* sqrt(2/π) */
 
-void rt_gelu_forward(real *h, const real *x, int64_t n) {
+void rt_gelu_forward(act *h, const act *x, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     real a = x[i];
     h[i] = (real)0.5 * a * (1 + TANH((real)GELU_K * (a + (real)0.044715 * a * a * a)));
   }
 }
 
-void rt_gelu_backward(real *dx, const real *dh, const real *x, int64_t n) {
+void rt_gelu_backward(act *dx, const act *dh, const act *x, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     real a = x[i], inner = (real)GELU_K * (a + (real)0.044715 * a * a * a);
     real th = TANH(inner), sech2 = 1 - th * th;
@@ -301,8 +366,8 @@ void rt_gelu_backward(real *dx, const real *dh, const real *x, int64_t n) {
 }
 
 /* Online log-sum-exp over vocabulary chunks (Milakov & Gimelshein 2018). */
-real rt_lm_head_ce_forward(real *lse, const real *x, const real *w, const int32_t *targets, int N,
-                           int C, int V, int chunk, real *scratch) {
+real rt_lm_head_ce_forward(real *lse, const act *x, const act *w, const int32_t *targets, int N, int C, int V,
+                           int chunk, real *scratch) {
   real loss = 0;
   for (int n = 0; n < N; n++) lse[n] = -INFINITY;
   for (int v0 = 0; v0 < V; v0 += chunk) {
@@ -322,8 +387,8 @@ real rt_lm_head_ce_forward(real *lse, const real *x, const real *w, const int32_
   return loss / (real)N;
 }
 
-void rt_lm_head_ce_backward(real *dx, real *dw, const real *x, const real *w, const int32_t *targets,
-                            const real *lse, int N, int C, int V, int chunk, real *scratch, real dloss) {
+void rt_lm_head_ce_backward(act *dx, real *dw, const act *x, const act *w, const int32_t *targets, const real *lse,
+                            int N, int C, int V, int chunk, real *scratch, real dloss) {
   real scale = dloss / (real)N;
   for (int v0 = 0; v0 < V; v0 += chunk) {
     int cv = V - v0 < chunk ? V - v0 : chunk;

@@ -74,7 +74,7 @@ static void best_n(int32_t *out, const real *key, int m, int n) {
   }
 }
 
-void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const real *bias, int N, int E, int K,
+void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const act *bias, int N, int E, int K,
                              int n_group, int topk_group) {
   int per = E / n_group;
   for (int n = 0; n < N; n++) {
@@ -165,14 +165,14 @@ void rt_router_weights_backward(real *dlogits, const real *dwts, const real *log
   }
 }
 
-void rt_sigmoid_gate_forward(real *y, const real *x, const real *logit, int N, int C) {
+void rt_sigmoid_gate_forward(act *y, const act *x, const real *logit, int N, int C) {
   for (int n = 0; n < N; n++) {
     real g = sigmoid(logit[n]);
     for (int c = 0; c < C; c++) y[(size_t)n * C + c] += g * x[(size_t)n * C + c];
   }
 }
 
-void rt_sigmoid_gate_backward(real *dx, real *dlogit, const real *dy, const real *x, const real *logit, int N, int C) {
+void rt_sigmoid_gate_backward(act *dx, real *dlogit, const act *dy, const act *x, const real *logit, int N, int C) {
   for (int n = 0; n < N; n++) {
     real g = sigmoid(logit[n]), dot = 0;
     for (int c = 0; c < C; c++) {
@@ -228,13 +228,13 @@ void rt_moe_permute(int32_t *pos, int *offsets, const int32_t *idx, int N, int E
   offsets[0] = 0;
 }
 
-void rt_moe_gather(real *xp, const real *x, const int32_t *pos, int N, int K, int C) {
+void rt_moe_gather(act *xp, const act *x, const int32_t *pos, int N, int K, int C) {
   for (int n = 0; n < N; n++)
     for (int j = 0; j < K; j++)
       memcpy(xp + (size_t)pos[n * K + j] * C, x + (size_t)n * C, sizeof(real) * (size_t)C);
 }
 
-void rt_moe_gather_backward(real *dx, const real *dxp, const int32_t *pos, int N, int K, int C) {
+void rt_moe_gather_backward(act *dx, const act *dxp, const int32_t *pos, int N, int K, int C) {
   for (int n = 0; n < N; n++)
     for (int j = 0; j < K; j++) {
       const real *g = dxp + (size_t)pos[n * K + j] * C;
@@ -242,7 +242,7 @@ void rt_moe_gather_backward(real *dx, const real *dxp, const int32_t *pos, int N
     }
 }
 
-void rt_moe_combine(real *y, const real *yp, const real *wts, const int32_t *pos, int N, int K, int C) {
+void rt_moe_combine(act *y, const act *yp, const real *wts, const int32_t *pos, int N, int K, int C) {
   for (int n = 0; n < N; n++)
     for (int j = 0; j < K; j++) {
       const real *r = yp + (size_t)pos[n * K + j] * C;
@@ -251,8 +251,8 @@ void rt_moe_combine(real *y, const real *yp, const real *wts, const int32_t *pos
     }
 }
 
-void rt_moe_combine_backward(real *dyp, real *dwts, const real *dy, const real *yp, const real *wts,
-                             const int32_t *pos, int N, int K, int C) {
+void rt_moe_combine_backward(act *dyp, real *dwts, const act *dy, const act *yp, const real *wts, const int32_t *pos,
+                             int N, int K, int C) {
   for (int n = 0; n < N; n++)
     for (int j = 0; j < K; j++) {
       size_t row = (size_t)pos[n * K + j] * C;
@@ -266,33 +266,40 @@ void rt_moe_combine_backward(real *dyp, real *dwts, const real *dy, const real *
     }
 }
 
-void rt_experts_forward(real *yp, real *g, real *u, real *h, const real *xp, const real *wg,
-                        const real *wu, const real *wd, const int *offsets, int E, int C, int F) {
+void rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const act *wg, const act *wu, const act *wd,
+                        const int *offsets, int E, int C, int F) {
   for (int e = 0; e < E; e++) {
     int r0 = offsets[e], rows = offsets[e + 1] - r0;
     if (!rows) continue;
     size_t ri = (size_t)r0 * F, rc = (size_t)r0 * C, we = (size_t)e * F * C;
-    rt_matmul_forward(g + ri, xp + rc, wg + we, NULL, rows, C, F);
     rt_matmul_forward(u + ri, xp + rc, wu + we, NULL, rows, C, F);
-    rt_swiglu_forward(h + ri, g + ri, u + ri, (int64_t)rows * F);
+    if (wg) {
+      rt_matmul_forward(g + ri, xp + rc, wg + we, NULL, rows, C, F);
+      rt_swiglu_forward(h + ri, g + ri, u + ri, (int64_t)rows * F);
+    } else {
+      rt_gelu_forward(h + ri, u + ri, (int64_t)rows * F); /* GELU experts: h = gelu(u) */
+    }
     rt_matmul_forward(yp + rc, h + ri, wd + we, NULL, rows, F, C);
   }
 }
 
-void rt_experts_backward(real *dxp, real *dwg, real *dwu, real *dwd, const real *dyp, const real *xp,
-                         const real *g, const real *u, const real *h, const real *wg, const real *wu,
-                         const real *wd, const int *offsets, int E, int C, int F, real *dh, real *dg,
-                         real *du) {
+void rt_experts_backward(act *dxp, real *dwg, real *dwu, real *dwd, const act *dyp, const act *xp, const act *g,
+                         const act *u, const act *h, const act *wg, const act *wu, const act *wd, const int *offsets,
+                         int E, int C, int F, act *dh, act *dg, act *du) {
   for (int e = 0; e < E; e++) {
     int r0 = offsets[e], rows = offsets[e + 1] - r0;
     if (!rows) continue;
     size_t ri = (size_t)r0 * F, rc = (size_t)r0 * C, we = (size_t)e * F * C;
     memset(dh + ri, 0, sizeof(real) * (size_t)rows * F);
-    memset(dg + ri, 0, sizeof(real) * (size_t)rows * F);
     memset(du + ri, 0, sizeof(real) * (size_t)rows * F);
     rt_matmul_backward(dh + ri, dwd ? dwd + we : NULL, NULL, dyp + rc, h + ri, wd + we, rows, F, C);
-    rt_swiglu_backward(dg + ri, du + ri, dh + ri, g + ri, u + ri, (int64_t)rows * F);
-    rt_matmul_backward(dxp ? dxp + rc : NULL, dwg ? dwg + we : NULL, NULL, dg + ri, xp + rc, wg + we, rows, C, F);
+    if (wg) {
+      memset(dg + ri, 0, sizeof(real) * (size_t)rows * F);
+      rt_swiglu_backward(dg + ri, du + ri, dh + ri, g + ri, u + ri, (int64_t)rows * F);
+      rt_matmul_backward(dxp ? dxp + rc : NULL, dwg ? dwg + we : NULL, NULL, dg + ri, xp + rc, wg + we, rows, C, F);
+    } else {
+      rt_gelu_backward(du + ri, dh + ri, u + ri, (int64_t)rows * F);
+    }
     rt_matmul_backward(dxp ? dxp + rc : NULL, dwu ? dwu + we : NULL, NULL, du + ri, xp + rc, wu + we, rows, C, F);
   }
 }

@@ -26,6 +26,9 @@
 #include "mtrt_comm.h"
 #include "mtrt_ops.h"
 
+/* The NCCL type of the activation type (mtrt_real.h): gathered parameters and the MoE rows. */
+#define NCCL_ACT ncclFloat32
+
 typedef struct {
   MPI_Comm mpi;
   ncclComm_t nccl; /* NULL: one rank */
@@ -38,11 +41,11 @@ static Group groups[4];
 static ncclComm_t world_nccl;
 static int world_rank;
 static cudaStream_t cs, cs_ep;                /* the communication streams: FSDP groups, EP group */
-static cudaEvent_t ev_ready, ev_done, ev_slot[4];
+static cudaEvent_t ev_ready, ev_done, ev_slot[RT_AG_SLOTS];
 static struct {
   const Group *g; /* NULL: nothing in flight (or a copy on the compute stream) */
   size_t count;
-} slot_info[4];
+} slot_info[RT_AG_SLOTS];
 
 static void nccl_check(ncclResult_t r, const char *what) {
   if (r != ncclSuccess) rt_cuda_fail(what, ncclGetErrorString(r));
@@ -128,7 +131,7 @@ int rt_comm_nccl_init(const RtComm *c, char *err, size_t errlen) {
       (ce = cudaEventCreateWithFlags(&ev_ready, cudaEventDisableTiming)) != cudaSuccess ||
       (ce = cudaEventCreateWithFlags(&ev_done, cudaEventDisableTiming)) != cudaSuccess)
     return snprintf(err, errlen, "the communication stream: %s", cudaGetErrorString(ce)), -1;
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < RT_AG_SLOTS; i++)
     if ((ce = cudaEventCreateWithFlags(&ev_slot[i], cudaEventDisableTiming)) != cudaSuccess)
       return snprintf(err, errlen, "the prefetch events: %s", cudaGetErrorString(ce)), -1;
   for (int i = 0; i < 4; i++) {
@@ -158,34 +161,34 @@ void rt_comm_nccl_free(void) {
   world_nccl = NULL;
 }
 
-void rt_comm_all_gather(MPI_Comm comm, real *out, const real *in, size_t count) {
+void rt_comm_all_gather(MPI_Comm comm, act *out, const act *in, size_t count) {
   Group *g = group_of(comm, "all-gather");
   if (!g->nccl) {
-    if (out != in) cu_check(cudaMemcpyAsync(out, in, count * sizeof(real), cudaMemcpyDeviceToDevice, cu.stream), "all-gather");
+    if (out != in) cu_check(cudaMemcpyAsync(out, in, count * sizeof(act), cudaMemcpyDeviceToDevice, cu.stream), "all-gather");
     return;
   }
   begin(g, "all-gather");
-  nccl_check(ncclAllGather(in, out, count, ncclFloat32, g->nccl, g->s), "ncclAllGather");
+  nccl_check(ncclAllGather(in, out, count, NCCL_ACT, g->nccl, g->s), "ncclAllGather");
   finish(g, "all-gather", count);
 }
 
-void rt_comm_all_gather_start(MPI_Comm comm, real *out, const real *in, size_t count, int slot) {
+void rt_comm_all_gather_start(MPI_Comm comm, act *out, const act *in, size_t count, int slot) {
   Group *g = group_of(comm, "all-gather (prefetch)");
-  if (slot < 0 || slot >= 4) rt_cuda_fail("all-gather (prefetch)", "slot out of range");
+  if (slot < 0 || slot >= RT_AG_SLOTS) rt_cuda_fail("all-gather (prefetch)", "slot out of range");
   slot_info[slot].g = NULL;
   if (!g->nccl) { /* one rank: a copy, in order on the compute stream */
     if (out != in)
-      cu_check(cudaMemcpyAsync(out, in, count * sizeof(real), cudaMemcpyDeviceToDevice, cu.stream), "all-gather");
+      cu_check(cudaMemcpyAsync(out, in, count * sizeof(act), cudaMemcpyDeviceToDevice, cu.stream), "all-gather");
     return;
   }
   begin(g, "all-gather (prefetch)");
-  nccl_check(ncclAllGather(in, out, count, ncclFloat32, g->nccl, g->s), "ncclAllGather");
+  nccl_check(ncclAllGather(in, out, count, NCCL_ACT, g->nccl, g->s), "ncclAllGather");
   cu_check(cudaEventRecord(ev_slot[slot], g->s), "all-gather (prefetch)");
   slot_info[slot].g = g, slot_info[slot].count = count;
 }
 
 void rt_comm_all_gather_wait(int slot) {
-  if (slot < 0 || slot >= 4) rt_cuda_fail("all-gather (prefetch)", "slot out of range");
+  if (slot < 0 || slot >= RT_AG_SLOTS) rt_cuda_fail("all-gather (prefetch)", "slot out of range");
   if (slot_info[slot].g) wait_for(ev_slot[slot], slot_info[slot].g, "all-gather (prefetched)", slot_info[slot].count);
   slot_info[slot].g = NULL;
 }
@@ -284,14 +287,14 @@ static void copy_device(void *dst, const void *src, size_t bytes) {
 }
 
 /* Rows sc/sd out, rc/rd in (rows of C values; element counts and offsets as size_t). */
-static void exchange(Group *g, const real *send, const int64_t *sc, const int64_t *sd, real *recv, const int64_t *rc,
+static void exchange(Group *g, const act *send, const int64_t *sc, const int64_t *sd, act *recv, const int64_t *rc,
                      const int64_t *rd, int C, const char *op) {
   size_t c = (size_t)C, total = 0;
   begin(g, op);
   nccl_check(ncclGroupStart(), "ncclGroupStart");
   for (int p = 0; p < g->size; p++) {
-    if (sc[p]) nccl_check(ncclSend(send + (size_t)sd[p] * c, (size_t)sc[p] * c, ncclFloat32, p, g->nccl, g->s), "ncclSend");
-    if (rc[p]) nccl_check(ncclRecv(recv + (size_t)rd[p] * c, (size_t)rc[p] * c, ncclFloat32, p, g->nccl, g->s), "ncclRecv");
+    if (sc[p]) nccl_check(ncclSend(send + (size_t)sd[p] * c, (size_t)sc[p] * c, NCCL_ACT, p, g->nccl, g->s), "ncclSend");
+    if (rc[p]) nccl_check(ncclRecv(recv + (size_t)rd[p] * c, (size_t)rc[p] * c, NCCL_ACT, p, g->nccl, g->s), "ncclRecv");
     total += (size_t)rc[p] * c;
   }
   nccl_check(ncclGroupEnd(), "ncclGroupEnd");
@@ -310,7 +313,7 @@ int rt_moe_route(MPI_Comm ep_comm, RtA2A *a, const int *offsets) {
   return rt_a2a_plan_rounds(a);
 }
 
-void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, int r, real *xe, int *eoff, real *tmp, const real *xp, int C) {
+void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, int r, act *xe, int *eoff, act *tmp, const act *xp, int C) {
   Group *g = group_of(ep_comm, "moe dispatch");
   int *e = cu.off_host; /* host staging for eoff (experts + 1 >= El + 1 ints) */
   cu.off_of = NULL;     /* (it no longer holds what it held) */
@@ -318,13 +321,13 @@ void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, int r, real *xe, int *eoff, rea
   if (r < 0 || r >= a->rounds) rt_cuda_fail("moe dispatch", "round out of range of the last route");
   rt_a2a_plan_round(a, r, e);
   exchange(g, xp, a->sc, a->sd, tmp, a->rc, a->rd, C, "moe dispatch (all-to-all-v)");
-  rt_a2a_regroup(a, xe, tmp, sizeof(real) * (size_t)C, 1, copy_device);
+  rt_a2a_regroup(a, xe, tmp, sizeof(act) * (size_t)C, 1, copy_device);
   rt_cuda_upload(eoff, e, sizeof(int) * (size_t)(a->El + 1));
   cu_offsets_uploaded(eoff, (size_t)a->El + 1);
 }
 
-void rt_moe_undispatch(MPI_Comm ep_comm, const RtA2A *a, real *yp, real *tmp, const real *ye, int C) {
+void rt_moe_undispatch(MPI_Comm ep_comm, const RtA2A *a, act *yp, act *tmp, const act *ye, int C) {
   Group *g = group_of(ep_comm, "moe undispatch");
-  rt_a2a_regroup(a, (real *)ye, tmp, sizeof(real) * (size_t)C, 0, copy_device);
+  rt_a2a_regroup(a, (act *)ye, tmp, sizeof(act) * (size_t)C, 0, copy_device);
   exchange(g, tmp, a->rc, a->rd, yp, a->sc, a->sd, C, "moe undispatch (all-to-all-v)");
 }

@@ -35,12 +35,12 @@ static void copy(cudaStream_t s, int id, void *dst, const void *src, size_t byte
   if (cu.sync_each) cu_check(cudaStreamSynchronize(s), what);
 }
 
-void rt_offload_store(RtCtx *c, int id, real *host, const real *dev, size_t n) {
-  copy(d2h, id, host, dev, n * sizeof(real), cudaMemcpyDeviceToHost, "offload store");
+void rt_offload_store(RtCtx *c, int id, act *host, const act *dev, size_t n) {
+  copy(d2h, id, host, dev, n * sizeof(act), cudaMemcpyDeviceToHost, "offload store");
 }
 
-void rt_offload_load(RtCtx *c, int id, real *dev, const real *host, size_t n) {
-  copy(h2d, id, dev, host, n * sizeof(real), cudaMemcpyHostToDevice, "offload load");
+void rt_offload_load(RtCtx *c, int id, act *dev, const act *host, size_t n) {
+  copy(h2d, id, dev, host, n * sizeof(act), cudaMemcpyHostToDevice, "offload load");
 }
 
 void rt_offload_wait(RtCtx *c, int id) {

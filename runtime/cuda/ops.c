@@ -22,7 +22,8 @@ static const char *const kernel_names[K_COUNT] = {
     "flash_attention_backward_prep", "flash_attention_backward_dq", "flash_attention_backward_dkv",
     "router_weights", "router_weights_backward", "qk_norm_forward", "qk_norm_backward", "rope_llama3",
     "sigmoid_gate_forward", "sigmoid_gate_backward", "router_topk_grouped",
-    "rope_yarn"};
+    "rope_yarn", "position_forward", "position_backward", "layernorm_forward", "layernorm_backward",
+    "bias_forward", "bias_backward"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;
@@ -200,49 +201,78 @@ static void need(int ok, const char *op, const char *what) {
 /* Vector kernels: n / 4 threads of 16 bytes, plus one for a tail of n % 4 values. */
 static unsigned vec_blocks(long n) { return cu_blocks(n / 4 + 1, 256); }
 
-void rt_add(real *out, const real *a, const real *b, size_t n) {
+void rt_add(act *out, const act *a, const act *b, size_t n) {
   long ln = (long)n;
   if (ln) cu_launch(K_RESIDUAL_ADD, vec_blocks(ln), 256, (void *[]){&out, &a, &b, &ln});
 }
 
-void rt_accumulate(real *acc, const real *x, size_t n) {
+void rt_accumulate(act *acc, const act *x, size_t n) {
   long ln = (long)n;
   if (ln) cu_launch(K_ACCUMULATE, vec_blocks(ln), 256, (void *[]){&acc, &x, &ln});
 }
 
-void rt_zero(real *x, size_t n) { cu_check(cudaMemsetAsync(x, 0, n * sizeof(real), cu.stream), "rt_zero"); }
+void rt_zero(act *x, size_t n) { cu_check(cudaMemsetAsync(x, 0, n * sizeof(act), cu.stream), "rt_zero"); }
 
-void rt_copy(real *dst, const real *src, size_t n) {
-  /* Default: either side may be the state arena in pinned host memory (unified addressing) */
-  cu_check(cudaMemcpyAsync(dst, src, n * sizeof(real), cudaMemcpyDefault, cu.stream), "rt_copy");
+void rt_copy(act *dst, const act *src, size_t n) {
+  cu_check(cudaMemcpyAsync(dst, src, n * sizeof(act), cudaMemcpyDeviceToDevice, cu.stream), "rt_copy");
 }
 
-void rt_embedding_forward(real *out, const int32_t *tok, const real *wte, int N, int C) {
+void rt_zero_real(real *x, size_t n) { cu_check(cudaMemsetAsync(x, 0, n * sizeof(real), cu.stream), "rt_zero_real"); }
+
+void rt_copy_real(real *dst, const real *src, size_t n) {
+  cu_check(cudaMemcpyAsync(dst, src, n * sizeof(real), cudaMemcpyDefault, cu.stream), "rt_copy_real");
+}
+
+/* (act is real today: the router's layer is a linear layer; with bf16 activations its logits
+ * stay fp32: a GEMM with bf16 operands and an fp32 result) */
+void rt_router_logits_forward(real *logits, const act *x, const act *w, int N, int IC, int E) {
+  rt_matmul_forward(logits, x, w, NULL, N, IC, E);
+}
+
+void rt_router_logits_backward(act *dx, real *dw, const real *dlogits, const act *x, const act *w, int N, int IC,
+                               int E) {
+  rt_matmul_backward(dx, dw, NULL, dlogits, x, w, N, IC, E);
+}
+
+void rt_cast_to_act(act *dst, const real *src, size_t n) { /* (act is real today: a copy) */
+  cu_check(cudaMemcpyAsync(dst, src, n * sizeof(real), cudaMemcpyDefault, cu.stream), "rt_cast_to_act");
+}
+
+void rt_embedding_forward(act *out, const int32_t *tok, const act *wte, int N, int C) {
   cu_launch(K_EMBEDDING_FORWARD, (unsigned)N, 128, (void *[]){&out, &tok, &wte});
 }
 
-void rt_embedding_backward(real *dwte, const real *dout, const int32_t *tok, int N, int C) {
+void rt_embedding_backward(real *dwte, const act *dout, const int32_t *tok, int N, int C) {
   cu_launch(K_EMBEDDING_BACKWARD, (unsigned)N, 128, (void *[]){&dwte, &dout, &tok});
 }
 
+/* T: kernels.cu's SEQ_LEN (a row's position is its index modulo SEQ_LEN). */
+void rt_position_forward(act *x, const act *wpe, int B, int T, int C) {
+  cu_launch(K_POSITION_FORWARD, (unsigned)(B * T), 128, (void *[]){&x, &wpe});
+}
+
+void rt_position_backward(real *dwpe, const act *dx, int B, int T, int C) {
+  cu_launch(K_POSITION_BACKWARD, (unsigned)(B * T), 128, (void *[]){&dwpe, &dx});
+}
+
 /* eps: kernels.cu's RMS_EPS (1e-5, as step.c's EPS) */
-void rt_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int N, int C, real eps) {
+void rt_rmsnorm_forward(act *out, real *rstd, const act *x, const act *w, int N, int C, real eps) {
   cu_launch(K_RMSNORM_FORWARD, (unsigned)N, 128, (void *[]){&out, &rstd, &x, &w});
 }
 
-void rt_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w, const real *rstd, int N,
+void rt_rmsnorm_backward(act *dx, real *dw, const act *dout, const act *x, const act *w, const real *rstd, int N,
                          int C) {
   need(dx && dw, "rt_rmsnorm_backward", "dx and dw are required on the cuda backend");
   cu_launch(K_RMSNORM_BACKWARD, cu_blocks(N, CU_RMS_BWD_ROWS), 128, (void *[]){&dx, &dw, &dout, &x, &w, &rstd});
 }
 
-void rt_qk_norm_forward(real *out, real *rstd, const real *x, const real *w, int64_t rows, int width, real eps) {
+void rt_qk_norm_forward(act *out, real *rstd, const act *x, const act *w, int64_t rows, int width, real eps) {
   need(rows <= 0x7fffffff, "rt_qk_norm_forward", "more than 2^31 - 1 rows (one block each)");
   float e = eps;
   cu_launch(K_QK_NORM_FORWARD, (unsigned)rows, 128, (void *[]){&out, &rstd, &x, &w, &width, &e});
 }
 
-void rt_qk_norm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w, const real *rstd,
+void rt_qk_norm_backward(act *dx, real *dw, const act *dout, const act *x, const act *w, const real *rstd,
                          int64_t rows, int width) {
   need(dx && dw, "rt_qk_norm_backward", "dx and dw are required on the cuda backend");
   long long n = rows;
@@ -250,15 +280,38 @@ void rt_qk_norm_backward(real *dx, real *dw, const real *dout, const real *x, co
             (void *[]){&dx, &dw, &dout, &x, &w, &rstd, &n, &width});
 }
 
-/* Row-major out (N, OC) = x (N, IC) · wᵀ is column-major outᵀ = w · xᵀ, w read transposed. */
-void rt_matmul_forward(real *out, const real *x, const real *w, const real *bias, int N, int IC, int OC) {
-  need(!bias, "rt_matmul_forward", "biases are not supported on the cuda backend");
-  cu_gemm("matmul forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, IC, x, IC, 0, out, OC);
+/* eps: kernels.cu's RMS_EPS; C: its HIDDEN. */
+void rt_layernorm_forward(act *out, real *mean, real *rstd, const act *x, const act *w, const act *b, int N, int C,
+                          real eps) {
+  cu_launch(K_LAYERNORM_FORWARD, (unsigned)N, 128, (void *[]){&out, &mean, &rstd, &x, &w, &b});
 }
 
-void rt_matmul_backward(real *dx, real *dw, real *dbias, const real *dout, const real *x, const real *w, int N, int IC,
+void rt_layernorm_backward(act *dx, real *dw, real *db, const act *dout, const act *x, const act *w, const real *mean,
+                           const real *rstd, int N, int C) {
+  need(dx && dw, "rt_layernorm_backward", "dx and dw are required on the cuda backend");
+  cu_launch(K_LAYERNORM_BACKWARD, cu_blocks(N, CU_RMS_BWD_ROWS), 128,
+            (void *[]){&dx, &dw, &db, &dout, &x, &w, &mean, &rstd});
+}
+
+void rt_bias_forward(act *out, const act *b, int N, int C) {
+  long n = (long)N * C;
+  if (n) cu_launch(K_BIAS_FORWARD, cu_blocks(n, 256), 256, (void *[]){&out, &b, &n, &C});
+}
+
+void rt_bias_backward(real *db, const act *dout, int N, int C) {
+  if (N && C) cu_launch3(K_BIAS_BACKWARD, cu_blocks(C, 128), cu_blocks(N, CU_BIAS_ROWS), 1, 128, (void *[]){&db, &dout, &N, &C});
+}
+
+/* Row-major out (N, OC) = x (N, IC) · wᵀ is column-major outᵀ = w · xᵀ, w read transposed; the
+ * bias, if any, is added by bias_forward. */
+void rt_matmul_forward(act *out, const act *x, const act *w, const act *bias, int N, int IC, int OC) {
+  cu_gemm("matmul forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, IC, x, IC, 0, out, OC);
+  if (bias) rt_bias_forward(out, bias, N, OC);
+}
+
+void rt_matmul_backward(act *dx, real *dw, real *dbias, const act *dout, const act *x, const act *w, int N, int IC,
                         int OC) {
-  need(!dbias, "rt_matmul_backward", "biases are not supported on the cuda backend");
+  if (dbias) rt_bias_backward(dbias, dout, N, OC);
   if (dx) cu_gemm("matmul backward dx", CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, IC, dout, OC, 1, dx, IC);
   if (dw) cu_gemm("matmul backward dw", CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, x, IC, dout, OC, 1, dw, IC);
 }
@@ -266,8 +319,8 @@ void rt_matmul_backward(real *dx, real *dw, real *dbias, const real *dout, const
 static void rope(real *x, int B, int T, int H, float sign) {
   cu_launch(K_ROPE, (unsigned)(B * T), 128, (void *[]){&x, &H, &sign});
 }
-void rt_rope_forward(real *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, 1.f); }
-void rt_rope_backward(real *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, -1.f); }
+void rt_rope_forward(act *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, 1.f); }
+void rt_rope_backward(act *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, -1.f); }
 
 /* RoPE with YaRN: the ramp's ends (pairs) as the cpu's yarn_inv_freq computes them, then
  * kernels.cu's rope_yarn (θ and head_dim are the plan's). */
@@ -281,11 +334,11 @@ static void rope_yarn(real *x, int B, int T, int H, int hd, real theta, real fac
   float f = factor, l = (float)lo, h = (float)hi, a = attn;
   cu_launch(K_ROPE_YARN, (unsigned)(B * T), 128, (void *[]){&x, &H, &sign, &f, &l, &h, &a});
 }
-void rt_rope_yarn_forward(real *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+void rt_rope_yarn_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
                           real beta_slow, real attn) {
   rope_yarn(x, B, T, H, hd, theta, factor, orig, beta_fast, beta_slow, attn, 1.f);
 }
-void rt_rope_yarn_backward(real *dx, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+void rt_rope_yarn_backward(act *dx, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
                            real beta_slow, real attn) {
   rope_yarn(dx, B, T, H, hd, theta, factor, orig, beta_fast, beta_slow, attn, -1.f);
 }
@@ -294,12 +347,12 @@ void rt_rope_yarn_backward(real *dx, int B, int T, int H, int hd, real theta, re
 static void rope_llama3(real *x, int B, int T, int H, float sign, float factor, float low, float high, float orig) {
   cu_launch(K_ROPE_LLAMA3, (unsigned)(B * T), 128, (void *[]){&x, &H, &sign, &factor, &low, &high, &orig});
 }
-void rt_rope_llama3_forward(real *x, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+void rt_rope_llama3_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real low, real high,
                             real orig) {
   (void)hd, (void)theta;
   rope_llama3(x, B, T, H, 1.f, factor, low, high, orig);
 }
-void rt_rope_llama3_backward(real *dx, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+void rt_rope_llama3_backward(act *dx, int B, int T, int H, int hd, real theta, real factor, real low, real high,
                              real orig) {
   (void)hd, (void)theta;
   rope_llama3(dx, B, T, H, -1.f, factor, low, high, orig);
@@ -323,7 +376,7 @@ static int use_flash(void) {
 
 const char *cu_attention_name(void) { return use_flash() ? "flash (tiled, tensor cores)" : "simple (warp per row)"; }
 
-void rt_attention_forward(real *out, real *lse, const real *q, const real *k, const real *v, int B, int T, int nh,
+void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int nh,
                           int nkv, int hd) {
   if (use_flash())
     cu_launch3(K_FLASH_FORWARD, (unsigned)(T / 64), (unsigned)nh, (unsigned)B, 128, (void *[]){&out, &lse, &q, &k, &v});
@@ -331,8 +384,8 @@ void rt_attention_forward(real *out, real *lse, const real *q, const real *k, co
     cu_launch(K_ATTENTION_FORWARD, cu_blocks((long long)B * T * nh * 32, 128), 128, (void *[]){&out, &lse, &q, &k, &v});
 }
 
-void rt_attention_backward(real *dq, real *dk, real *dv, const real *dout, const real *q, const real *k, const real *v,
-                           const real *out, const real *lse, int B, int T, int nh, int nkv, int hd) {
+void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
+                           const act *out, const real *lse, int B, int T, int nh, int nkv, int hd) {
   need(dq && dk && dv, "rt_attention_backward", "dq, dk and dv are required on the cuda backend");
   float *delta = cu.delta;
   if (use_flash()) {
@@ -351,30 +404,30 @@ void rt_attention_backward(real *dq, real *dk, real *dv, const real *dout, const
 
 /* The kernels take long n: ln is that type exactly (launch arguments go by pointer). */
 _Static_assert(sizeof(long) == sizeof(int64_t), "the elementwise kernels' long n is 64-bit (LP64)");
-void rt_swiglu_forward(real *h, const real *g, const real *u, int64_t n) {
+void rt_swiglu_forward(act *h, const act *g, const act *u, int64_t n) {
   long ln = (long)n;
   if (ln) cu_launch(K_SWIGLU_FORWARD, vec_blocks(ln), 256, (void *[]){&h, &g, &u, &ln});
 }
 
-void rt_swiglu_backward(real *dg, real *du, const real *dh, const real *g, const real *u, int64_t n) {
+void rt_swiglu_backward(act *dg, act *du, const act *dh, const act *g, const act *u, int64_t n) {
   need(dg && du, "rt_swiglu_backward", "dg and du are required on the cuda backend");
   long ln = (long)n;
   if (ln) cu_launch(K_SWIGLU_BACKWARD, vec_blocks(ln), 256, (void *[]){&dg, &du, &dh, &g, &u, &ln});
 }
 
-void rt_gelu_forward(real *h, const real *x, int64_t n) {
+void rt_gelu_forward(act *h, const act *x, int64_t n) {
   long ln = (long)n;
-  cu_launch(K_GELU_FORWARD, cu_blocks(ln, 256), 256, (void *[]){&h, &x, &ln});
+  if (ln) cu_launch(K_GELU_FORWARD, cu_blocks(ln, 256), 256, (void *[]){&h, &x, &ln}); /* an expert round may be empty */
 }
 
-void rt_gelu_backward(real *dx, const real *dh, const real *x, int64_t n) {
+void rt_gelu_backward(act *dx, const act *dh, const act *x, int64_t n) {
   long ln = (long)n;
-  cu_launch(K_GELU_BACKWARD, cu_blocks(ln, 256), 256, (void *[]){&dx, &dh, &x, &ln});
+  if (ln) cu_launch(K_GELU_BACKWARD, cu_blocks(ln, 256), 256, (void *[]){&dx, &dh, &x, &ln});
 }
 
 /* Per chunk: cuBLAS logits, then the online log-sum-exp kernel; the loss is summed on the GPU
  * and read once (one synchronization per micro-batch). */
-real rt_lm_head_ce_forward(real *lse, const real *x, const real *w, const int32_t *targets, int N, int C, int V,
+real rt_lm_head_ce_forward(real *lse, const act *x, const act *w, const int32_t *targets, int N, int C, int V,
                            int chunk, real *scratch) {
   float *sum = cu.ce, *tl = cu.ce + N, *loss = cu.ce + 2 * N, ninf = -INFINITY;
   long ln = N;
@@ -391,7 +444,7 @@ real rt_lm_head_ce_forward(real *lse, const real *x, const real *w, const int32_
   return total / (real)N;
 }
 
-void rt_lm_head_ce_backward(real *dx, real *dw, const real *x, const real *w, const int32_t *targets, const real *lse,
+void rt_lm_head_ce_backward(act *dx, real *dw, const act *x, const act *w, const int32_t *targets, const real *lse,
                             int N, int C, int V, int chunk, real *scratch, real dloss) {
   float scale = dloss / (float)N;
   real *dlogits = scratch + (size_t)N * (size_t)chunk; /* not in place: with bf16 storage it would race */

@@ -13,7 +13,8 @@
 #include "cu_internal.h"
 #include "mtrt_ops.h"
 
-void rt_router_forward(int32_t *idx, real *wts, const real *logits, const real *bias, int N, int E, int K, bool sigmoid) {
+void rt_router_forward(int32_t *idx, real *wts, const real *logits, const act *bias, int N, int E, int K,
+                       bool sigmoid) {
   int sg = sigmoid;
   cu_launch(K_ROUTER_TOPK, cu_blocks(N, 128), 128, (void *[]){&idx, &wts, &logits, &bias, &sg});
 }
@@ -24,7 +25,7 @@ void rt_router_backward(real *dlogits, const real *dwts, const real *logits, con
   cu_launch(K_ROUTER_BACKWARD, cu_blocks(N, 128), 128, (void *[]){&dlogits, &dwts, &logits, &idx, &wts, &sg});
 }
 
-void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const real *bias, int N, int E, int K,
+void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const act *bias, int N, int E, int K,
                              int n_group, int topk_group) {
   (void)E, (void)K;
   cu_launch(K_ROUTER_TOPK_GROUPED, cu_blocks(N, 128), 128, (void *[]){&idx, &wts, &logits, &bias, &n_group, &topk_group});
@@ -48,12 +49,12 @@ void rt_router_weights_backward(real *dlogits, const real *dwts, const real *log
 }
 
 /* The gated shared expert (kernels.cu's sigmoid_gate_*: rows of the plan's HIDDEN). */
-void rt_sigmoid_gate_forward(real *y, const real *x, const real *logit, int N, int C) {
+void rt_sigmoid_gate_forward(act *y, const act *x, const real *logit, int N, int C) {
   (void)C;
   cu_launch(K_SIGMOID_GATE_FORWARD, (unsigned)N, 128, (void *[]){&y, &x, &logit});
 }
 
-void rt_sigmoid_gate_backward(real *dx, real *dlogit, const real *dy, const real *x, const real *logit, int N, int C) {
+void rt_sigmoid_gate_backward(act *dx, real *dlogit, const act *dy, const act *x, const real *logit, int N, int C) {
   (void)C;
   cu_launch(K_SIGMOID_GATE_BACKWARD, (unsigned)N, 128, (void *[]){&dx, &dlogit, &dy, &x, &logit});
 }
@@ -110,19 +111,19 @@ const int *cu_offsets(const int *dev, size_t n) {
 
 void cu_offsets_uploaded(const int *dev, size_t n) { cu.off_of = dev, cu.off_bytes = n * sizeof(int); }
 
-void rt_moe_gather(real *xp, const real *x, const int32_t *pos, int N, int K, int C) {
+void rt_moe_gather(act *xp, const act *x, const int32_t *pos, int N, int K, int C) {
   cu_launch(K_MOE_GATHER, (unsigned)(N * K), 128, (void *[]){&xp, &x, &pos});
 }
 
-void rt_moe_gather_backward(real *dx, const real *dxp, const int32_t *pos, int N, int K, int C) {
+void rt_moe_gather_backward(act *dx, const act *dxp, const int32_t *pos, int N, int K, int C) {
   cu_launch(K_MOE_GATHER_BACKWARD, (unsigned)N, 128, (void *[]){&dx, &dxp, &pos});
 }
 
-void rt_moe_combine(real *y, const real *yp, const real *wts, const int32_t *pos, int N, int K, int C) {
+void rt_moe_combine(act *y, const act *yp, const real *wts, const int32_t *pos, int N, int K, int C) {
   cu_launch(K_MOE_COMBINE, (unsigned)N, 128, (void *[]){&y, &yp, &wts, &pos});
 }
 
-void rt_moe_combine_backward(real *dyp, real *dwts, const real *dy, const real *yp, const real *wts, const int32_t *pos,
+void rt_moe_combine_backward(act *dyp, real *dwts, const act *dy, const act *yp, const real *wts, const int32_t *pos,
                              int N, int K, int C) {
   if (!dyp || !dwts) rt_cuda_fail("rt_moe_combine_backward", "dyp and dwts are required on the cuda backend");
   cu_launch(K_MOE_COMBINE_BACKWARD, (unsigned)N, 128, (void *[]){&dyp, &dwts, &dy, &yp, &wts, &pos});
@@ -199,28 +200,34 @@ static void grouped(const char *op, int kind, int slot, float *out, const float 
   if (cu.sync_each) cu_check(cudaStreamSynchronize(cu.stream), op);
 }
 
-void rt_experts_forward(real *yp, real *g, real *u, real *h, const real *xp, const real *wg, const real *wu,
-                        const real *wd, const int *offsets, int E, int C, int F) {
+void rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const act *wg, const act *wu, const act *wd,
+                        const int *offsets, int E, int C, int F) {
   const int *off = cu_offsets(offsets, (size_t)E + 1);
-  grouped("experts gate_proj", G_FWD, 0, g, xp, NULL, wg, off, E, C, F);
   grouped("experts up_proj", G_FWD, 1, u, xp, NULL, wu, off, E, C, F);
-  rt_swiglu_forward(h, g, u, (int64_t)off[E] * F);
+  if (wg) {
+    grouped("experts gate_proj", G_FWD, 0, g, xp, NULL, wg, off, E, C, F);
+    rt_swiglu_forward(h, g, u, (int64_t)off[E] * F);
+  } else {
+    rt_gelu_forward(h, u, (int64_t)off[E] * F); /* GELU experts (mtrt_ops.h) */
+  }
   grouped("experts down_proj", G_FWD, 2, yp, h, NULL, wd, off, E, F, C);
 }
 
-void rt_experts_backward(real *dxp, real *dwg, real *dwu, real *dwd, const real *dyp, const real *xp, const real *g,
-                         const real *u, const real *h, const real *wg, const real *wu, const real *wd,
-                         const int *offsets, int E, int C, int F, real *dh, real *dg, real *du) {
+void rt_experts_backward(act *dxp, real *dwg, real *dwu, real *dwd, const act *dyp, const act *xp, const act *g,
+                         const act *u, const act *h, const act *wg, const act *wu, const act *wd, const int *offsets,
+                         int E, int C, int F, act *dh, act *dg, act *du) {
   const int *off = cu_offsets(offsets, (size_t)E + 1);
   size_t n = (size_t)off[E] * F;
-  rt_zero(dh, n), rt_zero(dg, n), rt_zero(du, n);
+  rt_zero(dh, n), rt_zero(du, n);
+  if (wg) rt_zero(dg, n);
   grouped("experts down_proj dx", G_DX, 0, dh, dyp, NULL, wd, off, E, F, C);
   if (dwd) grouped("experts down_proj dw", G_DW, 1, dwd, h, dyp, NULL, off, E, F, C);
-  rt_swiglu_backward(dg, du, dh, g, u, (int64_t)n);
+  if (wg) rt_swiglu_backward(dg, du, dh, g, u, (int64_t)n);
+  else rt_gelu_backward(du, dh, u, (int64_t)n); /* GELU experts: no gate */
   if (dxp) {
-    grouped("experts gate_proj dx", G_DX, 2, dxp, dg, NULL, wg, off, E, C, F);
+    if (wg) grouped("experts gate_proj dx", G_DX, 2, dxp, dg, NULL, wg, off, E, C, F);
     grouped("experts up_proj dx", G_DX, 3, dxp, du, NULL, wu, off, E, C, F);
   }
-  if (dwg) grouped("experts gate_proj dw", G_DW, 4, dwg, xp, dg, NULL, off, E, C, F);
+  if (wg && dwg) grouped("experts gate_proj dw", G_DW, 4, dwg, xp, dg, NULL, off, E, C, F);
   if (dwu) grouped("experts up_proj dw", G_DW, 5, dwu, xp, du, NULL, off, E, C, F);
 }

@@ -50,7 +50,7 @@ static const Pass passes[] = {
 enum { NPASS = sizeof passes / sizeof passes[0] };
 
 /* ---- results: the error of every check, per pass ---- */
-enum { MAXRES = 96 };
+enum { MAXRES = 128 };
 static struct {
   const char *name;
   double err[NPASS], tol[NPASS];
@@ -173,6 +173,13 @@ static void norm_embed_rope(void) {
   check_dev("embedding_forward", dout, out, (size_t)N * C, 0);
   ref_embedding_backward(dwte, dy, tok, N, C), rt_embedding_backward(ddwte, ddy, dtok, N, C);
   check_dev("embedding_backward", ddwte, dwte, (size_t)V * C, TOL);
+  /* learned positions (wpe of T + 3 rows; the last 3 get no gradient) */
+  size_t np_ = (size_t)(T + 3) * C;
+  float *wpe = rnd(np_, 2), *dwpe = rnd(np_, 1), *dwpe_ = devf(wpe, np_), *ddwpe = devf(dwpe, np_);
+  ref_position_forward(out, wpe, B, T, C), rt_position_forward(dout, dwpe_, B, T, C);
+  check_dev("position_forward", dout, out, (size_t)N * C, TOL);
+  ref_position_backward(dwpe, dy, B, T, C), rt_position_backward(ddwpe, ddy, B, T, C);
+  check_dev("position_backward", ddwpe, dwpe, np_, TOL);
 
   float *x = rnd((size_t)N * C, 4), *w = rnd(C, 2), *rstd = host(N), *dx = rnd((size_t)N * C, 1), *dw = rnd(C, 1);
   float *dx_ = devf(x, (size_t)N * C), *dw_ = devf(w, C), *drstd = devf(NULL, N), *ddx = devf(dx, (size_t)N * C);
@@ -200,6 +207,24 @@ static void norm_embed_rope(void) {
     check_dev(full ? "qk_norm_backward full dx" : "qk_norm_backward per_head dx", qdx_, qdx, n, TOL);
     check_dev(full ? "qk_norm_backward full dw" : "qk_norm_backward per_head dw", qdw_, qdw, (size_t)width, TOL);
   }
+  /* LayerNorm, with a bias and without (mean, rstd reuse rstd's buffers) */
+  float *b = rnd(C, 1), *db = rnd(C, 1), *mean = host(N), *db_ = devf(b, C), *ddb = devf(db, C), *dmean = devf(NULL, N);
+  for (int with_bias = 0; with_bias < 2; with_bias++) {
+    const float *bb = with_bias ? b : NULL, *dbb = with_bias ? db_ : NULL;
+    ref_layernorm_forward(out, mean, rstd, x, w, bb, N, C, 1e-5f);
+    rt_layernorm_forward(dout, dmean, drstd, dx_, dw_, dbb, N, C, 1e-5f);
+    check_dev(with_bias ? "layernorm_forward+b out" : "layernorm_forward out", dout, out, (size_t)N * C, TOL);
+    check_dev("layernorm_forward rstd", drstd, rstd, N, TOL);
+    ref_layernorm_backward(dx, dw, with_bias ? db : NULL, dy, x, w, mean, rstd, N, C);
+    rt_layernorm_backward(ddx, ddw, with_bias ? ddb : NULL, ddy, dx_, dw_, dmean, drstd, N, C);
+    check_dev(with_bias ? "layernorm_backward+b dx" : "layernorm_backward dx", ddx, dx, (size_t)N * C, TOL);
+    check_dev("layernorm_backward dw", ddw, dw, C, TOL);
+    if (with_bias) check_dev("layernorm_backward db", ddb, db, C, TOL);
+  }
+  ref_bias_forward(out, b, N, C), rt_bias_forward(dout, db_, N, C);
+  check_dev("bias_forward", dout, out, (size_t)N * C, TOL);
+  ref_bias_backward(db, dy, N, C), rt_bias_backward(ddb, ddy, N, C);
+  check_dev("bias_backward", ddb, db, C, TOL);
 
   size_t nq = (size_t)N * NH * HD, nk = (size_t)N * NKV * HD;
   float *q = rnd(nq, 2), *k = rnd(nk, 2), *dq = devf(q, nq), *dk = devf(k, nk);
@@ -232,6 +257,12 @@ static void matmul(const Pass *p) {
   ref_matmul_backward(dx, dw, NULL, dy, x, w, N, C, OC), rt_matmul_backward(ddx, ddw, NULL, ddy, dx_, dw_, N, C, OC);
   check_dev("matmul_backward dx", ddx, dx, nx, p->gemm_tol);
   check_dev("matmul_backward dw", ddw, dw, nw, p->gemm_tol);
+  /* with a bias (model.bias): bias_forward after the GEMM, bias_backward for dbias */
+  float *bias = rnd(OC, 1), *dbias = rnd(OC, 1), *dbias_ = devf(bias, OC), *ddbias = devf(dbias, OC);
+  ref_matmul_forward(out, x, w, bias, N, C, OC), rt_matmul_forward(dout, dx_, dw_, dbias_, N, C, OC);
+  check_dev("matmul_forward+b", dout, out, no, p->gemm_tol);
+  ref_matmul_backward(NULL, NULL, dbias, dy, x, w, N, C, OC), rt_matmul_backward(NULL, NULL, ddbias, ddy, dx_, dw_, N, C, OC);
+  check_dev("matmul_backward dbias", ddbias, dbias, OC, TOL);
 }
 
 /* Causal GQA attention: lse is (B, NH, T) on the cpu and (tokens, NH) on the GPU (each backend
@@ -367,6 +398,30 @@ static void experts(const Pass *p) {
   check_dev("experts_backward dwd", ddwd, dwd, nw, p->gemm_tol);
 }
 
+/* GELU experts (wg NULL: no gate), on the same uneven rows. */
+static void experts_gelu(const Pass *p) {
+  static const int rows[E] = {90, 0, 130, 7, 64, 1, 100, 120};
+  int32_t *off = (int32_t *)host(E + 1);
+  for (int e = 0; e < E; e++) off[e + 1] = off[e] + rows[e];
+  size_t nx = (size_t)N * K * C, nh_ = (size_t)N * K * F, nw = (size_t)E * F * C;
+  float *xp = rnd(nx, 2), *wu = rnd(nw, 1), *wd = rnd(nw, 1), *yp = host(nx), *u = host(nh_), *h = host(nh_);
+  int32_t *doff = devi(off, E + 1);
+  float *dxp_ = devf(xp, nx), *dwu_ = devf(wu, nw), *dwd_ = devf(wd, nw);
+  float *dyp_ = devf(NULL, nx), *du_ = devf(NULL, nh_), *dh_ = devf(NULL, nh_);
+  ref_experts_forward(yp, NULL, u, h, xp, NULL, wu, wd, off, E, C, F);
+  rt_experts_forward(dyp_, NULL, du_, dh_, dxp_, NULL, dwu_, dwd_, doff, E, C, F);
+  check_dev("experts_gelu_forward h", dh_, h, nh_, p->gemm_tol);
+  check_dev("experts_gelu_forward yp", dyp_, yp, nx, p->gemm_tol);
+  float *dyp = rnd(nx, 2), *dxp = rnd(nx, 1), *dwu = rnd(nw, 1), *dwd = rnd(nw, 1), *sh = host(nh_), *su = host(nh_);
+  float *ddyp = devf(dyp, nx), *ddxp = devf(dxp, nx), *ddwu = devf(dwu, nw), *ddwd = devf(dwd, nw);
+  float *dsh = devf(NULL, nh_), *dsu = devf(NULL, nh_);
+  ref_experts_backward(dxp, NULL, dwu, dwd, dyp, xp, NULL, u, h, NULL, wu, wd, off, E, C, F, sh, NULL, su);
+  rt_experts_backward(ddxp, NULL, ddwu, ddwd, ddyp, dxp_, NULL, du_, dh_, NULL, dwu_, dwd_, doff, E, C, F, dsh, NULL, dsu);
+  check_dev("experts_gelu_backward dxp", ddxp, dxp, nx, p->gemm_tol);
+  check_dev("experts_gelu_backward dwu", ddwu, dwu, nw, p->gemm_tol);
+  check_dev("experts_gelu_backward dwd", ddwd, dwd, nw, p->gemm_tol);
+}
+
 /* LM head and cross-entropy over vocabulary chunks of CH; dloss 64 makes the gradients about
  * as large as the start values they are added to. */
 static void lm_head(const Pass *p) {
@@ -455,6 +510,7 @@ static int run_pass(const Pass *p, const char *src, size_t len) {
   attention(p);
   moe();
   experts(p);
+  experts_gelu(p);
   lm_head(p);
   optimizer();
   rt_cuda_sync("test_kernels");

@@ -36,19 +36,22 @@ int main(int argc, char **argv) {
   std::ifstream in(argv[1]);
   std::regex re(R"(^#define (\w+) +(\d+) /\* +(\d+): (.*) \*/)");
   std::vector<Buf> bufs;
-  long arena_elems = -1; // the dump holds the arena, then the state arena (dump.c)
+  long arena_elems = -1, act_elems = -1; // the dump: the arena, the activations, the state (dump.c)
   std::string h = argv[1];
   std::ifstream hin(h.substr(0, h.find_last_of('/') + 1) + "step.h");
-  for (std::string line; std::getline(hin, line);)
+  for (std::string line; std::getline(hin, line);) {
     if (line.rfind("#define ARENA_ELEMS ", 0) == 0) arena_elems = std::stol(line.substr(20));
-  if (arena_elems < 0) return fprintf(stderr, "arena_diff: no ARENA_ELEMS in the step.h beside %s\n", argv[1]), 2;
-  bool state = false; // step.c's state arena map comes first
+    if (line.rfind("#define ACT_ELEMS ", 0) == 0) act_elems = std::stol(line.substr(18));
+  }
+  if (arena_elems < 0 || act_elems < 0)
+    return fprintf(stderr, "arena_diff: no ARENA_ELEMS or ACT_ELEMS in the step.h beside %s\n", argv[1]), 2;
+  long base = 0; // of the map being read: step.c's state, arena and activation maps
   for (std::string line; std::getline(in, line);) {
     std::smatch m;
-    if (line.find("---- the state arena map") != std::string::npos) state = true;
-    else if (line.find("---- the arena map") != std::string::npos) state = false;
-    else if (std::regex_search(line, m, re))
-      bufs.push_back({m[1], m[4], std::stol(m[2]) + (state ? arena_elems : 0), std::stol(m[3])});
+    if (line.find("---- the state arena map") != std::string::npos) base = arena_elems + act_elems;
+    else if (line.find("---- the arena map") != std::string::npos) base = 0;
+    else if (line.find("---- the activation arena map") != std::string::npos) base = arena_elems;
+    else if (std::regex_search(line, m, re)) bufs.push_back({m[1], m[4], std::stol(m[2]) + base, std::stol(m[3])});
   }
   std::vector<float> a = load(argv[2]), b = load(argv[3]);
   if (a.size() != b.size()) return fprintf(stderr, "arena_diff: sizes differ\n"), 2;

@@ -13,6 +13,8 @@
 #   lazy2        2 ranks as 2rank, EMU_STREAMS=lazy (prefetching all-gathers deferred)  (tol 1e-3)
 #   statehost    1 rank, HBM too small for the optimizer state: the state arena in pinned host
 #                memory, the step on the GPU (a slow host), EMU_STREAMS=lazy, fp32        (tol 1e-4)
+#   prefetch3    2 ranks, the plan's prefetch depth 3 (a pool of 4 gathered units), EP 2,
+#                EMU_STREAMS=lazy, fp32                                                     (tol 1e-3)
 #   statehost2   2 replicas (dp_replicate 2), the state and the step on the host: the gradient
 #                all-reduce through a device staging buffer, EMU_STREAMS=lazy, fp32        (tol 1e-3)
 # A case may also be given as NAME:NP:TOL:ARG,ARG,... where an ARG is a spec key=value (--set)
@@ -98,7 +100,7 @@ case_run() {
   check "$name" "$tol"
 }
 
-cases=${*:-fp32-simple fp32-flash fp32-exact bf16 2rank offload lazy2 statehost statehost2}
+cases=${*:-fp32-simple fp32-flash fp32-exact bf16 2rank offload lazy2 statehost prefetch3 statehost2}
 for c in $cases; do
   case $c in
   fp32-simple) case_run "$c" 1 1e-4 MTC_GEMM=fp32 MTC_ATTENTION=simple ;;
@@ -110,6 +112,7 @@ for c in $cases; do
   lazy2) case_run "$c" 2 1e-3 MTC_GEMM=fp32 EMU_STREAMS=lazy ;;
   statehost) case_run "$c" 1 1e-4 cluster.gpu.hbm=150MB cluster.host.fp32_flops=1e9 cluster.host.bandwidth=1e9 \
     MTC_GEMM=fp32 MTC_ATTENTION=simple EMU_STREAMS=lazy ;;
+  prefetch3) case_run "$c" 2 1e-3 plan.prefetch=3 plan.ep=2 MTC_GEMM=fp32 EMU_STREAMS=lazy ;;
   statehost2) case_run "$c" 2 1e-3 cluster.gpu.hbm=150MB cluster.gpus_per_node=2 plan.fsdp=1 plan.dp_replicate=2 \
     MTC_GEMM=fp32 EMU_STREAMS=lazy ;;
   *:*:*:*)

@@ -150,16 +150,19 @@ static const char *where_name(const void *p) {
   return !p ? "NULL" : !a ? "pageable host" : a->kind == K_DEVICE ? "device" : "pinned host";
 }
 // [p, p + bytes) must lie in one allocation the device can read (device or pinned host).
-// EMU_ARENA_MAP=DIR/step.c: the arena's buffers (`#define NAME offset /* count: what */` after the
-// state arena's map), so that
-// a device range must also stay inside one buffer of the arena (the allocation of step.h's
-// ARENA_ELEMS): a GEMM, copy, memset or collective that runs into the next buffer is reported.
+// EMU_ARENA_MAP=DIR/step.c: the buffers of the arena and of the activation arena (step.c's maps:
+// `#define NAME offset /* count: what */`), so that a device range must also stay inside one
+// buffer of either (the allocations of step.h's ARENA_ELEMS reals and ACT_ELEMS activations,
+// 2 or 4 bytes each): a GEMM, copy, memset or collective that runs into the next buffer is reported.
 struct Named {
   std::string name;
   long off, n;
 };
-static std::vector<Named> arena_map; // by offset
-static long arena_elems;
+struct ArenaMap {
+  std::vector<Named> bufs; // by offset
+  long elems;              // step.h's ARENA_ELEMS or ACT_ELEMS
+};
+static ArenaMap maps[2]; // 0 the arena (fp32, int32), 1 the activation arena
 static void load_map(void) {
   static bool done;
   if (done) return;
@@ -169,40 +172,49 @@ static void load_map(void) {
   if (!f) return;
   char line[512], name[128];
   long off, n;
-  bool state = false; // step.c's state arena map comes first: its buffers are not in the arena
+  int in = -1; // the map being read: step.c's state arena map is no device arena's
   while (fgets(line, sizeof line, f))
-    if (strstr(line, "---- the state arena map")) state = true;
-    else if (strstr(line, "---- the arena map")) state = false;
-    else if (!state && sscanf(line, "#define %127s %ld /* %ld:", name, &off, &n) == 3) {
-      arena_map.push_back({name, off, n});
-      if (off + n > arena_elems) arena_elems = off + n;
-    }
+    if (strstr(line, "---- the state arena map")) in = -1;
+    else if (strstr(line, "---- the arena map")) in = 0;
+    else if (strstr(line, "---- the activation arena map")) in = 1;
+    else if (in >= 0 && sscanf(line, "#define %127s %ld /* %ld:", name, &off, &n) == 3)
+      maps[in].bufs.push_back({name, off, n});
   fclose(f);
-  std::sort(arena_map.begin(), arena_map.end(), [](const Named &a, const Named &b) { return a.off < b.off; });
-  std::string h = path; // the arena's size: step.h's ARENA_ELEMS beside step.c
+  for (ArenaMap &m : maps)
+    std::sort(m.bufs.begin(), m.bufs.end(), [](const Named &a, const Named &b) { return a.off < b.off; });
+  std::string h = path; // the arenas' sizes: step.h beside step.c
   h = h.substr(0, h.find_last_of('/') + 1) + "step.h";
   if ((f = fopen(h.c_str(), "r"))) {
-    while (fgets(line, sizeof line, f))
-      if (sscanf(line, "#define ARENA_ELEMS %ld", &n) == 1) arena_elems = n;
+    while (fgets(line, sizeof line, f)) {
+      if (sscanf(line, "#define ARENA_ELEMS %ld", &n) == 1) maps[0].elems = n;
+      if (sscanf(line, "#define ACT_ELEMS %ld", &n) == 1) maps[1].elems = n;
+    }
     fclose(f);
   }
 }
 static int arena_checks = 1;
 extern "C" void emu_arena_checks(int on) { arena_checks = on; } // dump.c's poison spans buffers
-static const Named *buffer_at(long e) {
+static const Named *buffer_at(const ArenaMap &m, long e) {
   const Named *best = nullptr;
-  for (const Named &b : arena_map)
+  for (const Named &b : m.bufs)
     if (b.off <= e && e < b.off + b.n) best = &b;
   return best;
 }
 static void check_arena_range(uintptr_t base, const Alloc *a, const void *p, size_t bytes, const char *what) {
   load_map();
-  if (!arena_checks || arena_map.empty() || a->kind != K_DEVICE || a->bytes != (size_t)arena_elems * 4) return;
-  long first = (long)(((uintptr_t)p - base) / 4), last = (long)(((uintptr_t)p + bytes - 1 - base) / 4);
-  const Named *b = buffer_at(first), *e = buffer_at(last);
-  if (b && e && b != e && !(last < b->off + b->n))
-    emu_warn("%s: elements [%ld, %ld] of the arena run from %s (%ld + %ld) into %s", what, first, last, b->name.c_str(),
-             b->off, b->n, e->name.c_str());
+  if (!arena_checks || a->kind != K_DEVICE) return;
+  if ((uintptr_t)p == base && bytes == a->bytes) return; /* the whole arena (its zeroing at start-up) */
+  for (int k = 0; k < 2; k++) {
+    const ArenaMap &m = maps[k];
+    size_t es = k == 0 ? 4 : m.elems > 0 && a->bytes % (size_t)m.elems == 0 ? a->bytes / (size_t)m.elems : 0;
+    if (m.bufs.empty() || m.elems <= 0 || (es != 2 && es != 4) || a->bytes != (size_t)m.elems * es) continue;
+    long first = (long)(((uintptr_t)p - base) / es), last = (long)(((uintptr_t)p + bytes - 1 - base) / es);
+    const Named *b = buffer_at(m, first), *e = buffer_at(m, last);
+    if (b && e && b != e && !(last < b->off + b->n))
+      emu_warn("%s: elements [%ld, %ld] of the %s run from %s (%ld + %ld) into %s", what, first, last,
+               k ? "activation arena" : "arena", b->name.c_str(), b->off, b->n, e->name.c_str());
+    return;
+  }
 }
 static void check_dev_range(const void *p, size_t bytes, const char *what) {
   if (!bytes) return;

@@ -1,0 +1,180 @@
+/* output.c — how mtc writes files: every compile output atomically (PATH.tmp renamed over a
+ * regular file or a missing path, never a device), into a directory that is empty or mtc's
+ * own; the program's identity with its plan.json; and one escaper per language that user text
+ * (the spec's file name) enters: C string literals, comment lines (C, CUDA, CMake, shell). HTML
+ * and SVG text goes through emit_escape (emit_svg.c), JSON through jansson. */
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mtc.h"
+#include "mtrt_ckpt.h"
+
+const char *const out_program_files[] = {"step.h", "step.c", "train.c", "kernels.cu", "CMakeLists.txt",
+                                         "launch.sbatch", NULL};
+
+FILE *out_open(Diag *d, OutFile *o, const char *path) {
+  char err[4400];
+  o->path = path;
+  o->f = NULL;
+  int fd = rt_replace_begin(path, o->tmp, sizeof o->tmp, err, sizeof err);
+  if (fd < 0) return diag_error(d, (Loc){0}, "cannot write %s", err), NULL;
+  if (!(o->f = fdopen(fd, "w"))) {
+    diag_error(d, (Loc){0}, "cannot write %s: %s", o->tmp, strerror(errno));
+    close(fd), unlink(o->tmp);
+  }
+  return o->f;
+}
+
+bool out_close(Diag *d, OutFile *o) {
+  char err[4400];
+  bool ok = !ferror(o->f) && fflush(o->f) == 0 && fsync(fileno(o->f)) == 0;
+  int e = errno;
+  ok = fclose(o->f) == 0 && ok;
+  o->f = NULL;
+  if (!ok) {
+    unlink(o->tmp);
+    return diag_error(d, (Loc){0}, "error writing '%s': %s; %s is unchanged", o->path, strerror(e ? e : EIO), o->path);
+  }
+  if (rt_replace_commit(o->tmp, o->path, err, sizeof err) != 0) return diag_error(d, (Loc){0}, "cannot write %s", err);
+  return true;
+}
+
+/* Whether path is a plan.json mtc wrote: a JSON object with model and feasible. */
+static bool mtc_plan_json(const char *path) {
+  json_t *j = json_load_file(path, 0, NULL);
+  bool ours = json_is_object(json_object_get(j, "model")) && json_is_boolean(json_object_get(j, "feasible"));
+  json_decref(j);
+  return ours;
+}
+
+bool out_dir_prepare(Diag *d, const char *dir, bool force) {
+  char path[4096], first[256] = "";
+  DIR *dd = opendir(dir);
+  if (!dd) return true; /* missing: make_dirs creates it; anything else fails there */
+  for (struct dirent *de; (de = readdir(dd));)
+    if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+      snprintf(first, sizeof first, "%s", de->d_name);
+      break;
+    }
+  closedir(dd);
+  snprintf(path, sizeof path, "%s/plan.json", dir);
+  if (!first[0] || force || mtc_plan_json(path)) return true;
+  return diag_error(d, (Loc){0}, "%s is not empty (it holds %s) and holds no plan.json of mtc's: it is not a "
+                    "directory mtc compile wrote, and compiling would replace its files; expected an empty or "
+                    "new directory for -o (or --force to write there anyway)", dir, first);
+}
+
+/* Removes dir/name when it is a regular file: 1 when removed. */
+static int remove_file(const char *dir, const char *name) {
+  char path[4400];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && unlink(path) == 0;
+}
+
+int out_remove_program(const char *dir) {
+  int n = 0;
+  for (int i = 0; out_program_files[i]; i++) n += remove_file(dir, out_program_files[i]);
+  DIR *dd = opendir(dir); /* and the programs mtc build made of them: build.../train */
+  for (struct dirent *de; dd && (de = readdir(dd));) {
+    char train[300];
+    snprintf(train, sizeof train, "%s/train", de->d_name);
+    if (strncmp(de->d_name, "build", 5) == 0) n += remove_file(dir, train);
+  }
+  if (dd) closedir(dd);
+  return n;
+}
+
+bool out_hash_file(const char *path, char buf[17]) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  uint64_t h = 14695981039346656037ull; /* FNV-1a's offset basis; the runtime's rt_fnv1a */
+  char chunk[65536];
+  for (size_t n; (n = fread(chunk, 1, sizeof chunk, f)) > 0;) h = rt_fnv1a(h, chunk, n);
+  bool ok = !ferror(f);
+  fclose(f);
+  snprintf(buf, 17, "%016llx", (unsigned long long)h);
+  return ok;
+}
+
+char *out_c_string(Mem *m, const char *s) {
+  size_t n = strlen(s);
+  char *o = mem_array(m, 4 * n + 1, 1), *p = o;
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') *p++ = '\\', *p++ = (char)c;
+    else if (c == '?') *p++ = '\\', *p++ = '?'; /* no trigraphs */
+    else if (c < 0x20 || c == 0x7f) p += sprintf(p, "\\%03o", c);
+    else *p++ = (char)c;
+  }
+  *p = 0;
+  return o;
+}
+
+char *out_comment(Mem *m, const char *s) {
+  size_t n = strlen(s);
+  char *o = mem_array(m, 4 * n + 1, 1), *p = o;
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c < 0x20 || c == 0x7f || c == '\\' || (c == '?' && s[1] == '?')) /* no line break, splice or trigraph */
+      p += sprintf(p, "\\%03o", c);
+    else if (c == '*' && s[1] == '/') *p++ = '*', *p++ = '\\';            /* no end of a C comment */
+    else *p++ = (char)c;
+  }
+  *p = 0;
+  return o;
+}
+
+/* The value of `#define NAME "VALUE"` in a header (at most n - 1 bytes), or "" when absent. */
+static void define_value(const char *path, const char *name, char *out, size_t n) {
+  char line[512], key[128];
+  snprintf(key, sizeof key, "#define %s \"", name);
+  out[0] = 0;
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, key, strlen(key)) == 0) {
+      const char *v = line + strlen(key), *q = strchr(v, '"');
+      if (q && (size_t)(q - v) < n) memcpy(out, v, (size_t)(q - v)), out[q - v] = 0;
+      break;
+    }
+  fclose(f);
+}
+
+bool out_define_int(const char *path, const char *name, long long *v) {
+  char line[512], key[128];
+  int n = snprintf(key, sizeof key, "#define %s ", name);
+  bool found = false;
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  while (!found && fgets(line, sizeof line, f))
+    found = strncmp(line, key, (size_t)n) == 0 && sscanf(line + n, "%lld", v) == 1;
+  fclose(f);
+  return found;
+}
+
+bool out_program_matches(const char *dir, char *err, size_t n) {
+  char step_h[4096], plan[4096], want[17], have[64], model[128];
+  snprintf(step_h, sizeof step_h, "%s/step.h", dir);
+  snprintf(plan, sizeof plan, "%s/plan.json", dir);
+  if (!out_hash_file(plan, want))
+    return snprintf(err, n, "%s: %s; expected the plan.json mtc compile wrote with the program", plan,
+                    strerror(errno)), false;
+  define_value(step_h, "PLAN_HASH", have, sizeof have);
+  if (strcmp(have, want) == 0) return true;
+  define_value(step_h, "MODEL_NAME", model, sizeof model);
+  json_t *j = json_load_file(plan, 0, NULL);
+  const char *pname = json_string_value(json_object_get(j, "name"));
+  snprintf(err, n, "%s is not the program of %s (step.h: model '%s', plan %s; plan.json: model '%s', plan %s): the "
+           "files come from different compiles, or one was edited; expected the files of one `mtc compile`: run "
+           "mtc compile SPEC -o %s again", step_h, plan, model[0] ? model : "?", have[0] ? have : "none",
+           pname ? pname : "?", want, dir);
+  json_decref(j);
+  return false;
+}
