@@ -102,6 +102,41 @@ static bool check_attention(Diag *d, Spec *s) {
   return true;
 }
 
+/* model.rope_scaling: factor and original_max_position for llama3 and yarn, each type's keys
+ * only with it, and llama3's two wavelength bounds in order. */
+static bool check_rope_scaling(Diag *d, Spec *s) {
+  const RopeScalingSpec *r = &s->model.rope_scaling;
+  static const char *const llama3_keys[] = {"low_freq_factor", "high_freq_factor"};
+  static const char *const yarn_keys[] = {"beta_fast", "beta_slow", "mscale", "mscale_all_dim"};
+  char path[96];
+  if (!r->present) return true;
+  if (r->type != ROPE_SCALING_NONE && s->model.position != POS_ROPE)
+    FAIL("model.rope_scaling.type", "rope_scaling scales RoPE, but model.position is learned; expected type: none");
+  if (r->type == ROPE_SCALING_NONE) {
+    static const char *const all[] = {"factor", "original_max_position", "low_freq_factor", "high_freq_factor",
+                                      "beta_fast", "beta_slow", "mscale", "mscale_all_dim"};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+      snprintf(path, sizeof path, "model.rope_scaling.%s", all[i]);
+      if (given(s, path)) FAIL(path, "'%s' without a rope_scaling type; expected type: llama3 or yarn, or the key removed", all[i]);
+    }
+    return true;
+  }
+  const char *type = r->type == ROPE_SCALING_LLAMA3 ? "llama3" : "yarn";
+  if (!given(s, "model.rope_scaling.factor") || !given(s, "model.rope_scaling.original_max_position"))
+    FAIL("model.rope_scaling.type", "rope_scaling type %s needs factor and original_max_position; expected both "
+         "(Llama 3.1: factor 8, original_max_position 8192)", type);
+  const char *const *other = r->type == ROPE_SCALING_LLAMA3 ? yarn_keys : llama3_keys;
+  size_t nother = r->type == ROPE_SCALING_LLAMA3 ? 4 : 2;
+  for (size_t i = 0; i < nother; i++) {
+    snprintf(path, sizeof path, "model.rope_scaling.%s", other[i]);
+    if (given(s, path)) FAIL(path, "'%s' is not a key of rope_scaling type %s; expected it removed", other[i], type);
+  }
+  if (r->type == ROPE_SCALING_LLAMA3 && r->high_freq_factor <= r->low_freq_factor)
+    FAIL("model.rope_scaling.high_freq_factor", "high_freq_factor %g is not above low_freq_factor %g; expected "
+         "high > low (Llama 3.1: 4 and 1)", r->high_freq_factor, r->low_freq_factor);
+  return true;
+}
+
 static bool check_model(Diag *d, Spec *s) {
   ModelSpec *md = &s->model;
   MoeSpec *moe = &md->moe;
@@ -112,6 +147,7 @@ static bool check_model(Diag *d, Spec *s) {
     FAIL("training.seq_len", "seq_len %lld exceeds model.max_position %lld; expected at most "
          "%lld", (long long)s->training.seq_len, (long long)md->max_position, (long long)md->max_position);
   if (!check_attention(d, s)) return false;
+  if (!check_rope_scaling(d, s)) return false;
   bool dense_layers = !moe->present;
   if (moe->present) {
     if (moe->top_k > moe->experts)
@@ -130,6 +166,26 @@ static bool check_model(Diag *d, Spec *s) {
     if (moe->load_balance == LB_AUX_FREE && !moe->router_bias)
       FAIL("model.moe.load_balance", "aux_free load balancing adjusts a per-expert router bias; "
            "expected moe.router_bias: true");
+    if (moe->experts % moe->n_group != 0)
+      FAIL("model.moe.n_group", "n_group %lld does not divide the %lld experts; expected a divisor (groups of "
+           "equal size)", (long long)moe->n_group, (long long)moe->experts);
+    if (!given(s, "model.moe.topk_group")) moe->topk_group = moe->n_group;
+    if (moe->topk_group > moe->n_group)
+      FAIL("model.moe.topk_group", "topk_group %lld is more than n_group %lld; expected at most n_group",
+           (long long)moe->topk_group, (long long)moe->n_group);
+    if (moe->topk_group < moe->n_group && moe->router != ROUTER_SIGMOID)
+      FAIL("model.moe.topk_group", "group-limited routing follows DeepSeek-V3 (groups scored by their two best "
+           "sigmoid scores + bias); expected moe.router: sigmoid, or topk_group = n_group");
+    if (moe->topk_group < moe->n_group && moe->experts / moe->n_group < 2)
+      FAIL("model.moe.n_group", "n_group %lld leaves groups of one expert, but a group is scored by its two best "
+           "experts; expected at most %lld groups", (long long)moe->n_group, (long long)(moe->experts / 2));
+    if (moe->top_k > moe->topk_group * (moe->experts / moe->n_group))
+      FAIL("model.moe.topk_group", "top_k %lld is more than the %lld experts of topk_group %lld groups; expected "
+           "more groups", (long long)moe->top_k, (long long)(moe->topk_group * (moe->experts / moe->n_group)),
+           (long long)moe->topk_group);
+    if (!moe->shared_experts && moe->shared_expert_gate)
+      FAIL("model.moe.shared_expert_gate", "shared_expert_gate scales the shared experts' output, but there are "
+           "none; expected moe.shared_experts >= 1 or the key removed");
     if (!moe->shared_experts && given(s, "model.moe.shared_intermediate"))
       FAIL("model.moe.shared_intermediate", "shared_intermediate without shared experts; "
            "expected moe.shared_experts >= 1 or the key removed");

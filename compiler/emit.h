@@ -71,6 +71,7 @@ typedef struct {
   int prefetch; /* the plan's prefetch depth P: units u+1..u+P are gathered while u computes */
   CheckpointPolicy ac;
   bool aux_free, sigmoid;
+  QkNorm qk_norm; /* model.attention.qk_norm: q and k normalized before RoPE (Qwen3, OLMoE) */
   bool rope;         /* model.position rope; else learned absolute positions (embed_positions) */
   bool gelu_experts; /* model.moe.activation gelu: routed and shared experts are up/down with GELU, no gate */
   /* activation offload (full checkpointing with boundaries on host or NVMe): boundary l lives

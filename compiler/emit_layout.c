@@ -62,6 +62,7 @@ static const char *hf_name(Em *e, int l, const char *p, bool expert) {
   else if (strncmp(p, "moe.gate.", 9) == 0) pre = "mlp.gate.", rest = p + 9;
   else if (strncmp(p, "moe.experts.", 12) == 0) pre = "mlp.experts.%d.", rest = p + 12;
   else if (strncmp(p, "moe.shared_experts.", 19) == 0) pre = "mlp.shared_experts.", rest = p + 19;
+  else if (strncmp(p, "moe.shared_expert_gate.", 23) == 0) pre = "mlp.shared_expert_gate.", rest = p + 23;
   (void)expert;
   if (l < 0) return strcmp(p, "lm_head.weight") == 0 ? p : mem_printf(e->m, "model.%s", p);
   return mem_printf(e->m, "model.layers.%d.%s%s", l, pre, rest);
@@ -269,6 +270,13 @@ void em_layout(Em *e) {
     stat(e, l, "RSTD1", SAVE_OTHER, N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
     act(e, l, "Q", SAVE_ATTN, N * e->Q, "queries (rotated)");
     act(e, l, "K", SAVE_ATTN, N * e->KV, "keys (rotated)");
+    if (e->qk_norm) {
+      bool full = e->qk_norm == QKN_FULL;
+      act(e, l, "QR", SAVE_ATTN, N * e->Q, "queries before qk-norm");
+      act(e, l, "KR", SAVE_ATTN, N * e->KV, "keys before qk-norm");
+      stat(e, l, "RSTDQ", SAVE_ATTN, full ? N : N * e->nh, "qk-norm: 1/rms per token (full) or per token and head");
+      stat(e, l, "RSTDK", SAVE_ATTN, full ? N : N * e->nkv, "the same for the keys");
+    }
     act(e, l, "V", SAVE_ATTN, N * e->KV, "values");
     act(e, l, "ATT", SAVE_ATTN, N * e->Q, "attention output");
     stat(e, l, "LSE", SAVE_ATTN, N * e->nh, "attention log-sum-exp per head and query");
@@ -305,6 +313,10 @@ void em_layout(Em *e) {
       if (!e->gelu_experts) act(e, l, "SG", SAVE_EXPERT, N * e->Fs, "shared experts' gate");
       act(e, l, "SU", SAVE_EXPERT, N * e->Fs, "shared experts' up");
       act(e, l, "SH", SAVE_EXPERT, N * e->Fs, "shared experts' activation");
+      if (e->s->model.moe.shared_expert_gate) {
+        act(e, l, "SO", SAVE_EXPERT, N * C, "shared experts' output before the gate");
+        stat(e, l, "SGL", SAVE_EXPERT, N, "shared_expert_gate's logit per token (fp32, as the router's)");
+      }
     }
   }
   /* workspace: forward temporaries and backward gradients, reused by every layer */
@@ -317,6 +329,10 @@ void em_layout(Em *e) {
   abuf(e, "DQ", N * e->Q, "gradient of the queries");
   abuf(e, "DK", N * e->KV, "gradient of the keys");
   abuf(e, "DV", N * e->KV, "gradient of the values");
+  if (e->qk_norm) {
+    abuf(e, "DQR", N * e->Q, "gradient of the queries before qk-norm");
+    abuf(e, "DKR", N * e->KV, "gradient of the keys before qk-norm");
+  }
   int64_t F = e->s->model.mlp.present ? e->s->model.mlp.intermediate : 0;
   if (F) {
     abuf(e, "DG", N * F, "gradient of the mlp gate");
@@ -341,6 +357,10 @@ void em_layout(Em *e) {
       if (!e->gelu_experts) abuf(e, "DSG", N * e->Fs, "shared experts' gate gradient");
       abuf(e, "DSU", N * e->Fs, "shared experts' up gradient");
       abuf(e, "DSH", N * e->Fs, "shared experts' activation gradient");
+      if (e->s->model.moe.shared_expert_gate) {
+        abuf(e, "DSO", N * C, "gradient of the shared experts' output before the gate");
+        buf(e, "DSGL", N, "gradient of the gate's logits (fp32)");
+      }
     }
     buf(e, "AUX", 3 * e->E, "load-balancing loss scratch");
   }

@@ -166,8 +166,8 @@ static void kernels_prelude(FILE *f, const Spec *s, const char *origin) {
   fprintf(f, "#define SEQ_LEN %lld\n#define HIDDEN %lld\n#define HEADS %lld\n#define KV_HEADS %lld\n#define HEAD_DIM %lld\n",
           (long long)s->training.seq_len, (long long)m->hidden, (long long)m->attention.heads,
           (long long)m->attention.kv_heads, (long long)m->attention.head_dim);
-  fprintf(f, "#define ROPE_THETA ((float)%.17g)\n#define RMS_EPS 1e-5f\n#define VOCAB %lld\n#define VOCAB_CHUNK %lld\n",
-          m->attention.rope_theta, (long long)V, (long long)chunk);
+  fprintf(f, "#define ROPE_THETA ((float)%.17g)\n#define RMS_EPS ((float)%.9g) // model.norm_eps\n#define VOCAB %lld\n"
+          "#define VOCAB_CHUNK %lld\n", m->attention.rope_theta, m->norm_eps, (long long)V, (long long)chunk);
   fprintf(f, "#define EXPERTS %lld\n#define TOP_K %lld\n\n", moe ? (long long)m->moe.experts : 0LL,
           moe ? (long long)m->moe.top_k : 1LL);
 }

@@ -105,6 +105,74 @@ static void norm_backward(Em *e, int g, const char *dx, const char *x, const cha
 
 /* ---- one layer ---------------------------------------------------------------------------- */
 
+/* Whether RoPE has Llama 3.1's frequency scaling (model.rope_scaling type llama3) or YaRN. */
+static bool llama3(const Em *e) {
+  return e->s->model.rope_scaling.present && e->s->model.rope_scaling.type != ROPE_SCALING_NONE;
+}
+
+/* YaRN's get_mscale (transformers' modeling_rope_utils.py): 0.1 m ln(s) + 1 for s > 1. */
+static double yarn_mscale(double s, double m) { return s <= 1 ? 1 : 0.1 * m * log(s) + 1; }
+
+/* rt_rope_yarn_<dir> on buffer x of h heads, with transformers' attention factor: the ratio of
+ * get_mscale(factor, mscale) to get_mscale(factor, mscale_all_dim) when both are set, else
+ * get_mscale(factor). */
+static void rope_yarn(Em *e, const char *ind, const char *x, int64_t h, const char *dir) {
+  const RopeScalingSpec *r = &e->s->model.rope_scaling;
+  double attn = r->mscale && r->mscale_all_dim ? yarn_mscale(r->factor, r->mscale) / yarn_mscale(r->factor, r->mscale_all_dim)
+                                               : yarn_mscale(r->factor, 1);
+  P(e, "%srt_rope_yarn_%s(R(%s), %lld, %lld, %lld, %lld, %.17g, %.17g, %lld, %.17g, %.17g, %.17g); /* B, T, heads, "
+       "head_dim, theta, rope_scaling factor, original_max_position, beta_fast, beta_slow, attention factor */\n",
+    ind, dir, x, (long long)e->B, (long long)e->T, (long long)h, (long long)e->hd, e->s->model.attention.rope_theta,
+    r->factor, (long long)r->original_max_position, r->beta_fast, r->beta_slow, attn);
+}
+
+/* rt_rope_llama3_<dir> on buffer x of h heads: RoPE with model.rope_scaling's factors. */
+static void rope_llama3(Em *e, const char *ind, const char *x, int64_t h, const char *dir) {
+  const RopeScalingSpec *r = &e->s->model.rope_scaling;
+  if (r->type == ROPE_SCALING_YARN) {
+    rope_yarn(e, ind, x, h, dir);
+    return;
+  }
+  P(e, "%srt_rope_llama3_%s(R(%s), %lld, %lld, %lld, %lld, %.17g, %.17g, %.17g, %.17g, %lld); /* B, T, heads, "
+       "head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */\n",
+    ind, dir, x, (long long)e->B, (long long)e->T, (long long)h, (long long)e->hd, e->s->model.attention.rope_theta,
+    r->factor, r->low_freq_factor, r->high_freq_factor, (long long)r->original_max_position);
+}
+
+/* qk-norm's rows and width for heads h (per_head: a row per token and head of head_dim; full:
+ * a row per token of every head's channels). */
+static void qk_rows(const Em *e, int64_t h, long long *rows, long long *width) {
+  bool full = e->qk_norm == QKN_FULL;
+  *rows = full ? e->N : e->N * h, *width = full ? h * e->hd : e->hd;
+}
+
+/* q and k normalized before RoPE: QR, KR (the projections) -> Q, K (Qwen3's q_norm / k_norm over
+ * head_dim, modeling_qwen3.py; OLMoE's over all heads, modeling_olmoe.py). */
+static void qk_norm_forward(Em *e, int l, const char *ind) {
+  int g = e->layer_dense[l];
+  for (int i = 0; i < 2; i++) {
+    long long rows, width;
+    qk_rows(e, i ? e->nkv : e->nh, &rows, &width);
+    P(e, "%srt_qk_norm_forward(R(%s), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* %s_norm */\n", ind,
+      A(e, l, i ? "K" : "Q", ATT), A(e, l, i ? "RSTDK" : "RSTDQ", ATT), A(e, l, i ? "KR" : "QR", ATT),
+      (long long)off(e, g, i ? "attn.k_norm.weight" : "attn.q_norm.weight"), rows, width, i ? "k" : "q");
+  }
+}
+
+/* The backward of qk_norm_forward: DQ, DK (gradients of the normalized q, k) -> DQR, DKR. */
+static void qk_norm_backward(Em *e, int l) {
+  int g = e->layer_dense[l];
+  for (int i = 0; i < 2; i++) {
+    long long rows, width;
+    qk_rows(e, i ? e->nkv : e->nh, &rows, &width);
+    int64_t o = off(e, g, i ? "attn.k_norm.weight" : "attn.q_norm.weight");
+    P(e, "  rt_zero(R(%s), %lld);\n", i ? "DKR" : "DQR", rows * width);
+    P(e, "  rt_qk_norm_backward(R(%s), DW(%lld), R(%s), R(%s), W(%lld), R(%s), %lld, %lld); /* %s_norm */\n",
+      i ? "DKR" : "DQR", (long long)o, i ? "DK" : "DQ", A(e, l, i ? "KR" : "QR", ATT), (long long)o,
+      A(e, l, i ? "RSTDK" : "RSTDQ", ATT), rows, width, i ? "k" : "q");
+  }
+}
+
 static void attention_forward(Em *e, int l) {
   int g = e->layer_dense[l];
   const char *ln1 = A(e, l, "LN1", OTH), *q = A(e, l, "Q", ATT), *k = A(e, l, "K", ATT),
@@ -115,14 +183,19 @@ static void attention_forward(Em *e, int l) {
     P(e, "  if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */\n");
     ind = "    ";
   }
-  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* q_proj */\n", ind, q, ln1,
+  const char *qr = e->qk_norm ? A(e, l, "QR", ATT) : q, *kr = e->qk_norm ? A(e, l, "KR", ATT) : k;
+  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* q_proj */\n", ind, qr, ln1,
     (long long)off(e, g, "attn.q_proj.weight"), bias_arg(e, g, "attn.q_proj.weight", "W"), (long long)e->N, (long long)e->C, (long long)e->Q);
-  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* k_proj */\n", ind, k, ln1,
+  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* k_proj */\n", ind, kr, ln1,
     (long long)off(e, g, "attn.k_proj.weight"), bias_arg(e, g, "attn.k_proj.weight", "W"), (long long)e->N, (long long)e->C, (long long)e->KV);
   P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* v_proj */\n", ind, v, ln1,
     (long long)off(e, g, "attn.v_proj.weight"), bias_arg(e, g, "attn.v_proj.weight", "W"), (long long)e->N, (long long)e->C, (long long)e->KV);
+  if (e->qk_norm) qk_norm_forward(e, l, ind);
   double theta = e->s->model.attention.rope_theta;
-  if (e->rope) {
+  if (e->rope && llama3(e)) {
+    rope_llama3(e, ind, q, e->nh, "forward");
+    rope_llama3(e, ind, k, e->nkv, "forward");
+  } else if (e->rope) {
     P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g); /* B, T, heads, head_dim, theta */\n", ind, q, (long long)e->B, (long long)e->T,
       (long long)e->nh, (long long)e->hd, theta);
     P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g);\n", ind, k, (long long)e->B, (long long)e->T,
@@ -178,6 +251,12 @@ static const char *exloop(Em *e) {
                                  El, per) : "";
 }
 
+/* Whether the routing weights are not rt_router_forward's (renormalized top-k, unscaled): then
+ * rt_router_weights recomputes them (model.moe.norm_topk_prob false, routed_scaling_factor). */
+static bool reweight(const Em *e) {
+  return !e->s->model.moe.norm_topk_prob || e->s->model.moe.routed_scaling_factor != 1;
+}
+
 static void moe_forward(Em *e, int l) {
   int g = e->layer_dense[l], ge = e->layer_experts[l];
   long long N = e->N, C = e->C, E = e->E, K = e->K;
@@ -186,12 +265,21 @@ static void moe_forward(Em *e, int l) {
              *xp = e->ep > 1 ? "WS_XP" : A(e, l, "XP", EXP), *yp = A(e, l, "YP", EXP);
   P(e, "  rt_router_logits_forward(R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* router (mlp.gate) */\n", lg, ln2,
     (long long)off(e, g, "moe.gate.weight"), N, C, E);
-  if (e->s->model.moe.router_bias)
+  const MoeSpec *ms = &e->s->model.moe;
+  if (ms->topk_group < ms->n_group) /* group-limited (DeepSeek-V3) */
+    P(e, "  rt_router_group_forward(I(%s), R(%s), R(%s), %s, %lld, %lld, %lld, %lld, %lld); /* n_group, topk_group */\n",
+      idx, wts, lg, ms->router_bias ? mem_printf(e->m, "W(%lld)", (long long)off(e, g, "moe.gate.e_score_correction_bias")) : "NULL",
+      N, E, K, (long long)ms->n_group, (long long)ms->topk_group);
+  else if (e->s->model.moe.router_bias)
     P(e, "  rt_router_forward(I(%s), R(%s), R(%s), W(%lld), %lld, %lld, %lld, %s); /* biased selection */\n", idx,
       wts, lg, (long long)off(e, g, "moe.gate.e_score_correction_bias"), N, E, K, e->sigmoid ? "true" : "false");
   else
     P(e, "  rt_router_forward(I(%s), R(%s), R(%s), NULL, %lld, %lld, %lld, %s);\n", idx, wts, lg, N, E, K,
       e->sigmoid ? "true" : "false");
+  if (reweight(e))
+    P(e, "  rt_router_weights(R(%s), R(%s), I(%s), %lld, %lld, %lld, %s, %s, %.9g); /* norm_topk_prob, "
+         "routed_scaling_factor */\n", wts, lg, idx, N, E, K, e->sigmoid ? "true" : "false",
+      e->s->model.moe.norm_topk_prob ? "true" : "false", e->s->model.moe.routed_scaling_factor);
   if (e->aux_free)
     P(e, "  if (!recompute) rt_moe_count(R(L%d_LOAD), I(%s), %lld); /* aux_free: tokens per expert */\n", l, idx, N * K);
   else
@@ -236,9 +324,19 @@ static void moe_forward(Em *e, int l) {
       ln2, (long long)off(e, g, "moe.shared_experts.up_proj.weight"), bias_arg(e, g, "moe.shared_experts.up_proj.weight", "W"), N, C, Fs);
     if (sg) P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", sh, sg, su, N * Fs);
     else P(e, "  rt_gelu_forward(R(%s), R(%s), %lld); /* GELU shared experts: no gate */\n", sh, su, N * Fs);
-    P(e, "  rt_matmul_forward(R(WS_Y2), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.down_proj */\n", sh,
+    bool gate = e->s->model.moe.shared_expert_gate;
+    const char *so = gate ? A(e, l, "SO", EXP) : "WS_Y2";
+    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.down_proj */\n", so, sh,
       (long long)off(e, g, "moe.shared_experts.down_proj.weight"), bias_arg(e, g, "moe.shared_experts.down_proj.weight", "W"), N, Fs, C);
-    P(e, "  rt_accumulate(R(WS_Y), R(WS_Y2), %lld);\n", N * C);
+    if (gate) {
+      const char *sgl = A(e, l, "SGL", EXP);
+      P(e, "  rt_router_logits_forward(R(%s), R(%s), W(%lld), %lld, %lld, 1); /* shared_expert_gate */\n", sgl, ln2,
+        (long long)off(e, g, "moe.shared_expert_gate.weight"), N, C);
+      P(e, "  rt_sigmoid_gate_forward(R(WS_Y), R(%s), R(%s), %lld, %lld); /* + sigmoid(gate) x shared output */\n", so,
+        sgl, N, C);
+    } else {
+      P(e, "  rt_accumulate(R(WS_Y), R(WS_Y2), %lld);\n", N * C);
+    }
   }
 }
 
@@ -288,10 +386,20 @@ static void moe_backward(Em *e, int l, const char *dy) {
              *xp = e->ep > 1 ? "WS_XP" : A(e, l, "XP", EXP), *yp = A(e, l, "YP", EXP);
   if (e->Fs) {
     long long Fs = e->Fs;
+    const char *dso = dy;
+    if (e->s->model.moe.shared_expert_gate) { /* through the gate: DSO, and the gate's logits into DLN */
+      int64_t og = off(e, g, "moe.shared_expert_gate.weight");
+      P(e, "  rt_zero(R(DSO), %lld);\n  rt_zero_real(R(DSGL), %lld);\n", N * C, N);
+      P(e, "  rt_sigmoid_gate_backward(R(DSO), R(DSGL), R(%s), R(%s), R(%s), %lld, %lld);\n", dy, A(e, l, "SO", EXP),
+        A(e, l, "SGL", EXP), N, C);
+      P(e, "  rt_router_logits_backward(R(DLN), DW(%lld), R(DSGL), R(%s), W(%lld), %lld, %lld, 1); /* shared_expert_gate */\n",
+        (long long)og, ln2, (long long)og, N, C);
+      dso = "DSO";
+    }
     int64_t o = off(e, g, "moe.shared_experts.down_proj.weight");
     P(e, "  rt_zero(R(DSH), %lld);\n", N * Fs);
     P(e, "  rt_matmul_backward(R(DSH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* shared down_proj */\n",
-      (long long)o, bias_arg(e, g, "moe.shared_experts.down_proj.weight", "DW"), dy, A(e, l, "SH", EXP), (long long)o, N, Fs, C);
+      (long long)o, bias_arg(e, g, "moe.shared_experts.down_proj.weight", "DW"), dso, A(e, l, "SH", EXP), (long long)o, N, Fs, C);
     if (e->gelu_experts) {
       P(e, "  rt_zero(R(DSU), %lld);\n", N * Fs);
       P(e, "  rt_gelu_backward(R(DSU), R(DSH), R(%s), %lld);\n", A(e, l, "SU", EXP), N * Fs);
@@ -341,8 +449,13 @@ static void moe_backward(Em *e, int l, const char *dy) {
   }
   P(e, "  rt_moe_gather_backward(R(DLN), R(DXP), I(%s), %lld, %lld, %lld);\n", pos, N, K, C);
   P(e, "  rt_zero_real(R(DLOGITS), %lld);\n", N * E);
-  P(e, "  rt_router_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s);\n", lg, idx, wts, N,
-    E, K, e->sigmoid ? "true" : "false");
+  if (reweight(e))
+    P(e, "  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s, %s, %.9g);\n", lg,
+      idx, wts, N, E, K, e->sigmoid ? "true" : "false", e->s->model.moe.norm_topk_prob ? "true" : "false",
+      e->s->model.moe.routed_scaling_factor);
+  else
+    P(e, "  rt_router_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s);\n", lg, idx, wts, N,
+      E, K, e->sigmoid ? "true" : "false");
   if (!e->aux_free)
     P(e, "  rt_aux_loss_backward(R(DLOGITS), R(%s), I(%s), %lld, %lld, %lld, %.9g, c->dloss, R(AUX));\n", lg, idx, N,
       E, K, e->s->model.moe.aux_loss_coef);
@@ -376,20 +489,25 @@ static void layer_backward(Em *e, int l, const char *dy, const char *dx) {
     A(e, l, "Q", ATT), A(e, l, "K", ATT), A(e, l, "V", ATT), A(e, l, "ATT", ATT), A(e, l, "LSE", ATT),
     (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd);
   double theta = e->s->model.attention.rope_theta;
-  if (e->rope) {
+  if (e->rope && llama3(e)) {
+    rope_llama3(e, "  ", "DQ", e->nh, "backward");
+    rope_llama3(e, "  ", "DK", e->nkv, "backward");
+  } else if (e->rope) {
     P(e, "  rt_rope_backward(R(DQ), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
       (long long)e->nh, (long long)e->hd, theta);
     P(e, "  rt_rope_backward(R(DK), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
       (long long)e->nkv, (long long)e->hd, theta);
   }
+  if (e->qk_norm) qk_norm_backward(e, l);
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
   const char *ln1 = A(e, l, "LN1", OTH);
   static const char *const qkv[3] = {"q", "k", "v"};
   for (int i = 0; i < 3; i++) {
     const char *key = i == 0 ? "attn.q_proj.weight" : i == 1 ? "attn.k_proj.weight" : "attn.v_proj.weight";
     o = off(e, g, key);
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(D%c), R(%s), W(%lld), %lld, %lld, %lld); /* %s_proj */\n",
-      (long long)o, bias_arg(e, g, key, "DW"), "QKV"[i], ln1, (long long)o, N, C, i ? KV : Q, qkv[i]);
+    const char *dproj = i == 2 || !e->qk_norm ? mem_printf(e->m, "D%c", "QKV"[i]) : i ? "DKR" : "DQR";
+    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* %s_proj */\n",
+      (long long)o, bias_arg(e, g, key, "DW"), dproj, ln1, (long long)o, N, C, i ? KV : Q, qkv[i]);
   }
   norm_backward(e, g, dx, mem_printf(e->m, "X%d", l), A(e, l, "RSTD1", OTH), "input_layernorm");
   P(e, "}\n");
@@ -737,7 +855,7 @@ static void body(Em *e, const char *spec_base) {
   P(e, "#define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */\n");
   P(e, "#define WE(o) (c->we + (o))                     /* a gathered expert parameter */\n");
   P(e, "#define DWE(o) (c->dwe + (o))                   /* its gradient (in GRAD0 or 1) */\n");
-  P(e, "#define EPS ((real)1e-5)                          /* RMSNorm epsilon */\n");
+  P(e, "#define EPS ((real)%.9g)                        /* the norms' epsilon (model.norm_eps) */\n", e->s->model.norm_eps);
   if (e->offload) P(e, "#define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */\n");
   P(e, "\n");
   static const char *const maps[EM__ARENAS] = {"the state arena map (elements of real)",
@@ -780,11 +898,13 @@ static bool supported(Diag *d, const Spec *s) {
   const char *key = NULL, *what = NULL;
   if (m->attention.kind == ATTN_MLA) key = "model.attention.kind", what = "mla attention";
   else if (m->bias && m->moe.present) key = "model.bias", what = "biases on routed experts";
-  else if (m->attention.qk_norm != QKN_NONE) key = "model.attention.qk_norm", what = "qk-norm";
+  else if (m->attention.qk_norm != QKN_NONE && (m->norm != NORM_RMSNORM || m->bias))
+    key = "model.attention.qk_norm", what = "qk-norm with layernorm or biases";
   if (!key) return true;
   return diag_error(d, spec_loc(s, key), "the generated training program does not implement %s yet, so no "
-                    "program was written (plan.json, plan.txt and the reports were); expected a model without it "
-                    "(e.g. attention.kind gqa or mha) for a program, or mtc plan for the plan alone", what);
+                    "program was written (plan.json, plan.txt and the reports were); expected a model without it%s "
+                    "for a program, or mtc plan for the plan alone", what,
+                    strcmp(key, "model.attention.kind") == 0 ? " (attention.kind gqa or mha)" : "");
 }
 
 void em_init(Em *e, Mem *m, const Plan *p) {
@@ -797,6 +917,7 @@ void em_init(Em *e, Mem *m, const Plan *p) {
   e->C = s->model.hidden, e->V = s->model.vocab, e->L = s->model.layers;
   e->nh = s->model.attention.heads, e->nkv = s->model.attention.kv_heads, e->hd = s->model.attention.head_dim;
   e->Q = e->nh * e->hd, e->KV = e->nkv * e->hd;
+  e->qk_norm = s->model.attention.qk_norm;
   e->rope = s->model.position == POS_ROPE;
   e->fsdp = ch->fsdp, e->ep = ch->ep, e->efsdp = ch->efsdp, e->dpr = ch->dp_replicate, e->accum = ch->accum;
   e->world = p->world, e->ac = ch->ac, e->prefetch = ch->prefetch;

@@ -1,7 +1,11 @@
 /* import_hf.c — `mtc import-hf config.json`: a Hugging Face transformers config becomes a
  * spec (its model section from the config; cluster and training sections to edit).
- * Families: llama, mixtral, qwen3_moe (and qwen2_moe), deepseek_v3, gpt2. Field names are those
- * of transformers' configuration_<family>.py. */
+ * Families: llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3, gpt2. Field names
+ * are those of transformers' configuration_<family>.py. Every field that changes the math is kept
+ * (rms_norm_eps, norm_topk_prob, routed_scaling_factor, router_aux_loss_coef, qk-norm,
+ * rope_scaling llama3 and yarn, Qwen2-MoE's shared_expert_gate, n_group/topk_group) or, when the
+ * spec cannot say it yet (other rope types, Qwen2-MoE's q/k/v biases, clip_qkv, sliding
+ * windows), refused with an error naming the field. */
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -95,6 +99,13 @@ static bool get_bool(Hf *h, const char *key, bool *out) {
   return true;
 }
 
+/* An optional boolean, dflt when absent or null: false after a diagnostic. */
+static bool opt_bool(Hf *h, const char *key, bool dflt, bool *out) {
+  json_t *v = json_object_get(h->cfg, key);
+  if (!v || json_is_null(v)) return *out = dflt, true;
+  return get_bool(h, key, out);
+}
+
 /* An optional string (NULL when absent or null; *ok false after a diagnostic when not a string). */
 static const char *get_str(Hf *h, const char *key, bool *ok) {
   json_t *v = json_object_get(h->cfg, key);
@@ -115,20 +126,75 @@ static bool gated_silu(Hf *h) {
                     "gelu is an ungated two-matrix MLP, another model with other parameter counts)", a, h->family);
 }
 
-/* The RoPE base, and a note when the config scales RoPE (rope_scaling), which the spec cannot
- * say: it changes positions, not shapes, so the plan is the same. */
+/* The RoPE base (rope_scaling is common()'s: model.rope_scaling). */
 static bool rope(Hf *h) {
   double theta;
   if (!get_real(h, "rope_theta", 10000, &theta)) return false;
   emit(h, "    rope_theta: %g\n", theta);
-  json_t *sc = json_object_get(h->cfg, "rope_scaling");
-  if (sc && !json_is_null(sc))
-    emit(h, "    # rope_scaling is not represented: mtc's RoPE is unscaled (same shapes and plan)\n");
   return true;
 }
 
-static bool attention_gqa(Hf *h, int64_t hidden, bool qk_norm) {
-  int64_t heads, kv, hd;
+/* An error for a config field whose math mtc cannot represent yet. */
+static bool unsupported(Hf *h, const char *key, const char *what) {
+  return diag_error(h->d, key_loc(h, key), "\"%s\" %s, which mtc cannot represent yet; expected a config "
+                    "without it (the imported model would train different math)", key, what);
+}
+
+/* Whether field key is present and not null (or false, for a boolean). */
+static bool set_field(Hf *h, const char *key) {
+  json_t *v = json_object_get(h->cfg, key);
+  return v && !json_is_null(v) && !json_is_false(v);
+}
+
+/* The fields every family shares whose math the spec cannot say: sliding windows, clip_qkv. */
+static bool refuse_common(Hf *h) {
+  bool sliding;
+  if (!get_bool(h, "use_sliding_window", &sliding)) return false;
+  if (sliding) return unsupported(h, "use_sliding_window", "is true (sliding-window attention)");
+  if (set_field(h, "clip_qkv")) return unsupported(h, "clip_qkv", "is set (q, k, v clamped)");
+  return true;
+}
+
+/* rope_scaling (transformers' modeling_rope_utils.py): llama3 and yarn become model.rope_scaling
+ * (emitted under model:, before attention:); another rope_type is an error naming it. */
+static bool rope_scaling(Hf *h) {
+  json_t *r = json_object_get(h->cfg, "rope_scaling");
+  if (!r || json_is_null(r)) return true;
+  json_t *t = json_object_get(r, "rope_type");
+  if (!t) t = json_object_get(r, "type");
+  const char *type = t && json_is_string(t) ? json_string_value(t) : "unknown";
+  bool llama3 = !strcmp(type, "llama3"), yarn = !strcmp(type, "yarn");
+  if (!llama3 && !yarn) return unsupported(h, "rope_scaling", mem_printf(h->m, "has rope_type %s", type));
+  json_t *f = json_object_get(r, "factor"), *o = json_object_get(r, "original_max_position_embeddings");
+  if (!f || !json_is_number(f) || !o || !json_is_integer(o))
+    return diag_error(h->d, key_loc(h, "rope_scaling"), "\"rope_scaling\" (%s) lacks a numeric factor or an integer "
+                      "original_max_position_embeddings; expected both", type);
+  emit(h, "  rope_scaling:\n    type: %s\n    factor: %.9g\n    original_max_position: %lld\n", type,
+       json_number_value(f), (long long)json_integer_value(o));
+  static const char *const l3[][2] = {{"low_freq_factor", "low_freq_factor"}, {"high_freq_factor", "high_freq_factor"}};
+  static const char *const yn[][2] = {{"beta_fast", "beta_fast"}, {"beta_slow", "beta_slow"}, {"mscale", "mscale"},
+                                      {"mscale_all_dim", "mscale_all_dim"}};
+  for (int i = 0; i < (llama3 ? 2 : 4); i++) {
+    const char *hf = llama3 ? l3[i][0] : yn[i][0], *key = llama3 ? l3[i][1] : yn[i][1];
+    json_t *v = json_object_get(r, hf);
+    if (v && json_is_number(v)) emit(h, "    %s: %.9g\n", key, json_number_value(v));
+  }
+  return true;
+}
+
+/* The MoE fields that change the routing weights and the balancing loss; norm_topk_prob's
+ * default is the family's (transformers' config classes: false for qwen2_moe, qwen3_moe, olmoe). */
+static bool moe_conventions(Hf *h, bool norm_default) {
+  bool norm;
+  if (!opt_bool(h, "norm_topk_prob", norm_default, &norm)) return false;
+  if (!norm) emit(h, "    norm_topk_prob: false\n");
+  json_t *c = json_object_get(h->cfg, "router_aux_loss_coef");
+  if (c && json_is_number(c)) emit(h, "    aux_loss_coef: %.9g\n", json_number_value(c));
+  return true;
+}
+
+static bool attention_gqa(Hf *h, int64_t hidden, const char *qk_norm) {
+  int64_t heads = 0, kv, hd;
   if (!get_int(h, "num_attention_heads", true, 1, &heads) || !opt_int(h, "num_key_value_heads", 1, heads, &kv) ||
       !opt_int(h, "head_dim", 1, 0, &hd))
     return false;
@@ -144,7 +210,7 @@ static bool attention_gqa(Hf *h, int64_t hidden, bool qk_norm) {
   if (kv != heads) emit(h, "    kv_heads: %lld\n", (long long)kv);
   if (hd && hd * heads != hidden) emit(h, "    head_dim: %lld\n", (long long)hd);
   if (!rope(h)) return false;
-  if (qk_norm) emit(h, "    qk_norm: per_head\n");
+  if (qk_norm) emit(h, "    qk_norm: %s\n", qk_norm);
   return true;
 }
 
@@ -159,12 +225,15 @@ static bool common(Hf *h, int64_t *hidden, int64_t *layers) {
        (long long)vocab);
   if (tie) emit(h, "  tie_embeddings: true\n");
   if (abias || mbias) emit(h, "  bias: true\n");
-  return true;
+  json_t *eps = json_object_get(h->cfg, "rms_norm_eps");
+  if (eps && json_is_number(eps)) emit(h, "  norm_eps: %.9g\n", json_number_value(eps));
+  return refuse_common(h) && rope_scaling(h);
 }
 
-static bool llama(Hf *h) {
+/* Llama, and Qwen3 (dense): Llama's layout with q and k normalized per head (modeling_qwen3.py). */
+static bool llama(Hf *h, bool qwen3) {
   int64_t hidden, layers, inter;
-  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, false) ||
+  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, qwen3 ? "per_head" : NULL) ||
       !get_int(h, "intermediate_size", true, 1, &inter))
     return false;
   emit(h, "  mlp:\n    intermediate: %lld\n    activation: swiglu\n", (long long)inter);
@@ -173,20 +242,33 @@ static bool llama(Hf *h) {
 
 static bool mixtral(Hf *h) {
   int64_t hidden, layers, inter, experts, topk;
-  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, false) ||
+  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, NULL) ||
       !get_int(h, "intermediate_size", true, 1, &inter) || !get_int(h, "num_local_experts", true, 1, &experts) ||
       !get_int(h, "num_experts_per_tok", true, 1, &topk))
     return false;
   emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    expert_intermediate: %lld\n", (long long)experts,
        (long long)topk, (long long)inter);
-  return true;
+  return moe_conventions(h, true); /* Mixtral renormalizes its top-k softmax: no norm_topk_prob field */
+}
+
+/* OLMoE (modeling_olmoe.py): every layer MoE, q and k normalized over all heads' channels
+ * (q_norm of hidden, k_norm of kv_heads x head_dim), softmax top-k not renormalized by default. */
+static bool olmoe(Hf *h) {
+  int64_t hidden, layers, inter, experts, topk;
+  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, "full") ||
+      !get_int(h, "intermediate_size", true, 1, &inter) || !get_int(h, "num_experts", true, 1, &experts) ||
+      !get_int(h, "num_experts_per_tok", true, 1, &topk))
+    return false;
+  emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    expert_intermediate: %lld\n", (long long)experts,
+       (long long)topk, (long long)inter);
+  return moe_conventions(h, false);
 }
 
 /* Qwen2-MoE / Qwen3-MoE: MoE every decoder_sparse_step-th layer; mlp_only_layers must be empty
  * (a list of arbitrary dense layers has no spec form yet). Qwen3 normalizes q and k per head. */
 static bool qwen_moe(Hf *h, bool qwen3) {
   int64_t hidden, layers, experts, topk, inter, moe_inter, step, shared;
-  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, qwen3) ||
+  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, qwen3 ? "per_head" : NULL) ||
       !get_int(h, "num_experts", true, 1, &experts) || !get_int(h, "num_experts_per_tok", true, 1, &topk) ||
       !get_int(h, "moe_intermediate_size", true, 1, &moe_inter) || !get_int(h, "intermediate_size", true, 1, &inter) ||
       !opt_int(h, "decoder_sparse_step", 1, 1, &step) || !opt_int(h, "shared_expert_intermediate_size", 0, 0, &shared))
@@ -198,13 +280,19 @@ static bool qwen_moe(Hf *h, bool qwen3) {
   if (step > 1) emit(h, "  mlp:\n    intermediate: %lld\n", (long long)inter);
   emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    expert_intermediate: %lld\n", (long long)experts,
        (long long)topk, (long long)moe_inter);
+  bool qkv_bias;
+  if (!qwen3 && !opt_bool(h, "qkv_bias", true, &qkv_bias)) return false;
+  if (!qwen3 && qkv_bias) /* Qwen2MoeAttention: bias=config.qkv_bias (default true) */
+    return unsupported(h, "qkv_bias", "is true (biases on q_proj, k_proj and v_proj only)");
   if (shared) emit(h, "    shared_experts: 1\n    shared_intermediate: %lld\n", (long long)shared);
+  if (shared && !qwen3) /* Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) x the shared expert */
+    emit(h, "    shared_expert_gate: true\n");
   if (step > 1) emit(h, "    interleave: %lld\n", (long long)step);
-  return true;
+  return moe_conventions(h, false);
 }
 
 static bool deepseek_v3(Hf *h) {
-  int64_t hidden, layers, heads, q_rank, kv_rank, nope, rope_dim, v, experts, shared, topk, moe_inter, inter, first,
+  int64_t hidden, layers, heads = 0, q_rank, kv_rank, nope, rope_dim, v, experts, shared, topk, moe_inter, inter, first,
       freq;
   bool ok = true;
   if (!common(h, &hidden, &layers) || !get_int(h, "num_attention_heads", true, 1, &heads) ||
@@ -231,7 +319,14 @@ static bool deepseek_v3(Hf *h) {
     return diag_error(h->d, key_loc(h, "scoring_func"), "\"scoring_func\" is '%s'; expected sigmoid or softmax", score);
   if (score && !strcmp(score, "sigmoid")) emit(h, "    router: sigmoid\n");
   if (topk_method && !strcmp(topk_method, "noaux_tc")) emit(h, "    router_bias: true\n    load_balance: aux_free\n");
-  return true;
+  int64_t groups, topk_group;
+  double scale;
+  if (!opt_int(h, "n_group", 1, 1, &groups) || !opt_int(h, "topk_group", 1, 1, &topk_group) ||
+      !get_real(h, "routed_scaling_factor", 1, &scale))
+    return false;
+  if (groups > 1) emit(h, "    n_group: %lld\n    topk_group: %lld\n", (long long)groups, (long long)topk_group);
+  if (scale != 1) emit(h, "    routed_scaling_factor: %.9g\n", scale);
+  return moe_conventions(h, true); /* DeepseekV3Config: norm_topk_prob true by default */
 }
 
 /* A number or boolean field as a double (dflt when absent or null; NAN when another type). */
@@ -263,7 +358,7 @@ static bool need_bool(Hf *h, const char *key, bool want, bool dflt, const char *
  * gelu_pytorch_tanh), another layer_norm_epsilon than 1e-5, unscaled or layer-scaled attention,
  * cross-attention. */
 static bool gpt2(Hf *h) {
-  int64_t hidden, layers, vocab, heads, positions, inner = 0;
+  int64_t hidden = 0, layers, vocab, heads = 0, positions, inner = 0;
   bool ok = true;
   if (!get_int(h, "n_embd", true, 1, &hidden) || !get_int(h, "n_layer", true, 1, &layers) ||
       !get_int(h, "vocab_size", true, 1, &vocab) || !get_int(h, "n_head", true, 1, &heads) ||
@@ -322,15 +417,17 @@ char *import_hf(Mem *m, Diag *d, const char *path) {
   }
   emit(&h, "name: %s\n", safe);
   if (!ok) { /* model_type or _name_or_path was not text: reported */
-  } else if (!type) ok = diag_error(d, (Loc){src, 0, 0}, "no \"model_type\"; expected llama, mixtral, qwen2_moe, qwen3_moe, deepseek_v3 or gpt2");
-  else if (!strcmp(type, "llama")) ok = llama(&h);
+  } else if (!type) ok = diag_error(d, (Loc){src, 0, 0}, "no \"model_type\"; expected llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3 or gpt2");
+  else if (!strcmp(type, "llama")) ok = llama(&h, false);
+  else if (!strcmp(type, "qwen3")) ok = llama(&h, true);
+  else if (!strcmp(type, "olmoe")) ok = olmoe(&h);
   else if (!strcmp(type, "mixtral")) ok = mixtral(&h);
   else if (!strcmp(type, "qwen3_moe")) ok = qwen_moe(&h, true);
   else if (!strcmp(type, "qwen2_moe")) ok = qwen_moe(&h, false);
   else if (!strcmp(type, "deepseek_v3")) ok = deepseek_v3(&h);
   else if (!strcmp(type, "gpt2")) ok = gpt2(&h);
   else ok = diag_error(d, (Loc){src, 0, 0}, "\"model_type\" is '%s', which mtc cannot import yet; expected "
-                       "llama, mixtral, qwen2_moe, qwen3_moe, deepseek_v3 or gpt2", type);
+                       "llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3 or gpt2", type);
   if (ok)
     emit(&h, "cluster:                        # edit: your machines\n  preset: jupiter-booster\n  nodes: 1\n"
              "training:                       # edit: your run\n  seq_len: %lld\n  global_batch: 4\n"

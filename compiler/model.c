@@ -133,8 +133,10 @@ static void attention_gqa(Cx *c, int l) {
     bool full = a->qk_norm == QKN_FULL;
     norm_params(c, o, "attn.q_norm.weight", "attn.q_norm.bias", full ? q : hd);
     norm_params(c, o, "attn.k_norm.weight", "attn.k_norm.bias", full ? kv : hd);
-    save(c, o, "qk", q + kv, DT_BF16, SAVE_OTHER);
-    save(c, o, "rstd", full ? 2 : nh + nkv, DT_FP32, SAVE_OTHER);
+    /* kept with the attention core (selective checkpointing recomputes neither): the
+     * backward of the norm needs its input and 1/rms */
+    save(c, o, "qk", q + kv, DT_BF16, SAVE_ATTN);
+    save(c, o, "rstd", full ? 2 : nh + nkv, DT_FP32, SAVE_ATTN);
   }
   if (ms->position == POS_ROPE) new_op(c, OP_ROPE, "attention.rope", l, q + kv, q + kv);
   core_and_out(c, l, q, kv, kv, hd, hd);
@@ -239,6 +241,12 @@ static void moe_block(Cx *c, int l) {
     ffn(c, o, "moe.shared_experts", PK_SHARED, moe->activation, 0,
         mul(c, moe->shared_experts, moe->shared_intermediate), 1, SAVE_EXPERT);
     c->md->layers[l].ffn_width = mul(c, moe->shared_experts, moe->shared_intermediate);
+    if (moe->shared_expert_gate) { /* Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) x the shared
+                                    * expert's output; a gate like the router (AdamW, not in the FLOPs) */
+      param(c, o, "moe.shared_expert_gate.weight", PK_ROUTER, true, 1, H, 0);
+      save(c, o, "shared_out", H, DT_BF16, SAVE_EXPERT);
+      save(c, o, "gate_logit", 1, DT_FP32, SAVE_EXPERT);
+    }
   }
   new_op(c, OP_COMBINE, "moe.combine", l, kH, H);
 }

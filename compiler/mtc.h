@@ -184,6 +184,7 @@ typedef enum { NORM_RMSNORM, NORM_LAYERNORM } NormKind;                 /* ORDER
 typedef enum { POS_ROPE, POS_LEARNED } PosKind;                         /* ORDER pos_names */
 typedef enum { ATTN_MHA, ATTN_GQA, ATTN_MLA } AttnKind;                 /* ORDER attn_names */
 typedef enum { QKN_NONE, QKN_PER_HEAD, QKN_FULL } QkNorm;               /* ORDER qkn_names */
+typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3, ROPE_SCALING_YARN } RopeScalingKind; /* ORDER rope_scaling_names */
 typedef enum { ACT_SWIGLU, ACT_GELU } Activation;                       /* ORDER act_names */
 typedef enum { ROUTER_SOFTMAX, ROUTER_SIGMOID } RouterKind;             /* ORDER router_names */
 typedef enum { LB_AUX_LOSS, LB_AUX_FREE } LoadBalance;                  /* ORDER lb_names */
@@ -229,7 +230,25 @@ typedef struct {
   LoadBalance load_balance;
   double aux_loss_coef;    /* aux_loss: weight of the balancing loss */
   double bias_update_rate; /* aux_free: bias step per optimizer step */
+  bool norm_topk_prob;       /* true: the top-k weights renormalized to sum 1 (Mixtral, Qwen3-MoE);
+                                false: the raw softmax (or sigmoid) scores (Qwen2-MoE) */
+  double routed_scaling_factor; /* routed experts' weights times this (DeepSeek-V3; default 1) */
+  bool shared_expert_gate;      /* shared experts' output times sigmoid(x . w), w (hidden) (Qwen2-MoE) */
+  int64_t n_group, topk_group;  /* group-limited routing: experts in n_group groups, top_k chosen from the
+                                   topk_group best groups (DeepSeek-V3); 1 and n_group: none */
 } MoeSpec;
+
+/* model.rope_scaling: RoPE's frequencies for contexts past the pre-training length.
+ * llama3: Llama 3.1's per-frequency scaling (transformers' _compute_llama3_parameters);
+ * yarn: YaRN (Peng et al. 2023, arXiv:2309.00071; transformers' _compute_yarn_parameters). */
+typedef struct {
+  bool present;
+  RopeScalingKind type;
+  double factor;                  /* context extension factor (> 1) */
+  int64_t original_max_position;  /* pre-training context (0: not given) */
+  double low_freq_factor, high_freq_factor; /* llama3 */
+  double beta_fast, beta_slow, mscale, mscale_all_dim; /* yarn */
+} RopeScalingSpec;
 
 typedef struct {
   bool present;
@@ -239,6 +258,8 @@ typedef struct {
   PosKind position;
   int64_t max_position; /* 0 = not given; required by position: learned */
   bool bias;
+  double norm_eps; /* epsilon of every RMSNorm (inside the square root); default 1e-5 */
+  RopeScalingSpec rope_scaling;
   AttentionSpec attention;
   MlpSpec mlp;
   MoeSpec moe;

@@ -40,6 +40,7 @@ static const char *const norm_names[] = {"rmsnorm", "layernorm", NULL};
 static const char *const pos_names[] = {"rope", "learned", NULL};
 static const char *const attn_names[] = {"mha", "gqa", "mla", NULL};
 static const char *const qkn_names[] = {"none", "per_head", "full", NULL};
+static const char *const rope_scaling_names[] = {"none", "llama3", "yarn", NULL};
 static const char *const act_names[] = {"swiglu", "gelu", NULL};
 static const char *const router_names[] = {"softmax", "sigmoid", NULL};
 static const char *const lb_names[] = {"aux_loss", "aux_free", NULL};
@@ -97,9 +98,27 @@ static const Field moe_fields[] = {
     {"load_balance", F_ENUM, O(MoeSpec, load_balance), "aux_loss", 0, 0, lb_names, NULL, "aux_loss or aux_free (bias adjustment; needs router_bias)"},
     {"aux_loss_coef", F_REAL, O(MoeSpec, aux_loss_coef), "0.01", 0, 0, NULL, NULL, "weight of the load-balancing loss (aux_loss; Switch Transformer's alpha; 0: off)", 0, 1000, false, true},
     {"bias_update_rate", F_REAL, O(MoeSpec, bias_update_rate), "0.001", 0, 0, NULL, NULL, "router-bias step per optimizer step (aux_free; DeepSeek-V3's gamma)", 0, 1, false, true},
+    {"norm_topk_prob", F_BOOL, O(MoeSpec, norm_topk_prob), "true", 0, 0, NULL, NULL, "top-k weights renormalized to sum 1 (Mixtral, Qwen3-MoE); false: the raw softmax or sigmoid scores (Qwen2-MoE)"},
+    {"shared_expert_gate", F_BOOL, O(MoeSpec, shared_expert_gate), "false", 0, 0, NULL, NULL, "the shared experts' output scaled by sigmoid(x . w), w of hidden (Qwen2-MoE's shared_expert_gate)"},
+    {"n_group", F_INT, O(MoeSpec, n_group), "1", 1, 64, NULL, NULL, "group-limited routing: experts in this many equal groups (DeepSeek-V3: 8; needs router: sigmoid)"},
+    {"topk_group", F_INT, O(MoeSpec, topk_group), "(n_group)", 1, 1 << 20, NULL, NULL, "group-limited routing: the top_k experts come from this many best groups, a group scored by its two best score + bias (DeepSeek-V3: 4)"},
+    {"routed_scaling_factor", F_REAL, O(MoeSpec, routed_scaling_factor), "1", 0, 0, NULL, NULL, "routed experts' weights are multiplied by this (DeepSeek-V3: 2.5)", 0, 1000, true, true},
+    END};
+
+static const Field rope_scaling_fields[] = {
+    {"type", F_ENUM, O(RopeScalingSpec, type), "none", 0, 0, rope_scaling_names, NULL, "none, llama3 (Llama 3.1's per-frequency scaling) or yarn (YaRN: Qwen2.5's long context, DeepSeek-V3)"},
+    {"factor", F_REAL, O(RopeScalingSpec, factor), "(llama3, yarn: required)", 0, 0, NULL, NULL, "context extension factor (Llama 3.1: 8; DeepSeek-V3: 40)", 1, 1e6, false, true},
+    {"original_max_position", F_INT, O(RopeScalingSpec, original_max_position), "(llama3, yarn: required)", 1, MAXDIM, NULL, NULL, "pre-training context length (Llama 3.1: 8192)"},
+    {"low_freq_factor", F_REAL, O(RopeScalingSpec, low_freq_factor), "1", 0, 0, NULL, NULL, "llama3: wavelengths above original_max_position / this are divided by factor", ABOVE_0},
+    {"high_freq_factor", F_REAL, O(RopeScalingSpec, high_freq_factor), "4", 0, 0, NULL, NULL, "llama3: wavelengths below original_max_position / this are kept; between, smoothed", ABOVE_0},
+    {"beta_fast", F_REAL, O(RopeScalingSpec, beta_fast), "32", 0, 0, NULL, NULL, "yarn: rotations above which frequencies are kept", ABOVE_0},
+    {"beta_slow", F_REAL, O(RopeScalingSpec, beta_slow), "1", 0, 0, NULL, NULL, "yarn: rotations below which frequencies are divided by factor", ABOVE_0},
+    {"mscale", F_REAL, O(RopeScalingSpec, mscale), "1", 0, 0, NULL, NULL, "yarn: attention temperature coefficient", FROM_0},
+    {"mscale_all_dim", F_REAL, O(RopeScalingSpec, mscale_all_dim), "0", 0, 0, NULL, NULL, "yarn: DeepSeek's mscale_all_dim (0: none)", FROM_0},
     END};
 
 static const Section attention_sec = {"model.attention", attention_fields};
+static const Section rope_scaling_sec = {"model.rope_scaling", rope_scaling_fields};
 static const Section mlp_sec = {"model.mlp", mlp_fields};
 static const Section moe_sec = {"model.moe", moe_fields};
 
@@ -112,6 +131,8 @@ static const Field model_fields[] = {
     {"position", F_ENUM, O(ModelSpec, position), "rope", 0, 0, pos_names, NULL, "rope or learned (absolute position embedding)"},
     {"max_position", F_INT, O(ModelSpec, max_position), "(none)", 1, MAXDIM, NULL, NULL, "longest sequence; required by position: learned"},
     {"bias", F_BOOL, O(ModelSpec, bias), "false", 0, 0, NULL, NULL, "biases on every linear and norm (GPT-3 style)"},
+    {"norm_eps", F_REAL, O(ModelSpec, norm_eps), "1e-5", 0, 0, NULL, NULL, "epsilon of every norm, added to the mean square (Qwen2/3-MoE, DeepSeek-V3: 1e-6)", 0, 0.1, true, true},
+    {"rope_scaling", F_SECTION, O(ModelSpec, rope_scaling), "(none)", 0, 0, NULL, &rope_scaling_sec, "RoPE frequency scaling for long contexts"},
     {"attention", F_SECTION, O(ModelSpec, attention), NULL, 0, 0, NULL, &attention_sec, "attention block"},
     {"mlp", F_SECTION, O(ModelSpec, mlp), "(needed by dense layers)", 0, 0, NULL, &mlp_sec, "dense feed-forward"},
     {"moe", F_SECTION, O(ModelSpec, moe), "(none: dense model)", 0, 0, NULL, &moe_sec, "mixture of experts"},

@@ -54,6 +54,14 @@ void rt_position_backward(real *dwpe, const act *dx, int B, int T, int C);
 void rt_rmsnorm_forward(act *out, real *rstd, const act *x, const act *w, int N, int C, real eps);
 void rt_rmsnorm_backward(act *dx, real *dw, const act *dout, const act *x, const act *w,
                          const real *rstd, int N, int C);
+/* qk-norm (Qwen3: per head, modeling_qwen3.py's q_norm/k_norm over head_dim; OLMoE: full, over
+ * all heads' channels of a token): RMSNorm of `rows` rows of `width` values with weight w
+ * (width), before RoPE. per_head: rows = N · heads, width = hd; full: rows = N, width =
+ * heads · hd. x, out (rows, width); rstd (rows). The same arithmetic as rt_rmsnorm_*; its own
+ * entry point because a backend may specialize rt_rmsnorm_* to (N, C) at compile time. */
+void rt_qk_norm_forward(act *out, real *rstd, const act *x, const act *w, int64_t rows, int width, real eps);
+void rt_qk_norm_backward(act *dx, real *dw, const act *dout, const act *x, const act *w, const real *rstd,
+                         int64_t rows, int width);
 
 /* LayerNorm (Ba et al. 2016; torch.nn.LayerNorm as HF's GPT-2 uses it): with μ the row mean and
  * σ² the biased variance, out = (x − μ) / sqrt(σ² + eps) ⊙ w + b. x, out (N,C); w (C); b (C) or
@@ -86,6 +94,23 @@ void rt_router_logits_backward(act *dx, real *dw, const real *dlogits, const act
  * rotates the gradient back in place. hd must be even. */
 void rt_rope_forward(act *x, int B, int T, int H, int hd, real theta);
 void rt_rope_backward(act *dx, int B, int T, int H, int hd, real theta);
+/* RoPE with Llama 3.1's frequency scaling (transformers' _compute_llama3_parameters): each
+ * inverse frequency f_i = theta^(-2i/hd), of wavelength λ = 2π / f_i, becomes f_i / factor where
+ * λ > orig / low, stays f_i where λ < orig / high, and between is (1 − s) f_i / factor + s f_i
+ * with s = (orig / λ − low) / (high − low). Angles in double. x as rt_rope_forward's. */
+void rt_rope_llama3_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+                            real orig);
+void rt_rope_llama3_backward(act *dx, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+                             real orig);
+/* RoPE with YaRN (Peng et al. 2023; transformers' _compute_yarn_parameters): pair i's inverse
+ * frequency blends f_i = theta^(-2i/hd) (extrapolation) and f_i / factor (interpolation) by a
+ * ramp over the pairs between floor(d(beta_fast)) and ceil(d(beta_slow)), d(r) = hd ln(orig /
+ * (2π r)) / (2 ln theta); the rotation is scaled by attn (the attention factor: with cos and
+ * sin, q and k each get it). Backward: the transposed rotation, scaled by attn. */
+void rt_rope_yarn_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+                          real beta_slow, real attn);
+void rt_rope_yarn_backward(act *dx, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+                           real beta_slow, real attn);
 
 /* Causal grouped-query attention, softmax(q kᵀ / sqrt(hd)) v with query head h reading KV head
  * h / (nh / nkv). q, out (B,T,nh,hd); k, v (B,T,nkv,hd); lse (B,nh,T) the log-sum-exp of
@@ -114,6 +139,39 @@ void rt_router_forward(int32_t *idx, real *wts, const real *logits, const act *b
 /* dlogits (N,E) += the gradient through the weights (selection is not differentiable). */
 void rt_router_backward(real *dlogits, const real *dwts, const real *logits, const int32_t *idx,
                         const real *wts, int N, int E, int K, bool sigmoid);
+/* Group-limited routing (DeepSeek-V3: transformers' modeling_deepseek_v3.py,
+ * DeepseekV3MoE.route_tokens_to_experts): with sigmoid scores s and selection keys s + bias
+ * (bias (E) or NULL), the E experts in n_group equal groups, each group scored by the sum of
+ * its two best keys; the topk_group best groups are kept, the other experts' keys set to 0,
+ * and the K largest keys are selected. Weights as rt_router_forward's sigmoid ones (s / Σ
+ * selected s). Ties go to the lower index. n_group <= RT_MAX_GROUPS, E / n_group >= 2. */
+#ifndef RT_MAX_GROUPS /* (this header is read twice by tests/cuda's ref_ops.h) */
+#define RT_MAX_GROUPS 64
+#endif
+void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const act *bias, int N, int E, int K,
+                             int n_group, int topk_group);
+/* The routing weights of the selected experts idx (N,K), recomputed from logits (N,E) under the
+ * conventions real models need, overwriting wts (N,K):
+ *   a_j = exp(l_j − m) (softmax) or σ(l_j) (sigmoid);
+ *   norm true:  w_j = scale · a_j / Σ_selected a          (Mixtral, Qwen3-MoE, DeepSeek-V3);
+ *   norm false: w_j = scale · softmax(l)_j over all E      (Qwen2-MoE's norm_topk_prob: false),
+ *               or scale · σ(l_j) for sigmoid (DeepSeek-V2/V3 with norm_topk_prob false).
+ * scale is DeepSeek-V3's routed_scaling_factor (1: none). Sources: Hugging Face
+ * modeling_qwen2_moe.py and modeling_deepseek_v3.py (Qwen2MoeSparseMoeBlock, DeepseekV3TopkRouter).
+ * Called after rt_router_forward (which selects) when norm is false or scale is not 1. */
+void rt_router_weights(real *wts, const real *logits, const int32_t *idx, int N, int E, int K, bool sigmoid,
+                       bool norm, real scale);
+/* dlogits (N,E) += the gradient of rt_router_weights' weights (wts, its output) given dwts (N,K):
+ * norm: a_j dA_j = u_j (s dw_j − Σ_i u_i s dw_i) with u = w / s, times (1 − σ) for sigmoid;
+ * softmax, not norm: dl_e = p_e (s dw_e [e selected] − Σ_j w_j dw_j) for every e;
+ * sigmoid, not norm: dl_j = s dw_j σ_j (1 − σ_j). */
+void rt_router_weights_backward(real *dlogits, const real *dwts, const real *logits, const int32_t *idx,
+                                const real *wts, int N, int E, int K, bool sigmoid, bool norm, real scale);
+/* Qwen2-MoE's gated shared expert (modeling_qwen2_moe.py, Qwen2MoeSparseMoeBlock:
+ * sigmoid(shared_expert_gate(x)) * shared_expert(x)): y (N,C) += σ(logit_n) · x (N,C), logit (N).
+ * Backward: dx += σ dy; dlogit += σ (1 − σ) Σ_c dy x. */
+void rt_sigmoid_gate_forward(act *y, const act *x, const real *logit, int N, int C);
+void rt_sigmoid_gate_backward(act *dx, real *dlogit, const act *dy, const act *x, const real *logit, int N, int C);
 /* Switch-Transformer load-balancing loss (Fedus et al. 2021): alpha · E · Σ_e f_e · P_e,
  * f_e = fraction of the N·K assignments to expert e (no gradient), P_e = mean over tokens of
  * softmax(logits)_e. Returns the loss; backward adds its gradient (times dloss) to dlogits. */

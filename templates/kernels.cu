@@ -144,6 +144,49 @@ extern "C" __global__ void rmsnorm_backward(act *dx, float *dw, const act *dout,
   }
 }
 
+// qk-norm (Qwen3 per head, OLMoE over all heads): RMSNorm of rows of `width` values (a runtime
+// size: HEAD_DIM, or heads × HEAD_DIM), out = x r w with r = 1/sqrt(mean x² + eps) into rstd.
+// One block of ROW_THREADS threads per row; grid rows (the cpu's rt_qk_norm_forward).
+extern "C" __global__ void qk_norm_forward(act *out, float *rstd, const act *x, const act *w, int width, float eps) {
+  __shared__ float shared[32];
+  size_t row = (size_t)blockIdx.x * width;
+  float ss = 0;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) ss += f32(x[row + i]) * f32(x[row + i]);
+  float r = rsqrtf(block_sum(ss, shared) / width + eps);
+  if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) out[row + i] = to_act(f32(x[row + i]) * r * f32(w[i]));
+}
+
+// dx += r (dy w) − x r³ / width · Σ (dy w x); dw (fp32) += dy x r, over `rows` rows of `width`.
+// One block per QK_BWD_ROWS rows (grid ceil(rows / QK_BWD_ROWS)): the rows' dot products first
+// (in shared memory), then each thread's columns over the block's rows, with one atomic per
+// column and block into dw.
+#define QK_BWD_ROWS 16
+extern "C" __global__ void qk_norm_backward(act *dx, float *dw, const act *dout, const act *x, const act *w,
+                                            const float *rstd, long long rows, int width) {
+  __shared__ float shared[32], dots[QK_BWD_ROWS];
+  long long r0 = (long long)blockIdx.x * QK_BWD_ROWS;
+  int nr = rows - r0 < QK_BWD_ROWS ? (int)(rows - r0) : QK_BWD_ROWS;
+  for (int j = 0; j < nr; j++) {
+    size_t row = (size_t)(r0 + j) * width;
+    float dot = 0;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) dot += f32(dout[row + i]) * f32(w[i]) * f32(x[row + i]);
+    dot = block_sum(dot, shared);
+    if (threadIdx.x == 0) dots[j] = dot;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    float wi = f32(w[i]), dwacc = 0;
+    for (int j = 0; j < nr; j++) {
+      size_t at = (size_t)(r0 + j) * width + i;
+      float r = rstd[r0 + j], dy = f32(dout[at]), xi = f32(x[at]);
+      dwacc += dy * xi * r;
+      dx[at] = to_act(f32(dx[at]) + r * dy * wi - xi * r * r * r / width * dots[j]);
+    }
+    atomicAdd(&dw[i], dwacc);
+  }
+}
+
 // LayerNorm (Ba et al. 2016; torch.nn.LayerNorm, HF modeling_gpt2.py): out = (x − mean) rstd ⊙ w
 // + b, rstd = 1 / sqrt(biased variance + RMS_EPS); b may be NULL (no bias). mean, rstd (TOKENS)
 // saved. grid TOKENS, block ROW_THREADS.
@@ -229,6 +272,54 @@ extern "C" __global__ void rope(act *x, int heads, float sign) {
     // would be off by 1e-3 rad (double is untouched by --use_fast_math)
     double sd, cd;
     sincos((double)pos * exp2(-2.0 * i / HEAD_DIM * log2((double)ROPE_THETA)), &sd, &cd);
+    float c = (float)cd, s = sign * (float)sd;
+    act *p = x + ((size_t)t * heads + h) * HEAD_DIM;
+    float a = f32(p[i]), b = f32(p[i + HEAD_DIM / 2]);
+    p[i] = to_act(a * c - b * s);
+    p[i + HEAD_DIM / 2] = to_act(a * s + b * c);
+  }
+}
+
+// RoPE with YaRN (model.rope_scaling type yarn; the cpu's rt_rope_yarn_*): pair i's inverse
+// frequency blends θ^(−2i/HEAD_DIM) and it / factor by a ramp between pairs lo and hi (computed
+// by the host as transformers does), and the rotation is scaled by attn. sign −1 with the same
+// attn is the backward (the transposed map). grid TOKENS, block heads × HEAD_DIM/2.
+extern "C" __global__ void rope_yarn(act *x, int heads, float sign, float factor, float lo, float hi, float attn) {
+  int t = blockIdx.x, pos = t % SEQ_LEN;
+  for (int k = threadIdx.x; k < heads * (HEAD_DIM / 2); k += blockDim.x) {
+    int h = k / (HEAD_DIM / 2), i = k % (HEAD_DIM / 2);
+    double f = exp2(-2.0 * i / HEAD_DIM * log2((double)ROPE_THETA));
+    double ramp = ((double)i - lo) / ((double)hi - lo);
+    ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+    f = f / factor * ramp + f * (1 - ramp);
+    double sd, cd;
+    sincos((double)pos * f, &sd, &cd);
+    float c = attn * (float)cd, s = sign * attn * (float)sd;
+    act *p = x + ((size_t)t * heads + h) * HEAD_DIM;
+    float a = f32(p[i]), b = f32(p[i + HEAD_DIM / 2]);
+    p[i] = to_act(a * c - b * s);
+    p[i + HEAD_DIM / 2] = to_act(a * s + b * c);
+  }
+}
+
+// RoPE with Llama 3.1's frequency scaling (model.rope_scaling type llama3; the cpu's
+// rt_rope_llama3_*): inverse frequency f = θ^(−2i/HEAD_DIM) of wavelength λ = 2π/f is kept where
+// λ < orig/high, divided by factor where λ > orig/low, and blended by s = (orig/λ − low)/(high −
+// low) between. Angles in double, as rope's. grid TOKENS, block heads × HEAD_DIM/2.
+extern "C" __global__ void rope_llama3(act *x, int heads, float sign, float factor, float low, float high,
+                                       float orig) {
+  int t = blockIdx.x, pos = t % SEQ_LEN;
+  for (int k = threadIdx.x; k < heads * (HEAD_DIM / 2); k += blockDim.x) {
+    int h = k / (HEAD_DIM / 2), i = k % (HEAD_DIM / 2);
+    double f = exp2(-2.0 * i / HEAD_DIM * log2((double)ROPE_THETA)), wavelen = 2 * 3.14159265358979323846 / f;
+    if (wavelen > (double)orig / low) {
+      f /= factor;
+    } else if (wavelen >= (double)orig / high) {
+      double s = ((double)orig / wavelen - low) / ((double)high - low);
+      f = (1 - s) * f / factor + s * f;
+    }
+    double sd, cd;
+    sincos((double)pos * f, &sd, &cd);
     float c = (float)cd, s = sign * (float)sd;
     act *p = x + ((size_t)t * heads + h) * HEAD_DIM;
     float a = f32(p[i]), b = f32(p[i + HEAD_DIM / 2]);
@@ -582,6 +673,137 @@ extern "C" __global__ void router_backward(float *dlogits, const float *dwts, co
     if (sigmoid) g *= 1.f - 1.f / (1.f + __expf(-logits[(size_t)n * EXPERTS + e]));
     dlogits[(size_t)n * EXPERTS + e] += g;
   }
+}
+
+// Group-limited routing (DeepSeek-V3; the cpu's rt_router_group_forward): keys σ(l) + bias, the
+// EXPERTS in n_group groups scored by their two best keys, the topk_group best groups kept and
+// the others' keys 0, then the TOP_K largest keys; weights σ(l) / Σ selected σ. One thread per
+// token; n_group <= 64.
+extern "C" __global__ void router_topk_grouped(int *idx, float *wts, const float *logits, const float *bias,
+                                               int n_group, int topk_group) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= TOKENS) return;
+  const float *l = logits + (size_t)n * EXPERTS;
+  int per = EXPERTS / n_group;
+  unsigned long long keep = 0; // bit g: group g chosen
+  for (int c = 0; c < topk_group; c++) {
+    int best = -1;
+    float bs = 0;
+    for (int g = 0; g < n_group; g++) {
+      if (keep >> g & 1ull) continue;
+      float a = NEG_INF, b = NEG_INF;
+      for (int e = g * per; e < (g + 1) * per; e++) {
+        float k = 1.f / (1.f + __expf(-l[e])) + (bias ? bias[e] : 0.f);
+        if (k > a) b = a, a = k;
+        else if (k > b) b = k;
+      }
+      if (best < 0 || a + b > bs) best = g, bs = a + b;
+    }
+    keep |= 1ull << best;
+  }
+  int pick[TOP_K];
+  float val[TOP_K];
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) pick[k] = -1, val[k] = 0;
+  for (int e = 0; e < EXPERTS; e++) {
+    float key = keep >> (e / per) & 1ull ? 1.f / (1.f + __expf(-l[e])) + (bias ? bias[e] : 0.f) : 0.f;
+    int j = TOP_K;
+    while (j > 0 && !(pick[j - 1] >= 0 && val[j - 1] >= key)) j--;
+    if (j == TOP_K) continue;
+    for (int i = TOP_K - 1; i > j; i--) val[i] = val[i - 1], pick[i] = pick[i - 1];
+    val[j] = key, pick[j] = e;
+  }
+  float w[TOP_K], total = 0;
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) total += w[k] = 1.f / (1.f + __expf(-l[pick[k]]));
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) idx[n * TOP_K + k] = pick[k], wts[n * TOP_K + k] = w[k] / total;
+}
+
+// The routing weights of the selected experts under model.moe's conventions, overwriting wts:
+// a_j = exp(l_j − m) or σ(l_j); norm: w_j = scale · a_j / Σ_selected a; not norm: scale · softmax
+// over all EXPERTS (Qwen2-MoE's norm_topk_prob: false) or scale · σ(l_j) (sigmoid). scale is
+// DeepSeek-V3's routed_scaling_factor. One thread per token (the cpu's rt_router_weights).
+extern "C" __global__ void router_weights(float *wts, const float *logits, const int *idx, int sigmoid, int norm,
+                                          float scale) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= TOKENS) return;
+  const float *l = logits + (size_t)n * EXPERTS;
+  const int *ix = idx + (size_t)n * TOP_K;
+  float m = NEG_INF, den = 0, w[TOP_K];
+  if (!sigmoid && !norm)
+    for (int e = 0; e < EXPERTS; e++) m = fmaxf(m, l[e]);
+  else
+#pragma unroll
+    for (int k = 0; k < TOP_K; k++) m = fmaxf(m, l[ix[k]]);
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) w[k] = sigmoid ? 1.f / (1.f + __expf(-l[ix[k]])) : __expf(l[ix[k]] - m);
+  if (norm) {
+#pragma unroll
+    for (int k = 0; k < TOP_K; k++) den += w[k];
+  } else if (!sigmoid) {
+    for (int e = 0; e < EXPERTS; e++) den += __expf(l[e] - m);
+  } else {
+    den = 1;
+  }
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) wts[n * TOP_K + k] = scale * w[k] / den;
+}
+
+// dlogits += the gradient of router_weights' weights wts given dwts (the cpu's
+// rt_router_weights_backward): norm: u_j (s dw_j − Σ w dw) with u = w / s, times (1 − σ) for
+// sigmoid; softmax, not norm: p_e (s dw_e [selected] − Σ w dw) for every e; sigmoid, not norm:
+// s dw_j σ_j (1 − σ_j). One thread per token.
+extern "C" __global__ void router_weights_backward(float *dlogits, const float *dwts, const float *logits,
+                                                   const int *idx, const float *wts, int sigmoid, int norm,
+                                                   float scale) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= TOKENS) return;
+  const float *l = logits + (size_t)n * EXPERTS;
+  float *dl = dlogits + (size_t)n * EXPERTS;
+  const int *ix = idx + (size_t)n * TOP_K;
+  const float *w = wts + (size_t)n * TOP_K, *dw = dwts + (size_t)n * TOP_K;
+  float wdw = 0;
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) wdw += w[k] * dw[k];
+  if (norm || sigmoid) {
+#pragma unroll
+    for (int k = 0; k < TOP_K; k++) {
+      float a = 1.f / (1.f + __expf(-l[ix[k]]));
+      float g = norm ? w[k] / scale * (scale * dw[k] - wdw) : scale * dw[k] * a;
+      if (sigmoid) g *= 1.f - a;
+      dl[ix[k]] += g;
+    }
+    return;
+  }
+  float m = NEG_INF, den = 0;
+  for (int e = 0; e < EXPERTS; e++) m = fmaxf(m, l[e]);
+  for (int e = 0; e < EXPERTS; e++) den += __expf(l[e] - m);
+  for (int e = 0; e < EXPERTS; e++) dl[e] -= __expf(l[e] - m) / den * wdw;
+#pragma unroll
+  for (int k = 0; k < TOP_K; k++) dl[ix[k]] += w[k] * dw[k];
+}
+
+// Qwen2-MoE's gated shared expert: y += σ(logit) · x per token row (the cpu's
+// rt_sigmoid_gate_forward). grid TOKENS, block ROW_THREADS.
+extern "C" __global__ void sigmoid_gate_forward(act *y, const act *x, const float *logit) {
+  size_t row = (size_t)blockIdx.x * HIDDEN;
+  float g = 1.f / (1.f + __expf(-logit[blockIdx.x]));
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) y[row + i] = to_act(f32(y[row + i]) + g * f32(x[row + i]));
+}
+
+// Its backward: dx += σ dy; dlogit += σ (1 − σ) Σ dy x. grid TOKENS, block ROW_THREADS.
+extern "C" __global__ void sigmoid_gate_backward(act *dx, float *dlogit, const act *dy, const act *x,
+                                                 const float *logit) {
+  __shared__ float shared[32];
+  size_t row = (size_t)blockIdx.x * HIDDEN;
+  float g = 1.f / (1.f + __expf(-logit[blockIdx.x])), dot = 0;
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
+    dot += f32(dy[row + i]) * f32(x[row + i]);
+    dx[row + i] = to_act(f32(dx[row + i]) + g * f32(dy[row + i]));
+  }
+  dot = block_sum(dot, shared);
+  if (threadIdx.x == 0) dlogit[blockIdx.x] += g * (1.f - g) * dot;
 }
 
 // Switch-Transformer balancing loss (Fedus et al. 2021), α·E·Σ f_e P_e: stats (2 × EXPERTS,

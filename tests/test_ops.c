@@ -82,6 +82,28 @@ static void test_rmsnorm(void) {
   GRAD_OK(rn_w, dw, RC);
 }
 
+/* ---- qk-norm: per head (rows of head_dim) and full (one row per token) */
+enum { QN = 3, QNH = 2, QNW = 4 };
+static double *qn_x, *qn_w, *qn_R, qn_out[QN * QNH * QNW], qn_rstd[QN * QNH];
+static int64_t qn_rows;
+static int qn_width;
+static double qn_loss(void) {
+  rt_qk_norm_forward(qn_out, qn_rstd, qn_x, qn_w, qn_rows, qn_width, 1e-6);
+  return sum_prod(qn_out, qn_R, QN * QNH * QNW);
+}
+static void test_qk_norm(void) {
+  for (int full = 0; full < 2; full++) {
+    qn_rows = full ? QN : QN * QNH, qn_width = full ? QNH * QNW : QNW;
+    qn_x = arr(QN * QNH * QNW), qn_w = arr(qn_width), qn_R = arr(QN * QNH * QNW);
+    double *dx = zeros(QN * QNH * QNW), *dw = zeros(qn_width);
+    loss_fn = qn_loss;
+    qn_loss();
+    rt_qk_norm_backward(dx, dw, qn_R, qn_x, qn_w, qn_rstd, qn_rows, qn_width);
+    GRAD_OK(qn_x, dx, QN * QNH * QNW);
+    GRAD_OK(qn_w, dw, qn_width);
+  }
+}
+
 /* ---- matmul with bias */
 enum { MN = 3, MI = 5, MO = 4 };
 static double *mm_x, *mm_w, *mm_b, *mm_R, mm_out[MN * MO];
@@ -115,6 +137,59 @@ static void test_rope(void) {
   rt_rope_backward(dx, QB, QT, QH, QD, 10000);
   loss_fn = rp_loss;
   GRAD_OK(rp_x, dx, n);
+}
+
+/* ---- rope with Llama 3.1's scaling (factor 8, low 1, high 4, orig 32: wavelengths below 8
+ * kept, above 32 divided, between blended). hd 4 has two pairs, of wavelengths 2π and 2π·√θ:
+ * θ 10 puts the second (19.9) in the blend, θ 100 (62.8) among the divided */
+static double rl_theta;
+static double rl_loss(void) {
+  memcpy(rp_tmp, rp_x, sizeof rp_tmp);
+  rt_rope_llama3_forward(rp_tmp, QB, QT, QH, QD, rl_theta, 8, 1, 4, 32);
+  return sum_prod(rp_tmp, rp_R, QB * QT * QH * QD);
+}
+static void test_rope_llama3(void) {
+  int n = QB * QT * QH * QD;
+  for (int k = 0; k < 2; k++) {
+    rl_theta = k ? 100 : 10;
+    double *dx = zeros(n);
+    memcpy(dx, rp_R, sizeof(double) * (size_t)n);
+    rt_rope_llama3_backward(dx, QB, QT, QH, QD, rl_theta, 8, 1, 4, 32);
+    loss_fn = rl_loss;
+    GRAD_OK(rp_x, dx, n);
+  }
+  /* factor 1 is plain RoPE */
+  double a[QB * QT * QH * QD], b[QB * QT * QH * QD];
+  memcpy(a, rp_x, sizeof a), memcpy(b, rp_x, sizeof b);
+  rt_rope_forward(a, QB, QT, QH, QD, 10);
+  rt_rope_llama3_forward(b, QB, QT, QH, QD, 10, 1, 1, 4, 32);
+  for (int i = 0; i < n; i++) CHECK(fabs(a[i] - b[i]) < 1e-12);
+}
+
+/* ---- rope with YaRN (factor 4, orig 8, beta_fast 2, beta_slow 1 over hd 8, θ 10: the ramp spans
+ * the pairs, so extrapolated, blended and interpolated frequencies all occur), attention factor
+ * 1.2 */
+enum { YD = 8 };
+static double *yr_x, *yr_R, yr_tmp[QB * QT * QH * YD];
+static double yr_loss(void) {
+  memcpy(yr_tmp, yr_x, sizeof yr_tmp);
+  rt_rope_yarn_forward(yr_tmp, QB, QT, QH, YD, 10, 4, 8, 2, 1, 1.2);
+  return sum_prod(yr_tmp, yr_R, QB * QT * QH * YD);
+}
+static void test_rope_yarn(void) {
+  int n = QB * QT * QH * YD;
+  yr_x = arr(n), yr_R = arr(n);
+  double *dx = zeros(n);
+  memcpy(dx, yr_R, sizeof(double) * (size_t)n);
+  rt_rope_yarn_backward(dx, QB, QT, QH, YD, 10, 4, 8, 2, 1, 1.2);
+  loss_fn = yr_loss;
+  GRAD_OK(yr_x, dx, n);
+  /* factor 1, attention factor 1: plain RoPE */
+  double a[QB * QT * QH * YD], b[QB * QT * QH * YD];
+  memcpy(a, yr_x, sizeof a), memcpy(b, yr_x, sizeof b);
+  rt_rope_forward(a, QB, QT, QH, YD, 10);
+  rt_rope_yarn_forward(b, QB, QT, QH, YD, 10, 1, 8, 2, 1, 1);
+  for (int i = 0; i < n; i++) CHECK(fabs(a[i] - b[i]) < 1e-12);
 }
 
 /* ---- causal GQA attention: 4 query heads over 2 KV heads */
@@ -197,6 +272,67 @@ static void test_router(void) {
   double flat[4 * 4] = {0};
   int32_t idx[4] = {0, 1, 2, 3};
   CHECK(fabs(rt_aux_loss_forward(flat, idx, 4, 4, 1, 0.01, ro_scratch) - 0.01) < 1e-15);
+}
+
+/* ---- the routing weights' conventions: norm_topk_prob true/false × softmax/sigmoid, with a
+ * routed_scaling_factor (the selection is rt_router_forward's, fixed) */
+static bool rw_norm;
+static const double rw_scale = 2.5;
+static double rw_loss(void) {
+  rt_router_weights(ro_w, ro_l, ro_idx, RTN, RTE, RTK, ro_sig, rw_norm, rw_scale);
+  return sum_prod(ro_w, ro_R, RTN * RTK);
+}
+static void test_router_weights(void) {
+  for (int c = 0; c < 4; c++) {
+    ro_sig = c & 1, rw_norm = c & 2;
+    rt_router_forward(ro_idx, ro_w, ro_l, NULL, RTN, RTE, RTK, ro_sig);
+    double ref[RTN * RTK];
+    memcpy(ref, ro_w, sizeof ref);
+    double *dl = zeros(RTN * RTE);
+    loss_fn = rw_loss;
+    rw_loss();
+    rt_router_weights_backward(dl, ro_R, ro_l, ro_idx, ro_w, RTN, RTE, RTK, ro_sig, rw_norm, rw_scale);
+    GRAD_OK(ro_l, dl, RTN * RTE);
+    rw_loss();
+    for (int i = 0; i < RTN * RTK; i++) {
+      /* normalized: rt_router_forward's weights times the scale; raw softmax: below them */
+      if (rw_norm) CHECK(fabs(ro_w[i] - rw_scale * ref[i]) < 1e-12);
+      else if (!ro_sig) CHECK(ro_w[i] < rw_scale * ref[i] + 1e-12);
+    }
+  }
+}
+
+/* ---- group-limited routing: 6 experts in 3 groups of 2, the best group kept */
+static void test_router_group(void) {
+  /* group scores (sums of sigmoids): {0,1} σ(5) + σ(-5) = 1.00, {2,3} 2σ(2) = 1.76, {4,5} 2σ(1) =
+   * 1.46. Plain top-2 takes experts 0 and 2; with one group of the three kept, 2 and 3 */
+  double l[6] = {5, -5, 2, 2, 1, 1}, w[2], w0[2];
+  int32_t ix[2], ix0[2];
+  rt_router_group_forward(ix, w, l, NULL, 1, 6, 2, 3, 1);
+  rt_router_forward(ix0, w0, l, NULL, 1, 6, 2, true);
+  CHECK(ix0[0] == 0 && ix0[1] == 2);
+  CHECK(ix[0] == 2 && ix[1] == 3);
+  CHECK(fabs(w[0] - 0.5) < 1e-12 && fabs(w[1] - 0.5) < 1e-12);
+  /* every group kept: the plain selection */
+  rt_router_group_forward(ix, w, l, NULL, 1, 6, 2, 3, 3);
+  CHECK(ix[0] == ix0[0] && ix[1] == ix0[1] && fabs(w[0] - w0[0]) < 1e-12);
+}
+
+/* ---- Qwen2-MoE's gated shared expert: y += sigmoid(logit) x */
+enum { GN = 3, GC = 5 };
+static double *gt_x, *gt_l, *gt_R, gt_y[GN * GC];
+static double gt_loss(void) {
+  memset(gt_y, 0, sizeof gt_y);
+  rt_sigmoid_gate_forward(gt_y, gt_x, gt_l, GN, GC);
+  return sum_prod(gt_y, gt_R, GN * GC);
+}
+static void test_sigmoid_gate(void) {
+  gt_x = arr(GN * GC), gt_l = arr(GN), gt_R = arr(GN * GC);
+  double *dx = zeros(GN * GC), *dl = zeros(GN);
+  loss_fn = gt_loss;
+  rt_sigmoid_gate_backward(dx, dl, gt_R, gt_x, gt_l, GN, GC);
+  GRAD_OK(gt_x, dx, GN * GC);
+  GRAD_OK(gt_l, dl, GN);
 }
 
 /* ---- the MoE path: permute, gather, experts, combine (x, routing weights, expert weights) */
@@ -346,11 +482,17 @@ static void test_head(void) {
 
 int main(void) {
   test_rmsnorm();
+  test_qk_norm();
   test_matmul();
   test_rope();
+  test_rope_llama3();
+  test_rope_yarn();
   test_attention();
   test_activations();
   test_router();
+  test_router_weights();
+  test_sigmoid_gate();
+  test_router_group();
   test_moe();
   test_moe_gelu();
   test_position();

@@ -20,7 +20,7 @@
 #define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
 #define DWE(o) (c->dwe + (o))                   /* its gradient (in GRAD0 or 1) */
-#define EPS ((real)1e-5)                          /* RMSNorm epsilon */
+#define EPS ((real)1e-05)                        /* the norms' epsilon (model.norm_eps) */
 
 /* ---- the state arena map (elements of real) ---- */
 #define EMBED_MASTER                      0 /*  131334144: embedding: this rank's fp32 master shard */
@@ -1019,8 +1019,8 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L0_Q), A(L0_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L0_K), A(L0_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L0_V), A(L0_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L0_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L0_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L0_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L0_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L0_ATT), R(L0_LSE), A(L0_Q), A(L0_K), A(L0_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L0_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L0_RES), A(X0), A(WS_Y), 33554432); /* residual */
@@ -1040,8 +1040,8 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L1_Q), A(L1_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L1_K), A(L1_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L1_V), A(L1_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L1_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L1_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L1_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L1_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L1_ATT), R(L1_LSE), A(L1_Q), A(L1_K), A(L1_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L1_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L1_RES), A(X1), A(WS_Y), 33554432); /* residual */
@@ -1061,8 +1061,8 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L2_Q), A(L2_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L2_K), A(L2_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L2_V), A(L2_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L2_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L2_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L2_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L2_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L2_ATT), R(L2_LSE), A(L2_Q), A(L2_K), A(L2_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L2_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L2_RES), A(X2), A(WS_Y), 33554432); /* residual */
@@ -1082,8 +1082,8 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L3_Q), A(L3_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L3_K), A(L3_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L3_V), A(L3_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L3_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L3_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L3_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L3_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L3_ATT), R(L3_LSE), A(L3_Q), A(L3_K), A(L3_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L3_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L3_RES), A(X3), A(WS_Y), 33554432); /* residual */
@@ -1103,8 +1103,8 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L4_Q), A(L4_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L4_K), A(L4_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L4_V), A(L4_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L4_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L4_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L4_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L4_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L4_ATT), R(L4_LSE), A(L4_Q), A(L4_K), A(L4_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L4_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L4_RES), A(X4), A(WS_Y), 33554432); /* residual */
@@ -1124,8 +1124,8 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L5_Q), A(L5_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L5_K), A(L5_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L5_V), A(L5_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L5_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L5_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L5_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L5_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L5_ATT), R(L5_LSE), A(L5_Q), A(L5_K), A(L5_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L5_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L5_RES), A(X5), A(WS_Y), 33554432); /* residual */
@@ -1145,8 +1145,8 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L6_Q), A(L6_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L6_K), A(L6_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L6_V), A(L6_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L6_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L6_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L6_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L6_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L6_ATT), R(L6_LSE), A(L6_Q), A(L6_K), A(L6_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L6_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L6_RES), A(X6), A(WS_Y), 33554432); /* residual */
@@ -1166,8 +1166,8 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L7_Q), A(L7_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L7_K), A(L7_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L7_V), A(L7_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L7_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L7_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L7_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L7_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L7_ATT), R(L7_LSE), A(L7_Q), A(L7_K), A(L7_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L7_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L7_RES), A(X7), A(WS_Y), 33554432); /* residual */
@@ -1187,8 +1187,8 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L8_Q), A(L8_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L8_K), A(L8_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L8_V), A(L8_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L8_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L8_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L8_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L8_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L8_ATT), R(L8_LSE), A(L8_Q), A(L8_K), A(L8_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L8_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L8_RES), A(X8), A(WS_Y), 33554432); /* residual */
@@ -1208,8 +1208,8 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L9_Q), A(L9_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L9_K), A(L9_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L9_V), A(L9_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L9_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L9_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L9_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L9_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L9_ATT), R(L9_LSE), A(L9_Q), A(L9_K), A(L9_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L9_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L9_RES), A(X9), A(WS_Y), 33554432); /* residual */
@@ -1229,8 +1229,8 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L10_Q), A(L10_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L10_K), A(L10_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L10_V), A(L10_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L10_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L10_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L10_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L10_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L10_ATT), R(L10_LSE), A(L10_Q), A(L10_K), A(L10_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L10_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L10_RES), A(X10), A(WS_Y), 33554432); /* residual */
@@ -1250,8 +1250,8 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L11_Q), A(L11_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L11_K), A(L11_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L11_V), A(L11_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L11_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L11_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L11_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L11_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L11_ATT), R(L11_LSE), A(L11_Q), A(L11_K), A(L11_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L11_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L11_RES), A(X11), A(WS_Y), 33554432); /* residual */
@@ -1271,8 +1271,8 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L12_Q), A(L12_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L12_K), A(L12_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L12_V), A(L12_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L12_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L12_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L12_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L12_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L12_ATT), R(L12_LSE), A(L12_Q), A(L12_K), A(L12_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L12_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L12_RES), A(X12), A(WS_Y), 33554432); /* residual */
@@ -1292,8 +1292,8 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L13_Q), A(L13_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L13_K), A(L13_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L13_V), A(L13_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L13_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L13_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L13_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L13_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L13_ATT), R(L13_LSE), A(L13_Q), A(L13_K), A(L13_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L13_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L13_RES), A(X13), A(WS_Y), 33554432); /* residual */
@@ -1313,8 +1313,8 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L14_Q), A(L14_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L14_K), A(L14_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L14_V), A(L14_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L14_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L14_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L14_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L14_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L14_ATT), R(L14_LSE), A(L14_Q), A(L14_K), A(L14_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L14_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L14_RES), A(X14), A(WS_Y), 33554432); /* residual */
@@ -1334,8 +1334,8 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L15_Q), A(L15_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L15_K), A(L15_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L15_V), A(L15_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L15_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L15_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L15_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L15_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L15_ATT), R(L15_LSE), A(L15_Q), A(L15_K), A(L15_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L15_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L15_RES), A(X15), A(WS_Y), 33554432); /* residual */
@@ -1355,8 +1355,8 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L16_Q), A(L16_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L16_K), A(L16_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L16_V), A(L16_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L16_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L16_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L16_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L16_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L16_ATT), R(L16_LSE), A(L16_Q), A(L16_K), A(L16_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L16_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L16_RES), A(X16), A(WS_Y), 33554432); /* residual */
@@ -1376,8 +1376,8 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L17_Q), A(L17_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L17_K), A(L17_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L17_V), A(L17_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L17_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L17_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L17_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L17_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L17_ATT), R(L17_LSE), A(L17_Q), A(L17_K), A(L17_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L17_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L17_RES), A(X17), A(WS_Y), 33554432); /* residual */
@@ -1397,8 +1397,8 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L18_Q), A(L18_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L18_K), A(L18_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L18_V), A(L18_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L18_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L18_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L18_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L18_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L18_ATT), R(L18_LSE), A(L18_Q), A(L18_K), A(L18_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L18_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L18_RES), A(X18), A(WS_Y), 33554432); /* residual */
@@ -1418,8 +1418,8 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L19_Q), A(L19_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L19_K), A(L19_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L19_V), A(L19_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L19_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L19_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L19_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L19_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L19_ATT), R(L19_LSE), A(L19_Q), A(L19_K), A(L19_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L19_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L19_RES), A(X19), A(WS_Y), 33554432); /* residual */
@@ -1439,8 +1439,8 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L20_Q), A(L20_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L20_K), A(L20_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L20_V), A(L20_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L20_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L20_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L20_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L20_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L20_ATT), R(L20_LSE), A(L20_Q), A(L20_K), A(L20_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L20_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L20_RES), A(X20), A(WS_Y), 33554432); /* residual */
@@ -1460,8 +1460,8 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L21_Q), A(L21_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L21_K), A(L21_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L21_V), A(L21_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L21_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L21_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L21_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L21_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L21_ATT), R(L21_LSE), A(L21_Q), A(L21_K), A(L21_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L21_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L21_RES), A(X21), A(WS_Y), 33554432); /* residual */
@@ -1481,8 +1481,8 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L22_Q), A(L22_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L22_K), A(L22_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L22_V), A(L22_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L22_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L22_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L22_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L22_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L22_ATT), R(L22_LSE), A(L22_Q), A(L22_K), A(L22_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L22_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L22_RES), A(X22), A(WS_Y), 33554432); /* residual */
@@ -1502,8 +1502,8 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L23_Q), A(L23_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L23_K), A(L23_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L23_V), A(L23_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L23_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L23_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L23_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L23_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L23_ATT), R(L23_LSE), A(L23_Q), A(L23_K), A(L23_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L23_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L23_RES), A(X23), A(WS_Y), 33554432); /* residual */
@@ -1523,8 +1523,8 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L24_Q), A(L24_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L24_K), A(L24_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L24_V), A(L24_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L24_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L24_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L24_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L24_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L24_ATT), R(L24_LSE), A(L24_Q), A(L24_K), A(L24_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L24_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L24_RES), A(X24), A(WS_Y), 33554432); /* residual */
@@ -1544,8 +1544,8 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L25_Q), A(L25_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L25_K), A(L25_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L25_V), A(L25_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L25_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L25_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L25_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L25_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L25_ATT), R(L25_LSE), A(L25_Q), A(L25_K), A(L25_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L25_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L25_RES), A(X25), A(WS_Y), 33554432); /* residual */
@@ -1565,8 +1565,8 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L26_Q), A(L26_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L26_K), A(L26_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L26_V), A(L26_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L26_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L26_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L26_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L26_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L26_ATT), R(L26_LSE), A(L26_Q), A(L26_K), A(L26_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L26_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L26_RES), A(X26), A(WS_Y), 33554432); /* residual */
@@ -1586,8 +1586,8 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L27_Q), A(L27_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L27_K), A(L27_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L27_V), A(L27_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L27_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L27_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L27_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L27_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L27_ATT), R(L27_LSE), A(L27_Q), A(L27_K), A(L27_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L27_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L27_RES), A(X27), A(WS_Y), 33554432); /* residual */
@@ -1607,8 +1607,8 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L28_Q), A(L28_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L28_K), A(L28_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L28_V), A(L28_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L28_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L28_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L28_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L28_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L28_ATT), R(L28_LSE), A(L28_Q), A(L28_K), A(L28_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L28_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L28_RES), A(X28), A(WS_Y), 33554432); /* residual */
@@ -1628,8 +1628,8 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L29_Q), A(L29_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L29_K), A(L29_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L29_V), A(L29_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L29_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L29_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L29_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L29_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L29_ATT), R(L29_LSE), A(L29_Q), A(L29_K), A(L29_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L29_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L29_RES), A(X29), A(WS_Y), 33554432); /* residual */
@@ -1649,8 +1649,8 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L30_Q), A(L30_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L30_K), A(L30_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L30_V), A(L30_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L30_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L30_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L30_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L30_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L30_ATT), R(L30_LSE), A(L30_Q), A(L30_K), A(L30_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L30_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L30_RES), A(X30), A(WS_Y), 33554432); /* residual */
@@ -1670,8 +1670,8 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L31_Q), A(L31_LN1), W(4096), NULL, 8192, 4096, 4096); /* q_proj */
   rt_matmul_forward(A(L31_K), A(L31_LN1), W(16781312), NULL, 8192, 4096, 1024); /* k_proj */
   rt_matmul_forward(A(L31_V), A(L31_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(L31_Q), 1, 8192, 32, 128, 500000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L31_K), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_forward(A(L31_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_forward(A(L31_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L31_ATT), R(L31_LSE), A(L31_Q), A(L31_K), A(L31_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
   rt_matmul_forward(A(WS_Y), A(L31_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L31_RES), A(X31), A(WS_Y), 33554432); /* residual */
@@ -1703,8 +1703,8 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L31_Q), A(L31_K), A(L31_V), A(L31_ATT), R(L31_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L31_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L31_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1732,8 +1732,8 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L30_Q), A(L30_K), A(L30_V), A(L30_ATT), R(L30_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L30_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L30_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1761,8 +1761,8 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L29_Q), A(L29_K), A(L29_V), A(L29_ATT), R(L29_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L29_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L29_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1790,8 +1790,8 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L28_Q), A(L28_K), A(L28_V), A(L28_ATT), R(L28_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L28_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L28_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1819,8 +1819,8 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L27_Q), A(L27_K), A(L27_V), A(L27_ATT), R(L27_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L27_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L27_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1848,8 +1848,8 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L26_Q), A(L26_K), A(L26_V), A(L26_ATT), R(L26_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L26_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L26_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1877,8 +1877,8 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L25_Q), A(L25_K), A(L25_V), A(L25_ATT), R(L25_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L25_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L25_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1906,8 +1906,8 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L24_Q), A(L24_K), A(L24_V), A(L24_ATT), R(L24_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L24_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L24_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1935,8 +1935,8 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L23_Q), A(L23_K), A(L23_V), A(L23_ATT), R(L23_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L23_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L23_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1964,8 +1964,8 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L22_Q), A(L22_K), A(L22_V), A(L22_ATT), R(L22_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L22_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L22_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -1993,8 +1993,8 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L21_Q), A(L21_K), A(L21_V), A(L21_ATT), R(L21_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L21_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L21_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2022,8 +2022,8 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L20_Q), A(L20_K), A(L20_V), A(L20_ATT), R(L20_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L20_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L20_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2051,8 +2051,8 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L19_Q), A(L19_K), A(L19_V), A(L19_ATT), R(L19_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L19_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L19_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2080,8 +2080,8 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L18_Q), A(L18_K), A(L18_V), A(L18_ATT), R(L18_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L18_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L18_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2109,8 +2109,8 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L17_Q), A(L17_K), A(L17_V), A(L17_ATT), R(L17_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L17_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L17_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2138,8 +2138,8 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L16_Q), A(L16_K), A(L16_V), A(L16_ATT), R(L16_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L16_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L16_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2167,8 +2167,8 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L15_Q), A(L15_K), A(L15_V), A(L15_ATT), R(L15_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L15_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L15_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2196,8 +2196,8 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L14_Q), A(L14_K), A(L14_V), A(L14_ATT), R(L14_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L14_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L14_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2225,8 +2225,8 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L13_Q), A(L13_K), A(L13_V), A(L13_ATT), R(L13_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L13_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L13_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2254,8 +2254,8 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L12_Q), A(L12_K), A(L12_V), A(L12_ATT), R(L12_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L12_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L12_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2283,8 +2283,8 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L11_Q), A(L11_K), A(L11_V), A(L11_ATT), R(L11_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L11_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L11_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2312,8 +2312,8 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L10_Q), A(L10_K), A(L10_V), A(L10_ATT), R(L10_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L10_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L10_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2341,8 +2341,8 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L9_Q), A(L9_K), A(L9_V), A(L9_ATT), R(L9_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L9_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L9_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2370,8 +2370,8 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L8_Q), A(L8_K), A(L8_V), A(L8_ATT), R(L8_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L8_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L8_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2399,8 +2399,8 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L7_Q), A(L7_K), A(L7_V), A(L7_ATT), R(L7_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L7_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L7_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2428,8 +2428,8 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L6_Q), A(L6_K), A(L6_V), A(L6_ATT), R(L6_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L6_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L6_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2457,8 +2457,8 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L5_Q), A(L5_K), A(L5_V), A(L5_ATT), R(L5_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L5_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L5_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2486,8 +2486,8 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L4_Q), A(L4_K), A(L4_V), A(L4_ATT), R(L4_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L4_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L4_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2515,8 +2515,8 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L3_Q), A(L3_K), A(L3_V), A(L3_ATT), R(L3_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L3_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L3_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2544,8 +2544,8 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L2_Q), A(L2_K), A(L2_V), A(L2_ATT), R(L2_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L2_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L2_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2573,8 +2573,8 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L1_Q), A(L1_K), A(L1_V), A(L1_ATT), R(L1_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L1_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L1_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
@@ -2602,8 +2602,8 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L0_Q), A(L0_K), A(L0_V), A(L0_ATT), R(L0_LSE), 1, 8192, 32, 8, 128);
-  rt_rope_backward(A(DQ), 1, 8192, 32, 128, 500000);
-  rt_rope_backward(A(DK), 1, 8192, 8, 128, 500000);
+  rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
+  rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
   rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L0_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L0_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */

@@ -20,7 +20,7 @@
 #define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
 #define DWE(o) (c->dwe + (o))                   /* its gradient (in GRAD0 or 1) */
-#define EPS ((real)1e-5)                          /* RMSNorm epsilon */
+#define EPS ((real)1e-05)                        /* the norms' epsilon (model.norm_eps) */
 
 /* ---- the state arena map (elements of real) ---- */
 #define EMBED_MASTER                      0 /*      16384: embedding: this rank's fp32 master shard */

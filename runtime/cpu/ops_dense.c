@@ -82,6 +82,17 @@ void rt_rmsnorm_backward(act *dx, real *dw, const act *dout, const act *x, const
   }
 }
 
+void rt_qk_norm_forward(act *out, real *rstd, const act *x, const act *w, int64_t rows, int width, real eps) {
+  for (int64_t r = 0; r < rows; r++) /* row by row: rows × width may pass 2^31 */
+    rt_rmsnorm_forward(out + r * width, rstd + r, x + r * width, w, 1, width, eps);
+}
+
+void rt_qk_norm_backward(act *dx, real *dw, const act *dout, const act *x, const act *w, const real *rstd,
+                         int64_t rows, int width) {
+  for (int64_t r = 0; r < rows; r++)
+    rt_rmsnorm_backward(dx ? dx + r * width : NULL, dw, dout + r * width, x + r * width, w, rstd + r, 1, width);
+}
+
 void rt_layernorm_forward(act *out, real *mean, real *rstd, const act *x, const act *w, const act *b, int N, int C,
                           real eps) {
   for (int n = 0; n < N; n++) {
@@ -156,6 +167,86 @@ static void rope(real *x, int B, int T, int H, int hd, real theta, real sign) {
 
 void rt_rope_forward(act *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, hd, theta, 1); }
 void rt_rope_backward(act *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, hd, theta, -1); }
+
+/* Llama 3.1's inverse frequency for pair i of hd (see mtrt_ops.h), in double. */
+static double llama3_inv_freq(int i, int hd, double theta, double factor, double low, double high, double orig) {
+  double f = pow(theta, -2.0 * i / hd), wavelen = 6.283185307179586 / f; /* 2π / f */
+  if (wavelen < orig / high) return f;
+  if (wavelen > orig / low) return f / factor;
+  double s = (orig / wavelen - low) / (high - low);
+  return (1 - s) * f / factor + s * f;
+}
+
+static void rope_llama3(real *x, int B, int T, int H, int hd, real theta, real factor, real low, real high, real orig,
+                        double sign) {
+  int half = hd / 2;
+  for (int i = 0; i < half; i++) {
+    double f = llama3_inv_freq(i, hd, theta, factor, low, high, orig);
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < T; t++) {
+        double angle = sign * t * f;
+        real cs = (real)cos(angle), sn = (real)sin(angle);
+        for (int h = 0; h < H; h++) {
+          real *p = x + (((size_t)b * T + t) * H + h) * hd;
+          real a = p[i], c = p[i + half];
+          p[i] = a * cs - c * sn;
+          p[i + half] = a * sn + c * cs;
+        }
+      }
+  }
+}
+
+/* YaRN's inverse frequency for pair i of hd (see mtrt_ops.h), in double. */
+static double yarn_inv_freq(int i, int hd, double theta, double factor, double orig, double beta_fast, double beta_slow) {
+  double lo = floor(hd * log(orig / (beta_fast * 6.283185307179586)) / (2 * log(theta)));
+  double hi = ceil(hd * log(orig / (beta_slow * 6.283185307179586)) / (2 * log(theta)));
+  if (lo < 0) lo = 0;
+  if (hi > hd - 1) hi = hd - 1;
+  if (lo == hi) hi += 0.001;
+  double ramp = ((double)i - lo) / (hi - lo), f = pow(theta, -2.0 * i / hd);
+  ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+  double extrapolate = 1 - ramp;
+  return f / factor * (1 - extrapolate) + f * extrapolate;
+}
+
+static void rope_yarn(real *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+                      real beta_slow, real attn, double sign) {
+  int half = hd / 2;
+  for (int i = 0; i < half; i++) {
+    double f = yarn_inv_freq(i, hd, theta, factor, orig, beta_fast, beta_slow);
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < T; t++) {
+        double angle = sign * t * f;
+        real cs = (real)(attn * cos(angle)), sn = (real)(attn * sin(angle));
+        for (int h = 0; h < H; h++) {
+          real *p = x + (((size_t)b * T + t) * H + h) * hd;
+          real a = p[i], c = p[i + half];
+          p[i] = a * cs - c * sn;
+          p[i + half] = a * sn + c * cs;
+        }
+      }
+  }
+}
+
+void rt_rope_yarn_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+                          real beta_slow, real attn) {
+  rope_yarn(x, B, T, H, hd, theta, factor, orig, beta_fast, beta_slow, attn, 1);
+}
+
+void rt_rope_yarn_backward(act *dx, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+                           real beta_slow, real attn) {
+  rope_yarn(dx, B, T, H, hd, theta, factor, orig, beta_fast, beta_slow, attn, -1);
+}
+
+void rt_rope_llama3_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+                            real orig) {
+  rope_llama3(x, B, T, H, hd, theta, factor, low, high, orig, 1);
+}
+
+void rt_rope_llama3_backward(act *dx, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+                             real orig) {
+  rope_llama3(dx, B, T, H, hd, theta, factor, low, high, orig, -1);
+}
 
 /* Eight partial sums, so that the compiler can vectorize without reassociating on its own. */
 static real dot(const real *a, const real *b, int n) {

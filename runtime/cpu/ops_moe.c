@@ -62,6 +62,127 @@ void rt_router_backward(real *dlogits, const real *dwts, const real *logits, con
   }
 }
 
+/* The n best of key[0..m) into out (descending; ties to the lower index). */
+static void best_n(int32_t *out, const real *key, int m, int n) {
+  for (int j = 0; j < n; j++) out[j] = -1;
+  for (int e = 0; e < m; e++) {
+    int j = n;
+    while (j > 0 && !(out[j - 1] >= 0 && key[out[j - 1]] >= key[e])) j--;
+    if (j == n) continue;
+    memmove(out + j + 1, out + j, sizeof *out * (size_t)(n - j - 1));
+    out[j] = e;
+  }
+}
+
+void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const act *bias, int N, int E, int K,
+                             int n_group, int topk_group) {
+  int per = E / n_group;
+  for (int n = 0; n < N; n++) {
+    const real *l = logits + (size_t)n * E;
+    int32_t *ix = idx + (size_t)n * K;
+    real *w = wts + (size_t)n * K;
+    real gscore[RT_MAX_GROUPS];
+    int32_t chosen[RT_MAX_GROUPS];
+    for (int g = 0; g < n_group; g++) { /* the sum of the group's two best keys */
+      real a = -INFINITY, b = -INFINITY;
+      for (int e = g * per; e < (g + 1) * per; e++) {
+        real k = sigmoid(l[e]) + (bias ? bias[e] : 0);
+        if (k > a) b = a, a = k;
+        else if (k > b) b = k;
+      }
+      gscore[g] = a + b;
+    }
+    best_n(chosen, gscore, n_group, topk_group);
+    for (int j = 0; j < K; j++) ix[j] = -1;
+    for (int e = 0; e < E; e++) { /* insertion by key, 0 outside the chosen groups */
+      bool in = false;
+      for (int j = 0; j < topk_group; j++) in = in || chosen[j] == e / per;
+      real k = in ? sigmoid(l[e]) + (bias ? bias[e] : 0) : 0;
+      int j = K;
+      while (j > 0) {
+        int32_t o = ix[j - 1];
+        bool oin = false;
+        for (int i = 0; o >= 0 && i < topk_group; i++) oin = oin || chosen[i] == o / per;
+        real ko = o >= 0 && oin ? sigmoid(l[o]) + (bias ? bias[o] : 0) : 0;
+        if (o >= 0 && ko >= k) break;
+        j--;
+      }
+      if (j == K) continue;
+      memmove(ix + j + 1, ix + j, sizeof *ix * (size_t)(K - j - 1));
+      ix[j] = e;
+    }
+    real sum = 0;
+    for (int j = 0; j < K; j++) sum += w[j] = sigmoid(l[ix[j]]);
+    for (int j = 0; j < K; j++) w[j] /= sum;
+  }
+}
+
+void rt_router_weights(real *wts, const real *logits, const int32_t *idx, int N, int E, int K, bool sig, bool norm,
+                       real scale) {
+  for (int n = 0; n < N; n++) {
+    const real *l = logits + (size_t)n * E;
+    const int32_t *ix = idx + (size_t)n * K;
+    real *w = wts + (size_t)n * K;
+    real m = l[ix[0]], den = 0;
+    if (!sig && !norm) /* the softmax over every expert */
+      for (int e = 1; e < E; e++) m = fmax(m, l[e]);
+    else
+      for (int j = 1; j < K; j++) m = fmax(m, l[ix[j]]);
+    for (int j = 0; j < K; j++) w[j] = sig ? sigmoid(l[ix[j]]) : EXP(l[ix[j]] - m);
+    if (norm) for (int j = 0; j < K; j++) den += w[j];
+    else if (!sig) for (int e = 0; e < E; e++) den += EXP(l[e] - m);
+    else den = 1;
+    for (int j = 0; j < K; j++) w[j] = scale * w[j] / den;
+  }
+}
+
+void rt_router_weights_backward(real *dlogits, const real *dwts, const real *logits, const int32_t *idx,
+                                const real *wts, int N, int E, int K, bool sig, bool norm, real scale) {
+  for (int n = 0; n < N; n++) {
+    const real *l = logits + (size_t)n * E, *w = wts + (size_t)n * K, *dw = dwts + (size_t)n * K;
+    const int32_t *ix = idx + (size_t)n * K;
+    real *dl = dlogits + (size_t)n * E;
+    real wdw = 0; /* Σ_j w_j dw_j = Σ_j u_j (s dw_j) */
+    for (int j = 0; j < K; j++) wdw += w[j] * dw[j];
+    if (norm) {
+      for (int j = 0; j < K; j++) {
+        real g = w[j] / scale * (scale * dw[j] - wdw);
+        if (sig) g *= 1 - sigmoid(l[ix[j]]);
+        dl[ix[j]] += g;
+      }
+    } else if (sig) {
+      for (int j = 0; j < K; j++) {
+        real a = sigmoid(l[ix[j]]);
+        dl[ix[j]] += scale * dw[j] * a * (1 - a);
+      }
+    } else {
+      real m = l[0], den = 0;
+      for (int e = 1; e < E; e++) m = fmax(m, l[e]);
+      for (int e = 0; e < E; e++) den += EXP(l[e] - m);
+      for (int e = 0; e < E; e++) dl[e] -= EXP(l[e] - m) / den * wdw;
+      for (int j = 0; j < K; j++) dl[ix[j]] += w[j] * dw[j]; /* p_e s dw_e = w_j dw_j */
+    }
+  }
+}
+
+void rt_sigmoid_gate_forward(act *y, const act *x, const real *logit, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    real g = sigmoid(logit[n]);
+    for (int c = 0; c < C; c++) y[(size_t)n * C + c] += g * x[(size_t)n * C + c];
+  }
+}
+
+void rt_sigmoid_gate_backward(act *dx, real *dlogit, const act *dy, const act *x, const real *logit, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    real g = sigmoid(logit[n]), dot = 0;
+    for (int c = 0; c < C; c++) {
+      dot += dy[(size_t)n * C + c] * x[(size_t)n * C + c];
+      dx[(size_t)n * C + c] += g * dy[(size_t)n * C + c];
+    }
+    dlogit[n] += g * (1 - g) * dot;
+  }
+}
+
 static void softmax_row(real *p, const real *l, int E) {
   real m = l[0], s = 0;
   for (int e = 1; e < E; e++) m = fmax(m, l[e]);

@@ -29,13 +29,17 @@ enum {
   K_CROSS_ENTROPY_BACKWARD, K_ROUTER_TOPK, K_ROUTER_BACKWARD, K_AUX_LOSS_STATS, K_AUX_LOSS_BACKWARD,
   K_MOE_GATHER, K_MOE_COMBINE, K_MOE_COMBINE_BACKWARD, K_MOE_GATHER_BACKWARD, K_FLASH_FORWARD,
   K_FLASH_BACKWARD_PREP, K_FLASH_BACKWARD_DQ, K_FLASH_BACKWARD_DKV,
+  K_ROUTER_WEIGHTS, K_ROUTER_WEIGHTS_BACKWARD, K_QK_NORM_FORWARD, K_QK_NORM_BACKWARD,
+  K_ROPE_LLAMA3, K_SIGMOID_GATE_FORWARD, K_SIGMOID_GATE_BACKWARD,
+  K_ROUTER_TOPK_GROUPED, K_ROPE_YARN,
   K_POSITION_FORWARD, K_POSITION_BACKWARD, K_LAYERNORM_FORWARD, K_LAYERNORM_BACKWARD, K_BIAS_FORWARD,
   K_BIAS_BACKWARD, K_ACCUMULATE_F32, K_COUNT
 };
 
 enum { CU_GROUPED_SLOTS = 8 };   /* pointer-array slots: one per grouped GEMM of one experts call */
-enum { CU_RMS_BWD_ROWS = 16 };
-enum { CU_BIAS_ROWS = 256 };     /* rows per block of bias_backward: kernels.cu's BIAS_ROWS */   /* rows per block of rmsnorm_backward: kernels.cu's RMS_BWD_ROWS */
+enum { CU_RMS_BWD_ROWS = 16 };   /* rows per block of rmsnorm_backward: kernels.cu's RMS_BWD_ROWS */
+enum { CU_QK_BWD_ROWS = 16 };    /* rows per block of qk_norm_backward: kernels.cu's QK_BWD_ROWS */
+enum { CU_BIAS_ROWS = 256 };     /* rows per block of bias_backward: kernels.cu's BIAS_ROWS */
 
 typedef struct {
   int ready, device, sync_each; /* sync_each: $MTC_CUDA_SYNC=1 */

@@ -21,8 +21,10 @@ static const char *const kernel_names[K_COUNT] = {
     "cross_entropy_backward", "router_topk", "router_backward", "aux_loss_stats", "aux_loss_backward",
     "moe_gather", "moe_combine", "moe_combine_backward", "moe_gather_backward", "flash_attention_forward",
     "flash_attention_backward_prep", "flash_attention_backward_dq", "flash_attention_backward_dkv",
-    "position_forward", "position_backward", "layernorm_forward", "layernorm_backward", "bias_forward",
-    "bias_backward", "accumulate_f32"};
+    "router_weights", "router_weights_backward", "qk_norm_forward", "qk_norm_backward", "rope_llama3",
+    "sigmoid_gate_forward", "sigmoid_gate_backward", "router_topk_grouped",
+    "rope_yarn", "position_forward", "position_backward", "layernorm_forward", "layernorm_backward",
+    "bias_forward", "bias_backward", "accumulate_f32"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;
@@ -293,6 +295,20 @@ void rt_rmsnorm_backward(act *dx, real *dw, const act *dout, const act *x, const
   cu_launch(K_RMSNORM_BACKWARD, cu_blocks(N, CU_RMS_BWD_ROWS), 128, (void *[]){&dx, &dw, &dout, &x, &w, &rstd});
 }
 
+void rt_qk_norm_forward(act *out, real *rstd, const act *x, const act *w, int64_t rows, int width, real eps) {
+  need(rows <= 0x7fffffff, "rt_qk_norm_forward", "more than 2^31 - 1 rows (one block each)");
+  float e = eps;
+  cu_launch(K_QK_NORM_FORWARD, (unsigned)rows, 128, (void *[]){&out, &rstd, &x, &w, &width, &e});
+}
+
+void rt_qk_norm_backward(act *dx, real *dw, const act *dout, const act *x, const act *w, const real *rstd,
+                         int64_t rows, int width) {
+  need(dx && dw, "rt_qk_norm_backward", "dx and dw are required on the cuda backend");
+  long long n = rows;
+  cu_launch(K_QK_NORM_BACKWARD, (unsigned)((rows + CU_QK_BWD_ROWS - 1) / CU_QK_BWD_ROWS), 128,
+            (void *[]){&dx, &dw, &dout, &x, &w, &rstd, &n, &width});
+}
+
 /* eps: kernels.cu's RMS_EPS; C: its HIDDEN. */
 void rt_layernorm_forward(act *out, real *mean, real *rstd, const act *x, const act *w, const act *b, int N, int C,
                           real eps) {
@@ -334,6 +350,42 @@ static void rope(act *x, int B, int T, int H, float sign) {
 }
 void rt_rope_forward(act *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, 1.f); }
 void rt_rope_backward(act *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, -1.f); }
+
+/* RoPE with YaRN: the ramp's ends (pairs) as the cpu's yarn_inv_freq computes them, then
+ * kernels.cu's rope_yarn (θ and head_dim are the plan's). */
+static void rope_yarn(act *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+                      real beta_slow, real attn, float sign) {
+  double lo = floor(hd * log(orig / (beta_fast * 6.283185307179586)) / (2 * log(theta)));
+  double hi = ceil(hd * log(orig / (beta_slow * 6.283185307179586)) / (2 * log(theta)));
+  if (lo < 0) lo = 0;
+  if (hi > hd - 1) hi = hd - 1;
+  if (lo == hi) hi += 0.001;
+  float f = factor, l = (float)lo, h = (float)hi, a = attn;
+  cu_launch(K_ROPE_YARN, (unsigned)(B * T), 128, (void *[]){&x, &H, &sign, &f, &l, &h, &a});
+}
+void rt_rope_yarn_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+                          real beta_slow, real attn) {
+  rope_yarn(x, B, T, H, hd, theta, factor, orig, beta_fast, beta_slow, attn, 1.f);
+}
+void rt_rope_yarn_backward(act *dx, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
+                           real beta_slow, real attn) {
+  rope_yarn(dx, B, T, H, hd, theta, factor, orig, beta_fast, beta_slow, attn, -1.f);
+}
+
+/* RoPE with Llama 3.1's scaling: kernels.cu's rope_llama3 (θ and head_dim are the plan's). */
+static void rope_llama3(act *x, int B, int T, int H, float sign, float factor, float low, float high, float orig) {
+  cu_launch(K_ROPE_LLAMA3, (unsigned)(B * T), 128, (void *[]){&x, &H, &sign, &factor, &low, &high, &orig});
+}
+void rt_rope_llama3_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+                            real orig) {
+  (void)hd, (void)theta;
+  rope_llama3(x, B, T, H, 1.f, factor, low, high, orig);
+}
+void rt_rope_llama3_backward(act *dx, int B, int T, int H, int hd, real theta, real factor, real low, real high,
+                             real orig) {
+  (void)hd, (void)theta;
+  rope_llama3(dx, B, T, H, -1.f, factor, low, high, orig);
+}
 
 /* Attention: the tiled tensor-core kernels of kernels.cu (FlashAttention-2's structure: 64
  * queries or keys per block of 4 warps, wmma bf16 with fp32 accumulation) where the plan's

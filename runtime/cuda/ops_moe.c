@@ -26,6 +26,40 @@ void rt_router_backward(real *dlogits, const real *dwts, const real *logits, con
   cu_launch(K_ROUTER_BACKWARD, cu_blocks(N, 128), 128, (void *[]){&dlogits, &dwts, &logits, &idx, &wts, &sg});
 }
 
+void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const act *bias, int N, int E, int K,
+                             int n_group, int topk_group) {
+  (void)E, (void)K;
+  cu_launch(K_ROUTER_TOPK_GROUPED, cu_blocks(N, 128), 128, (void *[]){&idx, &wts, &logits, &bias, &n_group, &topk_group});
+}
+
+void rt_router_weights(real *wts, const real *logits, const int32_t *idx, int N, int E, int K, bool sigmoid,
+                       bool norm, real scale) {
+  (void)E, (void)K;
+  int sg = sigmoid, nm = norm;
+  float s = scale;
+  cu_launch(K_ROUTER_WEIGHTS, cu_blocks(N, 128), 128, (void *[]){&wts, &logits, &idx, &sg, &nm, &s});
+}
+
+void rt_router_weights_backward(real *dlogits, const real *dwts, const real *logits, const int32_t *idx,
+                                const real *wts, int N, int E, int K, bool sigmoid, bool norm, real scale) {
+  (void)E, (void)K;
+  int sg = sigmoid, nm = norm;
+  float s = scale;
+  cu_launch(K_ROUTER_WEIGHTS_BACKWARD, cu_blocks(N, 128), 128,
+            (void *[]){&dlogits, &dwts, &logits, &idx, &wts, &sg, &nm, &s});
+}
+
+/* The gated shared expert (kernels.cu's sigmoid_gate_*: rows of the plan's HIDDEN). */
+void rt_sigmoid_gate_forward(act *y, const act *x, const real *logit, int N, int C) {
+  (void)C;
+  cu_launch(K_SIGMOID_GATE_FORWARD, (unsigned)N, 128, (void *[]){&y, &x, &logit});
+}
+
+void rt_sigmoid_gate_backward(act *dx, real *dlogit, const act *dy, const act *x, const real *logit, int N, int C) {
+  (void)C;
+  cu_launch(K_SIGMOID_GATE_BACKWARD, (unsigned)N, 128, (void *[]){&dx, &dlogit, &dy, &x, &logit});
+}
+
 /* stats (2E: mean softmax P, then assignment fraction f) into scratch, zeroed first */
 static void aux_stats(real *stats, const real *logits, const int32_t *idx, int N, int E) {
   cu_check(cudaMemsetAsync(stats, 0, sizeof(float) * 2 * (size_t)E, cu.stream), "balancing loss");

@@ -191,6 +191,22 @@ static void norm_embed_rope(void) {
   check_dev("rmsnorm_backward dx", ddx, dx, (size_t)N * C, TOL);
   check_dev("rmsnorm_backward dw", ddw, dw, C, TOL);
 
+  /* qk-norm: per head (N·NH rows of HD) and full (N rows of NH·HD), eps 1e-6 */
+  for (int full = 0; full < 2; full++) {
+    size_t n = (size_t)N * NH * HD;
+    int64_t rows = full ? N : (int64_t)N * NH;
+    int width = full ? NH * HD : HD;
+    float *qx = rnd(n, 4), *qw = rnd((size_t)width, 2), *qo = host(n), *qr = host((size_t)rows), *qdy = rnd(n, 1);
+    float *qdx = rnd(n, 1), *qdw = rnd((size_t)width, 1);
+    float *qx_ = devf(qx, n), *qw_ = devf(qw, (size_t)width), *qo_ = devf(NULL, n), *qr_ = devf(NULL, (size_t)rows);
+    float *qdy_ = devf(qdy, n), *qdx_ = devf(qdx, n), *qdw_ = devf(qdw, (size_t)width);
+    ref_qk_norm_forward(qo, qr, qx, qw, rows, width, 1e-6f), rt_qk_norm_forward(qo_, qr_, qx_, qw_, rows, width, 1e-6f);
+    check_dev(full ? "qk_norm_forward full" : "qk_norm_forward per_head", qo_, qo, n, TOL);
+    ref_qk_norm_backward(qdx, qdw, qdy, qx, qw, qr, rows, width);
+    rt_qk_norm_backward(qdx_, qdw_, qdy_, qx_, qw_, qr_, rows, width);
+    check_dev(full ? "qk_norm_backward full dx" : "qk_norm_backward per_head dx", qdx_, qdx, n, TOL);
+    check_dev(full ? "qk_norm_backward full dw" : "qk_norm_backward per_head dw", qdw_, qdw, (size_t)width, TOL);
+  }
   /* LayerNorm, with a bias and without (mean, rstd reuse rstd's buffers) */
   float *b = rnd(C, 1), *db = rnd(C, 1), *mean = host(N), *db_ = devf(b, C), *ddb = devf(db, C), *dmean = devf(NULL, N);
   for (int with_bias = 0; with_bias < 2; with_bias++) {
@@ -216,6 +232,18 @@ static void norm_embed_rope(void) {
   check_dev("rope_forward", dq, q, nq, TOL);
   ref_rope_backward(k, B, T, NKV, HD, THETA), rt_rope_backward(dk, B, T, NKV, HD, THETA);
   check_dev("rope_backward", dk, k, nk, TOL);
+  /* Llama 3.1's scaling with original_max_position 64 over T 128: the pairs' wavelengths fall
+   * below 16 (kept), between 16 and 64 (blended) and above 64 (divided by 8) */
+  ref_rope_llama3_forward(q, B, T, NH, HD, THETA, 8, 1, 4, 64), rt_rope_llama3_forward(dq, B, T, NH, HD, THETA, 8, 1, 4, 64);
+  check_dev("rope_llama3_forward", dq, q, nq, TOL);
+  ref_rope_llama3_backward(k, B, T, NKV, HD, THETA, 8, 1, 4, 64), rt_rope_llama3_backward(dk, B, T, NKV, HD, THETA, 8, 1, 4, 64);
+  check_dev("rope_llama3_backward", dk, k, nk, TOL);
+  /* YaRN: factor 4 over original_max_position 32, beta 32 / 1 (the ramp inside HD's pairs),
+   * attention factor 1.1386 (= 0.1 ln 4 + 1) */
+  ref_rope_yarn_forward(q, B, T, NH, HD, THETA, 4, 32, 32, 1, 1.1386f), rt_rope_yarn_forward(dq, B, T, NH, HD, THETA, 4, 32, 32, 1, 1.1386f);
+  check_dev("rope_yarn_forward", dq, q, nq, TOL);
+  ref_rope_yarn_backward(k, B, T, NKV, HD, THETA, 4, 32, 32, 1, 1.1386f), rt_rope_yarn_backward(dk, B, T, NKV, HD, THETA, 4, 32, 32, 1, 1.1386f);
+  check_dev("rope_yarn_backward", dk, k, nk, TOL);
 }
 
 /* A linear layer (cuBLAS GEMMs): out (N, OC) = x wᵀ; dx and dw added to. */
@@ -273,6 +301,40 @@ static void moe(void) {
     check_dev(sig ? "router_forward sigmoid wts" : "router_forward softmax wts", dwts_, wts, na, TOL);
     ref_router_backward(dl, dwts, logits, idx, wts, N, E, K, sig), rt_router_backward(ddl, ddwts, dlog, didx, dwts_, N, E, K, sig);
     check_dev(sig ? "router_backward sigmoid" : "router_backward softmax", ddl, dl, nl, TOL);
+    if (sig) { /* group-limited routing: 4 groups of 2, the best 2 kept (with the bias) */
+      int32_t *gidx = (int32_t *)host(na), *dgidx = devi(NULL, na);
+      float *gw = host(na), *dgw = devf(NULL, na);
+      ref_router_group_forward(gidx, gw, logits, bias, N, E, K, 4, 2);
+      rt_router_group_forward(dgidx, dgw, dlog, dbias, N, E, K, 4, 2);
+      check_ints("router_group_forward idx", dgidx, gidx, na);
+      check_dev("router_group_forward wts", dgw, gw, na, TOL);
+    }
+    /* the weights' conventions on the same choices: norm_topk_prob false, routed_scaling_factor */
+    static const char *const rw_name[2][2] = {{"router_weights softmax raw", "router_weights softmax norm"},
+                                              {"router_weights sigmoid raw", "router_weights sigmoid norm"}};
+    static const char *const rwb_name[2][2] = {{"router_weights_bwd softmax raw", "router_weights_bwd softmax norm"},
+                                               {"router_weights_bwd sigmoid raw", "router_weights_bwd sigmoid norm"}};
+    for (int norm = 0; norm < 2; norm++) {
+      float *rw = host(na), *rdl = rnd(nl, 1), *drw = devf(NULL, na), *drdl = devf(rdl, nl);
+      ref_router_weights(rw, logits, idx, N, E, K, sig, norm, 2.5f);
+      rt_router_weights(drw, dlog, didx, N, E, K, sig, norm, 2.5f);
+      check_dev(rw_name[sig][norm], drw, rw, na, TOL);
+      ref_router_weights_backward(rdl, dwts, logits, idx, rw, N, E, K, sig, norm, 2.5f);
+      rt_router_weights_backward(drdl, ddwts, dlog, didx, drw, N, E, K, sig, norm, 2.5f);
+      check_dev(rwb_name[sig][norm], drdl, rdl, nl, TOL);
+    }
+  }
+
+  /* Qwen2-MoE's gated shared expert: rows of C, one logit per token */
+  {
+    float *gx = rnd(nx, 2), *gl = rnd(N, 3), *gy = rnd(nx, 1), *gdy = rnd(nx, 1), *gdx = rnd(nx, 1), *gdl = rnd(N, 1);
+    float *gx_ = devf(gx, nx), *gl_ = devf(gl, N), *gy_ = devf(gy, nx), *gdy_ = devf(gdy, nx), *gdx_ = devf(gdx, nx);
+    float *gdl_ = devf(gdl, N);
+    ref_sigmoid_gate_forward(gy, gx, gl, N, C), rt_sigmoid_gate_forward(gy_, gx_, gl_, N, C);
+    check_dev("sigmoid_gate_forward", gy_, gy, nx, TOL);
+    ref_sigmoid_gate_backward(gdx, gdl, gdy, gx, gl, N, C), rt_sigmoid_gate_backward(gdx_, gdl_, gdy_, gx_, gl_, N, C);
+    check_dev("sigmoid_gate_backward dx", gdx_, gdx, nx, TOL);
+    check_dev("sigmoid_gate_backward dlogit", gdl_, gdl, N, TOL);
   }
 
   /* alpha 1: the gradient is about 1e-3, as the start values */
