@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Prepares the device check on this machine, for a GPU machine that cannot install packages (the
+# device tool's H200: CUDA and PyTorch but no libyaml, jansson, OpenBLAS or Open MPI, no network).
+# Everything is built here; the GPU machine only runs it (tools/device-run.sh):
+#   .devkit/bin      test_kernels and the cuda train programs (tiny-moe and tiny-moe with Muon, each
+#                    with bf16 activations and with fp32 ones (NAME-f32), moe-1b,
+#                    tiny-moe 8 layers with and without activation offload; mid: moe-1b with
+#                    2 layers and one 4096-token sequence per step, small enough for a cpu reference)
+#   .devkit/lib      the shared libraries they need that a bare CUDA image lacks (ldd's closure,
+#                    CUDA's own libraries excluded: the GPU machine has its toolkit)
+#   .devkit/ompi     Open MPI's and PMIx's plugin folders (singleton MPI_Init loads them)
+#   .devkit/cache    NVRTC's CUBINs for sm_90a, compiled here (train --check-kernels)
+#   .devkit/ref      the cpu backend's losses for the same runs, same seed and data
+#   .devkit/plans    the plans, for tools/torch_moe_bench.py and the MFU
+# usage: tools/device-pack.sh [BUILD_DIR]   then the device tool: carry [".devkit"], run
+#        bash tools/device-run.sh            (.devkit is ignored via .git/info/exclude)
+set -eu
+cd "$(dirname "$0")/.."
+build=${1:-build-device}
+kit=.devkit
+grep -qx '/.devkit/' .git/info/exclude 2>/dev/null || echo '/.devkit/' >>.git/info/exclude
+rm -rf "$kit"; mkdir -p $kit/bin $kit/lib $kit/ompi $kit/cache $kit/ref $kit/plans
+cmake -B "$build" -S . -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j"$(nproc)" >/dev/null
+mtc=$PWD/$build/mtc
+cp "$build/tests/test_kernels" $kit/bin/
+cat README.md BENCHMARKS.md templates/*.c runtime/*/*.c compiler/*.c >$kit/text.txt
+one="--set cluster.nodes=1 --set cluster.gpus_per_node=1"
+gen() { # NAME SPEC [--set ...]: compile and build both backends, copy the cuda program
+  local name=$1 spec=$2; shift 2
+  local d=$build/gen/$name
+  "$mtc" compile "$spec" -o "$d" "$@" >/dev/null
+  "$mtc" build "$d" >/dev/null 2>&1
+  "$mtc" build "$d" --backend cuda >/dev/null 2>&1
+  cp "$d/build-cuda/train" "$kit/bin/$name"
+  cp "$d/plan.json" "$kit/plans/$name.json"
+  MTC_KERNEL_CACHE=$PWD/$kit/cache "$d/build-cuda/train" --check-kernels --arch sm_90a | head -1
+  case $name in tiny|tiny-muon|mid) # also with fp32 activations (MTC_ACT=fp32): the tight check against the cpu
+    cmake -S "$d" -B "$d/build-cuda-f32" -DMTC_ROOT="$PWD" -DMTC_BACKEND=cuda -DMTC_ACT=fp32 -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build "$d/build-cuda-f32" -j"$(nproc)" >/dev/null
+    cp "$d/build-cuda-f32/train" "$kit/bin/$name-f32";;
+  esac
+}
+gen tiny specs/tiny-moe.yaml $one
+gen tiny-muon specs/tiny-moe.yaml $one --set training.optimizer=muon
+gen bench specs/bench/moe-1b.yaml
+gen mid specs/bench/moe-1b.yaml --set model.layers=2 --set training.global_batch=1 # moe-1b's shapes, cpu-checkable
+gen off-none specs/tiny-moe.yaml $one --set model.layers=8 --set plan.activation_checkpoint=full --set plan.offload_activations=none
+gen off-host specs/tiny-moe.yaml $one --set model.layers=8 --set plan.activation_checkpoint=full --set plan.offload_activations=host
+for r in tiny tiny-muon mid; do # the cpu reference, here (mid: 10 steps, minutes)
+  steps=20; [ $r = mid ] && steps=10
+  OMP_NUM_THREADS=$(nproc) "$build/gen/$r/build/train" --data $kit/text.txt --steps $steps --seed 7 --metrics $kit/ref/$r.jsonl >$kit/ref/$r.log 2>&1
+done
+# the libraries: ldd's closure minus libc's and CUDA's own
+for b in $kit/bin/*; do ldd "$b"; done | awk '/=> \//{print $3}' | sort -u |
+  grep -v -E '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so|/usr/local/cuda' | while read -r l; do cp -L "$l" $kit/lib/; done
+cp -a /usr/lib/x86_64-linux-gnu/openmpi $kit/ompi/openmpi
+cp -a /usr/lib/x86_64-linux-gnu/pmix2 $kit/ompi/pmix2
+for l in /usr/lib/x86_64-linux-gnu/libpmix.so.2 /usr/lib/x86_64-linux-gnu/libevent-2.1.so.7; do [ -e "$l" ] && cp -L "$l" $kit/lib/; done
+du -sh $kit
