@@ -12,6 +12,11 @@
 #   (d)      activation offload on and off (tiny-moe with 8 layers, full checkpointing): the same
 #            losses within 1e-4 (fp32 GEMMs; atomics differ run to run), step times of both
 #   usage: tools/device-check.sh [BUILD_DIR]     (OUT=dir keeps logs; the device tool sets $OUT)
+# This builds on the GPU machine, so it needs mtc's Debian packages there (a JUPITER node, say).
+# The device tool's H200 has none of them and cannot install any: there, build here with
+# tools/device-pack.sh and run tools/device-run.sh (BENCHMARKS.md, "First runs on a GPU").
+# The fp32 comparisons use the fp32-activation runtime (MTC_ACT=fp32): with the default bf16
+# activations MTC_GEMM=fp32 still multiplies bf16 operands.
 set -u
 cd "$(dirname "$0")/.."
 build=${1:-build-device}
@@ -49,6 +54,11 @@ one=$build/tiny1
 "$mtc" compile specs/tiny-moe.yaml -o "$one" --set cluster.nodes=1 --set cluster.gpus_per_node=1 >/dev/null &&
   "$mtc" build "$one" >/dev/null 2>&1 &&
   "$mtc" build "$one" --backend cuda >"$out/tiny-cuda-build.log" 2>&1 || { tail "$out/tiny-cuda-build.log"; echo "tiny-moe builds failed"; }
+f32() { # DIR: its cuda program with fp32 activations, in DIR/build-cuda-f32
+  cmake -S "$1" -B "$1/build-cuda-f32" -DMTC_ROOT="$PWD" -DMTC_BACKEND=cuda -DMTC_ACT=fp32 -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+    cmake --build "$1/build-cuda-f32" -j"$(nproc)" >>"$out/f32-build.log" 2>&1 || echo "$1: fp32-activation build failed"
+}
+f32 "$one"
 run_tiny() { # NAME TRAIN [ENV...]: 20 steps of the program TRAIN, metrics in $out/NAME.jsonl
   local name=$1 train=$2; shift 2
   rm -f "$out/$name.jsonl"
@@ -56,7 +66,7 @@ run_tiny() { # NAME TRAIN [ENV...]: 20 steps of the program TRAIN, metrics in $o
   local rc=$?; tail -3 "$out/$name.log"; return $rc
 }
 run_tiny cpu "$one/build/train" OMP_NUM_THREADS=8
-run_tiny cuda-fp32 "$one/build-cuda/train" MTC_GEMM=fp32 MTC_ATTENTION=simple # flash rounds P to bf16: 8e-3 by step 20 (emulated)
+run_tiny cuda-fp32 "$one/build-cuda-f32/train" MTC_GEMM=fp32 MTC_ATTENTION=simple # flash rounds P to bf16: 8e-3 by step 20 (emulated)
 run_tiny cuda-bf16 "$one/build-cuda/train" MTC_GEMM=bf16
 compare() { # A B TOL: per-step relative loss difference
   python3 - "$out/$1.jsonl" "$out/$2.jsonl" "$3" <<'EOF'
@@ -75,10 +85,11 @@ muon=$build/tiny1-muon
 "$mtc" compile specs/tiny-moe.yaml -o "$muon" --set cluster.nodes=1 --set cluster.gpus_per_node=1 \
   --set training.optimizer=muon >/dev/null && "$mtc" build "$muon" >/dev/null 2>&1 &&
   "$mtc" build "$muon" --backend cuda >/dev/null 2>&1 || echo "muon builds failed"
+f32 "$muon"
 run_tiny cpu-muon "$muon/build/train" OMP_NUM_THREADS=8
-run_tiny cuda-muon "$muon/build-cuda/train" MTC_GEMM=fp32 MTC_ATTENTION=simple
+run_tiny cuda-muon "$muon/build-cuda-f32/train" MTC_GEMM=fp32 MTC_ATTENTION=simple
 ra=$(compare cpu cuda-fp32 1e-3 2>&1); a1=$?
-rb=$(compare cpu cuda-bf16 2e-2 2>&1); a2=$?
+rb=$(compare cpu cuda-bf16 2e-2 2>&1); a2=$? # over 20 steps bf16 runs can drift past this (BENCHMARKS.md)
 say "(a) tiny-moe cuda vs cpu, fp32 GEMMs: $([ $a1 = 0 ] && echo PASS || echo FAIL) $ra"
 say "(a) tiny-moe cuda vs cpu, bf16 GEMMs: $([ $a2 = 0 ] && echo PASS || echo FAIL) $rb"
 rm_=$(compare cpu-muon cuda-muon 1e-3 2>&1); a3=$?

@@ -12,19 +12,26 @@
 #   .devkit/cache    NVRTC's CUBINs for sm_90a, compiled here (train --check-kernels)
 #   .devkit/ref      the cpu backend's losses for the same runs, same seed and data
 #   .devkit/plans    the plans, for tools/torch_moe_bench.py and the MFU
-# usage: tools/device-pack.sh [BUILD_DIR]   then the device tool: carry [".devkit"], run
+# usage: [KEEP_REF=1] tools/device-pack.sh [BUILD_DIR]   then the device tool: carry [".devkit"], run
 #        bash tools/device-run.sh            (.devkit is ignored via .git/info/exclude)
 set -eu
 cd "$(dirname "$0")/.."
 build=${1:-build-device}
 kit=.devkit
 grep -qx '/.devkit/' .git/info/exclude 2>/dev/null || echo '/.devkit/' >>.git/info/exclude
+# KEEP_REF=1 keeps the previous pack's text and cpu references (mid's take ten minutes here):
+# only when the cpu programs compute the same as then
+keep=${KEEP_REF:-0}
+if [ "$keep" = 1 ] && [ -f $kit/text.txt ] && [ -d $kit/ref ]; then
+  rm -rf /tmp/devkit-ref.$$ && mkdir /tmp/devkit-ref.$$ && mv $kit/ref $kit/text.txt /tmp/devkit-ref.$$/
+else keep=0; fi
 rm -rf "$kit"; mkdir -p $kit/bin $kit/lib $kit/ompi $kit/cache $kit/ref $kit/plans
+[ "$keep" = 1 ] && rm -rf $kit/ref && mv /tmp/devkit-ref.$$/ref /tmp/devkit-ref.$$/text.txt $kit/ && rmdir /tmp/devkit-ref.$$
 cmake -B "$build" -S . -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j"$(nproc)" >/dev/null
 mtc=$PWD/$build/mtc
 cp "$build/tests/test_kernels" $kit/bin/
-cat README.md BENCHMARKS.md templates/*.c runtime/*/*.c compiler/*.c >$kit/text.txt
+[ "$keep" = 1 ] || cat README.md BENCHMARKS.md templates/*.c runtime/*/*.c compiler/*.c >$kit/text.txt
 one="--set cluster.nodes=1 --set cluster.gpus_per_node=1"
 gen() { # NAME SPEC [--set ...]: compile and build both backends, copy the cuda program
   local name=$1 spec=$2; shift 2
@@ -47,8 +54,8 @@ gen bench specs/bench/moe-1b.yaml
 gen mid specs/bench/moe-1b.yaml --set model.layers=2 --set training.global_batch=1 # moe-1b's shapes, cpu-checkable
 gen off-none specs/tiny-moe.yaml $one --set model.layers=8 --set plan.activation_checkpoint=full --set plan.offload_activations=none
 gen off-host specs/tiny-moe.yaml $one --set model.layers=8 --set plan.activation_checkpoint=full --set plan.offload_activations=host
-for r in tiny tiny-muon mid; do # the cpu reference, here (mid: 10 steps, minutes)
-  steps=20; [ $r = mid ] && steps=10
+[ "$keep" = 1 ] || for r in tiny tiny-muon mid; do # the cpu reference, here (mid: 3 steps of 3 minutes each on 2 cores)
+  steps=20; [ $r = mid ] && steps=3
   OMP_NUM_THREADS=$(nproc) "$build/gen/$r/build/train" --data $kit/text.txt --steps $steps --seed 7 --metrics $kit/ref/$r.jsonl >$kit/ref/$r.log 2>&1
 done
 # the libraries: ldd's closure minus libc's and CUDA's own

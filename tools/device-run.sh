@@ -3,7 +3,7 @@
 # machine that has CUDA (cuBLAS, NVRTC, NCCL from its toolkit or its PyTorch wheels) but none of
 # mtc's other libraries, and leaves every log in $OUT/out.tar.gz for tools/device-report.sh here.
 #   correctness runs side by side on the GPU: test_kernels; tiny-moe 20 steps (fp32 GEMMs and
-#   simple attention, bf16 GEMMs, Muon); mid (moe-1b's shapes, 2 layers) 10 steps; tiny-moe 8 layers with activation offload none/host;
+#   simple attention, bf16 GEMMs, Muon); mid (moe-1b's shapes, 2 layers) 3 steps; tiny-moe 8 layers with activation offload none/host;
 #   then alone: moe-1b 6 steps (tokens/s) and PyTorch eager on the same plan (tools/torch_moe_bench.py)
 # usage (device tool): carry [".devpack"], command "bash tools/device-run.sh [CHECK...]"
 #   CHECK: kernels tiny mid offload bench benchdbg torch (default: every one)
@@ -28,7 +28,7 @@ export MTC_KERNEL_CACHE=$K/cache
 } 2>&1 | tee "$out/env.log"
 run() { # NAME SECONDS ENV... : one program's run, log in $out/NAME.log
   local name=$1 secs=$2; shift 2
-  local steps=20; [[ $name == mid* ]] && steps=10
+  local steps=20; [[ $name == mid* ]] && steps=3
   env "$@" timeout "$secs" "$K/bin/${name%%.*}" --data "$K/text.txt" --steps $steps --seed 7 --metrics "$out/$name.jsonl" >"$out/$name.log" 2>&1
   echo "$name exit $?" >>"$out/exits.log"
 }

@@ -43,6 +43,7 @@ enum { CU_BIAS_ROWS = 256 };     /* rows per block of bias_backward: kernels.cu'
 
 typedef struct {
   int ready, device, sync_each; /* sync_each: $MTC_CUDA_SYNC=1 */
+  int profile;                  /* $MTC_PROFILE=1: each op timed (profile.c) */
   int flash;                    /* attention: 1 the flash kernels, -1 the simple ones, 0 not chosen yet */
   char arch[16], gemm_name[8];
   cudaStream_t stream;
@@ -66,6 +67,14 @@ typedef struct {
 } CuState;
 
 extern CuState cu;
+
+/* MTC_PROFILE (profile.c): cu_prof_init reads it (rt_cuda_setup); CU_PROF_BEGIN/END time one
+ * op between device synchronizations into a per-name table printed at exit. */
+void cu_prof_init(void);
+double cu_prof_begin(void);
+void cu_prof_end(const char *name, double t0);
+#define CU_PROF_BEGIN() double cu_prof_t0 = cu.profile ? cu_prof_begin() : 0
+#define CU_PROF_END(name) (cu.profile ? cu_prof_end((name), cu_prof_t0) : (void)0)
 
 /* Launches kernel k with grid × block threads (1-D) on the stream; a launch error (or, with
  * MTC_CUDA_SYNC, an execution error) aborts naming the kernel. A grid of 0 launches nothing. */

@@ -30,9 +30,11 @@ static void copy(cudaStream_t s, int id, void *dst, const void *src, size_t byte
   if (!ready) cu_check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), what);
   cu_check(cudaEventRecord(ready, cu.stream), what);
   cu_check(cudaStreamWaitEvent(s, ready, 0), what);
+  CU_PROF_BEGIN();
   cu_check(cudaMemcpyAsync(dst, src, bytes, kind, s), what);
   cu_check(cudaEventRecord(done[id], s), what);
   if (cu.sync_each) cu_check(cudaStreamSynchronize(s), what);
+  CU_PROF_END(what);
 }
 
 void rt_offload_store(RtCtx *c, int id, act *host, const act *dev, size_t n) {

@@ -55,8 +55,10 @@ void cu_launch3(int k, unsigned gx, unsigned gy, unsigned gz, unsigned block, vo
     if (!cu.k[k]) rt_cuda_fail(kernel_names[k], msg);
   }
   dim3 g = {gx, gy, gz}, b = {block, 1, 1};
+  CU_PROF_BEGIN();
   cu_check(cudaLaunchKernel((const void *)cu.k[k], g, b, args, 0, cu.stream), kernel_names[k]);
   if (cu.sync_each) cu_check(cudaStreamSynchronize(cu.stream), kernel_names[k]);
+  CU_PROF_END(kernel_names[k]);
 }
 
 void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A,
@@ -65,10 +67,12 @@ void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, 
   const float one = 1;
   if (!m || !n) return;
   cublasComputeType_t math = at == CUDA_R_16BF ? CUBLAS_COMPUTE_32F : cu.compute;
+  CU_PROF_BEGIN();
   cu_blas_check(cublasGemmEx(cu.blas, ta, tb, m, n, k, &one, A, at, lda, B, bt, ldb, &beta, C, ct, ldc, math,
                              CUBLAS_GEMM_DEFAULT),
                 op);
   if (cu.sync_each) cu_check(cudaStreamSynchronize(cu.stream), op);
+  CU_PROF_END(op);
 }
 
 /* The runtime's own buffers for cfg, bytes: on the device cuBLAS's workspace (cfg's, as the plan sizes
@@ -118,6 +122,7 @@ int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t err
   snprintf(cu.gemm_name, sizeof cu.gemm_name, "%s", gemm);
   cu.grouped_compute = cu.compute;
   cu.sync_each = getenv("MTC_CUDA_SYNC") && strcmp(getenv("MTC_CUDA_SYNC"), "1") == 0;
+  cu_prof_init();
   /* cuBLAS's workspace from here, so that nothing allocates device memory after start-up */
   if (cublasCreate(&cu.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(cu.blas, cu.stream) != CUBLAS_STATUS_SUCCESS ||
       cudaMalloc(&cu.workspace, workspace_bytes(cfg)) != cudaSuccess ||

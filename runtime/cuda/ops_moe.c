@@ -184,6 +184,7 @@ static void grouped(const char *op, int kind, int slot, void *out, const act *x,
               (void *)host[2 * MAXG + i], ct, ldc[i]);
     return;
   }
+  CU_PROF_BEGIN();
   size_t E3 = (size_t)cu.cfg.experts;
   void **d = cu.gptr + (size_t)slot * 3 * E3; /* this call's slot: A, B, C pointer arrays */
   for (int i = 0; i < 3; i++)
@@ -212,6 +213,7 @@ static void grouped(const char *op, int kind, int slot, void *out, const act *x,
   /* the shape arrays are read by cuBLAS during the call, and a pageable host-to-device copy has
    * taken its source when it returns, so the static host arrays may be rewritten now */
   if (cu.sync_each) cu_check(cudaStreamSynchronize(cu.stream), op);
+  CU_PROF_END(op);
 }
 
 void rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const act *wg, const act *wu, const act *wd,
