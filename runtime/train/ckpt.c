@@ -157,6 +157,12 @@ int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, 
   if (c->rank == 0) {
     if ((mkdir(dir, 0777) != 0 && errno != EEXIST) || (mkdir(stepdir, 0777) != 0 && errno != EEXIST))
       bad = 1, snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", stepdir, strerror(errno));
+    struct stat ds; /* a step-N that is a link, or not a directory, is not written through */
+    if (!bad && lstat(stepdir, &ds) != 0)
+      bad = 1, snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", stepdir, strerror(errno));
+    else if (!bad && !S_ISDIR(ds.st_mode))
+      bad = 1, snprintf(err, errlen, "%s: %s; expected a directory mtc creates (remove or rename it)", stepdir,
+                        S_ISLNK(ds.st_mode) ? "a symbolic link" : "not a directory");
     sync_dir(dir);
     char man[1200];
     struct stat st;

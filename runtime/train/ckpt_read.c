@@ -20,16 +20,21 @@ uint64_t rt_fnv1a(uint64_t h, const void *p, size_t n) {
   return h;
 }
 
+long long rt_ckpt_step_of(const char *name) {
+  if (strncmp(name, "step-", 5) != 0) return -1;
+  const char *p = name + 5;
+  size_t n = strspn(p, "0123456789");
+  if (n < 8 || n > 18 || p[n] || (n > 8 && p[0] == '0')) return -1;
+  return strtoll(p, NULL, 10);
+}
 int64_t rt_ckpt_latest(const char *dir, char *out, size_t outlen) {
   DIR *d = opendir(dir);
   if (!d) return 0;
   int64_t best = 0;
   struct dirent *de;
   while ((de = readdir(d))) {
-    char *end;
-    if (strncmp(de->d_name, "step-", 5) != 0) continue;
-    long long s = strtoll(de->d_name + 5, &end, 10);
-    if (*end || s <= best) continue;
+    long long s = rt_ckpt_step_of(de->d_name); /* only the names the trainer writes */
+    if (s < 0 || s <= best) continue;
     char man[2048];
     snprintf(man, sizeof man, "%s/%s/manifest.json", dir, de->d_name);
     struct stat st; /* incomplete (killed mid-save), or not a file: never opened (a FIFO would block) */
@@ -388,54 +393,32 @@ static const char *file_kind(mode_t mode) {
   return "not a regular file";
 }
 
-/* 0 when path is missing or a regular file (following symlinks), else -1 with err set. */
+/* 0 when path is missing or a regular file, else -1 with err set. A symbolic link is refused,
+ * whatever it points to: mtc writes only the path it is given, never a file a link there names
+ * (a link into a checkpoint would otherwise have a shard replaced). */
 static int replaceable(const char *path, char *err, size_t errlen) {
   struct stat st;
-  if (stat(path, &st) != 0) {
-    if (errno == ENOENT) return 0; /* missing (links are resolved first: target_of) */
+  if (lstat(path, &st) != 0) {
+    if (errno == ENOENT) return 0;
     return snprintf(err, errlen, "%s: %s; expected a regular file or a path that does not exist", path,
                     strerror(errno)), -1;
   }
   if (S_ISREG(st.st_mode)) return 0;
+  if (S_ISLNK(st.st_mode)) {
+    char target[1024];
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    target[n > 0 ? n : 0] = 0;
+    return snprintf(err, errlen, "%s -> %s: a symbolic link; expected a regular file or a path that does not exist "
+                    "(mtc does not write through links: remove the link, or name the file itself)", path, target), -1;
+  }
   return snprintf(err, errlen, "%s: %s; expected a regular file or a path that does not exist (mtc replaces "
                   "only those)", path, file_kind(st.st_mode)), -1;
 }
 
-/* The file a replace of path writes: path itself, or the file a symbolic link there points to
- * (the link stays a link); a dangling link is refused. 0, or -1 with err set. */
-static int target_of(const char *path, char *out, size_t outlen, char *err, size_t errlen) {
-  struct stat st;
-  if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
-    char *r = realpath(path, NULL);
-    if (!r)
-      return snprintf(err, errlen, "%s: a symbolic link to nothing (%s); expected a regular file or a path that "
-                      "does not exist", path, strerror(errno)), -1;
-    int n = snprintf(out, outlen, "%s", r);
-    free(r);
-    if (n < 0 || (size_t)n >= outlen) return snprintf(err, errlen, "%s: path too long", path), -1;
-    return 0;
-  }
-  if ((size_t)snprintf(out, outlen, "%s", path) >= outlen) return snprintf(err, errlen, "%s: path too long", path), -1;
-  return 0;
-}
-
-/* replaceable() of real, the file path resolves to; a message names the link too. */
-static int replaceable_as(const char *path, const char *real, char *err, size_t errlen) {
-  if (replaceable(real, err, errlen) == 0) return 0;
-  if (strcmp(path, real) != 0 && errlen) {
-    char m[1024];
-    snprintf(m, sizeof m, "%s", err);
-    snprintf(err, errlen, "%s -> %s", path, m);
-  }
-  return -1;
-}
-
 int rt_replace_begin(const char *path, char *tmp, size_t tmplen, char *err, size_t errlen) {
-  char real[4096];
-  if (target_of(path, real, sizeof real, err, errlen) != 0) return -1;
-  if ((size_t)snprintf(tmp, tmplen, "%s.tmp", real) >= tmplen)
+  if ((size_t)snprintf(tmp, tmplen, "%s.tmp", path) >= tmplen)
     return snprintf(err, errlen, "%s: path too long", path), -1;
-  if (replaceable_as(path, real, err, errlen) != 0) return -1;
+  if (replaceable(path, err, errlen) != 0) return -1;
   struct stat st; /* the temporary itself: a leftover file or link goes, anything else stays */
   if (lstat(tmp, &st) == 0) {
     if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
@@ -449,11 +432,9 @@ int rt_replace_begin(const char *path, char *tmp, size_t tmplen, char *err, size
 }
 
 int rt_replace_commit(const char *tmp, const char *path, char *err, size_t errlen) {
-  char real[4096];
-  if (target_of(path, real, sizeof real, err, errlen) != 0 || replaceable_as(path, real, err, errlen) != 0)
-    return unlink(tmp), -1;
-  if (rename(tmp, real) != 0) {
-    snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, real, strerror(errno));
+  if (replaceable(path, err, errlen) != 0) return unlink(tmp), -1;
+  if (rename(tmp, path) != 0) {
+    snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
     unlink(tmp);
     return -1;
   }
