@@ -174,13 +174,13 @@ int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, 
                  char *err, size_t errlen);
 /* Loads checkpoint directory path (saved under any layout) into this rank's master shards and
  * optimizer moments (in state, the state arena on the host; a group without a second moment
- * skips the checkpoint's); sets *step and *seed. Refuses a checkpoint of another optimizer, or one
- * whose tensors differ from the program's: one missing on either side (a checkpoint with more
+ * skips the checkpoint's); sets *step and *seed. Refuses a checkpoint of another model (the
+ * manifest's model is not this program's model name), of another optimizer, or one whose tensors differ from the program's: one missing on either side (a checkpoint with more
  * layers than the program is not cut), or of another shape or number of experts; err names the
  * tensor, both shapes and what to do. Collective; -1 on every rank if
  * any failed (a corrupt or truncated shard is named in err). */
 int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *state, const RtGroup *g,
-                 int ng, const RtTensor *t, int nt, const char *optimizer, char *err, size_t errlen);
+                 int ng, const RtTensor *t, int nt, const char *model, const char *optimizer, char *err, size_t errlen);
 
 /* The process's peak resident memory so far (VmHWM of /proc/self/status), bytes; -1 where
  * the kernel does not report it. */

@@ -5,9 +5,10 @@
 #             a directory and a symlink (to a device, to a file, into a checkpoint) are refused
 #             (exit 2, naming the path) and stay what they were; export never writes into a
 #             checkpoint directory
-#   manifest  copies of the checkpoint, each with one manifest field corrupted, are refused by
-#             mtc export (exit 2, naming manifest.json and the field) and by a resume (exit 2),
-#             never a crash
+#   manifest  copies of the checkpoint, each with one manifest field corrupted (overlapping
+#             tensors and an empty tensor list among them), are refused by mtc export (exit 2,
+#             naming manifest.json, the field and the tensor) and by a resume (exit 2), never a
+#             crash; a resume refuses another model's checkpoint, naming both models
 #   model     the 4-layer checkpoint resumed by a 3-layer and by a 5-layer program: refused
 #             (exit 2), naming the tensor, what the checkpoint has and what the program expects
 #   crash     (items 4 and 13) a run killed mid-save and resumed leaves a metrics file equal to
@@ -217,6 +218,14 @@ corrupt shard_bytes      'shards\[0\] bytes is'          "m['shards'][0]['bytes'
 corrupt shard_file       "shards\[0\] file is '../x'"    "m['shards'][0]['file'] = '../x'"
 corrupt header_step      'header does not match'         "m['step'] = 2"
 corrupt not_a_number     'groups\[0\] is malformed'      "m['groups'][0]['shard'] = 'many'"
+corrupt tensors_empty    'tensors is empty'              "m['tensors'] = []"
+corrupt overlap_dense    'q_proj.weight) has elements \[128, 16512) of group 1, which overlap tensors\[1\]' "dense['offset'] = 64"
+corrupt overlap_routed   'up_proj.weight) has elements \[262144, 524288) of group 2, which overlap' "routed['offset'] += 1"
+# a checkpoint of another model (its tensors the same) is refused by a resume, naming both models
+mkdir -p other && cp -r "$ck" other/ && sed -i 's/"model": "tiny-moe"/"model": "other-moe"/' other/step-00000001/manifest.json
+out=$(timeout 60 t1/build/train --data "$text" --checkpoint-dir other 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "^error: resuming from other/step-00000001: the checkpoint is of model 'other-moe' (its manifest.json), this program of model 'tiny-moe'; expected a checkpoint of this program's model" ||
+  die "a resume from another model's checkpoint: exit $rc, $out"
 [ $fail -eq 0 ] && echo "ok: corrupt manifests are refused by export and by resume, by file and field"
 
 # ---- model: a checkpoint of another number of layers is refused, plainly

@@ -607,7 +607,7 @@ int main(int argc, char **argv) {
     int64_t at = 0;
     uint64_t seed = a.seed;
     if (saved && rt_ckpt_load(path, &at, &seed, &c.comm, HOST(&c), step_groups, N_GROUPS, step_tensors, N_TENSORS,
-                              OPTIMIZER, err, sizeof err) != 0) {
+                              MODEL_NAME, OPTIMIZER, err, sizeof err) != 0) {
       if (rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
       status = 2;
       goto done;

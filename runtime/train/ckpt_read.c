@@ -91,6 +91,51 @@ static int by_name(const void *a, const void *b) {
   return strcmp((*(const RtCkptTensor *const *)a)->name, (*(const RtCkptTensor *const *)b)->name);
 }
 
+/* A tensor's elements in its group: [lo, hi) of the group (flat), or of each shard's block
+ * (whole-expert shards: per experts of it in every block). */
+typedef struct {
+  int group, i;
+  int64_t lo, hi;
+} Span;
+
+static int by_place(const void *a, const void *b) {
+  const Span *x = a, *y = b;
+  if (x->group != y->group) return x->group < y->group ? -1 : 1;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* No two tensors share an element, and a group's tensors share one layout (all flat or all in
+ * whole-expert blocks). Each tensor is already inside its group (validate). */
+static int disjoint(const RtCkpt *k, const char *man, char *err, size_t n) {
+  if (k->ntensors < 1) return 0;
+  Span *s = malloc(sizeof *s * (size_t)k->ntensors);
+  if (!s) return bad(err, n, man, "tensors", "%s", "out of memory");
+  for (int i = 0; i < k->ntensors; i++) {
+    const RtCkptTensor *t = &k->tensors[i];
+    int64_t ne = t->per ? t->per : t->experts ? t->experts : 1;
+    s[i] = (Span){t->group, i, t->offset, t->offset + ne * t->count};
+  }
+  qsort(s, (size_t)k->ntensors, sizeof *s, by_place);
+  int status = 0;
+  for (int j = 1; j < k->ntensors && !status; j++) {
+    const Span *a = &s[j - 1], *b = &s[j];
+    if (a->group != b->group) continue;
+    const RtCkptTensor *ta = &k->tensors[a->i], *tb = &k->tensors[b->i];
+    char f[64];
+    snprintf(f, sizeof f, "tensors[%d]", b->i);
+    if ((ta->per > 0) != (tb->per > 0))
+      status = bad(err, n, man, f, "(%s) is %s, but tensors[%d] (%s) of the same group %d is %s; expected one layout "
+                   "per group", tb->name, tb->per ? "in whole-expert blocks (per)" : "flat", a->i, ta->name, a->group,
+                   ta->per ? "in whole-expert blocks (per)" : "flat");
+    else if (a->hi > b->lo)
+      status = bad(err, n, man, f, "(%s) has elements [%lld, %lld) of group %d, which overlap tensors[%d] (%s) at "
+                   "[%lld, %lld); expected each tensor its own elements (a corrupt or hand-edited manifest)", tb->name,
+                   (long long)b->lo, (long long)b->hi, b->group, a->i, ta->name, (long long)a->lo, (long long)a->hi);
+  }
+  free(s);
+  return status;
+}
+
 /* Checks every field of the parsed manifest k against the others and against the shard file
  * layout the writer uses (ckpt.c): the layout's ranks, each group's full = shard x its ranks,
  * each tensor inside its group with rows x cols = count, unique names, every shard's size the
@@ -113,6 +158,9 @@ static int validate(const RtCkpt *k, const char *man, char *err, size_t n) {
     if (g->shard > (MAX_ELEMS * 16 - bytes) / per) return bad(err, n, man, f, "makes the shard files too large");
     bytes += g->shard * per;
   }
+  if (k->ngroups < 1 || k->ntensors < 1)
+    return bad(err, n, man, k->ngroups < 1 ? "groups" : "tensors", "%s", "is empty; expected the model's parameters "
+               "(a corrupt or hand-edited manifest)");
   RtCkptTensor **sorted = malloc(sizeof *sorted * ((size_t)k->ntensors + 1));
   if (!sorted) return bad(err, n, man, "tensors", "%s", "out of memory");
   int status = 0;
@@ -154,6 +202,7 @@ static int validate(const RtCkpt *k, const char *man, char *err, size_t n) {
         status = bad(err, n, man, "tensors", "name '%s' twice; expected each tensor once", sorted[i]->name);
   }
   free(sorted);
+  if (!status) status = disjoint(k, man, err, n);
   for (int i = 0; i < k->nshards && !status; i++) {
     char f[64], path[1200];
     struct stat st;
