@@ -183,7 +183,9 @@ static int run(Args *a) {
     char t[32], ac[32];
     units_fmt_count(t, sizeof t, (double)md->params_total);
     units_fmt_count(ac, sizeof ac, (double)md->params_active);
-    printf("%s: ok (%s: %d layers, %s parameters, %s active)\n", a->spec, s->name, md->nlayers, t, ac);
+    char shown[4400];
+    out_text(shown, sizeof shown, a->spec, false);
+    printf("%s: ok (%s: %d layers, %s parameters, %s active)\n", shown, s->name, md->nlayers, t, ac);
   } else if (strcmp(a->cmd, "explain") == 0) {
     Plan *p = plan_search(&mem, md);
     report_explain(stdout, p);
@@ -211,6 +213,8 @@ static int run(Args *a) {
     char *dir = a->out ? mem_strdup(&mem, a->out) : mem_printf(&mem, "generated/%s", s->name);
     json_t *j = report_json(md);
     report_plan_json(j, p, false);
+    char shown[4400]; /* dir as printed: no control bytes reach the terminal */
+    out_text(shown, sizeof shown, dir, false);
     bool ours = out_dir_prepare(&d, dir, a->force) && make_dirs(&d, dir); /* mtc may write here */
     /* every output to FILE.tmp first, renamed all together once all are written: a failure to
      * write any (a full disk) leaves every file of an earlier compile as it was */
@@ -239,15 +243,15 @@ static int run(Args *a) {
                            "expected room to write them (free disk space) and run the compile again\n", d.msg, dir);
     } else {
       report_summary(stdout, p);
-      printf("wrote %s/plan.json, plan.txt, memory.svg, timeline.json and report.html%s\n", dir,
+      printf("wrote %s/plan.json, plan.txt, memory.svg, timeline.json and report.html%s\n", shown,
              p->feasible ? "" : " (no feasible plan: see plan.txt)");
       const char *note = program ? emit_program_note(&mem, p) : NULL;
       if (program) printf("wrote %s/step.h, step.c, train.c, kernels.cu, CMakeLists.txt and launch.sbatch; build with: "
-                          "mtc build %s\n%s", dir, dir, note ? note : "");
+                          "mtc build %s\n%s", shown, shown, note ? note : "");
       /* no program written (infeasible, a model with no program yet): none of an earlier compile stays */
       if (!program && out_remove_program(dir) > 0)
         printf("removed the program an earlier compile wrote in %s (step.h, step.c, train.c, ..., build/train): "
-               "this plan has none\n", dir);
+               "this plan has none\n", shown);
     }
     if (!ok) status = EXIT_BAD_INPUT;
     else if (!p->feasible) status = EXIT_NO_PLAN;

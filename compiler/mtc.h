@@ -797,6 +797,10 @@ char *out_c_string(Mem *m, const char *s);
  * backslashes and "??" as \ooo escapes, and a "*" before "/" as "*\", so it can neither end the
  * line nor the comment. */
 char *out_comment(Mem *m, const char *s);
+/* User text (a file name) for a terminal, plan.txt or a JSON string: control bytes as \ooo and
+ * '\' as \\, so no escape sequence or line break gets through; with ascii, bytes >= 0x80 too
+ * (for text that is not valid UTF-8). Into dst (n bytes, cut when longer). */
+void out_text(char *dst, size_t n, const char *s, bool ascii);
 
 /* ------------------------------------------------------------------ emit_step.c / emit_prog.c */
 

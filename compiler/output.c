@@ -168,6 +168,17 @@ char *out_c_string(Mem *m, const char *s) {
   return o;
 }
 
+void out_text(char *dst, size_t n, const char *s, bool ascii) {
+  size_t k = 0;
+  for (; *s && k + 5 < n; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c < 0x20 || c == 0x7f || (ascii && c >= 0x80)) k += (size_t)snprintf(dst + k, n - k, "\\%03o", c);
+    else if (c == '\\') dst[k++] = '\\', dst[k++] = '\\';
+    else dst[k++] = (char)c;
+  }
+  if (n) dst[k < n ? k : n - 1] = 0;
+}
+
 char *out_comment(Mem *m, const char *s) {
   size_t n = strlen(s);
   char *o = mem_array(m, 4 * n + 1, 1), *p = o;

@@ -205,18 +205,20 @@ typedef struct {
  * it does not fit. */
 int rt_metrics_line(char *b, size_t n, const RtStepMetrics *s);
 
-/* The metrics file of a run (rank 0's): path, its descriptor (opened O_APPEND) and its length. */
+/* The metrics file of a run (rank 0's): path, its descriptor (opened O_APPEND) and its length;
+ * replaced: the bytes of an earlier run's lines a new (not resumed) run emptied it of. */
 typedef struct {
   const char *path;
   int fd;
-  int64_t bytes;
+  int64_t bytes, replaced;
 } RtMetrics;
 
 /* Opens path for appending (created if missing): a regular file, or a character device such as
- * /dev/null; a FIFO, a directory or a socket is refused. In a regular file a cut last line (a
- * killed run's) is dropped, and with resume_step >= 0 (a run resumed from the checkpoint of
- * that step) so are the last lines whose step is past it, up to the first that is not. 0, or -1
- * with "PATH: why; expected ..." in err. */
+ * /dev/null; a FIFO, a directory, a socket or a symbolic link to nothing (which open would
+ * create wherever it points) is refused. A new run (resume_step < 0) empties a regular file (its
+ * lines are an earlier run's; m->replaced says how many bytes); a resumed run (from the
+ * checkpoint of step resume_step) drops a cut last line (a killed run's) and the last lines
+ * whose step is past it, up to the first that is not. 0, or -1 with "PATH: why; expected ..." in err. */
 int rt_metrics_open(RtMetrics *m, const char *path, int64_t resume_step, char *err, size_t errlen);
 /* Appends the line of s with one write(): it is in the file (the kernel's page cache) when this
  * returns 0. A failed or short write (disk full) removes what part of the line was written and

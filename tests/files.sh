@@ -15,14 +15,17 @@
 #             an uninterrupted run's (the lines past the checkpoint and a cut last line dropped);
 #             a save that fails (RLIMIT_FSIZE: "File too large") exits 1 naming the shard and
 #             leaves no step directory, shard or .tmp file; a metrics write that fails exits 1
-#             at once leaving whole lines; a FIFO as --data or --metrics is refused, not waited on
+#             at once; a FIFO as --data or --metrics is refused, not waited on; a new run empties
+#             an earlier run's metrics file (saying so); a --metrics link to nothing is refused
+#             and nothing is created where it points
 #   prune     --keep-checkpoints removes only complete checkpoints of mtc's (step-%08d, a real
 #             directory, a manifest): never through a link named step-N, nor a directory without
 #             a manifest, nor a name of another form, nor a file of the user's in one (warned);
 #             a save never writes through a link named step-N
 #   names     a spec file name holding a newline + a CMake command, a quote, $(...), backticks,
 #             "*", "??" and <script> is escaped in every generated file: the program builds,
-#             nothing it names runs, step.h's SPEC_FILE is the name, report.html has no tag
+#             nothing it names runs, step.h's SPEC_FILE is the name, report.html has no tag;
+#             plan.txt, mtc check and compile's output show control bytes as \ooo, on one line
 #   dirs      compile refuses a non-empty directory it did not write (--force overrides); a
 #             recompile that writes no program removes the old one; mtc build refuses a program
 #             that is not its plan.json's; a compile output that cannot be replaced (a FIFO) is
@@ -127,6 +130,11 @@ grep '^#define SPEC_FILE ' p/step.h >spec_file.h
 printf '#include <stdio.h>\n#include "spec_file.h"\nint main(void) { fputs(SPEC_FILE, stdout); return 0; }\n' >spec_file.c
 cc -std=c11 spec_file.c -o spec_file && [ "$(./spec_file)" = "$weird" ] || die "SPEC_FILE is not the file name"
 grep -q '<script' p/report.html p/memory.svg && die "report.html or memory.svg holds the name's <script> unescaped"
+# control bytes of a name never reach a terminal or plan.txt raw: \ooo, one line
+head -1 p/plan.txt | grep -qF 'q"uote\012add_custom_target' || die "plan.txt's first line: $(head -2 p/plan.txt)"
+[ "$("$mtc" check "$weird" | wc -l)" -eq 1 ] && "$mtc" check "$weird" | grep -qF 'q"uote\012add' || die "mtc check prints the name raw"
+[ "$("$mtc" compile "$src/specs/tiny-moe.yaml" -o "$(printf 'o\033[31mut')" --set training.steps=1 | grep -c $'\033')" -eq 0 ] ||
+  die "compile printed an -o directory's escape byte raw"
 cd .. && [ $fail -eq 0 ] && echo "ok: a spec file name is escaped in C, CMake, shell, CUDA and HTML"
 fail=$((fail | prev))
 
@@ -259,13 +267,24 @@ out=$( (trap '' XFSZ; ulimit -f 20000; timeout 60 t1/build/train --data "$text" 
 [ $rc -eq 1 ] && echo "$out" | grep -q "error: saving the checkpoint of step 2: ckf/step-00000002/rank-00000.bin: File too large" &&
   [ ! -e ckf/step-00000002 ] && [ -z "$(find ckf -name '*.tmp')" ] && cmp -s ck/step-00000001/manifest.json ckf/step-00000001/manifest.json ||
   die "a failed save: exit $rc, $(ls -R ckf), $out"
-# a failing metrics write: exit 1 at once, the file keeps whole lines
-python3 -c "open('full.jsonl', 'w').write('{\"step\":0}\n' * (20480000 // 11 - 2))"
-size=$(stat -c %s full.jsonl)
-out=$( (trap '' XFSZ; ulimit -f 20000; timeout 60 t1/build/train --data "$text" --steps 3 --metrics full.jsonl) 2>&1); rc=$?
-[ $rc -eq 1 ] && echo "$out" | grep -q "error: --metrics full.jsonl: File too large (writing step 1)" &&
-  ! echo "$out" | grep -q "step     2/" && [ "$(stat -c %s full.jsonl)" -eq "$size" ] ||
-  die "a failed metrics write: exit $rc, size $(stat -c %s full.jsonl) (was $size), $out"
+# a failing metrics write (a full disk: a character device like /dev/full, made here with mknod):
+# exit 1 at once, at step 1
+if mknod fakefull c 1 7 2>/dev/null; then
+  out=$(timeout 60 t1/build/train --data "$text" --steps 3 --metrics fakefull 2>&1); rc=$?
+  [ $rc -eq 1 ] && echo "$out" | grep -q "error: --metrics fakefull: No space left on device (writing step 1)" &&
+    ! echo "$out" | grep -q "step     2/" && [ -c fakefull ] || die "a failed metrics write: exit $rc, $out"
+else
+  echo "skipped: mknod (not root): a metrics write to a full device"
+fi
+# a new run empties a metrics file of an earlier run's lines (saying so); a link to nothing is refused
+printf '{"step":1,"loss":9}\n{"step":2,"loss":9}\n{"step":3,"loss":9}\n' >old.jsonl
+out=$(t1/build/train --data "$text" --steps 2 --metrics old.jsonl 2>&1); rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -q "note: --metrics old.jsonl held 60 bytes of an earlier run; emptied" &&
+  [ "$(wc -l <old.jsonl)" -eq 2 ] && ! grep -q '"loss":9}' old.jsonl || die "a new run on an old metrics file: exit $rc, $out, $(cat old.jsonl)"
+ln -s "$work/made-by-link.jsonl" dangling.jsonl
+out=$(t1/build/train --data "$text" --steps 1 --metrics dangling.jsonl 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "dangling.jsonl -> $work/made-by-link.jsonl: a symbolic link to nothing" &&
+  [ ! -e made-by-link.jsonl ] && [ -L dangling.jsonl ] || die "--metrics a link to nothing: exit $rc, $out"
 # FIFOs: refused at once
 mkfifo data.fifo metrics.fifo
 out=$(timeout 20 t1/build/train --data data.fifo --steps 1 2>&1); rc=$?
