@@ -85,6 +85,10 @@ static const char *show(Mem *m, const char *key, json_t *v) {
 static json_t *load(Mem *m, Diag *d, const char *path, const char *const *sets, int nsets) {
   size_t n = strlen(path);
   if (n > 5 && !strcmp(path + n - 5, ".json")) {
+    if (nsets) /* --set changes a spec; a plan.json is already planned */
+      return diag_error(d, (Loc){0}, "--set %s: B (%s) is a plan.json, which --set cannot change (it applies to B's "
+                        "spec before planning); expected B to be a spec (such as the one the plan.json came from), "
+                        "or no --set", sets[0], path), NULL;
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
     if (!j) diag_error(d, (Loc){0}, "%s:%d:%d: not a plan.json: %s", path, je.line, je.column, je.text);

@@ -83,14 +83,20 @@ int export_run(const char *ckpt, const char *out) {
   char *slash = strrchr(outdir, '/');
   if (slash) *slash = 0;
   else snprintf(outdir, sizeof outdir, ".");
-  bool inside = realpath(outdir, real_out) && realpath(path, real_ck) && strcmp(real_out, real_ck) == 0;
+  /* never into a checkpoint directory: the one read, or any other (one holding a manifest.json) */
+  char man_there[4300];
+  struct stat mst;
+  snprintf(man_there, sizeof man_there, "%s/manifest.json", outdir);
+  bool inside = (realpath(outdir, real_out) && realpath(path, real_ck) && strcmp(real_out, real_ck) == 0) ||
+                lstat(man_there, &mst) == 0;
   FILE *f = NULL;
   if (!status && !inside) { /* OUT may be replaced only if it is a regular file or missing */
     int fd = rt_replace_begin(out, tmp, sizeof tmp, err, sizeof err);
     if (fd >= 0 && !(f = fdopen(fd, "wb"))) snprintf(err, sizeof err, "%.500s: %s", tmp, strerror(errno)), close(fd), remove(tmp);
   }
   if (!status && inside) {
-    fprintf(stderr, "error: %s is inside the checkpoint %s; expected an output path outside it\n", out, path);
+    fprintf(stderr, "error: %s is inside a checkpoint directory (%s holds a manifest.json); expected an output path "
+            "outside every checkpoint, such as model.safetensors\n", out, outdir);
     status = 2;
   } else if (!status && !f) {
     fprintf(stderr, "error: %s\n", err); /* it names the path refused */

@@ -4,8 +4,9 @@
  * are those of transformers' configuration_<family>.py. Every field that changes the math is kept
  * (rms_norm_eps, norm_topk_prob, routed_scaling_factor, router_aux_loss_coef, qk-norm,
  * rope_scaling llama3 and yarn, Qwen2-MoE's shared_expert_gate, n_group/topk_group) or, when the
- * spec cannot say it yet (other rope types, Qwen2-MoE's q/k/v biases, clip_qkv, sliding
- * windows), refused with an error naming the field. */
+ * spec cannot say it yet (other rope types, Qwen2-MoE's q/k/v biases, attention_bias and mlp_bias,
+ * clip_qkv, sliding windows), refused with an error naming the field; so is an invalid value
+ * (num_experts_per_tok above the experts, topk_group above n_group). */
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -146,13 +147,45 @@ static bool set_field(Hf *h, const char *key) {
   return v && !json_is_null(v) && !json_is_false(v);
 }
 
-/* The fields every family shares whose math the spec cannot say: sliding windows, clip_qkv. */
+/* The fields every family shares whose math the spec cannot say: sliding windows (Qwen's
+ * use_sliding_window; Mixtral's sliding_window, which its attention applies whenever it is set;
+ * layer_types naming another kind than full_attention), clip_qkv, biases on the attention or MLP
+ * projections only (attention_bias, mlp_bias: mtc's model.bias puts one on every linear and
+ * norm, another model). */
 static bool refuse_common(Hf *h) {
-  bool sliding;
-  if (!get_bool(h, "use_sliding_window", &sliding)) return false;
+  bool sliding, abias, mbias;
+  if (!get_bool(h, "use_sliding_window", &sliding) || !get_bool(h, "attention_bias", &abias) ||
+      !get_bool(h, "mlp_bias", &mbias))
+    return false;
   if (sliding) return unsupported(h, "use_sliding_window", "is true (sliding-window attention)");
+  json_t *w = json_object_get(h->cfg, "sliding_window");
+  if (!strcmp(h->family, "mixtral") && w && !json_is_null(w))
+    return unsupported(h, "sliding_window", mem_printf(h->m, "is %s (model_type mixtral applies a sliding-window "
+                       "attention whenever it is set; null turns it off)", json_is_integer(w) ?
+                       mem_printf(h->m, "%lld", (long long)json_integer_value(w)) : "set"));
+  json_t *types = json_object_get(h->cfg, "layer_types"), *t;
+  size_t i;
+  if (types && json_is_array(types))
+    json_array_foreach(types, i, t)
+      if (!json_is_string(t) || strcmp(json_string_value(t), "full_attention") != 0)
+        return unsupported(h, "layer_types", mem_printf(h->m, "has '%s' at layer %zu (only full_attention layers can "
+                           "be said in a spec)", json_is_string(t) ? json_string_value(t) : "?", i));
   if (set_field(h, "clip_qkv")) return unsupported(h, "clip_qkv", "is set (q, k, v clamped)");
+  if (abias)
+    return unsupported(h, "attention_bias", "is true (biases on q_proj, k_proj, v_proj and o_proj only; mtc's "
+                       "model.bias puts biases on every linear and norm, another model)");
+  if (mbias)
+    return unsupported(h, "mlp_bias", "is true (biases on gate_proj, up_proj and down_proj only; mtc's model.bias "
+                       "puts biases on every linear and norm, another model)");
   return true;
+}
+
+/* top_k routed experts of experts: 1 <= top_k <= experts, or an error at num_experts_per_tok. */
+static bool topk_fits(Hf *h, int64_t topk, int64_t experts, const char *experts_key) {
+  if (topk <= experts) return true;
+  return diag_error(h->d, key_loc(h, "num_experts_per_tok"), "\"num_experts_per_tok\" is %lld, more than %s %lld; "
+                    "expected 1 to %lld experts per token", (long long)topk, experts_key, (long long)experts,
+                    (long long)experts);
 }
 
 /* rope_scaling (transformers' modeling_rope_utils.py): llama3 and yarn become model.rope_scaling
@@ -216,15 +249,13 @@ static bool attention_gqa(Hf *h, int64_t hidden, const char *qk_norm) {
 
 static bool common(Hf *h, int64_t *hidden, int64_t *layers) {
   int64_t vocab;
-  bool tie, abias, mbias;
+  bool tie;
   if (!get_int(h, "hidden_size", true, 1, hidden) || !get_int(h, "num_hidden_layers", true, 1, layers) ||
-      !get_int(h, "vocab_size", true, 1, &vocab) || !gated_silu(h) || !get_bool(h, "tie_word_embeddings", &tie) ||
-      !get_bool(h, "attention_bias", &abias) || !get_bool(h, "mlp_bias", &mbias))
+      !get_int(h, "vocab_size", true, 1, &vocab) || !gated_silu(h) || !get_bool(h, "tie_word_embeddings", &tie))
     return false;
   emit(h, "model:\n  layers: %lld\n  hidden: %lld\n  vocab: %lld\n", (long long)*layers, (long long)*hidden,
        (long long)vocab);
   if (tie) emit(h, "  tie_embeddings: true\n");
-  if (abias || mbias) emit(h, "  bias: true\n");
   json_t *eps = json_object_get(h->cfg, "rms_norm_eps");
   if (eps && json_is_number(eps)) emit(h, "  norm_eps: %.9g\n", json_number_value(eps));
   return refuse_common(h) && rope_scaling(h);
@@ -244,7 +275,7 @@ static bool mixtral(Hf *h) {
   int64_t hidden, layers, inter, experts, topk;
   if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, NULL) ||
       !get_int(h, "intermediate_size", true, 1, &inter) || !get_int(h, "num_local_experts", true, 1, &experts) ||
-      !get_int(h, "num_experts_per_tok", true, 1, &topk))
+      !get_int(h, "num_experts_per_tok", true, 1, &topk) || !topk_fits(h, topk, experts, "num_local_experts"))
     return false;
   emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    expert_intermediate: %lld\n", (long long)experts,
        (long long)topk, (long long)inter);
@@ -257,7 +288,7 @@ static bool olmoe(Hf *h) {
   int64_t hidden, layers, inter, experts, topk;
   if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, "full") ||
       !get_int(h, "intermediate_size", true, 1, &inter) || !get_int(h, "num_experts", true, 1, &experts) ||
-      !get_int(h, "num_experts_per_tok", true, 1, &topk))
+      !get_int(h, "num_experts_per_tok", true, 1, &topk) || !topk_fits(h, topk, experts, "num_experts"))
     return false;
   emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    expert_intermediate: %lld\n", (long long)experts,
        (long long)topk, (long long)inter);
@@ -271,7 +302,8 @@ static bool qwen_moe(Hf *h, bool qwen3) {
   if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, qwen3 ? "per_head" : NULL) ||
       !get_int(h, "num_experts", true, 1, &experts) || !get_int(h, "num_experts_per_tok", true, 1, &topk) ||
       !get_int(h, "moe_intermediate_size", true, 1, &moe_inter) || !get_int(h, "intermediate_size", true, 1, &inter) ||
-      !opt_int(h, "decoder_sparse_step", 1, 1, &step) || !opt_int(h, "shared_expert_intermediate_size", 0, 0, &shared))
+      !opt_int(h, "decoder_sparse_step", 1, 1, &step) || !opt_int(h, "shared_expert_intermediate_size", 0, 0, &shared) ||
+      !topk_fits(h, topk, experts, "num_experts"))
     return false;
   json_t *only = json_object_get(h->cfg, "mlp_only_layers");
   if (only && json_is_array(only) && json_array_size(only) > 0)
@@ -301,7 +333,8 @@ static bool deepseek_v3(Hf *h) {
       !get_int(h, "n_routed_experts", true, 1, &experts) || !get_int(h, "num_experts_per_tok", true, 1, &topk) ||
       !get_int(h, "moe_intermediate_size", true, 1, &moe_inter) || !get_int(h, "intermediate_size", true, 1, &inter) ||
       !opt_int(h, "q_lora_rank", 0, 0, &q_rank) || !opt_int(h, "n_shared_experts", 0, 0, &shared) ||
-      !opt_int(h, "first_k_dense_replace", 0, 0, &first) || !opt_int(h, "moe_layer_freq", 1, 1, &freq))
+      !opt_int(h, "first_k_dense_replace", 0, 0, &first) || !opt_int(h, "moe_layer_freq", 1, 1, &freq) ||
+      !topk_fits(h, topk, experts, "n_routed_experts"))
     return false;
   const char *score = get_str(h, "scoring_func", &ok), *topk_method = get_str(h, "topk_method", &ok);
   if (!ok) return false;
@@ -324,6 +357,13 @@ static bool deepseek_v3(Hf *h) {
   if (!opt_int(h, "n_group", 1, 1, &groups) || !opt_int(h, "topk_group", 1, 1, &topk_group) ||
       !get_real(h, "routed_scaling_factor", 1, &scale))
     return false;
+  if (experts % groups != 0)
+    return diag_error(h->d, key_loc(h, "n_group"), "\"n_group\" is %lld, which does not divide n_routed_experts "
+                      "%lld; expected a divisor (experts are routed in equal groups)", (long long)groups,
+                      (long long)experts);
+  if (topk_group > groups)
+    return diag_error(h->d, key_loc(h, "topk_group"), "\"topk_group\" is %lld, more than n_group %lld; expected 1 "
+                      "to %lld groups", (long long)topk_group, (long long)groups, (long long)groups);
   if (groups > 1) emit(h, "    n_group: %lld\n    topk_group: %lld\n", (long long)groups, (long long)topk_group);
   if (scale != 1) emit(h, "    routed_scaling_factor: %.9g\n", scale);
   return moe_conventions(h, true); /* DeepseekV3Config: norm_topk_prob true by default */

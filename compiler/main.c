@@ -183,7 +183,9 @@ static int run(Args *a) {
     char t[32], ac[32];
     units_fmt_count(t, sizeof t, (double)md->params_total);
     units_fmt_count(ac, sizeof ac, (double)md->params_active);
-    printf("%s: ok (%s: %d layers, %s parameters, %s active)\n", a->spec, s->name, md->nlayers, t, ac);
+    char shown[4400];
+    out_text(shown, sizeof shown, a->spec, false);
+    printf("%s: ok (%s: %d layers, %s parameters, %s active)\n", shown, s->name, md->nlayers, t, ac);
   } else if (strcmp(a->cmd, "explain") == 0) {
     Plan *p = plan_search(&mem, md);
     report_explain(stdout, p);
@@ -211,32 +213,46 @@ static int run(Args *a) {
     char *dir = a->out ? mem_strdup(&mem, a->out) : mem_printf(&mem, "generated/%s", s->name);
     json_t *j = report_json(md);
     report_plan_json(j, p, false);
+    char shown[4400]; /* dir as printed: no control bytes reach the terminal */
+    out_text(shown, sizeof shown, dir, false);
     bool ours = out_dir_prepare(&d, dir, a->force) && make_dirs(&d, dir); /* mtc may write here */
+    /* every output to FILE.tmp first, renamed all together once all are written: a failure to
+     * write any (a full disk) leaves every file of an earlier compile as it was */
+    out_batch_begin();
+    char *plan_tmp = mem_printf(&mem, "%s/plan.json.tmp", dir);
     bool ok = ours && report_write_json(&d, j, mem_printf(&mem, "%s/plan.json", dir)) &&
               write_text(&d, mem_printf(&mem, "%s/plan.txt", dir), p) &&
               emit_memory_svg(&d, p, mem_printf(&mem, "%s/memory.svg", dir)) &&
               emit_timeline(&d, p, mem_printf(&mem, "%s/timeline.json", dir)) &&
               emit_report_html(&d, p, mem_printf(&mem, "%s/report.html", dir));
     json_decref(j);
-    if (ok) report_summary(stdout, p);
-    if (ok) printf("wrote %s/plan.json, plan.txt, memory.svg, timeline.json and report.html%s\n", dir,
-                   p->feasible ? "" : " (no feasible plan: see plan.txt)");
     bool program = false;
     char hash[17];
     if (ok && p->feasible) {
       const char *base = strrchr(a->spec, '/') ? strrchr(a->spec, '/') + 1 : a->spec;
-      if (!out_hash_file(mem_printf(&mem, "%s/plan.json", dir), hash))
-        ok = diag_error(&d, (Loc){0}, "cannot read back %s/plan.json: %s", dir, strerror(errno));
+      if (!out_hash_file(plan_tmp, hash)) /* the new plan.json, not yet renamed */
+        ok = diag_error(&d, (Loc){0}, "cannot read back %s: %s", plan_tmp, strerror(errno));
       program = ok && emit_step(&mem, &d, p, dir, base, hash) && emit_program(&mem, &d, p, dir, base);
       ok = ok && program;
+    }
+    bool failed = !ours || out_batch_failed();
+    if (!out_batch_end(&d, !failed)) {
+      ok = program = false;
+      if (ours && d.msg) /* after the error: what it means for DIR */
+        d.msg = mem_printf(&mem, "%s  nothing in %s was changed: its files are those of the earlier compile, if any; "
+                           "expected room to write them (free disk space) and run the compile again\n", d.msg, dir);
+    } else {
+      report_summary(stdout, p);
+      printf("wrote %s/plan.json, plan.txt, memory.svg, timeline.json and report.html%s\n", shown,
+             p->feasible ? "" : " (no feasible plan: see plan.txt)");
       const char *note = program ? emit_program_note(&mem, p) : NULL;
       if (program) printf("wrote %s/step.h, step.c, train.c, kernels.cu, CMakeLists.txt and launch.sbatch; build with: "
-                          "mtc build %s\n%s", dir, dir, note ? note : "");
+                          "mtc build %s\n%s", shown, shown, note ? note : "");
+      /* no program written (infeasible, a model with no program yet): none of an earlier compile stays */
+      if (!program && out_remove_program(dir) > 0)
+        printf("removed the program an earlier compile wrote in %s (step.h, step.c, train.c, ..., build/train): "
+               "this plan has none\n", shown);
     }
-    /* no program written (infeasible, a model with no program yet, an error): none of an earlier compile stays */
-    if (ours && !program && out_remove_program(dir) > 0)
-      printf("removed the program an earlier compile wrote in %s (step.h, step.c, train.c, ..., build/train): "
-             "this plan has none\n", dir);
     if (!ok) status = EXIT_BAD_INPUT;
     else if (!p->feasible) status = EXIT_NO_PLAN;
   }

@@ -765,6 +765,14 @@ FILE *out_open(Diag *d, OutFile *o, const char *path);
 /* Checks, flushes, syncs and closes o, then renames it into place; false after a diagnostic
  * (the temporary file removed, the old file unchanged). */
 bool out_close(Diag *d, OutFile *o);
+/* A batch of outputs (one compile): between out_batch_begin and out_batch_end, out_close
+ * leaves each complete PATH.tmp in place; out_batch_end(commit) renames them all over their
+ * paths (true when all were), or (commit false) removes them, leaving every old file as it
+ * was. out_batch_failed: whether an out_open or out_close of the batch failed (a full disk, a
+ * path that may not be replaced). */
+void out_batch_begin(void);
+bool out_batch_failed(void);
+bool out_batch_end(Diag *d, bool commit);
 /* Accepts dir for compile output when it is missing, empty, or holds a plan.json of mtc's (an
  * earlier compile); any other non-empty directory is refused (false, a diagnostic naming a
  * file in it) unless force. */
@@ -789,6 +797,10 @@ char *out_c_string(Mem *m, const char *s);
  * backslashes and "??" as \ooo escapes, and a "*" before "/" as "*\", so it can neither end the
  * line nor the comment. */
 char *out_comment(Mem *m, const char *s);
+/* User text (a file name) for a terminal, plan.txt or a JSON string: control bytes as \ooo and
+ * '\' as \\, so no escape sequence or line break gets through; with ascii, bytes >= 0x80 too
+ * (for text that is not valid UTF-8). Into dst (n bytes, cut when longer). */
+void out_text(char *dst, size_t n, const char *s, bool ascii);
 
 /* ------------------------------------------------------------------ emit_step.c / emit_prog.c */
 

@@ -18,13 +18,46 @@
 const char *const out_program_files[] = {"step.h", "step.c", "train.c", "kernels.cu", "CMakeLists.txt",
                                          "launch.sbatch", NULL};
 
+/* A batch (out_batch_begin .. out_batch_end): the files closed, each PATH.tmp complete and
+ * synced, waiting to be renamed over PATH all together. */
+static struct {
+  bool on, failed;
+  int n, cap;
+  char **tmp, **path;
+} batch;
+
+void out_batch_begin(void) {
+  batch.on = true, batch.failed = false, batch.n = 0;
+}
+
+bool out_batch_failed(void) {
+  return batch.failed;
+}
+
+bool out_batch_end(Diag *d, bool commit) {
+  char err[4400];
+  bool ok = true;
+  for (int i = 0; i < batch.n; i++) {
+    if (commit && ok && rt_replace_commit(batch.tmp[i], batch.path[i], err, sizeof err) != 0)
+      ok = diag_error(d, (Loc){0}, "cannot write %s", err);
+    else if (!commit || !ok)
+      unlink(batch.tmp[i]);
+    free(batch.tmp[i]), free(batch.path[i]);
+  }
+  free(batch.tmp), free(batch.path);
+  batch.tmp = batch.path = NULL;
+  batch.on = false, batch.n = batch.cap = 0;
+  return commit && ok;
+}
+
 FILE *out_open(Diag *d, OutFile *o, const char *path) {
   char err[4400];
   o->path = path;
   o->f = NULL;
   int fd = rt_replace_begin(path, o->tmp, sizeof o->tmp, err, sizeof err);
-  if (fd < 0) return diag_error(d, (Loc){0}, "cannot write %s", err), NULL;
+  if (fd < 0) return batch.failed = true, diag_error(d, (Loc){0}, "cannot write %s", err), NULL;
   if (!(o->f = fdopen(fd, "w"))) {
+    batch.failed = true;
     diag_error(d, (Loc){0}, "cannot write %s: %s", o->tmp, strerror(errno));
     close(fd), unlink(o->tmp);
   }
@@ -39,7 +72,25 @@ bool out_close(Diag *d, OutFile *o) {
   o->f = NULL;
   if (!ok) {
     unlink(o->tmp);
+    batch.failed = true;
     return diag_error(d, (Loc){0}, "error writing '%s': %s; %s is unchanged", o->path, strerror(e ? e : EIO), o->path);
+  }
+  if (batch.on) { /* renamed by out_batch_end, with the others */
+    if (batch.n == batch.cap) {
+      int cap = batch.cap ? 2 * batch.cap : 16;
+      char **t = realloc(batch.tmp, sizeof *t * (size_t)cap), **p = t ? realloc(batch.path, sizeof *p * (size_t)cap) : NULL;
+      if (t) batch.tmp = t;
+      if (p) batch.path = p;
+      if (!t || !p) return unlink(o->tmp), batch.failed = true, diag_error(d, (Loc){0}, "out of memory");
+      batch.cap = cap;
+    }
+    batch.tmp[batch.n] = strdup(o->tmp), batch.path[batch.n] = strdup(o->path);
+    if (!batch.tmp[batch.n] || !batch.path[batch.n]) {
+      free(batch.tmp[batch.n]), free(batch.path[batch.n]), unlink(o->tmp), batch.failed = true;
+      return diag_error(d, (Loc){0}, "out of memory");
+    }
+    batch.n++;
+    return true;
   }
   if (rt_replace_commit(o->tmp, o->path, err, sizeof err) != 0) return diag_error(d, (Loc){0}, "cannot write %s", err);
   return true;
@@ -115,6 +166,17 @@ char *out_c_string(Mem *m, const char *s) {
   }
   *p = 0;
   return o;
+}
+
+void out_text(char *dst, size_t n, const char *s, bool ascii) {
+  size_t k = 0;
+  for (; *s && k + 5 < n; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c < 0x20 || c == 0x7f || (ascii && c >= 0x80)) k += (size_t)snprintf(dst + k, n - k, "\\%03o", c);
+    else if (c == '\\') dst[k++] = '\\', dst[k++] = '\\';
+    else dst[k++] = (char)c;
+  }
+  if (n) dst[k < n ? k : n - 1] = 0;
 }
 
 char *out_comment(Mem *m, const char *s) {

@@ -47,7 +47,9 @@ static void describe_model(FILE *out, const Model *md) {
 void report_text(FILE *out, const Model *md) {
   const Spec *s = md->spec;
   char a[64], b[64], c[64], e[64];
-  fprintf(out, "%s (%s)\n\n", s->name, shown_path(s->path));
+  char shown[4400];
+  out_text(shown, sizeof shown, shown_path(s->path), false);
+  fprintf(out, "%s (%s)\n\n", s->name, shown);
   describe_model(out, md);
 
   fprintf(out, "\nparameters          %19s %8s %19s\n", "total", "share", "active/token");
@@ -121,7 +123,11 @@ void *report_json(const Model *md) {
   const ModelSpec *ms = &s->model;
   json_t *root = json_object();
   json_object_set_new(root, "name", json_string(s->name));
-  json_object_set_new(root, "spec", json_string(shown_path(s->path)));
+  char shown[4400];
+  out_text(shown, sizeof shown, shown_path(s->path), false);
+  json_t *spec = json_string(shown); /* NULL when the name is not UTF-8: then its bytes as \ooo */
+  if (!spec) out_text(shown, sizeof shown, shown_path(s->path), true), spec = json_string(shown);
+  json_object_set_new(root, "spec", spec);
   json_object_set_new(root, "mtc_version", json_string(MTC_VERSION));
 
   json_t *m = json_object();

@@ -71,9 +71,16 @@ uint64_t rt_fnv1a(uint64_t h, const void *p, size_t n);
 /* The newest complete checkpoint under dir: writes its directory to out and returns its
  * step; 0 when there is none (or dir does not exist). */
 int64_t rt_ckpt_latest(const char *dir, char *out, size_t outlen);
-/* Retention (train --keep-checkpoints): removes every step-N directory under dir older than
- * the keep newest complete checkpoints (incomplete ones, left by a killed save, included; newer
- * ones stay). Returns how many it removed, or -1 with err set (what it could remove is gone). */
+/* The step of a checkpoint directory's name exactly as the trainer writes it ("step-%08lld":
+ * 8 digits or more, no sign, nothing else), or -1 for any other name. */
+long long rt_ckpt_step_of(const char *name);
+/* Retention (train --keep-checkpoints): removes the complete checkpoints of mtc's under dir
+ * older than the keep newest: a directory named step-%08lld (a real directory, never a symbolic
+ * link) with a manifest.json of format mtc-checkpoint-1 (a regular file). Of each, only the
+ * manifest, the shards it names (rank-NNNNN.bin, regular files) and their .tmp leftovers are
+ * unlinked, and the directory when it is then empty; anything else there stays (err names it).
+ * Incomplete directories (left by a killed save) and links stay. Returns how many it removed,
+ * or -1 with err set (what it could remove is gone). */
 int rt_ckpt_prune(const char *dir, int keep, char *err, size_t errlen);
 /* Reads the manifest of checkpoint directory path (DIR/step-N) and checks every field: ranges,
  * the layout, each group's full = shard x ranks, each tensor inside its group with rows x cols =
@@ -94,9 +101,8 @@ int rt_ckpt_read(RtCkpt *k, const char *name, int e, int64_t first, int64_t n, i
 
 /* Atomic replace of a file, shared by checkpoints and mtc export: write PATH.tmp, then rename
  * it over PATH. Only a regular file or a missing path is replaced; anything else (a device, a
- * FIFO, a directory, a socket, or a symlink to one) is refused before anything is written. A
- * symlink to a regular file is followed: the file it points to is replaced and the link stays
- * (a dangling link is refused).
+ * FIFO, a directory, a socket, a symbolic link to anything) is refused before anything is
+ * written: mtc never writes through a link (one into a checkpoint would replace a shard).
  * rt_replace_begin checks path and creates path.tmp (its name in tmp, tmplen bytes; a stale
  * regular file or symlink there is removed first) for writing: returns its descriptor, or -1
  * with "PATH: a character device; expected a regular file or a path that does not exist" in

@@ -174,13 +174,13 @@ int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, 
                  char *err, size_t errlen);
 /* Loads checkpoint directory path (saved under any layout) into this rank's master shards and
  * optimizer moments (in state, the state arena on the host; a group without a second moment
- * skips the checkpoint's); sets *step and *seed. Refuses a checkpoint of another optimizer, or one
- * whose tensors differ from the program's: one missing on either side (a checkpoint with more
+ * skips the checkpoint's); sets *step and *seed. Refuses a checkpoint of another model (the
+ * manifest's model is not this program's model name), of another optimizer, or one whose tensors differ from the program's: one missing on either side (a checkpoint with more
  * layers than the program is not cut), or of another shape or number of experts; err names the
  * tensor, both shapes and what to do. Collective; -1 on every rank if
  * any failed (a corrupt or truncated shard is named in err). */
 int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *state, const RtGroup *g,
-                 int ng, const RtTensor *t, int nt, const char *optimizer, char *err, size_t errlen);
+                 int ng, const RtTensor *t, int nt, const char *model, const char *optimizer, char *err, size_t errlen);
 
 /* The process's peak resident memory so far (VmHWM of /proc/self/status), bytes; -1 where
  * the kernel does not report it. */
@@ -205,18 +205,20 @@ typedef struct {
  * it does not fit. */
 int rt_metrics_line(char *b, size_t n, const RtStepMetrics *s);
 
-/* The metrics file of a run (rank 0's): path, its descriptor (opened O_APPEND) and its length. */
+/* The metrics file of a run (rank 0's): path, its descriptor (opened O_APPEND) and its length;
+ * replaced: the bytes of an earlier run's lines a new (not resumed) run emptied it of. */
 typedef struct {
   const char *path;
   int fd;
-  int64_t bytes;
+  int64_t bytes, replaced;
 } RtMetrics;
 
 /* Opens path for appending (created if missing): a regular file, or a character device such as
- * /dev/null; a FIFO, a directory or a socket is refused. In a regular file a cut last line (a
- * killed run's) is dropped, and with resume_step >= 0 (a run resumed from the checkpoint of
- * that step) so are the last lines whose step is past it, up to the first that is not. 0, or -1
- * with "PATH: why; expected ..." in err. */
+ * /dev/null; a FIFO, a directory, a socket or a symbolic link to nothing (which open would
+ * create wherever it points) is refused. A new run (resume_step < 0) empties a regular file (its
+ * lines are an earlier run's; m->replaced says how many bytes); a resumed run (from the
+ * checkpoint of step resume_step) drops a cut last line (a killed run's) and the last lines
+ * whose step is past it, up to the first that is not. 0, or -1 with "PATH: why; expected ..." in err. */
 int rt_metrics_open(RtMetrics *m, const char *path, int64_t resume_step, char *err, size_t errlen);
 /* Appends the line of s with one write(): it is in the file (the kernel's page cache) when this
  * returns 0. A failed or short write (disk full) removes what part of the line was written and

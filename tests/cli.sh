@@ -88,6 +88,9 @@ expect 0 '^\(no differences\)' "$mtc" diff generated/europa-1t/plan.json specs/e
 expect 0 '^model.params_total' "$mtc" diff generated/tiny-moe/plan.json generated/llama-3.1-8b/plan.json
 expect 2 'expected two plans or specs' "$mtc" diff specs/europa-1t.yaml
 expect 2 'not a plan.json' "$mtc" diff README.md.json specs/europa-1t.yaml
+# --set changes B's spec; with a plan.json as B it is refused, naming the option and the file (issue 16 item 13)
+expect 2 '^mtc: error: --set training.seq_len=32768: B \(generated/europa-1t/plan.json\) is a plan.json, which --set cannot change' \
+  "$mtc" diff specs/europa-1t.yaml generated/europa-1t/plan.json --set training.seq_len=32768
 # compile writes plan.json and plan.txt to -o DIR
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 expect 0 "wrote $tmp/out/x/plan.json" "$mtc" compile specs/tiny-moe.yaml -o "$tmp/out/x"

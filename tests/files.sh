@@ -2,25 +2,35 @@
 # What mtc does to files it is handed (issue 16, items 1 and 5), on one small checkpoint:
 #   replace   mtc export and a checkpoint save replace only a regular file or a missing path:
 #             a character device (mknod, in a temporary directory: never the real /dev), a FIFO,
-#             a directory and a symlink to a device are refused (exit 2, naming the path) and
-#             stay what they were
-#   manifest  copies of the checkpoint, each with one manifest field corrupted, are refused by
-#             mtc export (exit 2, naming manifest.json and the field) and by a resume (exit 2),
-#             never a crash
+#             a directory and a symlink (to a device, to a file, into a checkpoint) are refused
+#             (exit 2, naming the path) and stay what they were; export never writes into a
+#             checkpoint directory
+#   manifest  copies of the checkpoint, each with one manifest field corrupted (overlapping
+#             tensors and an empty tensor list among them), are refused by mtc export (exit 2,
+#             naming manifest.json, the field and the tensor) and by a resume (exit 2), never a
+#             crash; a resume refuses another model's checkpoint, naming both models
 #   model     the 4-layer checkpoint resumed by a 3-layer and by a 5-layer program: refused
 #             (exit 2), naming the tensor, what the checkpoint has and what the program expects
 #   crash     (items 4 and 13) a run killed mid-save and resumed leaves a metrics file equal to
 #             an uninterrupted run's (the lines past the checkpoint and a cut last line dropped);
 #             a save that fails (RLIMIT_FSIZE: "File too large") exits 1 naming the shard and
 #             leaves no step directory, shard or .tmp file; a metrics write that fails exits 1
-#             at once leaving whole lines; a FIFO as --data or --metrics is refused, not waited on
+#             at once; a FIFO as --data or --metrics is refused, not waited on; a new run empties
+#             an earlier run's metrics file (saying so); a --metrics link to nothing is refused
+#             and nothing is created where it points
+#   prune     --keep-checkpoints removes only complete checkpoints of mtc's (step-%08d, a real
+#             directory, a manifest): never through a link named step-N, nor a directory without
+#             a manifest, nor a name of another form, nor a file of the user's in one (warned);
+#             a save never writes through a link named step-N
 #   names     a spec file name holding a newline + a CMake command, a quote, $(...), backticks,
 #             "*", "??" and <script> is escaped in every generated file: the program builds,
-#             nothing it names runs, step.h's SPEC_FILE is the name, report.html has no tag
+#             nothing it names runs, step.h's SPEC_FILE is the name, report.html has no tag;
+#             plan.txt, mtc check and compile's output show control bytes as \ooo, on one line
 #   dirs      compile refuses a non-empty directory it did not write (--force overrides); a
 #             recompile that writes no program removes the old one; mtc build refuses a program
 #             that is not its plan.json's; a compile output that cannot be replaced (a FIFO) is
-#             refused and stays
+#             refused and stays; a recompile on a full disk (RLIMIT_FSIZE) leaves every file of
+#             the earlier compile as it was, and no .tmp
 #   usage: files.sh MTC SOURCE_DIR
 set -u
 mtc=$(realpath "$1"); src=$(realpath "$2")
@@ -60,8 +70,13 @@ else
 fi
 echo old >regular && "$mtc" export ck regular >/dev/null && [ "$(head -c 8 regular | od -An -tu8 | tr -d ' ')" -gt 0 ] ||
   die "export over a regular file"
-ln -s regular link-to-file && "$mtc" export ck link-to-file >/dev/null && [ -L link-to-file ] &&
-  [ "$(head -c 8 regular | od -An -tu8 | tr -d ' ')" -gt 0 ] || die "export over a symlink to a file: the link stays, its file is written"
+# a symlink is never written through: not to a file of the user's, not into a checkpoint (a shard)
+echo mine >mine && ln -s mine link-to-file && refused -L link-to-file && [ "$(cat mine)" = mine ] || die "export wrote through a link"
+cp ck/step-00000001/rank-00000.bin shard.orig && ln -s ck/step-00000001/rank-00000.bin link-to-shard &&
+  refused -L link-to-shard && cmp -s shard.orig ck/step-00000001/rank-00000.bin || die "export replaced a shard through a link"
+cp -r ck ckcopy && out=$("$mtc" export ck ckcopy/step-00000001/rank-00000.bin 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "is inside a checkpoint directory (ckcopy/step-00000001 holds a manifest.json)" &&
+  cmp -s shard.orig ckcopy/step-00000001/rank-00000.bin || die "export over another checkpoint's shard: exit $rc, $out"
 ln -s no-such-file dangling && refused -L dangling
 mkdir -p fifock/step-00000001 && mkfifo fifock/step-00000001/manifest.json
 out=$(timeout 10 "$mtc" export fifock/step-00000001 x.safetensors 2>&1); rc=$?
@@ -74,6 +89,29 @@ out=$(timeout 60 t1/build/train --data "$text" --checkpoint-dir ck2 2>&1); rc=$?
 [ $rc -ne 0 ] && [ $rc -lt 124 ] && echo "$out" | grep -q "rank-00000.bin: a FIFO; expected a regular file" &&
   [ -p ck2/step-00000001/rank-00000.bin ] || die "checkpoint save over a FIFO: exit $rc, $out"
 [ $fail -eq 0 ] && echo "ok: export and checkpoints replace only regular files"
+
+# ---- prune: --keep-checkpoints removes only checkpoints mtc wrote, never through a link
+prev=$fail; fail=0
+mkdir -p ckP/step-00000000 ckP/step-00000002 && echo mine >ckP/step-00000000/keep.txt && echo mine >ckP/step-00000002/notes.txt
+cp -r "$ck" victim && ln -s "$work/victim" ckP/step-00000001        # a link named as a checkpoint, to a copy of one
+mkdir -p ckP/step-1 && cp "$ck/manifest.json" ckP/step-1/ && echo mine >ckP/step-1/rank-00000.bin # not mtc's name
+out=$(timeout 120 t1/build/train --data "$text" --steps 4 --checkpoint-dir ckP --checkpoint-every 1 --keep-checkpoints 1 2>&1); rc=$?
+[ $rc -eq 0 ] || die "training with --keep-checkpoints 1: exit $rc, $out"
+[ -L ckP/step-00000001 ] && cmp -s victim/rank-00000.bin "$ck/rank-00000.bin" && cmp -s victim/manifest.json "$ck/manifest.json" ||
+  die "pruning followed the link step-00000001: $(ls -la victim)"
+[ "$(cat ckP/step-00000000/keep.txt)" = mine ] || die "pruning removed a directory without a manifest"
+[ "$(cat ckP/step-1/rank-00000.bin)" = mine ] && [ -f ckP/step-1/manifest.json ] || die "pruning removed step-1 (not mtc's name)"
+[ "$(ls ckP/step-00000002)" = notes.txt ] || die "pruning step 2: expected only the user's notes.txt to stay: $(ls ckP/step-00000002)"
+echo "$out" | grep -q "warning: --keep-checkpoints 1: ckP/step-00000002: removed the checkpoint's files, kept the directory: it also holds notes.txt" ||
+  die "no warning naming notes.txt: $out"
+[ ! -e ckP/step-00000003 ] && [ -f ckP/step-00000004/manifest.json ] || die "pruning: $(ls ckP)"
+# a checkpoint save never writes through a link named step-N
+rm -rf ckQ victim2 && mkdir ckQ victim2 && ln -s "$work/victim2" ckQ/step-00000001
+out=$(timeout 60 t1/build/train --data "$text" --steps 1 --checkpoint-dir ckQ 2>&1); rc=$?
+[ $rc -ne 0 ] && echo "$out" | grep -q "ckQ/step-00000001: a symbolic link; expected a directory mtc creates" &&
+  [ -z "$(ls victim2)" ] || die "a save through a link step-00000001: exit $rc, $out, $(ls victim2)"
+[ $fail -eq 0 ] && echo "ok: --keep-checkpoints removes only mtc's checkpoint files, never through a link"
+fail=$((fail | prev))
 
 # ---- names: a spec file name is data in every generated file (issue 16 item 2)
 prev=$fail; fail=0
@@ -92,6 +130,11 @@ grep '^#define SPEC_FILE ' p/step.h >spec_file.h
 printf '#include <stdio.h>\n#include "spec_file.h"\nint main(void) { fputs(SPEC_FILE, stdout); return 0; }\n' >spec_file.c
 cc -std=c11 spec_file.c -o spec_file && [ "$(./spec_file)" = "$weird" ] || die "SPEC_FILE is not the file name"
 grep -q '<script' p/report.html p/memory.svg && die "report.html or memory.svg holds the name's <script> unescaped"
+# control bytes of a name never reach a terminal or plan.txt raw: \ooo, one line
+head -1 p/plan.txt | grep -qF 'q"uote\012add_custom_target' || die "plan.txt's first line: $(head -2 p/plan.txt)"
+[ "$("$mtc" check "$weird" | wc -l)" -eq 1 ] && "$mtc" check "$weird" | grep -qF 'q"uote\012add' || die "mtc check prints the name raw"
+[ "$("$mtc" compile "$src/specs/tiny-moe.yaml" -o "$(printf 'o\033[31mut')" --set training.steps=1 | grep -c $'\033')" -eq 0 ] ||
+  die "compile printed an -o directory's escape byte raw"
 cd .. && [ $fail -eq 0 ] && echo "ok: a spec file name is escaped in C, CMake, shell, CUDA and HTML"
 fail=$((fail | prev))
 
@@ -130,6 +173,12 @@ rm -rf fifo-out && mkdir fifo-out && "$mtc" compile "$src/specs/tiny-moe.yaml" -
 out=$(timeout 20 "$mtc" compile "$src/specs/tiny-moe.yaml" -o fifo-out $small 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "fifo-out/step.c: a FIFO" && [ -p fifo-out/step.c ] &&
   [ -z "$(ls fifo-out | grep '\.tmp$')" ] || die "compile over a FIFO: exit $rc, $out"
+# a recompile on a full disk (files over 20 KiB refused: plan.json fits, step.c does not) changes nothing
+rm -rf full-out && "$mtc" compile "$src/specs/tiny-moe.yaml" -o full-out $small >/dev/null && cp -r full-out full-out.orig ||
+  die "compile full-out"
+out=$( (trap '' XFSZ; ulimit -f 20; "$mtc" compile "$src/specs/tiny-moe.yaml" -o full-out $small --set training.steps=2) 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "full-out/step.c.*File too large" && echo "$out" | grep -q "nothing in full-out was changed" &&
+  diff -r full-out.orig full-out >/dev/null || die "a recompile on a full disk: exit $rc, $out, $(diff -r full-out.orig full-out)"
 [ $fail -eq 0 ] && echo "ok: compile writes only empty or its own directories, atomically; build checks the plan"
 fail=$((fail | prev))
 
@@ -177,6 +226,14 @@ corrupt shard_bytes      'shards\[0\] bytes is'          "m['shards'][0]['bytes'
 corrupt shard_file       "shards\[0\] file is '../x'"    "m['shards'][0]['file'] = '../x'"
 corrupt header_step      'header does not match'         "m['step'] = 2"
 corrupt not_a_number     'groups\[0\] is malformed'      "m['groups'][0]['shard'] = 'many'"
+corrupt tensors_empty    'tensors is empty'              "m['tensors'] = []"
+corrupt overlap_dense    'q_proj.weight) has elements \[128, 16512) of group 1, which overlap tensors\[1\]' "dense['offset'] = 64"
+corrupt overlap_routed   'up_proj.weight) has elements \[262144, 524288) of group 2, which overlap' "routed['offset'] += 1"
+# a checkpoint of another model (its tensors the same) is refused by a resume, naming both models
+mkdir -p other && cp -r "$ck" other/ && sed -i 's/"model": "tiny-moe"/"model": "other-moe"/' other/step-00000001/manifest.json
+out=$(timeout 60 t1/build/train --data "$text" --checkpoint-dir other 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "^error: resuming from other/step-00000001: the checkpoint is of model 'other-moe' (its manifest.json), this program of model 'tiny-moe'; expected a checkpoint of this program's model" ||
+  die "a resume from another model's checkpoint: exit $rc, $out"
 [ $fail -eq 0 ] && echo "ok: corrupt manifests are refused by export and by resume, by file and field"
 
 # ---- model: a checkpoint of another number of layers is refused, plainly
@@ -210,13 +267,24 @@ out=$( (trap '' XFSZ; ulimit -f 20000; timeout 60 t1/build/train --data "$text" 
 [ $rc -eq 1 ] && echo "$out" | grep -q "error: saving the checkpoint of step 2: ckf/step-00000002/rank-00000.bin: File too large" &&
   [ ! -e ckf/step-00000002 ] && [ -z "$(find ckf -name '*.tmp')" ] && cmp -s ck/step-00000001/manifest.json ckf/step-00000001/manifest.json ||
   die "a failed save: exit $rc, $(ls -R ckf), $out"
-# a failing metrics write: exit 1 at once, the file keeps whole lines
-python3 -c "open('full.jsonl', 'w').write('{\"step\":0}\n' * (20480000 // 11 - 2))"
-size=$(stat -c %s full.jsonl)
-out=$( (trap '' XFSZ; ulimit -f 20000; timeout 60 t1/build/train --data "$text" --steps 3 --metrics full.jsonl) 2>&1); rc=$?
-[ $rc -eq 1 ] && echo "$out" | grep -q "error: --metrics full.jsonl: File too large (writing step 1)" &&
-  ! echo "$out" | grep -q "step     2/" && [ "$(stat -c %s full.jsonl)" -eq "$size" ] ||
-  die "a failed metrics write: exit $rc, size $(stat -c %s full.jsonl) (was $size), $out"
+# a failing metrics write (a full disk: a character device like /dev/full, made here with mknod):
+# exit 1 at once, at step 1
+if mknod fakefull c 1 7 2>/dev/null; then
+  out=$(timeout 60 t1/build/train --data "$text" --steps 3 --metrics fakefull 2>&1); rc=$?
+  [ $rc -eq 1 ] && echo "$out" | grep -q "error: --metrics fakefull: No space left on device (writing step 1)" &&
+    ! echo "$out" | grep -q "step     2/" && [ -c fakefull ] || die "a failed metrics write: exit $rc, $out"
+else
+  echo "skipped: mknod (not root): a metrics write to a full device"
+fi
+# a new run empties a metrics file of an earlier run's lines (saying so); a link to nothing is refused
+printf '{"step":1,"loss":9}\n{"step":2,"loss":9}\n{"step":3,"loss":9}\n' >old.jsonl
+out=$(t1/build/train --data "$text" --steps 2 --metrics old.jsonl 2>&1); rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -q "note: --metrics old.jsonl held 60 bytes of an earlier run; emptied" &&
+  [ "$(wc -l <old.jsonl)" -eq 2 ] && ! grep -q '"loss":9}' old.jsonl || die "a new run on an old metrics file: exit $rc, $out, $(cat old.jsonl)"
+ln -s "$work/made-by-link.jsonl" dangling.jsonl
+out=$(t1/build/train --data "$text" --steps 1 --metrics dangling.jsonl 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "dangling.jsonl -> $work/made-by-link.jsonl: a symbolic link to nothing" &&
+  [ ! -e made-by-link.jsonl ] && [ -L dangling.jsonl ] || die "--metrics a link to nothing: exit $rc, $out"
 # FIFOs: refused at once
 mkfifo data.fifo metrics.fifo
 out=$(timeout 20 t1/build/train --data data.fifo --steps 1 2>&1); rc=$?

@@ -76,6 +76,26 @@ expect_err "{$llama, \"tie_word_embeddings\": \"yes\"}" '"tie_word_embeddings" i
 expect_err "{$llama, \"hidden_size\": -64}" '"hidden_size" is -64; expected an integer >= 1'
 expect_err '{"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "intermediate_size": 8, "num_local_experts": 4, "num_experts_per_tok": 2, "hidden_act": "relu"}' "\"hidden_act\" is 'relu', but model_type 'mixtral' has gated MLPs"
 expect_err '[1]' 'not a JSON object'
+# biases on the attention or MLP projections only are not mtc's model.bias (every linear and norm): refused
+expect_err "{$llama,
+ \"attention_bias\": true}" 'bad.json:2:2: error: "attention_bias" is true (biases on q_proj, k_proj, v_proj and o_proj only'
+expect_err "{$llama, \"mlp_bias\": true}" '"mlp_bias" is true (biases on gate_proj, up_proj and down_proj only'
+expect_err '{"model_type": "olmoe", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "attention_bias": true}' '"attention_bias" is true'
+# sliding windows are never dropped: Mixtral's sliding_window, layer_types
+mixtral='"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "intermediate_size": 8, "num_local_experts": 4'
+expect_err "{$mixtral, \"num_experts_per_tok\": 2, \"sliding_window\": 4096}" '"sliding_window" is 4096 (model_type mixtral applies a sliding-window attention'
+printf '%s' "{$mixtral, \"num_experts_per_tok\": 2, \"sliding_window\": null}" >"$tmp/mx.json"
+"$mtc" import-hf "$tmp/mx.json" >/dev/null || { echo "FAIL: mixtral with sliding_window null"; fail=1; }
+expect_err "{$llama, \"layer_types\": [\"full_attention\", \"sliding_attention\"]}" '"layer_types" has .sliding_attention. at layer 1'
+# more experts per token than experts, or groups than n_group: refused at the field, with the file's line
+expect_err "{$mixtral,
+ \"num_experts_per_tok\": 5}" 'bad.json:2:2: error: "num_experts_per_tok" is 5, more than num_local_experts 4; expected 1 to 4'
+expect_err '{"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "num_experts": 4, "num_experts_per_tok": 8, "moe_intermediate_size": 8, "intermediate_size": 8}' '"num_experts_per_tok" is 8, more than num_experts 4'
+expect_err '{"model_type": "olmoe", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "num_experts": 2, "num_experts_per_tok": 3, "intermediate_size": 8}' '"num_experts_per_tok" is 3, more than num_experts 2'
+ds='"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "n_routed_experts": 8, "moe_intermediate_size": 8, "intermediate_size": 8'
+expect_err "{$ds, \"num_experts_per_tok\": 9}" '"num_experts_per_tok" is 9, more than n_routed_experts 8'
+expect_err "{$ds, \"num_experts_per_tok\": 2, \"n_group\": 4, \"topk_group\": 5}" '"topk_group" is 5, more than n_group 4'
+expect_err "{$ds, \"num_experts_per_tok\": 2, \"n_group\": 3}" '"n_group" is 3, which does not divide n_routed_experts 8'
 # the config's file name is data in the spec (a YAML comment), whatever it holds
 odd=$(printf '%s/a\nname: evil\n#.json' "$tmp"); cp tests/hf/llama-3.1-8b.json "$odd"
 "$mtc" import-hf "$odd" -o "$tmp/odd.yaml" && "$mtc" check "$tmp/odd.yaml" >/dev/null && ! grep -q '^name: evil' "$tmp/odd.yaml" ||

@@ -327,7 +327,7 @@ export)
   "$mtc" export "$work/ckX" "$work/model.safetensors" || die "mtc export"
   python3 "$src/tests/safetensors_check.py" "$work/ckX/step-00000003" "$work/model.safetensors" || die "exported tensors"
   out=$("$mtc" export "$work/ckX" "$work/ckX/step-00000003/rank-00000.bin" 2>&1); rc=$?
-  [ $rc -eq 2 ] && echo "$out" | grep -q "inside the checkpoint" || die "export into the checkpoint: $out"
+  [ $rc -eq 2 ] && echo "$out" | grep -q "inside a checkpoint directory" || die "export into the checkpoint: $out"
   out=$("$mtc" export "$work/no-such-dir" "$work/y.safetensors" 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q "no complete checkpoint here" || die "export of a missing checkpoint: $out"
   printf '\x42' | dd of="$work/ckX/step-00000003/rank-00000.bin" bs=1 seek=400 conv=notrunc status=none

@@ -189,8 +189,9 @@ static const char usage_text[] =
     "                         indexed dataset (PREFIX, PREFIX.idx or PREFIX.bin)\n"
     "  --steps N              stop after optimizer step N (default: the spec's training.steps,\n"
     "                         which the learning-rate schedule always spans)\n"
-    "  --metrics PATH         JSON lines appended per step (default metrics.jsonl); a resume\n"
-    "                         first drops the lines past its checkpoint's step\n"
+    "  --metrics PATH         JSON lines appended per step (default metrics.jsonl); a new run\n"
+    "                         empties the file, a resume first drops the lines past its\n"
+    "                         checkpoint's step\n"
     "  --seed S               initialization and data order (default 1; a resume keeps the\n"
     "                         checkpoint's)\n"
     "  --checkpoint-dir DIR   resume from the newest complete checkpoint there; save at the end\n"
@@ -607,7 +608,7 @@ int main(int argc, char **argv) {
     int64_t at = 0;
     uint64_t seed = a.seed;
     if (saved && rt_ckpt_load(path, &at, &seed, &c.comm, HOST(&c), step_groups, N_GROUPS, step_tensors, N_TENSORS,
-                              OPTIMIZER, err, sizeof err) != 0) {
+                              MODEL_NAME, OPTIMIZER, err, sizeof err) != 0) {
       if (rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
       status = 2;
       goto done;
@@ -655,6 +656,9 @@ int main(int argc, char **argv) {
   RtMetrics mf = {.fd = -1};
   int no_metrics = rank0 && rt_metrics_open(&mf, a.metrics, resumed, err, sizeof err) != 0;
   if (no_metrics) fprintf(stderr, "error: --metrics %s\n", err);
+  if (!no_metrics && mf.replaced)
+    printf("note: --metrics %s held %lld bytes of an earlier run; emptied, as this run starts at step 0 (a resumed "
+           "run keeps the lines up to its checkpoint)\n", a.metrics, (long long)mf.replaced);
   MPI_Bcast(&no_metrics, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (no_metrics) {
     status = 2;

@@ -157,6 +157,12 @@ int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, 
   if (c->rank == 0) {
     if ((mkdir(dir, 0777) != 0 && errno != EEXIST) || (mkdir(stepdir, 0777) != 0 && errno != EEXIST))
       bad = 1, snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", stepdir, strerror(errno));
+    struct stat ds; /* a step-N that is a link, or not a directory, is not written through */
+    if (!bad && lstat(stepdir, &ds) != 0)
+      bad = 1, snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", stepdir, strerror(errno));
+    else if (!bad && !S_ISDIR(ds.st_mode))
+      bad = 1, snprintf(err, errlen, "%s: %s; expected a directory mtc creates (remove or rename it)", stepdir,
+                        S_ISLNK(ds.st_mode) ? "a symbolic link" : "not a directory");
     sync_dir(dir);
     char man[1200];
     struct stat st;
@@ -201,11 +207,14 @@ static int by_name(const void *a, const void *b) {
 #define OTHER_MODEL "; expected a checkpoint of this program's model: resume with the spec it was trained with, " \
                     "or point --checkpoint-dir at another directory"
 
-/* The checkpoint holds exactly the tensors of this program (none missing, none more), each with
+/* The checkpoint is of this program's model (by name) and holds exactly the tensors of this program (none missing, none more), each with
  * the same shape and number of experts, and moments of the same optimizer. k's tensors are looked
  * up by name in a sorted index: n log n for a model of thousands of layers. */
-static int compatible(const RtCkpt *k, const RtTensor *t, int nt, int ep, const char *optimizer, char *err,
-                      size_t errlen) {
+static int compatible(const RtCkpt *k, const RtTensor *t, int nt, int ep, const char *model, const char *optimizer,
+                      char *err, size_t errlen) {
+  if (strcmp(k->model, model) != 0)
+    return snprintf(err, errlen, "the checkpoint is of model '%s' (its manifest.json), this program of model '%s'"
+                    OTHER_MODEL, k->model, model), -1;
   if (strcmp(k->optimizer, optimizer) != 0)
     return snprintf(err, errlen, "trained with %s, but this program uses %s; expected a checkpoint of the same "
                     "optimizer (its state would be misread)", k->optimizer, optimizer), -1;
@@ -244,11 +253,11 @@ static int compatible(const RtCkpt *k, const RtTensor *t, int nt, int ep, const 
 }
 
 int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *arena, const RtGroup *g,
-                 int ng, const RtTensor *t, int nt, const char *optimizer, char *err, size_t errlen) {
+                 int ng, const RtTensor *t, int nt, const char *model, const char *optimizer, char *err, size_t errlen) {
   RtCkpt k;
   (void)ng; /* the tensors name their groups */
   int bad = rt_ckpt_open(&k, path, err, errlen) != 0;
-  if (!bad) bad = compatible(&k, t, nt, c->ep, optimizer, err, errlen) != 0;
+  if (!bad) bad = compatible(&k, t, nt, c->ep, model, optimizer, err, errlen) != 0;
   double *buf = NULL;
   size_t cap = 0;
   for (int ti = 0; !bad && ti < nt; ti++) {

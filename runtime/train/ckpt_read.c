@@ -20,16 +20,21 @@ uint64_t rt_fnv1a(uint64_t h, const void *p, size_t n) {
   return h;
 }
 
+long long rt_ckpt_step_of(const char *name) {
+  if (strncmp(name, "step-", 5) != 0) return -1;
+  const char *p = name + 5;
+  size_t n = strspn(p, "0123456789");
+  if (n < 8 || n > 18 || p[n] || (n > 8 && p[0] == '0')) return -1;
+  return strtoll(p, NULL, 10);
+}
 int64_t rt_ckpt_latest(const char *dir, char *out, size_t outlen) {
   DIR *d = opendir(dir);
   if (!d) return 0;
   int64_t best = 0;
   struct dirent *de;
   while ((de = readdir(d))) {
-    char *end;
-    if (strncmp(de->d_name, "step-", 5) != 0) continue;
-    long long s = strtoll(de->d_name + 5, &end, 10);
-    if (*end || s <= best) continue;
+    long long s = rt_ckpt_step_of(de->d_name); /* only the names the trainer writes */
+    if (s < 0 || s <= best) continue;
     char man[2048];
     snprintf(man, sizeof man, "%s/%s/manifest.json", dir, de->d_name);
     struct stat st; /* incomplete (killed mid-save), or not a file: never opened (a FIFO would block) */
@@ -86,6 +91,51 @@ static int by_name(const void *a, const void *b) {
   return strcmp((*(const RtCkptTensor *const *)a)->name, (*(const RtCkptTensor *const *)b)->name);
 }
 
+/* A tensor's elements in its group: [lo, hi) of the group (flat), or of each shard's block
+ * (whole-expert shards: per experts of it in every block). */
+typedef struct {
+  int group, i;
+  int64_t lo, hi;
+} Span;
+
+static int by_place(const void *a, const void *b) {
+  const Span *x = a, *y = b;
+  if (x->group != y->group) return x->group < y->group ? -1 : 1;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* No two tensors share an element, and a group's tensors share one layout (all flat or all in
+ * whole-expert blocks). Each tensor is already inside its group (validate). */
+static int disjoint(const RtCkpt *k, const char *man, char *err, size_t n) {
+  if (k->ntensors < 1) return 0;
+  Span *s = malloc(sizeof *s * (size_t)k->ntensors);
+  if (!s) return bad(err, n, man, "tensors", "%s", "out of memory");
+  for (int i = 0; i < k->ntensors; i++) {
+    const RtCkptTensor *t = &k->tensors[i];
+    int64_t ne = t->per ? t->per : t->experts ? t->experts : 1;
+    s[i] = (Span){t->group, i, t->offset, t->offset + ne * t->count};
+  }
+  qsort(s, (size_t)k->ntensors, sizeof *s, by_place);
+  int status = 0;
+  for (int j = 1; j < k->ntensors && !status; j++) {
+    const Span *a = &s[j - 1], *b = &s[j];
+    if (a->group != b->group) continue;
+    const RtCkptTensor *ta = &k->tensors[a->i], *tb = &k->tensors[b->i];
+    char f[64];
+    snprintf(f, sizeof f, "tensors[%d]", b->i);
+    if ((ta->per > 0) != (tb->per > 0))
+      status = bad(err, n, man, f, "(%s) is %s, but tensors[%d] (%s) of the same group %d is %s; expected one layout "
+                   "per group", tb->name, tb->per ? "in whole-expert blocks (per)" : "flat", a->i, ta->name, a->group,
+                   ta->per ? "in whole-expert blocks (per)" : "flat");
+    else if (a->hi > b->lo)
+      status = bad(err, n, man, f, "(%s) has elements [%lld, %lld) of group %d, which overlap tensors[%d] (%s) at "
+                   "[%lld, %lld); expected each tensor its own elements (a corrupt or hand-edited manifest)", tb->name,
+                   (long long)b->lo, (long long)b->hi, b->group, a->i, ta->name, (long long)a->lo, (long long)a->hi);
+  }
+  free(s);
+  return status;
+}
+
 /* Checks every field of the parsed manifest k against the others and against the shard file
  * layout the writer uses (ckpt.c): the layout's ranks, each group's full = shard x its ranks,
  * each tensor inside its group with rows x cols = count, unique names, every shard's size the
@@ -108,6 +158,9 @@ static int validate(const RtCkpt *k, const char *man, char *err, size_t n) {
     if (g->shard > (MAX_ELEMS * 16 - bytes) / per) return bad(err, n, man, f, "makes the shard files too large");
     bytes += g->shard * per;
   }
+  if (k->ngroups < 1 || k->ntensors < 1)
+    return bad(err, n, man, k->ngroups < 1 ? "groups" : "tensors", "%s", "is empty; expected the model's parameters "
+               "(a corrupt or hand-edited manifest)");
   RtCkptTensor **sorted = malloc(sizeof *sorted * ((size_t)k->ntensors + 1));
   if (!sorted) return bad(err, n, man, "tensors", "%s", "out of memory");
   int status = 0;
@@ -149,6 +202,7 @@ static int validate(const RtCkpt *k, const char *man, char *err, size_t n) {
         status = bad(err, n, man, "tensors", "name '%s' twice; expected each tensor once", sorted[i]->name);
   }
   free(sorted);
+  if (!status) status = disjoint(k, man, err, n);
   for (int i = 0; i < k->nshards && !status; i++) {
     char f[64], path[1200];
     struct stat st;
@@ -388,54 +442,32 @@ static const char *file_kind(mode_t mode) {
   return "not a regular file";
 }
 
-/* 0 when path is missing or a regular file (following symlinks), else -1 with err set. */
+/* 0 when path is missing or a regular file, else -1 with err set. A symbolic link is refused,
+ * whatever it points to: mtc writes only the path it is given, never a file a link there names
+ * (a link into a checkpoint would otherwise have a shard replaced). */
 static int replaceable(const char *path, char *err, size_t errlen) {
   struct stat st;
-  if (stat(path, &st) != 0) {
-    if (errno == ENOENT) return 0; /* missing (links are resolved first: target_of) */
+  if (lstat(path, &st) != 0) {
+    if (errno == ENOENT) return 0;
     return snprintf(err, errlen, "%s: %s; expected a regular file or a path that does not exist", path,
                     strerror(errno)), -1;
   }
   if (S_ISREG(st.st_mode)) return 0;
+  if (S_ISLNK(st.st_mode)) {
+    char target[1024];
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    target[n > 0 ? n : 0] = 0;
+    return snprintf(err, errlen, "%s -> %s: a symbolic link; expected a regular file or a path that does not exist "
+                    "(mtc does not write through links: remove the link, or name the file itself)", path, target), -1;
+  }
   return snprintf(err, errlen, "%s: %s; expected a regular file or a path that does not exist (mtc replaces "
                   "only those)", path, file_kind(st.st_mode)), -1;
 }
 
-/* The file a replace of path writes: path itself, or the file a symbolic link there points to
- * (the link stays a link); a dangling link is refused. 0, or -1 with err set. */
-static int target_of(const char *path, char *out, size_t outlen, char *err, size_t errlen) {
-  struct stat st;
-  if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
-    char *r = realpath(path, NULL);
-    if (!r)
-      return snprintf(err, errlen, "%s: a symbolic link to nothing (%s); expected a regular file or a path that "
-                      "does not exist", path, strerror(errno)), -1;
-    int n = snprintf(out, outlen, "%s", r);
-    free(r);
-    if (n < 0 || (size_t)n >= outlen) return snprintf(err, errlen, "%s: path too long", path), -1;
-    return 0;
-  }
-  if ((size_t)snprintf(out, outlen, "%s", path) >= outlen) return snprintf(err, errlen, "%s: path too long", path), -1;
-  return 0;
-}
-
-/* replaceable() of real, the file path resolves to; a message names the link too. */
-static int replaceable_as(const char *path, const char *real, char *err, size_t errlen) {
-  if (replaceable(real, err, errlen) == 0) return 0;
-  if (strcmp(path, real) != 0 && errlen) {
-    char m[1024];
-    snprintf(m, sizeof m, "%s", err);
-    snprintf(err, errlen, "%s -> %s", path, m);
-  }
-  return -1;
-}
-
 int rt_replace_begin(const char *path, char *tmp, size_t tmplen, char *err, size_t errlen) {
-  char real[4096];
-  if (target_of(path, real, sizeof real, err, errlen) != 0) return -1;
-  if ((size_t)snprintf(tmp, tmplen, "%s.tmp", real) >= tmplen)
+  if ((size_t)snprintf(tmp, tmplen, "%s.tmp", path) >= tmplen)
     return snprintf(err, errlen, "%s: path too long", path), -1;
-  if (replaceable_as(path, real, err, errlen) != 0) return -1;
+  if (replaceable(path, err, errlen) != 0) return -1;
   struct stat st; /* the temporary itself: a leftover file or link goes, anything else stays */
   if (lstat(tmp, &st) == 0) {
     if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
@@ -449,11 +481,9 @@ int rt_replace_begin(const char *path, char *tmp, size_t tmplen, char *err, size
 }
 
 int rt_replace_commit(const char *tmp, const char *path, char *err, size_t errlen) {
-  char real[4096];
-  if (target_of(path, real, sizeof real, err, errlen) != 0 || replaceable_as(path, real, err, errlen) != 0)
-    return unlink(tmp), -1;
-  if (rename(tmp, real) != 0) {
-    snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, real, strerror(errno));
+  if (replaceable(path, err, errlen) != 0) return unlink(tmp), -1;
+  if (rename(tmp, path) != 0) {
+    snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
     unlink(tmp);
     return -1;
   }

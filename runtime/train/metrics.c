@@ -1,7 +1,7 @@
 /* metrics.c — the metrics file of a training run (see mtrt_train.h): one JSON line per step,
  * each formatted whole and written with one write() on an O_APPEND descriptor, so a killed run
  * leaves whole lines (at most one cut last line, which the next open drops); a resumed run drops
- * the lines past its checkpoint's step first. No MPI: rank 0 calls these. */
+ * the lines past its checkpoint's step first, a new run empties the file. No MPI: rank 0 calls these. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -43,6 +43,12 @@ static int trim(RtMetrics *m, int64_t resume_step, char *err, size_t errlen) {
   if (fstat(m->fd, &st) != 0) return snprintf(err, errlen, "%s: %s", m->path, strerror(errno)), -1;
   m->bytes = st.st_size;
   if (!S_ISREG(st.st_mode)) return 0; /* a character device (/dev/null): nothing to trim */
+  if (resume_step < 0) { /* a new run: the lines there are an earlier run's */
+    if (st.st_size > 0 && ftruncate(m->fd, 0) != 0)
+      return snprintf(err, errlen, "%s: cannot empty it for a new run: %s", m->path, strerror(errno)), -1;
+    m->replaced = st.st_size, m->bytes = 0;
+    return 0;
+  }
   off_t keep = line_start(m->fd, st.st_size); /* a last line without its '\n' was cut */
   while (keep > 0 && resume_step >= 0) {
     off_t at = line_start(m->fd, keep - 1);
@@ -59,12 +65,21 @@ static int trim(RtMetrics *m, int64_t resume_step, char *err, size_t errlen) {
 
 int rt_metrics_open(RtMetrics *m, const char *path, int64_t resume_step, char *err, size_t errlen) {
   *m = (RtMetrics){.fd = -1, .path = path};
-  struct stat st; /* a FIFO would block the open (and a reader would get cut lines) */
+  struct stat st, lst; /* a FIFO would block the open (and a reader would get cut lines) */
+  int flags = O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC;
+  if (lstat(path, &lst) != 0) flags |= O_EXCL | O_NOFOLLOW; /* missing: created here, never through a link */
+  else if (S_ISLNK(lst.st_mode) && stat(path, &st) != 0) {
+    char target[1024];
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    target[n > 0 ? n : 0] = 0;
+    return snprintf(err, errlen, "%s -> %s: a symbolic link to nothing; expected a regular file, a path that does not "
+                    "exist, or a link to an existing file (mtc does not create files through links)", path, target), -1;
+  }
   if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode))
     return snprintf(err, errlen, "%s: %s; expected a regular file, a path that does not exist, or a character "
                     "device such as /dev/null", path, S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory"
                     : "not a regular file"), -1;
-  m->fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  m->fd = open(path, flags, 0644);
   if (m->fd < 0) return snprintf(err, errlen, "%s: %s; expected a writable file path", path, strerror(errno)), -1;
   if (trim(m, resume_step, err, errlen) != 0) {
     close(m->fd);
