@@ -124,9 +124,35 @@ static int64_t piece_len(int64_t r, int64_t S, int64_t a, int64_t n) {
   return hi > lo ? hi - lo : 0;
 }
 
+/* The cuda backend's Newton-Schulz batches (runtime/cuda/muon_cuda.c): the most any run of
+ * same-shaped matrices held whole in one shard (a shard's experts of one tensor) needs, b (2 n +
+ * 2 r² + 1) values (rt_cu_newton_schulz_work), so that each run is one batch of strided GEMMs. */
+static int64_t ns_batch_work(const Em *e, const EmGroup *G) {
+  int64_t S = G->shard, most = 0;
+  for (int i = G->first; i <= G->last; i++) {
+    const EmTensor *t = &e->tensors[i];
+    if (!t->muon) continue;
+    int64_t n = t->rows * t->cols, q = t->rows < t->cols ? t->rows : t->cols;
+    int ne = t->experts ? t->experts : 1;
+    for (int k = 0, b; k < ne; k += b) {
+      int64_t a = t->per ? t->offset + k / t->per * t->block + k % t->per * n : t->offset + k * n, lo = a / S * S;
+      b = 1;
+      if (a + n > lo + S) continue; /* split over shards: gathered to its owner, batch 1 */
+      for (; k + b < ne; b++) {
+        int64_t a2 = t->per ? t->offset + (k + b) / t->per * t->block + (k + b) % t->per * n : t->offset + (k + b) * n;
+        if (a2 != a + b * n || a2 + n > lo + S) break;
+      }
+      if (b * (2 * n + 2 * q * q + 1) > most) most = b * (2 * n + 2 * q * q + 1);
+    }
+  }
+  return most;
+}
+
 /* MUON_WORK: rt_muon_group_work's figure (runtime/optim/muon.c) of the neediest group: its shard
  * + the most one rank owns of the matrices that move (not whole in one shard) + 2 n + 2 n + 2 r²
- * of its largest matrix (gradient, update, Newton-Schulz's scratch). */
+ * of its largest matrix (gradient, update, Newton-Schulz's scratch); or, when more, its shard +
+ * the cuda backend's largest Newton-Schulz batch (ns_batch_work). The plan's
+ * workspace.newton_schulz item counts one matrix in bf16, not these fp32 batches. */
 static void muon_work(Em *e) {
   for (int g = 0; g < e->ngroups; g++) {
     const EmGroup *G = &e->groups[g];
@@ -147,7 +173,9 @@ static void muon_work(Em *e) {
       }
       if (owned > most) most = owned;
     }
+    int64_t batch = ns_batch_work(e, G);
     if (ns && S + most + ns > e->muon_work) e->muon_work = S + most + ns;
+    if (ns && S + batch > e->muon_work) e->muon_work = S + batch;
   }
 }
 

@@ -88,6 +88,27 @@ void rt_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 void rt_cu_adamw_shard(float *param, float *m, float *v, const float *grad, const RtTensor *t, int nt, int g, int64_t lo,
                        int64_t hi, float grad_scale, const RtAdamW *h);
 double rt_cu_sum_squares(const float *g, size_t n);
+/* Muon on the device (muon_cuda.c). Newton-Schulz of a batch of same-shaped matrices, fp32
+ * with fp32 cuBLAS math (strided-batched GEMMs): out (batch × rows × cols, device, matrix i at
+ * i·rows·cols) = scale × the quintic iteration of rt_newton_schulz (mtrt_optim.h) on each of
+ * g (the same layout; out may be g). Singular values come out in about [0.7, 1.2] × scale.
+ * work: device, rt_cu_newton_schulz_work(batch, rows, cols) values (X, its copy, A = X Xᵀ and
+ * B per matrix, and the norms). Asynchronous on the stream; a cuBLAS error aborts the job. */
+void rt_cu_newton_schulz(float *out, const float *g, int batch, int rows, int cols, float scale, float *work);
+size_t rt_cu_newton_schulz_work(int batch, int rows, int cols);
+/* One Muon step of group g as rt_muon_group (mtrt_train.h), with the momentum, Newton-Schulz
+ * and update on the device: param, mom, grad are this rank's shard (S values; device memory,
+ * or a state arena in pinned host memory). Matrices whole in this shard (a layer's experts
+ * under whole-expert shards) are orthogonalized in batches of same-shaped neighbours, no
+ * communication; the others go through rt_muon_exchange (host MPI all-to-alls), each owner
+ * orthogonalizing its matrices on its GPU. dwork: device scratch of dwork_elems values (the
+ * arena's MUON_WORK): S for the Nesterov gradients, the rest for Newton-Schulz, whose batches
+ * are cut to fit it (at least one matrix and, for a gathered one, the matrix besides; else the
+ * job aborts). hwork: host, S + rt_muon_group_work values; counts: 5·ranks ints. Collective
+ * over comm when a matrix of the group moves. */
+void rt_cu_muon_group(MPI_Comm comm, int ranks, float *param, float *mom, const float *grad, const RtTensor *t, int nt,
+                      int g, int64_t S, float grad_scale, const RtMuon *h, float *dwork, size_t dwork_elems,
+                      float *hwork, int *counts, RtMuonStats *st);
 /* buf (count fp32 values on the device) = Σ over the group's ranks, in place (NCCL). */
 void rt_cu_all_reduce(MPI_Comm comm, float *buf, size_t count);
 

@@ -109,6 +109,21 @@ void rt_muon_group(MPI_Comm comm, int ranks, real *param, float *mom, const real
  * owns of the moving matrices + 2·n + Newton-Schulz's work of the largest matrix. */
 size_t rt_muon_group_work(const RtTensor *t, int nt, int g, int64_t S, int ranks);
 
+/* Orthogonalizes one gathered Muon matrix for rt_muon_exchange: U (rows, cols, host) = the
+ * Newton-Schulz result of G (rows, cols, host), scaled by 0.2·sqrt(max(rows, cols)); ctx is the
+ * caller's. */
+typedef void (*RtMuonOrth)(real *U, const real *G, int rows, int cols, void *ctx);
+/* The exchange half of rt_muon_group for a backend that computes the momentum and updates
+ * elsewhere (the cuda backend): nest (S values, host) holds this rank's Nesterov gradients at
+ * shard indices; the pieces of the matrices that no one shard holds whole go to their owners
+ * in one MPI_Alltoallv, each owner calls orth on each of its matrices, and the updates come
+ * back in another into nest at the same indices (the pieces of matrices held whole, and the
+ * values of other tensors, are left as they are). work: rt_muon_group_work values (host);
+ * counts: 5·ranks ints. Returns false, with nothing sent, when every Muon matrix of the group
+ * lies whole in one shard (the same answer on every rank). Collective over comm then. */
+bool rt_muon_exchange(MPI_Comm comm, int ranks, real *nest, const RtTensor *t, int nt, int g, int64_t S,
+                      RtMuonOrth orth, void *ctx, real *work, int *counts, RtMuonStats *st);
+
 /* Sets shard (n = hi - lo elements: gathered indices [lo, hi) of group g) to the initial
  * values of the tensors there; padding is 0. Every value is a function of (seed, tensor name,
  * expert index, element index) only, so any layout starts from the same model. */

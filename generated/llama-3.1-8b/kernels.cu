@@ -587,6 +587,61 @@ extern "C" __global__ void sum_squares(double *out, const float *g, long n) {
   if (threadIdx.x == 0) atomicAdd(out, (double)s);
 }
 
+// ---- Muon on the device (runtime/cuda/muon_cuda.c), fp32 as runtime/optim/muon.c ----
+
+// Muon's Nesterov momentum on n values: g = grad · grad_scale, m ← mu m + g, out = g + mu m.
+extern "C" __global__ void muon_momentum(float *m, const float *grad, float *out, long n, float grad_scale, float mu) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float g = grad[i] * grad_scale;
+  m[i] = mu * m[i] + g;
+  out[i] = g + mu * m[i];
+}
+
+// Muon's update on n values: param ← param − lr (u + wd param).
+extern "C" __global__ void muon_apply(float *param, const float *u, long n, float lr, float wd) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float p = param[i];
+  param[i] = p - lr * (u[i] + wd * p);
+}
+
+// Newton-Schulz's normalization, one block of 256 threads per matrix (grid: batch): inv[b] =
+// 1 / (||g_b||_F + 1e-7) of the b-th matrix of n values, the sum in double as the host's.
+extern "C" __global__ void __launch_bounds__(256) ns_inv_norm(float *inv, const float *g, long n) {
+  __shared__ double part[256];
+  const float *x = g + (size_t)blockIdx.x * n;
+  double s = 0;
+  for (long i = threadIdx.x; i < n; i += blockDim.x) s += (double)x[i] * (double)x[i];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) inv[blockIdx.x] = (float)(1.0 / (sqrt(part[0]) + 1e-7));
+}
+
+// x_b = g_b · inv[b] for matrix b = blockIdx.y of (rows, cols), stored transposed (cols, rows)
+// when tr (so that X is (r, k), r <= k); grid.x covers rows · cols.
+extern "C" __global__ void ns_prep(float *x, const float *g, const float *inv, int rows, int cols, int tr) {
+  long n = (long)rows * cols, i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  size_t b = blockIdx.y;
+  float v = g[b * n + i] * inv[b];
+  if (tr) x[b * n + (long)(i % cols) * rows + i / cols] = v;
+  else x[b * n + i] = v;
+}
+
+// out_b (rows, cols) = scale · X_b, X_b read transposed when tr; the inverse of ns_prep's layout.
+extern "C" __global__ void ns_finish(float *out, const float *x, int rows, int cols, int tr, float scale) {
+  long n = (long)rows * cols, i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  size_t b = blockIdx.y;
+  float v = tr ? x[b * n + (long)(i % cols) * rows + i / cols] : x[b * n + i];
+  out[b * n + i] = v * scale;
+}
+
 // Cross-entropy over one vocabulary chunk of `cols` logits (fp32, from cuBLAS; cols <=
 // VOCAB_CHUNK, less for a last partial chunk) starting at column `first`: an online log-sum-exp
 // per row merged into (mx, sum) across chunks (mx starts at -inf, sum at 0), and the target's

@@ -12,7 +12,7 @@
  * its state arena (master shards, gradients, moments) where the plan keeps the optimizer state:
  * in pinned host memory that the GPU reads and writes over C2C (the host reads it directly for
  * initialization and checkpoints), or on the GPU with a host mirror for those. The optimizer
- * step runs where the plan says (Muon's Newton-Schulz on the host for now).
+ * step runs where the plan says (Muon too: its Newton-Schulz on the GPU, cuBLAS batched GEMMs).
  * With --checkpoint-dir, a run resumes from the newest complete checkpoint there and saves
  * every K steps and at the end; --steps counts from the start of training. A step whose loss
  * or gradient norm is not finite is skipped (no update); K consecutive skips (default 5) save
@@ -64,9 +64,10 @@ static void tokens_to_device(RtCtx *c) {
 #define ADAMW_SHARD rt_cu_adamw_shard
 #define SUM_SQUARES rt_cu_sum_squares
 #define GRAD_ALL_REDUCE rt_cu_all_reduce
-/* Muon runs on the host (Grace, on GH200), as the cpu backend runs it, until its Newton-Schulz
- * runs on the GPU: with the state on the GPU, gradients come down and master weights go up */
-#define OPT_ON_HOST (OPT_STEP_ON_HOST || strcmp(OPTIMIZER, "muon") == 0)
+/* The optimizer step on the host (Grace, on GH200) only where the plan puts it there: with the
+ * state on the GPU, gradients come down and master weights go up. Muon's Newton-Schulz runs
+ * where the step runs (rt_cu_muon_group on the GPU). */
+#define OPT_ON_HOST OPT_STEP_ON_HOST
 #else
 #define OPT_ON_HOST 0
 #define HOST(c) ((c)->state)
@@ -142,6 +143,17 @@ static RtCudaConfig cuda_config(void) {
 }
 #endif
 
+#if defined(MTC_BACKEND_CUDA) && defined(MUON_WORK)
+/* Muon on the GPU: the host scratch of rt_cu_muon_group's exchange (a shard's Nesterov
+ * gradients, then the all-to-all buffers as MUON_WORK sizes them) */
+static int64_t muon_host_elems(void) {
+  int64_t most = 0;
+  for (int g = 0; g < N_GROUPS; g++)
+    if (step_groups[g].shard > most) most = step_groups[g].shard;
+  return OPT_ON_HOST ? 0 : (int64_t)MUON_WORK_ELEMS + most;
+}
+#endif
+
 static Footprint footprint(void) {
   const int64_t R = (int64_t)sizeof(real), state = (int64_t)STATE_ELEMS * R;
   const int64_t acts = (int64_t)ACT_ELEMS * (int64_t)sizeof(act);
@@ -157,6 +169,7 @@ static Footprint footprint(void) {
   f.host += (int64_t)scratch_host + (STATE_ON_HOST ? 0 : state);
 #ifdef MUON_WORK
   if (OPT_ON_HOST) f.host += (int64_t)MUON_WORK_ELEMS * (int64_t)sizeof(real);
+  f.host += muon_host_elems() * (int64_t)sizeof(real);
 #endif
 #endif
   return f;
@@ -561,6 +574,10 @@ int main(int argc, char **argv) {
   int *muon_counts = calloc(5 * PLAN_FSDP, sizeof(int)); /* Muon's all-to-all counts, displacements */
 #ifdef MUON_WORK /* Muon's scratch: in the arena, or on the host beside the optimizer state */
   real *muon_work = OPT_ON_HOST ? malloc((size_t)MUON_WORK_ELEMS * sizeof(real)) : c.arena + MUON_WORK;
+#ifdef MTC_BACKEND_CUDA
+  real *muon_host = muon_host_elems() ? malloc((size_t)muon_host_elems() * sizeof(real)) : NULL;
+  if (muon_host_elems() && !muon_host) muon_work = NULL;
+#endif
   if (!muon_work || !muon_counts) {
     fprintf(stderr, "error: rank %d: no host memory for Muon's scratch\n", c.comm.rank);
     status = 2;
@@ -715,9 +732,17 @@ int main(int argc, char **argv) {
        * all-to-all there and one back per group) */
       RtMuon muon = {lr, (float)WEIGHT_DECAY, 0.95f};
       int fsdp_group = G->comm == RT_GROUP_FSDP;
-      rt_muon_group(fsdp_group ? c.comm.fsdp_comm : c.comm.shard_comm, fsdp_group ? PLAN_FSDP : PLAN_FSDP / PLAN_EP,
-                    opt + G->master, (float *)(opt + G->adam_m), opt + G->grad, step_tensors, N_TENSORS, g, G->shard,
-                    scale, &muon, muon_work, muon_counts, NULL);
+      MPI_Comm muon_comm = fsdp_group ? c.comm.fsdp_comm : c.comm.shard_comm;
+      int muon_ranks = fsdp_group ? PLAN_FSDP : PLAN_FSDP / PLAN_EP;
+#ifdef MTC_BACKEND_CUDA
+      if (!OPT_ON_HOST) /* on the GPU: Newton-Schulz in cuBLAS batches, the device scratch MUON_WORK */
+        rt_cu_muon_group(muon_comm, muon_ranks, opt + G->master, (float *)(opt + G->adam_m), opt + G->grad,
+                         step_tensors, N_TENSORS, g, G->shard, scale, &muon, muon_work, (size_t)MUON_WORK_ELEMS,
+                         muon_host, muon_counts, NULL);
+      else
+#endif
+        rt_muon_group(muon_comm, muon_ranks, opt + G->master, (float *)(opt + G->adam_m), opt + G->grad, step_tensors,
+                      N_TENSORS, g, G->shard, scale, &muon, muon_work, muon_counts, NULL);
 #endif
       if (OPT_ON_HOST) to_device(&c, G->master, G->shard);
     }
@@ -817,6 +842,9 @@ done:
   free(muon_counts);
 #ifdef MUON_WORK
   if (OPT_ON_HOST) free(muon_work);
+#ifdef MTC_BACKEND_CUDA
+  free(muon_host);
+#endif
 #endif
 #ifdef MTC_BACKEND_CUDA
   rt_cuda_free(c.arena);

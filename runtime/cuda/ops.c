@@ -24,7 +24,8 @@ static const char *const kernel_names[K_COUNT] = {
     "router_weights", "router_weights_backward", "qk_norm_forward", "qk_norm_backward", "rope_llama3",
     "sigmoid_gate_forward", "sigmoid_gate_backward", "router_topk_grouped",
     "rope_yarn", "position_forward", "position_backward", "layernorm_forward", "layernorm_backward",
-    "bias_forward", "bias_backward", "accumulate_f32"};
+    "bias_forward", "bias_backward", "accumulate_f32", "muon_momentum", "muon_apply", "ns_inv_norm", "ns_prep",
+    "ns_finish"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;

@@ -199,3 +199,62 @@ void rt_muon_group(MPI_Comm comm, int ranks, real *param, float *mom, const real
   }
   if (st) st->sent += sent, st->received += owned;
 }
+
+bool rt_muon_exchange(MPI_Comm comm, int ranks, real *nest, const RtTensor *t, int nt, int g, int64_t S,
+                      RtMuonOrth orth, void *ctx, real *work, int *counts, RtMuonStats *st) {
+  int me;
+  MPI_Comm_rank(comm, &me);
+  int *sc = counts, *sd = counts + ranks, *rc = counts + 2 * ranks, *rd = counts + 3 * ranks, *put = counts + 4 * ranks;
+  int64_t sent = 0, owned = 0, from, len, most = 0;
+  bool moving = false;
+  for (int r = 0; r < ranks; r++) sc[r] = rc[r] = put[r] = 0;
+  Mat m;
+  FOR_MATS(m) { /* the counts, as rt_muon_group's */
+    if (m.local) continue;
+    moving = true;
+    if (m.n > most) most = m.n;
+    piece(me, S, m.a, m.n, &from, &len);
+    sc[m.owner] += as_int(len);
+    sent += len;
+    for (int r = 0; m.owner == me && r < ranks; r++) {
+      piece(r, S, m.a, m.n, &from, &len);
+      rc[r] += as_int(len);
+      owned += len;
+    }
+  }
+  if (!moving) return false;
+  for (int r = 0, s = 0, q = 0; r < ranks; r++) sd[r] = s, rd[r] = q, s += sc[r], q += rc[r];
+  real *snd = work, *rcv = snd + sent, *G = rcv + owned, *U = G + most; /* work: as rt_muon_group's */
+  FOR_MATS(m) {
+    if (m.local) continue;
+    piece(me, S, m.a, m.n, &from, &len);
+    memcpy(snd + sd[m.owner] + put[m.owner], nest + (from - (int64_t)me * S), (size_t)len * sizeof(real));
+    put[m.owner] += (int)len;
+  }
+  RT_MPI_CHECK(MPI_Alltoallv(snd, sc, sd, MTRT_MPI_REAL, rcv, rc, rd, MTRT_MPI_REAL, comm));
+  for (int r = 0; r < ranks; r++) put[r] = 0;
+  FOR_MATS(m) { /* the owner's: assembled, orthogonalized, the update written back in place */
+    if (m.local || m.owner != me) continue;
+    for (int r = 0; r < ranks; r++) {
+      piece(r, S, m.a, m.n, &from, &len);
+      memcpy(G + (from - m.a), rcv + rd[r] + put[r], (size_t)len * sizeof(real));
+    }
+    orth(U, G, m.rows, m.cols, ctx);
+    for (int r = 0; r < ranks; r++) {
+      piece(r, S, m.a, m.n, &from, &len);
+      memcpy(rcv + rd[r] + put[r], U + (from - m.a), (size_t)len * sizeof(real));
+      put[r] += (int)len;
+    }
+    if (st) st->owned++;
+  }
+  RT_MPI_CHECK(MPI_Alltoallv(rcv, rc, rd, MTRT_MPI_REAL, snd, sc, sd, MTRT_MPI_REAL, comm));
+  for (int r = 0; r < ranks; r++) put[r] = 0;
+  FOR_MATS(m) {
+    if (m.local) continue;
+    piece(me, S, m.a, m.n, &from, &len);
+    memcpy(nest + (from - (int64_t)me * S), snd + sd[m.owner] + put[m.owner], (size_t)len * sizeof(real));
+    put[m.owner] += (int)len;
+  }
+  if (st) st->sent += sent, st->received += owned;
+  return true;
+}

@@ -1,7 +1,7 @@
 /* test_kernels.c — the cuda backend's ops against the cpu backend's, as a generated program
  * calls them: the mtrt_ops.h API over device pointers (runtime/cuda/ops.c, ops_moe.c: cuBLAS
  * GEMMs, the experts' grouped GEMMs, the kernels of templates/kernels.cu) and the device
- * optimizer (train_cuda.c), forward and backward on random inputs.
+ * optimizer (train_cuda.c, muon_cuda.c's Newton-Schulz), forward and backward on random inputs.
  *
  * The cuda runtime is set up as train.c does it: rt_cuda_setup with kernels.cu after a prelude
  * of the test's shapes, fp32 storage (ACT_FLOAT), as compiler/emit_prog.c writes it. Three
@@ -466,6 +466,81 @@ static void optimizer(void) {
   check_scalar("sum_squares", rt_cu_sum_squares(devf(g, NS), NS), rt_sum_squares(g, NS), 1e-5);
 }
 
+/* Eigenvalues of the symmetric n × n matrix a (destroyed) by cyclic Jacobi rotations (double). */
+static void jacobi(double *a, int n, double *eig) {
+  for (int sweep = 0; sweep < 100; sweep++) {
+    double off = 0;
+    for (int p = 0; p < n; p++)
+      for (int q = p + 1; q < n; q++) off += a[p * n + q] * a[p * n + q];
+    if (off < 1e-22) break;
+    for (int p = 0; p < n; p++)
+      for (int q = p + 1; q < n; q++) {
+        double apq = a[p * n + q];
+        if (fabs(apq) < 1e-300) continue;
+        double th = (a[q * n + q] - a[p * n + p]) / (2 * apq);
+        double t = (th >= 0 ? 1 : -1) / (fabs(th) + sqrt(th * th + 1)), c = 1 / sqrt(t * t + 1), sn = t * c;
+        for (int k = 0; k < n; k++) {
+          double akp = a[k * n + p], akq = a[k * n + q];
+          a[k * n + p] = c * akp - sn * akq, a[k * n + q] = sn * akp + c * akq;
+        }
+        for (int k = 0; k < n; k++) {
+          double apk = a[p * n + k], aqk = a[q * n + k];
+          a[p * n + k] = c * apk - sn * aqk, a[q * n + k] = sn * apk + c * aqk;
+        }
+      }
+  }
+  for (int i = 0; i < n; i++) eig[i] = a[i * n + i];
+}
+
+/* The range [lo, hi] of the singular values of u (rows, cols, host) / scale: the square roots of
+ * the eigenvalues of the short side's Gram matrix. */
+static void sv_range(const float *u, int rows, int cols, double scale, double *lo, double *hi) {
+  int r = rows < cols ? rows : cols, k = rows < cols ? cols : rows;
+  double *gram = calloc((size_t)r * r, sizeof(double)), *eig = malloc(sizeof(double) * (size_t)r);
+  for (int i = 0; i < r; i++)
+    for (int j = 0; j < r; j++)
+      for (int l = 0; l < k; l++)
+        gram[i * r + j] += rows < cols ? (double)u[i * cols + l] * u[j * cols + l] : (double)u[l * cols + i] * u[l * cols + j];
+  jacobi(gram, r, eig);
+  *lo = 1e9, *hi = 0;
+  for (int i = 0; i < r; i++) {
+    double sv = sqrt(fmax(eig[i], 0)) / scale;
+    *lo = fmin(*lo, sv), *hi = fmax(*hi, sv);
+  }
+  free(gram), free(eig);
+}
+
+/* Muon's Newton-Schulz on the device (rt_cu_newton_schulz: batches of fp32 cuBLAS strided GEMMs)
+ * against the host's (rt_newton_schulz, times Muon's scale), for a batch of tall matrices (the
+ * transposed path) and one of wide ones, in place as the Muon step runs it; and the singular
+ * values of every result in the quintic's band, about [0.68, 1.13] (checked as [0.65, 1.16]). */
+static void newton_schulz(void) {
+  static const int shapes[][3] = {{3, 40, 24}, {2, 16, 32}}; /* batch, rows, cols */
+  for (int s = 0; s < 2; s++) {
+    int b = shapes[s][0], rows = shapes[s][1], cols = shapes[s][2], n = rows * cols;
+    float scale = (float)(0.2 * sqrt((double)(rows > cols ? rows : cols)));
+    float *g = rnd((size_t)b * n, 2), *ref = host((size_t)b * n), *got = host((size_t)b * n);
+    float *work = host(rt_newton_schulz_work(rows, cols));
+    for (int i = 0; i < b; i++) {
+      rt_newton_schulz(ref + (size_t)i * n, g + (size_t)i * n, rows, cols, work);
+      for (int j = 0; j < n; j++) ref[(size_t)i * n + j] *= scale;
+    }
+    float *dg = devf(g, (size_t)b * n), *dw = devf(NULL, rt_cu_newton_schulz_work(b, rows, cols));
+    rt_cu_newton_schulz(dg, dg, b, rows, cols, scale, dw);
+    check_dev(s ? "newton_schulz wide" : "newton_schulz tall (batch 3)", dg, ref, (size_t)b * n, 1e-4);
+    rt_cuda_download(got, dg, sizeof(float) * (size_t)b * n);
+    double lo = 1e9, hi = 0;
+    for (int i = 0; i < b; i++) {
+      double l, h;
+      sv_range(got + (size_t)i * n, rows, cols, scale, &l, &h);
+      lo = fmin(lo, l), hi = fmax(hi, h);
+    }
+    printf("test_kernels: Newton-Schulz %d x (%d, %d) on the device: singular values in [%.3f, %.3f]\n", b, rows, cols,
+           lo, hi);
+    CHECK(lo >= 0.65 && hi <= 1.16);
+  }
+}
+
 /* ---- the passes ---- */
 
 /* kernels.cu at path after the prelude of the test's shapes, as emit_prog.c writes it (malloc'ed). */
@@ -513,6 +588,7 @@ static int run_pass(const Pass *p, const char *src, size_t len) {
   experts_gelu(p);
   lm_head(p);
   optimizer();
+  newton_schulz();
   rt_cuda_sync("test_kernels");
   free_pass();
   rt_cuda_teardown();

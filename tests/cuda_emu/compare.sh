@@ -10,6 +10,8 @@
 #   bf16         1 rank, the default: bf16 activations (mtrt_cuda), flash      (tol 2e-2)
 #   bf16-ep2     2 ranks, EP 2, bf16 activations, EMU_STREAMS=lazy             (tol 2e-2)
 #   bf16-offload 2 ranks, EP 2, full checkpointing + activation offload, bf16  (tol 2e-2)
+#   muon         2 ranks (FSDP 2), training.optimizer=muon with its step on the GPU: the experts'
+#                Newton-Schulz in batches, the dense matrices through the owners' exchange, bf16 (tol 2e-2)
 # (the fp32 cases build the fp32-activation runtime, mtrt_cuda_f32act: -DEMU_ACT_FLOAT=ON)
 #   2rank        2 ranks (FSDP 2, NCCL over MPI, bf16 reduce-scatter), fp32, flash (tol 1e-3)
 #   offload      1 rank, full checkpointing + activation offload, EMU_STREAMS=lazy, fp32, flash (tol 1e-3)
@@ -103,7 +105,7 @@ case_run() {
   check "$name" "$tol"
 }
 
-cases=${*:-fp32-simple fp32-flash fp32-exact bf16 bf16-ep2 bf16-offload 2rank offload lazy2 statehost prefetch3 statehost2}
+cases=${*:-fp32-simple fp32-flash fp32-exact bf16 bf16-ep2 bf16-offload 2rank offload lazy2 statehost prefetch3 statehost2 muon}
 for c in $cases; do
   case $c in
   fp32-simple) case_run "$c" 1 1e-4 MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON MTC_ATTENTION=simple ;;
@@ -121,6 +123,7 @@ for c in $cases; do
   prefetch3) case_run "$c" 2 1e-3 plan.prefetch=3 plan.ep=2 MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON EMU_STREAMS=lazy ;;
   statehost2) case_run "$c" 2 1e-3 cluster.gpu.hbm=150MB cluster.gpus_per_node=2 plan.fsdp=1 plan.dp_replicate=2 \
     MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON EMU_STREAMS=lazy ;;
+  muon) case_run "$c" 2 2e-2 training.optimizer=muon ;;
   *:*:*:*)
     IFS=: read -r n np tol args <<<"$c"
     IFS=, read -r -a list <<<"$args"

@@ -650,7 +650,9 @@ static Variant *jit(const std::string &source) {
   std::string dir = cache ? cache : std::string(getenv("MTC_KERNEL_CACHE") ? getenv("MTC_KERNEL_CACHE") : "/tmp") + "/cuda-emu-jit";
   char hash[32];
   snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a(source + EMU_JIT_FLAGS));
-  std::string base = dir + "/" + hash, so = base + ".so";
+  // the intermediates carry the process id: ranks that start together compile the same variant
+  // side by side (each renames its own .so into place) instead of writing over each other's lists
+  std::string so = dir + "/" + hash + ".so", base = dir + "/" + hash + "." + std::to_string((long)getpid());
   if (access(so.c_str(), R_OK) != 0) {
     std::string mk = "mkdir -p '" + dir + "'";
     if (system(mk.c_str()) != 0) {}
@@ -665,8 +667,8 @@ static Variant *jit(const std::string &source) {
                       ".cu\"' -DEMU_KERNEL_LIST='\"" + base + ".inc\"' -DEMU_KERNEL_SOURCE='\"" + base + ".inc.src\"' " +
                       "-Demu_kernels=emu_jit_kernels " +
                       "-Demu_nkernels=emu_jit_nkernels -Demu_kernels_source=emu_jit_source " +
-                      "-Demu_kernels_source_len=emu_jit_source_len '" + EMU_SRC_DIR + "/emu_kernels.cpp' -o '" + so +
-                      ".tmp' && mv '" + so + ".tmp' '" + so + "'";
+                      "-Demu_kernels_source_len=emu_jit_source_len '" + EMU_SRC_DIR + "/emu_kernels.cpp' -o '" + base +
+                      ".so' && mv '" + base + ".so' '" + so + "'";
     fprintf(stderr, "cuda-emu[%d]: compiling a kernels.cu variant for the CPU (%s.cu)\n", my_rank(), base.c_str());
     if (system(cmd.c_str()) != 0) {
       emu_error("jit: compiling %s.cu for the CPU failed", base.c_str());
@@ -1060,6 +1062,37 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
       check_gemm(gs[i], w);
       run_gemm(gs[i]);
     }
+  });
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// batch GEMMs of one shape, matrix i's A, B and C at strides sa, sb, sc elements from the first
+// (Muon's Newton-Schulz); each checked and run as cublasGemmEx runs one
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType Atype, int lda,
+                                          long long sa, const void *B, cudaDataType Btype, int ldb, long long sb,
+                                          const void *beta, void *C, cudaDataType Ctype, int ldc, long long sc,
+                                          int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+  const char *what = "cublasGemmStridedBatchedEx";
+  if (!handle_of(h, what)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  Gemm g0 = {ta, tb, m, n, k, lda, ldb, ldc, scalar(alpha, what), scalar(beta, what), A, B, C, Atype, Btype, Ctype,
+             compute};
+  trace("%s %c%c m %d n %d k %d batch %d strides %lld %lld %lld beta %g", what, ta == CUBLAS_OP_N ? 'N' : 'T',
+        tb == CUBLAS_OP_N ? 'N' : 'T', m, n, k, batch, sa, sb, sc, g0.beta);
+  std::vector<Gemm> gs;
+  for (int i = 0; i < batch; i++) {
+    Gemm g = g0;
+    g.A = (const char *)A + (size_t)i * sa * elem(Atype), g.B = (const char *)B + (size_t)i * sb * elem(Btype);
+    g.C = (char *)C + (size_t)i * sc * elem(Ctype);
+    char w[96];
+    snprintf(w, sizeof w, "%s (matrix %d of %d)", what, i, batch);
+    cublasStatus_t s = check_gemm(g, w);
+    if (s != CUBLAS_STATUS_SUCCESS) return s;
+    gs.push_back(g);
+  }
+  issue(stream_of(h->stream, what), what, [=] {
+    for (const Gemm &g : gs) run_gemm(g);
   });
   return CUBLAS_STATUS_SUCCESS;
 }
