@@ -346,6 +346,12 @@ errors)
   [ $rc -eq 2 ] && echo "$out" | grep -q "no-such-file" || die "missing data: exit $rc, $out"
   out=$("$work/e1/build/train" --data "$text" --steps zero 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q -- "--steps expects a positive integer" || die "bad --steps: exit $rc, $out"
+  out=$("$work/e1/build/train" --data "$text" --steps 99999999999999999999 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q -- "--steps is too large" || die "huge --steps (clamped?): exit $rc, $out"
+  out=$("$work/e1/build/train" --data "$text" --seed 99999999999999999999999 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q -- "--seed is too large" || die "huge --seed (clamped?): exit $rc, $out"
+  out=$("$work/e1/build/train" --data "$text" --checkpoint-every 99999999999999999999 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q -- "--checkpoint-every expects a positive integer" || die "huge --checkpoint-every: exit $rc, $out"
   out=$("$work/e1/build/train" 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q -- "--data PATH is required" || die "no --data: exit $rc, $out"
   out=$("$work/e1/build/train" --data "$text" --grad-check 2>&1); rc=$?

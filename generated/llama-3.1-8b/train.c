@@ -253,12 +253,16 @@ static int parse_args(Args *a, int argc, char **argv) {
     case 'm': a->metrics = optarg; break;
     case 'g': a->grad_check = 1; break;
     case 's':
+      errno = 0;
       a->steps = strtol(optarg, &end, 10);
-      if (*end || a->steps < 1) return usage("--steps expects a positive integer");
+      if (*end || !*optarg || a->steps < 1) return usage("--steps expects a positive integer");
+      if (errno == ERANGE) return usage("--steps is too large (it must fit a signed 64-bit integer)");
       break;
     case 'r':
+      errno = 0;
       a->seed = strtoull(optarg, &end, 10);
       if (*end || !*optarg || *optarg == '-') return usage("--seed expects a non-negative integer");
+      if (errno == ERANGE) return usage("--seed is too large (at most 18446744073709551615)");
       a->seed_given = 1;
       break;
     case 'c': a->ckpt_dir = optarg; break;
@@ -266,11 +270,12 @@ static int parse_args(Args *a, int argc, char **argv) {
     case 'k':
     case 'N':
     case 'K': {
+      errno = 0;
       long v = strtol(optarg, &end, 10);
       const char *name = o == 'e' ? "--checkpoint-every" : o == 'k' ? "--max-skips" : o == 'N' ? "--keep-checkpoints"
                                                                                                  : "--inject-kill-at-save";
       snprintf(msg, sizeof msg, "%s expects a positive integer, not '%s'", name, optarg);
-      if (*end || !*optarg || v < 1 || (o == 'N' && v > 1000000)) return usage(msg);
+      if (*end || !*optarg || v < 1 || errno == ERANGE || (o == 'N' && v > 1000000)) return usage(msg);
       *(o == 'e' ? &a->ckpt_every : o == 'k' ? &a->max_skips : o == 'N' ? &a->keep_ckpts : &a->kill_at_save) = v;
       break;
     }
