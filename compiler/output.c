@@ -96,12 +96,31 @@ bool out_close(Diag *d, OutFile *o) {
   return true;
 }
 
-/* Whether path is a plan.json mtc wrote: a JSON object with model and feasible. */
+/* Whether path is a plan.json mtc compile wrote: a JSON object with model and feasible, and no
+ * search.seconds (which `mtc plan --json` adds and compile leaves out, so that a plan.json a user
+ * saved from mtc plan does not make a directory of theirs look like compile's). */
 static bool mtc_plan_json(const char *path) {
   json_t *j = json_load_file(path, 0, NULL);
-  bool ours = json_is_object(json_object_get(j, "model")) && json_is_boolean(json_object_get(j, "feasible"));
+  bool ours = json_is_object(json_object_get(j, "model")) && json_is_boolean(json_object_get(j, "feasible")) &&
+              !json_object_get(json_object_get(j, "search"), "seconds");
   json_decref(j);
   return ours;
+}
+
+/* Whether dir/name, when present, is a file mtc wrote: its first 512 bytes carry the
+ * "regenerate with `mtc compile`" line every generated program file starts with. */
+static bool mtc_program_file(const char *dir, const char *name) {
+  char path[4096], head[513] = "";
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  struct stat st;
+  if (lstat(path, &st) != 0) return errno == ENOENT;
+  if (!S_ISREG(st.st_mode)) return true; /* not opened: the atomic replace refuses a FIFO, device or link by name */
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  size_t n = fread(head, 1, sizeof head - 1, f);
+  fclose(f);
+  head[n] = 0;
+  return strstr(head, "regenerate with `mtc compile`") != NULL;
 }
 
 bool out_dir_prepare(Diag *d, const char *dir, bool force) {
@@ -115,8 +134,12 @@ bool out_dir_prepare(Diag *d, const char *dir, bool force) {
     }
   closedir(dd);
   snprintf(path, sizeof path, "%s/plan.json", dir);
-  if (!first[0] || force || mtc_plan_json(path)) return true;
-  return diag_error(d, (Loc){0}, "%s is not empty (it holds %s) and holds no plan.json of mtc's: it is not a "
+  static const char *const program[] = {"CMakeLists.txt", "train.c", "step.c", "step.h", "kernels.cu", "launch.sbatch"};
+  bool ours = mtc_plan_json(path);
+  for (size_t i = 0; ours && i < sizeof program / sizeof *program; i++)
+    if (!mtc_program_file(dir, program[i])) ours = false, snprintf(first, sizeof first, "%s", program[i]);
+  if (!first[0] || force || ours) return true;
+  return diag_error(d, (Loc){0}, "%s is not empty (it holds %s, which mtc compile did not write): it is not a "
                     "directory mtc compile wrote, and compiling would replace its files; expected an empty or "
                     "new directory for -o (or --force to write there anyway)", dir, first);
 }

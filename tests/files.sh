@@ -149,6 +149,15 @@ out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o own $small 2>&1); rc=$?
   die "compile --force"
 "$mtc" build own >build.log 2>&1 && [ -x own/build/train ] || { cat build.log; die "mtc build own"; }
 "$mtc" compile "$src/specs/tiny-moe.yaml" -o own $small >/dev/null || die "a recompile into mtc's own directory"
+# a plan.json saved from `mtc plan --json` does not make a directory compile's, nor does a hand-edited program file
+mkdir planned && "$mtc" plan "$src/specs/tiny-moe.yaml" $small --json >planned/plan.json && echo 'my own' >planned/train.c
+out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o planned $small 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "planned is not empty.*--force" && [ "$(cat planned/train.c)" = "my own" ] ||
+  die "compile into a directory holding mtc plan --json's plan.json: exit $rc, $out"
+"$mtc" compile "$src/specs/tiny-moe.yaml" -o edited $small >/dev/null && echo '/* mine */' >edited/step.h
+out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o edited $small 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "holds step.h, which mtc compile did not write" && grep -qx '/\* mine \*/' edited/step.h ||
+  die "compile over a hand-written step.h: exit $rc, $out"
 mkdir empty && "$mtc" compile "$src/specs/tiny-moe.yaml" -o empty $small >/dev/null || die "compile into an empty directory"
 # a recompile with no program (an MLA model; an infeasible plan) removes the old program
 out=$("$mtc" compile "$src/specs/deepseek-v3.yaml" -o own 2>&1); rc=$?
