@@ -641,6 +641,9 @@ static uint64_t fnv1a(const std::string &s) {
 }
 
 // source compiled for the CPU as a shared object (cached by hash), loaded, its kernel table.
+// -Bsymbolic: the object's kernel table must point at its own kernels, not at the same-named
+// built-in ones the program exports (-rdynamic), which the dynamic linker would otherwise pick
+// first (a bf16 build's built-in kernels then ran for an fp32-activation program's variant).
 static Variant *jit(const std::string &source) {
 #ifndef EMU_SRC_DIR
   emu_error("kernels.cu differs from the one compiled into the emulation, and this build cannot compile another");
@@ -649,7 +652,7 @@ static Variant *jit(const std::string &source) {
   const char *cache = getenv("EMU_JIT_DIR");
   std::string dir = cache ? cache : std::string(getenv("MTC_KERNEL_CACHE") ? getenv("MTC_KERNEL_CACHE") : "/tmp") + "/cuda-emu-jit";
   char hash[32];
-  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a(source + EMU_JIT_FLAGS));
+  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a(source + EMU_JIT_FLAGS + " -Bsymbolic"));
   // the intermediates carry the process id: ranks that start together compile the same variant
   // side by side (each renames its own .so into place) instead of writing over each other's lists
   std::string so = dir + "/" + hash + ".so", base = dir + "/" + hash + "." + std::to_string((long)getpid());
@@ -662,7 +665,7 @@ static Variant *jit(const std::string &source) {
       return nullptr;
     }
     std::string cmd = std::string("bash '") + EMU_SRC_DIR + "/gen_kernel_list.sh' '" + base + ".cu' '" + base +
-                      ".inc' '" + EMU_CXX + "' && '" + EMU_CXX + "' -std=c++17 -O2 -g -fPIC -shared -fno-strict-aliasing " +
+                      ".inc' '" + EMU_CXX + "' && '" + EMU_CXX + "' -std=c++17 -O2 -g -fPIC -shared -Wl,-Bsymbolic -fno-strict-aliasing " +
                       EMU_JIT_FLAGS + " -I'" + EMU_SRC_DIR + "/fakeinc' -I'" + EMU_SRC_DIR + "' -DEMU_KERNELS_CU='\"" + base +
                       ".cu\"' -DEMU_KERNEL_LIST='\"" + base + ".inc\"' -DEMU_KERNEL_SOURCE='\"" + base + ".inc.src\"' " +
                       "-Demu_kernels=emu_jit_kernels " +
