@@ -82,6 +82,13 @@ long long rt_ckpt_step_of(const char *name);
  * Incomplete directories (left by a killed save) and links stay. Returns how many it removed,
  * or -1 with err set (what it could remove is gone). */
 int rt_ckpt_prune(const char *dir, int keep, char *err, size_t errlen);
+/* Removes what interrupted saves left under dir: a step-%08lld directory (real, never a link)
+ * without manifest.json that holds only shard files (rank-NNNNN.bin) and .tmp files of them or
+ * of the manifest. Such a checkpoint cannot be resumed from, and the run that finds it saves
+ * that step again when it gets there. A directory holding anything else stays (err names it).
+ * The names removed go to removed ("step-00000003, ..."). Returns how many were removed, or -1
+ * with err set. No MPI: rank 0 calls it. */
+int rt_ckpt_clean_incomplete(const char *dir, char *removed, size_t removedlen, char *err, size_t errlen);
 /* Reads the manifest of checkpoint directory path (DIR/step-N) and checks every field: ranges,
  * the layout, each group's full = shard x ranks, each tensor inside its group with rows x cols =
  * count and a unique name (routed: one %d), each shard's size = the header + the groups'

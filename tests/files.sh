@@ -263,10 +263,13 @@ strip() { sed 's/,"tokens_per_s".*//' "$1"; }
 t1/build/train --data "$text" --steps 4 --metrics straight.jsonl >/dev/null || die "straight run"
 (t1/build/train --data "$text" --steps 4 --metrics killed.jsonl --checkpoint-dir ckk --checkpoint-every 1 \
   --inject-kill-at-save 3; exit $?) >/dev/null 2>&1 && die "the kill did not happen"
-[ "$(wc -l <killed.jsonl)" -eq 3 ] || die "expected the killed run's 3 lines"
+[ "$(wc -l <killed.jsonl)" -eq 3 ] && [ -e ckk/step-00000003/rank-00000.bin ] && [ ! -e ckk/step-00000003/manifest.json ] ||
+  die "expected the killed run's 3 lines and an incomplete step-00000003"
 printf '{"step":4,"loss":5.1' >>killed.jsonl # and a line cut by the kill
 out=$(t1/build/train --data "$text" --steps 4 --metrics killed.jsonl --checkpoint-dir ckk 2>&1) || die "resume: $out"
 echo "$out" | grep -q "resumed from ckk/step-00000002" || die "expected a resume from step 2: $out"
+echo "$out" | grep -q "removed 1 incomplete checkpoint(s) of an interrupted save in ckk: step-00000003" &&
+  [ ! -e ckk/step-00000003 ] || die "the killed save's step-00000003 stayed: $out"
 cmp -s <(strip straight.jsonl) <(strip killed.jsonl) ||
   { diff <(strip straight.jsonl) <(strip killed.jsonl); die "metrics after a kill and a resume differ from a straight run's"; }
 # a failing save (files over 20 MB refused; the shard is larger): exit 1, nothing of it stays

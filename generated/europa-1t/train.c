@@ -623,7 +623,10 @@ int main(int argc, char **argv) {
   }
   long start = 0, resumed = -1; /* resumed: the step of the checkpoint this run resumed from */
   if (a.ckpt_dir) { /* resume from the newest complete checkpoint, found by rank 0 */
-    char path[1100] = "";
+    char path[1100] = "", gone[512];
+    int cleaned = rank0 ? rt_ckpt_clean_incomplete(a.ckpt_dir, gone, sizeof gone, err, sizeof err) : 0;
+    if (cleaned > 0) printf("removed %d incomplete checkpoint(s) of an interrupted save in %s: %s\n", cleaned, a.ckpt_dir, gone);
+    if (cleaned < 0) fprintf(stderr, "warning: %s\n", err);
     int64_t saved = rank0 ? rt_ckpt_latest(a.ckpt_dir, path, sizeof path) : 0;
     MPI_Bcast(&saved, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
     MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);

@@ -174,3 +174,72 @@ int rt_ckpt_prune(const char *dir, int keep, char *err, size_t errlen) {
   close(dirfd);
   return rc < 0 ? -1 : removed;
 }
+
+/* Whether name is a file an interrupted save leaves: a shard, a shard's or the manifest's .tmp. */
+static int save_leftover(const char *name) {
+  char base[256];
+  size_t n = strlen(name);
+  if (strcmp(name, "manifest.json.tmp") == 0) return 1;
+  if (n >= sizeof base) return 0;
+  memcpy(base, name, n + 1);
+  if (n > 4 && strcmp(base + n - 4, ".tmp") == 0) base[n - 4] = 0;
+  return shard_name(base);
+}
+
+int rt_ckpt_clean_incomplete(const char *dir, char *removed, size_t removedlen, char *err, size_t errlen) {
+  int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirfd < 0) return errno == ENOENT ? 0 : (snprintf(err, errlen, "%s: %s", dir, strerror(errno)), -1);
+  int dfd = dup(dirfd);
+  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+  if (!d) {
+    if (dfd >= 0) close(dfd);
+    close(dirfd);
+    return snprintf(err, errlen, "%s: %s", dir, strerror(errno)), -1;
+  }
+  int count = 0, rc = 0;
+  if (removedlen) removed[0] = 0;
+  for (struct dirent *de; (de = readdir(d));) {
+    if (rt_ckpt_step_of(de->d_name) < 0) continue;
+    int fd = open_step_dir(dirfd, de->d_name); /* a link named step-N is not followed, nor removed */
+    if (fd < 0) continue;
+    json_t *man = regular_at(fd, "manifest.json") ? mtc_manifest(fd) : NULL;
+    if (man || regular_at(fd, "manifest.json")) { /* complete (or a manifest not mtc's): not a leftover */
+      json_decref(man);
+      close(fd);
+      continue;
+    }
+    /* incomplete: only the files a save writes may be there, else the directory is not touched */
+    int sfd = dup(fd);
+    DIR *s = sfd >= 0 ? fdopendir(sfd) : NULL;
+    char other[256] = "";
+    for (struct dirent *f; s && (f = readdir(s));)
+      if (strcmp(f->d_name, ".") && strcmp(f->d_name, "..") && (!save_leftover(f->d_name) || !regular_at(fd, f->d_name))) {
+        snprintf(other, sizeof other, "%s", f->d_name);
+        break;
+      }
+    if (!s) snprintf(other, sizeof other, "(unreadable)");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    if (other[0]) {
+      snprintf(err, errlen, "%s: an incomplete checkpoint (no manifest.json) kept: it also holds %s, which mtc "
+               "did not write", path, other);
+      rc = -1;
+    } else {
+      rewinddir(s);
+      for (struct dirent *f; (f = readdir(s));)
+        if (strcmp(f->d_name, ".") && strcmp(f->d_name, "..") && unlink_ours(fd, path, f->d_name, err, errlen) != 0)
+          rc = -1;
+      if (unlinkat(dirfd, de->d_name, AT_REMOVEDIR) != 0) rc = -1, snprintf(err, errlen, "%s: %s", path, strerror(errno));
+      else {
+        size_t used = strlen(removed);
+        if (used + 1 < removedlen) snprintf(removed + used, removedlen - used, "%s%s", count ? ", " : "", de->d_name);
+        count++;
+      }
+    }
+    if (s) closedir(s);
+    close(fd);
+  }
+  closedir(d);
+  close(dirfd);
+  return rc < 0 ? -1 : count;
+}
