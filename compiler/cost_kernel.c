@@ -9,7 +9,8 @@
  * its operands at HBM speed (small GEMMs are memory-bound) nor than kernel_launch. These
  * shape effects need gpu.sms; without it (the cpu preset) a GEMM is its FLOPs alone.
  * Attention: the flash kernel's FLOPs at attention (forward) and attention_bwd (backward:
- * 2.5× the forward FLOPs, Dao, FlashAttention-2, 2023, §3.1.2).
+ * 2.5× the forward FLOPs, Dao, FlashAttention-2, 2023, §3.1.2). Both GEMMs and attention run
+ * at `sustained` × their best-shape rate: what a whole step holds of the clock.
  * Everything else (norms, RoPE, residual adds, the activation, the MoE permute and pad, the
  * cross-entropy) is memory-bound: the bytes its kernels move / (hbm_bandwidth × elementwise),
  * each kernel at least kernel_launch. The stack decides how many bytes and kernels: the
@@ -49,6 +50,7 @@ double cost_gemm(const Spec *s, double M, double N, double K, double groups, dou
   const GpuSpec *g = &s->cluster.gpu;
   const EfficiencySpec *e = &s->cluster.efficiency;
   if (M <= 0 || N <= 0 || K <= 0 || groups <= 0) return 0;
+  eff *= e->sustained;
   double math = 2 * M * N * K * groups / (g->bf16_flops * eff);
   if (g->sms <= 0) return launch_floor(s, math, 1); /* no GPU named (the cpu preset): FLOPs alone */
   double tm = e->gemm_tile_rows, tn = e->gemm_tile_cols; /* tile and wave quantization */
@@ -98,8 +100,9 @@ OpTime cost_op(const Spec *s, const Model *md, const Op *o, double T, double seq
   if (o->kind == OP_ATTN_CORE) {
     double f = T * seq * o->attn_flops_per_seq;
     double bwd_eff = e->attention_bwd > 0 ? e->attention_bwd : e->attention;
-    t.fwd = launch_floor(s, f / (g->bf16_flops * e->attention), 1);
-    t.bwd = launch_floor(s, 2.5 * f / (g->bf16_flops * bwd_eff), 1);
+    double peak = g->bf16_flops * e->sustained;
+    t.fwd = launch_floor(s, f / (peak * e->attention), 1);
+    t.bwd = launch_floor(s, 2.5 * f / (peak * bwd_eff), 1);
     return t;
   }
   if (o->kind == OP_LOSS) {

@@ -293,6 +293,8 @@ typedef struct {
   double gemm_tile_rows, gemm_tile_cols; /* output tile of a GEMM kernel (tile and wave
                                             quantization, with gpu.sms) */
   double kernel_launch;  /* seconds: the least time one kernel takes (launch and dispatch) */
+  double sustained;      /* of the best-shape rates (dense_gemm, attention) a whole training
+                            step sustains: clocks under power and thermal limits */
 } EfficiencySpec;
 
 /* Whose kernels the cost model prices (cluster.stack): the generated program's, or PyTorch's

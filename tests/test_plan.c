@@ -369,6 +369,10 @@ static void kernels_by_hand(void) {
    * wave of 4 SMs: 4 x 128 x 128 x 64 x 2 FLOPs at 100 TFLOP/s x 0.5 (its operands, 59,392 B,
    * take 8.5e-8 s at 0.7 TB/s: less) */
   CHECK_NEAR(cost_gemm(s, 200, 64, 64, 1, 0.5), 2.0 * 4 * 128 * 128 * 64 / 50e12, 1e-9); /* 1.678e-7 */
+  /* sustained: the step holds half the clock, the math takes twice as long */
+  s->cluster.efficiency.sustained = 0.5;
+  CHECK_NEAR(cost_gemm(s, 200, 64, 64, 1, 0.5), 2.0 * 4 * 128 * 128 * 64 / 25e12, 1e-9);
+  s->cluster.efficiency.sustained = 1;
   /* 5 tiles: two waves */
   CHECK_NEAR(cost_gemm(s, 640, 64, 64, 1, 0.5), 2.0 * 8 * 128 * 128 * 64 / 50e12, 1e-9);
   /* memory-bound: 1 SM, 128 x 128 x 64 is 4.2e-8 s of math but 2 x 32768 B at 0.7 TB/s */
