@@ -393,6 +393,8 @@ const char *spec_attn_name(AttnKind k);
 const char *spec_act_name(Activation a);
 const char *spec_router_name(RouterKind r);
 const char *spec_norm_name(NormKind n);
+/* cluster.stack's name: "mtc", "pytorch-eager", "pytorch-compile". */
+const char *spec_stack_name(Stack st);
 
 /* ------------------------------------------------------------------ presets.c */
 

@@ -58,6 +58,7 @@ const char *spec_attn_name(AttnKind k) { return attn_names[k]; }
 const char *spec_act_name(Activation a) { return act_names[a]; }
 const char *spec_router_name(RouterKind r) { return router_names[r]; }
 const char *spec_norm_name(NormKind n) { return norm_names[n]; }
+const char *spec_stack_name(Stack st) { return stack_names[st]; }
 
 #define O(T, f) offsetof(T, f)
 /* F_REAL ranges: lo, hi, lo_open, hi_open */

@@ -415,6 +415,11 @@ static void kernels_by_hand(void) {
   t = cost_op(s, md, loss, 128, 128, 1, 1);
   CHECK_NEAR(t.fwd, 128.0 * 14 * 256 / 0.7e12, 1e-9);
   CHECK_NEAR(t.bwd, 128.0 * 18 * 256 / 0.7e12, 1e-9);
+  s->cluster.stack = STACK_PYTORCH_COMPILE; /* TorchTitan compiles the blocks, not the loss */
+  t = cost_op(s, md, loss, 128, 128, 1, 1);
+  CHECK_NEAR(t.fwd, 128.0 * 14 * 256 / 0.7e12, 1e-9);
+  t = cost_op(s, md, norm, 128, 128, 1, 1); /* but the norm is one fused pass */
+  CHECK_NEAR(t.fwd, fused, 1e-9);
   s->cluster.stack = STACK_MTC;
   t = cost_op(s, md, loss, 128, 128, 1, 1);
   CHECK_NEAR(t.fwd, 128.0 * 2 * 256 / 0.7e12, 1e-9);
