@@ -20,8 +20,8 @@ for f in "$dir"/*.yaml; do
   json=$("$mtc" plan "$f" --json "$@") || { echo "FAIL $f: mtc plan failed"; exit 1; }
   echo "$json" | grep -q '"feasible": true' || { echo "FAIL $f: the pinned layout is infeasible"; exit 1; }
   pred=$(echo "$json" | sed -n 's/.*"tokens_per_second_per_gpu": \([0-9.e+-]*\).*/\1/p' | head -1)
-  r=$(awk -v p="$pred" -v q="$pub" 'BEGIN { printf "%.3f", p / q }')
-  printf '%-34s %12.0f %12d %7s  %s\n' "$(basename "$f" .yaml)" "$pred" "$pub" "$r" "$hw"
+  r=$(awk -v p="$pred" -v q="$pub" 'BEGIN { printf "%.9f", p / q }') # unrounded for the counts
+  printf '%-34s %12.0f %12d %7.3f  %s\n' "$(basename "$f" .yaml)" "$pred" "$pub" "$r" "$hw"
   rows="$rows $r"; n=$((n + 1))
 done
 echo "$rows" | awk -v glo="$glo" -v ghi="$ghi" -v share="$share" -v maxdev="$maxdev" -v n="$n" '{
