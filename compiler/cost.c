@@ -41,12 +41,14 @@ static double ring(double bytes, int64_t g, double bw) {
  * send/recv at once); between nodes: the GPU's share of the InfiniBand rails. This is the
  * link-by-link bound of a flat all-to-all (DeepSeek-V3 technical report, arXiv:2412.19437,
  * §3.2.2: the cross-node dispatch is limited by IB, NVLink carrying the intra-node part).
- * Inside a node (r = 0) it equals ring(bytes, ep, group_bw(ep)) as before. */
+ * eff is efficiency.all_to_all (default: network). Inside a node (r = 0) with the default it
+ * equals ring(bytes, ep, group_bw(ep)) as before. */
 double cost_all_to_all(const Spec *s, double bytes, int64_t ep) {
   if (ep <= 1) return 0;
   const ClusterSpec *c = &s->cluster;
   int64_t in_node = ep < c->gpus_per_node ? ep : c->gpus_per_node;
-  double l = (double)(in_node - 1), r = (double)(ep - in_node), e = c->efficiency.network;
+  double e = c->efficiency.all_to_all > 0 ? c->efficiency.all_to_all : c->efficiency.network;
+  double l = (double)(in_node - 1), r = (double)(ep - in_node);
   double t_nv = l > 0 ? bytes * l / (double)ep / (l * c->links.nvlink * e) : 0;
   double t_ib = r > 0 ? bytes * r / (double)ep / (c->links.internode * e) : 0;
   return t_nv > t_ib ? t_nv : t_ib;

@@ -293,6 +293,7 @@ typedef struct {
   double gemm_tile_rows, gemm_tile_cols; /* output tile of a GEMM kernel (tile and wave
                                             quantization, with gpu.sms) */
   double kernel_launch;  /* seconds: the least time one kernel takes (launch and dispatch) */
+  double all_to_all;     /* of a link's rate the MoE all-to-all reaches (0: network) */
   double sustained;      /* of the best-shape rates (dense_gemm, attention) a whole training
                             step sustains: clocks under power and thermal limits */
 } EfficiencySpec;

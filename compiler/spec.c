@@ -167,6 +167,7 @@ static const Field efficiency_fields[] = {
     {"attention_bwd", F_REAL, O(EfficiencySpec, attention_bwd), "(attention)", 0, 0, NULL, NULL, "fraction of bf16_flops flash attention's backward (2.5x the forward FLOPs) reaches", FRACTION},
     {"gemm_tile_rows", F_REAL, O(EfficiencySpec, gemm_tile_rows), "128", 0, 0, NULL, NULL, "rows of a GEMM kernel's output tile: rows (and each expert's rows) are padded to it; with gpu.sms, whole waves of tiles are priced", 1, 4096, false, false},
     {"gemm_tile_cols", F_REAL, O(EfficiencySpec, gemm_tile_cols), "128", 0, 0, NULL, NULL, "columns of a GEMM kernel's output tile", 1, 4096, false, false},
+    {"all_to_all", F_REAL, O(EfficiencySpec, all_to_all), "(network)", 0, 0, NULL, NULL, "fraction of a link's rate the MoE all-to-all (NCCL send/recv to every peer) reaches", FRACTION},
     {"sustained", F_REAL, O(EfficiencySpec, sustained), "1", 0, 0, NULL, NULL, "fraction of the best-shape GEMM and attention rates a whole training step sustains (clocks under power and thermal limits)", FRACTION},
     {"kernel_launch", F_REAL, O(EfficiencySpec, kernel_launch), "0", 0, 0, NULL, NULL, "seconds: the least time one kernel takes (launch and host dispatch; 0: none)", FROM_0},
     END};

@@ -431,6 +431,12 @@ static void kernels_by_hand(void) {
   t = cost_op(s, md, at, 128, 128, 1, 1);
   CHECK_NEAR(t.fwd, 128.0 * 16384 / 50e12, 1e-9);
   CHECK_NEAR(t.bwd, 2.5 * 128.0 * 16384 / 25e12, 1e-9);
+
+  /* the all-to-all at its own efficiency: 4 GPUs, 1 MB each, 3/4 of it to 3 peers over their
+   * pair links (mesh, 100 GB/s): 0.75e6 / (3 x 100e9 x eff); default eff = network (0.8) */
+  CHECK_NEAR(cost_all_to_all(s, 1e6, 4), 0.75e6 / (3 * 100e9 * 0.8), 1e-9);
+  s->cluster.efficiency.all_to_all = 0.5;
+  CHECK_NEAR(cost_all_to_all(s, 1e6, 4), 0.75e6 / (3 * 100e9 * 0.5), 1e-9);
   mem_free(&m);
 }
 
