@@ -190,7 +190,8 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
   if (p->feasible) {
     const Cost *k = &c->cost;
     print_schedule(out, p);
-    fprintf(out, "\npredicted step (seconds)\n");
+    if (s->cluster.stack == STACK_MTC) fprintf(out, "\npredicted step (seconds)\n");
+    else fprintf(out, "\npredicted step (seconds; %s kernels, cluster.stack)\n", spec_stack_name(s->cluster.stack));
     fprintf(out, "  compute                    %9.3f  (recompute %.3f)\n", k->compute, k->recompute);
     fprintf(out, "  exposed FSDP communication %9.3f  (of %.3f all-gather + reduce-scatter)\n",
             k->exposed_comm, k->comm_total);
