@@ -1,8 +1,7 @@
 /* cost.c — the step-time model of a candidate plan.
  *
- * Kernels: GEMM time = FLOPs / (bf16_flops × efficiency); attention likewise with its own
- * factor; the other ops are memory-bound: bytes / (hbm_bandwidth × elementwise). Backward =
- * 2 × forward (the 6N of the FLOPs formula: 2N forward, 4N backward).
+ * Kernels: each op's forward and backward seconds come from cost_kernel.c (GEMMs with their
+ * shapes, flash attention, memory-bound work by the bytes the stack's kernels move).
  * Collectives: ring cost, bytes × (g − 1) / g over the slowest link the group crosses (NVLink
  * inside a node, InfiniBand per GPU between nodes) × network efficiency (Patarasuk & Yuan,
  * "Bandwidth optimal all-reduce algorithms", 2009; NCCL's busbw convention).
@@ -42,27 +41,17 @@ static double ring(double bytes, int64_t g, double bw) {
  * send/recv at once); between nodes: the GPU's share of the InfiniBand rails. This is the
  * link-by-link bound of a flat all-to-all (DeepSeek-V3 technical report, arXiv:2412.19437,
  * §3.2.2: the cross-node dispatch is limited by IB, NVLink carrying the intra-node part).
- * Inside a node (r = 0) it equals ring(bytes, ep, group_bw(ep)) as before. */
+ * eff is efficiency.all_to_all (default: network). Inside a node (r = 0) with the default it
+ * equals ring(bytes, ep, group_bw(ep)) as before. */
 double cost_all_to_all(const Spec *s, double bytes, int64_t ep) {
   if (ep <= 1) return 0;
   const ClusterSpec *c = &s->cluster;
   int64_t in_node = ep < c->gpus_per_node ? ep : c->gpus_per_node;
-  double l = (double)(in_node - 1), r = (double)(ep - in_node), e = c->efficiency.network;
+  double e = c->efficiency.all_to_all > 0 ? c->efficiency.all_to_all : c->efficiency.network;
+  double l = (double)(in_node - 1), r = (double)(ep - in_node);
   double t_nv = l > 0 ? bytes * l / (double)ep / (l * c->links.nvlink * e) : 0;
   double t_ib = r > 0 ? bytes * r / (double)ep / (c->links.internode * e) : 0;
   return t_nv > t_ib ? t_nv : t_ib;
-}
-
-/* Kernel seconds of op o for T tokens of sequences of length seq, forward. */
-static double op_fwd(const Spec *s, const Op *o, double T, double seq) {
-  const GpuSpec *g = &s->cluster.gpu;
-  const EfficiencySpec *e = &s->cluster.efficiency;
-  if (o->kind == OP_ATTN_CORE) return T * seq * o->attn_flops_per_seq / (g->bf16_flops * e->attention);
-  if (o->gemm_flops > 0) {
-    double eff = o->kind == OP_EXPERTS ? e->grouped_gemm : e->dense_gemm;
-    return T * o->gemm_flops / (g->bf16_flops * eff);
-  }
-  return T * (double)(o->in_bytes + o->out_bytes) / (g->hbm_bandwidth * e->elementwise);
 }
 
 void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
@@ -73,13 +62,10 @@ void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   /* the routed experts' GEMMs run on the busiest EP rank's rows: moe_imbalance x the mean */
   double imbalance = plan_moe_imbalance(s, ch->ep);
   for (int i = ly->first_op; i < ly->first_op + ly->nops; i++) {
-    double f = op_fwd(s, &md->ops[i], T, seq);
-    if (md->ops[i].kind == OP_EXPERTS) f *= imbalance;
-    t->fwd += f;
-    /* backward: 2x forward, but flash attention's recomputes S and P: 5 GEMMs vs 2 forward,
-     * 2.5x (Dao, FlashAttention-2, 2023, §3.1.2) */
-    t->bwd += (md->ops[i].kind == OP_ATTN_CORE ? 2.5 : 2.0) * f;
-    if (plan_recomputes(ch->ac, md->ops[i].kind)) t->recompute += f;
+    OpTime o = cost_op(s, md, &md->ops[i], T, seq, ch->ep, imbalance);
+    t->fwd += o.fwd;
+    t->bwd += o.bwd;
+    if (plan_recomputes(ch->ac, md->ops[i].kind)) t->recompute += o.fwd;
   }
   if (ly->kind == LAYER_MOE && ch->ep > 1) {
     /* dispatch and combine: the token copies that leave the rank, on the links they cross */
@@ -238,7 +224,10 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   /* embedding, final norm, LM head and loss: outside the layer pipeline */
   double edge = 0;
   for (int i = 0; i < md->nops; i++)
-    if (md->ops[i].layer < 0) edge += 3 * op_fwd(s, &md->ops[i], T, seq);
+    if (md->ops[i].layer < 0) {
+      OpTime o = cost_op(s, md, &md->ops[i], T, seq, 1, 1);
+      edge += o.fwd + o.bwd;
+    }
   compute += edge;
   /* embedding and LM head: gathered for forward and again for backward, their gradients
    * reduce-scattered; counted as exposed (they bracket the layer pipeline) */

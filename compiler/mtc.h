@@ -14,6 +14,7 @@
  *   plan.c        plan_    memory items of a candidate, their tiers and lifetimes, the arenas
  *   placement.c   plan_    which rank owns which experts and orthogonalizes which matrix (Muon)
  *   cost.c        cost_    the predicted step time of a candidate (and its Chrome trace)
+ *   cost_kernel.c cost_    the seconds of one op's kernels on one GPU, per stack (cluster.stack)
  *   search.c      plan_    every layout × policy the pins allow; the fastest that fits; advice
  *   report.c      report_  the model accounting as text and as plan.json (jansson)
  *   report_plan.c report_  the plan as text, summary, explain and plan.json keys
@@ -287,8 +288,19 @@ typedef struct {
 typedef struct {
   bool present;
   double dense_gemm, grouped_gemm, attention, elementwise, host_gemm, network, c2c;
-  double host_memory; /* of host.bandwidth the host cores' streaming reaches */
+  double host_memory;    /* of host.bandwidth the host cores' streaming reaches */
+  double attention_bwd;  /* of bf16_flops flash attention's backward reaches (0: attention) */
+  double gemm_tile_rows, gemm_tile_cols; /* output tile of a GEMM kernel (tile and wave
+                                            quantization, with gpu.sms) */
+  double kernel_launch;  /* seconds: the least time one kernel takes (launch and dispatch) */
+  double all_to_all;     /* of a link's rate the MoE all-to-all reaches (0: network) */
+  double sustained;      /* of the best-shape rates (dense_gemm, attention) a whole training
+                            step sustains: clocks under power and thermal limits */
 } EfficiencySpec;
+
+/* Whose kernels the cost model prices (cluster.stack): the generated program's, or PyTorch's
+ * in eager mode or under torch.compile (TorchTitan, llm-foundry). */
+typedef enum { STACK_MTC, STACK_PYTORCH_EAGER, STACK_PYTORCH_COMPILE } Stack; /* ORDER stack_names */
 
 /* Fixed per-GPU memory the plan reserves (bytes). */
 typedef struct {
@@ -318,6 +330,7 @@ typedef struct {
 typedef struct {
   bool present;
   const char *preset;
+  Stack stack;
   int64_t nodes, gpus_per_node;
   GpuSpec gpu;
   HostSpec host;
@@ -381,6 +394,8 @@ const char *spec_attn_name(AttnKind k);
 const char *spec_act_name(Activation a);
 const char *spec_router_name(RouterKind r);
 const char *spec_norm_name(NormKind n);
+/* cluster.stack's name: "mtc", "pytorch-eager", "pytorch-compile". */
+const char *spec_stack_name(Stack st);
 
 /* ------------------------------------------------------------------ presets.c */
 
@@ -695,6 +710,16 @@ typedef struct {
   double ag, rs;              /* FSDP all-gather and reduce-scatter, on the comm stream */
 } LayerTime;
 void cost_layer(const Model *md, const Choice *ch, int layer, LayerTime *t);
+
+/* The kernels of op o for one micro-batch of T tokens in sequences of seq, on one GPU of the
+ * spec's cluster, as its stack runs them (cost_kernel.c): forward and backward seconds. ep
+ * and imbalance place the routed experts' rows (the busiest EP rank's). */
+typedef struct { double fwd, bwd; } OpTime;
+OpTime cost_op(const Spec *s, const Model *md, const Op *o, double T, double seq, int64_t ep, double imbalance);
+/* Seconds of one GEMM (M × K) · (K × N), `groups` of them in one call, with efficiency eff of
+ * bf16_flops: tile and wave quantization, bounded below by its bytes at HBM speed and by
+ * kernel_launch (cost_kernel.c). */
+double cost_gemm(const Spec *s, double M, double N, double K, double groups, double eff);
 /* Enumerates every layout × policy × micro-batch size allowed by the spec's pins, keeps the
  * fastest that fits. The plan's md is a copy whose spec carries the chosen micro_batch. */
 Plan *plan_search(Mem *m, const Model *md);

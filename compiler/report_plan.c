@@ -190,7 +190,8 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
   if (p->feasible) {
     const Cost *k = &c->cost;
     print_schedule(out, p);
-    fprintf(out, "\npredicted step (seconds)\n");
+    if (s->cluster.stack == STACK_MTC) fprintf(out, "\npredicted step (seconds)\n");
+    else fprintf(out, "\npredicted step (seconds; %s kernels, cluster.stack)\n", spec_stack_name(s->cluster.stack));
     fprintf(out, "  compute                    %9.3f  (recompute %.3f)\n", k->compute, k->recompute);
     fprintf(out, "  exposed FSDP communication %9.3f  (of %.3f all-gather + reduce-scatter)\n",
             k->exposed_comm, k->comm_total);
@@ -352,6 +353,7 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
   json_object_set_new(cl, "gpus_per_node", jint(s->cluster.gpus_per_node));
   json_object_set_new(cl, "topology", json_string(s->cluster.links.topology == TOPO_NVSWITCH ? "nvswitch" : "mesh"));
   json_object_set_new(cl, "peak_bf16_flops_per_gpu", json_real(s->cluster.gpu.bf16_flops));
+  json_object_set_new(cl, "stack", json_string(spec_stack_name(s->cluster.stack))); /* whose kernels were priced */
   json_object_set_new(root, "cluster", cl);
 
   int64_t T = s->training.micro_batch * s->training.seq_len, offloaded = 0;

@@ -51,12 +51,14 @@ static const char *const off_names[] = {"auto", "none", "host", "nvme", NULL};
 static const char *const opt_tier_names[] = {"auto", "hbm", "host", NULL};
 static const char *const opt_step_names[] = {"auto", "gpu", "host", NULL};
 static const char *const topo_names[] = {"mesh", "nvswitch", NULL};
+static const char *const stack_names[] = {"mtc", "pytorch-eager", "pytorch-compile", NULL};
 static const char *const reshard_names[] = {"auto", "every_micro_batch", "after_step", NULL};
 
 const char *spec_attn_name(AttnKind k) { return attn_names[k]; }
 const char *spec_act_name(Activation a) { return act_names[a]; }
 const char *spec_router_name(RouterKind r) { return router_names[r]; }
 const char *spec_norm_name(NormKind n) { return norm_names[n]; }
+const char *spec_stack_name(Stack st) { return stack_names[st]; }
 
 #define O(T, f) offsetof(T, f)
 /* F_REAL ranges: lo, hi, lo_open, hi_open */
@@ -162,6 +164,12 @@ static const Field efficiency_fields[] = {
     {"network", F_REAL, O(EfficiencySpec, network), "0.8", 0, 0, NULL, NULL, "fraction of a link's rate NCCL collectives reach (assumption)", FRACTION},
     {"c2c", F_REAL, O(EfficiencySpec, c2c), "0.8", 0, 0, NULL, NULL, "fraction of links.c2c host copies reach (assumption)", FRACTION},
     {"host_memory", F_REAL, O(EfficiencySpec, host_memory), "0.8", 0, 0, NULL, NULL, "fraction of host.bandwidth the host cores' streaming (gradient accumulation, optimizer step) reaches (assumption)", FRACTION},
+    {"attention_bwd", F_REAL, O(EfficiencySpec, attention_bwd), "(attention)", 0, 0, NULL, NULL, "fraction of bf16_flops flash attention's backward (2.5x the forward FLOPs) reaches", FRACTION},
+    {"gemm_tile_rows", F_REAL, O(EfficiencySpec, gemm_tile_rows), "128", 0, 0, NULL, NULL, "rows of a GEMM kernel's output tile: rows (and each expert's rows) are padded to it; with gpu.sms, whole waves of tiles are priced", 1, 4096, false, false},
+    {"gemm_tile_cols", F_REAL, O(EfficiencySpec, gemm_tile_cols), "128", 0, 0, NULL, NULL, "columns of a GEMM kernel's output tile", 1, 4096, false, false},
+    {"all_to_all", F_REAL, O(EfficiencySpec, all_to_all), "(network)", 0, 0, NULL, NULL, "fraction of a link's rate the MoE all-to-all (NCCL send/recv to every peer) reaches", FRACTION},
+    {"sustained", F_REAL, O(EfficiencySpec, sustained), "1", 0, 0, NULL, NULL, "fraction of the best-shape GEMM and attention rates a whole training step sustains (clocks under power and thermal limits)", FRACTION},
+    {"kernel_launch", F_REAL, O(EfficiencySpec, kernel_launch), "0", 0, 0, NULL, NULL, "seconds: the least time one kernel takes (launch and host dispatch; 0: none)", FROM_0},
     END};
 
 static const Field reserve_fields[] = {
@@ -192,6 +200,7 @@ static const Section reserve_sec = {"cluster.reserve", reserve_fields};
 
 static const Field cluster_fields[] = {
     {"preset", F_STR, O(ClusterSpec, preset), "(none)", 0, 0, NULL, NULL, "loads specs/clusters/NAME.yaml; keys given here override it"},
+    {"stack", F_ENUM, O(ClusterSpec, stack), "mtc", 0, 0, stack_names, NULL, "whose kernels the cost model prices: mtc (the generated program), pytorch-eager or pytorch-compile (TorchTitan-style FSDP2 on the same layout)"},
     {"nodes", F_INT, O(ClusterSpec, nodes), NULL, 1, 100000, NULL, NULL, "nodes of the job"},
     {"gpus_per_node", F_INT, O(ClusterSpec, gpus_per_node), NULL, 1, 128, NULL, NULL, "GPUs (ranks) per node (an NVLink domain)"},
     {"gpu", F_SECTION, O(ClusterSpec, gpu), NULL, 0, 0, NULL, &gpu_sec, "one GPU"},

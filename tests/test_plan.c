@@ -295,14 +295,15 @@ static void cost_by_hand(void) {
   CHECK_EQ(md->layers[0].routed_params, 49152);
 
   /* 1. the busiest EP rank's expert GEMMs: moe_imbalance x the mean. Forward FLOPs of the
-   * experts per token: 2 x top_k x 3 x 64 x 32 = 24576; 128 tokens at 100 TFLOP/s x 0.45 */
+   * experts per token: 2 x top_k x 3 x 64 x 32 = 24576; 128 tokens at 100 TFLOP/s x 0.45;
+   * and its SwiGLU: 6 B x top_k x 32 units per token at 1 TB/s x 0.7 */
   Choice ch = hand_choice(2, 1, TIER_HBM);
   LayerTime a, b;
   s->plan.moe_imbalance = 1;
   cost_layer(md, &ch, 0, &a);
   s->plan.moe_imbalance = 2; /* the maximum for ep 2: 2 x min(2, 4) / 2 */
   cost_layer(md, &ch, 0, &b);
-  double mean = 128.0 * 24576 / (100e12 * 0.45); /* 6.990507e-8 s */
+  double mean = 128.0 * 24576 / (100e12 * 0.45) + 128.0 * 6 * 64 / 0.7e12; /* 6.99e-8 + 7.02e-8 s */
   CHECK_NEAR(b.fwd - a.fwd, mean, 1e-9);
   CHECK_NEAR(b.bwd - a.bwd, 2 * mean, 1e-9);
   CHECK_NEAR(b.recompute - a.recompute, mean, 1e-9); /* full checkpointing re-runs them */
@@ -349,6 +350,96 @@ static void cost_by_hand(void) {
 }
 
 /* plan.optimizer_tier, plan.optimizer_step and plan.prefetch pin the search. */
+static const Op *find_op(const Model *md, OpKind k) {
+  for (int i = 0; i < md->nops; i++)
+    if (md->ops[i].kind == k) return &md->ops[i];
+  return NULL;
+}
+
+/* The compute model (cost_kernel.c) on cost_hand.yaml's round figures: 100 TFLOP/s, 1 TB/s
+ * HBM at 0.7, hidden 64, vocab 256, 128 tokens per micro-batch. */
+static void kernels_by_hand(void) {
+  Mem m = {0};
+  const char *sets[] = {"cluster.gpu.sms=4"};
+  Model *md = hand_model(&m, sets, 1);
+  CHECK(md != NULL);
+  if (!md) return;
+  Spec *s = (Spec *)md->spec;
+  /* tile and wave quantization: 200 x 64 rows x columns in 128 x 128 tiles = 2 tiles, one
+   * wave of 4 SMs: 4 x 128 x 128 x 64 x 2 FLOPs at 100 TFLOP/s x 0.5 (its operands, 59,392 B,
+   * take 8.5e-8 s at 0.7 TB/s: less) */
+  CHECK_NEAR(cost_gemm(s, 200, 64, 64, 1, 0.5), 2.0 * 4 * 128 * 128 * 64 / 50e12, 1e-9); /* 1.678e-7 */
+  /* sustained: the step holds half the clock, the math takes twice as long */
+  s->cluster.efficiency.sustained = 0.5;
+  CHECK_NEAR(cost_gemm(s, 200, 64, 64, 1, 0.5), 2.0 * 4 * 128 * 128 * 64 / 25e12, 1e-9);
+  s->cluster.efficiency.sustained = 1;
+  /* 5 tiles: two waves */
+  CHECK_NEAR(cost_gemm(s, 640, 64, 64, 1, 0.5), 2.0 * 8 * 128 * 128 * 64 / 50e12, 1e-9);
+  /* memory-bound: 1 SM, 128 x 128 x 64 is 4.2e-8 s of math but 2 x 32768 B at 0.7 TB/s */
+  s->cluster.gpu.sms = 1;
+  CHECK_NEAR(cost_gemm(s, 128, 128, 64, 1, 0.5), 2.0 * 32768 / 0.7e12, 1e-9); /* 9.36e-8 */
+  /* per-call overhead: no kernel is faster than kernel_launch */
+  s->cluster.efficiency.kernel_launch = 1e-6;
+  CHECK_NEAR(cost_gemm(s, 128, 128, 64, 1, 0.5), 1e-6, 1e-9);
+  s->cluster.efficiency.kernel_launch = 0;
+  s->cluster.gpu.sms = 0; /* no GPU named: FLOPs alone, as before */
+  CHECK_NEAR(cost_gemm(s, 200, 64, 64, 1, 0.5), 2.0 * 200 * 64 * 64 / 50e12, 1e-9);
+
+  /* expert rows padded to the tile: 8 experts, top_k 2, ep 2 -> 4 local experts of
+   * 128 x 2 x 1.25 x 2 / 8 = 80 rows each, padded to 128; 3 matrices per expert */
+  s->cluster.gpu.sms = 4;
+  const Op *ex = find_op(md, OP_EXPERTS);
+  OpTime t = cost_op(s, md, ex, 128, 128, 2, 1.25);
+  double gate = cost_gemm(s, 80, 32, 64, 4, 0.45), down = cost_gemm(s, 80, 64, 32, 4, 0.45);
+  double swiglu = 128 * 1.25 * 6 * 64 / 0.7e12;
+  CHECK_NEAR(gate, 2.0 * 1 * 4 * 128 * 128 * 64 / 45e12, 1e-9); /* 4 tiles: 1 wave */
+  CHECK_NEAR(t.fwd, 2 * gate + down + swiglu, 1e-9);
+
+  /* memory-bound ops by the stack: an RMSNorm reads and writes 2 B x 64 per token */
+  const Op *norm = find_op(md, OP_NORM);
+  double fused = 128.0 * 256 / 0.7e12; /* 4.68e-8 s */
+  t = cost_op(s, md, norm, 128, 128, 1, 1);
+  CHECK_NEAR(t.fwd, fused, 1e-9);
+  CHECK_NEAR(t.bwd, 2 * fused, 1e-9);
+  s->cluster.stack = STACK_PYTORCH_EAGER; /* fp32 intermediates: 8x the bytes, 7 kernels */
+  t = cost_op(s, md, norm, 128, 128, 1, 1);
+  CHECK_NEAR(t.fwd, 8 * fused, 1e-9);
+  s->cluster.efficiency.kernel_launch = 1e-6;
+  t = cost_op(s, md, norm, 128, 128, 1, 1);
+  CHECK_NEAR(t.fwd, 7e-6, 1e-9);
+  s->cluster.efficiency.kernel_launch = 0;
+
+  /* the loss over 256 logits: eager upcasts to fp32 (14 B per logit forward, 18 backward);
+   * the generated program reads the bf16 logits once (2 B; 4 backward) */
+  const Op *loss = find_op(md, OP_LOSS);
+  t = cost_op(s, md, loss, 128, 128, 1, 1);
+  CHECK_NEAR(t.fwd, 128.0 * 14 * 256 / 0.7e12, 1e-9);
+  CHECK_NEAR(t.bwd, 128.0 * 18 * 256 / 0.7e12, 1e-9);
+  s->cluster.stack = STACK_PYTORCH_COMPILE; /* TorchTitan compiles the blocks, not the loss */
+  t = cost_op(s, md, loss, 128, 128, 1, 1);
+  CHECK_NEAR(t.fwd, 128.0 * 14 * 256 / 0.7e12, 1e-9);
+  t = cost_op(s, md, norm, 128, 128, 1, 1); /* but the norm is one fused pass */
+  CHECK_NEAR(t.fwd, fused, 1e-9);
+  s->cluster.stack = STACK_MTC;
+  t = cost_op(s, md, loss, 128, 128, 1, 1);
+  CHECK_NEAR(t.fwd, 128.0 * 2 * 256 / 0.7e12, 1e-9);
+
+  /* attention: forward at attention, backward 2.5x the FLOPs at attention_bwd. Causal FLOPs
+   * per token: 128 positions x 4 heads x (16 + 16) (head_dim 64 / 4) = 16384; x 128 tokens */
+  const Op *at = find_op(md, OP_ATTN_CORE);
+  s->cluster.efficiency.attention_bwd = 0.25;
+  t = cost_op(s, md, at, 128, 128, 1, 1);
+  CHECK_NEAR(t.fwd, 128.0 * 16384 / 50e12, 1e-9);
+  CHECK_NEAR(t.bwd, 2.5 * 128.0 * 16384 / 25e12, 1e-9);
+
+  /* the all-to-all at its own efficiency: 4 GPUs, 1 MB each, 3/4 of it to 3 peers over their
+   * pair links (mesh, 100 GB/s): 0.75e6 / (3 x 100e9 x eff); default eff = network (0.8) */
+  CHECK_NEAR(cost_all_to_all(s, 1e6, 4), 0.75e6 / (3 * 100e9 * 0.8), 1e-9);
+  s->cluster.efficiency.all_to_all = 0.5;
+  CHECK_NEAR(cost_all_to_all(s, 1e6, 4), 0.75e6 / (3 * 100e9 * 0.5), 1e-9);
+  mem_free(&m);
+}
+
 static void optimizer_pins(void) {
   Mem m = {0};
   const char *a[] = {"plan.optimizer_tier=host", "plan.prefetch=2"};
@@ -491,6 +582,7 @@ int main(int argc, char **argv) {
   tiny_items_by_hand();
   imbalance_cap();
   cost_by_hand();
+  kernels_by_hand();
   optimizer_pins();
   kept_gathered_by_hand();
   all_to_all_mixed_links();
