@@ -346,6 +346,12 @@ errors)
   [ $rc -eq 2 ] && echo "$out" | grep -q "no-such-file" || die "missing data: exit $rc, $out"
   out=$("$work/e1/build/train" --data "$text" --steps zero 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q -- "--steps expects a positive integer" || die "bad --steps: exit $rc, $out"
+  out=$("$work/e1/build/train" --data "$text" --steps 11 --metrics "$work/past.jsonl" 2>&1); rc=$?
+  steps=$(sed -n 's/^#define TRAIN_STEPS \([0-9]*\).*/\1/p' "$work/e1/step.h")
+  if [ "$steps" -lt 11 ]; then
+    [ $rc -eq 0 ] && echo "$out" | grep -q "note: --steps 11 is past the spec's training.steps $steps" || die "--steps past training.steps: exit $rc, $out"
+  else die "expected e1's training.steps below 11, not $steps"
+  fi
   out=$("$work/e1/build/train" --data "$text" --steps 99999999999999999999 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q -- "--steps is too large" || die "huge --steps (clamped?): exit $rc, $out"
   out=$("$work/e1/build/train" --data "$text" --seed 99999999999999999999999 2>&1); rc=$?

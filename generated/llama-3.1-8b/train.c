@@ -651,6 +651,10 @@ int main(int argc, char **argv) {
     }
   }
   uint64_t data_seed = a.seed + 1;
+  if (rank0 && a.steps > TRAIN_STEPS)
+    printf("note: --steps %ld is past the spec's training.steps %lld: the learning-rate schedule ends there, so "
+           "steps %lld..%ld run at its minimum (min_lr_ratio x lr = %.3e)\n", a.steps, (long long)TRAIN_STEPS,
+           (long long)TRAIN_STEPS + 1, a.steps, LR * MIN_LR_RATIO);
   if (rank0)
     printf("%s: %d rank(s) = %d x fsdp %d, ep %d, activation checkpointing %s; %d micro-batch(es) of %d x %d tokens per rank; "
            "%s, gradients reduced in %s; arenas %.1f MiB (fp32) + %.1f MiB (activations) + %.1f MiB (state) per "
