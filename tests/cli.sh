@@ -92,6 +92,7 @@ expect 2 'not a plan.json' "$mtc" diff README.md.json specs/europa-1t.yaml
 echo '{}' >"${TMPDIR:-/tmp}/mtc-cli-empty.json"
 expect 2 "mtc-cli-empty.json: not a plan.json of mtc's: it has no 'name'" "$mtc" diff "${TMPDIR:-/tmp}/mtc-cli-empty.json" specs/tiny-moe.yaml
 rm -f "${TMPDIR:-/tmp}/mtc-cli-empty.json"
+expect 2 "--over training.seq_len is given twice" "$mtc" sweep specs/tiny-moe.yaml --over training.seq_len=128,256 --over training.seq_len=64
 # peak FLOPs are a rate, not bytes
 expect 0 '^cluster.peak_bf16_flops_per_gpu +5e\+10 +5e\+10' "$mtc" diff generated/tiny-moe/plan.json generated/tiny-moe/plan.json --all
 # --set changes B's spec; with a plan.json as B it is refused, naming the option and the file (issue 16 item 13)
