@@ -226,7 +226,7 @@ static bool build_tree_of(const char *bdir, char *out, size_t n) {
   return found;
 }
 
-int build_run(const char *dir, const char *backend, const char *real) {
+int build_run(const char *dir, const char *backend, const char *real, bool allow_edits) {
   struct stat st;
   char path[4096];
   snprintf(path, sizeof path, "%s/CMakeLists.txt", dir);
@@ -245,6 +245,13 @@ int build_run(const char *dir, const char *backend, const char *real) {
   if (!out_program_matches(dir, err, sizeof err)) {
     fprintf(stderr, "error: %s\n", err);
     return 2;
+  }
+  if (!out_program_unedited(dir, err, sizeof err)) {
+    if (!allow_edits) {
+      fprintf(stderr, "error: %s\n", err);
+      return 2;
+    }
+    printf("note: building an edited program (--allow-edits): %s\n", err);
   }
   if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
     fprintf(stderr, "error: --backend %s; expected cpu or cuda\n", backend);

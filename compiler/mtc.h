@@ -802,7 +802,13 @@ bool out_batch_end(Diag *d, bool commit);
  * earlier compile); any other non-empty directory is refused (false, a diagnostic naming a
  * file in it) unless force. */
 bool out_dir_prepare(Diag *d, const char *dir, bool force);
-/* The files of a generated program (NULL-terminated): step.h, step.c, train.c, ... */
+/* Writes dir/program.sum (in the current batch): the FNV-1a hash of each program file's
+ * dir/NAME.tmp, written by this compile. False after a diagnostic. */
+bool out_write_program_sum(Diag *d, const char *dir);
+/* Whether every file dir/program.sum lists still has the hash compile wrote; false with err
+ * naming the first changed (or missing) file and what to do. */
+bool out_program_unedited(const char *dir, char *err, size_t n);
+/* The files of a generated program (NULL-terminated): step.h, step.c, train.c, ..., program.sum last */
 extern const char *const out_program_files[];
 /* Removes the program files (regular files only) an earlier compile left in dir, and the
  * programs mtc build made of them (dir/build.../train), for a compile that writes no program;
@@ -839,10 +845,11 @@ bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec
 bool emit_program(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base);
 /* What compile says about launch.sbatch (its --time capped below the run's need), or NULL. */
 const char *emit_program_note(Mem *m, const Plan *p);
-/* `mtc build DIR`: checks that DIR's program is the one of DIR/plan.json (step.h's PLAN_HASH),
+/* `mtc build DIR`: checks that DIR's program is the one of DIR/plan.json (step.h's PLAN_HASH)
+ * and, unless allow_edits, that no program file changed since compile wrote it (program.sum),
  * then configures and builds DIR/build (DIR/build-double for real "double") against the
  * runtime in $MTC_ROOT or this mtc's source tree. Returns the exit status. */
-int build_run(const char *dir, const char *backend, const char *real);
+int build_run(const char *dir, const char *backend, const char *real, bool allow_edits);
 
 /* `mtc export CKPT OUT`: the master weights of checkpoint CKPT (a step directory, or the
  * directory holding them: the newest complete one) as a safetensors file (export.c). Returns
