@@ -185,16 +185,21 @@ PY
       END { printf "1 vs 4 ranks (fsdp 4, ep %s): %d steps, worst relative difference %.2e\n", ep, n, worst
             exit (bad || n != 10) }' || die "losses differ between 1 and 4 ranks (ep $ep)"
   done
-  # an uneven split of whole experts, with Muon: 6 experts over 4 ranks (ep 1) in shards of 2, the last empty
+  # experts that do not divide over their shard group, with Muon: 6 experts over 4 ranks (ep 1) are
+  # sharded flat (plan_expert_per: no whole-expert shards padded to the largest), and the expert
+  # matrices split over ranks go to their owners like dense ones (the whole case: w4ep2, 4 over 2)
   uneven=(--set model.moe.experts=6 --set training.optimizer=muon)
   build w1u "$tiny" float "${small[@]}" "${uneven[@]}" --set cluster.gpus_per_node=1 --set plan.fsdp=1 &&
     build w4u "$tiny" float "${small[@]}" "${uneven[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=1 &&
-    grep -q "^#define SHARD_EXPERTS 2 " "$work/w4u/step.h" && (cd "$work" && ./w1u/build/train --data "$text" --metrics w1u.jsonl >/dev/null &&
+    ! grep -q "^#define SHARD_EXPERTS " "$work/w4u/step.h" && grep -q "sharded over the 4 ranks flat" "$work/w4u/plan.txt" &&
+    grep -q "experts: [0-9]* of them, split" "$work/w4u/plan.txt" &&
+    (cd "$work" && ./w1u/build/train --data "$text" --metrics w1u.jsonl >/dev/null &&
     "${mpirun[@]}" -np 4 ./w4u/build/train --data "$text" --metrics w4u.jsonl >/dev/null) || die "uneven whole-expert runs"
   paste <(losses "$work/w1u.jsonl") <(losses "$work/w4u.jsonl") | awk '
     { n++; d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > worst) worst = r }
-    END { printf "1 vs 4 ranks, Muon, 6 experts in shards of 2 whole experts (the last rank none): %d steps, worst relative difference %.2e\n", n, worst
-          exit (worst > 1e-4 || n != 10) }' || die "losses differ between 1 and 4 ranks (uneven whole-expert shards)"
+    END { printf "1 vs 4 ranks, Muon, 6 experts sharded flat over 4 ranks (split matrices at their owners): %d steps, worst relative difference %.2e\n", n, worst
+          exit (worst > 1e-4 || n != 10) }' || die "losses differ between 1 and 4 ranks (6 experts flat over 4)"
+  grep -q "^#define SHARD_EXPERTS 2 " "$work/w4ep2/step.h" || die "w4ep2: 4 experts per EP rank over 2 ranks are not whole-expert shards of 2"
   build w4bf16 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=2 \
     --set training.grad_reduce_dtype=bf16 || exit 1
   grep -q "rt_comm_reduce_scatter_start(.*RS_WIRE" "$work/w4bf16/step.c" || die "bf16: no bf16 reduce-scatter in step.c"
