@@ -285,6 +285,27 @@ checkpoints)
       END { printf "%s: worst relative difference %.2e over %d steps\n", what, worst, n
             exit (worst > 1e-5 || n != 10) }' || die "$r: resharded run differs by more than 1e-5"
   done
+  # flat over several ranks (plan_expert_per: 6 experts do not divide over 4 ranks, ep 1) and whole
+  # (3 experts each over 2 ranks), both ways, against the straight 4-rank run
+  six=(--set model.moe.experts=6)
+  build c4x6 "$tiny" float "${ck[@]}" "${six[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=1 || exit 1
+  build c2x6 "$tiny" float "${ck[@]}" "${six[@]}" --set cluster.gpus_per_node=2 --set plan.fsdp=2 --set plan.ep=1 || exit 1
+  (cd "$work" && "${mpirun[@]}" -np 4 ./c4x6/build/train --data "$text" --metrics r6.jsonl >/dev/null &&
+    "${mpirun[@]}" -np 4 ./c4x6/build/train --data "$text" --metrics r6fw.jsonl --steps 5 --checkpoint-dir ckG >/dev/null &&
+    "${mpirun[@]}" -np 2 ./c2x6/build/train --data "$text" --metrics r6fw.jsonl --checkpoint-dir ckG >/dev/null &&
+    "${mpirun[@]}" -np 2 ./c2x6/build/train --data "$text" --metrics r6wf.jsonl --steps 5 --checkpoint-dir ckH >/dev/null &&
+    "${mpirun[@]}" -np 4 ./c4x6/build/train --data "$text" --metrics r6wf.jsonl --checkpoint-dir ckH >/dev/null) ||
+    die "6 experts: flat (4 ranks) <-> whole-expert (2 ranks) reshard runs"
+  ! grep -q '"per"' "$work/ckG/step-00000005/manifest.json" && grep -q '"per": *3' "$work/ckH/step-00000005/manifest.json" ||
+    die "6 experts: the manifests do not record flat (4 ranks) and whole-expert shards of 3 (2 ranks)"
+  for r in r6fw r6wf; do
+    what="6 experts, saved flat over 4 ranks, resumed in whole experts (3 on each of 2)"
+    [ $r = r6wf ] && what="6 experts, saved in whole experts (3 on each of 2 ranks), resumed flat over 4"
+    paste <(losses "$work/r6.jsonl") <(losses "$work/$r.jsonl") | awk -v what="$what" '
+      { n++; d = $1 - $2; if (d < 0) d = -d; q = d / $1; if (q > worst) worst = q }
+      END { printf "%s: worst relative difference %.2e over %d steps\n", what, worst, n
+            exit (worst > 1e-5 || n != 10) }' || die "$r: resharded run differs by more than 1e-5"
+  done
   # a checkpoint of another model or optimizer is refused
   build c2h64 "$tiny" float "${ck[@]}" --set model.hidden=64 --set cluster.gpus_per_node=2 --set plan.fsdp=2 || exit 1
   out=$(cd "$work" && "${mpirun[@]}" -np 2 ./c2h64/build/train --data "$text" --metrics y.jsonl --checkpoint-dir ckA 2>&1); rc=$?
