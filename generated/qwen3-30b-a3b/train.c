@@ -740,8 +740,9 @@ int main(int argc, char **argv) {
                                                    step_tensors, N_TENSORS, g, shard_lo(&c, g),
                                                    shard_lo(&c, g) + G->shard, scale, &adam);
 #ifdef MUON_WORK
-      /* Muon: experts orthogonalized where they are held, dense matrices at their owners (one
-       * all-to-all there and one back per group) */
+      /* Muon: matrices whole in one shard (experts in whole-expert shards) orthogonalized where
+       * they are held, the others (dense, and experts split over a flat expert group) at their
+       * owners (one all-to-all there and one back per group) */
       RtMuon muon = {lr, (float)WEIGHT_DECAY, 0.95f};
       int fsdp_group = G->comm == RT_GROUP_FSDP;
       MPI_Comm muon_comm = fsdp_group ? c.comm.fsdp_comm : c.comm.shard_comm;
