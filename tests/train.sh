@@ -336,9 +336,9 @@ checkpoints)
     --checkpoint-every 2 --keep-checkpoints 2 >sig.log 2>&1) & pid=$!
   for _ in $(seq 1200); do grep -Eq '^step +5/' "$work/sig.log" 2>/dev/null && break; sleep 0.1; done
   kill -USR1 $pid; wait $pid; rc=$?
-  at=$(ls "$work/ckS" | tail -1 | sed 's/^step-0*//')
+  at=$(ls "$work/ckS" | grep '^step-' | tail -1 | sed 's/^step-0*//')
   [ $rc -eq 0 ] && grep -q "stopped after step $at on SIGUSR1; run the same command again" "$work/sig.log" &&
-    [ "$at" -lt 400 ] && [ -f "$work/ckS/step-$(printf %08d "$at")/manifest.json" ] && [ "$(ls "$work/ckS" | wc -l)" -eq 2 ] ||
+    [ "$at" -lt 400 ] && [ -f "$work/ckS/step-$(printf %08d "$at")/manifest.json" ] && [ "$(ls "$work/ckS" | grep -c '^step-')" -eq 2 ] ||
     die "SIGUSR1: exit $rc, checkpoints $(ls "$work/ckS" | tr '\n' ' '), $(tail -3 "$work/sig.log")"
   (cd "$work" && "${mpirun[@]}" -np 2 ./c2l/build/train --data "$text" --metrics sig.jsonl --checkpoint-dir ckS \
     --steps $((at + 3)) >/dev/null && "${mpirun[@]}" -np 2 ./c2l/build/train --data "$text" --metrics sig0.jsonl \

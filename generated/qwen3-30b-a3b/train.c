@@ -490,13 +490,17 @@ int main(int argc, char **argv) {
   int rank0 = c.comm.rank == 0;
   if (!status && a.ckpt_dir) { /* a checkpoint directory that cannot be written fails now, not at the first save */
     int bad = 0;
+    char err0[1400];
     if (rank0) {
       struct stat st;
-      mkdir(a.ckpt_dir, 0777);
+      int made = mkdir(a.ckpt_dir, 0777) == 0 || errno == EEXIST ? 0 : errno; /* EROFS, EACCES: said, not ENOENT */
       if (stat(a.ckpt_dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(a.ckpt_dir, W_OK | X_OK) != 0) {
         fprintf(stderr, "error: --checkpoint-dir %s: %s; expected a writable directory (it is created if missing)\n",
-                a.ckpt_dir, stat(a.ckpt_dir, &st) != 0 ? strerror(errno) : !S_ISDIR(st.st_mode) ? "not a directory"
-                                                                                                   : "not writable");
+                a.ckpt_dir, stat(a.ckpt_dir, &st) != 0 ? strerror(made ? made : errno)
+                            : !S_ISDIR(st.st_mode) ? "not a directory" : "not writable");
+        bad = 1;
+      } else if (rt_ckpt_lock(a.ckpt_dir, err0, sizeof err0) != 0) { /* held until exit */
+        fprintf(stderr, "error: %s\n", err0);
         bad = 1;
       }
     }
