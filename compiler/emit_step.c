@@ -433,10 +433,10 @@ static void moe_backward(Em *e, int l, const char *dy) {
   } else {
     const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
     P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s)); /* as in the forward */\n", offs);
-    P(e, "  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */\n"
-         "    rt_moe_gather(R(WS_XP), R(%s), I(%s), %lld, %lld, %lld);\n", ln2, pos, N, K, C);
     P(e, "  for (int r = 0; r < rounds; r++) {\n");
-    P(e, "    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */\n");
+    P(e, "    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's\n"
+         "                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */\n");
+    P(e, "      rt_moe_gather(R(WS_XP), R(%s), I(%s), %lld, %lld, %lld);\n", ln2, pos, N, K, C);
     P(e, "      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld);\n", xe, eo, xp, C);
     P(e, "      %srt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, "
          "%lld);\n    }\n", exloop(e), ye, eg, eu, eh, xe, wg, exw(e, "WE", wu), exw(e, "WE", wd),
@@ -866,7 +866,13 @@ static void body(Em *e, const char *spec_base) {
     for (int i = 0; i < e->nbufs; i++) {
       const EmBuf *bf = &e->bufs[i];
       if ((int)bf->arena != a || in_header(bf->name)) continue;
-      P(e, "#define %-22s %12lld /* %10lld: %s */\n", bf->name, (long long)bf->offset, (long long)bf->elems, bf->what);
+      if (bf->alias && bf->alias_at)
+        P(e, "#define %-22s (%s + %lld) /* %10lld: %s */\n", bf->name, bf->alias, (long long)bf->alias_at,
+          (long long)bf->elems, bf->what);
+      else if (bf->alias)
+        P(e, "#define %-22s %12s /* %10lld: %s */\n", bf->name, bf->alias, (long long)bf->elems, bf->what);
+      else
+        P(e, "#define %-22s %12lld /* %10lld: %s */\n", bf->name, (long long)bf->offset, (long long)bf->elems, bf->what);
     }
   }
   if (e->offload) {

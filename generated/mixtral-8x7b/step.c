@@ -437,11 +437,11 @@
 #define DQ                      35701842048 /*  268435456: gradient of the queries */
 #define DK                      35970277504 /*   67108864: gradient of the keys */
 #define DV                      36037386368 /*   67108864: gradient of the values */
-#define DYP                     36104495232 /*  536870912: gradient of the expert outputs */
-#define DXP                     36641366144 /*  536870912: gradient of the token copies */
-#define EDG                     37178237056 /* 1879048192: routed experts' gate gradient */
-#define EDU                     39057285248 /* 1879048192: routed experts' up gradient */
-#define EDH                     40936333440 /* 1879048192: routed experts' activation gradient */
+#define EDG                     36104495232 /* 1879048192: routed experts' gate gradient */
+#define EDU                     37983543424 /* 1879048192: routed experts' up gradient */
+#define EDH                     39862591616 /* 1879048192: routed experts' activation gradient */
+#define DYP                     41741639808 /*  536870912: gradient of the expert outputs */
+#define DXP                     42278510720 /*  536870912: gradient of the token copies */
 #define LNF                     42815381632 /*  268435456: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (32 ranks) or, for experts, over the

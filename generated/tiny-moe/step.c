@@ -201,15 +201,15 @@
 #define DQ                         11834432 /*      65536: gradient of the queries */
 #define DK                         11899968 /*      32768: gradient of the keys */
 #define DV                         11932736 /*      32768: gradient of the values */
-#define DYP                        11965504 /*     131072: gradient of the expert outputs */
-#define DXP                        12096576 /*     131072: gradient of the token copies */
-#define EDG                        12227648 /*     262144: routed experts' gate gradient */
-#define EDU                        12489792 /*     262144: routed experts' up gradient */
-#define EDH                        12751936 /*     262144: routed experts' activation gradient */
-#define DSG                        13014080 /*     131072: shared experts' gate gradient */
-#define DSU                        13145152 /*     131072: shared experts' up gradient */
-#define DSH                        13276224 /*     131072: shared experts' activation gradient */
-#define LNF                        13407296 /*      65536: final norm output */
+#define EDG                        11965504 /*     262144: routed experts' gate gradient */
+#define DSG                             EDG /*     131072: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
+#define EDU                        12227648 /*     262144: routed experts' up gradient */
+#define DSU                             EDU /*     131072: shared experts' up gradient: in EDU (one FFN's backward at a time) */
+#define EDH                        12489792 /*     262144: routed experts' activation gradient */
+#define DSH                             EDH /*     131072: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
+#define DYP                        12751936 /*     131072: gradient of the expert outputs */
+#define DXP                        12883008 /*     131072: gradient of the token copies */
+#define LNF                        13014080 /*      65536: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
  * 2 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
