@@ -222,7 +222,9 @@ static void build_items(Items *it, const Model *md) {
     item(it, "activations.recompute_layer", CAT_ACTIVATIONS, TIER_HBM, rebuilt, PHASE_LOSS(L) + 1,
          PHASE_OPT(L), yp_in_send ? "recomputed bytes per token of the widest layer x tokens, less y_combined "
                                     "(in moe.dispatch_send)"
-                                  : "recomputed bytes per token of the widest layer x tokens");
+                                  : md->n_moe_layers ? "recomputed bytes per token of the widest layer x tokens "
+                                                       "(y_combined, once combined, holds the token copies' gradient)"
+                                                     : "recomputed bytes per token of the widest layer x tokens");
   for (int i = 0; i < 2; i++)
     item(it, mem_printf(it->m, "activations.grad_residual[%d]", i), CAT_ACTIVATIONS, TIER_HBM, boundary,
          PHASE_LOSS(L), PHASE_OPT(L), "2 B x hidden x tokens: gradient of the residual stream in/out");
@@ -260,8 +262,9 @@ static void build_items(Items *it, const Model *md) {
     } else {
       item(it, "moe.grad_expert_out", CAT_MOE, TIER_HBM, b, PHASE_LOSS(L) + 1, PHASE_OPT(L),
            "tokens x top_k x hidden x 2 B: gradient of the experts' outputs");
-      item(it, "moe.grad_expert_in", CAT_MOE, TIER_HBM, b, PHASE_LOSS(L) + 1, PHASE_OPT(L),
-           "tokens x top_k x hidden x 2 B: gradient of the token copies");
+      if (plan_keeps(ch->ac, SAVE_EXPERT)) /* (recomputed: in y_combined's bytes, dead by then) */
+        item(it, "moe.grad_expert_in", CAT_MOE, TIER_HBM, b, PHASE_LOSS(L) + 1, PHASE_OPT(L),
+             "tokens x top_k x hidden x 2 B: gradient of the token copies");
     }
   }
 

@@ -441,8 +441,8 @@
 #define EDU                     37983543424 /* 1879048192: routed experts' up gradient */
 #define EDH                     39862591616 /* 1879048192: routed experts' activation gradient */
 #define DYP                     41741639808 /*  536870912: gradient of the expert outputs */
-#define DXP                     42278510720 /*  536870912: gradient of the token copies */
-#define LNF                     42815381632 /*  268435456: final norm output */
+#define DXP                           WS_YP /*  536870912: gradient of the token copies: in WS_YP (the experts' outputs, dead after rt_moe_combine_backward; rt_experts_backward writes this after it, reading DYP) */
+#define LNF                     42278510720 /*  268435456: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (32 ranks) or, for experts, over the
  * 32 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
