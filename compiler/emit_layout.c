@@ -461,11 +461,8 @@ void em_layout(Em *e) {
     if (e->ep > 1) /* undispatch of round r writes the rows dispatch r sent, as WS_YP in WS_XP */
       alias_buf(e, "DXP", "DYP", 0, N * K * C, "gradient of the token copies: in DYP's rows (each round's "
                 "gradients land in the rows that round dispatched; rows of other rounds untouched)");
-    else if (!per_layer(e, SAVE_EXPERT)) /* (one rank: rt_experts_backward reads DYP while it writes DXP) */
-      alias_buf(e, "DXP", "WS_YP", 0, N * K * C, "gradient of the token copies: in WS_YP (the experts' outputs, "
-                "dead after rt_moe_combine_backward; rt_experts_backward writes this after it, reading DYP)");
-    else
-      abuf(e, "DXP", N * K * C, "gradient of the token copies");
+    /* (one rank: the backward writes the token copies' gradient into the layer's YP, WS_YP or
+     * L<l>_YP, dead after rt_moe_combine_backward; rt_experts_backward reads DYP while it writes it) */
     if (e->ep > 1) {
       alias_buf(e, "DYE", "WS_YE", 0, e->R * C, "gradient of the received rows' outputs: in WS_YE (the outputs of "
                 "the backward's (re)computed forward, which nothing reads: dispatched into after them in each round)");

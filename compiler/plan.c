@@ -222,9 +222,7 @@ static void build_items(Items *it, const Model *md) {
     item(it, "activations.recompute_layer", CAT_ACTIVATIONS, TIER_HBM, rebuilt, PHASE_LOSS(L) + 1,
          PHASE_OPT(L), yp_in_send ? "recomputed bytes per token of the widest layer x tokens, less y_combined "
                                     "(in moe.dispatch_send)"
-                                  : md->n_moe_layers ? "recomputed bytes per token of the widest layer x tokens "
-                                                       "(y_combined, once combined, holds the token copies' gradient)"
-                                                     : "recomputed bytes per token of the widest layer x tokens");
+                                  : "recomputed bytes per token of the widest layer x tokens");
   for (int i = 0; i < 2; i++)
     item(it, mem_printf(it->m, "activations.grad_residual[%d]", i), CAT_ACTIVATIONS, TIER_HBM, boundary,
          PHASE_LOSS(L), PHASE_OPT(L), "2 B x hidden x tokens: gradient of the residual stream in/out");
@@ -261,10 +259,9 @@ static void build_items(Items *it, const Model *md) {
            "tokens x top_k x hidden x 2 B: gradient of the experts' outputs, then of the token copies in its rows");
     } else {
       item(it, "moe.grad_expert_out", CAT_MOE, TIER_HBM, b, PHASE_LOSS(L) + 1, PHASE_OPT(L),
-           "tokens x top_k x hidden x 2 B: gradient of the experts' outputs");
-      if (plan_keeps(ch->ac, SAVE_EXPERT)) /* (recomputed: in y_combined's bytes, dead by then) */
-        item(it, "moe.grad_expert_in", CAT_MOE, TIER_HBM, b, PHASE_LOSS(L) + 1, PHASE_OPT(L),
-             "tokens x top_k x hidden x 2 B: gradient of the token copies");
+           "tokens x top_k x hidden x 2 B: gradient of the experts' outputs (that of the token copies goes into "
+           "y_combined's bytes, dead once combined)");
+      /* (the gradient of the token copies lies in the layer's y_combined, dead once combined) */
     }
   }
 

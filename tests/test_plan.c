@@ -229,7 +229,7 @@ static void tiny_items_by_hand(void) {
   /* gradients of gate, up and act of the widest FFN: top-2 x 256 routed (no imbalance at ep 1) */
   CHECK_EQ(bytes(c, "activations.grad_ffn"), 3 * 2 * T * (2 * 256));
   /* ep 1: no all-to-all; the gradient of the experts' outputs (top-2 copies per token); that of
-   * their inputs lies in y_combined's bytes (recomputed: dead once combined) */
+   * their inputs lies in y_combined's bytes (dead once combined) */
   CHECK_EQ(bytes(c, "moe.grad_expert_out"), T * 2 * H * 2);
   CHECK(!find_quiet(c, "moe.grad_expert_in"));
   CHECK_EQ(bytes(c, "workspace.attention_dq_fp32"), 4 * T * 4 * 32);

@@ -441,7 +441,6 @@
 #define EDU                     37983543424 /* 1879048192: routed experts' up gradient */
 #define EDH                     39862591616 /* 1879048192: routed experts' activation gradient */
 #define DYP                     41741639808 /*  536870912: gradient of the expert outputs */
-#define DXP                           WS_YP /*  536870912: gradient of the token copies: in WS_YP (the experts' outputs, dead after rt_moe_combine_backward; rt_experts_backward writes this after it, reading DYP) */
 #define LNF                     42278510720 /*  268435456: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (32 ranks) or, for experts, over the
@@ -1653,10 +1652,10 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1685,10 +1684,10 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1717,10 +1716,10 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1749,10 +1748,10 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1781,10 +1780,10 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1813,10 +1812,10 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1845,10 +1844,10 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1877,10 +1876,10 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1909,10 +1908,10 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1941,10 +1940,10 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1973,10 +1972,10 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2005,10 +2004,10 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2037,10 +2036,10 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2069,10 +2068,10 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2101,10 +2100,10 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2133,10 +2132,10 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2165,10 +2164,10 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2197,10 +2196,10 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2229,10 +2228,10 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2261,10 +2260,10 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2293,10 +2292,10 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2325,10 +2324,10 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2357,10 +2356,10 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2389,10 +2388,10 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2421,10 +2420,10 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2453,10 +2452,10 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2485,10 +2484,10 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2517,10 +2516,10 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2549,10 +2548,10 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2581,10 +2580,10 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2613,10 +2612,10 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2645,10 +2644,10 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(A(DLN), 268435456);
   rt_zero_real(R(DWTS), 131072);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 2, 4096);
-  rt_zero(A(DXP), 536870912);
+  rt_zero(A(WS_YP), 536870912); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 2, 4096);
+      rt_experts_backward(A(WS_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(58720256 + b * SHARD_EXPERTS_ELEMS), DWE(117440512 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(58720256 + b * SHARD_EXPERTS_ELEMS), WE(117440512 + b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 1, n < 1 ? n : 1, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 2, 4096);
   rt_zero_real(R(DLOGITS), 524288);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 8, 2, 0.01, c->dloss, R(AUX));
