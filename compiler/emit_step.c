@@ -426,17 +426,21 @@ static void moe_backward(Em *e, int l, const char *dy) {
              *dwg = e->gelu_experts ? "NULL" : exw(e, "DWE", wgo), *edg = e->gelu_experts ? "NULL" : "R(EDG)";
   const char *bwd = "%srt_experts_backward(R(%s), %s, %s, %s, R(%s), R(%s), %s, R(%s), R(%s), "
                     "%s, %s, %s, %s, %s, %lld, %lld, R(EDH), %s, R(EDU));\n";
+  /* one rank: the token copies' gradient goes into the experts' outputs in expert order, dead once
+   * combined (rt_experts_backward reads DYP, XP and the activations): step.c's DXP is WS_YP, or
+   * this layer's own saved YP */
+  const char *dxp = e->ep == 1 ? yp : "DXP";
   if (e->ep == 1) {
-    P(e, "  rt_zero(R(DXP), %lld);\n  ", N * K * C);
-    P(e, bwd, exloop(e), "DXP", dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYP", xp, eg, eu, eh, wg,
+    P(e, "  rt_zero(R(%s), %lld); /* the gradient of the token copies, in YP's bytes */\n  ", dxp, N * K * C);
+    P(e, bwd, exloop(e), dxp, dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYP", xp, eg, eu, eh, wg,
       exw(e, "WE", wu), exw(e, "WE", wd), exo(e, offs), exn(e), C, (long long)e->Fe, edg);
   } else {
     const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
     P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s)); /* as in the forward */\n", offs);
-    P(e, "  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */\n"
-         "    rt_moe_gather(R(WS_XP), R(%s), I(%s), %lld, %lld, %lld);\n", ln2, pos, N, K, C);
     P(e, "  for (int r = 0; r < rounds; r++) {\n");
-    P(e, "    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */\n");
+    P(e, "    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's\n"
+         "                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */\n");
+    P(e, "      rt_moe_gather(R(WS_XP), R(%s), I(%s), %lld, %lld, %lld);\n", ln2, pos, N, K, C);
     P(e, "      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld);\n", xe, eo, xp, C);
     P(e, "      %srt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, "
          "%lld);\n    }\n", exloop(e), ye, eg, eu, eh, xe, wg, exw(e, "WE", wu), exw(e, "WE", wd),
@@ -447,7 +451,7 @@ static void moe_backward(Em *e, int l, const char *dy) {
       exw(e, "WE", wu), exw(e, "WE", wd), exo(e, "WS_EOFF"), exn(e), C, (long long)e->Fe, edg);
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), %lld); /* all-to-all back */\n  }\n", C);
   }
-  P(e, "  rt_moe_gather_backward(R(DLN), R(DXP), I(%s), %lld, %lld, %lld);\n", pos, N, K, C);
+  P(e, "  rt_moe_gather_backward(R(DLN), R(%s), I(%s), %lld, %lld, %lld);\n", dxp, pos, N, K, C);
   P(e, "  rt_zero_real(R(DLOGITS), %lld);\n", N * E);
   if (reweight(e))
     P(e, "  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s, %s, %.9g);\n", lg,
@@ -866,7 +870,13 @@ static void body(Em *e, const char *spec_base) {
     for (int i = 0; i < e->nbufs; i++) {
       const EmBuf *bf = &e->bufs[i];
       if ((int)bf->arena != a || in_header(bf->name)) continue;
-      P(e, "#define %-22s %12lld /* %10lld: %s */\n", bf->name, (long long)bf->offset, (long long)bf->elems, bf->what);
+      if (bf->alias && bf->alias_at)
+        P(e, "#define %-22s (%s + %lld) /* %10lld: %s */\n", bf->name, bf->alias, (long long)bf->alias_at,
+          (long long)bf->elems, bf->what);
+      else if (bf->alias)
+        P(e, "#define %-22s %12s /* %10lld: %s */\n", bf->name, bf->alias, (long long)bf->elems, bf->what);
+      else
+        P(e, "#define %-22s %12lld /* %10lld: %s */\n", bf->name, (long long)bf->offset, (long long)bf->elems, bf->what);
     }
   }
   if (e->offload) {

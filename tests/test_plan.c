@@ -259,14 +259,16 @@ static void tiny_items_by_hand(void) {
   CHECK_EQ(bytes(c, "activations.grad_residual[0]"), 2 * H * T);
   /* gradients of gate, up and act of the widest FFN: top-2 x 256 routed (no imbalance at ep 1) */
   CHECK_EQ(bytes(c, "activations.grad_ffn"), 3 * 2 * T * (2 * 256));
-  /* ep 1: no all-to-all; the experts' outputs before the combine (top-2 copies per token) */
-  CHECK_EQ(bytes(c, "moe.expert_out"), T * 2 * H * 2);
+  /* ep 1: no all-to-all; the gradient of the experts' outputs (top-2 copies per token); that of
+   * their inputs lies in y_combined's bytes (dead once combined) */
+  CHECK_EQ(bytes(c, "moe.grad_expert_out"), T * 2 * H * 2);
+  CHECK(!find_quiet(c, "moe.grad_expert_in"));
   CHECK_EQ(bytes(c, "workspace.attention_dq_fp32"), 4 * T * 4 * 32);
   CHECK_EQ(bytes(c, "workspace.logits_chunk"), 2 * 4 * T * 256);
   CHECK_EQ(bytes(c, "reserve.nccl_buffers"), 64 << 20); /* the cpu preset */
   CHECK_EQ(bytes(c, "reserve.host"), 64 << 20);
   /* static 4, gathered, unsharded grads 2, boundaries 4, forward and recompute layers, grad
-   * residual 2, grad ffn, expert_out, dq, logits, reserves 4 */
+   * residual 2, grad ffn, grad_expert_out, dq, logits, reserves 4 */
   int items = 4 + (c->ch.prefetch + 1) + 2 + 4 + 2 + 2 + 1 + 1 + 1 + 1 + 4;
   CHECK_EQ(c->nitems, items);
   check_arena(c);

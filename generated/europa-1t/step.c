@@ -741,37 +741,37 @@
 #define WS_ATT                  11374262608 /*  402653184: attention output */
 #define WS_RES                  11776915792 /*  402653184: residual stream after attention */
 #define WS_LN2                  12179568976 /*  402653184: mlp norm output */
-#define WS_YP                   12582222160 /* 3221225472: expert outputs in that order */
-#define WS_XP                   15803447632 /* 3221225472: token copies in expert order, to send (all-to-all) */
-#define WS_XE                   19024673104 /* 4026531840: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                   23051204944 /* 4026531840: their outputs, before going back */
-#define WS_EG                   27077736784 /* 1174405120: routed experts' gate */
-#define WS_EU                   28252141904 /* 1174405120: routed experts' up */
-#define WS_EH                   29426547024 /* 1174405120: routed experts' activation */
-#define WS_SG                   30600952144 /*  117440512: shared experts' gate */
-#define WS_SU                   30718392656 /*  117440512: shared experts' up */
-#define WS_SH                   30835833168 /*  117440512: shared experts' activation */
-#define WS_Y                    30953273680 /*  402653184: a block's output before the residual add */
-#define WS_Y2                   31355926864 /*  402653184: shared experts' output */
-#define DX_A                    31758580048 /*  402653184: gradient of the residual stream (even layers' output) */
-#define DX_B                    32161233232 /*  402653184: gradient of the residual stream (odd layers' output) */
-#define DLN                     32563886416 /*  402653184: gradient of a norm's output */
-#define DATT                    32966539600 /*  402653184: gradient of the attention output */
-#define DQ                      33369192784 /*  402653184: gradient of the queries */
-#define DK                      33771845968 /*  134217728: gradient of the keys */
-#define DV                      33906063696 /*  134217728: gradient of the values */
-#define DYP                     34040281424 /* 3221225472: gradient of the expert outputs */
-#define DXP                     37261506896 /* 3221225472: gradient of the token copies */
-#define DYE                     40482732368 /* 4026531840: gradient of the received rows' outputs */
-#define DXE                     44509264208 /* 4026531840: gradient of the received rows */
-#define A2A                     48535796048 /* 4026531840: all-to-all staging of one round (source-rank order) */
-#define EDG                     52562327888 /* 1174405120: routed experts' gate gradient */
-#define EDU                     53736733008 /* 1174405120: routed experts' up gradient */
-#define EDH                     54911138128 /* 1174405120: routed experts' activation gradient */
-#define DSG                     56085543248 /*  117440512: shared experts' gate gradient */
-#define DSU                     56202983760 /*  117440512: shared experts' up gradient */
-#define DSH                     56320424272 /*  117440512: shared experts' activation gradient */
-#define LNF                     56437864784 /*  402653184: final norm output */
+#define DXE                     12582222160 /* 4026531840: gradient of the received rows (backward); in the forward, WS_XP */
+#define WS_XP                           DXE /* 3221225472: token copies in expert order, to send (all-to-all): in DXE (dead once dispatched; the backward gathers them again for each round it rebuilds) */
+#define WS_YP                         WS_XP /* 3221225472: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
+#define WS_XE                   16608754000 /* 4026531840: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                   20635285840 /* 4026531840: their outputs, before going back */
+#define WS_EG                   24661817680 /* 1174405120: routed experts' gate */
+#define WS_EU                   25836222800 /* 1174405120: routed experts' up */
+#define WS_EH                   27010627920 /* 1174405120: routed experts' activation */
+#define WS_SG                   28185033040 /*  117440512: shared experts' gate */
+#define WS_SU                   28302473552 /*  117440512: shared experts' up */
+#define WS_SH                   28419914064 /*  117440512: shared experts' activation */
+#define WS_Y                    28537354576 /*  402653184: a block's output before the residual add */
+#define WS_Y2                   28940007760 /*  402653184: shared experts' output */
+#define DX_A                    29342660944 /*  402653184: gradient of the residual stream (even layers' output) */
+#define DX_B                    29745314128 /*  402653184: gradient of the residual stream (odd layers' output) */
+#define DLN                     30147967312 /*  402653184: gradient of a norm's output */
+#define DATT                    30550620496 /*  402653184: gradient of the attention output */
+#define DQ                      30953273680 /*  402653184: gradient of the queries */
+#define DK                      31355926864 /*  134217728: gradient of the keys */
+#define DV                      31490144592 /*  134217728: gradient of the values */
+#define A2A                     31624362320 /* 4026531840: all-to-all staging of one round (source-rank order); between all-to-alls, the FFN gradients */
+#define EDG                             A2A /* 1174405120: routed experts' gate gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define DSG                             EDG /*  117440512: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
+#define EDU                    (A2A + 1174405120) /* 1174405120: routed experts' up gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define DSU                             EDU /*  117440512: shared experts' up gradient: in EDU (one FFN's backward at a time) */
+#define EDH                    (A2A + 2348810240) /* 1174405120: routed experts' activation gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define DSH                             EDH /*  117440512: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
+#define DYP                     35650894160 /* 3221225472: gradient of the expert outputs */
+#define DXP                             DYP /* 3221225472: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
+#define DYE                           WS_YE /* 4026531840: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
+#define LNF                     38872119632 /*  402653184: final norm output */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-71 go to the
  * host arena after their layer's forward and come back two layers before their backward. */
@@ -4878,10 +4878,10 @@ static void layer73_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -4929,10 +4929,10 @@ static void layer72_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -4980,10 +4980,10 @@ static void layer71_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5031,10 +5031,10 @@ static void layer70_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5082,10 +5082,10 @@ static void layer69_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5133,10 +5133,10 @@ static void layer68_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5184,10 +5184,10 @@ static void layer67_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5235,10 +5235,10 @@ static void layer66_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5286,10 +5286,10 @@ static void layer65_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5337,10 +5337,10 @@ static void layer64_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5388,10 +5388,10 @@ static void layer63_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5439,10 +5439,10 @@ static void layer62_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5490,10 +5490,10 @@ static void layer61_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5541,10 +5541,10 @@ static void layer60_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5592,10 +5592,10 @@ static void layer59_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5643,10 +5643,10 @@ static void layer58_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5694,10 +5694,10 @@ static void layer57_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5745,10 +5745,10 @@ static void layer56_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5796,10 +5796,10 @@ static void layer55_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5847,10 +5847,10 @@ static void layer54_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5898,10 +5898,10 @@ static void layer53_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5949,10 +5949,10 @@ static void layer52_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6000,10 +6000,10 @@ static void layer51_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6051,10 +6051,10 @@ static void layer50_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6102,10 +6102,10 @@ static void layer49_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6153,10 +6153,10 @@ static void layer48_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6204,10 +6204,10 @@ static void layer47_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6255,10 +6255,10 @@ static void layer46_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6306,10 +6306,10 @@ static void layer45_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6357,10 +6357,10 @@ static void layer44_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6408,10 +6408,10 @@ static void layer43_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6459,10 +6459,10 @@ static void layer42_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6510,10 +6510,10 @@ static void layer41_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6561,10 +6561,10 @@ static void layer40_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6612,10 +6612,10 @@ static void layer39_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6663,10 +6663,10 @@ static void layer38_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6714,10 +6714,10 @@ static void layer37_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6765,10 +6765,10 @@ static void layer36_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6816,10 +6816,10 @@ static void layer35_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6867,10 +6867,10 @@ static void layer34_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6918,10 +6918,10 @@ static void layer33_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6969,10 +6969,10 @@ static void layer32_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7020,10 +7020,10 @@ static void layer31_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7071,10 +7071,10 @@ static void layer30_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7122,10 +7122,10 @@ static void layer29_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7173,10 +7173,10 @@ static void layer28_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7224,10 +7224,10 @@ static void layer27_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7275,10 +7275,10 @@ static void layer26_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7326,10 +7326,10 @@ static void layer25_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7377,10 +7377,10 @@ static void layer24_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7428,10 +7428,10 @@ static void layer23_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7479,10 +7479,10 @@ static void layer22_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7530,10 +7530,10 @@ static void layer21_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7581,10 +7581,10 @@ static void layer20_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7632,10 +7632,10 @@ static void layer19_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7683,10 +7683,10 @@ static void layer18_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7734,10 +7734,10 @@ static void layer17_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7785,10 +7785,10 @@ static void layer16_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7836,10 +7836,10 @@ static void layer15_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7887,10 +7887,10 @@ static void layer14_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7938,10 +7938,10 @@ static void layer13_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7989,10 +7989,10 @@ static void layer12_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8040,10 +8040,10 @@ static void layer11_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8091,10 +8091,10 @@ static void layer10_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8142,10 +8142,10 @@ static void layer9_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8193,10 +8193,10 @@ static void layer8_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8244,10 +8244,10 @@ static void layer7_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8295,10 +8295,10 @@ static void layer6_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8346,10 +8346,10 @@ static void layer5_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8397,10 +8397,10 @@ static void layer4_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8448,10 +8448,10 @@ static void layer3_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8499,10 +8499,10 @@ static void layer2_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8550,10 +8550,10 @@ static void layer1_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8601,10 +8601,10 @@ static void layer0_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);

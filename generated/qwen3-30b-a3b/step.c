@@ -745,315 +745,315 @@
 #define L0_ATT                   6204801920 /*  134217728: attention output */
 #define WS_RES                   6339019648 /*   67108864: residual stream after attention */
 #define WS_LN2                   6406128512 /*   67108864: mlp norm output */
-#define WS_YP                    6473237376 /*  536870912: expert outputs in that order */
-#define WS_XP                    7010108288 /*  536870912: token copies in expert order, to send (all-to-all) */
-#define WS_XE                    7546979200 /*  671088640: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                    8218067840 /*  671088640: their outputs, before going back */
-#define WS_EG                    8889156480 /*  251658240: routed experts' gate */
-#define WS_EU                    9140814720 /*  251658240: routed experts' up */
-#define WS_EH                    9392472960 /*  251658240: routed experts' activation */
-#define L1_Q                     9644131200 /*  134217728: queries (rotated) */
-#define L1_K                     9778348928 /*   16777216: keys (rotated) */
-#define L1_QR                    9795126144 /*  134217728: queries before qk-norm */
-#define L1_KR                    9929343872 /*   16777216: keys before qk-norm */
-#define L1_V                     9946121088 /*   16777216: values */
-#define L1_ATT                   9962898304 /*  134217728: attention output */
-#define L2_Q                    10097116032 /*  134217728: queries (rotated) */
-#define L2_K                    10231333760 /*   16777216: keys (rotated) */
-#define L2_QR                   10248110976 /*  134217728: queries before qk-norm */
-#define L2_KR                   10382328704 /*   16777216: keys before qk-norm */
-#define L2_V                    10399105920 /*   16777216: values */
-#define L2_ATT                  10415883136 /*  134217728: attention output */
-#define L3_Q                    10550100864 /*  134217728: queries (rotated) */
-#define L3_K                    10684318592 /*   16777216: keys (rotated) */
-#define L3_QR                   10701095808 /*  134217728: queries before qk-norm */
-#define L3_KR                   10835313536 /*   16777216: keys before qk-norm */
-#define L3_V                    10852090752 /*   16777216: values */
-#define L3_ATT                  10868867968 /*  134217728: attention output */
-#define L4_Q                    11003085696 /*  134217728: queries (rotated) */
-#define L4_K                    11137303424 /*   16777216: keys (rotated) */
-#define L4_QR                   11154080640 /*  134217728: queries before qk-norm */
-#define L4_KR                   11288298368 /*   16777216: keys before qk-norm */
-#define L4_V                    11305075584 /*   16777216: values */
-#define L4_ATT                  11321852800 /*  134217728: attention output */
-#define L5_Q                    11456070528 /*  134217728: queries (rotated) */
-#define L5_K                    11590288256 /*   16777216: keys (rotated) */
-#define L5_QR                   11607065472 /*  134217728: queries before qk-norm */
-#define L5_KR                   11741283200 /*   16777216: keys before qk-norm */
-#define L5_V                    11758060416 /*   16777216: values */
-#define L5_ATT                  11774837632 /*  134217728: attention output */
-#define L6_Q                    11909055360 /*  134217728: queries (rotated) */
-#define L6_K                    12043273088 /*   16777216: keys (rotated) */
-#define L6_QR                   12060050304 /*  134217728: queries before qk-norm */
-#define L6_KR                   12194268032 /*   16777216: keys before qk-norm */
-#define L6_V                    12211045248 /*   16777216: values */
-#define L6_ATT                  12227822464 /*  134217728: attention output */
-#define L7_Q                    12362040192 /*  134217728: queries (rotated) */
-#define L7_K                    12496257920 /*   16777216: keys (rotated) */
-#define L7_QR                   12513035136 /*  134217728: queries before qk-norm */
-#define L7_KR                   12647252864 /*   16777216: keys before qk-norm */
-#define L7_V                    12664030080 /*   16777216: values */
-#define L7_ATT                  12680807296 /*  134217728: attention output */
-#define L8_Q                    12815025024 /*  134217728: queries (rotated) */
-#define L8_K                    12949242752 /*   16777216: keys (rotated) */
-#define L8_QR                   12966019968 /*  134217728: queries before qk-norm */
-#define L8_KR                   13100237696 /*   16777216: keys before qk-norm */
-#define L8_V                    13117014912 /*   16777216: values */
-#define L8_ATT                  13133792128 /*  134217728: attention output */
-#define L9_Q                    13268009856 /*  134217728: queries (rotated) */
-#define L9_K                    13402227584 /*   16777216: keys (rotated) */
-#define L9_QR                   13419004800 /*  134217728: queries before qk-norm */
-#define L9_KR                   13553222528 /*   16777216: keys before qk-norm */
-#define L9_V                    13569999744 /*   16777216: values */
-#define L9_ATT                  13586776960 /*  134217728: attention output */
-#define L10_Q                   13720994688 /*  134217728: queries (rotated) */
-#define L10_K                   13855212416 /*   16777216: keys (rotated) */
-#define L10_QR                  13871989632 /*  134217728: queries before qk-norm */
-#define L10_KR                  14006207360 /*   16777216: keys before qk-norm */
-#define L10_V                   14022984576 /*   16777216: values */
-#define L10_ATT                 14039761792 /*  134217728: attention output */
-#define L11_Q                   14173979520 /*  134217728: queries (rotated) */
-#define L11_K                   14308197248 /*   16777216: keys (rotated) */
-#define L11_QR                  14324974464 /*  134217728: queries before qk-norm */
-#define L11_KR                  14459192192 /*   16777216: keys before qk-norm */
-#define L11_V                   14475969408 /*   16777216: values */
-#define L11_ATT                 14492746624 /*  134217728: attention output */
-#define L12_Q                   14626964352 /*  134217728: queries (rotated) */
-#define L12_K                   14761182080 /*   16777216: keys (rotated) */
-#define L12_QR                  14777959296 /*  134217728: queries before qk-norm */
-#define L12_KR                  14912177024 /*   16777216: keys before qk-norm */
-#define L12_V                   14928954240 /*   16777216: values */
-#define L12_ATT                 14945731456 /*  134217728: attention output */
-#define L13_Q                   15079949184 /*  134217728: queries (rotated) */
-#define L13_K                   15214166912 /*   16777216: keys (rotated) */
-#define L13_QR                  15230944128 /*  134217728: queries before qk-norm */
-#define L13_KR                  15365161856 /*   16777216: keys before qk-norm */
-#define L13_V                   15381939072 /*   16777216: values */
-#define L13_ATT                 15398716288 /*  134217728: attention output */
-#define L14_Q                   15532934016 /*  134217728: queries (rotated) */
-#define L14_K                   15667151744 /*   16777216: keys (rotated) */
-#define L14_QR                  15683928960 /*  134217728: queries before qk-norm */
-#define L14_KR                  15818146688 /*   16777216: keys before qk-norm */
-#define L14_V                   15834923904 /*   16777216: values */
-#define L14_ATT                 15851701120 /*  134217728: attention output */
-#define L15_Q                   15985918848 /*  134217728: queries (rotated) */
-#define L15_K                   16120136576 /*   16777216: keys (rotated) */
-#define L15_QR                  16136913792 /*  134217728: queries before qk-norm */
-#define L15_KR                  16271131520 /*   16777216: keys before qk-norm */
-#define L15_V                   16287908736 /*   16777216: values */
-#define L15_ATT                 16304685952 /*  134217728: attention output */
-#define L16_Q                   16438903680 /*  134217728: queries (rotated) */
-#define L16_K                   16573121408 /*   16777216: keys (rotated) */
-#define L16_QR                  16589898624 /*  134217728: queries before qk-norm */
-#define L16_KR                  16724116352 /*   16777216: keys before qk-norm */
-#define L16_V                   16740893568 /*   16777216: values */
-#define L16_ATT                 16757670784 /*  134217728: attention output */
-#define L17_Q                   16891888512 /*  134217728: queries (rotated) */
-#define L17_K                   17026106240 /*   16777216: keys (rotated) */
-#define L17_QR                  17042883456 /*  134217728: queries before qk-norm */
-#define L17_KR                  17177101184 /*   16777216: keys before qk-norm */
-#define L17_V                   17193878400 /*   16777216: values */
-#define L17_ATT                 17210655616 /*  134217728: attention output */
-#define L18_Q                   17344873344 /*  134217728: queries (rotated) */
-#define L18_K                   17479091072 /*   16777216: keys (rotated) */
-#define L18_QR                  17495868288 /*  134217728: queries before qk-norm */
-#define L18_KR                  17630086016 /*   16777216: keys before qk-norm */
-#define L18_V                   17646863232 /*   16777216: values */
-#define L18_ATT                 17663640448 /*  134217728: attention output */
-#define L19_Q                   17797858176 /*  134217728: queries (rotated) */
-#define L19_K                   17932075904 /*   16777216: keys (rotated) */
-#define L19_QR                  17948853120 /*  134217728: queries before qk-norm */
-#define L19_KR                  18083070848 /*   16777216: keys before qk-norm */
-#define L19_V                   18099848064 /*   16777216: values */
-#define L19_ATT                 18116625280 /*  134217728: attention output */
-#define L20_Q                   18250843008 /*  134217728: queries (rotated) */
-#define L20_K                   18385060736 /*   16777216: keys (rotated) */
-#define L20_QR                  18401837952 /*  134217728: queries before qk-norm */
-#define L20_KR                  18536055680 /*   16777216: keys before qk-norm */
-#define L20_V                   18552832896 /*   16777216: values */
-#define L20_ATT                 18569610112 /*  134217728: attention output */
-#define L21_Q                   18703827840 /*  134217728: queries (rotated) */
-#define L21_K                   18838045568 /*   16777216: keys (rotated) */
-#define L21_QR                  18854822784 /*  134217728: queries before qk-norm */
-#define L21_KR                  18989040512 /*   16777216: keys before qk-norm */
-#define L21_V                   19005817728 /*   16777216: values */
-#define L21_ATT                 19022594944 /*  134217728: attention output */
-#define L22_Q                   19156812672 /*  134217728: queries (rotated) */
-#define L22_K                   19291030400 /*   16777216: keys (rotated) */
-#define L22_QR                  19307807616 /*  134217728: queries before qk-norm */
-#define L22_KR                  19442025344 /*   16777216: keys before qk-norm */
-#define L22_V                   19458802560 /*   16777216: values */
-#define L22_ATT                 19475579776 /*  134217728: attention output */
-#define L23_Q                   19609797504 /*  134217728: queries (rotated) */
-#define L23_K                   19744015232 /*   16777216: keys (rotated) */
-#define L23_QR                  19760792448 /*  134217728: queries before qk-norm */
-#define L23_KR                  19895010176 /*   16777216: keys before qk-norm */
-#define L23_V                   19911787392 /*   16777216: values */
-#define L23_ATT                 19928564608 /*  134217728: attention output */
-#define L24_Q                   20062782336 /*  134217728: queries (rotated) */
-#define L24_K                   20197000064 /*   16777216: keys (rotated) */
-#define L24_QR                  20213777280 /*  134217728: queries before qk-norm */
-#define L24_KR                  20347995008 /*   16777216: keys before qk-norm */
-#define L24_V                   20364772224 /*   16777216: values */
-#define L24_ATT                 20381549440 /*  134217728: attention output */
-#define L25_Q                   20515767168 /*  134217728: queries (rotated) */
-#define L25_K                   20649984896 /*   16777216: keys (rotated) */
-#define L25_QR                  20666762112 /*  134217728: queries before qk-norm */
-#define L25_KR                  20800979840 /*   16777216: keys before qk-norm */
-#define L25_V                   20817757056 /*   16777216: values */
-#define L25_ATT                 20834534272 /*  134217728: attention output */
-#define L26_Q                   20968752000 /*  134217728: queries (rotated) */
-#define L26_K                   21102969728 /*   16777216: keys (rotated) */
-#define L26_QR                  21119746944 /*  134217728: queries before qk-norm */
-#define L26_KR                  21253964672 /*   16777216: keys before qk-norm */
-#define L26_V                   21270741888 /*   16777216: values */
-#define L26_ATT                 21287519104 /*  134217728: attention output */
-#define L27_Q                   21421736832 /*  134217728: queries (rotated) */
-#define L27_K                   21555954560 /*   16777216: keys (rotated) */
-#define L27_QR                  21572731776 /*  134217728: queries before qk-norm */
-#define L27_KR                  21706949504 /*   16777216: keys before qk-norm */
-#define L27_V                   21723726720 /*   16777216: values */
-#define L27_ATT                 21740503936 /*  134217728: attention output */
-#define L28_Q                   21874721664 /*  134217728: queries (rotated) */
-#define L28_K                   22008939392 /*   16777216: keys (rotated) */
-#define L28_QR                  22025716608 /*  134217728: queries before qk-norm */
-#define L28_KR                  22159934336 /*   16777216: keys before qk-norm */
-#define L28_V                   22176711552 /*   16777216: values */
-#define L28_ATT                 22193488768 /*  134217728: attention output */
-#define L29_Q                   22327706496 /*  134217728: queries (rotated) */
-#define L29_K                   22461924224 /*   16777216: keys (rotated) */
-#define L29_QR                  22478701440 /*  134217728: queries before qk-norm */
-#define L29_KR                  22612919168 /*   16777216: keys before qk-norm */
-#define L29_V                   22629696384 /*   16777216: values */
-#define L29_ATT                 22646473600 /*  134217728: attention output */
-#define L30_Q                   22780691328 /*  134217728: queries (rotated) */
-#define L30_K                   22914909056 /*   16777216: keys (rotated) */
-#define L30_QR                  22931686272 /*  134217728: queries before qk-norm */
-#define L30_KR                  23065904000 /*   16777216: keys before qk-norm */
-#define L30_V                   23082681216 /*   16777216: values */
-#define L30_ATT                 23099458432 /*  134217728: attention output */
-#define L31_Q                   23233676160 /*  134217728: queries (rotated) */
-#define L31_K                   23367893888 /*   16777216: keys (rotated) */
-#define L31_QR                  23384671104 /*  134217728: queries before qk-norm */
-#define L31_KR                  23518888832 /*   16777216: keys before qk-norm */
-#define L31_V                   23535666048 /*   16777216: values */
-#define L31_ATT                 23552443264 /*  134217728: attention output */
-#define L32_Q                   23686660992 /*  134217728: queries (rotated) */
-#define L32_K                   23820878720 /*   16777216: keys (rotated) */
-#define L32_QR                  23837655936 /*  134217728: queries before qk-norm */
-#define L32_KR                  23971873664 /*   16777216: keys before qk-norm */
-#define L32_V                   23988650880 /*   16777216: values */
-#define L32_ATT                 24005428096 /*  134217728: attention output */
-#define L33_Q                   24139645824 /*  134217728: queries (rotated) */
-#define L33_K                   24273863552 /*   16777216: keys (rotated) */
-#define L33_QR                  24290640768 /*  134217728: queries before qk-norm */
-#define L33_KR                  24424858496 /*   16777216: keys before qk-norm */
-#define L33_V                   24441635712 /*   16777216: values */
-#define L33_ATT                 24458412928 /*  134217728: attention output */
-#define L34_Q                   24592630656 /*  134217728: queries (rotated) */
-#define L34_K                   24726848384 /*   16777216: keys (rotated) */
-#define L34_QR                  24743625600 /*  134217728: queries before qk-norm */
-#define L34_KR                  24877843328 /*   16777216: keys before qk-norm */
-#define L34_V                   24894620544 /*   16777216: values */
-#define L34_ATT                 24911397760 /*  134217728: attention output */
-#define L35_Q                   25045615488 /*  134217728: queries (rotated) */
-#define L35_K                   25179833216 /*   16777216: keys (rotated) */
-#define L35_QR                  25196610432 /*  134217728: queries before qk-norm */
-#define L35_KR                  25330828160 /*   16777216: keys before qk-norm */
-#define L35_V                   25347605376 /*   16777216: values */
-#define L35_ATT                 25364382592 /*  134217728: attention output */
-#define L36_Q                   25498600320 /*  134217728: queries (rotated) */
-#define L36_K                   25632818048 /*   16777216: keys (rotated) */
-#define L36_QR                  25649595264 /*  134217728: queries before qk-norm */
-#define L36_KR                  25783812992 /*   16777216: keys before qk-norm */
-#define L36_V                   25800590208 /*   16777216: values */
-#define L36_ATT                 25817367424 /*  134217728: attention output */
-#define L37_Q                   25951585152 /*  134217728: queries (rotated) */
-#define L37_K                   26085802880 /*   16777216: keys (rotated) */
-#define L37_QR                  26102580096 /*  134217728: queries before qk-norm */
-#define L37_KR                  26236797824 /*   16777216: keys before qk-norm */
-#define L37_V                   26253575040 /*   16777216: values */
-#define L37_ATT                 26270352256 /*  134217728: attention output */
-#define L38_Q                   26404569984 /*  134217728: queries (rotated) */
-#define L38_K                   26538787712 /*   16777216: keys (rotated) */
-#define L38_QR                  26555564928 /*  134217728: queries before qk-norm */
-#define L38_KR                  26689782656 /*   16777216: keys before qk-norm */
-#define L38_V                   26706559872 /*   16777216: values */
-#define L38_ATT                 26723337088 /*  134217728: attention output */
-#define L39_Q                   26857554816 /*  134217728: queries (rotated) */
-#define L39_K                   26991772544 /*   16777216: keys (rotated) */
-#define L39_QR                  27008549760 /*  134217728: queries before qk-norm */
-#define L39_KR                  27142767488 /*   16777216: keys before qk-norm */
-#define L39_V                   27159544704 /*   16777216: values */
-#define L39_ATT                 27176321920 /*  134217728: attention output */
-#define L40_Q                   27310539648 /*  134217728: queries (rotated) */
-#define L40_K                   27444757376 /*   16777216: keys (rotated) */
-#define L40_QR                  27461534592 /*  134217728: queries before qk-norm */
-#define L40_KR                  27595752320 /*   16777216: keys before qk-norm */
-#define L40_V                   27612529536 /*   16777216: values */
-#define L40_ATT                 27629306752 /*  134217728: attention output */
-#define L41_Q                   27763524480 /*  134217728: queries (rotated) */
-#define L41_K                   27897742208 /*   16777216: keys (rotated) */
-#define L41_QR                  27914519424 /*  134217728: queries before qk-norm */
-#define L41_KR                  28048737152 /*   16777216: keys before qk-norm */
-#define L41_V                   28065514368 /*   16777216: values */
-#define L41_ATT                 28082291584 /*  134217728: attention output */
-#define L42_Q                   28216509312 /*  134217728: queries (rotated) */
-#define L42_K                   28350727040 /*   16777216: keys (rotated) */
-#define L42_QR                  28367504256 /*  134217728: queries before qk-norm */
-#define L42_KR                  28501721984 /*   16777216: keys before qk-norm */
-#define L42_V                   28518499200 /*   16777216: values */
-#define L42_ATT                 28535276416 /*  134217728: attention output */
-#define L43_Q                   28669494144 /*  134217728: queries (rotated) */
-#define L43_K                   28803711872 /*   16777216: keys (rotated) */
-#define L43_QR                  28820489088 /*  134217728: queries before qk-norm */
-#define L43_KR                  28954706816 /*   16777216: keys before qk-norm */
-#define L43_V                   28971484032 /*   16777216: values */
-#define L43_ATT                 28988261248 /*  134217728: attention output */
-#define L44_Q                   29122478976 /*  134217728: queries (rotated) */
-#define L44_K                   29256696704 /*   16777216: keys (rotated) */
-#define L44_QR                  29273473920 /*  134217728: queries before qk-norm */
-#define L44_KR                  29407691648 /*   16777216: keys before qk-norm */
-#define L44_V                   29424468864 /*   16777216: values */
-#define L44_ATT                 29441246080 /*  134217728: attention output */
-#define L45_Q                   29575463808 /*  134217728: queries (rotated) */
-#define L45_K                   29709681536 /*   16777216: keys (rotated) */
-#define L45_QR                  29726458752 /*  134217728: queries before qk-norm */
-#define L45_KR                  29860676480 /*   16777216: keys before qk-norm */
-#define L45_V                   29877453696 /*   16777216: values */
-#define L45_ATT                 29894230912 /*  134217728: attention output */
-#define L46_Q                   30028448640 /*  134217728: queries (rotated) */
-#define L46_K                   30162666368 /*   16777216: keys (rotated) */
-#define L46_QR                  30179443584 /*  134217728: queries before qk-norm */
-#define L46_KR                  30313661312 /*   16777216: keys before qk-norm */
-#define L46_V                   30330438528 /*   16777216: values */
-#define L46_ATT                 30347215744 /*  134217728: attention output */
-#define L47_Q                   30481433472 /*  134217728: queries (rotated) */
-#define L47_K                   30615651200 /*   16777216: keys (rotated) */
-#define L47_QR                  30632428416 /*  134217728: queries before qk-norm */
-#define L47_KR                  30766646144 /*   16777216: keys before qk-norm */
-#define L47_V                   30783423360 /*   16777216: values */
-#define L47_ATT                 30800200576 /*  134217728: attention output */
-#define WS_Y                    30934418304 /*   67108864: a block's output before the residual add */
-#define WS_Y2                   31001527168 /*   67108864: shared experts' output */
-#define DX_A                    31068636032 /*   67108864: gradient of the residual stream (even layers' output) */
-#define DX_B                    31135744896 /*   67108864: gradient of the residual stream (odd layers' output) */
-#define DLN                     31202853760 /*   67108864: gradient of a norm's output */
-#define DATT                    31269962624 /*  134217728: gradient of the attention output */
-#define DQ                      31404180352 /*  134217728: gradient of the queries */
-#define DK                      31538398080 /*   16777216: gradient of the keys */
-#define DV                      31555175296 /*   16777216: gradient of the values */
-#define DQR                     31571952512 /*  134217728: gradient of the queries before qk-norm */
-#define DKR                     31706170240 /*   16777216: gradient of the keys before qk-norm */
-#define DYP                     31722947456 /*  536870912: gradient of the expert outputs */
-#define DXP                     32259818368 /*  536870912: gradient of the token copies */
-#define DYE                     32796689280 /*  671088640: gradient of the received rows' outputs */
-#define DXE                     33467777920 /*  671088640: gradient of the received rows */
-#define A2A                     34138866560 /*  671088640: all-to-all staging of one round (source-rank order) */
-#define EDG                     34809955200 /*  251658240: routed experts' gate gradient */
-#define EDU                     35061613440 /*  251658240: routed experts' up gradient */
-#define EDH                     35313271680 /*  251658240: routed experts' activation gradient */
-#define LNF                     35564929920 /*   67108864: final norm output */
+#define DXE                      6473237376 /*  671088640: gradient of the received rows (backward); in the forward, WS_XP */
+#define WS_XP                           DXE /*  536870912: token copies in expert order, to send (all-to-all): in DXE (dead once dispatched; the backward gathers them again for each round it rebuilds) */
+#define WS_YP                         WS_XP /*  536870912: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
+#define WS_XE                    7144326016 /*  671088640: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                    7815414656 /*  671088640: their outputs, before going back */
+#define WS_EG                    8486503296 /*  251658240: routed experts' gate */
+#define WS_EU                    8738161536 /*  251658240: routed experts' up */
+#define WS_EH                    8989819776 /*  251658240: routed experts' activation */
+#define L1_Q                     9241478016 /*  134217728: queries (rotated) */
+#define L1_K                     9375695744 /*   16777216: keys (rotated) */
+#define L1_QR                    9392472960 /*  134217728: queries before qk-norm */
+#define L1_KR                    9526690688 /*   16777216: keys before qk-norm */
+#define L1_V                     9543467904 /*   16777216: values */
+#define L1_ATT                   9560245120 /*  134217728: attention output */
+#define L2_Q                     9694462848 /*  134217728: queries (rotated) */
+#define L2_K                     9828680576 /*   16777216: keys (rotated) */
+#define L2_QR                    9845457792 /*  134217728: queries before qk-norm */
+#define L2_KR                    9979675520 /*   16777216: keys before qk-norm */
+#define L2_V                     9996452736 /*   16777216: values */
+#define L2_ATT                  10013229952 /*  134217728: attention output */
+#define L3_Q                    10147447680 /*  134217728: queries (rotated) */
+#define L3_K                    10281665408 /*   16777216: keys (rotated) */
+#define L3_QR                   10298442624 /*  134217728: queries before qk-norm */
+#define L3_KR                   10432660352 /*   16777216: keys before qk-norm */
+#define L3_V                    10449437568 /*   16777216: values */
+#define L3_ATT                  10466214784 /*  134217728: attention output */
+#define L4_Q                    10600432512 /*  134217728: queries (rotated) */
+#define L4_K                    10734650240 /*   16777216: keys (rotated) */
+#define L4_QR                   10751427456 /*  134217728: queries before qk-norm */
+#define L4_KR                   10885645184 /*   16777216: keys before qk-norm */
+#define L4_V                    10902422400 /*   16777216: values */
+#define L4_ATT                  10919199616 /*  134217728: attention output */
+#define L5_Q                    11053417344 /*  134217728: queries (rotated) */
+#define L5_K                    11187635072 /*   16777216: keys (rotated) */
+#define L5_QR                   11204412288 /*  134217728: queries before qk-norm */
+#define L5_KR                   11338630016 /*   16777216: keys before qk-norm */
+#define L5_V                    11355407232 /*   16777216: values */
+#define L5_ATT                  11372184448 /*  134217728: attention output */
+#define L6_Q                    11506402176 /*  134217728: queries (rotated) */
+#define L6_K                    11640619904 /*   16777216: keys (rotated) */
+#define L6_QR                   11657397120 /*  134217728: queries before qk-norm */
+#define L6_KR                   11791614848 /*   16777216: keys before qk-norm */
+#define L6_V                    11808392064 /*   16777216: values */
+#define L6_ATT                  11825169280 /*  134217728: attention output */
+#define L7_Q                    11959387008 /*  134217728: queries (rotated) */
+#define L7_K                    12093604736 /*   16777216: keys (rotated) */
+#define L7_QR                   12110381952 /*  134217728: queries before qk-norm */
+#define L7_KR                   12244599680 /*   16777216: keys before qk-norm */
+#define L7_V                    12261376896 /*   16777216: values */
+#define L7_ATT                  12278154112 /*  134217728: attention output */
+#define L8_Q                    12412371840 /*  134217728: queries (rotated) */
+#define L8_K                    12546589568 /*   16777216: keys (rotated) */
+#define L8_QR                   12563366784 /*  134217728: queries before qk-norm */
+#define L8_KR                   12697584512 /*   16777216: keys before qk-norm */
+#define L8_V                    12714361728 /*   16777216: values */
+#define L8_ATT                  12731138944 /*  134217728: attention output */
+#define L9_Q                    12865356672 /*  134217728: queries (rotated) */
+#define L9_K                    12999574400 /*   16777216: keys (rotated) */
+#define L9_QR                   13016351616 /*  134217728: queries before qk-norm */
+#define L9_KR                   13150569344 /*   16777216: keys before qk-norm */
+#define L9_V                    13167346560 /*   16777216: values */
+#define L9_ATT                  13184123776 /*  134217728: attention output */
+#define L10_Q                   13318341504 /*  134217728: queries (rotated) */
+#define L10_K                   13452559232 /*   16777216: keys (rotated) */
+#define L10_QR                  13469336448 /*  134217728: queries before qk-norm */
+#define L10_KR                  13603554176 /*   16777216: keys before qk-norm */
+#define L10_V                   13620331392 /*   16777216: values */
+#define L10_ATT                 13637108608 /*  134217728: attention output */
+#define L11_Q                   13771326336 /*  134217728: queries (rotated) */
+#define L11_K                   13905544064 /*   16777216: keys (rotated) */
+#define L11_QR                  13922321280 /*  134217728: queries before qk-norm */
+#define L11_KR                  14056539008 /*   16777216: keys before qk-norm */
+#define L11_V                   14073316224 /*   16777216: values */
+#define L11_ATT                 14090093440 /*  134217728: attention output */
+#define L12_Q                   14224311168 /*  134217728: queries (rotated) */
+#define L12_K                   14358528896 /*   16777216: keys (rotated) */
+#define L12_QR                  14375306112 /*  134217728: queries before qk-norm */
+#define L12_KR                  14509523840 /*   16777216: keys before qk-norm */
+#define L12_V                   14526301056 /*   16777216: values */
+#define L12_ATT                 14543078272 /*  134217728: attention output */
+#define L13_Q                   14677296000 /*  134217728: queries (rotated) */
+#define L13_K                   14811513728 /*   16777216: keys (rotated) */
+#define L13_QR                  14828290944 /*  134217728: queries before qk-norm */
+#define L13_KR                  14962508672 /*   16777216: keys before qk-norm */
+#define L13_V                   14979285888 /*   16777216: values */
+#define L13_ATT                 14996063104 /*  134217728: attention output */
+#define L14_Q                   15130280832 /*  134217728: queries (rotated) */
+#define L14_K                   15264498560 /*   16777216: keys (rotated) */
+#define L14_QR                  15281275776 /*  134217728: queries before qk-norm */
+#define L14_KR                  15415493504 /*   16777216: keys before qk-norm */
+#define L14_V                   15432270720 /*   16777216: values */
+#define L14_ATT                 15449047936 /*  134217728: attention output */
+#define L15_Q                   15583265664 /*  134217728: queries (rotated) */
+#define L15_K                   15717483392 /*   16777216: keys (rotated) */
+#define L15_QR                  15734260608 /*  134217728: queries before qk-norm */
+#define L15_KR                  15868478336 /*   16777216: keys before qk-norm */
+#define L15_V                   15885255552 /*   16777216: values */
+#define L15_ATT                 15902032768 /*  134217728: attention output */
+#define L16_Q                   16036250496 /*  134217728: queries (rotated) */
+#define L16_K                   16170468224 /*   16777216: keys (rotated) */
+#define L16_QR                  16187245440 /*  134217728: queries before qk-norm */
+#define L16_KR                  16321463168 /*   16777216: keys before qk-norm */
+#define L16_V                   16338240384 /*   16777216: values */
+#define L16_ATT                 16355017600 /*  134217728: attention output */
+#define L17_Q                   16489235328 /*  134217728: queries (rotated) */
+#define L17_K                   16623453056 /*   16777216: keys (rotated) */
+#define L17_QR                  16640230272 /*  134217728: queries before qk-norm */
+#define L17_KR                  16774448000 /*   16777216: keys before qk-norm */
+#define L17_V                   16791225216 /*   16777216: values */
+#define L17_ATT                 16808002432 /*  134217728: attention output */
+#define L18_Q                   16942220160 /*  134217728: queries (rotated) */
+#define L18_K                   17076437888 /*   16777216: keys (rotated) */
+#define L18_QR                  17093215104 /*  134217728: queries before qk-norm */
+#define L18_KR                  17227432832 /*   16777216: keys before qk-norm */
+#define L18_V                   17244210048 /*   16777216: values */
+#define L18_ATT                 17260987264 /*  134217728: attention output */
+#define L19_Q                   17395204992 /*  134217728: queries (rotated) */
+#define L19_K                   17529422720 /*   16777216: keys (rotated) */
+#define L19_QR                  17546199936 /*  134217728: queries before qk-norm */
+#define L19_KR                  17680417664 /*   16777216: keys before qk-norm */
+#define L19_V                   17697194880 /*   16777216: values */
+#define L19_ATT                 17713972096 /*  134217728: attention output */
+#define L20_Q                   17848189824 /*  134217728: queries (rotated) */
+#define L20_K                   17982407552 /*   16777216: keys (rotated) */
+#define L20_QR                  17999184768 /*  134217728: queries before qk-norm */
+#define L20_KR                  18133402496 /*   16777216: keys before qk-norm */
+#define L20_V                   18150179712 /*   16777216: values */
+#define L20_ATT                 18166956928 /*  134217728: attention output */
+#define L21_Q                   18301174656 /*  134217728: queries (rotated) */
+#define L21_K                   18435392384 /*   16777216: keys (rotated) */
+#define L21_QR                  18452169600 /*  134217728: queries before qk-norm */
+#define L21_KR                  18586387328 /*   16777216: keys before qk-norm */
+#define L21_V                   18603164544 /*   16777216: values */
+#define L21_ATT                 18619941760 /*  134217728: attention output */
+#define L22_Q                   18754159488 /*  134217728: queries (rotated) */
+#define L22_K                   18888377216 /*   16777216: keys (rotated) */
+#define L22_QR                  18905154432 /*  134217728: queries before qk-norm */
+#define L22_KR                  19039372160 /*   16777216: keys before qk-norm */
+#define L22_V                   19056149376 /*   16777216: values */
+#define L22_ATT                 19072926592 /*  134217728: attention output */
+#define L23_Q                   19207144320 /*  134217728: queries (rotated) */
+#define L23_K                   19341362048 /*   16777216: keys (rotated) */
+#define L23_QR                  19358139264 /*  134217728: queries before qk-norm */
+#define L23_KR                  19492356992 /*   16777216: keys before qk-norm */
+#define L23_V                   19509134208 /*   16777216: values */
+#define L23_ATT                 19525911424 /*  134217728: attention output */
+#define L24_Q                   19660129152 /*  134217728: queries (rotated) */
+#define L24_K                   19794346880 /*   16777216: keys (rotated) */
+#define L24_QR                  19811124096 /*  134217728: queries before qk-norm */
+#define L24_KR                  19945341824 /*   16777216: keys before qk-norm */
+#define L24_V                   19962119040 /*   16777216: values */
+#define L24_ATT                 19978896256 /*  134217728: attention output */
+#define L25_Q                   20113113984 /*  134217728: queries (rotated) */
+#define L25_K                   20247331712 /*   16777216: keys (rotated) */
+#define L25_QR                  20264108928 /*  134217728: queries before qk-norm */
+#define L25_KR                  20398326656 /*   16777216: keys before qk-norm */
+#define L25_V                   20415103872 /*   16777216: values */
+#define L25_ATT                 20431881088 /*  134217728: attention output */
+#define L26_Q                   20566098816 /*  134217728: queries (rotated) */
+#define L26_K                   20700316544 /*   16777216: keys (rotated) */
+#define L26_QR                  20717093760 /*  134217728: queries before qk-norm */
+#define L26_KR                  20851311488 /*   16777216: keys before qk-norm */
+#define L26_V                   20868088704 /*   16777216: values */
+#define L26_ATT                 20884865920 /*  134217728: attention output */
+#define L27_Q                   21019083648 /*  134217728: queries (rotated) */
+#define L27_K                   21153301376 /*   16777216: keys (rotated) */
+#define L27_QR                  21170078592 /*  134217728: queries before qk-norm */
+#define L27_KR                  21304296320 /*   16777216: keys before qk-norm */
+#define L27_V                   21321073536 /*   16777216: values */
+#define L27_ATT                 21337850752 /*  134217728: attention output */
+#define L28_Q                   21472068480 /*  134217728: queries (rotated) */
+#define L28_K                   21606286208 /*   16777216: keys (rotated) */
+#define L28_QR                  21623063424 /*  134217728: queries before qk-norm */
+#define L28_KR                  21757281152 /*   16777216: keys before qk-norm */
+#define L28_V                   21774058368 /*   16777216: values */
+#define L28_ATT                 21790835584 /*  134217728: attention output */
+#define L29_Q                   21925053312 /*  134217728: queries (rotated) */
+#define L29_K                   22059271040 /*   16777216: keys (rotated) */
+#define L29_QR                  22076048256 /*  134217728: queries before qk-norm */
+#define L29_KR                  22210265984 /*   16777216: keys before qk-norm */
+#define L29_V                   22227043200 /*   16777216: values */
+#define L29_ATT                 22243820416 /*  134217728: attention output */
+#define L30_Q                   22378038144 /*  134217728: queries (rotated) */
+#define L30_K                   22512255872 /*   16777216: keys (rotated) */
+#define L30_QR                  22529033088 /*  134217728: queries before qk-norm */
+#define L30_KR                  22663250816 /*   16777216: keys before qk-norm */
+#define L30_V                   22680028032 /*   16777216: values */
+#define L30_ATT                 22696805248 /*  134217728: attention output */
+#define L31_Q                   22831022976 /*  134217728: queries (rotated) */
+#define L31_K                   22965240704 /*   16777216: keys (rotated) */
+#define L31_QR                  22982017920 /*  134217728: queries before qk-norm */
+#define L31_KR                  23116235648 /*   16777216: keys before qk-norm */
+#define L31_V                   23133012864 /*   16777216: values */
+#define L31_ATT                 23149790080 /*  134217728: attention output */
+#define L32_Q                   23284007808 /*  134217728: queries (rotated) */
+#define L32_K                   23418225536 /*   16777216: keys (rotated) */
+#define L32_QR                  23435002752 /*  134217728: queries before qk-norm */
+#define L32_KR                  23569220480 /*   16777216: keys before qk-norm */
+#define L32_V                   23585997696 /*   16777216: values */
+#define L32_ATT                 23602774912 /*  134217728: attention output */
+#define L33_Q                   23736992640 /*  134217728: queries (rotated) */
+#define L33_K                   23871210368 /*   16777216: keys (rotated) */
+#define L33_QR                  23887987584 /*  134217728: queries before qk-norm */
+#define L33_KR                  24022205312 /*   16777216: keys before qk-norm */
+#define L33_V                   24038982528 /*   16777216: values */
+#define L33_ATT                 24055759744 /*  134217728: attention output */
+#define L34_Q                   24189977472 /*  134217728: queries (rotated) */
+#define L34_K                   24324195200 /*   16777216: keys (rotated) */
+#define L34_QR                  24340972416 /*  134217728: queries before qk-norm */
+#define L34_KR                  24475190144 /*   16777216: keys before qk-norm */
+#define L34_V                   24491967360 /*   16777216: values */
+#define L34_ATT                 24508744576 /*  134217728: attention output */
+#define L35_Q                   24642962304 /*  134217728: queries (rotated) */
+#define L35_K                   24777180032 /*   16777216: keys (rotated) */
+#define L35_QR                  24793957248 /*  134217728: queries before qk-norm */
+#define L35_KR                  24928174976 /*   16777216: keys before qk-norm */
+#define L35_V                   24944952192 /*   16777216: values */
+#define L35_ATT                 24961729408 /*  134217728: attention output */
+#define L36_Q                   25095947136 /*  134217728: queries (rotated) */
+#define L36_K                   25230164864 /*   16777216: keys (rotated) */
+#define L36_QR                  25246942080 /*  134217728: queries before qk-norm */
+#define L36_KR                  25381159808 /*   16777216: keys before qk-norm */
+#define L36_V                   25397937024 /*   16777216: values */
+#define L36_ATT                 25414714240 /*  134217728: attention output */
+#define L37_Q                   25548931968 /*  134217728: queries (rotated) */
+#define L37_K                   25683149696 /*   16777216: keys (rotated) */
+#define L37_QR                  25699926912 /*  134217728: queries before qk-norm */
+#define L37_KR                  25834144640 /*   16777216: keys before qk-norm */
+#define L37_V                   25850921856 /*   16777216: values */
+#define L37_ATT                 25867699072 /*  134217728: attention output */
+#define L38_Q                   26001916800 /*  134217728: queries (rotated) */
+#define L38_K                   26136134528 /*   16777216: keys (rotated) */
+#define L38_QR                  26152911744 /*  134217728: queries before qk-norm */
+#define L38_KR                  26287129472 /*   16777216: keys before qk-norm */
+#define L38_V                   26303906688 /*   16777216: values */
+#define L38_ATT                 26320683904 /*  134217728: attention output */
+#define L39_Q                   26454901632 /*  134217728: queries (rotated) */
+#define L39_K                   26589119360 /*   16777216: keys (rotated) */
+#define L39_QR                  26605896576 /*  134217728: queries before qk-norm */
+#define L39_KR                  26740114304 /*   16777216: keys before qk-norm */
+#define L39_V                   26756891520 /*   16777216: values */
+#define L39_ATT                 26773668736 /*  134217728: attention output */
+#define L40_Q                   26907886464 /*  134217728: queries (rotated) */
+#define L40_K                   27042104192 /*   16777216: keys (rotated) */
+#define L40_QR                  27058881408 /*  134217728: queries before qk-norm */
+#define L40_KR                  27193099136 /*   16777216: keys before qk-norm */
+#define L40_V                   27209876352 /*   16777216: values */
+#define L40_ATT                 27226653568 /*  134217728: attention output */
+#define L41_Q                   27360871296 /*  134217728: queries (rotated) */
+#define L41_K                   27495089024 /*   16777216: keys (rotated) */
+#define L41_QR                  27511866240 /*  134217728: queries before qk-norm */
+#define L41_KR                  27646083968 /*   16777216: keys before qk-norm */
+#define L41_V                   27662861184 /*   16777216: values */
+#define L41_ATT                 27679638400 /*  134217728: attention output */
+#define L42_Q                   27813856128 /*  134217728: queries (rotated) */
+#define L42_K                   27948073856 /*   16777216: keys (rotated) */
+#define L42_QR                  27964851072 /*  134217728: queries before qk-norm */
+#define L42_KR                  28099068800 /*   16777216: keys before qk-norm */
+#define L42_V                   28115846016 /*   16777216: values */
+#define L42_ATT                 28132623232 /*  134217728: attention output */
+#define L43_Q                   28266840960 /*  134217728: queries (rotated) */
+#define L43_K                   28401058688 /*   16777216: keys (rotated) */
+#define L43_QR                  28417835904 /*  134217728: queries before qk-norm */
+#define L43_KR                  28552053632 /*   16777216: keys before qk-norm */
+#define L43_V                   28568830848 /*   16777216: values */
+#define L43_ATT                 28585608064 /*  134217728: attention output */
+#define L44_Q                   28719825792 /*  134217728: queries (rotated) */
+#define L44_K                   28854043520 /*   16777216: keys (rotated) */
+#define L44_QR                  28870820736 /*  134217728: queries before qk-norm */
+#define L44_KR                  29005038464 /*   16777216: keys before qk-norm */
+#define L44_V                   29021815680 /*   16777216: values */
+#define L44_ATT                 29038592896 /*  134217728: attention output */
+#define L45_Q                   29172810624 /*  134217728: queries (rotated) */
+#define L45_K                   29307028352 /*   16777216: keys (rotated) */
+#define L45_QR                  29323805568 /*  134217728: queries before qk-norm */
+#define L45_KR                  29458023296 /*   16777216: keys before qk-norm */
+#define L45_V                   29474800512 /*   16777216: values */
+#define L45_ATT                 29491577728 /*  134217728: attention output */
+#define L46_Q                   29625795456 /*  134217728: queries (rotated) */
+#define L46_K                   29760013184 /*   16777216: keys (rotated) */
+#define L46_QR                  29776790400 /*  134217728: queries before qk-norm */
+#define L46_KR                  29911008128 /*   16777216: keys before qk-norm */
+#define L46_V                   29927785344 /*   16777216: values */
+#define L46_ATT                 29944562560 /*  134217728: attention output */
+#define L47_Q                   30078780288 /*  134217728: queries (rotated) */
+#define L47_K                   30212998016 /*   16777216: keys (rotated) */
+#define L47_QR                  30229775232 /*  134217728: queries before qk-norm */
+#define L47_KR                  30363992960 /*   16777216: keys before qk-norm */
+#define L47_V                   30380770176 /*   16777216: values */
+#define L47_ATT                 30397547392 /*  134217728: attention output */
+#define WS_Y                    30531765120 /*   67108864: a block's output before the residual add */
+#define WS_Y2                   30598873984 /*   67108864: shared experts' output */
+#define DX_A                    30665982848 /*   67108864: gradient of the residual stream (even layers' output) */
+#define DX_B                    30733091712 /*   67108864: gradient of the residual stream (odd layers' output) */
+#define DLN                     30800200576 /*   67108864: gradient of a norm's output */
+#define DATT                    30867309440 /*  134217728: gradient of the attention output */
+#define DQ                      31001527168 /*  134217728: gradient of the queries */
+#define DK                      31135744896 /*   16777216: gradient of the keys */
+#define DV                      31152522112 /*   16777216: gradient of the values */
+#define DQR                     31169299328 /*  134217728: gradient of the queries before qk-norm */
+#define DKR                     31303517056 /*   16777216: gradient of the keys before qk-norm */
+#define A2A                     31320294272 /*  754974720: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the FFN gradients (the whole) */
+#define EDG                             A2A /*  251658240: routed experts' gate gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define EDU                    (A2A + 251658240) /*  251658240: routed experts' up gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define EDH                    (A2A + 503316480) /*  251658240: routed experts' activation gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define DYP                     32075268992 /*  536870912: gradient of the expert outputs */
+#define DXP                             DYP /*  536870912: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
+#define DYE                           WS_YE /*  671088640: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
+#define LNF                     32612139904 /*   67108864: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (16 ranks) or, for experts, over the
  * 4 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
@@ -3529,10 +3529,10 @@ static void layer47_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3577,10 +3577,10 @@ static void layer46_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3625,10 +3625,10 @@ static void layer45_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3673,10 +3673,10 @@ static void layer44_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3721,10 +3721,10 @@ static void layer43_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3769,10 +3769,10 @@ static void layer42_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3817,10 +3817,10 @@ static void layer41_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3865,10 +3865,10 @@ static void layer40_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3913,10 +3913,10 @@ static void layer39_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3961,10 +3961,10 @@ static void layer38_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4009,10 +4009,10 @@ static void layer37_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4057,10 +4057,10 @@ static void layer36_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4105,10 +4105,10 @@ static void layer35_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4153,10 +4153,10 @@ static void layer34_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4201,10 +4201,10 @@ static void layer33_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4249,10 +4249,10 @@ static void layer32_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4297,10 +4297,10 @@ static void layer31_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4345,10 +4345,10 @@ static void layer30_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4393,10 +4393,10 @@ static void layer29_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4441,10 +4441,10 @@ static void layer28_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4489,10 +4489,10 @@ static void layer27_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4537,10 +4537,10 @@ static void layer26_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4585,10 +4585,10 @@ static void layer25_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4633,10 +4633,10 @@ static void layer24_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4681,10 +4681,10 @@ static void layer23_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4729,10 +4729,10 @@ static void layer22_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4777,10 +4777,10 @@ static void layer21_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4825,10 +4825,10 @@ static void layer20_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4873,10 +4873,10 @@ static void layer19_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4921,10 +4921,10 @@ static void layer18_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4969,10 +4969,10 @@ static void layer17_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5017,10 +5017,10 @@ static void layer16_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5065,10 +5065,10 @@ static void layer15_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5113,10 +5113,10 @@ static void layer14_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5161,10 +5161,10 @@ static void layer13_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5209,10 +5209,10 @@ static void layer12_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5257,10 +5257,10 @@ static void layer11_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5305,10 +5305,10 @@ static void layer10_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5353,10 +5353,10 @@ static void layer9_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5401,10 +5401,10 @@ static void layer8_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5449,10 +5449,10 @@ static void layer7_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5497,10 +5497,10 @@ static void layer6_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5545,10 +5545,10 @@ static void layer5_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5593,10 +5593,10 @@ static void layer4_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5641,10 +5641,10 @@ static void layer3_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5689,10 +5689,10 @@ static void layer2_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5737,10 +5737,10 @@ static void layer1_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5785,10 +5785,10 @@ static void layer0_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
