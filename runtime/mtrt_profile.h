@@ -50,6 +50,8 @@ void rt_prof_reset(void);
  * (a GEMM inside an op) are taken out of the enclosing op's seconds. */
 double rt_prof_begin(void);
 void rt_prof_end(RtProfClass c, double t0, double flops, double bytes);
+/* Adds one timed call measured by the backend itself (the cuda backend's CUDA_PROF_END). */
+void rt_prof_add(RtProfClass c, double seconds, double flops, double bytes);
 /* The backend's barrier before a clock read (weak no-op; the cuda backend synchronizes). */
 void rt_prof_fence(void);
 

@@ -1,47 +1,60 @@
 #!/usr/bin/env bash
 # The calibration check of issue 14 on the cpu backend (README, "Calibrating on your own
-# cluster"): profile tiny-moe on 1 rank, calibrate the cpu preset from it, then compile specs
-# the fit did not see (tests/specs/calib-dense.yaml, tests/specs/calib-moe.yaml) with the
-# calibrated preset on 1 and 2 ranks, run them, and print predicted vs measured tokens/s per
-# rank. Wall-clock figures: on a shared machine run it when nothing else runs, or read the
-# tiny-moe repeat at the end (the same run as the profile) as the drift of the machine's load.
-#   usage: tools/calibrate-check.sh [BUILD_DIR] [WORK_DIR]     (STEPS=8 by default)
+# cluster"): profile tiny-moe on 1 rank, calibrate the cpu preset from the profiles, and set the
+# calibrated prediction of specs the fit did not see (tests/specs/calib-dense.yaml,
+# tests/specs/calib-moe.yaml, on 1 and 2 ranks) next to what their programs measure.
+# The programs are compiled with the plain cpu preset and a pinned layout (no checkpointing,
+# state in "HBM", prefetch 1; ep 1, but 2 for the MoE on 2 ranks), so that `mtc plan` with the calibrated preset prices the
+# very layout that ran. ROUNDS rounds (default 2) each profile tiny-moe and then run every
+# held-out program, so that on a shared machine the fit and the runs see the same load; the fit
+# uses every round's profile (least squares over them) and each measured figure is the mean
+# over the rounds (min-max shown).
+#   usage: tools/calibrate-check.sh [BUILD_DIR] [WORK_DIR]     (STEPS=8, ROUNDS=2)
 set -eu
 mtc=$(realpath "${1:-build}")/mtc
 work=${2:-$(mktemp -d)}
 root=$(cd "$(dirname "$0")/.." && pwd)
-steps=${STEPS:-8}
+steps=${STEPS:-8} rounds=${ROUNDS:-2}
 data=/usr/share/games/fortunes/cookie
 export OPENBLAS_NUM_THREADS=1
 mpirun=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1)
 mkdir -p "$work/presets"
 cd "$work"
-one=(--set cluster.gpus_per_node=1 --set plan.fsdp=1)
-two=(--set cluster.gpus_per_node=2 --set plan.fsdp=2)
-run() { # NAME NP: prints the throughput line's tokens/s and the prediction
-  local name=$1 np=$2 out
-  if [ "$np" = 1 ]; then out=$("./$name/build/train" --data "$data" --steps "$steps" --metrics "$name.jsonl" "${@:3}")
-  else out=$("${mpirun[@]}" -np "$np" "./$name/build/train" --data "$data" --steps "$steps" --metrics "$name.jsonl" "${@:3}"); fi
-  echo "$out" | sed -n 's/^throughput: \([0-9]*\) tokens.*predicted \([0-9]*\) per GPU.*measured \/ predicted \([0-9.]*\)$/\1 \2 \3/p'
-}
-"$mtc" compile "$root/specs/tiny-moe.yaml" -o fit "${one[@]}" >/dev/null
-"$mtc" build fit >fit.log 2>&1
-run fit 1 --profile tiny-moe.profile.json >/dev/null
-"$mtc" calibrate tiny-moe.profile.json --preset cpu -o presets/cpu-calibrated.yaml
-export MTC_PRESET_DIR=$work/presets
-cal=(--set cluster.preset=cpu-calibrated)
+pin=(--set plan.activation_checkpoint=none --set plan.offload_activations=none --set plan.optimizer_tier=hbm
+     --set plan.prefetch=1)
+one=(--set cluster.gpus_per_node=1 --set plan.fsdp=1 --set plan.ep=1)
+two=(--set cluster.gpus_per_node=2 --set plan.fsdp=2 --set plan.ep=1)
+declare -A spec sets
+spec[fit]=$root/specs/tiny-moe.yaml sets[fit]="${one[*]}"
 for s in dense moe; do
-  "$mtc" compile "$root/tests/specs/calib-$s.yaml" -o "$s-1" "${cal[@]}" "${one[@]}" >/dev/null
-  "$mtc" compile "$root/tests/specs/calib-$s.yaml" -o "$s-2" "${cal[@]}" "${two[@]}" >/dev/null
-  "$mtc" build "$s-1" >"$s-1.log" 2>&1
-  "$mtc" build "$s-2" >"$s-2.log" 2>&1
+  spec[$s-1]=$root/tests/specs/calib-$s.yaml sets[$s-1]="${one[*]}"
+  spec[$s-2]=$root/tests/specs/calib-$s.yaml sets[$s-2]="${two[*]}"
 done
-"$mtc" compile "$root/specs/tiny-moe.yaml" -o fit-cal "${cal[@]}" "${one[@]}" >/dev/null
-"$mtc" build fit-cal >fit-cal.log 2>&1
-printf '%-28s %10s %10s %9s\n' run measured predicted "meas/pred"
-for r in "fit-cal 1 tiny-moe-1rank(fitted)" "dense-1 1 calib-dense-1rank" "dense-2 2 calib-dense-2ranks" \
-         "moe-1 1 calib-moe-1rank" "moe-2 2 calib-moe-2ranks" "fit-cal 1 tiny-moe-1rank(repeat)"; do
-  set -- $r
-  read -r meas pred ratio < <(run "$1" "$2")
-  printf '%-28s %10s %10s %9s\n' "$3" "$meas" "$pred" "$ratio"
+sets[moe-2]="${two[*]} --set plan.ep=2" # the MoE on 2 ranks with expert parallelism (all-to-all)
+runs=(dense-1 dense-2 moe-1 moe-2)
+for r in fit "${runs[@]}"; do
+  "$mtc" compile "${spec[$r]}" -o "$r" "${pin[@]}" ${sets[$r]} >/dev/null
+  "$mtc" build "$r" >"$r.build.log" 2>&1
+done
+tps() { # NAME NP [ARGS]: the throughput line's tokens/s per rank
+  local name=$1 np=$2 cmd=("./$1/build/train")
+  [ "$np" = 1 ] || cmd=("${mpirun[@]}" -np "$np" "./$1/build/train")
+  "${cmd[@]}" --data "$data" --steps "$steps" --metrics "$name.jsonl" "${@:3}" |
+    sed -n 's/^throughput: \([0-9]*\) tokens\/s per rank.*/\1/p'
+}
+profiles=()
+for ((i = 1; i <= rounds; i++)); do
+  echo "round $i: $(uptime | sed 's/.*load/load/')"
+  echo "fit $(tps fit 1 --profile "fit-$i.json")" >>measured.txt
+  profiles+=("fit-$i.json")
+  for r in "${runs[@]}"; do echo "$r $(tps "$r" "${r#*-}" --profile "$r-$i.json")" >>measured.txt; done
+done
+"$mtc" calibrate "${profiles[@]}" --preset cpu -o presets/cpu-calibrated.yaml
+printf '%-10s %-26s %9s %9s %9s %9s\n' run "measured (min-max)" measured default calibrated "meas/cal"
+for r in fit "${runs[@]}"; do
+  pred() { MTC_PRESET_DIR=$work/presets "$mtc" plan "${spec[$r]}" "${pin[@]}" ${sets[$r]} "$@" --json |
+           python3 -c "import json, sys; print(round(json.load(sys.stdin)['predicted']['tokens_per_second_per_gpu']))"; }
+  def=$(pred) cal=$(pred --set cluster.preset=cpu-calibrated)
+  awk -v r="$r" -v d="$def" -v c="$cal" '$1 == r { s += $2; n++; if (!lo || $2 < lo) lo = $2; if ($2 > hi) hi = $2 }
+    END { m = s / n; printf "%-10s %-26s %9.0f %9d %9d %9.3f\n", r, sprintf("%d-%d", lo, hi), m, d, c, m / c }' measured.txt
 done

@@ -54,6 +54,10 @@ void rt_prof_end(RtProfClass c, double t0, double flops, double bytes) {
   acc[c][0] += own, acc[c][1] += 1, acc[c][2] += flops, acc[c][3] += bytes;
 }
 
+void rt_prof_add(RtProfClass c, double seconds, double flops, double bytes) {
+  acc[c][0] += seconds, acc[c][1] += 1, acc[c][2] += flops, acc[c][3] += bytes;
+}
+
 int rt_prof_write(const char *path, const RtProfRun *run, char *err, int errlen) {
   double sum[RT_PROF_CLASSES][4];
   MPI_Allreduce(acc, sum, RT_PROF_CLASSES * 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
