@@ -181,10 +181,11 @@ int calibrate_run(const char *const *paths, int npaths, const char *preset, cons
   bool have[NFACTORS];
   char *why[NFACTORS];
   for (int f = 0; f < NFACTORS; f++) {
-    double ww = 0, wm = 0, w = 0, s = 0;
+    double ww = 0, wm = 0, w = 0, s = 0, n = 0; /* w, s: the mean work and seconds (the comment's) */
     for (int i = 0; i < npaths; i++)
       if (pr[i].s[f] > 0 && pr[i].w[f] > 0)
-        ww += pr[i].w[f] * pr[i].w[f], wm += pr[i].w[f] * pr[i].s[f], w += pr[i].w[f], s += pr[i].s[f];
+        ww += pr[i].w[f] * pr[i].w[f], wm += pr[i].w[f] * pr[i].s[f], w += pr[i].w[f], s += pr[i].s[f], n++;
+    if (n) w /= n, s /= n;
     have[f] = wm > 0;
     if (!have[f]) continue;
     double r = factors[f].peak ? peak * sustained : hbm;
@@ -193,15 +194,15 @@ int calibrate_run(const char *const *paths, int npaths, const char *preset, cons
     char *cite = "";
     for (int i = 0; i < npaths; i++)
       if (pr[i].s[f] > 0 && pr[i].w[f] > 0) cite = mem_printf(&m, "%s%s%s", cite, *cite ? ", " : "", paths[i]);
-    why[f] = mem_printf(&m, "%.4g %s in %.4g s per step and rank = %.4g %s, / %s %.4g%s", flops ? w / 1e9 : w / 1e6,
-                        flops ? "GFLOP" : "MB", s, flops ? w / s / 1e9 : w / s / 1e9, flops ? "GFLOP/s" : "GB/s",
+    why[f] = mem_printf(&m, "%.4g %s in %.4g s per step and rank%s = %.4g %s, / %s %.4g%s", flops ? w / 1e9 : w / 1e6,
+                        flops ? "GFLOP" : "MB", s, n > 1 ? " (mean)" : "", w / s / 1e9, flops ? "GFLOP/s" : "GB/s",
                         flops ? "bf16_flops" : "hbm_bandwidth", flops ? peak / 1e9 : hbm / 1e9,
                         flops ? (sustained != 1 ? " GFLOP/s x sustained" : " GFLOP/s") : " GB/s");
     why[f] = mem_printf(&m, "fitted from %s: %s", cite, why[f]);
     if (fit[f] > 1) {
       diag_error(&d, (Loc){0}, "%s: efficiency.%s would be %.3g, above 1: the measured rate (%.4g %s/s) beats the "
                  "preset's %s; expected a preset whose peak rates are at least what the machine does (raise "
-                 "gpu.%s in %s)", paths[0], factors[f].key, fit[f], flops ? w / s / 1e9 : w / s / 1e9,
+                 "gpu.%s in %s)", paths[0], factors[f].key, fit[f], w / s / 1e9,
                  flops ? "GFLOP" : "GB", flops ? "bf16_flops" : "hbm_bandwidth",
                  flops ? "bf16_flops" : "hbm_bandwidth", preset);
       goto done;

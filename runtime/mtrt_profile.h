@@ -56,7 +56,9 @@ void rt_prof_add(RtProfClass c, double seconds, double flops, double bytes);
 void rt_prof_fence(void);
 
 /* Writes FILE (rank 0; every rank's figures are averaged over the world first). steps: the
- * steps measured; step_seconds: their mean wall time; tokens: tokens per step per rank.
+ * steps measured; step_seconds: their mean wall time; tokens: tokens per step per rank. The
+ * file also holds the process's CPU seconds per step (getrusage since the reset): next to
+ * step_seconds, how much of a core a rank had.
  * Returns 0, or -1 with err filled. Collective: every rank calls it. */
 typedef struct {
   const char *spec, *model, *backend;

@@ -8,7 +8,8 @@
 # very layout that ran. ROUNDS rounds (default 2) each profile tiny-moe and then run every
 # held-out program, so that on a shared machine the fit and the runs see the same load; the fit
 # uses every round's profile (least squares over them) and each measured figure is the mean
-# over the rounds (min-max shown).
+# over the rounds (min-max shown). "core share": the CPU seconds per wall second of each round's
+# run, per rank (the profile's cpu_seconds_per_step / step_seconds): 1 is a core of its own.
 #   usage: tools/calibrate-check.sh [BUILD_DIR] [WORK_DIR]     (STEPS=8, ROUNDS=2)
 set -eu
 mtc=$(realpath "${1:-build}")/mtc
@@ -42,19 +43,21 @@ tps() { # NAME NP [ARGS]: the throughput line's tokens/s per rank
   "${cmd[@]}" --data "$data" --steps "$steps" --metrics "$name.jsonl" "${@:3}" |
     sed -n 's/^throughput: \([0-9]*\) tokens\/s per rank.*/\1/p'
 }
+share() { python3 -c "import json, sys; p = json.load(open(sys.argv[1])); print('%.2f' % (p['cpu_seconds_per_step'] / p['step_seconds']))" "$1"; }
 profiles=()
 for ((i = 1; i <= rounds; i++)); do
   echo "round $i: $(uptime | sed 's/.*load/load/')"
-  echo "fit $(tps fit 1 --profile "fit-$i.json")" >>measured.txt
+  echo "fit $(tps fit 1 --profile "fit-$i.json") $(share "fit-$i.json")" >>measured.txt
   profiles+=("fit-$i.json")
-  for r in "${runs[@]}"; do echo "$r $(tps "$r" "${r#*-}" --profile "$r-$i.json")" >>measured.txt; done
+  for r in "${runs[@]}"; do echo "$r $(tps "$r" "${r#*-}" --profile "$r-$i.json") $(share "$r-$i.json")" >>measured.txt; done
 done
 "$mtc" calibrate "${profiles[@]}" --preset cpu -o presets/cpu-calibrated.yaml
-printf '%-10s %-26s %9s %9s %9s %9s\n' run "measured (min-max)" measured default calibrated "meas/cal"
+printf '%-10s %-18s %9s %9s %11s %9s %10s\n' run "measured (min-max)" measured default calibrated "meas/cal" "core share"
 for r in fit "${runs[@]}"; do
   pred() { MTC_PRESET_DIR=$work/presets "$mtc" plan "${spec[$r]}" "${pin[@]}" ${sets[$r]} "$@" --json |
            python3 -c "import json, sys; print(round(json.load(sys.stdin)['predicted']['tokens_per_second_per_gpu']))"; }
   def=$(pred) cal=$(pred --set cluster.preset=cpu-calibrated)
-  awk -v r="$r" -v d="$def" -v c="$cal" '$1 == r { s += $2; n++; if (!lo || $2 < lo) lo = $2; if ($2 > hi) hi = $2 }
-    END { m = s / n; printf "%-10s %-26s %9.0f %9d %9d %9.3f\n", r, sprintf("%d-%d", lo, hi), m, d, c, m / c }' measured.txt
+  awk -v r="$r" -v d="$def" -v c="$cal" '$1 == r { s += $2; n++; if (!lo || $2 < lo) lo = $2; if ($2 > hi) hi = $2
+      sh = sh (sh ? "/" : "") $3 }
+    END { m = s / n; printf "%-10s %-18s %9.0f %9d %11d %9.3f %10s\n", r, sprintf("%d-%d", lo, hi), m, d, c, m / c, sh }' measured.txt
 done

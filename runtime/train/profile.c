@@ -4,6 +4,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "mtrt_profile.h"
@@ -26,6 +27,14 @@ static double acc[RT_PROF_CLASSES][4];
 enum { DEPTH = 8 };
 static double nested[DEPTH]; /* seconds of timed calls inside the open call at each depth */
 static int depth;
+static double cpu0; /* the process's CPU seconds (user + system) at the last reset */
+
+static double cpu_seconds(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+         1e-6 * (double)ru.ru_stime.tv_usec;
+}
 
 __attribute__((weak)) void rt_prof_fence(void) {}
 
@@ -36,7 +45,7 @@ static double now(void) {
 }
 
 void rt_prof_start(void) { rt_prof_on = true; }
-void rt_prof_reset(void) { memset(acc, 0, sizeof acc); }
+void rt_prof_reset(void) { memset(acc, 0, sizeof acc), cpu0 = cpu_seconds(); }
 
 double rt_prof_begin(void) {
   rt_prof_fence();
@@ -55,12 +64,14 @@ void rt_prof_end(RtProfClass c, double t0, double flops, double bytes) {
 }
 
 void rt_prof_add(RtProfClass c, double seconds, double flops, double bytes) {
+  if (depth > 0 && depth - 1 < DEPTH) nested[depth - 1] += seconds; /* inside a timed op: not its own */
   acc[c][0] += seconds, acc[c][1] += 1, acc[c][2] += flops, acc[c][3] += bytes;
 }
 
 int rt_prof_write(const char *path, const RtProfRun *run, char *err, int errlen) {
-  double sum[RT_PROF_CLASSES][4];
+  double sum[RT_PROF_CLASSES][4], cpu = cpu_seconds() - cpu0;
   MPI_Allreduce(acc, sum, RT_PROF_CLASSES * 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &cpu, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank != 0) return 0;
@@ -76,6 +87,9 @@ int rt_prof_write(const char *path, const RtProfRun *run, char *err, int errlen)
   json_object_set_new(root, "act_bytes", json_integer((json_int_t)sizeof(act)));
   json_object_set_new(root, "steps", json_integer(run->steps));
   json_object_set_new(root, "step_seconds", json_real(run->step_seconds));
+  /* how much of a core each rank had: below 1 where ranks share cores or the machine is loaded
+   * (MPI's waits count where its progress engine polls) */
+  json_object_set_new(root, "cpu_seconds_per_step", json_real(cpu / w / steps));
   json_object_set_new(root, "predicted_step_seconds", json_real(run->predicted_step_seconds));
   json_object_set_new(root, "tokens_per_step", json_real(run->tokens_per_step));
   json_object_set_new(root, "per", json_string("rank and step, mean over the ranks"));
