@@ -9,7 +9,9 @@
 # held-out program, so that on a shared machine the fit and the runs see the same load; the fit
 # uses every round's profile (least squares over them) and each measured figure is the mean
 # over the rounds (min-max shown). "core share": the CPU seconds per wall second of each round's
-# run, per rank (the profile's cpu_seconds_per_step / step_seconds): 1 is a core of its own.
+# run, per rank (the profile's cpu_seconds_per_step / step_seconds): 1 is a core of its own; the
+# last column scales each ratio by the fit's mean core share over the run's (what the run would
+# have done with the CPU the fit had: the load of a shared machine taken out).
 #   usage: tools/calibrate-check.sh [BUILD_DIR] [WORK_DIR]     (STEPS=8, ROUNDS=2)
 set -eu
 mtc=$(realpath "${1:-build}")/mtc
@@ -52,12 +54,15 @@ for ((i = 1; i <= rounds; i++)); do
   for r in "${runs[@]}"; do echo "$r $(tps "$r" "${r#*-}" --profile "$r-$i.json") $(share "$r-$i.json")" >>measured.txt; done
 done
 "$mtc" calibrate "${profiles[@]}" --preset cpu -o presets/cpu-calibrated.yaml
-printf '%-10s %-18s %9s %9s %11s %9s %10s\n' run "measured (min-max)" measured default calibrated "meas/cal" "core share"
+fitshare=$(awk '$1 == "fit" { s += $3; n++ } END { print s / n }' measured.txt)
+printf '%-10s %-18s %9s %9s %11s %9s %-16s %s\n' run "measured (min-max)" measured default calibrated "meas/cal" "core share" \
+  "meas/cal at the fit's core share"
 for r in fit "${runs[@]}"; do
   pred() { MTC_PRESET_DIR=$work/presets "$mtc" plan "${spec[$r]}" "${pin[@]}" ${sets[$r]} "$@" --json |
            python3 -c "import json, sys; print(round(json.load(sys.stdin)['predicted']['tokens_per_second_per_gpu']))"; }
   def=$(pred) cal=$(pred --set cluster.preset=cpu-calibrated)
   awk -v r="$r" -v d="$def" -v c="$cal" '$1 == r { s += $2; n++; if (!lo || $2 < lo) lo = $2; if ($2 > hi) hi = $2
-      sh = sh (sh ? "/" : "") $3 }
-    END { m = s / n; printf "%-10s %-18s %9.0f %9d %11d %9.3f %10s\n", r, sprintf("%d-%d", lo, hi), m, d, c, m / c, sh }' measured.txt
+      sh = sh (sh ? "/" : "") $3; share += $3 }
+    END { m = s / n; printf "%-10s %-18s %9.0f %9d %11d %9.3f %-16s %.3f\n", r, sprintf("%d-%d", lo, hi), m, d, c, m / c, sh,
+          m / c * f / (share / n) }' f="$fitshare" measured.txt
 done
