@@ -12,8 +12,11 @@
  *
  * The cpu backend times with the clock at a waist the ops do not see: the linker's --wrap
  * turns the program's calls of the wrapped entry points (runtime/cpu/profile_ops.c) and of
- * cblas_?gemm into calls of timed wrappers. rt_prof_fence is the backend's barrier before a
- * clock read (cpu: none; cuda: a device synchronization, as MTC_PROFILE's).
+ * cblas_?gemm into calls of timed wrappers. The cuda backend feeds the same classes from
+ * MTC_PROFILE's timings (runtime/cuda/profile.c: each kernel and GEMM between two device
+ * synchronizations, the class from its name; FLOPs for the GEMMs only, no collectives).
+ * rt_prof_fence is the backend's barrier before a clock read (cpu: none; cuda: a device
+ * synchronization).
  */
 #ifndef MTRT_PROFILE_H
 #define MTRT_PROFILE_H

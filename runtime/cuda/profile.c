@@ -7,6 +7,8 @@
  * a serialized step, longer than a normal one: read the shares, not the sum. The table goes to
  * stderr at exit from the process that rank 0 of MPI_COMM_WORLD runs (every step, the first
  * with cuBLAS's and NVRTC's warm-up, included).
+ * `train --profile FILE` (mtrt_profile.h) uses the same timings, per op class; NCCL's
+ * collectives are not timed here, so the cuda profile has no collective classes.
  */
 #include <mpi.h>
 #include <stdio.h>
