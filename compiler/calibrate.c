@@ -12,9 +12,9 @@
  * per profile first. Factors with no measurement in any profile keep the preset's value.
  *
  * The output is the base preset's text with the fitted keys of its efficiency section
- * rewritten (each with a comment citing the profiles and the figures it came from) and that
- * section's own comment lines dropped (they described the old values); everything else is
- * kept. It is named by its file: put it in $MTC_PRESET_DIR and say cluster.preset: STEM. */
+ * rewritten, each with a comment citing the profiles and the figures it came from instead of
+ * its old comment (the comment lines right before it and its continuation lines); everything
+ * else is kept. It is named by its file: put it in $MTC_PRESET_DIR and say cluster.preset: STEM. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -231,13 +231,25 @@ int calibrate_run(const char *const *paths, int npaths, const char *preset, cons
   bool has = find_section(text, &lo, &hi);
   if (!has) lo = hi = strlen(text);
   o = mem_printf(&m, "%s%.*s%s", o, (int)lo, text, has ? "" : (lo && text[lo - 1] != '\n' ? "\nefficiency:\n" : "efficiency:\n"));
-  bool done_key[NFACTORS] = {0};
+  /* comment lines before a key describe it and go with it when it is fitted; those deeper
+   * than the keys right after a key continue its comment */
+  bool done_key[NFACTORS] = {0}, after_fitted = false;
+  const char *pending = NULL; /* comment lines not yet written */
+  size_t npending = 0;
   for (const char *p = text + lo; p < text + hi;) {
     const char *eol = memchr(p, '\n', (size_t)(text + hi - p));
     size_t n = eol ? (size_t)(eol - p) + 1 : (size_t)(text + hi - p);
     const char *k = p;
     while (k < p + n && *k == ' ') k++;
-    bool comment = *k == '#' || *k == '\n';
+    if (*k == '#' || *k == '\n') {
+      bool continuation = *k == '#' && k - p > 2;
+      if (!(continuation && after_fitted)) {
+        if (!pending) pending = p;
+        npending = (size_t)(p + n - pending);
+      }
+      p += n;
+      continue;
+    }
     int which = -1;
     for (int f = 0; f < NFACTORS; f++) {
       size_t kl = strlen(factors[f].key);
@@ -246,10 +258,12 @@ int calibrate_run(const char *const *paths, int npaths, const char *preset, cons
     if (which >= 0) {
       o = mem_printf(&m, "%s  %s: %.4g   # %s\n", o, factors[which].key, fit[which], why[which]);
       done_key[which] = true;
-    } else if (!comment)
-      o = mem_printf(&m, "%s%.*s", o, (int)n, p);
+    } else
+      o = mem_printf(&m, "%s%.*s%.*s", o, (int)npending, pending ? pending : "", (int)n, p);
+    after_fitted = which >= 0, pending = NULL, npending = 0;
     p += n;
   }
+  if (pending) o = mem_printf(&m, "%s%.*s", o, (int)npending, pending);
   for (int f = 0; f < NFACTORS; f++)
     if (have[f] && !done_key[f]) o = mem_printf(&m, "%s  %s: %.4g   # %s\n", o, factors[f].key, fit[f], why[f]);
   o = mem_printf(&m, "%s%s", o, text + hi);
