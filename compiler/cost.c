@@ -160,22 +160,31 @@ double cost_host_grad(double shard, double A, bool on_host, double c2c, double h
 
 /* A placement depends on the graph, fsdp and ep only, so the search's candidates share one
  * per (graph, fsdp, ep) in a small memo. */
-double cost_ns_flops_busiest(const Model *md, const Choice *ch) {
+double cost_ns_flops_busiest(const Model *md, const Choice *ch, double *moving_experts) {
   enum { MEMO = 32 };
-  static struct { const Op *ops; int nops; double ns_flops; int64_t fsdp, ep; double v; } memo[MEMO];
+  static struct { const Op *ops; int nops; double ns_flops; int64_t fsdp, ep; double v, mx; } memo[MEMO];
   static int next;
   for (int i = 0; i < MEMO; i++)
     if (memo[i].ops == md->ops && memo[i].nops == md->nops && memo[i].ns_flops == md->ns_flops &&
-        memo[i].fsdp == ch->fsdp && memo[i].ep == ch->ep)
+        memo[i].fsdp == ch->fsdp && memo[i].ep == ch->ep) {
+      if (moving_experts) *moving_experts = memo[i].mx;
       return memo[i].v;
+    }
   double r = (double)md->muon_max_rows, cc = (double)md->muon_max_cols;
   double v = fmax(md->ns_flops / (double)ch->fsdp, 5 * (4 * r * r * cc + 2 * r * r * r));
+  /* split expert matrices (flat expert groups): the placement's count, or for groups too large to
+   * list every routed Muon matrix of an EP rank */
+  const Spec *s = md->spec;
+  int64_t El = s->model.moe.present ? s->model.moe.experts / ch->ep : 0;
+  double mx = !plan_expert_per(El, ch->efsdp) && ch->efsdp > 1
+                  ? (double)(md->muon_params - md->muon_dense_params) / (double)ch->ep : 0;
   Mem m = {0};
   const Placement *pl = plan_placement(&m, md, ch);
-  if (pl->muon && !pl->too_large) v = pl->ns_flops_max_rank;
+  if (pl->muon && !pl->too_large) v = pl->ns_flops_max_rank, mx = (double)pl->moving_expert_params;
   mem_free(&m);
+  if (moving_experts) *moving_experts = mx;
   memo[next].ops = md->ops, memo[next].nops = md->nops, memo[next].ns_flops = md->ns_flops;
-  memo[next].fsdp = ch->fsdp, memo[next].ep = ch->ep, memo[next].v = v;
+  memo[next].fsdp = ch->fsdp, memo[next].ep = ch->ep, memo[next].v = v, memo[next].mx = mx;
   next = (next + 1) % MEMO;
   return v;
 }
@@ -288,9 +297,12 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   if (muon) {
     /* the dense matrices' pieces to their owners and the updates back (fp32), inside the FSDP
      * group: each rank sends (F−1)/F of its 1/F of them each way (placement.c's moving_bytes_rank);
-     * experts are sharded whole and orthogonalized where they are held: nothing moves */
+     * experts in whole-expert shards are orthogonalized where they are held: nothing moves; in a
+     * flat expert group (plan_expert_per 0) the split ones move the same way inside the shard group */
     opt += 2 * ring(4 * (double)md->muon_dense_params / (double)ch->fsdp, ch->fsdp, group_bw(s, ch->fsdp, 1));
-    double per_rank = cost_ns_flops_busiest(md, ch); /* the busiest owner rank's */
+    double moving_experts = 0; /* elements of one EP rank's split expert matrices */
+    double per_rank = cost_ns_flops_busiest(md, ch, &moving_experts); /* the busiest owner rank's */
+    opt += 2 * ring(4 * moving_experts / (double)ch->efsdp, ch->efsdp, group_bw(s, ch->efsdp, ch->ep));
     opt += ch->opt_on_host ? per_rank / (cl->host.fp32_flops * e->host_gemm)
                            : per_rank / (cl->gpu.bf16_flops * e->dense_gemm);
   }

@@ -66,6 +66,7 @@ static void flatten(Flat *f, json_t *obj, const char *prefix) {
 }
 
 static bool is_bytes(const char *key) {
+  if (strstr(key, "flops")) return false; /* cluster.peak_bf16_flops_per_gpu is a rate, not bytes */
   return strstr(key, "bytes") || strstr(key, ".items.") || strstr(key, "peak") || strstr(key, "capacity");
 }
 
@@ -91,7 +92,15 @@ static json_t *load(Mem *m, Diag *d, const char *path, const char *const *sets, 
                         "or no --set", sets[0], path), NULL;
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
-    if (!j) diag_error(d, (Loc){0}, "%s:%d:%d: not a plan.json: %s", path, je.line, je.column, je.text);
+    if (!j) return diag_error(d, (Loc){0}, "%s:%d:%d: not a plan.json: %s", path, je.line, je.column, je.text), NULL;
+    /* a plan.json of mtc's: name, model, feasible, layout and memory (a checkpoint manifest or {} is not) */
+    static const char *const keys[] = {"name", "model", "feasible", "layout", "memory"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+      if (!json_object_get(j, keys[i])) {
+        json_decref(j);
+        return diag_error(d, (Loc){0}, "%s: not a plan.json of mtc's: it has no '%s'; expected a plan.json that mtc "
+                          "plan --json or mtc compile wrote, or a spec", path, keys[i]), NULL;
+      }
     return j;
   }
   Spec *s = spec_load(m, d, path, NULL, 0, sets, nsets);

@@ -80,8 +80,9 @@ static int add_group(Em *e, const char *name, const char *cname, int comm) {
 static const void *layer_tag(int l) { return (const void *)(uintptr_t)(l + 2); }
 
 /* Adds parameter p of layer l to group g; owners maps (layer_tag, matrix) to the DenseOwner of a
- * dense Muon matrix (experts have none: they are orthogonalized where they are held). */
-static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap *owners) {
+ * dense Muon matrix, runs to the ExpertRun of EP rank 0 of a routed one (whole-expert shards: none
+ * move; flat: the owner of expert 0 of those split over ranks, expert k's (owner + k) mod efsdp). */
+static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap *owners, const MemMap *runs) {
   bool routed = p->kind == PK_ROUTED;
   EmTensor *t = &e->tensors[e->ntensors++];
   memset(t, 0, sizeof *t);
@@ -95,9 +96,9 @@ static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap *owners
   t->cols = routed ? p->shape[2] : (p->ndim > 1 ? p->shape[1] : 1);
   t->count = t->rows * t->cols;
   t->offset = e->groups[g].elems;
-  /* whole-expert shards: a shard holds per = ceil(El / efsdp) whole experts of every routed
-   * tensor (the last shards fewer when efsdp does not divide El: padded to the largest) */
-  t->per = routed && e->efsdp > 1 ? (int)((e->El + e->efsdp - 1) / e->efsdp) : 0;
+  /* whole-expert shards (plan_expert_per: efsdp divides El): a shard holds per = El / efsdp
+   * whole experts of every routed tensor; otherwise (per 0) the group is sharded flat */
+  t->per = routed ? (int)plan_expert_per(e->El, e->efsdp) : 0;
   e->groups[g].elems += t->count * (routed ? (t->per ? t->per : e->El) : 1);
   bool matrix = p->ndim >= 2;
   bool out_proj = strstr(p->name, "o_proj") || strstr(p->name, "down_proj");
@@ -110,9 +111,12 @@ static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap *owners
    * owned as the plan's placement says */
   t->muon = e->s->training.optimizer == OPT_MUON && p->matmul && p->kind != PK_EMBEDDING &&
             p->kind != PK_ROUTER && p->kind != PK_HEAD;
-  if (t->muon && !routed) { /* (experts: orthogonalized where they are held, whole; owner 0 unused) */
+  if (t->muon && !routed) {
     const DenseOwner *o = mem_map_get(owners, layer_tag(l), p->name);
     if (o) t->owner = (int)o->owner;
+  } else if (t->muon) { /* (whole-expert shards: orthogonalized where they are held; owner 0 unused) */
+    const ExpertRun *r = mem_map_get(runs, layer_tag(l), p->name);
+    if (r) t->owner = (int)r->owner;
   }
   if (t->muon) G->muon = true;
   else G->adamw = true;
@@ -201,17 +205,19 @@ void em_layout(Em *e) {
    * second time for the LM head; its gradient is reduce-scattered after the head's backward and
    * after the embedding's, both adding into the one shard gradient of embed_tokens.weight */
   e->g_head = e->s->model.tie_embeddings ? e->g_embed : add_group(e, "head", "HEAD", 0);
-  MemMap owners = {0}; /* the last entry of a (layer, matrix) wins, as in the placement's lists */
+  MemMap owners = {0}, runs = {0}; /* the last entry of a (layer, matrix) wins, as in the placement's lists */
   const Placement *pl = e->p->placement;
   for (int i = 0; pl && i < pl->ndense; i++)
     mem_map_put(e->m, &owners, layer_tag(pl->dense[i].layer), pl->dense[i].matrix, &pl->dense[i]);
+  for (int i = 0; pl && i < pl->nruns; i++)
+    if (pl->runs[i].ep_rank == 0) mem_map_put(e->m, &runs, layer_tag(pl->runs[i].layer), pl->runs[i].matrix, &pl->runs[i]);
   for (int i = 0; i < md->nops; i++) {
     const Op *o = &md->ops[i];
     for (int j = 0; j < o->nparams; j++) {
       const Param *p = &o->params[j];
       int g = o->layer < 0 ? (o->kind == OP_EMBED || o->kind == OP_POS_EMBED ? e->g_embed : e->g_head)
                            : (p->kind == PK_ROUTED ? e->layer_experts[o->layer] : e->layer_dense[o->layer]);
-      add_tensor(e, g, o->layer, p, &owners);
+      add_tensor(e, g, o->layer, p, &owners, &runs);
     }
   }
   int64_t max_dense = 0, max_expert = 0, max_shard = 0;
@@ -220,7 +226,7 @@ void em_layout(Em *e) {
     int64_t ranks = G->comm ? e->efsdp : e->fsdp;
     bool whole = G->comm && G->first <= G->last && e->tensors[G->first].per;
     /* shards of whole 16-byte vectors of bf16 (cuda kernels) */
-    G->full = whole ? ranks * round_up(G->elems, 8) : round_up(G->elems, ranks * 8);
+    G->full = whole ? ranks * round_up(G->elems, 8) : ranks * plan_flat_shard(G->elems, ranks);
     G->shard = G->full / ranks;
     for (int i = G->first; whole && i <= G->last; i++) e->tensors[i].block = G->shard;
     if (G->comm) max_expert = G->full > max_expert ? G->full : max_expert;

@@ -207,7 +207,26 @@ static int run(char *const argv[]) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
-int build_run(const char *dir, const char *backend, const char *real) {
+/* The build directory bdir/CMakeCache.txt was made for (its CMAKE_CACHEFILE_DIR): true with it
+ * in out, false when there is no readable cache. */
+static bool build_tree_of(const char *bdir, char *out, size_t n) {
+  char path[4200], line[4400];
+  snprintf(path, sizeof path, "%s/CMakeCache.txt", bdir);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  bool found = false;
+  static const char key[] = "CMAKE_CACHEFILE_DIR:INTERNAL=";
+  while (!found && fgets(line, sizeof line, f))
+    if (strncmp(line, key, sizeof key - 1) == 0) {
+      line[strcspn(line, "\r\n")] = 0;
+      snprintf(out, n, "%.4095s", line + sizeof key - 1);
+      found = true;
+    }
+  fclose(f);
+  return found;
+}
+
+int build_run(const char *dir, const char *backend, const char *real, bool allow_edits) {
   struct stat st;
   char path[4096];
   snprintf(path, sizeof path, "%s/CMakeLists.txt", dir);
@@ -226,6 +245,13 @@ int build_run(const char *dir, const char *backend, const char *real) {
   if (!out_program_matches(dir, err, sizeof err)) {
     fprintf(stderr, "error: %s\n", err);
     return 2;
+  }
+  if (!out_program_unedited(dir, err, sizeof err)) {
+    if (!allow_edits) {
+      fprintf(stderr, "error: %s\n", err);
+      return 2;
+    }
+    printf("note: building an edited program (--allow-edits): %s\n", err);
   }
   if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
     fprintf(stderr, "error: --backend %s; expected cpu or cuda\n", backend);
@@ -250,7 +276,15 @@ int build_run(const char *dir, const char *backend, const char *real) {
   snprintf(rootdef, sizeof rootdef, "-DMTC_ROOT=%s", root);
   snprintf(backdef, sizeof backdef, "-DMTC_BACKEND=%s", backend);
   snprintf(realdef, sizeof realdef, "-DMTC_REAL=%s", real);
-  char *configure[] = {"cmake", "-S", (char *)dir, "-B", bdir, rootdef, backdef, realdef, "--log-level=WARNING", NULL};
+  /* a build tree copied with its program (cp -r DIR elsewhere) names the old directory in its
+   * cache, which cmake refuses: configure it afresh (--fresh, cmake >= 3.24), saying so */
+  char cached[4096] = "", want[4096] = "", have[4096] = "";
+  bool fresh = build_tree_of(bdir, cached, sizeof cached) && realpath(bdir, want) &&
+               (!realpath(cached, have) || strcmp(have, want) != 0);
+  if (fresh)
+    printf("note: %s was configured for %s (a copied build tree): configuring it afresh\n", bdir, cached);
+  char *configure[] = {"cmake", "-S", (char *)dir, "-B", bdir, rootdef, backdef, realdef, "--log-level=WARNING",
+                       fresh ? "--fresh" : NULL, NULL};
   char *build[] = {"cmake", "--build", bdir, "-j", NULL};
   int rc = run(configure);
   if (rc == 0) rc = run(build);

@@ -229,12 +229,12 @@ static void mlp_forward(Em *e, int l) {
     (long long)off(e, g, "mlp.down_proj.weight"), bias_arg(e, g, "mlp.down_proj.weight", "W"), (long long)N, (long long)F, (long long)C);
 }
 
-/* Whole-expert shards (efsdp > 1): the gathered experts of a layer are efsdp shards one after
- * another, each holding per experts of every routed tensor, so the experts' ops run once per
- * shard on its experts. EXW(o) is the weight (or gradient) at gathered offset o of the shard's
+/* Whole-expert shards (plan_expert_per > 0: efsdp > 1 divides El): the gathered experts of a
+ * layer are efsdp shards one after another, each holding per experts of every routed tensor, so
+ * the experts' ops run once per shard on its experts (flat: once, on all El). EXW(o) is the weight (or gradient) at gathered offset o of the shard's
  * first expert, EXO(offs) its offsets, EXN its experts; EXLOOP the loop over shards ("" when flat). */
-static bool blocked(const Em *e) { return e->efsdp > 1; }
-static int64_t per_shard(const Em *e) { return (e->El + e->efsdp - 1) / e->efsdp; }
+static bool blocked(const Em *e) { return plan_expert_per(e->El, e->efsdp) > 0; }
+static int64_t per_shard(const Em *e) { return plan_expert_per(e->El, e->efsdp); }
 static const char *exw(Em *e, const char *mac, long long o) {
   return blocked(e) ? mem_printf(e->m, "%s(%lld + b * SHARD_EXPERTS_ELEMS)", mac, o) : mem_printf(e->m, "%s(%lld)", mac, o);
 }
@@ -757,7 +757,7 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
     int64_t shard = 0;
     for (int l = 0; l < e->L && !shard; l++)
       if (e->layer_experts[l] >= 0) shard = e->groups[e->layer_experts[l]].shard;
-    P(e, "#define SHARD_EXPERTS %lld /* whole experts per rank of an EP rank's shard group (the last fewer) */\n"
+    P(e, "#define SHARD_EXPERTS %lld /* whole experts per rank of an EP rank's shard group */\n"
          "#define SHARD_EXPERTS_ELEMS %lld /* elements of such a shard: gathered experts b·SHARD_EXPERTS.. at b x it */\n",
       (long long)per_shard(e), (long long)shard);
   }

@@ -24,7 +24,7 @@ static const char usage_main[] =
     "                        write plan.json, plan.txt, memory.svg, timeline.json, report.html\n"
     "                        and the training program (step.h, step.c, train.c, kernels.cu,\n"
     "                        CMakeLists.txt, launch.sbatch)\n"
-    "  build DIR [--backend cpu|cuda] [--real float|double]\n"
+    "  build DIR [--backend cpu|cuda] [--real float|double] [--allow-edits]\n"
     "                        build DIR/build/train, or DIR/build-cuda/train for cuda (CMake)\n"
     "  export CKPT OUT.safetensors\n"
     "                        a checkpoint's weights as one safetensors file (HF names)\n"
@@ -70,9 +70,10 @@ static const char *const usage_cmd[][2] = {
                 "ranks with `mpirun -np WORLD DIR/build/train --data FILE` (WORLD: plan.txt's\n"
                 "layout; FILE raw text, an llm.c shard or a Megatron PREFIX), or sbatch\n"
                 "DIR/launch.sbatch on a Slurm cluster.\n"},
-    {"build", "usage: mtc build DIR [--backend cpu|cuda] [--real float|double]\n\n"
+    {"build", "usage: mtc build DIR [--backend cpu|cuda] [--real float|double] [--allow-edits]\n\n"
               "Configures and builds the program `mtc compile` wrote in DIR (refused when\n"
-              "step.h is not the program of DIR/plan.json): DIR/build/train\n"
+              "step.h is not the program of DIR/plan.json, or a program file was edited after\n"
+              "compile wrote it, as DIR/program.sum tells; --allow-edits builds it anyway): DIR/build/train\n"
               "(DIR/build-double/train with --real double, for gradient checks), against the\n"
               "runtime in $MTC_ROOT or in the source tree this mtc was built from: its cpu\n"
               "backend (OpenBLAS, MPI), or with --backend cuda the GPU one (NVRTC, cuBLAS,\n"
@@ -180,7 +181,8 @@ typedef struct {
   const char **sets, **overs;
   int nsets, nover;
   bool json, csv, all;
-  bool force; /* compile: write into a non-empty directory that is not mtc's */
+  bool force;       /* compile: write into a non-empty directory that is not mtc's */
+  bool allow_edits; /* build: build program files edited after compile wrote them */
 } Args;
 
 static int run(Args *a) {
@@ -244,7 +246,8 @@ static int run(Args *a) {
       const char *base = strrchr(a->spec, '/') ? strrchr(a->spec, '/') + 1 : a->spec;
       if (!out_hash_file(plan_tmp, hash)) /* the new plan.json, not yet renamed */
         ok = diag_error(&d, (Loc){0}, "cannot read back %s: %s", plan_tmp, strerror(errno));
-      program = ok && emit_step(&mem, &d, p, dir, base, hash) && emit_program(&mem, &d, p, dir, base);
+      program = ok && emit_step(&mem, &d, p, dir, base, hash) && emit_program(&mem, &d, p, dir, base) &&
+                out_write_program_sum(&d, dir);
       ok = ok && program;
     }
     bool failed = !ours || out_batch_failed();
@@ -312,7 +315,8 @@ int main(int argc, char **argv) {
       {"version", no_argument, NULL, LONG + 'V'}, {"over", required_argument, NULL, LONG + 'O'},
       {"csv", no_argument, NULL, LONG + 'c'}, {"all", no_argument, NULL, LONG + 'a'},
       {"backend", required_argument, NULL, LONG + 'b'}, {"real", required_argument, NULL, LONG + 'r'},
-      {"force", no_argument, NULL, LONG + 'f'}, {"preset", required_argument, NULL, LONG + 'p'},
+      {"force", no_argument, NULL, LONG + 'f'}, {"allow-edits", no_argument, NULL, LONG + 'e'},
+      {"preset", required_argument, NULL, LONG + 'p'},
       {NULL, 0, NULL, 0}};
   Args a = {.cmd = cmd};
   a.sets = calloc((size_t)argc, sizeof *a.sets);
@@ -349,6 +353,10 @@ int main(int argc, char **argv) {
     case 'f':
       if (strcmp(cmd, "compile") != 0) status = usage_error(cmd, "--force applies to 'compile' only");
       a.force = true;
+      break;
+    case 'e':
+      if (strcmp(cmd, "build") != 0) status = usage_error(cmd, "--allow-edits applies to 'build' only");
+      a.allow_edits = true;
       break;
     case 'a':
       if (strcmp(cmd, "diff") != 0) status = usage_error(cmd, "--all applies to 'diff' only");
@@ -402,7 +410,8 @@ int main(int argc, char **argv) {
                                       : (dir ? "missing DIR (the directory mtc compile wrote)" : "missing SPEC file"));
     } else if (strcmp(cmd, "build") == 0) {
       status = a.nsets ? usage_error(cmd, "takes no --set: compile again instead")
-                       : build_run(argv[1 + optind], a.backend ? a.backend : "cpu", a.real ? a.real : "float");
+                       : build_run(argv[1 + optind], a.backend ? a.backend : "cpu", a.real ? a.real : "float",
+                                   a.allow_edits);
     } else if (strcmp(cmd, "import-hf") == 0) {
       status = import_cmd(argv[1 + optind], a.out);
     } else if (strcmp(cmd, "sweep") == 0) {

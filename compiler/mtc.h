@@ -618,13 +618,29 @@ typedef struct {
 
 enum { PLACEMENT_MAX_RANKS = 1 << 16 }; /* larger FSDP groups get the rule, not the list */
 
-/* Owners of one expert matrix kind of one layer on one EP rank: whole-expert shards, so expert
- * first + k (k < count) is orthogonalized where it is held, by FSDP rank ep_rank + ep × (k / per)
- * with per = ceil(count / (fsdp / ep)) experts per rank of the shard group (the last fewer). */
+/* The one rule for how an EP rank's experts are sharded over its shard group (efsdp ranks), read
+ * by the planner, the placement, the emitter and (through RtTensor.per in the generated tables)
+ * the runtime: whole experts, per = El / efsdp of every routed tensor in each shard, when efsdp
+ * divides El (no padding: europa-1t, El 96 over 96 ranks); otherwise (and with one rank) 0: the
+ * group is sharded flat like a dense group, and an expert matrix split over ranks moves to an
+ * owner for Muon like a dense one (mixtral-8x7b: 8 experts over 32 ranks, no 4x padding). */
+int64_t plan_expert_per(int64_t El, int64_t efsdp);
+
+/* Elements per rank of a flat group of elems elements over ranks ranks: shards of whole 16-byte
+ * vectors of bf16 (emit_layout.c lays the groups out with it; placement.c finds what moves). */
+int64_t plan_flat_shard(int64_t elems, int64_t ranks);
+
+/* Owners of one expert matrix kind of one layer on one EP rank. Whole-expert shards (per > 0):
+ * expert first + k (k < count) is orthogonalized where it is held, by FSDP rank ep_rank + ep ×
+ * (k / per). Flat (per 0): expert k is held by the ranks its elements fall on; when it lies in
+ * one rank's shard it is orthogonalized there, otherwise (moving) by the rank of its shard group
+ * (owner + k) mod efsdp, i.e. FSDP rank ep_rank + ep × that (owner: placed by LPT, as dense). */
 typedef struct {
   int layer;
   const char *matrix; /* "moe.experts.gate_proj.weight" */
   int64_t ep_rank, first, count, per;
+  int64_t owner;      /* flat: the shard-group rank that owns expert 0 when it moves (0 when whole) */
+  int64_t moving;     /* flat: how many of the count matrices are split over ranks (0 when whole) */
 } ExpertRun;
 
 /* The owner (FSDP rank) of one dense matrix. */
@@ -644,11 +660,15 @@ typedef struct {
   int ndense;
   int64_t matrices;
   double ns_flops_total, ns_flops_max_rank; /* Newton-Schulz FLOPs: all, and the busiest rank */
-  /* what moves per step (experts never: orthogonalized where held): the dense matrices, whose
-   * pieces go to their owner in one all-to-all per group and come back in another (fp32) */
+  /* what moves per step: the dense matrices and the expert matrices split over ranks of a flat
+   * expert group (plan_expert_per 0); their pieces go to their owner in one all-to-all per group
+   * and come back in another (fp32). Whole-expert shards move nothing. */
   int64_t dense_params;       /* elements of the dense Muon matrices */
-  int64_t moving_matrices;    /* dense matrices split over ranks (all of them when fsdp > 1) */
-  double moving_bytes_rank;   /* bytes one rank sends, gather and return: 2 × 4 × dense (F−1)/F² */
+  int64_t moving_matrices;    /* matrices split over ranks: dense (all when fsdp > 1) + experts' */
+  int64_t moving_expert_matrices; /* of them, expert matrices (all EP ranks') */
+  int64_t moving_expert_params;   /* their elements, of one EP rank */
+  double moving_bytes_rank;   /* bytes one rank sends, gather and return: 2 × 4 × (dense (F−1)/F²
+                                 + moving experts of its EP rank (X−1)/X², X = efsdp) */
 } Placement;
 
 Placement *plan_placement(Mem *m, const Model *md, const Choice *ch);
@@ -694,8 +714,9 @@ void plan_memory(Mem *m, const Model *md, Candidate *c);
 double cost_host_grad(double shard, double A, bool on_host, double c2c, double host_bw);
 /* Newton-Schulz FLOPs of the busiest owner rank, as plan.json's placement reports it
  * (plan_placement): the optimizer step waits for it. For groups too large to list, the mean or
- * the largest matrix, whichever is more (cost.c). */
-double cost_ns_flops_busiest(const Model *md, const Choice *ch);
+ * the largest matrix, whichever is more (cost.c). moving_experts (may be NULL): elements of one
+ * EP rank's expert matrices split over ranks (Placement.moving_expert_params). */
+double cost_ns_flops_busiest(const Model *md, const Choice *ch, double *moving_experts);
 /* Predicts the step time of candidate c (cost.c). */
 void cost_step(const Model *md, Candidate *c);
 /* The same, also appending the predicted step's events to trace (a json_t array of Chrome
@@ -809,7 +830,13 @@ bool out_batch_end(Diag *d, bool commit);
  * earlier compile); any other non-empty directory is refused (false, a diagnostic naming a
  * file in it) unless force. */
 bool out_dir_prepare(Diag *d, const char *dir, bool force);
-/* The files of a generated program (NULL-terminated): step.h, step.c, train.c, ... */
+/* Writes dir/program.sum (in the current batch): the FNV-1a hash of each program file's
+ * dir/NAME.tmp, written by this compile. False after a diagnostic. */
+bool out_write_program_sum(Diag *d, const char *dir);
+/* Whether every file dir/program.sum lists still has the hash compile wrote; false with err
+ * naming the first changed (or missing) file and what to do. */
+bool out_program_unedited(const char *dir, char *err, size_t n);
+/* The files of a generated program (NULL-terminated): step.h, step.c, train.c, ..., program.sum last */
 extern const char *const out_program_files[];
 /* Removes the program files (regular files only) an earlier compile left in dir, and the
  * programs mtc build made of them (dir/build.../train), for a compile that writes no program;
@@ -846,10 +873,11 @@ bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec
 bool emit_program(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base);
 /* What compile says about launch.sbatch (its --time capped below the run's need), or NULL. */
 const char *emit_program_note(Mem *m, const Plan *p);
-/* `mtc build DIR`: checks that DIR's program is the one of DIR/plan.json (step.h's PLAN_HASH),
+/* `mtc build DIR`: checks that DIR's program is the one of DIR/plan.json (step.h's PLAN_HASH)
+ * and, unless allow_edits, that no program file changed since compile wrote it (program.sum),
  * then configures and builds DIR/build (DIR/build-double for real "double") against the
  * runtime in $MTC_ROOT or this mtc's source tree. Returns the exit status. */
-int build_run(const char *dir, const char *backend, const char *real);
+int build_run(const char *dir, const char *backend, const char *real, bool allow_edits);
 
 /* `mtc export CKPT OUT`: the master weights of checkpoint CKPT (a step directory, or the
  * directory holding them: the newest complete one) as a safetensors file (export.c). Returns

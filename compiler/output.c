@@ -16,7 +16,7 @@
 #include "mtrt_ckpt.h"
 
 const char *const out_program_files[] = {"step.h", "step.c", "train.c", "kernels.cu", "CMakeLists.txt",
-                                         "launch.sbatch", NULL};
+                                         "launch.sbatch", "program.sum", NULL};
 
 /* A batch (out_batch_begin .. out_batch_end): the files closed, each PATH.tmp complete and
  * synced, waiting to be renamed over PATH all together. */
@@ -262,4 +262,48 @@ bool out_program_matches(const char *dir, char *err, size_t n) {
            pname ? pname : "?", want, dir);
   json_decref(j);
   return false;
+}
+
+bool out_write_program_sum(Diag *d, const char *dir) {
+  OutFile o;
+  char path[4200], tmp[4300], hash[17];
+  snprintf(path, sizeof path, "%s/program.sum", dir);
+  FILE *f = out_open(d, &o, path);
+  if (!f) return false;
+  fputs("# program.sum - written by mtc compile; regenerate with `mtc compile`: the FNV-1a hash of each program\n"
+        "# file as compile wrote it, which mtc build checks (an edited file is refused: --allow-edits)\n", f);
+  for (int i = 0; out_program_files[i + 1]; i++) { /* all but program.sum itself, from their .tmp of this batch */
+    snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, out_program_files[i]);
+    if (!out_hash_file(tmp, hash)) {
+      fclose(o.f), unlink(o.tmp);
+      return diag_error(d, (Loc){0}, "cannot read back %s: %s", tmp, strerror(errno));
+    }
+    fprintf(f, "%s  %s\n", hash, out_program_files[i]);
+  }
+  return out_close(d, &o);
+}
+
+bool out_program_unedited(const char *dir, char *err, size_t n) {
+  char path[4200], line[512];
+  snprintf(path, sizeof path, "%s/program.sum", dir);
+  FILE *f = fopen(path, "r");
+  if (!f) return snprintf(err, n, "%s: %s; expected the program.sum mtc compile writes with the program (a program "
+                          "from an older mtc: run mtc compile again)", path, strerror(errno)), false;
+  bool ok = true;
+  int seen = 0;
+  while (ok && fgets(line, sizeof line, f)) {
+    char want[17], name[256], have[17], file[4400];
+    if (line[0] == '#') continue;
+    if (sscanf(line, "%16s %255s", want, name) != 2) continue;
+    seen++;
+    snprintf(file, sizeof file, "%s/%s", dir, name);
+    if (!strchr(name, '/') && (!out_hash_file(file, have) || strcmp(have, want) != 0))
+      ok = false, snprintf(err, n, "%s was changed after mtc compile wrote it (program.sum: %s, now %s): the program "
+                           "may no longer be its plan's; expected the files of one `mtc compile`: run it again, or "
+                           "mtc build %s --allow-edits to build the edited program anyway", file, want,
+                           access(file, F_OK) == 0 ? have : "missing", dir);
+  }
+  fclose(f);
+  if (ok && seen == 0) ok = false, snprintf(err, n, "%s lists no file; expected the one mtc compile writes", path);
+  return ok;
 }

@@ -2,14 +2,17 @@
  *
  * Ranks of an FSDP group are numbered 0..fsdp-1; EP rank of FSDP rank r is r % ep (an EP group
  * is ep consecutive ranks, inside a node), and EP rank e holds experts [e·E/ep, (e+1)·E/ep)
- * whole, sharded over the fsdp/ep ranks r with r % ep == e.
- * Muon (when the spec's optimizer is muon) needs each matrix whole on one rank. Experts are
- * sharded whole (FlexShard): the shard group's rank j holds experts [j·per, (j+1)·per) of its
- * EP rank, per = ceil(experts per EP rank / shard group) (the last ranks fewer when it does not
- * divide: padded to the largest), and orthogonalizes them where they are held, with no
- * communication. Dense matrices then go, largest first, to the least-loaded rank of the whole
- * group (LPT, Graham 1969): each rank sends its pieces to the owners in one all-to-all per group
- * and step, and gets the updates back in another. Costs are Newton-Schulz FLOPs (model.c). */
+ * whole, sharded over the fsdp/ep ranks r with r % ep == e (its shard group, X = efsdp ranks).
+ * How they are sharded is one rule, plan_expert_per: whole experts (FlexShard) when X divides
+ * the El = E/ep experts, rank j of the group holding experts [j·per, (j+1)·per), per = El / X;
+ * otherwise the group is sharded flat like a dense group, with no padding to a largest share.
+ * Muon (when the spec's optimizer is muon) needs each matrix whole on one rank. A matrix that
+ * lies in one rank's shard (every expert under whole-expert sharding) is orthogonalized there,
+ * with no communication. The others move: largest first, dense matrices to the least-loaded
+ * rank of the whole group and each run of a layer's split expert matrices of one kind round
+ * robin from the least-loaded rank of its shard group (LPT, Graham 1969): each rank sends its
+ * pieces to the owners in one all-to-all per group and step, and gets the updates back in
+ * another. Costs are Newton-Schulz FLOPs (model.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,10 +31,21 @@ static bool muon_matrix(const Param *p) {
   return p->matmul && p->kind != PK_EMBEDDING && p->kind != PK_ROUTER && p->kind != PK_HEAD;
 }
 
+int64_t plan_expert_per(int64_t El, int64_t efsdp) {
+  return efsdp > 1 && El > 0 && El % efsdp == 0 ? El / efsdp : 0;
+}
+
+int64_t plan_flat_shard(int64_t elems, int64_t ranks) {
+  return (elems + ranks * 8 - 1) / (ranks * 8) * 8;
+}
+
+/* A matrix that moves to an owner: a dense one (run NULL) or a run of a layer's split experts. */
 typedef struct {
   const Param *p;
   int layer;
   double cost;
+  ExpertRun *run; /* experts: the run of EP rank 0 (the others have the same owners) */
+  bool *moves;    /* experts: which of the run's count matrices are split over ranks */
 } Dense;
 
 static int by_cost_desc(const void *a, const void *b) {
@@ -75,38 +89,60 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
     pl->too_large = true;
     return pl;
   }
-  int64_t F = ch->fsdp, ep = ch->ep, shard = ch->efsdp;
+  int64_t F = ch->fsdp, ep = ch->ep, X = ch->efsdp, El = pl->experts_per_rank, per = plan_expert_per(El, X);
   double *load = mem_array(m, (size_t)F, sizeof *load);
-  int ndense = 0, nruns = 0;
+  /* each layer's experts group (flat): its elements, as emit_layout.c lays it out (routed tensors
+   * in op order, El experts each), so that a split matrix is known by its offset */
+  int64_t *group = mem_array(m, (size_t)md->nlayers + 1, sizeof *group), *at = mem_array(m, (size_t)md->nlayers + 1, sizeof *at);
+  int nitems = 0, nruns = 0;
   for (int i = 0; i < md->nops; i++)
     for (int j = 0; j < md->ops[i].nparams; j++) {
       const Param *p = &md->ops[i].params[j];
+      if (p->kind == PK_ROUTED && md->ops[i].layer >= 0) group[md->ops[i].layer] += p->count / p->shape[0] * El;
       if (!muon_matrix(p)) continue;
+      nitems++;
       if (p->kind == PK_ROUTED) nruns += (int)ep;
-      else ndense++;
     }
   pl->runs = mem_array(m, (size_t)nruns + 1, sizeof *pl->runs);
-  pl->dense = mem_array(m, (size_t)ndense + 1, sizeof *pl->dense);
-  Dense *dense = mem_array(m, (size_t)ndense + 1, sizeof *dense);
+  pl->dense = mem_array(m, (size_t)nitems + 1, sizeof *pl->dense);
+  Dense *dense = mem_array(m, (size_t)nitems + 1, sizeof *dense);
   int nd = 0;
   for (int i = 0; i < md->nops; i++) {
     const Op *o = &md->ops[i];
     for (int j = 0; j < o->nparams; j++) {
       const Param *p = &o->params[j];
+      int64_t off = 0;
+      if (p->kind == PK_ROUTED && o->layer >= 0) off = at[o->layer], at[o->layer] += p->count / p->shape[0] * El;
       if (!muon_matrix(p)) continue;
       double cost = ns_cost(p);
       pl->matrices += p->ndim == 3 ? p->shape[0] : 1;
       pl->ns_flops_total += cost * (double)(p->ndim == 3 ? p->shape[0] : 1);
       if (p->kind != PK_ROUTED) {
-        dense[nd++] = (Dense){p, o->layer, cost};
+        dense[nd++] = (Dense){p, o->layer, cost, NULL, NULL};
         pl->dense_params += p->count;
         continue;
       }
-      int64_t n = p->shape[0] / ep, per = (n + shard - 1) / shard; /* experts of one EP rank, of one holder */
+      int64_t n = p->shape[0] / ep, size = p->count / p->shape[0]; /* experts of one EP rank; elements of one */
+      int64_t S = per ? 0 : plan_flat_shard(group[o->layer], X);
+      bool *moves = per ? NULL : mem_array(m, (size_t)n + 1, sizeof *moves);
+      int64_t moving = 0;
+      for (int64_t k = 0; !per && k < n; k++) {
+        int64_t a = off + k * size;
+        moves[k] = a / S != (a + size - 1) / S;
+        moving += moves[k];
+      }
+      ExpertRun *first = &pl->runs[pl->nruns];
       for (int64_t e = 0; e < ep; e++) {
         ExpertRun *r = &pl->runs[pl->nruns++];
-        *r = (ExpertRun){o->layer, p->name, e, e * n, n, per};
-        for (int64_t k = 0; k < n; k++) load[e + ep * (k / per)] += cost;
+        *r = (ExpertRun){o->layer, p->name, e, e * n, n, per, 0, moving};
+        for (int64_t k = 0; k < n; k++) /* held whole in one shard: orthogonalized by its holder */
+          if (per) load[e + ep * (k / per)] += cost;
+          else if (!moves[k]) load[e + ep * ((off + k * size) / S)] += cost;
+      }
+      if (moving) {
+        dense[nd++] = (Dense){p, o->layer, cost, first, moves};
+        pl->moving_expert_matrices += moving * ep;
+        pl->moving_expert_params += moving * size;
       }
     }
   }
@@ -114,17 +150,40 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
   int64_t *heap = mem_array(m, (size_t)F, sizeof *heap); /* ranks, least loaded on top */
   for (int64_t r = 0; r < F; r++) heap[r] = r;
   for (int64_t r = F / 2 - 1; r >= 0; r--) sift(heap, F, r, load);
+  int ndense = 0;
   for (int i = 0; i < nd; i++) {
+    if (dense[i].run) { /* a run of split experts: round robin from the least-loaded rank of the shard group */
+      int64_t best = 0;
+      double least = 0;
+      for (int64_t q = 0; q < X; q++) {
+        double l = 0;
+        for (int64_t e = 0; e < ep; e++) l += load[e + ep * q];
+        if (q == 0 || l < least) least = l, best = q;
+      }
+      ExpertRun *r = dense[i].run;
+      for (int64_t e = 0; e < ep; e++) {
+        r[e].owner = best;
+        for (int64_t k = 0; k < r[e].count; k++)
+          if (dense[i].moves[k]) load[e + ep * ((best + k) % X)] += dense[i].cost;
+      }
+      for (int64_t q = F / 2 - 1; q >= 0; q--) sift(heap, F, q, load);
+      continue;
+    }
     int64_t best = heap[0];
     load[best] += dense[i].cost;
     sift(heap, F, 0, load);
     pl->dense[pl->ndense++] = (DenseOwner){dense[i].layer, dense[i].p->name, best};
+    ndense++;
   }
   qsort(pl->dense, (size_t)pl->ndense, sizeof *pl->dense, by_layer);
-  if (F > 1) { /* each rank holds 1/F of a matrix and owns 1/F of them: (F−1)/F² of the bytes leave it, twice */
-    pl->moving_matrices = nd;
+  /* each rank holds 1/F of a dense matrix and owns 1/F of them: (F−1)/F² of the bytes leave it,
+   * twice; of a split expert matrix 1/X of its EP rank's, (X−1)/X² */
+  if (F > 1) {
+    pl->moving_matrices = ndense + pl->moving_expert_matrices;
     pl->moving_bytes_rank = 2.0 * 4.0 * (double)pl->dense_params * (double)(F - 1) / ((double)F * (double)F);
   }
+  if (X > 1)
+    pl->moving_bytes_rank += 2.0 * 4.0 * (double)pl->moving_expert_params * (double)(X - 1) / ((double)X * (double)X);
   for (int64_t r = 0; r < F; r++)
     if (load[r] > pl->ns_flops_max_rank) pl->ns_flops_max_rank = load[r];
   return pl;

@@ -122,14 +122,14 @@ static void build_items(Items *it, const Model *md) {
   const int L = md->nlayers, END = PHASE_END(L);
   const double T = (double)ch->micro_batch * (double)s->training.seq_len;
   const double P = (double)md->params_total, H = (double)s->model.hidden;
-  /* whole-expert shards: a rank of an EP rank's shard group holds ceil(E / ep / efsdp) whole experts,
-   * so when efsdp does not divide E / ep every shard is padded to the largest share (pad elements) */
+  /* experts' shards (plan_expert_per): whole experts, per of them on each rank of an EP rank's
+   * shard group, only where efsdp divides E / ep, else flat; so no shard is padded to a largest
+   * share (pad elements: per − El / efsdp experts, 0 under this rule) */
   const int64_t E = s->model.moe.present ? s->model.moe.experts : 0, El = E ? E / ch->ep : 0;
+  const int64_t per = plan_expert_per(El, ch->efsdp);
   double routed = 0;
   for (int l = 0; l < L; l++) routed += (double)md->layers[l].routed_params;
-  const double pad = E && ch->efsdp > 1 ? routed / (double)E *
-                                              ((double)((El + ch->efsdp - 1) / ch->efsdp) - (double)El / (double)ch->efsdp)
-                                        : 0;
+  const double pad = E && per ? routed / (double)E * ((double)per - (double)El / (double)ch->efsdp) : 0;
   const double shard = P / (double)ch->fsdp + pad;
   const bool muon = s->training.optimizer == OPT_MUON;
   const double p_muon = muon ? (double)md->muon_params + pad * (double)ch->fsdp : 0,

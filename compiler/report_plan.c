@@ -63,16 +63,19 @@ static void print_placement(FILE *out, const Plan *p) {
   const Placement *pl = p->placement;
   const Choice *ch = &p->best.ch;
   if (!pl) return;
-  int64_t El = pl->experts_per_rank, per = ch->efsdp > 0 ? (El + ch->efsdp - 1) / ch->efsdp : El;
+  int64_t El = pl->experts_per_rank, per = plan_expert_per(El, ch->efsdp);
+  char how[200] = "whole";
+  if (per) snprintf(how, sizeof how, "in shards of %lld whole experts", (long long)per);
+  else if (ch->efsdp > 1)
+    snprintf(how, sizeof how, "flat, like a dense group (%lld ranks do not divide %lld experts: whole experts "
+                              "would pad every shard to the largest share)", (long long)ch->efsdp, (long long)El);
   if (El && ch->ep == 1)
-    fprintf(out, "placement  every rank computes all %lld experts of a layer; its FSDP shard holds %lld of them whole "
-                 "(shards of whole experts over the %lld ranks%s)\n", (long long)El, (long long)per,
-            (long long)ch->fsdp, El % ch->efsdp ? ", padded to the largest: the last ranks hold fewer" : "");
+    fprintf(out, "placement  every rank computes all %lld experts of a layer; they are sharded over the %lld ranks %s\n",
+            (long long)El, (long long)ch->fsdp, how);
   else if (El)
     fprintf(out, "placement  EP rank e = FSDP rank %% %lld holds experts [%lld e, %lld e + %lld), sharded over the %lld "
-                 "ranks of its FSDP group with that EP rank in shards of %lld whole experts%s\n",
-            (long long)ch->ep, (long long)El, (long long)El, (long long)El, (long long)ch->efsdp, (long long)per,
-            El % ch->efsdp ? " (padded to the largest: the last ranks hold fewer)" : "");
+                 "ranks of its FSDP group with that EP rank %s\n",
+            (long long)ch->ep, (long long)El, (long long)El, (long long)El, (long long)ch->efsdp, how);
   int64_t gpn = p->md->spec->cluster.gpus_per_node;
   if (pl->experts_per_rank && ch->ep > gpn) /* EP groups of whole nodes (consecutive ranks) */
     fprintf(out, "           across nodes: an EP group is %lld consecutive ranks on %lld nodes; the group's node j "
@@ -94,16 +97,22 @@ static void print_placement(FILE *out, const Plan *p) {
   char a[32];
   units_fmt_int(a, sizeof a, pl->matrices);
   double mean = pl->ns_flops_total / (double)ch->fsdp;
-  fprintf(out, "           Muon: %s matrices, each orthogonalized whole by one owner rank (experts "
-               "where they are held, whole, with no communication; dense matrices largest first to the "
-               "least loaded); Newton-Schulz per step: busiest rank %.3g FLOPs, %.1f%% above the mean; every "
-               "owner in plan.json \"placement\"\n", a, pl->ns_flops_max_rank,
+  fprintf(out, "           Muon: %s matrices, each orthogonalized whole by one owner rank (%s; dense matrices "
+               "largest first to the least loaded); Newton-Schulz per step: busiest rank %.3g FLOPs, %.1f%% above the "
+               "mean; every owner in plan.json \"placement\"\n", a,
+          per || ch->efsdp <= 1 ? "experts where they are held, whole, with no communication"
+                                : "experts held whole in one shard where they are held, the split ones largest first "
+                                  "round robin from the least loaded rank of their shard group",
+          pl->ns_flops_max_rank,
           mean > 0 ? 100.0 * (pl->ns_flops_max_rank / mean - 1) : 0.0);
-  char mv[32], by[32];
+  char mv[32], by[32], ex[96];
   units_fmt_int(mv, sizeof mv, pl->moving_matrices);
+  units_fmt_int(ex, sizeof ex, pl->moving_expert_matrices);
+  if (pl->moving_expert_matrices) strncat(ex, " of them, split over the ranks of a flat expert group", sizeof ex - strlen(ex) - 1);
   units_fmt_bytes_dec(by, sizeof by, pl->moving_bytes_rank);
-  fprintf(out, "           Muon traffic per step: %s dense matrices move (pieces to their owner in one all-to-all "
-               "per group, updates back in another): %s per rank, fp32, both ways; experts: none\n", mv, by);
+  fprintf(out, "           Muon traffic per step: %s matrices move (pieces to their owner in one all-to-all "
+               "per group, updates back in another): %s per rank, fp32, both ways; experts: %s\n", mv, by,
+          pl->moving_expert_matrices ? ex : "none");
 }
 
 /* One row per distinct layer kind: what a layer's step does on each stream. */
@@ -427,10 +436,16 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
     json_t *po = json_object();
     json_object_set_new(po, "ep_rank_of_fsdp_rank", json_string("fsdp_rank % ep"));
     json_object_set_new(po, "experts_per_ep_rank", jint(pl->experts_per_rank));
-    json_object_set_new(po, "optimizer_matrices", json_string(pl->muon ? "muon: one owner per matrix; experts sharded whole, owned where held" : "adamw: elementwise shards"));
+    int64_t per = plan_expert_per(pl->experts_per_rank, c->ch.efsdp);
+    json_object_set_new(po, "expert_shards", json_string(per ? "whole" : "flat"));
+    json_object_set_new(po, "experts_per_shard", jint(per));
+    json_object_set_new(po, "optimizer_matrices", json_string(pl->muon ? "muon: one owner per matrix; experts owned where held when whole in one shard" : "adamw: elementwise shards"));
     if (pl->muon) {
       json_object_set_new(po, "expert_owner_rule",
-                          json_string("expert first+k of a run is held whole and orthogonalized by fsdp rank ep_rank + ep * (k / per)"));
+                          json_string(per ? "expert first+k of a run is held whole and orthogonalized by fsdp rank ep_rank + ep * (k / per)"
+                                          : "expert first+k of a run, when whole in one flat shard, is orthogonalized by its holder; "
+                                            "when split, by fsdp rank ep_rank + ep * ((owner + k) % (fsdp / ep))"));
+      json_object_set_new(po, "muon_moving_expert_matrices", jint(pl->moving_expert_matrices));
       json_object_set_new(po, "muon_moving_matrices", jint(pl->moving_matrices));
       json_object_set_new(po, "muon_moving_bytes_per_rank", json_real(pl->moving_bytes_rank));
       json_object_set_new(po, "muon_matrices", jint(pl->matrices));
@@ -442,10 +457,11 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
                                                pl->dense[i].matrix, "owner", (json_int_t)pl->dense[i].owner));
       for (int i = 0; i < pl->nruns; i++) {
         const ExpertRun *r = &pl->runs[i];
-        json_array_append_new(runs, json_pack("{s:i, s:s, s:I, s:I, s:I, s:I}", "layer", r->layer, "matrix",
+        json_array_append_new(runs, json_pack("{s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "layer", r->layer, "matrix",
                                               r->matrix, "ep_rank", (json_int_t)r->ep_rank, "first",
                                               (json_int_t)r->first, "count", (json_int_t)r->count,
-                                              "per", (json_int_t)r->per));
+                                              "per", (json_int_t)r->per, "owner", (json_int_t)r->owner,
+                                              "moving", (json_int_t)r->moving));
       }
       json_object_set_new(po, "dense_owners", dense);
       json_object_set_new(po, "expert_runs", runs);

@@ -43,6 +43,12 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
   int64_t points = 1;
   for (int i = 0; i < nover; i++) {
     if (!parse_over(&mem, overs[i], &ax[i], &d)) goto bad;
+    for (int j = 0; j < i; j++)
+      if (strcmp(ax[j].key, ax[i].key) == 0) { /* the later --over would silently win at every point */
+        diag_error(&d, (Loc){0}, "--over %s is given twice ('%s' and '%s'); expected each key once, with all its "
+                   "values in one list (--over %s=V1,V2,...)", ax[i].key, overs[j], overs[i], ax[i].key);
+        goto bad;
+      }
     points *= ax[i].n;
     if (points > SWEEP_MAX_POINTS) {
       diag_error(&d, (Loc){0}, "the grid has more than %d points; expected fewer --over values", SWEEP_MAX_POINTS);

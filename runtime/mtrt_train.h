@@ -8,9 +8,10 @@
  * embedding and one for the head (final norm, LM head). A group is one vector, padded to a
  * multiple of the ranks it is sharded over (the FSDP group, or for experts the fsdp / ep ranks
  * with the same EP rank), each rank holding one contiguous shard of it. Dense groups are laid
- * out tensor after tensor (flat shards); an expert group sharded over more than one rank is laid
- * out shard after shard, each shard holding whole experts of every routed tensor (RtTensor.per,
- * block; rt_expert_at). Each rank keeps the fp32 master shard, its gradient and its optimizer
+ * out tensor after tensor (flat shards); an expert group is laid out shard after shard, each
+ * shard holding whole experts of every routed tensor (RtTensor.per, block; rt_expert_at), where
+ * the compiler's one rule (plan_expert_per) says so: its ranks (more than one) divide the EP
+ * rank's experts; otherwise it is flat like a dense group (per 0). Each rank keeps the fp32 master shard, its gradient and its optimizer
  * moments at offsets the compiler chose in the program's state arena (in the tier the plan
  * chose: device memory, or host memory that the GPU reads over C2C).
  */

@@ -88,6 +88,13 @@ expect 0 '^\(no differences\)' "$mtc" diff generated/europa-1t/plan.json specs/e
 expect 0 '^model.params_total' "$mtc" diff generated/tiny-moe/plan.json generated/llama-3.1-8b/plan.json
 expect 2 'expected two plans or specs' "$mtc" diff specs/europa-1t.yaml
 expect 2 'not a plan.json' "$mtc" diff README.md.json specs/europa-1t.yaml
+# a JSON file that is not a plan (an empty object, a checkpoint manifest) is refused, naming what it lacks
+echo '{}' >"${TMPDIR:-/tmp}/mtc-cli-empty.json"
+expect 2 "mtc-cli-empty.json: not a plan.json of mtc's: it has no 'name'" "$mtc" diff "${TMPDIR:-/tmp}/mtc-cli-empty.json" specs/tiny-moe.yaml
+rm -f "${TMPDIR:-/tmp}/mtc-cli-empty.json"
+expect 2 "--over training.seq_len is given twice" "$mtc" sweep specs/tiny-moe.yaml --over training.seq_len=128,256 --over training.seq_len=64
+# peak FLOPs are a rate, not bytes
+expect 0 '^cluster.peak_bf16_flops_per_gpu +5e\+10 +5e\+10' "$mtc" diff generated/tiny-moe/plan.json generated/tiny-moe/plan.json --all
 # --set changes B's spec; with a plan.json as B it is refused, naming the option and the file (issue 16 item 13)
 expect 2 '^mtc: error: --set training.seq_len=32768: B \(generated/europa-1t/plan.json\) is a plan.json, which --set cannot change' \
   "$mtc" diff specs/europa-1t.yaml generated/europa-1t/plan.json --set training.seq_len=32768

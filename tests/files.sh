@@ -148,6 +148,16 @@ out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o own $small 2>&1); rc=$?
 "$mtc" compile "$src/specs/tiny-moe.yaml" -o own $small --force >/dev/null && grep -q rt_ckpt own/train.c ||
   die "compile --force"
 "$mtc" build own >build.log 2>&1 && [ -x own/build/train ] || { cat build.log; die "mtc build own"; }
+# a program file edited after compile wrote it is refused by mtc build (program.sum), unless --allow-edits
+cp -r own edits && echo '/* my tweak */' >>edits/step.c
+out=$("$mtc" build edits 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "edits/step.c was changed after mtc compile wrote it (program.sum: [0-9a-f]*, now [0-9a-f]*).*--allow-edits" ||
+  die "mtc build of an edited step.c: exit $rc, $out"
+out=$("$mtc" build edits --allow-edits 2>&1) && echo "$out" | grep -q "note: building an edited program" && [ -x edits/build/train ] ||
+  die "mtc build --allow-edits: $out"
+# a copied program directory with its build tree: mtc build configures the copy afresh, saying so
+cp -r own copied && out=$("$mtc" build copied 2>&1) && echo "$out" | grep -q "copied/build was configured for .*own/build (a copied build tree): configuring it afresh" &&
+  grep -q "CMAKE_CACHEFILE_DIR:INTERNAL=.*copied/build" copied/build/CMakeCache.txt || die "mtc build of a copied directory: $out"
 "$mtc" compile "$src/specs/tiny-moe.yaml" -o own $small >/dev/null || die "a recompile into mtc's own directory"
 # a plan.json saved from `mtc plan --json` does not make a directory compile's, nor does a hand-edited program file
 mkdir planned && "$mtc" plan "$src/specs/tiny-moe.yaml" $small --json >planned/plan.json && echo 'my own' >planned/train.c

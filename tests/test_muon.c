@@ -3,9 +3,11 @@
  * Checks that the iteration's output has singular values in the quintic's band, about
  * [0.68, 1.13], checked as [0.65, 1.16] (wide and tall random
  * matrices), and that a dense group sharded flat over the W ranks (its matrices gathered to
- * their owners in one all-to-all) and an expert group in whole-expert shards over the W / EP
- * ranks of each EP rank (5 experts per EP rank: an uneven split on 2 and 4 ranks; no
- * communication) get bitwise the same update as everything on one rank. */
+ * their owners in one all-to-all) and an expert group over the X = W / EP ranks of each EP rank
+ * get bitwise the same update as everything on one rank. The experts' shards follow the
+ * compiler's rule (plan_expert_per): 4 experts per EP rank divide X = 2 and 4, so they are
+ * whole-expert shards and nothing moves; 5 do not, so the group is sharded flat (no padding)
+ * and the matrices split over ranks go to their owners like dense ones. */
 #include "mtrt_train.h"
 #include <math.h>
 #include <stdlib.h>
@@ -73,21 +75,23 @@ static void singular_values(int rows, int cols) {
 }
 
 /* The test's model: a dense group (a vector, then matrices 40 x 24 and 16 x 32, owners 1 and 0)
- * and an expert group (gate 8 x 12 and down 12 x 8 of EL experts per EP rank). */
-enum { EL = 5, NT = 5 };
+ * and an expert group (gate 8 x 12 and down 12 x 10 of 4 or 5 experts per EP rank; when flat and
+ * split, expert k of gate owned by rank (1 + k) mod X, of down by k mod X). */
+enum { NT = 5 };
 
-/* Tables for W dense ranks and an expert shard group of X ranks (X = 1: flat). */
+/* Tables for W dense ranks and an expert shard group of X ranks: whole-expert shards when X > 1
+ * divides the experts (compiler/placement.c's plan_expert_per), else flat. */
 static void tables(RtTensor *t, RtGroup *g, int W, int X, int experts) {
-  int per = X > 1 ? (experts + X - 1) / X : 0;
+  int per = X > 1 && experts % X == 0 ? experts / X : 0;
   t[0] = (RtTensor){"v", 0, 0, 5, 0, 5, 1, 0.02f, false, false, false, 0, 0, 0};
   t[1] = (RtTensor){"a", 0, 5, 40 * 24, 0, 40, 24, 0.02f, false, true, true, 1 % W, 0, 0};
   t[2] = (RtTensor){"b", 0, 5 + 960, 16 * 32, 0, 16, 32, 0.02f, false, true, true, 0, 0, 0};
   int64_t dense = 5 + 960 + 512, S = (dense + 4 * W - 1) / (4 * W) * 4;
   g[0] = (RtGroup){"dense", RT_GROUP_FSDP, S * W, S, 0, 0, 0, 0, -1};
-  int64_t room = per ? per : experts, shard = (room * 192 + 3) / 4 * 4;
+  int64_t room = per ? per : experts, shard = (room * 216 + 3) / 4 * 4;
   int64_t eshard = per ? shard : (shard + X - 1) / X;
-  t[3] = (RtTensor){"e.%d.gate", 1, 0, 96, experts, 8, 12, 0.02f, false, true, true, 0, per, per ? shard : 0};
-  t[4] = (RtTensor){"e.%d.down", 1, room * 96, 96, experts, 12, 8, 0.02f, false, true, true, 0, per, per ? shard : 0};
+  t[3] = (RtTensor){"e.%d.gate", 1, 0, 96, experts, 8, 12, 0.02f, false, true, true, 1 % X, per, per ? shard : 0};
+  t[4] = (RtTensor){"e.%d.down", 1, room * 96, 120, experts, 12, 10, 0.02f, false, true, true, 0, per, per ? shard : 0};
   g[1] = (RtGroup){"experts", RT_GROUP_EXPERT_SHARD, eshard * X, eshard, 0, 0, 0, 0, -1};
 }
 
@@ -112,14 +116,15 @@ int main(int argc, char **argv) {
   MPI_Comm_split(MPI_COMM_WORLD, ep_rank, rank, &shard_comm);
   int srank;
   MPI_Comm_rank(shard_comm, &srank);
+  RtMuon h = {0.01f, 0.1f, 0.95f};
+  int *counts = malloc(sizeof(int) * 5 * (size_t)world);
+  for (int EL = 4; EL <= 5; EL++) {
   RtTensor t[NT], t1[NT];
   RtGroup g[2], g1[2];
   tables(t, g, world, X, EL);
   tables(t1, g1, 1, 1, EL * ep); /* one rank: every expert */
-  RtMuon h = {0.01f, 0.1f, 0.95f};
-  int *counts = malloc(sizeof(int) * 5 * (size_t)world);
-  bool ok = true;
-  int64_t moved = 0, local = 0;
+  bool ok = true, whole = t[3].per > 0;
+  int64_t moved = 0, local = 0, emoved = 0;
   for (int gi = 0; gi < 2; gi++) {
     MPI_Comm comm = gi ? shard_comm : MPI_COMM_WORLD;
     int ranks = gi ? X : world, me = gi ? srank : rank;
@@ -146,18 +151,22 @@ int main(int argc, char **argv) {
       if (memcmp(p + at, ref, sizeof(real) * (size_t)len) != 0) ok = false;
       if (T->muon && p[at] == value((int64_t)(ti * 1000 + e) * 100000 + first, 1)) ok = false; /* it moved */
     })
-    if (gi) local += st.local;
+    if (gi) local += st.local + st.owned, emoved += st.sent;
     else moved += st.sent;
-    if (gi) CHECK_EQ(st.sent + st.received, 0); /* experts: no communication */
+    if (gi && (whole || X == 1)) CHECK_EQ(st.sent + st.received, 0); /* whole experts: no communication */
     free(p), free(gr), free(m), free(work), free(p1), free(g1v), free(m1);
   }
   CHECK(ok);
-  int64_t all_local = 0;
+  int64_t all_local = 0, all_emoved = 0;
   MPI_Allreduce(&local, &all_local, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
-  CHECK_EQ(all_local, 2 * 2 * EL * ep); /* every expert matrix, twice, where it is held */
+  MPI_Allreduce(&emoved, &all_emoved, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  CHECK_EQ(all_local, 2 * 2 * EL * ep); /* every expert matrix, twice, by one rank */
+  if (!whole && X > 1) CHECK(all_emoved > 0); /* flat: the split expert matrices moved */
   if (rank == 0)
-    printf("Muon on %d rank(s), ep %d (%d experts per EP rank over %d ranks): the update equals the one-rank "
-           "update bit for bit; dense values sent to owners by rank 0: %lld\n", world, ep, EL, X, (long long)moved);
+    printf("Muon on %d rank(s), ep %d (%d experts per EP rank over %d ranks, %s): the update equals the one-rank "
+           "update bit for bit; dense values sent to owners by rank 0: %lld, expert values by all: %lld\n", world, ep,
+           EL, X, whole ? "whole-expert shards" : "flat", (long long)moved, (long long)all_emoved);
+  }
   free(counts);
   MPI_Comm_free(&shard_comm);
   MPI_Finalize();

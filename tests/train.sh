@@ -192,16 +192,21 @@ PY
       END { printf "1 vs 4 ranks (fsdp 4, ep %s): %d steps, worst relative difference %.2e\n", ep, n, worst
             exit (bad || n != 10) }' || die "losses differ between 1 and 4 ranks (ep $ep)"
   done
-  # an uneven split of whole experts, with Muon: 6 experts over 4 ranks (ep 1) in shards of 2, the last empty
+  # experts that do not divide over their shard group, with Muon: 6 experts over 4 ranks (ep 1) are
+  # sharded flat (plan_expert_per: no whole-expert shards padded to the largest), and the expert
+  # matrices split over ranks go to their owners like dense ones (the whole case: w4ep2, 4 over 2)
   uneven=(--set model.moe.experts=6 --set training.optimizer=muon)
   build w1u "$tiny" float "${small[@]}" "${uneven[@]}" --set cluster.gpus_per_node=1 --set plan.fsdp=1 &&
     build w4u "$tiny" float "${small[@]}" "${uneven[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=1 &&
-    grep -q "^#define SHARD_EXPERTS 2 " "$work/w4u/step.h" && (cd "$work" && ./w1u/build/train --data "$text" --metrics w1u.jsonl >/dev/null &&
+    ! grep -q "^#define SHARD_EXPERTS " "$work/w4u/step.h" && grep -q "sharded over the 4 ranks flat" "$work/w4u/plan.txt" &&
+    grep -q "experts: [0-9]* of them, split" "$work/w4u/plan.txt" &&
+    (cd "$work" && ./w1u/build/train --data "$text" --metrics w1u.jsonl >/dev/null &&
     "${mpirun[@]}" -np 4 ./w4u/build/train --data "$text" --metrics w4u.jsonl >/dev/null) || die "uneven whole-expert runs"
   paste <(losses "$work/w1u.jsonl") <(losses "$work/w4u.jsonl") | awk '
     { n++; d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > worst) worst = r }
-    END { printf "1 vs 4 ranks, Muon, 6 experts in shards of 2 whole experts (the last rank none): %d steps, worst relative difference %.2e\n", n, worst
-          exit (worst > 1e-4 || n != 10) }' || die "losses differ between 1 and 4 ranks (uneven whole-expert shards)"
+    END { printf "1 vs 4 ranks, Muon, 6 experts sharded flat over 4 ranks (split matrices at their owners): %d steps, worst relative difference %.2e\n", n, worst
+          exit (worst > 1e-4 || n != 10) }' || die "losses differ between 1 and 4 ranks (6 experts flat over 4)"
+  grep -q "^#define SHARD_EXPERTS 2 " "$work/w4ep2/step.h" || die "w4ep2: 4 experts per EP rank over 2 ranks are not whole-expert shards of 2"
   build w4bf16 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=2 \
     --set training.grad_reduce_dtype=bf16 || exit 1
   grep -q "rt_comm_reduce_scatter_start(.*RS_WIRE" "$work/w4bf16/step.c" || die "bf16: no bf16 reduce-scatter in step.c"
@@ -287,6 +292,27 @@ checkpoints)
       END { printf "%s: worst relative difference %.2e over %d steps\n", what, worst, n
             exit (worst > 1e-5 || n != 10) }' || die "$r: resharded run differs by more than 1e-5"
   done
+  # flat over several ranks (plan_expert_per: 6 experts do not divide over 4 ranks, ep 1) and whole
+  # (3 experts each over 2 ranks), both ways, against the straight 4-rank run
+  six=(--set model.moe.experts=6)
+  build c4x6 "$tiny" float "${ck[@]}" "${six[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=1 || exit 1
+  build c2x6 "$tiny" float "${ck[@]}" "${six[@]}" --set cluster.gpus_per_node=2 --set plan.fsdp=2 --set plan.ep=1 || exit 1
+  (cd "$work" && "${mpirun[@]}" -np 4 ./c4x6/build/train --data "$text" --metrics r6.jsonl >/dev/null &&
+    "${mpirun[@]}" -np 4 ./c4x6/build/train --data "$text" --metrics r6fw.jsonl --steps 5 --checkpoint-dir ckG >/dev/null &&
+    "${mpirun[@]}" -np 2 ./c2x6/build/train --data "$text" --metrics r6fw.jsonl --checkpoint-dir ckG >/dev/null &&
+    "${mpirun[@]}" -np 2 ./c2x6/build/train --data "$text" --metrics r6wf.jsonl --steps 5 --checkpoint-dir ckH >/dev/null &&
+    "${mpirun[@]}" -np 4 ./c4x6/build/train --data "$text" --metrics r6wf.jsonl --checkpoint-dir ckH >/dev/null) ||
+    die "6 experts: flat (4 ranks) <-> whole-expert (2 ranks) reshard runs"
+  ! grep -q '"per"' "$work/ckG/step-00000005/manifest.json" && grep -q '"per": *3' "$work/ckH/step-00000005/manifest.json" ||
+    die "6 experts: the manifests do not record flat (4 ranks) and whole-expert shards of 3 (2 ranks)"
+  for r in r6fw r6wf; do
+    what="6 experts, saved flat over 4 ranks, resumed in whole experts (3 on each of 2)"
+    [ $r = r6wf ] && what="6 experts, saved in whole experts (3 on each of 2 ranks), resumed flat over 4"
+    paste <(losses "$work/r6.jsonl") <(losses "$work/$r.jsonl") | awk -v what="$what" '
+      { n++; d = $1 - $2; if (d < 0) d = -d; q = d / $1; if (q > worst) worst = q }
+      END { printf "%s: worst relative difference %.2e over %d steps\n", what, worst, n
+            exit (worst > 1e-5 || n != 10) }' || die "$r: resharded run differs by more than 1e-5"
+  done
   # a checkpoint of another model or optimizer is refused
   build c2h64 "$tiny" float "${ck[@]}" --set model.hidden=64 --set cluster.gpus_per_node=2 --set plan.fsdp=2 || exit 1
   out=$(cd "$work" && "${mpirun[@]}" -np 2 ./c2h64/build/train --data "$text" --metrics y.jsonl --checkpoint-dir ckA 2>&1); rc=$?
@@ -353,6 +379,12 @@ errors)
   [ $rc -eq 2 ] && echo "$out" | grep -q "no-such-file" || die "missing data: exit $rc, $out"
   out=$("$work/e1/build/train" --data "$text" --steps zero 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q -- "--steps expects a positive integer" || die "bad --steps: exit $rc, $out"
+  out=$("$work/e1/build/train" --data "$text" --steps 11 --metrics "$work/past.jsonl" 2>&1); rc=$?
+  steps=$(sed -n 's/^#define TRAIN_STEPS \([0-9]*\).*/\1/p' "$work/e1/step.h")
+  if [ "$steps" -lt 11 ]; then
+    [ $rc -eq 0 ] && echo "$out" | grep -q "note: --steps 11 is past the spec's training.steps $steps" || die "--steps past training.steps: exit $rc, $out"
+  else die "expected e1's training.steps below 11, not $steps"
+  fi
   out=$("$work/e1/build/train" --data "$text" --steps 99999999999999999999 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q -- "--steps is too large" || die "huge --steps (clamped?): exit $rc, $out"
   out=$("$work/e1/build/train" --data "$text" --seed 99999999999999999999999 2>&1); rc=$?

@@ -8,7 +8,7 @@
 #define MODEL_NAME "europa-1t"
 #define SPEC_FILE "europa-1t.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "094cc2d25ec54990"
+#define PLAN_HASH "dce9bea75effb824"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 384
 #define PLAN_FSDP 384
@@ -16,7 +16,7 @@
 #define PLAN_DP_REPLICATE 1
 #define EXPERTS_PER_RANK 96
 #define CHECKPOINT_POLICY "full"
-#define SHARD_EXPERTS 1 /* whole experts per rank of an EP rank's shard group (the last fewer) */
+#define SHARD_EXPERTS 1 /* whole experts per rank of an EP rank's shard group */
 #define SHARD_EXPERTS_ELEMS 33030144 /* elements of such a shard: gathered experts b·SHARD_EXPERTS.. at b x it */
 #define OPTIMIZER "muon" /* muon: Muon for hidden matrices, AdamW for the rest */
 #define GRAD_REDUCE_DTYPE "bf16"

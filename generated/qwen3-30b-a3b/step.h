@@ -8,7 +8,7 @@
 #define MODEL_NAME "qwen3-30b-a3b"
 #define SPEC_FILE "qwen3-30b-a3b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "05ca3216cb6524d5"
+#define PLAN_HASH "55c4225890e1b022"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 16
 #define PLAN_FSDP 16
@@ -16,7 +16,7 @@
 #define PLAN_DP_REPLICATE 1
 #define EXPERTS_PER_RANK 32
 #define CHECKPOINT_POLICY "selective"
-#define SHARD_EXPERTS 8 /* whole experts per rank of an EP rank's shard group (the last fewer) */
+#define SHARD_EXPERTS 8 /* whole experts per rank of an EP rank's shard group */
 #define SHARD_EXPERTS_ELEMS 37748736 /* elements of such a shard: gathered experts b·SHARD_EXPERTS.. at b x it */
 #define OPTIMIZER "adamw" /* muon: Muon for hidden matrices, AdamW for the rest */
 #define GRAD_REDUCE_DTYPE "bf16"

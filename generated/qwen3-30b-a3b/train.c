@@ -656,6 +656,10 @@ int main(int argc, char **argv) {
     }
   }
   uint64_t data_seed = a.seed + 1;
+  if (rank0 && a.steps > TRAIN_STEPS)
+    printf("note: --steps %ld is past the spec's training.steps %lld: the learning-rate schedule ends there, so "
+           "steps %lld..%ld run at its minimum (min_lr_ratio x lr = %.3e)\n", a.steps, (long long)TRAIN_STEPS,
+           (long long)TRAIN_STEPS + 1, a.steps, LR * MIN_LR_RATIO);
   if (rank0)
     printf("%s: %d rank(s) = %d x fsdp %d, ep %d, activation checkpointing %s; %d micro-batch(es) of %d x %d tokens per rank; "
            "%s, gradients reduced in %s; arenas %.1f MiB (fp32) + %.1f MiB (activations) + %.1f MiB (state) per "
@@ -742,8 +746,9 @@ int main(int argc, char **argv) {
                                                    step_tensors, N_TENSORS, g, shard_lo(&c, g),
                                                    shard_lo(&c, g) + G->shard, scale, &adam);
 #ifdef MUON_WORK
-      /* Muon: experts orthogonalized where they are held, dense matrices at their owners (one
-       * all-to-all there and one back per group) */
+      /* Muon: matrices whole in one shard (experts in whole-expert shards) orthogonalized where
+       * they are held, the others (dense, and experts split over a flat expert group) at their
+       * owners (one all-to-all there and one back per group) */
       RtMuon muon = {lr, (float)WEIGHT_DECAY, 0.95f};
       int fsdp_group = G->comm == RT_GROUP_FSDP;
       MPI_Comm muon_comm = fsdp_group ? c.comm.fsdp_comm : c.comm.shard_comm;

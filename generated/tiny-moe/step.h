@@ -8,7 +8,7 @@
 #define MODEL_NAME "tiny-moe"
 #define SPEC_FILE "tiny-moe.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "e8b3a7d28fa2d65f"
+#define PLAN_HASH "99e54da1027b4970"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 2
 #define PLAN_FSDP 2
@@ -16,7 +16,7 @@
 #define PLAN_DP_REPLICATE 1
 #define EXPERTS_PER_RANK 8
 #define CHECKPOINT_POLICY "none"
-#define SHARD_EXPERTS 4 /* whole experts per rank of an EP rank's shard group (the last fewer) */
+#define SHARD_EXPERTS 4 /* whole experts per rank of an EP rank's shard group */
 #define SHARD_EXPERTS_ELEMS 393216 /* elements of such a shard: gathered experts b·SHARD_EXPERTS.. at b x it */
 #define OPTIMIZER "adamw" /* muon: Muon for hidden matrices, AdamW for the rest */
 #define GRAD_REDUCE_DTYPE "bf16"
