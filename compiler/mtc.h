@@ -28,6 +28,7 @@
  *   export.c      export_  mtc export: a checkpoint as safetensors
  *   import_hf.c   import_  mtc import-hf: a spec from a Hugging Face config.json
  *   diff.c        diff_    mtc diff: what changes between two plans
+ *   calibrate.c   calibrate_ mtc calibrate: a preset's factors fitted to train --profile files
  *   sweep.c       sweep_   mtc sweep: the best plan at every point of a grid
  *   main.c                 the command line
  *
@@ -788,6 +789,12 @@ bool emit_timeline(Diag *d, const Plan *p, const char *path);
 /* `mtc diff A B`: A and B are plan.json files or specs (sets apply to B); prints the rows that
  * differ (all rows with all). Returns the exit status. */
 int diff_run(const char *a, const char *b, const char *const *sets, int nsets, bool all);
+
+/* ------------------------------------------------------------------ calibrate.c */
+
+/* `mtc calibrate`: fits preset's efficiency factors to the profiles (`train --profile`) and
+ * writes the calibrated preset to out. Returns the exit status. */
+int calibrate_run(const char *const *profiles, int nprofiles, const char *preset, const char *out);
 
 /* ------------------------------------------------------------------ import_hf.c */
 

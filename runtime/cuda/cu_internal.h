@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "mtrt_cuda.h"
+#include "mtrt_profile.h"
 
 /* Whether act is bf16 (MTRT_ACT_BF16), and its cuBLAS type. */
 #ifdef MTRT_ACT_BF16
@@ -70,12 +71,16 @@ typedef struct {
 extern CuState cu;
 
 /* MTC_PROFILE (profile.c): cu_prof_init reads it (rt_cuda_setup); CU_PROF_BEGIN/END time one
- * op between device synchronizations into a per-name table printed at exit. */
+ * op between device synchronizations into a per-name table printed at exit. The same timings
+ * feed `train --profile FILE` (mtrt_profile.h) while rt_prof_on: each op's class from its name,
+ * with cu_prof_flops, the FLOPs the GEMM about to end did (set by cu_gemm and the grouped GEMM). */
 void cu_prof_init(void);
 double cu_prof_begin(void);
 void cu_prof_end(const char *name, double t0);
-#define CU_PROF_BEGIN() double cu_prof_t0 = cu.profile ? cu_prof_begin() : 0
-#define CU_PROF_END(name) (cu.profile ? cu_prof_end((name), cu_prof_t0) : (void)0)
+extern double cu_prof_flops;
+#define CU_PROF_ON (cu.profile || rt_prof_on)
+#define CU_PROF_BEGIN() double cu_prof_t0 = CU_PROF_ON ? cu_prof_begin() : 0
+#define CU_PROF_END(name) (CU_PROF_ON ? cu_prof_end((name), cu_prof_t0) : (void)0)
 
 /* Launches kernel k with grid × block threads (1-D) on the stream; a launch error (or, with
  * MTC_CUDA_SYNC, an execution error) aborts naming the kernel. A grid of 0 launches nothing. */

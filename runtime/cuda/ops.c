@@ -69,6 +69,7 @@ void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, 
   if (!m || !n) return;
   cublasComputeType_t math = at == CUDA_R_16BF ? CUBLAS_COMPUTE_32F : cu.compute;
   CU_PROF_BEGIN();
+  cu_prof_flops = 2.0 * m * n * k;
   cu_blas_check(cublasGemmEx(cu.blas, ta, tb, m, n, k, &one, A, at, lda, B, bt, ldb, &beta, C, ct, ldc, math,
                              CUBLAS_GEMM_DEFAULT),
                 op);

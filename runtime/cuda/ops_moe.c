@@ -185,6 +185,8 @@ static void grouped(const char *op, int kind, int slot, void *out, const act *x,
     return;
   }
   CU_PROF_BEGIN();
+  cu_prof_flops = 0;
+  for (int i = 0; i < g; i++) cu_prof_flops += 2.0 * m[i] * n[i] * k[i];
   size_t E3 = (size_t)cu.cfg.experts;
   void **d = cu.gptr + (size_t)slot * 3 * E3; /* this call's slot: A, B, C pointer arrays */
   for (int i = 0; i < 3; i++)
