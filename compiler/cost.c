@@ -54,6 +54,29 @@ double cost_all_to_all(const Spec *s, double bytes, int64_t ep) {
   return t_nv > t_ib ? t_nv : t_ib;
 }
 
+/* The hierarchical exchange of an EP group over N = ep / gpus_per_node whole nodes (g GPUs
+ * each), DeepSeek-V3's dispatch (arXiv:2412.19437, §3.2.2): a token goes over InfiniBand once to
+ * each other node that holds at least one of its top_k experts — to the GPU with the sender's
+ * local index there — and is forwarded over NVLink to the GPUs of that node holding its experts
+ * (the combine sums inside the node before crossing back: the same bytes the other way).
+ * With routing uniform over the ep ranks, a node holds none of a token's k experts with
+ * probability (1 − 1/N)^k, so per token copy (bytes / k each) InfiniBand carries
+ *   ib = bytes / k · (N − 1) · (1 − (1 − 1/N)^k)      (flat: bytes · (ep − g) / ep)
+ * and NVLink the copies not for the receiving GPU itself, (g − 1)/g of the k, over g − 1 pair
+ * links: nv = bytes · (g − 1) / g. The two stages are pipelined (NVLink forwards while
+ * InfiniBand receives), so t = max(ib / (internode · eff), nv / ((g − 1) · nvlink · eff)). */
+double cost_all_to_all_hier(const Spec *s, double bytes, int64_t ep, int64_t top_k) {
+  const ClusterSpec *c = &s->cluster;
+  int64_t g = c->gpus_per_node;
+  if (ep <= g || top_k < 1) return cost_all_to_all(s, bytes, ep);
+  double e = c->efficiency.all_to_all > 0 ? c->efficiency.all_to_all : c->efficiency.network;
+  double N = (double)ep / (double)g, k = (double)top_k;
+  double ib = bytes / k * (N - 1) * (1 - pow(1 - 1 / N, k));
+  double t_ib = ib / (c->links.internode * e);
+  double t_nv = g > 1 ? bytes * (double)(g - 1) / (double)g / ((double)(g - 1) * c->links.nvlink * e) : 0;
+  return t_ib > t_nv ? t_ib : t_nv;
+}
+
 void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   const Spec *s = md->spec;
   const Layer *ly = &md->layers[l];
@@ -70,7 +93,8 @@ void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   if (ly->kind == LAYER_MOE && ch->ep > 1) {
     /* dispatch and combine: the token copies that leave the rank, on the links they cross */
     double b = T * (double)s->model.moe.top_k * (double)s->model.hidden * 2 * plan_moe_imbalance(s, ch->ep);
-    double one = cost_all_to_all(s, b, ch->ep);
+    double one = ch->dispatch == DISPATCH_HIERARCHICAL ? cost_all_to_all_hier(s, b, ch->ep, s->model.moe.top_k)
+                                                       : cost_all_to_all(s, b, ch->ep);
     t->a2a_fwd = 2 * one;
     t->a2a_bwd = 2 * one + (ch->ac == AC_NONE ? 0 : 2 * one); /* recompute re-dispatches */
   }

@@ -26,9 +26,10 @@ static const char *lifetime(Mem *m, int L, const MemItem *x, bool per_layer) {
 }
 
 static const char *choice_text(Mem *m, const Choice *ch) {
-  return mem_printf(m, "fsdp %lld x dp %lld, ep %lld, micro_batch %lld, %s checkpointing%s, optimizer state in %s%s, "
+  return mem_printf(m, "fsdp %lld x dp %lld, ep %lld%s, micro_batch %lld, %s checkpointing%s, optimizer state in %s%s, "
                     "%s",
-                    (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep, (long long)ch->micro_batch,
+                    (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep,
+                    ch->dispatch == DISPATCH_HIERARCHICAL ? " (hierarchical all-to-all)" : "", (long long)ch->micro_batch,
                     plan_ac_words(ch->ac),
                     ch->offload == OFF_HOST ? " + boundaries on host" : ch->offload == OFF_NVME ? " + boundaries on NVMe" : "",
                     plan_tier_name(ch->opt_tier), ch->opt_on_host ? " (step on host CPU)" : "",
@@ -182,6 +183,9 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
   if (ch->reshard == RESHARD_AFTER_STEP)
     fprintf(out, "note       reshard after_step is planned but `mtc compile` does not emit it yet: compile plans with "
                  "every_micro_batch\n");
+  if (ch->dispatch == DISPATCH_HIERARCHICAL)
+    fprintf(out, "note       the hierarchical all-to-all is planned but `mtc compile` does not emit it yet: compile "
+                 "plans with the flat one\n");
   print_placement(out, p);
   for (int t = 0; t < TIER__COUNT; t++) {
     if (!c->capacity[t] && !c->arena[t]) continue;
@@ -280,14 +284,22 @@ static void explain_ep(FILE *out, Mem *m, const Plan *p) {
     double best = rows[most].y - rows[most].x;
     if (won_in ? dlt > best : dlt < best) most = i;
   }
-  double gpn = (double)p->md->spec->cluster.gpus_per_node;
-  fprintf(out, "  why: %s wins by %.3f s, most of it in %s. Across nodes, %lld of the %lld peers of the all-to-all are "
-               "on other nodes: their share of the token copies goes over InfiniBand (%.0f GB/s per GPU against "
+  const Spec *s = p->md->spec;
+  double gpn = (double)s->cluster.gpus_per_node, k = (double)s->model.moe.top_k;
+  const char *how = mem_printf(m, "%lld of the %lld peers of the all-to-all are on other nodes: their share of the "
+                               "token copies goes over InfiniBand", (long long)(b->ch.ep - (int64_t)gpn),
+                               (long long)(b->ch.ep - 1));
+  if (b->ch.dispatch == DISPATCH_HIERARCHICAL) { /* copies per token over IB: cost_all_to_all_hier's */
+    double N = (double)b->ch.ep / gpn;
+    how = mem_printf(m, "the all-to-all is hierarchical: a token crosses InfiniBand once per other node holding one "
+                     "of its experts, %.2f of its %.0f copies on average (flat: %.2f), then NVLink inside the node",
+                     (N - 1) * (1 - pow(1 - 1 / N, k)), k, k * ((double)b->ch.ep - gpn) / (double)b->ch.ep);
+  }
+  fprintf(out, "  why: %s wins by %.3f s, most of it in %s. Across nodes, %s (%.0f GB/s per GPU against "
                "NVLink's %.0f GB/s per pair); across nodes also shrinks what FSDP gathers (experts / ep per rank, "
                "sharded over fsdp / ep ranks)\n",
-          won_in ? "EP inside a node" : "EP across nodes", fabs(b->cost.step - a->cost.step), rows[most].name,
-          (long long)(b->ch.ep - (int64_t)gpn), (long long)(b->ch.ep - 1),
-          p->md->spec->cluster.links.internode / 1e9, p->md->spec->cluster.links.nvlink / 1e9);
+          won_in ? "EP inside a node" : "EP across nodes", fabs(b->cost.step - a->cost.step), rows[most].name, how,
+          s->cluster.links.internode / 1e9, s->cluster.links.nvlink / 1e9);
 }
 
 void report_explain(FILE *out, const Plan *p) {
@@ -346,6 +358,7 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
   json_object_set_new(lay, "prefetch", json_integer(ch->prefetch));
   json_object_set_new(lay, "micro_batch", jint(ch->micro_batch));
   json_object_set_new(lay, "reshard", json_string(plan_reshard_name(ch->reshard)));
+  json_object_set_new(lay, "moe_dispatch", json_string(ch->dispatch == DISPATCH_HIERARCHICAL ? "hierarchical" : "flat"));
   /* nodes one EP group spans: 1 inside a node, else ep / gpus_per_node whole nodes */
   json_object_set_new(lay, "ep_nodes", jint(ch->ep > s->cluster.gpus_per_node ? ch->ep / s->cluster.gpus_per_node : 1));
   /* the imbalance the MoE buffers are sized by: the spec's, capped at its physical maximum */

@@ -36,7 +36,7 @@ static bool better_alt(const Candidate *a, const Candidate *b) {
 static bool same_but_depth(const Choice *a, const Choice *b) {
   return a->fsdp == b->fsdp && a->ep == b->ep && a->ac == b->ac && a->offload == b->offload &&
          a->opt_tier == b->opt_tier && a->opt_on_host == b->opt_on_host &&
-         a->micro_batch == b->micro_batch && a->reshard == b->reshard;
+         a->micro_batch == b->micro_batch && a->reshard == b->reshard && a->dispatch == b->dispatch;
 }
 
 static void keep_alt(Found *f, const Candidate *c) {
@@ -162,11 +162,17 @@ static void search_once(const Model *md, Found *f) {
                 int d0 = pin->prefetch ? (int)pin->prefetch : 1, d1 = pin->prefetch ? (int)pin->prefetch : 2;
                 for (int depth = d0; depth <= d1; depth++) {
                   if (r == RESHARD_AFTER_STEP && depth > 1) continue; /* every layer stays gathered */
-                  Choice ch = {.fsdp = fsdp, .ep = ep, .dp_replicate = W / fsdp, .efsdp = fsdp / ep,
+                  for (int dp = DISPATCH_FLAT; dp <= DISPATCH_HIERARCHICAL; dp++) {
+                  /* hierarchical only where the EP group spans nodes (inside one it is the flat
+                   * exchange), not for the program (not emitted yet) */
+                  if (dp == DISPATCH_HIERARCHICAL && (ep <= gpn || f->program)) continue;
+                  if (pin->moe_dispatch != DISPATCH_AUTO && ep > gpn && dp != (int)pin->moe_dispatch) continue;
+                  Choice ch = {.dispatch = (DispatchPolicy)dp, .fsdp = fsdp, .ep = ep, .dp_replicate = W / fsdp, .efsdp = fsdp / ep,
                                .micro_batch = mbs[mi], .accum = G / (mbs[mi] * W), .reshard = (ReshardPolicy)r,
                                .ac = acs[a], .offload = (OffloadPolicy)off, .opt_tier = opts[o].tier,
                                .opt_on_host = opts[o].host_step, .prefetch = depth};
                   evaluate(&scratch, md, &ch, f);
+                  }
                 }
               }
             }
@@ -263,7 +269,7 @@ static const char *advise(Mem *m, const Model *md, bool program) {
   }
   const PlanSpec *p = &s->plan;
   bool pinned = p->activation_checkpoint != AC_AUTO || p->offload_activations != OFF_AUTO || p->fsdp || p->ep ||
-                p->reshard != RESHARD_AUTO || p->optimizer_tier != PIN_TIER_AUTO || p->optimizer_step != PIN_STEP_AUTO ||
+                p->reshard != RESHARD_AUTO || p->moe_dispatch != DISPATCH_AUTO || p->optimizer_tier != PIN_TIER_AUTO || p->optimizer_step != PIN_STEP_AUTO ||
                 p->prefetch;
   if (pinned) {
     Spec *u = mem_alloc(m, sizeof *u);
@@ -271,7 +277,7 @@ static const char *advise(Mem *m, const Model *md, bool program) {
     u->plan.activation_checkpoint = AC_AUTO, u->plan.offload_activations = OFF_AUTO;
     u->plan.optimizer_tier = PIN_TIER_AUTO, u->plan.optimizer_step = PIN_STEP_AUTO, u->plan.prefetch = 0;
     u->plan.fsdp = u->plan.ep = u->plan.dp_replicate = 0;
-    u->plan.reshard = RESHARD_AUTO;
+    u->plan.reshard = RESHARD_AUTO, u->plan.moe_dispatch = DISPATCH_AUTO;
     Found g = search_variant(m, md, u, &spent, program);
     if (g.feasible)
       out = mem_printf(m, "%s%sunpinned, the search finds fsdp %lld, ep %lld, %s checkpointing%s", out,
@@ -322,6 +328,11 @@ static const Model *with_micro_batch(Mem *m, const Model *md, int64_t mb) {
   Model *copy = mem_alloc(m, sizeof *copy);
   *copy = *md, copy->spec = s;
   return copy;
+}
+
+const char *plan_dispatch_name(DispatchPolicy d) {
+  static const char *const names[] = {"auto", "flat", "hierarchical"}; /* ORDER DispatchPolicy */
+  return names[d];
 }
 
 const char *plan_reshard_name(ReshardPolicy r) {

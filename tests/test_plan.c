@@ -1,6 +1,7 @@
 /* test_plan.c — the planner: the reference run's plan, properties across sequence lengths and
  * node counts, a pinned plan that cannot fit, arena invariants, and every memory item of a
  * small spec against a hand computation.   usage: test_plan SOURCE_DIR */
+#include <math.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -551,6 +552,70 @@ static void all_to_all_mixed_links(void) {
   mem_free(&m);
 }
 
+/* The hierarchical all-to-all on jupiter-booster (4 GPUs per node), top_k 8, by hand: over
+ * InfiniBand one copy per token and other node holding one of its experts,
+ *   ib = b/8 · (N − 1) · (1 − (1 − 1/N)^8),  N = ep / 4 nodes,
+ * over NVLink the 3/4 of the copies not for the receiving GPU, on 3 pair links, b·3/4 / (3·nv);
+ * t = the larger. Inside a node it is the flat exchange. */
+static void all_to_all_hierarchical(void) {
+  Mem m = {0};
+  Diag d = {.mem = &m};
+  Spec *s = spec_load(&m, &d, mem_printf(&m, "%s/specs/deepseek-v3.yaml", src_dir), NULL, 0, NULL, 0);
+  CHECK(s != NULL);
+  if (!s) return;
+  const double b = 1e9, nv = 150e9 * 0.8, ib = 25e9 * 0.8;
+  CHECK_NEAR(cost_all_to_all_hier(s, b, 4, 8), cost_all_to_all(s, b, 4), 1e-15);
+  CHECK_NEAR(cost_all_to_all_hier(s, b, 2, 8), cost_all_to_all(s, b, 2), 1e-15);
+  /* 2 nodes: the other node holds none of 8 experts with probability 1/256: 255/256 of a copy */
+  CHECK_NEAR(cost_all_to_all_hier(s, b, 8, 8), b / 8 * (255.0 / 256) / ib, 1e-12); /* 6.2256 ms/GB */
+  /* 16 nodes: 15 · (1 − (15/16)^8) = 6.0491 copies of 8 (flat: 7.5) */
+  CHECK_NEAR(cost_all_to_all_hier(s, b, 64, 8), b / 8 * 15 * (1 - pow(15.0 / 16, 8)) / ib, 1e-12);
+  CHECK(cost_all_to_all_hier(s, b, 64, 8) < cost_all_to_all(s, b, 64));
+  /* top-1: one copy, always on one node — the flat exchange's IB share (N − 1)/N */
+  CHECK_NEAR(cost_all_to_all_hier(s, b, 8, 1), b * 4 / 8 / ib, 1e-12);
+  /* fast InfiniBand: NVLink forwarding bounds it, b·3/4 / (3·nv) */
+  s->cluster.links.internode = 1e15;
+  CHECK_NEAR(cost_all_to_all_hier(s, b, 8, 8), b * 3 / 4 / (3 * nv), 1e-12);
+  s->cluster.links.internode = 25e9;
+  /* in a layer: dispatch + combine in the forward, with the choice's dispatch */
+  Model *md = model_build(&m, &d, s);
+  CHECK(md != NULL);
+  if (!md) return;
+  Choice ch = {.fsdp = 256, .ep = 8, .dp_replicate = 1, .efsdp = 32, .micro_batch = 2, .accum = 30,
+               .reshard = RESHARD_EVERY_MICRO_BATCH, .dispatch = DISPATCH_HIERARCHICAL, .ac = AC_NONE,
+               .offload = OFF_NONE, .opt_tier = TIER_HBM, .prefetch = 1};
+  LayerTime t;
+  cost_layer(md, &ch, 3, &t);
+  double bytes = 2.0 * 4096 * 8 * 7168 * 2 * 1.25;
+  CHECK_NEAR(t.a2a_fwd, 2 * bytes / 8 * (255.0 / 256) / ib, 1e-9);
+  ch.dispatch = DISPATCH_FLAT;
+  cost_layer(md, &ch, 3, &t);
+  CHECK_NEAR(t.a2a_fwd, 2 * bytes * 4 / 8 / ib, 1e-9);
+  mem_free(&m);
+}
+
+/* deepseek-v3 on 64 nodes: the best across-node plan dispatches hierarchically and loses to EP
+ * in a node by less than the flat one; pinned flat, the across plan is flat; compile's search
+ * (program) never plans hierarchical; europa-1t keeps EP in a node. */
+static void dispatch_in_search(void) {
+  Mem m = {0};
+  Plan *p = plan(&m, "specs/deepseek-v3.yaml", NULL, 0);
+  const char *flat[] = {"plan.moe_dispatch=flat"};
+  Plan *q = plan(&m, "specs/deepseek-v3.yaml", flat, 1);
+  CHECK(p && q && p->feasible && q->feasible && p->has_across && q->has_across);
+  if (!p || !q || !p->has_across || !q->has_across) return;
+  CHECK(p->across.ch.dispatch == DISPATCH_HIERARCHICAL);
+  CHECK(q->across.ch.dispatch == DISPATCH_FLAT);
+  CHECK(p->across.cost.step < q->across.cost.step);
+  CHECK(p->best.ch.ep <= 4 && p->best.cost.step <= p->across.cost.step);
+  Plan *r = plan_search_for(&m, p->md, true);
+  CHECK(r && r->feasible && r->best.ch.dispatch != DISPATCH_HIERARCHICAL);
+  for (int i = 0; r && i < r->nalts; i++) CHECK(r->alts[i].ch.dispatch != DISPATCH_HIERARCHICAL);
+  Plan *e = plan(&m, "specs/europa-1t.yaml", NULL, 0);
+  CHECK(e && e->feasible && e->best.ch.ep <= 4);
+  mem_free(&m);
+}
+
 /* after_step gathers once per step: against every_micro_batch it saves (2A − 1) × (one pass of
  * forward gathers, embedding and head included), so the saving over 2A − 1 does not depend on A. */
 static void after_step_saves_gathers(void) {
@@ -617,6 +682,8 @@ int main(int argc, char **argv) {
   optimizer_pins();
   kept_gathered_by_hand();
   all_to_all_mixed_links();
+  all_to_all_hierarchical();
+  dispatch_in_search();
   after_step_saves_gathers();
   search_dimensions();
   return CHECK_DONE("test_plan");
