@@ -101,8 +101,8 @@ void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   double dense = 2.0 * (double)(ly->params - ly->routed_params);
   double experts = 2.0 * (double)ly->routed_params / (double)ch->ep;
   double wire = s->training.grad_reduce_dtype == WIRE_BF16 ? 1.0 : 2.0; /* vs bf16 */
-  t->ag = ring(dense, ch->fsdp, group_bw(s, ch->fsdp, 1)) +
-          ring(experts, ch->efsdp, group_bw(s, ch->efsdp, ch->ep));
+  t->ag_experts = ring(experts, ch->efsdp, group_bw(s, ch->efsdp, ch->ep));
+  t->ag = ring(dense, ch->fsdp, group_bw(s, ch->fsdp, 1)) + t->ag_experts;
   t->rs = wire * t->ag;
 }
 
@@ -229,6 +229,10 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   double *rs_b = mem_array(&m, (size_t)L, sizeof(double));
   double *a2a_f = mem_array(&m, (size_t)L, sizeof(double)), *a2a_b = mem_array(&m, (size_t)L, sizeof(double));
   double *copy_f = mem_array(&m, (size_t)L, sizeof(double));
+  /* reshard per group: what a micro-batch after the first gathers (forward, and backward of
+   * every micro-batch), the groups kept gathered left out */
+  const bool keep_d = ch->reshard == RESHARD_AFTER_STEP, keep_e = ch->reshard_experts == RESHARD_AFTER_STEP;
+  double *again_f = mem_array(&m, (size_t)L, sizeof(double)), *again_b = mem_array(&m, (size_t)L, sizeof(double));
   int *order_f = mem_array(&m, (size_t)L, sizeof(int)), *order_b = mem_array(&m, (size_t)L, sizeof(int));
   double compute = 0, recompute = 0, a2a = 0, comm_total = 0, offload = 0;
   double c2c = cl->links.c2c * e->c2c, boundary = 2.0 * (double)s->model.hidden * T;
@@ -241,6 +245,7 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
     comm_f[l] = t.ag;
     comp_f[l] = t.fwd + t.a2a_fwd;
     comm_b[L - 1 - l] = t.ag; /* FSDP re-gathers for backward, then reduce-scatters */
+    again_f[l] = again_b[L - 1 - l] = (keep_d ? 0 : t.ag - t.ag_experts) + (keep_e ? 0 : t.ag_experts);
     rs_b[L - 1 - l] = t.rs;
     comp_b[L - 1 - l] = t.bwd + t.recompute + t.a2a_bwd;
     a2a_f[l] = t.a2a_fwd, a2a_b[L - 1 - l] = t.a2a_bwd, order_f[l] = l, order_b[L - 1 - l] = l;
@@ -268,25 +273,25 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   double emb_one = ring(2.0 * (double)(md->by_kind_total[PK_EMBEDDING] + md->by_kind_total[PK_HEAD]), ch->fsdp,
                         group_bw(s, ch->fsdp, 1));
   /* reshard after_step keeps what the first micro-batch's forward gathered until the
-   * optimizer step: its backward and every later micro-batch gather nothing (their gradients
-   * are still reduce-scattered per micro-batch) */
-  bool keep = ch->reshard == RESHARD_AFTER_STEP;
-  double *none = mem_array(&m, (size_t)L, sizeof(double));
-  double emb_ag = (keep ? 1 + wire_rs : 2 + wire_rs) * emb_one, emb_rest = keep ? wire_rs * emb_one : emb_ag;
-  if (keep) /* the backward's re-gathers are gone: comm_total is then Σ (ag + rs) */
-    for (int l = 0; l < L; l++) comm_total -= comm_b[l];
+   * optimizer step: its backward and every later micro-batch gather only the groups not kept
+   * (again_f, again_b; their gradients are still reduce-scattered per micro-batch). The
+   * embedding and head are in the dense group. */
+  bool keep = keep_d || keep_e;
+  double emb_ag = (keep_d ? 1 + wire_rs : 2 + wire_rs) * emb_one, emb_rest = keep_d ? wire_rs * emb_one : emb_ag;
+  if (keep) /* the backward re-gathers only again_b: comm_total is then Σ (ag + again + rs) */
+    for (int l = 0; l < L; l++) comm_total -= comm_b[l] - again_b[l];
   /* one micro-batch: embedding/head gathers, forward pass, head and loss, backward pass */
   int flows = 0;
   Sink fwd = {events, emb_ag, "forward", order_f, a2a_f, &flows};
   double pass_f = simulate(comm_f, NULL, comp_f, L, ch->prefetch, &m, &fwd);
   Sink bwd = {events, emb_ag + pass_f + edge, "backward", order_b, a2a_b, &flows};
-  double pass = pass_f + simulate(keep ? none : comm_b, rs_b, comp_b, L, ch->prefetch, &m, &bwd);
-  /* the later micro-batches: the same, or with nothing to gather */
-  double pass_rest = keep ? simulate(none, NULL, comp_f, L, ch->prefetch, &m, NULL) +
-                                simulate(none, rs_b, comp_b, L, ch->prefetch, &m, NULL)
+  double pass = pass_f + simulate(keep ? again_b : comm_b, rs_b, comp_b, L, ch->prefetch, &m, &bwd);
+  /* the later micro-batches: the same, or gathering only the groups not kept */
+  double pass_rest = keep ? simulate(again_f, NULL, comp_f, L, ch->prefetch, &m, NULL) +
+                                simulate(again_b, rs_b, comp_b, L, ch->prefetch, &m, NULL)
                           : pass;
-  double ag_once = 0; /* after_step: the forward gathers, once per step */
-  for (int l = 0; keep && l < L; l++) ag_once += comm_f[l];
+  double ag_once = 0; /* after_step: the kept groups' forward gathers, once per step */
+  for (int l = 0; keep && l < L; l++) ag_once += comm_f[l] - again_f[l];
   event(events, TR_COMM, "embedding + LM head gathers, their reduce-scatter", 0, emb_ag, -1);
   event(events, TR_COMPUTE, "embedding, LM head and loss", emb_ag + pass_f, edge, -1);
   for (int l = 0; l < L && events; l++) /* boundaries out after each layer's forward (overlapped) */
@@ -305,7 +310,7 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   k->exposed_comm = per_micro + (A - 1) * per_rest - A * (offload + compute + a2a);
   if (k->exposed_comm < 0) k->exposed_comm = 0;
   /* every_micro_batch: each micro-batch gathers twice and reduce-scatters once (comm_total);
-   * after_step: the gathers once per step, the reduce-scatters per micro-batch */
+   * after_step: the kept groups' gathers once per step, the rest per micro-batch */
   k->comm_total = keep ? ag_once + A * (comm_total - ag_once) + emb_ag + (A - 1) * emb_rest
                        : A * (comm_total + emb_ag);
 

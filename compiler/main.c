@@ -210,6 +210,12 @@ static int run(Args *a) {
                "micro-batches is planned but not yet emitted (the generated program re-gathers them for every "
                "micro-batch); expected every_micro_batch or auto (compile then plans every_micro_batch)");
     status = EXIT_BAD_INPUT;
+  } else if (s->plan.reshard_experts == RESHARD_AFTER_STEP) { /* compile */
+    diag_error(&d, spec_loc(s, "plan.reshard_experts"), "'plan.reshard_experts' is after_step: keeping the routed "
+               "experts gathered across micro-batches is planned but not yet emitted (the generated program "
+               "re-gathers them for every micro-batch); expected every_micro_batch or auto (compile then plans "
+               "every_micro_batch)");
+    status = EXIT_BAD_INPUT;
   } else if (s->plan.moe_dispatch == DISPATCH_HIERARCHICAL) { /* compile */
     diag_error(&d, spec_loc(s, "plan.moe_dispatch"), "'plan.moe_dispatch' is hierarchical: the node-local then "
                "inter-node all-to-all is planned but not yet emitted (the generated program sends every token copy "

@@ -365,6 +365,7 @@ typedef struct {
   CheckpointPolicy activation_checkpoint;
   OffloadPolicy offload_activations;
   ReshardPolicy reshard;          /* when gathered parameters are freed (auto: searched) */
+  ReshardPolicy reshard_experts;  /* the same for the routed experts alone (auto: as reshard) */
   DispatchPolicy moe_dispatch;    /* MoE all-to-all across nodes: flat or hierarchical (auto: searched) */
   double moe_imbalance;           /* most tokens an EP rank receives / the mean */
   PinTier optimizer_tier;         /* where master, gradient shard and optimizer state live */
@@ -581,7 +582,8 @@ typedef struct {
   int64_t efsdp;            /* ranks an expert's parameters are sharded over: fsdp / ep */
   int64_t micro_batch;      /* sequences per rank per forward/backward */
   int64_t accum;            /* micro-batches per step: global_batch / (micro_batch × world) */
-  ReshardPolicy reshard;    /* every_micro_batch or after_step */
+  ReshardPolicy reshard;    /* every_micro_batch or after_step: every parameter but the routed experts */
+  ReshardPolicy reshard_experts; /* the same for the routed experts (= reshard for a dense model) */
   DispatchPolicy dispatch;  /* flat or hierarchical (only when the EP group spans nodes) */
   CheckpointPolicy ac;      /* none, selective or full */
   OffloadPolicy offload;    /* none, host or nvme: where boundary activations wait */
@@ -738,6 +740,7 @@ typedef struct {
   double fwd, bwd, recompute; /* kernels on the compute stream */
   double a2a_fwd, a2a_bwd;    /* MoE all-to-all, on the compute stream */
   double ag, rs;              /* FSDP all-gather and reduce-scatter, on the comm stream */
+  double ag_experts;          /* the routed experts' part of ag */
 } LayerTime;
 void cost_layer(const Model *md, const Choice *ch, int layer, LayerTime *t);
 

@@ -33,8 +33,14 @@ static const char *choice_text(Mem *m, const Choice *ch) {
                     plan_ac_words(ch->ac),
                     ch->offload == OFF_HOST ? " + boundaries on host" : ch->offload == OFF_NVME ? " + boundaries on NVMe" : "",
                     plan_tier_name(ch->opt_tier), ch->opt_on_host ? " (step on host CPU)" : "",
-                    ch->reshard == RESHARD_AFTER_STEP ? "parameters kept gathered until the optimizer step"
-                                                      : mem_printf(m, "prefetch %d", ch->prefetch));
+                    ch->reshard == RESHARD_AFTER_STEP && ch->reshard_experts == RESHARD_AFTER_STEP
+                        ? "parameters kept gathered until the optimizer step"
+                        : mem_printf(m, "%sprefetch %d",
+                                     ch->reshard == ch->reshard_experts ? ""
+                                     : ch->reshard == RESHARD_AFTER_STEP
+                                         ? "all but the routed experts kept gathered until the optimizer step, "
+                                         : "routed experts kept gathered until the optimizer step, ",
+                                     ch->prefetch));
 }
 
 /* Rows of identical items ("activations.boundary[0]", "[1]"...) fold into one. */
@@ -135,7 +141,13 @@ static void print_schedule(FILE *out, const Plan *p) {
     fprintf(out, "  %-12s %9.1f %9.1f %9.1f %9.1f | %9.1f %9.1f\n", name, 1e3 * t.fwd, 1e3 * t.bwd,
             1e3 * t.recompute, 1e3 * (t.a2a_fwd + t.a2a_bwd), 1e3 * 2 * t.ag, 1e3 * t.rs);
   }
-  if (ch->reshard == RESHARD_AFTER_STEP)
+  if (ch->reshard != ch->reshard_experts)
+    fprintf(out, "  order: the first micro-batch's forward gathers layer l+%d while layer l computes and keeps %s "
+                 "gathered until the optimizer step; the %s are re-gathered for every micro-batch's forward and "
+                 "backward; then each layer's gradient is reduce-scattered (every micro-batch)\n",
+            ch->prefetch, ch->reshard == RESHARD_AFTER_STEP ? "all but the routed experts" : "the routed experts",
+            ch->reshard == RESHARD_AFTER_STEP ? "routed experts" : "other parameters");
+  else if (ch->reshard == RESHARD_AFTER_STEP)
     fprintf(out, "  order: the first micro-batch's forward gathers layer l+%d while layer l computes and keeps every "
                  "layer gathered until the optimizer step (gather column: once per step, forward only); backward, "
                  "layer l %sruns backward, then its gradient is reduce-scattered (every micro-batch)\n",
@@ -180,7 +192,7 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
   fprintf(out, "; %lld micro-batch(es) of %lld sequence(s) per GPU per step\n", (long long)ch->accum,
           (long long)s->training.micro_batch);
   fprintf(out, "policy     %s\n", choice_text(&m, ch));
-  if (ch->reshard == RESHARD_AFTER_STEP)
+  if (ch->reshard == RESHARD_AFTER_STEP || ch->reshard_experts == RESHARD_AFTER_STEP)
     fprintf(out, "note       reshard after_step is planned but `mtc compile` does not emit it yet: compile plans with "
                  "every_micro_batch\n");
   if (ch->dispatch == DISPATCH_HIERARCHICAL)
@@ -358,6 +370,7 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
   json_object_set_new(lay, "prefetch", json_integer(ch->prefetch));
   json_object_set_new(lay, "micro_batch", jint(ch->micro_batch));
   json_object_set_new(lay, "reshard", json_string(plan_reshard_name(ch->reshard)));
+  json_object_set_new(lay, "reshard_experts", json_string(plan_reshard_name(ch->reshard_experts)));
   json_object_set_new(lay, "moe_dispatch", json_string(ch->dispatch == DISPATCH_HIERARCHICAL ? "hierarchical" : "flat"));
   /* nodes one EP group spans: 1 inside a node, else ep / gpus_per_node whole nodes */
   json_object_set_new(lay, "ep_nodes", jint(ch->ep > s->cluster.gpus_per_node ? ch->ep / s->cluster.gpus_per_node : 1));
