@@ -69,11 +69,25 @@ static void keep_alt(Found *f, const Candidate *c) {
   }
 }
 
-static void evaluate(Mem *scratch, const Model *md, const Choice *ch, Found *f) {
+static void consider(const Model *md, Candidate c, Found *f);
+
+/* The candidate ch with each MoE dispatch in dispatches (a bit per DispatchPolicy): they hold
+ * the same memory, so it is packed once and only the cost differs. */
+static void evaluate(Mem *scratch, const Model *md, const Choice *ch, unsigned dispatches, Found *f) {
   Candidate c = {.ch = *ch, .quick = true};
   mem_reset(scratch);
   plan_memory(scratch, md, &c);
   c.items = NULL, c.nitems = 0;
+  for (int dp = DISPATCH_FLAT; dp <= DISPATCH_HIERARCHICAL; dp++)
+    if (dispatches & 1u << dp) {
+      c.ch.dispatch = (DispatchPolicy)dp;
+      consider(md, c, f);
+      if (!c.fits) return; /* a rejected candidate is listed once */
+    }
+}
+
+static void consider(const Model *md, Candidate c, Found *f) {
+  const Choice *ch = &c.ch;
   f->n++;
   f->nfit += c.fits;
   if (c.fits) {
@@ -171,24 +185,28 @@ static void search_once(const Model *md, Found *f) {
               if (pe != RESHARD_AUTO && re != (int)pe) continue;
               if (f->program && re == RESHARD_AFTER_STEP) continue;
               if (f->coarse && re != r) continue;
+              /* experts not sharded (efsdp 1) are never gathered: their policy changes nothing
+               * but where they sit, so only the pair with the rest's policy is tried */
+              if (fsdp / ep == 1 && pe == RESHARD_AUTO && re != r) continue;
               for (int o = 0; o < 3; o++) {
                 if (!pinned_optimizer(pin, opts[o].tier, opts[o].host_step)) continue;
                 int d0 = pin->prefetch ? (int)pin->prefetch : 1, d1 = pin->prefetch ? (int)pin->prefetch : 2;
                 for (int depth = d0; depth <= d1; depth++) {
                   if (r == RESHARD_AFTER_STEP && re == RESHARD_AFTER_STEP && depth > 1)
                     continue; /* every layer stays gathered */
-                  for (int dp = DISPATCH_FLAT; dp <= DISPATCH_HIERARCHICAL; dp++) {
                   /* hierarchical only where the EP group spans nodes (inside one it is the flat
                    * exchange), not for the program (not emitted yet) */
-                  if (dp == DISPATCH_HIERARCHICAL && (ep <= gpn || f->program || f->coarse)) continue;
-                  if (pin->moe_dispatch != DISPATCH_AUTO && ep > gpn && dp != (int)pin->moe_dispatch) continue;
+                  unsigned dispatches = 1u << DISPATCH_FLAT;
+                  if (ep > gpn && !f->program && !f->coarse) {
+                    if (pin->moe_dispatch != DISPATCH_FLAT) dispatches |= 1u << DISPATCH_HIERARCHICAL;
+                    if (pin->moe_dispatch == DISPATCH_HIERARCHICAL) dispatches = 1u << DISPATCH_HIERARCHICAL;
+                  }
                   Choice ch = {.fsdp = fsdp, .ep = ep, .dp_replicate = W / fsdp, .efsdp = fsdp / ep,
                                .micro_batch = mbs[mi], .accum = G / (mbs[mi] * W), .reshard = (ReshardPolicy)r,
-                               .reshard_experts = (ReshardPolicy)re, .dispatch = (DispatchPolicy)dp,
+                               .reshard_experts = (ReshardPolicy)re, .dispatch = DISPATCH_FLAT,
                                .ac = acs[a], .offload = (OffloadPolicy)off, .opt_tier = opts[o].tier,
                                .opt_on_host = opts[o].host_step, .prefetch = depth};
-                  evaluate(&scratch, md, &ch, f);
-                  }
+                  evaluate(&scratch, md, &ch, dispatches, f);
                 }
               }
               }
