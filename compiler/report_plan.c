@@ -307,11 +307,20 @@ static void explain_ep(FILE *out, Mem *m, const Plan *p) {
                      "of its experts, %.2f of its %.0f copies on average (flat: %.2f), then NVLink inside the node",
                      (N - 1) * (1 - pow(1 - 1 / N, k)), k, k * ((double)b->ch.ep - gpn) / (double)b->ch.ep);
   }
+  /* bf16 bytes one rank gathers for its largest MoE layer: dense part + its experts / ep */
+  double dense = 0, routed = 0;
+  for (int l = 0; l < p->md->nlayers; l++)
+    if (p->md->layers[l].routed_params > routed)
+      routed = (double)p->md->layers[l].routed_params,
+      dense = (double)(p->md->layers[l].params - p->md->layers[l].routed_params);
   fprintf(out, "  why: %s wins by %.3f s, most of it in %s. Across nodes, %s (%.0f GB/s per GPU against "
-               "NVLink's %.0f GB/s per pair); across nodes also shrinks what FSDP gathers (experts / ep per rank, "
-               "sharded over fsdp / ep ranks)\n",
+               "NVLink's %.0f GB/s per pair); across nodes also shrinks what FSDP gathers: a MoE layer is "
+               "%.2f GB per rank with ep %lld against %.2f GB with ep %lld (experts / ep per rank, sharded over "
+               "fsdp / ep ranks)\n",
           won_in ? "EP inside a node" : "EP across nodes", fabs(b->cost.step - a->cost.step), rows[most].name, how,
-          s->cluster.links.internode / 1e9, s->cluster.links.nvlink / 1e9);
+          s->cluster.links.internode / 1e9, s->cluster.links.nvlink / 1e9,
+          2 * (dense + routed / (double)b->ch.ep) / 1e9, (long long)b->ch.ep,
+          2 * (dense + routed / (double)a->ch.ep) / 1e9, (long long)a->ch.ep);
 }
 
 void report_explain(FILE *out, const Plan *p) {

@@ -672,6 +672,11 @@ static void dispatch_in_search(void) {
     CHECK(o->best.ch.reshard == RESHARD_AFTER_STEP && o->best.ch.reshard_experts == RESHARD_EVERY_MICRO_BATCH);
     CHECK(o->has_in_node && o->best.cost.step * 5 < o->in_node.cost.step);
   }
+  /* on 32 nodes EP 8 across 2 nodes, hierarchical, wins: FSDP gathers half the experts */
+  const char *n32[] = {"cluster.nodes=32"};
+  Plan *h = plan(&m, "specs/deepseek-v3.yaml", n32, 1);
+  CHECK(h && h->feasible && h->best.ch.ep == 8 && h->best.ch.dispatch == DISPATCH_HIERARCHICAL);
+  if (h && h->feasible) CHECK(h->has_in_node && h->best.cost.step < h->in_node.cost.step);
   Plan *e = plan(&m, "specs/europa-1t.yaml", NULL, 0);
   CHECK(e && e->feasible && e->best.ch.ep <= 4);
   mem_free(&m);
