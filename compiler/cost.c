@@ -10,6 +10,7 @@
  * (exposed). Offload copies overlap compute layer by layer on NVLink-C2C. */
 #include <jansson.h>
 #include <math.h>
+#include <string.h>
 
 #include "mtc.h"
 
@@ -215,6 +216,36 @@ double cost_ns_flops_busiest(const Model *md, const Choice *ch, double *moving_e
 
 void cost_step(const Model *md, Candidate *c) { cost_step_trace(md, c, NULL); }
 
+/* Whether layers a and b are priced alike by cost_layer: the same figures and the same ops
+ * with the same parameter shapes (DeepSeek-V3's 58 MoE layers are one layer 58 times). */
+static bool same_layer(const Model *md, int a, int b) {
+  const Layer *x = &md->layers[a], *y = &md->layers[b];
+  if (x->kind != y->kind || x->nops != y->nops || x->params != y->params || x->active_params != y->active_params ||
+      x->routed_params != y->routed_params || x->saved_routed != y->saved_routed || x->ffn_width != y->ffn_width ||
+      x->routed_width != y->routed_width || memcmp(x->saved_bytes, y->saved_bytes, sizeof x->saved_bytes) != 0)
+    return false;
+  for (int i = 0; i < x->nops; i++) {
+    const Op *o = &md->ops[x->first_op + i], *q = &md->ops[y->first_op + i];
+    if (o->kind != q->kind || strcmp(o->name, q->name) != 0 || o->nparams != q->nparams ||
+        o->param_count != q->param_count || o->active_params != q->active_params ||
+        o->active_matmul != q->active_matmul || o->gemm_flops != q->gemm_flops ||
+        o->attn_flops_per_seq != q->attn_flops_per_seq || o->in_bytes != q->in_bytes ||
+        o->out_bytes != q->out_bytes || o->nsaved != q->nsaved)
+      return false;
+    for (int j = 0; j < o->nparams; j++) {
+      const Param *u = &o->params[j], *v = &q->params[j];
+      if (u->ndim != v->ndim || u->count != v->count || u->kind != v->kind || u->matmul != v->matmul ||
+          memcmp(u->shape, v->shape, sizeof u->shape) != 0)
+        return false;
+    }
+    for (int j = 0; j < o->nsaved; j++) {
+      const Saved *u = &o->saved[j], *v = &q->saved[j];
+      if (u->elems != v->elems || u->dtype != v->dtype || u->cls != v->cls || u->routed != v->routed) return false;
+    }
+  }
+  return true;
+}
+
 void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   json_t *events = trace;
   const Spec *s = md->spec;
@@ -239,9 +270,19 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   /* offloaded boundaries travel over NVLink-C2C to host memory, or to NVMe at its bandwidth
    * (through host memory: the slower of the two) */
   double off_bw = ch->offload == OFF_NVME ? fmin(c2c, cl->nvme.bandwidth) : c2c;
+  /* layers priced alike are priced once: rep[l] is the first layer like l */
+  int *rep = mem_array(&m, (size_t)L, sizeof(int));
+  LayerTime *times = mem_array(&m, (size_t)L, sizeof(LayerTime));
   for (int l = 0; l < L; l++) {
-    LayerTime t;
-    cost_layer(md, ch, l, &t);
+    rep[l] = l;
+    for (int j = 0; j < l; j++)
+      if (rep[j] == j && same_layer(md, j, l)) {
+        rep[l] = j;
+        break;
+      }
+    if (rep[l] == l) cost_layer(md, ch, l, &times[l]);
+    else times[l] = times[rep[l]];
+    LayerTime t = times[l];
     comm_f[l] = t.ag;
     comp_f[l] = t.fwd + t.a2a_fwd;
     comm_b[L - 1 - l] = t.ag; /* FSDP re-gathers for backward, then reduce-scatters */
