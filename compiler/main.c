@@ -222,7 +222,18 @@ static int run(Args *a) {
                "micro-batches is planned but not yet emitted (the generated program re-gathers them for every "
                "micro-batch); expected every_micro_batch or auto (compile then plans every_micro_batch)");
     status = EXIT_BAD_INPUT;
-  } else { /* compile: only what the program implements (reshard every_micro_batch) */
+  } else if (s->plan.reshard_experts == RESHARD_AFTER_STEP) { /* compile */
+    diag_error(&d, spec_loc(s, "plan.reshard_experts"), "'plan.reshard_experts' is after_step: keeping the routed "
+               "experts gathered across micro-batches is planned but not yet emitted (the generated program "
+               "re-gathers them for every micro-batch); expected every_micro_batch or auto (compile then plans "
+               "every_micro_batch)");
+    status = EXIT_BAD_INPUT;
+  } else if (s->plan.moe_dispatch == DISPATCH_HIERARCHICAL) { /* compile */
+    diag_error(&d, spec_loc(s, "plan.moe_dispatch"), "'plan.moe_dispatch' is hierarchical: the node-local then "
+               "inter-node all-to-all is planned but not yet emitted (the generated program sends every token copy "
+               "straight to its expert's rank); expected flat or auto (compile then plans flat)");
+    status = EXIT_BAD_INPUT;
+  } else { /* compile: only what the program implements (reshard every_micro_batch, flat all-to-all) */
     Plan *p = plan_search_for(&mem, md, true);
     char *dir = a->out ? mem_strdup(&mem, a->out) : mem_printf(&mem, "generated/%s", s->name);
     json_t *j = report_json(md);

@@ -45,18 +45,21 @@ static void item(Items *it, const char *name, ItemCategory cat, Tier tier, doubl
 /* Largest bf16 bytes one GPU gathers for one layer: its dense parameters whole and the routed
  * experts of its EP rank (E / ep of them) whole. The embedding and LM head gather through
  * the same buffers. */
-static double gathered_bytes(const Model *md, int64_t ep) {
+static double gathered_group_bytes(const Model *md, int64_t ep, bool dense, bool experts) {
   double best = 0;
   for (int l = 0; l < md->nlayers; l++) {
     const Layer *ly = &md->layers[l];
-    double p = (double)(ly->params - ly->routed_params) + (double)ly->routed_params / (double)ep;
+    double p = (dense ? (double)(ly->params - ly->routed_params) : 0) +
+               (experts ? (double)ly->routed_params / (double)ep : 0);
     if (p > best) best = p;
   }
   double emb = (double)md->by_kind_total[PK_EMBEDDING], head = (double)md->by_kind_total[PK_HEAD];
-  if (emb > best) best = emb;
-  if (head > best) best = head;
+  if (dense && emb > best) best = emb;
+  if (dense && head > best) best = head;
   return 2.0 * best;
 }
+
+static double gathered_bytes(const Model *md, int64_t ep) { return gathered_group_bytes(md, ep, true, true); }
 
 /* bf16 bytes one GPU holds with every parameter gathered (reshard after_step): all of the
  * model but the routed experts whole, and the routed experts of its EP rank (E / ep of them):
@@ -158,11 +161,28 @@ static void build_items(Items *it, const Model *md) {
 
   /* per-layer working buffers: a pool of gathered layers (the computing one + prefetch) and
    * two unsharded bf16 gradient buffers (one computing, one in reduce-scatter) */
-  if (ch->reshard == RESHARD_AFTER_STEP)
+  const bool keep_d = ch->reshard == RESHARD_AFTER_STEP, keep_e = ch->reshard_experts == RESHARD_AFTER_STEP;
+  double routed_all = 0;
+  for (int l = 0; l < L; l++) routed_all += (double)md->layers[l].routed_params;
+  if (keep_d && keep_e)
     item(it, "gathered.params_kept", CAT_GATHERED, TIER_HBM, kept_gathered_bytes(md, ch->ep), 1, PHASE_OPT(L),
          "2 B x (params - routed params + routed params / ep): every layer, embedding and head kept "
          "gathered from the first forward to the optimizer step (reshard after_step)");
-  else
+  else if (keep_d || keep_e) { /* one group kept, the other through a pool of its own size */
+    if (keep_d)
+      item(it, "gathered.dense_kept", CAT_GATHERED, TIER_HBM, 2.0 * ((double)md->params_total - routed_all), 1,
+           PHASE_OPT(L), "2 B x (params - routed params): every parameter but the routed experts kept gathered "
+           "from the first forward to the optimizer step (reshard after_step)");
+    else
+      item(it, "gathered.experts_kept", CAT_GATHERED, TIER_HBM, 2.0 * routed_all / (double)ch->ep, 1, PHASE_OPT(L),
+           "2 B x routed params / ep: the EP rank's routed experts kept gathered from the first forward to the "
+           "optimizer step (reshard_experts after_step)");
+    double gp = gathered_group_bytes(md, ch->ep, !keep_d, !keep_e);
+    for (int i = 0; i <= ch->prefetch; i++)
+      item(it, mem_printf(it->m, "gathered.params[%d]", i), CAT_GATHERED, TIER_HBM, gp, 1, PHASE_OPT(L),
+           keep_d ? "2 B x the routed experts / ep of the largest layer (re-gathered per micro-batch)"
+                  : "2 B x the largest layer's dense params, embedding or head (re-gathered per micro-batch)");
+  } else
     for (int i = 0; i <= ch->prefetch; i++)
       item(it, mem_printf(it->m, "gathered.params[%d]", i), CAT_GATHERED, TIER_HBM, g, 1, PHASE_OPT(L),
            "2 B x (dense params of the largest layer + its routed experts / ep)");

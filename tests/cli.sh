@@ -72,6 +72,15 @@ expect 0 'across nodes: an EP group is 64 consecutive ranks on 16 nodes' "$mtc" 
 expect 0 '^hint: FSDP re-gathers every parameter for each of the 60 micro-batches.*micro_batch=12 ' "$mtc" plan specs/deepseek-v3.yaml --set training.micro_batch=1 --set plan.ep=4 --set plan.reshard=every_micro_batch
 expect 0 '^policy     fsdp 256 x dp 1, ep 4, micro_batch 12, ' "$mtc" plan specs/deepseek-v3.yaml
 expect 2 "'plan.reshard' is after_step: .*planned but not yet emitted" "$mtc" compile specs/tiny-moe.yaml -o /nonexistent/x --set plan.reshard=after_step
+# the hierarchical all-to-all: searched for EP groups across nodes, explained, refused by compile
+expect 0 '^  across      fsdp 256 x dp 1, ep 8 \(hierarchical all-to-all\)' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
+expect 0 'why: .*the all-to-all is hierarchical: a token crosses InfiniBand once per other node holding one of its experts, 1.00 of its 8 copies on average \(flat: 4.00\)' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
+expect 0 '^  across      fsdp 256 x dp 1, ep 8, micro_batch' "$mtc" explain specs/deepseek-v3.yaml --set plan.moe_dispatch=flat
+expect 2 "'plan.reshard_experts' is after_step: .*planned but not yet emitted" "$mtc" compile specs/tiny-moe.yaml -o /nonexistent/x --set plan.reshard_experts=after_step
+expect 0 '^chosen     fsdp 256 x dp 1, ep 32 \(hierarchical all-to-all\), micro_batch 1, .*all but the routed experts kept gathered until the optimizer step' "$mtc" explain specs/deepseek-v3.yaml --set training.micro_batch=1
+expect 0 '^  why: EP across nodes wins by' "$mtc" explain specs/deepseek-v3.yaml --set training.micro_batch=1
+expect 0 '^  why: EP across nodes wins by .*most of it in exposed FSDP communication.*a MoE layer is 3.28 GB per rank with ep 8 against 6.10 GB with ep 4' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=32
+expect 2 "'plan.moe_dispatch' is hierarchical: .*planned but not yet emitted" "$mtc" compile specs/tiny-moe.yaml -o /nonexistent/x --set plan.moe_dispatch=hierarchical
 expect 1 '^nothing fits; closest' "$mtc" explain specs/europa-1t.yaml --set cluster.nodes=48
 expect 0 '^96 +65536 +yes +384 x 1 +4 +full +host +host +1 ' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=48,96 --over training.seq_len=65536
 expect 0 '^48 +65536 +no .*(hbm|host) over by' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=48,96 --over training.seq_len=65536
