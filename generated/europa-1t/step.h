@@ -58,14 +58,16 @@
 #define OPT_STEP_ON_HOST 0
 /* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
  * micro-batch writes before reading them */
-#define ARENA_ELEMS 12380268192
+#define ARENA_ELEMS 890465952
 #define ARENA_SCRATCH 131072
-#define ACT_ELEMS 56840517968
+#define ACT_ELEMS 63454435664
 #define ACT_SCRATCH 2478643536
 #define INPUTS 0
 #define TARGETS 65536
-#define STATE_STAGING 6911674400 /* a device buffer of the largest shard (RS_OUT0), free between steps */
-#define MUON_WORK 6614048768 /* Muon's scratch */
+#define STATE_STAGING 9092561232 /* GRAD0 (activation arena), free between steps: a state arena on the host
+                             goes through it to NCCL in pieces of its bytes */
+#define STATE_STAGING_ELEMS 3306958848
+#define MUON_WORK 131072 /* Muon's scratch */
 #define MUON_WORK_ELEMS 297625632
 #define HOST_ELEMS 28991029248 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 72 /* boundaries that go to the host and back */

@@ -289,30 +289,20 @@
 #define HEAD_ADAM_V             22745186688 /*    4096128: AdamW second moment (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define GRAD0                        131072 /* 5679128576: an even unit's gradient, dense then experts, then its reduce-scatters' input */
-#define GRAD1                    5679259648 /* 5679128576: an odd unit's (in flight while the next unit's backward runs) */
-#define RS_OUT0                 11358388224 /*  176160768: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                11534548992 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                 11600087040 /*  176160768: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE1                11776247808 /* 2818572288: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT2                 14594820096 /*  176160768: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                14770980864 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                 14836518912 /*  176160768: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE3                15012679680 /* 2818572288: its bf16 send buffer (2 bytes per gathered value) */
-#define WS_RSTD1                17831251968 /*      65536: its 1/rms per token */
-#define WS_LSE                  17831317504 /*    2097152: attention log-sum-exp per head and query */
-#define WS_RSTD2                17833414656 /*      65536: its 1/rms per token */
-#define WS_LOGITS               17833480192 /*     524288: router logits */
-#define WS_IDX                  17834004480 /*     131072: selected experts (int32) */
-#define WS_WTS                  17834135552 /*     131072: their weights */
-#define WS_POS                  17834266624 /*     131072: row of each assignment in expert order (int32) */
-#define WS_OFFSETS              17834397696 /*          9: first row of each expert (int32) */
-#define DLOGITS                 17834397712 /*     524288: gradient of the router logits */
-#define DWTS                    17834922000 /*     131072: gradient of the routing weights */
-#define AUX                     17835053072 /*         24: load-balancing loss scratch */
-#define RSTDF                   17835053104 /*      65536: its 1/rms per token */
-#define LSEF                    17835118640 /*      65536: log-sum-exp of each token's logits */
-#define CE                      17835184176 /*  536870912: logits of one vocabulary chunk and their gradient */
+#define WS_RSTD1                     131072 /*      65536: its 1/rms per token */
+#define WS_LSE                       196608 /*    2097152: attention log-sum-exp per head and query */
+#define WS_RSTD2                    2293760 /*      65536: its 1/rms per token */
+#define WS_LOGITS                   2359296 /*     524288: router logits */
+#define WS_IDX                      2883584 /*     131072: selected experts (int32) */
+#define WS_WTS                      3014656 /*     131072: their weights */
+#define WS_POS                      3145728 /*     131072: row of each assignment in expert order (int32) */
+#define WS_OFFSETS                  3276800 /*          9: first row of each expert (int32) */
+#define DLOGITS                     3276816 /*     524288: gradient of the router logits */
+#define DWTS                        3801104 /*     131072: gradient of the routing weights */
+#define AUX                         3932176 /*         24: load-balancing loss scratch */
+#define RSTDF                       3932208 /*      65536: its 1/rms per token */
+#define LSEF                        3997744 /*      65536: log-sum-exp of each token's logits */
+#define CE                          4063280 /*  536870912: logits of one vocabulary chunk and their gradient */
 
 /* ---- the activation arena map (elements of act) ---- */
 #define EMBED_PARAM                       0 /*    4096000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
@@ -383,66 +373,68 @@
 #define HEAD_PARAM               5683224576 /*    4096128: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
 #define GATHERED0                5687320704 /* 5679128576: units u with u % 2 = 0: parameters all-gathered, dense then experts */
 #define GATHERED1               11366449280 /* 5679128576: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define X0                      17045577856 /*  268435456: boundary: input of layer 0 (residual stream) */
-#define X1                      17314013312 /*  268435456: boundary: input of layer 1 (residual stream) */
-#define X2                      17582448768 /*  268435456: boundary: input of layer 2 (residual stream) */
-#define X3                      17850884224 /*  268435456: boundary: input of layer 3 (residual stream) */
-#define X4                      18119319680 /*  268435456: boundary: input of layer 4 (residual stream) */
-#define X5                      18387755136 /*  268435456: boundary: input of layer 5 (residual stream) */
-#define X6                      18656190592 /*  268435456: boundary: input of layer 6 (residual stream) */
-#define X7                      18924626048 /*  268435456: boundary: input of layer 7 (residual stream) */
-#define X8                      19193061504 /*  268435456: boundary: input of layer 8 (residual stream) */
-#define X9                      19461496960 /*  268435456: boundary: input of layer 9 (residual stream) */
-#define X10                     19729932416 /*  268435456: boundary: input of layer 10 (residual stream) */
-#define X11                     19998367872 /*  268435456: boundary: input of layer 11 (residual stream) */
-#define X12                     20266803328 /*  268435456: boundary: input of layer 12 (residual stream) */
-#define X13                     20535238784 /*  268435456: boundary: input of layer 13 (residual stream) */
-#define X14                     20803674240 /*  268435456: boundary: input of layer 14 (residual stream) */
-#define X15                     21072109696 /*  268435456: boundary: input of layer 15 (residual stream) */
-#define X16                     21340545152 /*  268435456: boundary: input of layer 16 (residual stream) */
-#define X17                     21608980608 /*  268435456: boundary: input of layer 17 (residual stream) */
-#define X18                     21877416064 /*  268435456: boundary: input of layer 18 (residual stream) */
-#define X19                     22145851520 /*  268435456: boundary: input of layer 19 (residual stream) */
-#define X20                     22414286976 /*  268435456: boundary: input of layer 20 (residual stream) */
-#define X21                     22682722432 /*  268435456: boundary: input of layer 21 (residual stream) */
-#define X22                     22951157888 /*  268435456: boundary: input of layer 22 (residual stream) */
-#define X23                     23219593344 /*  268435456: boundary: input of layer 23 (residual stream) */
-#define X24                     23488028800 /*  268435456: boundary: input of layer 24 (residual stream) */
-#define X25                     23756464256 /*  268435456: boundary: input of layer 25 (residual stream) */
-#define X26                     24024899712 /*  268435456: boundary: input of layer 26 (residual stream) */
-#define X27                     24293335168 /*  268435456: boundary: input of layer 27 (residual stream) */
-#define X28                     24561770624 /*  268435456: boundary: input of layer 28 (residual stream) */
-#define X29                     24830206080 /*  268435456: boundary: input of layer 29 (residual stream) */
-#define X30                     25098641536 /*  268435456: boundary: input of layer 30 (residual stream) */
-#define X31                     25367076992 /*  268435456: boundary: input of layer 31 (residual stream) */
-#define X32                     25635512448 /*  268435456: output of the last layer */
-#define WS_LN1                  25903947904 /*  268435456: attention norm output */
-#define WS_Q                    26172383360 /*  268435456: queries (rotated) */
-#define WS_K                    26440818816 /*   67108864: keys (rotated) */
-#define WS_V                    26507927680 /*   67108864: values */
-#define WS_ATT                  26575036544 /*  268435456: attention output */
-#define WS_RES                  26843472000 /*  268435456: residual stream after attention */
-#define WS_LN2                  27111907456 /*  268435456: mlp norm output */
-#define WS_XP                   27380342912 /*  536870912: token copies in expert order: the experts' input */
-#define WS_YP                   27917213824 /*  536870912: expert outputs in that order */
-#define WS_EG                   28454084736 /* 1879048192: routed experts' gate */
-#define WS_EU                   30333132928 /* 1879048192: routed experts' up */
-#define WS_EH                   32212181120 /* 1879048192: routed experts' activation */
-#define WS_Y                    34091229312 /*  268435456: a block's output before the residual add */
-#define WS_Y2                   34359664768 /*  268435456: shared experts' output */
-#define DX_A                    34628100224 /*  268435456: gradient of the residual stream (even layers' output) */
-#define DX_B                    34896535680 /*  268435456: gradient of the residual stream (odd layers' output) */
-#define DLN                     35164971136 /*  268435456: gradient of a norm's output */
-#define DATT                    35433406592 /*  268435456: gradient of the attention output */
-#define DQ                      35701842048 /*  268435456: gradient of the queries */
-#define DK                      35970277504 /*   67108864: gradient of the keys */
-#define DV                      36037386368 /*   67108864: gradient of the values */
-#define DYP                     36104495232 /*  536870912: gradient of the expert outputs */
-#define DXP                     36641366144 /*  536870912: gradient of the token copies */
-#define EDG                     37178237056 /* 1879048192: routed experts' gate gradient */
-#define EDU                     39057285248 /* 1879048192: routed experts' up gradient */
-#define EDH                     40936333440 /* 1879048192: routed experts' activation gradient */
-#define LNF                     42815381632 /*  268435456: final norm output */
+#define GRAD0                   17045577856 /* 5679128576: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                   22724706432 /* 5679128576: an odd unit's (in flight while the next unit's backward runs) */
+#define X0                      28403835008 /*  268435456: boundary: input of layer 0 (residual stream) */
+#define X1                      28672270464 /*  268435456: boundary: input of layer 1 (residual stream) */
+#define X2                      28940705920 /*  268435456: boundary: input of layer 2 (residual stream) */
+#define X3                      29209141376 /*  268435456: boundary: input of layer 3 (residual stream) */
+#define X4                      29477576832 /*  268435456: boundary: input of layer 4 (residual stream) */
+#define X5                      29746012288 /*  268435456: boundary: input of layer 5 (residual stream) */
+#define X6                      30014447744 /*  268435456: boundary: input of layer 6 (residual stream) */
+#define X7                      30282883200 /*  268435456: boundary: input of layer 7 (residual stream) */
+#define X8                      30551318656 /*  268435456: boundary: input of layer 8 (residual stream) */
+#define X9                      30819754112 /*  268435456: boundary: input of layer 9 (residual stream) */
+#define X10                     31088189568 /*  268435456: boundary: input of layer 10 (residual stream) */
+#define X11                     31356625024 /*  268435456: boundary: input of layer 11 (residual stream) */
+#define X12                     31625060480 /*  268435456: boundary: input of layer 12 (residual stream) */
+#define X13                     31893495936 /*  268435456: boundary: input of layer 13 (residual stream) */
+#define X14                     32161931392 /*  268435456: boundary: input of layer 14 (residual stream) */
+#define X15                     32430366848 /*  268435456: boundary: input of layer 15 (residual stream) */
+#define X16                     32698802304 /*  268435456: boundary: input of layer 16 (residual stream) */
+#define X17                     32967237760 /*  268435456: boundary: input of layer 17 (residual stream) */
+#define X18                     33235673216 /*  268435456: boundary: input of layer 18 (residual stream) */
+#define X19                     33504108672 /*  268435456: boundary: input of layer 19 (residual stream) */
+#define X20                     33772544128 /*  268435456: boundary: input of layer 20 (residual stream) */
+#define X21                     34040979584 /*  268435456: boundary: input of layer 21 (residual stream) */
+#define X22                     34309415040 /*  268435456: boundary: input of layer 22 (residual stream) */
+#define X23                     34577850496 /*  268435456: boundary: input of layer 23 (residual stream) */
+#define X24                     34846285952 /*  268435456: boundary: input of layer 24 (residual stream) */
+#define X25                     35114721408 /*  268435456: boundary: input of layer 25 (residual stream) */
+#define X26                     35383156864 /*  268435456: boundary: input of layer 26 (residual stream) */
+#define X27                     35651592320 /*  268435456: boundary: input of layer 27 (residual stream) */
+#define X28                     35920027776 /*  268435456: boundary: input of layer 28 (residual stream) */
+#define X29                     36188463232 /*  268435456: boundary: input of layer 29 (residual stream) */
+#define X30                     36456898688 /*  268435456: boundary: input of layer 30 (residual stream) */
+#define X31                     36725334144 /*  268435456: boundary: input of layer 31 (residual stream) */
+#define X32                     36993769600 /*  268435456: output of the last layer */
+#define WS_LN1                  37262205056 /*  268435456: attention norm output */
+#define WS_Q                    37530640512 /*  268435456: queries (rotated) */
+#define WS_K                    37799075968 /*   67108864: keys (rotated) */
+#define WS_V                    37866184832 /*   67108864: values */
+#define WS_ATT                  37933293696 /*  268435456: attention output */
+#define WS_RES                  38201729152 /*  268435456: residual stream after attention */
+#define WS_LN2                  38470164608 /*  268435456: mlp norm output */
+#define WS_XP                   38738600064 /*  536870912: token copies in expert order: the experts' input */
+#define WS_YP                   39275470976 /*  536870912: expert outputs in that order */
+#define WS_EG                   39812341888 /* 1879048192: routed experts' gate */
+#define WS_EU                   41691390080 /* 1879048192: routed experts' up */
+#define WS_EH                   43570438272 /* 1879048192: routed experts' activation */
+#define WS_Y                    45449486464 /*  268435456: a block's output before the residual add */
+#define WS_Y2                   45717921920 /*  268435456: shared experts' output */
+#define DX_A                    45986357376 /*  268435456: gradient of the residual stream (even layers' output) */
+#define DX_B                    46254792832 /*  268435456: gradient of the residual stream (odd layers' output) */
+#define DLN                     46523228288 /*  268435456: gradient of a norm's output */
+#define DATT                    46791663744 /*  268435456: gradient of the attention output */
+#define DQ                      47060099200 /*  268435456: gradient of the queries */
+#define DK                      47328534656 /*   67108864: gradient of the keys */
+#define DV                      47395643520 /*   67108864: gradient of the values */
+#define DYP                     47462752384 /*  536870912: gradient of the expert outputs */
+#define DXP                     47999623296 /*  536870912: gradient of the token copies */
+#define EDG                     48536494208 /* 1879048192: routed experts' gate gradient */
+#define EDU                     50415542400 /* 1879048192: routed experts' up gradient */
+#define EDH                     52294590592 /* 1879048192: routed experts' activation gradient */
+#define LNF                     54173638784 /*  268435456: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (32 ranks) or, for experts, over the
  * 32 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
@@ -2923,13 +2915,13 @@ void step_backward(RtCtx *c) {
   rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L31_EXPERTS_PARAM), 176160768, 1); /* layer 31 experts: 32 ranks x 176160768, prefetch */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 131076096);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 131076096);
   rt_zero(A(DLN), 268435456);
   rt_lm_head_ce_backward(A(DLN), DW(4096), A(LNF), W(4096), I(TARGETS), R(LSEF), 65536, 4096, 32000, 4096, R(CE), c->dloss);
   rt_zero(A(DX_A), 268435456);
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X32), W(0), R(RSTDF), 65536, 4096);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD1), 4096128, (uint16_t *)R(RS_WIRE2), 2); /* head: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 4096128, true, NULL, 2); /* head: 32 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
@@ -2938,11 +2930,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L30_EXPERTS_PARAM), 176160768, 3); /* layer 30 experts: 32 ranks x 176160768, prefetch */
   layer31_forward(c, true); /* recompute from X31 (full checkpointing) */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 5679128576);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 5679128576);
   layer31_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 176160768, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 31 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), A(GRAD0) + 41984000, 176160768, true, NULL, 1); /* layer 31 experts: 32 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
@@ -2952,11 +2944,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L29_EXPERTS_PARAM), 176160768, 1); /* layer 29 experts: 32 ranks x 176160768, prefetch */
   layer30_forward(c, true); /* recompute from X30 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 5679128576);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 5679128576);
   layer30_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 176160768, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 30 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), A(GRAD1) + 41984000, 176160768, true, NULL, 3); /* layer 30 experts: 32 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
@@ -2966,11 +2958,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L28_EXPERTS_PARAM), 176160768, 3); /* layer 28 experts: 32 ranks x 176160768, prefetch */
   layer29_forward(c, true); /* recompute from X29 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 5679128576);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 5679128576);
   layer29_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 176160768, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 29 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), A(GRAD0) + 41984000, 176160768, true, NULL, 1); /* layer 29 experts: 32 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
@@ -2980,11 +2972,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L27_EXPERTS_PARAM), 176160768, 1); /* layer 27 experts: 32 ranks x 176160768, prefetch */
   layer28_forward(c, true); /* recompute from X28 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 5679128576);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 5679128576);
   layer28_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 176160768, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 28 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), A(GRAD1) + 41984000, 176160768, true, NULL, 3); /* layer 28 experts: 32 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
@@ -2994,11 +2986,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L26_EXPERTS_PARAM), 176160768, 3); /* layer 26 experts: 32 ranks x 176160768, prefetch */
   layer27_forward(c, true); /* recompute from X27 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 5679128576);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 5679128576);
   layer27_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 176160768, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 27 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), A(GRAD0) + 41984000, 176160768, true, NULL, 1); /* layer 27 experts: 32 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
@@ -3008,11 +3000,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L25_EXPERTS_PARAM), 176160768, 1); /* layer 25 experts: 32 ranks x 176160768, prefetch */
   layer26_forward(c, true); /* recompute from X26 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 5679128576);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 5679128576);
   layer26_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 176160768, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 26 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), A(GRAD1) + 41984000, 176160768, true, NULL, 3); /* layer 26 experts: 32 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
@@ -3022,11 +3014,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L24_EXPERTS_PARAM), 176160768, 3); /* layer 24 experts: 32 ranks x 176160768, prefetch */
   layer25_forward(c, true); /* recompute from X25 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 5679128576);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 5679128576);
   layer25_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 176160768, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 25 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), A(GRAD0) + 41984000, 176160768, true, NULL, 1); /* layer 25 experts: 32 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
@@ -3036,11 +3028,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L23_EXPERTS_PARAM), 176160768, 1); /* layer 23 experts: 32 ranks x 176160768, prefetch */
   layer24_forward(c, true); /* recompute from X24 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 5679128576);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 5679128576);
   layer24_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 176160768, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 24 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), A(GRAD1) + 41984000, 176160768, true, NULL, 3); /* layer 24 experts: 32 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
@@ -3050,11 +3042,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L22_EXPERTS_PARAM), 176160768, 3); /* layer 22 experts: 32 ranks x 176160768, prefetch */
   layer23_forward(c, true); /* recompute from X23 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 5679128576);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 5679128576);
   layer23_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 176160768, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 23 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), A(GRAD0) + 41984000, 176160768, true, NULL, 1); /* layer 23 experts: 32 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
@@ -3064,11 +3056,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L21_EXPERTS_PARAM), 176160768, 1); /* layer 21 experts: 32 ranks x 176160768, prefetch */
   layer22_forward(c, true); /* recompute from X22 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 5679128576);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 5679128576);
   layer22_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 176160768, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 22 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), A(GRAD1) + 41984000, 176160768, true, NULL, 3); /* layer 22 experts: 32 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
@@ -3078,11 +3070,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L20_EXPERTS_PARAM), 176160768, 3); /* layer 20 experts: 32 ranks x 176160768, prefetch */
   layer21_forward(c, true); /* recompute from X21 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 5679128576);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 5679128576);
   layer21_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 176160768, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 21 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), A(GRAD0) + 41984000, 176160768, true, NULL, 1); /* layer 21 experts: 32 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
@@ -3092,11 +3084,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L19_EXPERTS_PARAM), 176160768, 1); /* layer 19 experts: 32 ranks x 176160768, prefetch */
   layer20_forward(c, true); /* recompute from X20 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 5679128576);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 5679128576);
   layer20_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 176160768, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 20 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), A(GRAD1) + 41984000, 176160768, true, NULL, 3); /* layer 20 experts: 32 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
@@ -3106,11 +3098,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L18_EXPERTS_PARAM), 176160768, 3); /* layer 18 experts: 32 ranks x 176160768, prefetch */
   layer19_forward(c, true); /* recompute from X19 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 5679128576);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 5679128576);
   layer19_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 176160768, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 19 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), A(GRAD0) + 41984000, 176160768, true, NULL, 1); /* layer 19 experts: 32 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
@@ -3120,11 +3112,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L17_EXPERTS_PARAM), 176160768, 1); /* layer 17 experts: 32 ranks x 176160768, prefetch */
   layer18_forward(c, true); /* recompute from X18 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 5679128576);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 5679128576);
   layer18_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 176160768, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 18 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), A(GRAD1) + 41984000, 176160768, true, NULL, 3); /* layer 18 experts: 32 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
@@ -3134,11 +3126,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L16_EXPERTS_PARAM), 176160768, 3); /* layer 16 experts: 32 ranks x 176160768, prefetch */
   layer17_forward(c, true); /* recompute from X17 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 5679128576);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 5679128576);
   layer17_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 176160768, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 17 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), A(GRAD0) + 41984000, 176160768, true, NULL, 1); /* layer 17 experts: 32 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
@@ -3148,11 +3140,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L15_EXPERTS_PARAM), 176160768, 1); /* layer 15 experts: 32 ranks x 176160768, prefetch */
   layer16_forward(c, true); /* recompute from X16 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 5679128576);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 5679128576);
   layer16_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 176160768, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 16 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), A(GRAD1) + 41984000, 176160768, true, NULL, 3); /* layer 16 experts: 32 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
@@ -3162,11 +3154,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L14_EXPERTS_PARAM), 176160768, 3); /* layer 14 experts: 32 ranks x 176160768, prefetch */
   layer15_forward(c, true); /* recompute from X15 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 5679128576);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 5679128576);
   layer15_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 176160768, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 15 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), A(GRAD0) + 41984000, 176160768, true, NULL, 1); /* layer 15 experts: 32 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
@@ -3176,11 +3168,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L13_EXPERTS_PARAM), 176160768, 1); /* layer 13 experts: 32 ranks x 176160768, prefetch */
   layer14_forward(c, true); /* recompute from X14 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 5679128576);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 5679128576);
   layer14_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 176160768, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 14 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), A(GRAD1) + 41984000, 176160768, true, NULL, 3); /* layer 14 experts: 32 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
@@ -3190,11 +3182,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L12_EXPERTS_PARAM), 176160768, 3); /* layer 12 experts: 32 ranks x 176160768, prefetch */
   layer13_forward(c, true); /* recompute from X13 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 5679128576);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 5679128576);
   layer13_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 176160768, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 13 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), A(GRAD0) + 41984000, 176160768, true, NULL, 1); /* layer 13 experts: 32 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
@@ -3204,11 +3196,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L11_EXPERTS_PARAM), 176160768, 1); /* layer 11 experts: 32 ranks x 176160768, prefetch */
   layer12_forward(c, true); /* recompute from X12 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 5679128576);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 5679128576);
   layer12_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 176160768, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 12 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), A(GRAD1) + 41984000, 176160768, true, NULL, 3); /* layer 12 experts: 32 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
@@ -3218,11 +3210,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L10_EXPERTS_PARAM), 176160768, 3); /* layer 10 experts: 32 ranks x 176160768, prefetch */
   layer11_forward(c, true); /* recompute from X11 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 5679128576);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 5679128576);
   layer11_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 176160768, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 11 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), A(GRAD0) + 41984000, 176160768, true, NULL, 1); /* layer 11 experts: 32 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
@@ -3232,11 +3224,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L9_EXPERTS_PARAM), 176160768, 1); /* layer 9 experts: 32 ranks x 176160768, prefetch */
   layer10_forward(c, true); /* recompute from X10 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 5679128576);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 5679128576);
   layer10_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 176160768, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 10 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), A(GRAD1) + 41984000, 176160768, true, NULL, 3); /* layer 10 experts: 32 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
@@ -3246,11 +3238,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L8_EXPERTS_PARAM), 176160768, 3); /* layer 8 experts: 32 ranks x 176160768, prefetch */
   layer9_forward(c, true); /* recompute from X9 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 5679128576);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 5679128576);
   layer9_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 176160768, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 9 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), A(GRAD0) + 41984000, 176160768, true, NULL, 1); /* layer 9 experts: 32 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
@@ -3260,11 +3252,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L7_EXPERTS_PARAM), 176160768, 1); /* layer 7 experts: 32 ranks x 176160768, prefetch */
   layer8_forward(c, true); /* recompute from X8 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 5679128576);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 5679128576);
   layer8_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 176160768, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 8 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), A(GRAD1) + 41984000, 176160768, true, NULL, 3); /* layer 8 experts: 32 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
@@ -3274,11 +3266,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L6_EXPERTS_PARAM), 176160768, 3); /* layer 6 experts: 32 ranks x 176160768, prefetch */
   layer7_forward(c, true); /* recompute from X7 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 5679128576);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 5679128576);
   layer7_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 176160768, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 7 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), A(GRAD0) + 41984000, 176160768, true, NULL, 1); /* layer 7 experts: 32 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
@@ -3288,11 +3280,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L5_EXPERTS_PARAM), 176160768, 1); /* layer 5 experts: 32 ranks x 176160768, prefetch */
   layer6_forward(c, true); /* recompute from X6 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 5679128576);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 5679128576);
   layer6_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 176160768, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 6 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), A(GRAD1) + 41984000, 176160768, true, NULL, 3); /* layer 6 experts: 32 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
@@ -3302,11 +3294,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L4_EXPERTS_PARAM), 176160768, 3); /* layer 4 experts: 32 ranks x 176160768, prefetch */
   layer5_forward(c, true); /* recompute from X5 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 5679128576);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 5679128576);
   layer5_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 176160768, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 5 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), A(GRAD0) + 41984000, 176160768, true, NULL, 1); /* layer 5 experts: 32 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
@@ -3316,11 +3308,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L3_EXPERTS_PARAM), 176160768, 1); /* layer 3 experts: 32 ranks x 176160768, prefetch */
   layer4_forward(c, true); /* recompute from X4 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 5679128576);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 5679128576);
   layer4_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 176160768, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 4 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), A(GRAD1) + 41984000, 176160768, true, NULL, 3); /* layer 4 experts: 32 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
@@ -3330,11 +3322,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L2_EXPERTS_PARAM), 176160768, 3); /* layer 2 experts: 32 ranks x 176160768, prefetch */
   layer3_forward(c, true); /* recompute from X3 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 5679128576);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 5679128576);
   layer3_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 176160768, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 3 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), A(GRAD0) + 41984000, 176160768, true, NULL, 1); /* layer 3 experts: 32 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
@@ -3344,11 +3336,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L1_EXPERTS_PARAM), 176160768, 1); /* layer 1 experts: 32 ranks x 176160768, prefetch */
   layer2_forward(c, true); /* recompute from X2 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 5679128576);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 5679128576);
   layer2_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 176160768, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 2 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), A(GRAD1) + 41984000, 176160768, true, NULL, 3); /* layer 2 experts: 32 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
@@ -3358,11 +3350,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L0_EXPERTS_PARAM), 176160768, 3); /* layer 0 experts: 32 ranks x 176160768, prefetch */
   layer1_forward(c, true); /* recompute from X1 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 5679128576);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 5679128576);
   layer1_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 176160768, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 1 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), A(GRAD0) + 41984000, 176160768, true, NULL, 1); /* layer 1 experts: 32 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
@@ -3370,18 +3362,18 @@ void step_backward(RtCtx *c) {
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
   layer0_forward(c, true); /* recompute from X0 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 5679128576);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 5679128576);
   layer0_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 176160768, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 0 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), A(GRAD1) + 41984000, 176160768, true, NULL, 3); /* layer 0 experts: 32 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 131072000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 131072000);
   rt_embedding_backward(DW(0), A(DX_A), I(INPUTS), 65536, 4096);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), A(GRAD0), 4096000, true, NULL, 0); /* embedding: 32 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }

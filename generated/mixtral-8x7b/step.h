@@ -58,13 +58,15 @@
 #define OPT_STEP_ON_HOST 1
 /* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
  * micro-batch writes before reading them */
-#define ARENA_ELEMS 18372055088
+#define ARENA_ELEMS 540934192
 #define ARENA_SCRATCH 131072
-#define ACT_ELEMS 43083817088
+#define ACT_ELEMS 54442074240
 #define ACT_SCRATCH 5687320704
 #define INPUTS 0
 #define TARGETS 65536
-#define STATE_STAGING 11358388224 /* a device buffer of the largest shard (RS_OUT0), free between steps */
+#define STATE_STAGING 17045577856 /* GRAD0 (activation arena), free between steps: a state arena on the host
+                             goes through it to NCCL in pieces of its bytes */
+#define STATE_STAGING_ELEMS 5679128576
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
 #define N_GROUPS 66

@@ -58,13 +58,15 @@
 #define OPT_STEP_ON_HOST 0
 /* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
  * micro-batch writes before reading them */
-#define ARENA_ELEMS 1620515392
+#define ARENA_ELEMS 385024576
 #define ARENA_SCRATCH 65536
-#define ACT_ELEMS 35632038784
+#define ACT_ELEMS 36254372736
 #define ACT_SCRATCH 1908257664
 #define INPUTS 0
 #define TARGETS 32768
-#define STATE_STAGING 622399488 /* a device buffer of the largest shard (RS_OUT0), free between steps */
+#define STATE_STAGING 2530591616 /* GRAD0 (activation arena), free between steps: a state arena on the host
+                             goes through it to NCCL in pieces of its bytes */
+#define STATE_STAGING_ELEMS 311166976
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
 #define N_GROUPS 98
