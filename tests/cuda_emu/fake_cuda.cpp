@@ -649,7 +649,10 @@ static Variant *jit(const std::string &source) {
   const char *cache = getenv("EMU_JIT_DIR");
   std::string dir = cache ? cache : std::string(getenv("MTC_KERNEL_CACHE") ? getenv("MTC_KERNEL_CACHE") : "/tmp") + "/cuda-emu-jit";
   char hash[32];
-  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a(source + EMU_JIT_FLAGS));
+  // -Wl,-Bsymbolic: the variant's kernels call their own definitions, never the same-named
+  // kernels this executable exports (the built-in variant, another storage type): without it a
+  // call that GCC leaves to the PLT binds to the executable's kernel
+  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a(source + EMU_JIT_FLAGS + " -Wl,-Bsymbolic"));
   // the intermediates carry the process id: ranks that start together compile the same variant
   // side by side (each renames its own .so into place) instead of writing over each other's lists
   std::string so = dir + "/" + hash + ".so", base = dir + "/" + hash + "." + std::to_string((long)getpid());
@@ -662,7 +665,7 @@ static Variant *jit(const std::string &source) {
       return nullptr;
     }
     std::string cmd = std::string("bash '") + EMU_SRC_DIR + "/gen_kernel_list.sh' '" + base + ".cu' '" + base +
-                      ".inc' '" + EMU_CXX + "' && '" + EMU_CXX + "' -std=c++17 -O2 -g -fPIC -shared -fno-strict-aliasing " +
+                      ".inc' '" + EMU_CXX + "' && '" + EMU_CXX + "' -std=c++17 -O2 -g -fPIC -shared -Wl,-Bsymbolic -fno-strict-aliasing " +
                       EMU_JIT_FLAGS + " -I'" + EMU_SRC_DIR + "/fakeinc' -I'" + EMU_SRC_DIR + "' -DEMU_KERNELS_CU='\"" + base +
                       ".cu\"' -DEMU_KERNEL_LIST='\"" + base + ".inc\"' -DEMU_KERNEL_SOURCE='\"" + base + ".inc.src\"' " +
                       "-Demu_kernels=emu_jit_kernels " +
