@@ -293,7 +293,6 @@ void em_layout(Em *e) {
       add_tensor(e, g, o->layer, p, &owners, &runs);
     }
   }
-  int64_t max_dense = 0, max_expert = 0, max_shard = 0;
   for (int g = 0; g < e->ngroups; g++) {
     EmGroup *G = &e->groups[g];
     int64_t ranks = G->comm ? e->efsdp : e->fsdp;
@@ -302,9 +301,6 @@ void em_layout(Em *e) {
     G->full = whole ? ranks * round_up(G->elems, 8) : ranks * plan_flat_shard(G->elems, ranks);
     G->shard = G->full / ranks;
     for (int i = G->first; whole && i <= G->last; i++) e->tensors[i].block = G->shard;
-    if (G->comm) max_expert = G->full > max_expert ? G->full : max_expert;
-    else max_dense = G->full > max_dense ? G->full : max_dense;
-    max_shard = G->shard > max_shard ? G->shard : max_shard;
   }
 
   muon_work(e);
@@ -348,20 +344,17 @@ void em_layout(Em *e) {
   for (int i = 0; i <= e->prefetch; i++) /* the plan's gathered.params[i]: unit u in GATHERED<u % (P + 1)> */
     abuf(e, mem_printf(e->m, "GATHERED%d", i), max_unit,
         mem_printf(e->m, "units u with u %% %d = %d: parameters all-gathered, dense then experts", e->prefetch + 1, i));
-  buf(e, "GRAD0", max_unit, "an even unit's gradient, dense then experts, then its reduce-scatters' input");
-  buf(e, "GRAD1", max_unit, "an odd unit's (in flight while the next unit's backward runs)");
+  /* the plan's grads.bf16_unsharded[0..1]: the unit's weight gradients in the activation type
+   * (bf16 on cuda), reduce-scattered from these bytes (bf16 wire: in place) */
+  abuf(e, "GRAD0", max_unit, "an even unit's gradient, dense then experts, then its reduce-scatters' input (in place)");
+  abuf(e, "GRAD1", max_unit, "an odd unit's (in flight while the next unit's backward runs)");
   buf(e, "MUON_WORK", e->muon_work, "Muon: the pieces sent to owners and received, a matrix's gradient, its update and Newton-Schulz scratch");
-  /* reduce-scatter slot 2 x (unit % 2) + (0 dense, 1 experts) */
-  bool bf16 = e->s->training.grad_reduce_dtype == WIRE_BF16;
-  for (int slot = 0; slot < 4; slot++) {
-    bool experts = slot % 2;
-    buf(e, mem_printf(e->m, "RS_OUT%d", slot), max_shard,
-        mem_printf(e->m, "reduce-scatter slot %d (%s units, %s): its result, until added to the shard's gradient", slot,
-                   slot < 2 ? "even" : "odd", experts ? "experts" : "dense"));
-    if (bf16 && (experts ? e->efsdp : e->fsdp) > 1) /* (the received pieces reuse the gradient buffer) */
-      buf(e, mem_printf(e->m, "RS_WIRE%d", slot), ((experts ? max_expert : max_dense) + 1) / 2,
-          "its bf16 send buffer (2 bytes per gathered value)");
-  }
+  /* grad_reduce_dtype fp32 (the plan's grads.fp32_wire[0..1]): a unit's gradient cast to fp32 and
+   * reduce-scattered there in place, laid out as GRAD<u % 2> */
+  if (e->s->training.grad_reduce_dtype != WIRE_BF16 && e->fsdp > 1)
+    for (int i = 0; i < 2; i++)
+      buf(e, mem_printf(e->m, "RS_WIRE%d", i), max_unit,
+          mem_printf(e->m, "fp32 on the wire: GRAD%d's values in fp32, reduce-scattered in place", i));
   if (e->offload) /* X0..XL are aliases of these (step.c's map) */
     for (int i = 0; i < 3; i++)
       abuf(e, mem_printf(e->m, "XSLOT%d", i), N * C, mem_printf(e->m, "boundaries l with l %% 3 = %d (residual stream)", i));

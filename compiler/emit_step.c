@@ -575,10 +575,12 @@ static void begin_grads(Em *e, int u) {
   int64_t n = 0;
   for (int k = 0; k < 2; k++)
     if (unit_group(e, u, k) >= 0) n += e->groups[unit_group(e, u, k)].full;
-  P(e, "  rt_zero_real(R(GRAD%d), %lld);\n", p, (long long)n);
+  P(e, "  rt_zero(R(GRAD%d), %lld);\n", p, (long long)n);
 }
 
-/* Unit u's gradients: each group's reduce-scatter starts, overlapping what follows. */
+/* Unit u's gradients: each group's reduce-scatter starts, overlapping what follows: from its
+ * part of GRAD<u % 2> (act), in place with bf16 on the wire, else through RS_WIRE<u % 2> (fp32),
+ * into the group's fp32 gradient shard. */
 static void reduce_scatter(Em *e, int u) {
   for (int k = 0; k < 2; k++) {
     int g = unit_group(e, u, k);
@@ -587,11 +589,11 @@ static void reduce_scatter(Em *e, int u) {
     int64_t ranks = k ? e->efsdp : e->fsdp;
     int slot = 2 * (u % 2) + k;
     bool bf16 = ranks > 1 && e->s->training.grad_reduce_dtype == WIRE_BF16;
-    P(e, "  rt_comm_reduce_scatter_start(c->comm.%s, S(%s_GRAD), R(RS_OUT%d), R(GRAD%d)%s, %lld, %s, %d); /* %s: %lld "
-         "ranks%s */\n",
-      kind_comm[k], G->cname, slot, u % 2, in_unit(e, u, k), (long long)G->shard,
-      bf16 ? mem_printf(e->m, "(uint16_t *)R(RS_WIRE%d)", slot) : "NULL", slot, G->name, (long long)ranks,
-      bf16 ? ", bf16 on the wire" : "");
+    bool wire = ranks > 1 && !bf16 && em_arena_of(e, "RS_WIRE0") >= 0;
+    P(e, "  rt_comm_reduce_scatter_start(c->comm.%s, S(%s_GRAD), R(GRAD%d)%s, %lld, %s, %s, %d); /* %s: %lld ranks%s */\n",
+      kind_comm[k], G->cname, u % 2, in_unit(e, u, k), (long long)G->shard, bf16 ? "true" : "false",
+      wire ? mem_printf(e->m, "R(RS_WIRE%d)%s", u % 2, in_unit(e, u, k)) : "NULL", slot, G->name, (long long)ranks,
+      ranks == 1 ? "" : bf16 ? ", bf16 on the wire" : ", fp32 on the wire");
   }
 }
 
@@ -805,7 +807,9 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
        "#define PLAN_HOST_RESERVE_BYTES %lld /* of the host arena, reserved for the system */\n"
        "#define PLAN_CUBLAS_WORKSPACE_BYTES %lld /* cuBLAS's workspace (an HBM reserve item the program allocates) */\n",
     (long long)reserve[TIER_HBM], (long long)reserve[TIER_HOST], (long long)workspace);
-  int64_t staging = buf_offset(e, "RS_OUT0");
+  int64_t staging = buf_offset(e, "GRAD0"), staging_elems = 0;
+  for (int i = 0; i < e->nbufs; i++)
+    if (strcmp(e->bufs[i].name, "GRAD0") == 0) staging_elems = e->bufs[i].elems;
   P(e, "\n/* the state arena: %lld elements of real (fp32 master shards, gradients, moments) in\n"
        " * %s memory; the optimizer step runs on the %s */\n#define STATE_ELEMS %lld\n#define STATE_ON_HOST %d\n#define OPT_STEP_ON_HOST %d\n",
     (long long)e->top[EM_STATE], e->state_host ? "host (Grace)" : "device (HBM)",
@@ -816,8 +820,9 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
        "#define ACT_ELEMS %lld\n#define ACT_SCRATCH %lld\n#define INPUTS %lld\n#define TARGETS %lld\n",
     (long long)e->top[EM_REAL], (long long)e->scratch[EM_REAL], (long long)e->top[EM_ACT],
     (long long)e->scratch[EM_ACT], (long long)buf_offset(e, "INPUTS"), (long long)buf_offset(e, "TARGETS"));
-  P(e, "#define STATE_STAGING %lld /* a device buffer of the largest shard (RS_OUT0), free between steps */\n",
-    (long long)staging);
+  P(e, "#define STATE_STAGING %lld /* GRAD0 (activation arena), free between steps: a state arena on the host\n"
+       "                             goes through it to NCCL in pieces of its bytes */\n#define STATE_STAGING_ELEMS %lld\n",
+    (long long)staging, (long long)staging_elems);
   for (int i = 0; i < e->nbufs; i++)
     if (strcmp(e->bufs[i].name, "MUON_WORK") == 0)
       P(e, "#define MUON_WORK %lld /* Muon's scratch */\n#define MUON_WORK_ELEMS %lld\n", (long long)e->bufs[i].offset,

@@ -189,6 +189,12 @@ static void build_items(Items *it, const Model *md) {
   for (int i = 0; i < 2; i++)
     item(it, mem_printf(it->m, "grads.bf16_unsharded[%d]", i), CAT_GRADS, TIER_HBM, g,
          PHASE_LOSS(L), PHASE_OPT(L), "as gathered.params: one layer's gradient before reduce-scatter");
+  /* grad_reduce_dtype fp32: each gradient buffer's values cast to fp32 and reduce-scattered there
+   * in place (bf16: the bf16 buffer itself is reduce-scattered in place) */
+  if (s->training.grad_reduce_dtype != WIRE_BF16 && ch->fsdp > 1)
+    for (int i = 0; i < 2; i++)
+      item(it, mem_printf(it->m, "grads.fp32_wire[%d]", i), CAT_GRADS, TIER_HBM, 2 * g, PHASE_LOSS(L), PHASE_OPT(L),
+           "4 B per value of grads.bf16_unsharded: its gradient in fp32 on the wire (grad_reduce_dtype fp32)");
 
   /* activations kept from each layer's forward to its backward; the experts' side of the
    * all-to-all receives up to moe_imbalance × the mean tokens when ep > 1 */

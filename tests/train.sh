@@ -209,7 +209,7 @@ PY
   grep -q "^#define SHARD_EXPERTS 2 " "$work/w4ep2/step.h" || die "w4ep2: 4 experts per EP rank over 2 ranks are not whole-expert shards of 2"
   build w4bf16 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=2 \
     --set training.grad_reduce_dtype=bf16 || exit 1
-  grep -q "rt_comm_reduce_scatter_start(.*RS_WIRE" "$work/w4bf16/step.c" || die "bf16: no bf16 reduce-scatter in step.c"
+  grep -q "rt_comm_reduce_scatter_start(.*, true, NULL" "$work/w4bf16/step.c" || die "bf16: no bf16 reduce-scatter in step.c"
   (cd "$work" && "${mpirun[@]}" -np 4 ./w4bf16/build/train --data "$text" --metrics w4bf16.jsonl >/dev/null) ||
     die "4 rank run (bf16 wire)"
   paste <(losses "$work/w1.jsonl") <(losses "$work/w4bf16.jsonl") | awk '

@@ -106,15 +106,20 @@ static void refresh_params(RtCtx *c) {
 }
 
 /* The gradient shards summed over the data-parallel replicas. NCCL reads device memory: a state
- * arena in host memory goes through STATE_STAGING, a device buffer of the largest shard. */
+ * arena in host memory goes through STATE_STAGING (GRAD0, free between steps), in pieces of as
+ * many real values as its bytes hold. */
 static void grads_all_reduce(RtCtx *c) {
   for (int g = 0; g < N_GROUPS; g++) {
     real *grad = c->state + step_groups[g].grad;
     size_t n = (size_t)step_groups[g].shard;
 #ifdef MTC_BACKEND_CUDA
     if (STATE_ON_HOST) {
-      real *st = c->arena + STATE_STAGING;
-      rt_copy_real(st, grad, n), GRAD_ALL_REDUCE(c->comm.replicate_comm, st, n), rt_copy_real(grad, st, n);
+      real *st = (real *)(void *)(c->acts + STATE_STAGING);
+      size_t cap = (size_t)STATE_STAGING_ELEMS * sizeof(act) / sizeof(real);
+      for (size_t o = 0; o < n; o += cap) {
+        size_t k = n - o < cap ? n - o : cap;
+        rt_copy_real(st, grad + o, k), GRAD_ALL_REDUCE(c->comm.replicate_comm, st, k), rt_copy_real(grad + o, st, k);
+      }
       continue;
     }
 #endif

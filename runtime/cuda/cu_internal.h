@@ -33,15 +33,14 @@ enum {
   K_ROUTER_WEIGHTS, K_ROUTER_WEIGHTS_BACKWARD, K_QK_NORM_FORWARD, K_QK_NORM_BACKWARD,
   K_ROPE_LLAMA3, K_SIGMOID_GATE_FORWARD, K_SIGMOID_GATE_BACKWARD,
   K_ROUTER_TOPK_GROUPED, K_ROPE_YARN,
-  K_POSITION_FORWARD, K_POSITION_BACKWARD, K_LAYERNORM_FORWARD, K_LAYERNORM_BACKWARD, K_BIAS_FORWARD,
-  K_BIAS_BACKWARD, K_ACCUMULATE_F32, K_MUON_MOMENTUM, K_MUON_APPLY, K_NS_INV_NORM, K_NS_PREP, K_NS_FINISH,
-  K_COUNT
+  K_POSITION_FORWARD, K_COLSUM_ADD, K_LAYERNORM_FORWARD, K_LAYERNORM_BACKWARD, K_BIAS_FORWARD,
+  K_ACCUMULATE_ACT_F32, K_ACCUMULATE_F32, K_MUON_MOMENTUM, K_MUON_APPLY, K_NS_INV_NORM, K_NS_PREP, K_NS_FINISH,
+  K_CAST_ACT_F32, K_ROUND_BF16, K_COUNT
 };
 
 enum { CU_GROUPED_SLOTS = 8 };   /* pointer-array slots: one per grouped GEMM of one experts call */
 enum { CU_RMS_BWD_ROWS = 16 };   /* rows per block of rmsnorm_backward: kernels.cu's RMS_BWD_ROWS */
 enum { CU_QK_BWD_ROWS = 16 };    /* rows per block of qk_norm_backward: kernels.cu's QK_BWD_ROWS */
-enum { CU_BIAS_ROWS = 256 };     /* rows per block of bias_backward: kernels.cu's BIAS_ROWS */
 
 typedef struct {
   int ready, device, sync_each; /* sync_each: $MTC_CUDA_SYNC=1 */

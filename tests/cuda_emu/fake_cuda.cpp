@@ -1313,12 +1313,25 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
   if (!c) return ncclInvalidArgument;
   size_t es;
   MPI_Datatype mt = mpi_type(t, &es);
-  if (op != ncclSum || (t != ncclFloat32 && t != ncclFloat64)) {
-    emu_error("ncclReduceScatter: only sums of fp32 or fp64 are emulated");
+  if (op != ncclSum || (t != ncclFloat32 && t != ncclFloat64 && t != ncclBfloat16)) {
+    emu_error("ncclReduceScatter: only sums of fp32, fp64 or bf16 are emulated");
     return ncclInvalidArgument;
   }
   check_coll("ncclReduceScatter", send, count * es * c->size, recv, count * es, (size_t)0 - count * es * c->rank);
   trace("ncclReduceScatter %zu values x %d ranks", count, c->size);
+  if (t == ncclBfloat16) { // the g pieces of this rank's part summed in fp32 in rank order, rounded once
+    collective(s, "ncclReduceScatter", [=] {
+      size_t g = (size_t)c->size;
+      std::vector<uint16_t> tmp((const uint16_t *)send, (const uint16_t *)send + count * g), got(count * g);
+      MPI_Alltoall(tmp.data(), (int)count, MPI_UINT16_T, got.data(), (int)count, MPI_UINT16_T, c->mpi);
+      for (size_t i = 0; i < count; i++) {
+        float sum = 0;
+        for (size_t r = 0; r < g; r++) sum += from_bf16(got[r * count + i]);
+        ((uint16_t *)recv)[i] = to_bf16(sum);
+      }
+    });
+    return ncclSuccess;
+  }
   collective(s, "ncclReduceScatter", [=] {
     std::vector<char> tmp((const char *)send, (const char *)send + count * es * c->size); // in place or not
     MPI_Reduce_scatter_block(tmp.data(), recv, (int)count, mt, MPI_SUM, c->mpi);
